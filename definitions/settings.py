@@ -1,0 +1,173 @@
+"""The platform's one settings object.
+
+Values come, highest priority first, from: keyword arguments, environment variables
+(``LAMBDA_`` prefix, ``__`` between nested names, e.g. ``LAMBDA_KAFKA__PORT=19092``),
+a TOML file (``$LAMBDA_CONFIG``, else ``lambda.toml`` in the working directory when present),
+then the local defaults below. Every local default binds to 127.0.0.1. Unknown keys are
+refused, so a typo fails at load instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOCAL_HOST = "127.0.0.1"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(_Section):
+    host: str = LOCAL_HOST
+    port: int = 9092
+    controller_port: int = 9093
+    events_topic: str = "events"
+    dlq_topic: str = "events.dlq"
+    partitions: int = Field(4, ge=1)
+    retention_hours: int = Field(168, ge=1)
+    heap_mb: int = 512
+    health_timeout_s: float = 90
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class HdfsSettings(_Section):
+    host: str = LOCAL_HOST
+    port: int = 9000
+    http_port: int = 9870
+    datanode_port: int = 9866
+    datanode_http_port: int = 9864
+    datanode_ipc_port: int = 9867
+    namenode_heap_mb: int = 384
+    datanode_heap_mb: int = 256
+    health_timeout_s: float = 120
+
+    @property
+    def url(self) -> str:
+        return f"hdfs://{self.host}:{self.port}"
+
+    @property
+    def webhdfs(self) -> str:
+        return f"http://{self.host}:{self.http_port}/webhdfs/v1"
+
+
+class HBaseSettings(_Section):
+    host: str = LOCAL_HOST
+    thrift_port: int = 9090
+    thrift_info_port: int = 9095
+    master_port: int = 16000
+    master_info_port: int = 16010
+    regionserver_port: int = 16020
+    regionserver_info_port: int = 16030
+    zookeeper_port: int = 2181
+    namespace: str = "lambda"
+    meta_table: str = "meta"
+    # Where the standalone master keeps its tables; empty = a directory in the state dir.
+    rootdir: str = ""
+    master_heap_mb: int = 768
+    thrift_heap_mb: int = 256
+    health_timeout_s: float = 150
+
+
+class CassandraSettings(_Section):
+    hosts: list[str] = [LOCAL_HOST]
+    port: int = 9042
+    storage_port: int = 7000
+    keyspace: str = "lambda"
+    replication_factor: int = Field(1, ge=1)
+    heap_mb: int = 768
+    health_timeout_s: float = 180
+
+
+class SparkSettings(_Section):
+    master: str = "local[*]"
+    driver_memory: str = "1g"
+    shuffle_partitions: int = Field(4, ge=1)
+    ui_enabled: bool = False
+    # Extra `spark.*` options passed as-is to every session.
+    conf: dict[str, str] = {}
+
+
+class StackSettings(_Section):
+    # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
+    managed_services: list[str] = ["kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra"]
+    java_home: str = ""
+    stop_timeout_s: float = 30
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="LAMBDA_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    environment: str = "development"
+    # Data, logs and pid files of every local service live under this one directory.
+    state_dir: Path = REPO_ROOT / ".lambda" / "state"
+    # Where `make setup` puts the jars resolved by infra/maven.
+    jars_dir: Path = REPO_ROOT / ".lambda" / "jars"
+    ingest_bucket_s: int = Field(3600, ge=1)
+
+    kafka: KafkaSettings = KafkaSettings()
+    hdfs: HdfsSettings = HdfsSettings()
+    hbase: HBaseSettings = HBaseSettings()
+    cassandra: CassandraSettings = CassandraSettings()
+    spark: SparkSettings = SparkSettings()
+    stack: StackSettings = StackSettings()
+
+    @model_validator(mode="after")
+    def _absolute_paths(self) -> "Settings":
+        for name in ("state_dir", "jars_dir"):
+            value = getattr(self, name)
+            if not value.is_absolute():
+                object.__setattr__(self, name, (Path.cwd() / value).resolve())
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = config_path()
+        if config_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+        return tuple(sources)
+
+
+def config_path() -> Path | None:
+    """The TOML settings file in force, or None."""
+    explicit = os.environ.get("LAMBDA_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise FileNotFoundError(f"LAMBDA_CONFIG names {path}, which is not a file")
+        return path
+    default = Path.cwd() / "lambda.toml"
+    return default if default.is_file() else None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, loaded once."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""The local stack: service definitions, process supervision, health checks and bootstrap."""

@@ -1,0 +1,126 @@
+"""Create what the platform expects to find in its stores, idempotently.
+
+- Kafka: topic `events` (several partitions, LogAppendTime, so a record's timestamp is its ingest
+  time) and the dead-letter topic `events.dlq`.
+- HBase: the platform's namespace and its meta table (the batch-view pointer lives there).
+- Cassandra: the platform's keyspace.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+
+from definitions.clients import cassandra_cluster, hbase_connection, kafka_admin
+from definitions.settings import Settings
+from infra.errors import StackError
+from infra.java import find_java
+from infra.services import HBASE, JAVA_DIR
+
+log = logging.getLogger(__name__)
+
+TIMESTAMP_TYPE = "LogAppendTime"
+META_FAMILIES = {"p": dict(max_versions=1)}
+
+
+def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
+    retention_ms = str(settings.kafka.retention_hours * 3600 * 1000)
+    return {
+        settings.kafka.events_topic: {"message.timestamp.type": TIMESTAMP_TYPE, "retention.ms": retention_ms},
+        settings.kafka.dlq_topic: {"message.timestamp.type": TIMESTAMP_TYPE, "retention.ms": retention_ms},
+    }
+
+
+def ensure_topics(settings: Settings) -> list[str]:
+    """Create missing topics and correct the timestamp type of existing ones; the topics created."""
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+    admin = kafka_admin(settings, client_id="lambdactl-bootstrap")
+    try:
+        existing = set(admin.list_topics())
+        wanted = topic_configs(settings)
+        new = [
+            NewTopic(name, num_partitions=settings.kafka.partitions, replication_factor=1, topic_configs=configs)
+            for name, configs in wanted.items() if name not in existing
+        ]
+        if new:
+            admin.create_topics(new, validate_only=False)
+            log.info("created topics %s", ", ".join(t.name for t in new))
+        for name in wanted.keys() & existing:
+            described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+            current = _topic_config(described, "message.timestamp.type")
+            if current != TIMESTAMP_TYPE:
+                log.warning("topic %s has message.timestamp.type=%s; setting %s", name, current, TIMESTAMP_TYPE)
+                admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs=wanted[name])])
+        return [t.name for t in new]
+    finally:
+        admin.close()
+
+
+def _topic_config(described, key: str) -> str | None:
+    for response in described:
+        for resource in response.resources:
+            # (error_code, error_message, resource_type, resource_name, config_entries)
+            for entry in resource[4]:
+                if entry[0] == key:
+                    return entry[1]
+    return None
+
+
+def ensure_hbase_meta(settings: Settings) -> bool:
+    """Create the namespace and the meta table if missing; True if anything was created."""
+    b = settings.hbase
+    conn = hbase_connection(settings)
+    try:
+        if b.meta_table.encode() in conn.tables():
+            return False
+        try:
+            conn.create_table(b.meta_table, META_FAMILIES)
+        except Exception as exc:  # Thrift IOError carries HBase's exception text
+            if "NamespaceNotFound" not in str(exc):
+                raise
+            create_namespace(settings)
+            conn.create_table(b.meta_table, META_FAMILIES)
+        log.info("created HBase table %s:%s", b.namespace, b.meta_table)
+        return True
+    finally:
+        conn.close()
+
+
+def create_namespace(settings: Settings) -> None:
+    """HBase Thrift1 has no namespace calls: run the small Java admin program once."""
+    java = find_java(settings.stack.java_home)
+    conf = HBASE.dirs(settings).conf
+    jars = settings.jars_dir / HBASE.jar_group
+    done = subprocess.run(
+        [str(java.executable), "-Xmx256m", "-cp", f"{conf}:{jars}/*", str(JAVA_DIR / "CreateNamespace.java"), settings.hbase.namespace],
+        capture_output=True, text=True, timeout=180,
+    )
+    if done.returncode != 0:
+        raise StackError("hbase", f"could not create namespace {settings.hbase.namespace!r}",
+                         "\n".join((done.stdout + done.stderr).splitlines()[-20:]))
+    log.info("%s", done.stdout.strip())
+
+
+def ensure_keyspace(settings: Settings) -> None:
+    c = settings.cassandra
+    cluster = cassandra_cluster(settings)
+    try:
+        session = cluster.connect()
+        session.execute(
+            f"CREATE KEYSPACE IF NOT EXISTS {c.keyspace} WITH replication = "
+            f"{{'class': 'SimpleStrategy', 'replication_factor': {c.replication_factor}}}"
+        )
+    finally:
+        cluster.shutdown()
+
+
+def bootstrap(settings: Settings) -> None:
+    steps = (("kafka", ensure_topics), ("hbase-thrift", ensure_hbase_meta), ("cassandra", ensure_keyspace))
+    for service, step in steps:
+        try:
+            step(settings)
+        except StackError:
+            raise
+        except Exception as exc:
+            raise StackError(service, f"bootstrap failed: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,239 @@
+"""Running a service as a local process group, with a pid file and a log file.
+
+Each process is started in a new session (its own process group) and tagged with the state
+directory in its environment, so `stop` can end the whole group and `orphans` can find
+anything a lost pid file would otherwise hide.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+STATE_TAG = "LAMBDA_STACK_STATE_DIR"
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    pid: int
+    create_time: float
+    command: list[str]
+
+
+class ProcessSupervisor:
+    """Pid files, log files and signals for the processes of one state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.run_dir = state_dir / "run"
+        self.log_dir = state_dir / "logs"
+
+    def pid_file(self, name: str) -> Path:
+        return self.run_dir / f"{name}.pid"
+
+    def log_file(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def start(self, name: str, command: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None) -> ProcessRecord:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        cwd.mkdir(parents=True, exist_ok=True)
+        full_env = dict(os.environ if env is None else env)
+        full_env[STATE_TAG] = str(self.state_dir)
+        log_path = self.log_file(name)
+        with open(log_path, "ab") as log_handle:
+            log_handle.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
+            log_handle.flush()
+            proc = subprocess.Popen(
+                list(command),
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        record = ProcessRecord(proc.pid, psutil.Process(proc.pid).create_time(), list(command))
+        self.pid_file(name).write_text(json.dumps(record.__dict__))
+        log.info("started %s as pid %d", name, proc.pid)
+        return record
+
+    def record(self, name: str) -> ProcessRecord | None:
+        path = self.pid_file(name)
+        try:
+            data = json.loads(path.read_text())
+            return ProcessRecord(int(data["pid"]), float(data["create_time"]), list(data["command"]))
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def process(self, name: str) -> psutil.Process | None:
+        """The live process recorded for `name`, or None (a reused pid does not count)."""
+        rec = self.record(name)
+        if rec is None:
+            return None
+        try:
+            proc = psutil.Process(rec.pid)
+            if abs(proc.create_time() - rec.create_time) > 1 or proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except psutil.Error:
+            return None
+
+    def exit_code(self, name: str) -> int | None:
+        """Reap a child that exited; its code, or None when it is not our child or still runs."""
+        rec = self.record(name)
+        if rec is None:
+            return None
+        try:
+            pid, status = os.waitpid(rec.pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if pid == 0:
+            return None
+        return os.waitstatus_to_exitcode(status)
+
+    def tree(self, name: str) -> list[psutil.Process]:
+        proc = self.process(name)
+        if proc is None:
+            return []
+        try:
+            return [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            return [proc]
+
+    def rss_bytes(self, name: str) -> int:
+        total = 0
+        for proc in self.tree(name):
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def stop(self, name: str, timeout_s: float) -> bool:
+        """End the process group of `name`: SIGTERM, then SIGKILL after `timeout_s`. True if it ran."""
+        proc = self.process(name)
+        ran = proc is not None
+        if proc is not None:
+            members = self.tree(name)
+            _signal_group(proc.pid, signal.SIGTERM)
+            _, alive = psutil.wait_procs(members, timeout=timeout_s)
+            if alive:
+                log.warning("%s did not stop within %.0fs; killing it", name, timeout_s)
+                _signal_group(proc.pid, signal.SIGKILL)
+                for member in alive:
+                    _kill(member)
+                psutil.wait_procs(alive, timeout=10)
+            self.exit_code(name)
+        self.pid_file(name).unlink(missing_ok=True)
+        return ran
+
+    def orphans(self) -> list[psutil.Process]:
+        """Processes tagged with this state directory that no pid file accounts for."""
+        known = {p.pid for name in self.names() for p in self.tree(name)}
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            if proc.pid in known or proc.pid == os.getpid():
+                continue
+            try:
+                if proc.environ().get(STATE_TAG) == str(self.state_dir):
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def kill_orphans(self) -> int:
+        orphans = self.orphans()
+        for proc in orphans:
+            log.warning("killing orphan pid %d (%s)", proc.pid, " ".join(_cmdline(proc))[:120])
+            _kill(proc)
+        psutil.wait_procs(orphans, timeout=10)
+        return len(orphans)
+
+    def names(self) -> list[str]:
+        if not self.run_dir.is_dir():
+            return []
+        return sorted(p.stem for p in self.run_dir.glob("*.pid"))
+
+    def tail(self, name: str, lines: int = 40) -> str:
+        return tail_file(self.log_file(name), lines)
+
+
+def tail_file(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def port_owner(host: str, port: int) -> str | None:
+    """Who holds a listening TCP port, described for a person; None when the port is free."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        if sock.connect_ex((host, port)) != 0:
+            return None
+    for conn in _listening(port):
+        if conn.pid:
+            try:
+                proc = psutil.Process(conn.pid)
+                return f"pid {conn.pid} ({' '.join(_cmdline(proc))[:100]})"
+            except psutil.Error:
+                pass
+    return "another process"
+
+
+def ports_in_use(host: str, ports: Iterable[int]) -> dict[int, str]:
+    taken = {}
+    for port in ports:
+        owner = port_owner(host, port)
+        if owner is not None:
+            taken[port] = owner
+    return taken
+
+
+def _listening(port: int) -> list:
+    try:
+        return [c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+    except psutil.Error:
+        return []
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill(proc: psutil.Process) -> None:
+    try:
+        proc.kill()
+    except psutil.Error:
+        pass
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return ["?"]

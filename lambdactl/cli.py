@@ -1,0 +1,135 @@
+"""`lambdactl`: the platform's command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+from definitions.settings import Settings, get_settings
+from infra.errors import StackError
+
+log = logging.getLogger("lambdactl")
+
+
+def _say(message: str) -> None:
+    log.info("%s", message)
+
+
+def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.bootstrap import bootstrap
+    from infra.stack import Stack
+
+    started = time.monotonic()
+    outcome = Stack(settings).up(on_progress=_say)
+    bootstrap(settings)
+    changed = [name for name, what in outcome.items() if what == "started"]
+    if changed:
+        _say(f"stack up in {time.monotonic() - started:.0f}s; started: {', '.join(changed)}")
+    else:
+        _say("stack already up; nothing changed")
+    return 0
+
+
+def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.stack import Stack
+
+    outcome = Stack(settings).down(on_progress=_say)
+    if not any(what == "stopped" for what in outcome.values()):
+        _say("nothing was running")
+    return 0
+
+
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.stack import Stack
+
+    rows = Stack(settings).status(probe=True)
+    if args.json:
+        sys.stdout.write(json.dumps([row.__dict__ for row in rows], indent=2) + "\n")
+    else:
+        sys.stdout.write(format_status(rows))
+    return 0 if all(r.healthy for r in rows) else 1
+
+
+def format_status(rows) -> str:
+    lines = [f"{'SERVICE':<15} {'STATE':<10} {'PID':>7} {'RSS MiB':>8} {'UP':>7}  DETAIL"]
+    for r in rows:
+        state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
+        pid = str(r.pid) if r.pid else "-"
+        uptime = f"{r.uptime_s:.0f}s" if r.running else "-"
+        lines.append(f"{r.name:<15} {state:<10} {pid:>7} {r.rss_mb:>8.0f} {uptime:>7}  {r.detail}")
+    total = sum(r.rss_mb for r in rows)
+    lines.append(f"{'total':<15} {'':<10} {'':>7} {total:>8.0f}")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.process import ProcessSupervisor, tail_file
+
+    path = ProcessSupervisor(settings.state_dir).log_file(args.service)
+    if not path.exists():
+        raise StackError(args.service, f"no log at {path}")
+    sys.stdout.write(tail_file(path, args.lines) + "\n")
+    if args.follow:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            try:
+                while True:
+                    chunk = handle.read()
+                    if chunk:
+                        sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+                        sys.stdout.flush()
+                    else:
+                        time.sleep(0.5)
+            except KeyboardInterrupt:
+                return 0
+    return 0
+
+
+def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
+    _say("bringing the stack up (first start formats storage; later starts are quicker)")
+    cmd_up(settings, args)
+    _say("every service answering through its own protocol:")
+    return cmd_status(settings, argparse.Namespace(json=False))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lambdactl", description="Run and inspect the Lambda-architecture platform.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="start the local stack and wait until every service is healthy").set_defaults(func=cmd_up)
+    sub.add_parser("down", help="stop every process of the local stack").set_defaults(func=cmd_down)
+    status = sub.add_parser("status", help="each service's state, memory and health")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(func=cmd_status)
+    logs = sub.add_parser("logs", help="the tail of a service's log")
+    logs.add_argument("service")
+    logs.add_argument("-n", "--lines", type=int, default=50)
+    logs.add_argument("-f", "--follow", action="store_true")
+    logs.set_defaults(func=cmd_logs)
+    sub.add_parser("demo", help="the whole story on generated data").set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    for noisy in ("kafka", "cassandra", "httpx", "happybase", "thriftpy2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING if not args.verbose else logging.DEBUG)
+    try:
+        return args.func(get_settings(), args)
+    except StackError as exc:
+        log.error("%s", exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
