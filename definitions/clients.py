@@ -35,15 +35,16 @@ def hbase_connection(settings: Settings, timeout_s: float = 10.0, namespaced: bo
 
 
 def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
-    from cassandra.cluster import Cluster
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy
 
     c = settings.cassandra
+    profile = ExecutionProfile(load_balancing_policy=DCAwareRoundRobinPolicy(), request_timeout=timeout_s)
     return Cluster(
         c.hosts,
         port=c.port,
         protocol_version=CASSANDRA_PROTOCOL,
-        load_balancing_policy=DCAwareRoundRobinPolicy(),
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=timeout_s,
         control_connection_timeout=timeout_s,
     )

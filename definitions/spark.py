@@ -1,0 +1,56 @@
+"""Building Spark sessions from settings. Nothing here starts Spark until a function is called."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from definitions.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+KAFKA_CONNECTOR_GROUP = "spark-kafka"
+
+
+def connector_jars(settings: Settings) -> list[str]:
+    """The Kafka connector jars resolved by infra/maven (pyspark ships everything else)."""
+    folder = settings.jars_dir / KAFKA_CONNECTOR_GROUP
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(f"no Spark Kafka connector jars in {folder}: run `make setup`")
+    return jars
+
+
+def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every option a platform session starts with; later keys win."""
+    s = settings.spark
+    conf = {
+        "spark.app.name": app_name,
+        "spark.master": s.master,
+        "spark.jars": ",".join(connector_jars(settings)),
+        "spark.driver.memory": s.driver_memory,
+        "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
+        "spark.ui.enabled": str(s.ui_enabled).lower(),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.hadoop.fs.defaultFS": settings.hdfs.url,
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    }
+    if s.master.startswith("local"):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    conf.update(s.conf)
+    conf.update(extra or {})
+    return conf
+
+
+def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> "SparkSession":
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in session_conf(settings, app_name, extra).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Sets up everything the platform needs on a fresh machine, idempotently:
+#   system packages (JDK 17, Maven) when missing, the Python virtualenv from the lock file,
+#   and the service jars resolved from Maven Central by infra/maven.
+# Re-running it is quick: each step is skipped when its inputs have not changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${LAMBDA_VENV:-$ROOT/.venv}
+JARS=${LAMBDA_JARS_DIR:-$ROOT/.lambda/jars}
+PYTHON=${PYTHON:-python3}
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+need_apt=()
+java_major() { "$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
+if ! command -v java >/dev/null || [ "$(java_major java)" -lt 17 ] || [ "$(java_major java)" -gt 23 ]; then
+  if [ ! -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ]; then need_apt+=(openjdk-17-jdk-headless); fi
+fi
+command -v mvn >/dev/null || need_apt+=(maven)
+"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing system packages: ${need_apt[*]} (install them, e.g. sudo apt-get install ${need_apt[*]})"; exit 1
+  fi
+  log "installing system packages: ${need_apt[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+"$PYTHON" - <<'PY' || { log "Python 3.11 is required (set PYTHON=/path/to/python3.11)"; exit 1; }
+import sys
+sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
+PY
+
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+py_stamp=$(stamp_of requirements.lock pyproject.toml)
+if [ "$(cat "$VENV/.lambda-stamp" 2>/dev/null)" != "$py_stamp" ]; then
+  log "creating the virtualenv in $VENV"
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
+  "$VENV/bin/pip" install -q -r requirements.lock
+  "$VENV/bin/pip" install -q --no-deps -e .
+  echo "$py_stamp" > "$VENV/.lambda-stamp"
+else
+  log "virtualenv up to date"
+fi
+
+jar_stamp=$(stamp_of infra/maven/pom.xml infra/maven/*/pom.xml infra/maven/settings.xml)
+if [ "$(cat "$JARS/.lambda-stamp" 2>/dev/null)" != "$jar_stamp" ]; then
+  log "resolving service jars from Maven Central into $JARS (first time: a few minutes)"
+  rm -rf "$JARS"
+  mvn -B -q -s infra/maven/settings.xml -f infra/maven/pom.xml -Djars.dir="$JARS" package
+  echo "$jar_stamp" > "$JARS/.lambda-stamp"
+else
+  log "service jars up to date"
+fi
+log "ready"

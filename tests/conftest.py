@@ -1,0 +1,45 @@
+"""Shared fixtures: the real local stack (brought up once, idempotently) and one Spark session."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+from definitions.settings import Settings, get_settings
+
+for _noisy in ("kafka", "cassandra", "happybase", "thriftpy2", "py4j", "httpx"):
+    logging.getLogger(_noisy).setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return get_settings()
+
+
+@pytest.fixture(scope="session")
+def stack(settings: Settings):
+    """The whole managed stack, healthy and bootstrapped. `up` is a no-op when it already runs."""
+    from infra.bootstrap import bootstrap
+    from infra.stack import Stack
+
+    stack = Stack(settings)
+    stack.up()
+    bootstrap(settings)
+    return stack
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings, stack):
+    from definitions.spark import spark_session
+
+    session = spark_session(settings, "lambda-tests", {"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for names a test creates in a shared store."""
+    return uuid.uuid4().hex[:10]

@@ -1,0 +1,22 @@
+"""HDFS through PySpark, the way the archiver and the batch layer use it."""
+
+from __future__ import annotations
+
+from pyspark.sql import Row
+
+
+def test_parquet_round_trip_on_hdfs(settings, spark, unique):
+    path = f"{settings.hdfs.url}/tmp/tests/parquet-{unique}"
+    rows = [Row(id=i, url=f"/p/{i % 5}", ts=1_700_000_000 + i) for i in range(1000)]
+    spark.createDataFrame(rows).repartition(3).write.mode("error").parquet(path)
+
+    back = spark.read.parquet(path)
+    assert back.count() == 1000
+    assert sorted(tuple(r) for r in back.select("id", "url", "ts").collect()) == sorted(tuple(r) for r in rows)
+
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    assert fs.getUri().toString() == settings.hdfs.url
+    assert fs.exists(hadoop_path)
+    fs.delete(hadoop_path, True)

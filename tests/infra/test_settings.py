@@ -1,0 +1,68 @@
+"""The one settings object: defaults on loopback, env vars and a TOML file, typos refused."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from definitions.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch, tmp_path):
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("LAMBDA_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_local_defaults_bind_to_loopback():
+    s = Settings()
+    assert s.kafka.bootstrap == "127.0.0.1:9092"
+    assert s.hdfs.url == "hdfs://127.0.0.1:9000"
+    assert s.hbase.host == "127.0.0.1" and s.hbase.thrift_port == 9090
+    assert s.cassandra.hosts == ["127.0.0.1"] and s.cassandra.port == 9042
+    assert s.spark.master == "local[*]"
+    assert s.state_dir.is_absolute()
+
+
+def test_env_overrides_nested_values(monkeypatch):
+    monkeypatch.setenv("LAMBDA_KAFKA__PORT", "19092")
+    monkeypatch.setenv("LAMBDA_CASSANDRA__HOSTS", '["10.1.2.3", "10.1.2.4"]')
+    monkeypatch.setenv("LAMBDA_SPARK__MASTER", "spark://spark-master:7077")
+    s = Settings()
+    assert s.kafka.bootstrap == "127.0.0.1:19092"
+    assert s.cassandra.hosts == ["10.1.2.3", "10.1.2.4"]
+    assert s.spark.master == "spark://spark-master:7077"
+
+
+def test_toml_file_is_read_and_env_wins(monkeypatch, tmp_path):
+    config = tmp_path / "platform.toml"
+    config.write_text('ingest_bucket_s = 60\n[hdfs]\nhost = "namenode.example"\nport = 8020\n[kafka]\npartitions = 12\n')
+    monkeypatch.setenv("LAMBDA_CONFIG", str(config))
+    monkeypatch.setenv("LAMBDA_KAFKA__PARTITIONS", "6")
+    s = Settings()
+    assert s.ingest_bucket_s == 60
+    assert s.hdfs.url == "hdfs://namenode.example:8020"
+    assert s.kafka.partitions == 6
+
+
+def test_lambda_toml_in_working_directory_is_picked_up(tmp_path):
+    (tmp_path / "lambda.toml").write_text("[kafka]\nport = 29092\n")
+    assert Settings().kafka.port == 29092
+
+
+def test_unknown_keys_are_refused(monkeypatch, tmp_path):
+    config = tmp_path / "typo.toml"
+    config.write_text("[kafka]\nprot = 9093\n")
+    monkeypatch.setenv("LAMBDA_CONFIG", str(config))
+    with pytest.raises(pydantic.ValidationError, match="prot"):
+        Settings()
+
+
+def test_missing_config_file_is_an_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAMBDA_CONFIG", str(tmp_path / "nope.toml"))
+    with pytest.raises(FileNotFoundError, match="nope.toml"):
+        Settings()
