@@ -18,6 +18,8 @@ if ! command -v java >/dev/null || [ "$(java_major java)" -lt 17 ] || [ "$(java_
   if [ ! -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ]; then need_apt+=(openjdk-17-jdk-headless); fi
 fi
 command -v mvn >/dev/null || need_apt+=(maven)
+# docker-compose (v1, a pure parser here: no engine) validates docker-compose.yml in the tests
+command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

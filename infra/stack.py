@@ -53,6 +53,8 @@ class Stack:
             raise StackError(", ".join(unknown), f"unknown service; known: {', '.join(svc.BY_NAME)}")
         self.services = [s for s in svc.ALL if s.name in wanted]
         self.whole_stack = names is None
+        # Seconds each service took to become healthy in the last `up` (started services only).
+        self.ready_after: dict[str, float] = {}
         self.supervisor = ProcessSupervisor(settings.state_dir)
 
     # --- up ----------------------------------------------------------------------------------
@@ -83,6 +85,7 @@ class Stack:
                 try:
                     detail, waited = future.result()
                     if outcome[name] == "started":
+                        self.ready_after[name] = waited
                         say(f"{name}: healthy after {waited:.0f}s ({detail})")
                 except StackError as exc:
                     errors.append(exc)
@@ -100,10 +103,14 @@ class Stack:
                 raise StackError(service.name, f"cannot start: port {port} ({label}) on {host} is already in use by {owner}")
 
     def _launch(self, service: svc.Service, java: JavaRuntime) -> None:
+        self.supervisor.start(service.name, self.prepare(service, java), cwd=service.dirs(self.settings).root)
+
+    def prepare(self, service: svc.Service, java: JavaRuntime) -> list[str]:
+        """Render the service's configuration (and format its storage once); its command line."""
         dirs = service.dirs(self.settings)
         dirs.conf.mkdir(parents=True, exist_ok=True)
         service.render(self.settings, dirs, java)
-        self.supervisor.start(service.name, service.command(self.settings, java), cwd=dirs.root)
+        return service.command(self.settings, java)
 
     def _await_healthy(self, service: svc.Service) -> tuple[str, float]:
         """Poll the service's probe until it answers; (what answered, seconds waited)."""

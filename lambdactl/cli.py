@@ -34,6 +34,14 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.bootstrap import bootstrap
+
+    bootstrap(settings)
+    _say("topics, HBase namespace and meta table, Cassandra keyspace are in place")
+    return 0
+
+
 def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
     from infra.stack import Stack
 
@@ -89,6 +97,24 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    """Run one service in the foreground (containers, systemd): render its config, then exec it."""
+    import os
+
+    from infra.java import find_java
+    from infra.services import BY_NAME
+    from infra.stack import Stack
+
+    service = BY_NAME.get(args.service)
+    if service is None:
+        raise StackError(args.service, f"unknown service; known: {', '.join(BY_NAME)}")
+    java = find_java(settings.stack.java_home)
+    command = Stack(settings, [service.name]).prepare(service, java)
+    os.chdir(service.dirs(settings).root)
+    os.execv(command[0], command)
+    return 0  # not reached
+
+
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     _say("bringing the stack up (first start formats storage; later starts are quicker)")
     cmd_up(settings, args)
@@ -101,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start the local stack and wait until every service is healthy").set_defaults(func=cmd_up)
+    sub.add_parser("bootstrap", help="create the topics, HBase tables and Cassandra keyspace the platform uses").set_defaults(func=cmd_bootstrap)
     sub.add_parser("down", help="stop every process of the local stack").set_defaults(func=cmd_down)
     status = sub.add_parser("status", help="each service's state, memory and health")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -110,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=cmd_logs)
+    run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
+    run.add_argument("service")
+    run.set_defaults(func=cmd_run)
     sub.add_parser("demo", help="the whole story on generated data").set_defaults(func=cmd_demo)
     return parser
 

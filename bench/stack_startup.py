@@ -1,0 +1,97 @@
+"""Cold start time and idle memory of the local stack.
+
+Each run starts every managed service from an empty state directory (storage formatted from
+scratch), records how long each took to become healthy, lets the stack idle, then records the
+resident memory of each service's process tree. Prints per-service medians over the runs.
+
+    .venv/bin/python bench/stack_startup.py --runs 3 --idle 30
+
+The default ports must be free: run `lambdactl down` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from definitions.settings import get_settings
+from infra.process import ports_in_use
+from infra.services import BY_NAME
+from infra.stack import Stack
+
+log = logging.getLogger("bench.stack_startup")
+
+
+def one_run(state_dir: Path, idle_s: float) -> dict:
+    settings = get_settings().model_copy(update={"state_dir": state_dir})
+    stack = Stack(settings)
+    started = time.monotonic()
+    try:
+        stack.up()
+        total = time.monotonic() - started
+        time.sleep(idle_s)
+        rss = {s.name: s.rss_mb for s in stack.status(probe=False)}
+        return {"ready_s": dict(stack.ready_after), "total_s": total, "rss_mb": rss}
+    finally:
+        stack.down()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--idle", type=float, default=30.0, help="seconds to idle before reading memory")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    for noisy in ("kafka", "cassandra", "infra", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    settings = get_settings()
+    busy = {}
+    for name in settings.stack.managed_services:
+        service = BY_NAME[name]
+        busy.update(ports_in_use(service.host(settings), service.ports(settings).values()))
+    if busy:
+        log.error("ports in use (run `lambdactl down` first): %s", busy)
+        return 2
+
+    runs = []
+    for i in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="lambda-bench-") as tmp:
+            runs.append(one_run(Path(tmp), args.idle))
+        log.info("run %d/%d: whole stack healthy in %.1fs", i + 1, args.runs, runs[-1]["total_s"])
+
+    names = list(settings.stack.managed_services)
+    rows = []
+    for name in names:
+        rows.append({
+            "service": name,
+            "ready_s_median": statistics.median(r["ready_s"][name] for r in runs),
+            "rss_mb_median": statistics.median(r["rss_mb"][name] for r in runs),
+        })
+    summary = {
+        "runs": args.runs,
+        "idle_s": args.idle,
+        "stack_ready_s_median": statistics.median(r["total_s"] for r in runs),
+        "stack_rss_mb_median": statistics.median(sum(r["rss_mb"].values()) for r in runs),
+        "services": rows,
+    }
+    out = sys.stdout
+    out.write(f"cold start over {args.runs} run(s), memory after {args.idle:.0f}s idle\n")
+    out.write(f"{'service':<15} {'ready (s)':>10} {'RSS (MiB)':>10}\n")
+    for row in rows:
+        out.write(f"{row['service']:<15} {row['ready_s_median']:>10.1f} {row['rss_mb_median']:>10.0f}\n")
+    out.write(f"{'whole stack':<15} {summary['stack_ready_s_median']:>10.1f} {summary['stack_rss_mb_median']:>10.0f}\n")
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

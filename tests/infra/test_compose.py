@@ -1,0 +1,62 @@
+"""docker-compose.yml stays valid and consistent with the local stack (it cannot run here)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import yaml
+
+from definitions.settings import REPO_ROOT, Settings
+
+COMPOSE = REPO_ROOT / "docker-compose.yml"
+# local service name -> compose service name
+SERVICE_MAP = {
+    "kafka": "kafka",
+    "hdfs-namenode": "namenode",
+    "hdfs-datanode": "datanode",
+    "hbase": "hbase",
+    "hbase-thrift": "hbase-thrift",
+    "cassandra": "cassandra",
+}
+
+
+def _published(service: dict) -> dict[int, str]:
+    result = {}
+    for spec in service.get("ports", []):
+        host, host_port, _container = str(spec).rsplit(":", 2)
+        result[int(host_port)] = host
+    return result
+
+
+def test_compose_file_parses_with_compose():
+    docker_compose = shutil.which("docker-compose")
+    assert docker_compose, "docker-compose (Debian package) is installed by infra/setup.sh"
+    done = subprocess.run([docker_compose, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_compose_runs_every_local_service_on_the_same_ports():
+    compose = yaml.safe_load(COMPOSE.read_text())["services"]
+    defaults = Settings(_env_file=None)
+    assert set(SERVICE_MAP) == set(defaults.stack.managed_services)
+    expected = {
+        "kafka": [defaults.kafka.port],
+        "namenode": [defaults.hdfs.port, defaults.hdfs.http_port],
+        "datanode": [defaults.hdfs.datanode_port, defaults.hdfs.datanode_http_port],
+        "hbase-thrift": [defaults.hbase.thrift_port],
+        "hbase": [defaults.hbase.master_info_port],
+        "cassandra": [defaults.cassandra.port],
+    }
+    for name, ports in expected.items():
+        published = _published(compose[name])
+        for port in ports:
+            assert published.get(port) == "127.0.0.1", f"{name} should publish {port} on 127.0.0.1"
+    for service in compose.values():
+        assert all(host == "127.0.0.1" for host in _published(service).values())
+
+
+def test_compose_hbase_runs_the_platforms_own_launcher():
+    compose = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert compose["hbase"]["command"] == ["run", "hbase"]
+    assert compose["hbase-thrift"]["command"] == ["run", "hbase-thrift"]
