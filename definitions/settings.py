@@ -102,9 +102,27 @@ class SparkSettings(_Section):
     conf: dict[str, str] = {}
 
 
+class ArchiverSettings(_Section):
+    """The Kafka → HDFS master dataset job. Paths are on the HDFS of `hdfs`."""
+
+    master_path: str = "/lambda/master/events"
+    completeness_path: str = "/lambda/master/completeness"
+    checkpoint_dir: str = "/lambda/checkpoints/archiver"
+    trigger_s: float = Field(10.0, gt=0)
+    # How often each partition of `events` gets a tick record, so ingest-time completeness
+    # advances on idle partitions too.
+    tick_interval_s: float = Field(5.0, gt=0)
+    max_offsets_per_trigger: int = Field(500_000, ge=1)
+    driver_memory: str = "768m"
+    keep_markers: int = Field(20, ge=1)
+    health_timeout_s: float = 240
+
+
 class StackSettings(_Section):
     # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
-    managed_services: list[str] = ["kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra"]
+    managed_services: list[str] = [
+        "kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra", "archiver",
+    ]
     java_home: str = ""
     stop_timeout_s: float = 30
 
@@ -129,6 +147,7 @@ class Settings(BaseSettings):
     hbase: HBaseSettings = HBaseSettings()
     cassandra: CassandraSettings = CassandraSettings()
     spark: SparkSettings = SparkSettings()
+    archiver: ArchiverSettings = ArchiverSettings()
     stack: StackSettings = StackSettings()
 
     @model_validator(mode="after")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -32,10 +33,14 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         "spark.driver.memory": s.driver_memory,
         "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
         "spark.ui.enabled": str(s.ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.hadoop.fs.defaultFS": settings.hdfs.url,
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        # Python workers run in the same environment as the driver (the platform's virtualenv).
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
     }
     if s.master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"
@@ -46,8 +51,12 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
 
 
 def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> "SparkSession":
+    import os
+
     from pyspark.sql import SparkSession
 
+    # PySpark picks the workers' interpreter from the environment when the context starts.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in session_conf(settings, app_name, extra).items():
         builder = builder.config(key, value)

@@ -11,6 +11,7 @@ import httpx
 
 from definitions.clients import cassandra_cluster, hbase_connection, kafka_admin, quiet
 from definitions.settings import Settings
+from definitions.webhdfs import WebHdfs
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -29,30 +30,22 @@ def kafka(settings: Settings) -> str:
 
 
 def hdfs_namenode(settings: Settings) -> str:
-    resp = httpx.get(f"{settings.hdfs.webhdfs}/?op=GETFILESTATUS", timeout=PROBE_TIMEOUT_S)
-    resp.raise_for_status()
+    with WebHdfs(settings, timeout_s=PROBE_TIMEOUT_S) as fs:
+        fs.status("/")
     return "namenode answers WebHDFS"
 
 
 def hdfs_write_read(settings: Settings) -> str:
     """Write a small file through WebHDFS (namenode → datanode), read it back, delete it."""
-    base = settings.hdfs.webhdfs
     path = f"/tmp/lambda-health/probe-{uuid.uuid4().hex}"
     payload = uuid.uuid4().bytes
-    with httpx.Client(timeout=PROBE_TIMEOUT_S) as client:
-        created = client.put(f"{base}{path}?op=CREATE&overwrite=true")
-        if created.status_code != 307:
-            raise RuntimeError(f"CREATE answered {created.status_code}: {created.text[:200]}")
-        written = client.put(created.headers["location"], content=payload)
-        if written.status_code != 201:
-            raise RuntimeError(f"datanode write answered {written.status_code}: {_remote_error(written)}")
+    with WebHdfs(settings, timeout_s=PROBE_TIMEOUT_S) as fs:
+        fs.write(path, payload)
         try:
-            read = client.get(f"{base}{path}?op=OPEN", follow_redirects=True)
-            read.raise_for_status()
-            if read.content != payload:
+            if fs.read(path) != payload:
                 raise RuntimeError("read back different bytes than written")
         finally:
-            client.delete(f"{base}{path}?op=DELETE")
+            fs.delete(path)
     return "HDFS write and read back"
 
 
@@ -93,8 +86,29 @@ def cassandra(settings: Settings) -> str:
             cluster.shutdown()
 
 
-def _remote_error(resp: httpx.Response) -> str:
+def archiver(settings: Settings) -> str:
+    """The archiver's queries run (its listener reports them), and how far the master dataset is complete."""
+    import json
+    import time
+
+    import psutil
+
+    from ingest.archiver import DLQ_QUERY, MASTER_QUERY, progress_file
+
+    path = progress_file(settings)
     try:
-        return resp.json()["RemoteException"]["message"][:300]
-    except (ValueError, KeyError, TypeError):
-        return resp.text[:300]
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise RuntimeError("no progress reported yet") from None
+    if not psutil.pid_exists(int(state.get("pid") or 0)):
+        raise RuntimeError("progress file is from a process that no longer runs")
+    queries = state.get("queries", {})
+    for name in (MASTER_QUERY, DLQ_QUERY):
+        query = queries.get(name, {})
+        if not query.get("active"):
+            raise RuntimeError(f"query {name} is not running" + (f": {query['error'][:300]}" if query.get("error") else ""))
+    done = (state.get("completeness") or {}).get("complete_before_ms")
+    totals = state.get("totals", {})
+    lag = f"complete to {time.time() - done / 1000:.0f}s ago" if done else "completeness not yet known"
+    return (f"queries running, {lag}; archived {totals.get('events', 0)}, "
+            f"dead-lettered {totals.get('records', 0)} since start")

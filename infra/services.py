@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,6 +104,9 @@ class Service:
     after: tuple[str, ...] = ()
     shares_conf_with: str = ""
     extra_classpath: tuple[str, ...] = field(default=())
+    # Phase 0: the stores, started together; phase 1: the platform's own processes, started
+    # once the stores are healthy and bootstrapped.
+    phase: int = 0
 
     def dirs(self, settings: Settings) -> ServiceDirs:
         return ServiceDirs(settings.state_dir / (self.shares_conf_with or self.name))
@@ -321,6 +325,44 @@ CASSANDRA = Service(
     timeout_s=lambda s: s.cassandra.health_timeout_s,
 )
 
-ALL: tuple[Service, ...] = (KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA)
+# --- The platform's own processes ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlatformProcess:
+    """A process of the platform itself (a Spark job, the API), run with the virtualenv's Python."""
+
+    name: str
+    module: str
+    check: Callable[[Settings], str]
+    timeout_s: Callable[[Settings], float]
+    ports: Callable[[Settings], dict[str, int]] = lambda s: {}
+    host: Callable[[Settings], str] = lambda s: "127.0.0.1"
+    needs_spark: bool = True
+    phase: int = 1
+
+    def dirs(self, settings: Settings) -> ServiceDirs:
+        return ServiceDirs(settings.state_dir / self.name)
+
+    def render(self, settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
+        dirs.root.mkdir(parents=True, exist_ok=True)
+
+    def command(self, settings: Settings, java: JavaRuntime) -> list[str]:
+        return [sys.executable, "-m", self.module]
+
+    def check_jars(self, settings: Settings) -> None:
+        if self.needs_spark:
+            folder = settings.jars_dir / "spark-kafka"
+            if not any(folder.glob("*.jar")):
+                raise StackError(self.name, f"no Spark Kafka connector jars in {folder}: run `make setup`")
+
+
+ARCHIVER = PlatformProcess(
+    name="archiver",
+    module="ingest.archiver",
+    check=health.archiver,
+    timeout_s=lambda s: s.archiver.health_timeout_s,
+)
+
+ALL: tuple[Service | PlatformProcess, ...] = (KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA, ARCHIVER)
 BY_NAME = {s.name: s for s in ALL}
 

@@ -8,6 +8,7 @@ dies or stays unhealthy is reported by name, with the reason and the tail of its
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -60,12 +61,27 @@ class Stack:
     # --- up ----------------------------------------------------------------------------------
 
     def up(self, on_progress: Callable[[str], None] | None = None) -> dict[str, str]:
-        """Start what is not running, wait until every service is healthy; what each did."""
+        """Start what is not running, wait until every service is healthy; what each did.
+
+        The stores come up first; on the whole stack they are then bootstrapped (topics, tables,
+        keyspace) before the platform's own processes start.
+        """
         say = on_progress or (lambda msg: log.info("%s", msg))
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         outcome: dict[str, str] = {}
+        self._up_phase([s for s in self.services if s.phase == 0], outcome, say)
+        if self.whole_stack:
+            from infra.bootstrap import bootstrap
+
+            bootstrap(self.settings)
+        platform = [s for s in self.services if s.phase > 0]
+        if platform:
+            self._up_phase(platform, outcome, say)
+        return outcome
+
+    def _up_phase(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
         to_start = []
-        for service in self.services:
+        for service in members:
             if self.supervisor.process(service.name) is not None:
                 outcome[service.name] = "already running"
             else:
@@ -78,8 +94,8 @@ class Stack:
                 self._launch(service, java)
                 outcome[service.name] = "started"
                 say(f"{service.name}: started (pid {self.supervisor.record(service.name).pid})")
-        with ThreadPoolExecutor(max_workers=max(1, len(self.services))) as pool:
-            futures = {s.name: pool.submit(self._await_healthy, s) for s in self.services}
+        with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
+            futures = {s.name: pool.submit(self._await_healthy, s) for s in members}
             errors = []
             for name, future in futures.items():
                 try:
@@ -92,7 +108,6 @@ class Stack:
         if errors:
             raise errors[0] if len(errors) == 1 else StackError(
                 ", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
-        return outcome
 
     def _preflight(self, service: svc.Service) -> None:
         service.check_jars(self.settings)
@@ -103,7 +118,8 @@ class Stack:
                 raise StackError(service.name, f"cannot start: port {port} ({label}) on {host} is already in use by {owner}")
 
     def _launch(self, service: svc.Service, java: JavaRuntime) -> None:
-        self.supervisor.start(service.name, self.prepare(service, java), cwd=service.dirs(self.settings).root)
+        env = dict(os.environ, JAVA_HOME=str(java.home))
+        self.supervisor.start(service.name, self.prepare(service, java), cwd=service.dirs(self.settings).root, env=env)
 
     def prepare(self, service: svc.Service, java: JavaRuntime) -> list[str]:
         """Render the service's configuration (and format its storage once); its command line."""

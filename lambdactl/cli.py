@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from definitions.settings import Settings, get_settings
 from infra.errors import StackError
@@ -20,12 +21,10 @@ def _say(message: str) -> None:
 
 
 def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.bootstrap import bootstrap
     from infra.stack import Stack
 
     started = time.monotonic()
     outcome = Stack(settings).up(on_progress=_say)
-    bootstrap(settings)
     changed = [name for name, what in outcome.items() if what == "started"]
     if changed:
         _say(f"stack up in {time.monotonic() - started:.0f}s; started: {', '.join(changed)}")
@@ -97,6 +96,36 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
+    import contextlib
+    from datetime import datetime, timezone
+
+    from ingest.generator import GeneratorConfig, produce, read_sent
+    from ingest.truth import write_truth
+
+    start = datetime.fromisoformat(args.start).astimezone(timezone.utc) if args.start else None
+    config = GeneratorConfig(
+        seed=args.seed, count=args.count, rate=args.rate, pages=args.pages, users=args.users,
+        span_s=args.span, start=start, late_fraction=args.late_fraction, late_min_s=args.late_min,
+        late_max_s=args.late_max, duplicate_fraction=args.duplicate_fraction,
+        invalid_fraction=args.invalid_fraction, topic=args.topic or "",
+    )
+    events_out = args.events_out
+    if args.truth_out and not events_out:
+        events_out = args.truth_out.with_suffix(".events.jsonl")
+    with contextlib.ExitStack() as stack:
+        handle = stack.enter_context(open(events_out, "w")) if events_out else None
+        report = produce(settings, config, handle, progress_every=max(1000, args.count // 10))
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.by_kind.items()))
+    _say(f"sent {report.sent} records in {report.seconds:.1f}s ({report.rate:,.0f}/s); {kinds}")
+    if events_out:
+        _say(f"what was sent: {events_out}")
+    if args.truth_out:
+        write_truth(read_sent(events_out), args.granularity, args.truth_out)
+        _say(f"ground truth ({args.granularity} buckets): {args.truth_out}")
+    return 0 if report.failed == 0 else 1
+
+
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one service in the foreground (containers, systemd): render its config, then exec it."""
     import os
@@ -137,6 +166,25 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=cmd_logs)
+    gen = sub.add_parser("generate", help="produce a realistic, seeded clickstream into Kafka")
+    gen.add_argument("--count", type=int, default=10_000, help="records to send")
+    gen.add_argument("--rate", type=float, default=0.0, help="records per second (0: as fast as possible)")
+    gen.add_argument("--seed", type=int, default=42)
+    gen.add_argument("--pages", type=int, default=500)
+    gen.add_argument("--users", type=int, default=5_000)
+    gen.add_argument("--span", type=float, default=0.0,
+                     help="spread event times over this many seconds before --start, following a daily rhythm (0: live)")
+    gen.add_argument("--start", help="ISO time the simulated span ends at (default: now)")
+    gen.add_argument("--late-fraction", type=float, default=0.0)
+    gen.add_argument("--late-min", type=float, default=3_600.0, help="seconds")
+    gen.add_argument("--late-max", type=float, default=172_800.0, help="seconds")
+    gen.add_argument("--duplicate-fraction", type=float, default=0.0)
+    gen.add_argument("--invalid-fraction", type=float, default=0.0)
+    gen.add_argument("--topic", help="default: the events topic from settings")
+    gen.add_argument("--events-out", type=Path, help="write every sent record (kind, partition, offset, ingest time) as JSONL")
+    gen.add_argument("--truth-out", type=Path, help="write the ground-truth view values the valid events imply")
+    gen.add_argument("--granularity", choices=["minute", "hour", "day"], default="hour")
+    gen.set_defaults(func=cmd_generate)
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 import uuid
 
 import pytest
 
 from definitions.settings import Settings, get_settings
+
+# PySpark hands timestamps to Python as naive local times: make local time UTC, as the platform is.
+os.environ["TZ"] = "UTC"
+time.tzset()
 
 for _noisy in ("kafka", "cassandra", "happybase", "thriftpy2", "py4j", "httpx"):
     logging.getLogger(_noisy).setLevel(logging.WARNING)
@@ -21,12 +27,10 @@ def settings() -> Settings:
 @pytest.fixture(scope="session")
 def stack(settings: Settings):
     """The whole managed stack, healthy and bootstrapped. `up` is a no-op when it already runs."""
-    from infra.bootstrap import bootstrap
     from infra.stack import Stack
 
     stack = Stack(settings)
     stack.up()
-    bootstrap(settings)
     return stack
 
 

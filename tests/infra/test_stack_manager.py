@@ -60,7 +60,7 @@ def test_cli_up_on_running_stack_is_a_no_op(settings, stack):
 
 def test_down_leaves_no_process_behind(settings, tmp_path):
     own = _isolated_kafka(settings, tmp_path)
-    isolated = Stack(own)
+    isolated = Stack(own, ["kafka"])
     try:
         assert isolated.up() == {"kafka": "started"}
         assert _tagged(own.state_dir), "the started broker carries the state-dir tag"
@@ -83,7 +83,7 @@ def test_port_taken_is_reported_with_the_service_name(settings, tmp_path):
     try:
         own = _isolated_kafka(settings, tmp_path, port=port)
         with pytest.raises(StackError) as err:
-            Stack(own).up()
+            Stack(own, ["kafka"]).up()
         assert err.value.service == "kafka"
         assert f"port {port}" in str(err.value) and "already in use" in str(err.value)
         assert _tagged(own.state_dir) == []
@@ -99,7 +99,7 @@ def test_service_that_dies_is_named_with_its_log_tail(settings, tmp_path):
         kafka={"port": _free_port(), "controller_port": _free_port(), "heap_mb": 8, "health_timeout_s": 60},
         stack={"managed_services": ["kafka"]},
     )
-    stack = Stack(own)
+    stack = Stack(own, ["kafka"])
     try:
         with pytest.raises(StackError) as err:
             stack.up()

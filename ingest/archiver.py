@@ -1,0 +1,239 @@
+"""The archiver: topic `events` → the immutable master dataset on HDFS, and bad records → `events.dlq`.
+
+Two Structured Streaming queries in one Spark application:
+- `archiver-master`: valid events, each with its Kafka partition, offset and ingest time, appended
+  as Parquet partitioned by ingest date and hour. The file sink with its checkpoint on HDFS is
+  exactly-once: a replayed batch never adds a file twice, and readers see committed files only.
+- `archiver-dlq`: invalid records, with the reason, the source partition/offset and the raw bytes,
+  produced to `events.dlq` (at-least-once; the source position identifies a record).
+After each committed master batch, a completeness marker is published (ingest.completeness).
+
+Run: `python -m ingest.archiver` (`lambdactl up` does). Nothing starts at import time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from definitions.events import FIELD_NAMES
+from definitions.settings import Settings, get_settings
+from ingest import completeness
+from ingest.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
+from ingest.master import master_url
+from ingest.ticker import Ticker
+
+log = logging.getLogger("lambda.archiver")
+
+MASTER_QUERY = "archiver-master"
+DLQ_QUERY = "archiver-dlq"
+PARTITION_COLUMNS = ("ingest_date", "ingest_hour")
+
+
+def progress_file(settings: Settings) -> Path:
+    return settings.state_dir / "run" / "archiver.progress.json"
+
+
+def build_queries(spark, settings: Settings):
+    """Start both queries; (master query, dlq query)."""
+    from pyspark.sql import functions as F
+
+    a = settings.archiver
+    events = validated_events(kafka_stream(spark, settings, a.max_offsets_per_trigger))
+    trigger = f"{a.trigger_s} seconds"
+    checkpoints = f"{settings.hdfs.url}{a.checkpoint_dir}"
+
+    valid = (
+        events.where(F.col("reason").isNull())
+        .select(*FIELD_NAMES, *SOURCE_COLUMNS)
+        .withColumn("ingest_date", F.date_format("ingest_time", "yyyy-MM-dd"))
+        .withColumn("ingest_hour", F.hour("ingest_time"))
+        .observe("archived", F.count(F.lit(1)).alias("events"))
+    )
+    master = (
+        valid.writeStream.format("parquet")
+        .queryName(MASTER_QUERY)
+        .option("path", master_url(settings))
+        .option("checkpointLocation", f"{checkpoints}/master")
+        .partitionBy(*PARTITION_COLUMNS)
+        .trigger(processingTime=trigger)
+        .start()
+    )
+
+    invalid = (
+        events.where(F.col("reason").isNotNull())
+        .observe("dead_lettered", F.count(F.lit(1)).alias("records"))
+        .select(
+            F.to_json(F.struct(F.col("kafka_partition").alias("partition"), F.col("kafka_offset").alias("offset"))).alias("key"),
+            F.to_json(F.struct(
+                "reason",
+                F.col("kafka_topic").alias("source_topic"),
+                F.col("kafka_partition").alias("source_partition"),
+                F.col("kafka_offset").alias("source_offset"),
+                F.date_format("ingest_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ingest_time"),
+                F.base64("raw").alias("raw_base64"),
+            )).alias("value"),
+        )
+    )
+    dlq = (
+        invalid.writeStream.format("kafka")
+        .queryName(DLQ_QUERY)
+        .option("kafka.bootstrap.servers", settings.kafka.bootstrap)
+        .option("topic", settings.kafka.dlq_topic)
+        .option("checkpointLocation", f"{checkpoints}/dlq")
+        .trigger(processingTime=trigger)
+        .start()
+    )
+    return master, dlq
+
+
+class ProgressReporter:
+    """Turns query progress into completeness markers and a local progress file for `lambdactl status`."""
+
+    def __init__(self, settings: Settings, partitions: int) -> None:
+        self.settings = settings
+        self.partitions = partitions
+        self.lock = threading.Lock()
+        self.state: dict = {"pid": None, "started_ms": int(time.time() * 1000), "queries": {}, "totals": {}}
+        self.names: dict[str, str] = {}
+
+    def started(self, query_id: str, name: str) -> None:
+        with self.lock:
+            self.names[query_id] = name
+            self.state["queries"].setdefault(name, {})["active"] = True
+            self._write()
+
+    def terminated(self, query_id: str, error: str | None) -> None:
+        with self.lock:
+            query = self.state["queries"].setdefault(self.names.get(query_id, query_id), {})
+            query["active"] = False
+            query["error"] = (error or "")[:2000] or None
+            self._write()
+
+    def progress(self, p) -> None:
+        name = p.name
+        observed = {k: v.asDict() for k, v in (p.observedMetrics or {}).items()}
+        summary = {
+            "active": True,
+            "batch_id": p.batchId,
+            "timestamp": p.timestamp,
+            "input_rows": p.numInputRows,
+            "input_rows_per_s": p.inputRowsPerSecond,
+            "processed_rows_per_s": p.processedRowsPerSecond,
+            "batch_ms": (p.durationMs or {}).get("triggerExecution"),
+            "observed": observed,
+        }
+        marker = None
+        if name == MASTER_QUERY and p.sources:
+            end = json.loads(p.sources[0].endOffset).get(self.settings.kafka.events_topic, {})
+            end_offsets = {int(k): int(v) for k, v in end.items()}
+            parts = completeness.progress_from_end_offsets(self.settings, end_offsets)
+            marker = completeness.Completeness(p.batchId, int(time.time() * 1000), parts, self.partitions)
+            completeness.publish(self.settings, marker)
+        with self.lock:
+            self.state["queries"][name] = summary
+            totals = self.state["totals"]
+            for metrics in observed.values():
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0) + int(value)
+            if marker is not None:
+                self.state["completeness"] = json.loads(marker.to_json())
+            self._write()
+
+    def _write(self) -> None:
+        import os
+
+        self.state["pid"] = os.getpid()
+        self.state["updated_ms"] = int(time.time() * 1000)
+        path = progress_file(self.settings)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1, default=str))
+        tmp.replace(path)
+
+
+def _listener(reporter: ProgressReporter):
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            reporter.started(str(event.id), event.name)
+
+        def onQueryProgress(self, event) -> None:
+            try:
+                reporter.progress(event.progress)
+            except Exception:  # a failed marker must not kill the listener bus; the next batch retries
+                log.exception("could not record progress of %s", event.progress.name)
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            reporter.terminated(str(event.id), event.exception)
+
+    return Listener()
+
+
+def topic_partitions(settings: Settings) -> int:
+    from definitions.clients import kafka_admin
+
+    admin = kafka_admin(settings)
+    try:
+        described = admin.describe_topics([settings.kafka.events_topic])
+        return len(described[0]["partitions"])
+    finally:
+        admin.close()
+
+
+def run(settings: Settings) -> int:
+    from definitions.spark import spark_session
+
+    partitions = topic_partitions(settings)
+    spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
+    reporter = ProgressReporter(settings, partitions)
+    spark.streams.addListener(_listener(reporter))
+    ticker = Ticker(settings)
+    stopping = threading.Event()
+
+    def stop(signum, _frame) -> None:
+        log.info("signal %d: stopping the archiver's queries", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    master, dlq = build_queries(spark, settings)
+    ticker.start()
+    log.info("archiving %s → %s (trigger %ss); dead letters → %s", settings.kafka.events_topic,
+             master_url(settings), settings.archiver.trigger_s, settings.kafka.dlq_topic)
+    status = 0
+    try:
+        while not stopping.is_set():
+            for query in (master, dlq):
+                if not query.isActive:
+                    log.error("query %s stopped: %s", query.name, query.exception())
+                    status = 1
+                    stopping.set()
+            stopping.wait(1.0)
+    finally:
+        ticker.stop()
+        for query in (master, dlq):
+            if query.isActive:
+                query.stop()
+        spark.stop()
+    return status
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("kafka", "py4j", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return run(get_settings())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

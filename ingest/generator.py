@@ -1,0 +1,311 @@
+"""A seeded, realistic clickstream producer, with a record of what it sent.
+
+Zipf page popularity, a user pool with sessions (device and country per user, a referrer on a
+session's first page), a daily rhythm in event density, and knobs for late events, exact
+duplicates (the same bytes re-sent, same event_id) and invalid records of every kind the
+contract rejects. The same seed and start time give the same records.
+
+Sends are batched and asynchronous (kafka-python); the record of what was sent (kind, event_id,
+Kafka partition, offset and ingest time as the broker stamped it) can be written to a JSONL file
+so tests and reports can compare the platform's answers with the truth.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import math
+import random
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import IO
+
+from definitions.events import EVENT_TYPES, MAX_EVENT_BYTES, SCHEMA_VERSION, format_time
+from definitions.settings import Settings
+
+log = logging.getLogger(__name__)
+
+INVALID_KINDS = (
+    "malformed_json", "missing_field", "mistyped_field", "absurd_timestamp", "oversized",
+    "bad_event_type", "unknown_field", "not_an_object",
+)
+_TYPE_WEIGHTS = {"page_view": 0.80, "click": 0.12, "add_to_cart": 0.05, "purchase": 0.02, "signup": 0.01}
+_DEVICES = (("mobile", 0.55), ("desktop", 0.38), ("tablet", 0.06), ("other", 0.01))
+_COUNTRIES = (("US", 0.30), ("DE", 0.12), ("GB", 0.10), ("FR", 0.08), ("IN", 0.10), ("BR", 0.07),
+              ("JP", 0.06), ("CA", 0.05), ("NL", 0.04), ("ES", 0.04), ("IT", 0.04))
+_REFERRERS = ("https://www.google.com/", "https://news.ycombinator.com/", "https://t.co/", "https://www.bing.com/", None, None)
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    seed: int = 42
+    count: int = 10_000
+    rate: float = 0.0  # records per second; 0 = as fast as possible
+    pages: int = 500
+    zipf_s: float = 1.1
+    users: int = 5_000
+    # Event times: "live" stamps each event at send time; otherwise events are spread over the
+    # `span_s` seconds before `start` following a daily rhythm (start defaults to now).
+    span_s: float = 0.0
+    start: datetime | None = None
+    late_fraction: float = 0.0
+    late_min_s: float = 3_600.0
+    late_max_s: float = 2 * 86_400.0
+    duplicate_fraction: float = 0.0
+    duplicate_window: int = 1_000  # a duplicate re-sends one of the last N valid events
+    invalid_fraction: float = 0.0
+    topic: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("late_fraction", "duplicate_fraction", "invalid_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1, got {value}")
+        if self.late_fraction + self.duplicate_fraction + self.invalid_fraction > 1.0:
+            raise ValueError("late, duplicate and invalid fractions add up to more than 1")
+        if self.count < 0 or self.rate < 0 or self.span_s < 0:
+            raise ValueError("count, rate and span must not be negative")
+        if self.pages < 1 or self.users < 1:
+            raise ValueError("pages and users must be at least 1")
+        if self.late_min_s > self.late_max_s:
+            raise ValueError("late_min_s must not exceed late_max_s")
+
+
+@dataclass
+class Record:
+    """One record to send: its bytes and what it is."""
+
+    kind: str  # "valid", "late", "duplicate" or one of INVALID_KINDS
+    key: bytes
+    value: bytes
+    event_id: str | None = None
+
+
+@dataclass
+class SentRecord:
+    kind: str
+    event_id: str | None
+    partition: int
+    offset: int
+    ingest_time_ms: int
+    value: str
+
+
+@dataclass
+class SendReport:
+    sent: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.sent / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Weighted:
+    def __init__(self, items, weights, rng: random.Random) -> None:
+        self.items = list(items)
+        total = float(sum(weights))
+        acc, self.cum = 0.0, []
+        for w in weights:
+            acc += w / total
+            self.cum.append(acc)
+        self.rng = rng
+
+    def pick(self):
+        return self.items[min(bisect.bisect_left(self.cum, self.rng.random()), len(self.items) - 1)]
+
+
+def page_urls(count: int) -> list[str]:
+    """The site's pages, most popular first."""
+    fixed = ["/", "/products", "/search", "/cart", "/checkout", "/about", "/blog"]
+    urls = fixed[:count]
+    i = 0
+    while len(urls) < count:
+        urls.append(f"/products/{i}" if i % 3 else f"/blog/post-{i}")
+        i += 1
+    return urls
+
+
+class ClickstreamGenerator:
+    """Deterministic record stream for a config (and its start time)."""
+
+    def __init__(self, config: GeneratorConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.urls = page_urls(config.pages)
+        self.pages = _Weighted(self.urls, [1.0 / (rank ** config.zipf_s) for rank in range(1, config.pages + 1)], self.rng)
+        self.types = _Weighted(_TYPE_WEIGHTS.keys(), _TYPE_WEIGHTS.values(), self.rng)
+        devices = _Weighted([d for d, _ in _DEVICES], [w for _, w in _DEVICES], self.rng)
+        countries = _Weighted([c for c, _ in _COUNTRIES], [w for _, w in _COUNTRIES], self.rng)
+        self.user_traits = [(devices.pick(), countries.pick()) for _ in range(config.users)]
+        self.sessions: list[list] = []  # [user index, pages left]
+        self.recent: deque[Record] = deque(maxlen=config.duplicate_window)
+        self.start = config.start or datetime.now(timezone.utc)
+        self.sim_times = self._simulated_times() if config.span_s > 0 else None
+
+    def _simulated_times(self) -> list[float]:
+        """Offsets (seconds before start) of `count` events following a daily rhythm, ascending in time."""
+        c = self.config
+        begin = self.start - timedelta(seconds=c.span_s)
+        offsets = []
+        while len(offsets) < c.count:
+            t = self.rng.uniform(0, c.span_s)
+            hour = ((begin + timedelta(seconds=t)).hour + (begin + timedelta(seconds=t)).minute / 60.0)
+            density = 1.0 + 0.7 * math.sin(2 * math.pi * (hour - 9.0) / 24.0)  # peak mid-afternoon, trough at night
+            if self.rng.uniform(0, 1.7) <= density:
+                offsets.append(c.span_s - t)
+        return sorted(offsets, reverse=True)
+
+    def _uuid(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    def _next_visit(self) -> tuple[int, str | None]:
+        if not self.sessions or self.rng.random() < 0.3:
+            user = self.rng.randrange(self.config.users)
+            self.sessions.append([user, 1 + int(self.rng.expovariate(1 / 5.0))])
+            referrer = self.rng.choice(_REFERRERS)
+        else:
+            referrer = None
+        idx = self.rng.randrange(len(self.sessions))
+        session = self.sessions[idx]
+        session[1] -= 1
+        if session[1] <= 0:
+            self.sessions.pop(idx)
+        return session[0], referrer
+
+    def _event(self, index: int, late: bool) -> dict:
+        user, referrer = self._next_visit()
+        device, country = self.user_traits[user]
+        if self.sim_times is not None:
+            moment = self.start - timedelta(seconds=self.sim_times[index])
+        else:
+            moment = datetime.now(timezone.utc)
+        if late:
+            moment -= timedelta(seconds=self.rng.uniform(self.config.late_min_s, self.config.late_max_s))
+        return {
+            "event_id": self._uuid(),
+            "event_time": format_time(moment),
+            "user_id": f"u-{user}",
+            "url": self.pages.pick(),
+            "event_type": self.types.pick(),
+            "referrer": referrer,
+            "country": country,
+            "device": device,
+            "schema_version": SCHEMA_VERSION,
+        }
+
+    def _invalid(self, event: dict) -> tuple[str, bytes]:
+        kind = self.rng.choice(INVALID_KINDS)
+        bad = dict(event)
+        if kind == "malformed_json":
+            text = json.dumps(bad)
+            return kind, text[: self.rng.randrange(1, len(text) - 1)].encode()
+        if kind == "missing_field":
+            del bad[self.rng.choice(["event_id", "event_time", "user_id", "url", "event_type"])]
+        elif kind == "mistyped_field":
+            name = self.rng.choice(["event_time", "user_id", "url", "schema_version"])
+            bad[name] = {"event_time": 1700000000, "user_id": 12345, "url": ["/"], "schema_version": "1"}[name]
+        elif kind == "absurd_timestamp":
+            bad["event_time"] = self.rng.choice(["1969-07-20T20:17:40.000Z", "2999-01-01T00:00:00.000Z"])
+        elif kind == "oversized":
+            bad["referrer"] = "https://example.com/?" + "x" * (MAX_EVENT_BYTES + 100)
+        elif kind == "bad_event_type":
+            bad["event_type"] = self.rng.choice(["pageview", "CLICK", "hover"])
+        elif kind == "unknown_field":
+            bad["session_secret"] = "x"
+        elif kind == "not_an_object":
+            return kind, json.dumps([bad["event_id"], bad["url"]]).encode()
+        return kind, json.dumps(bad).encode()
+
+    def records(self) -> Iterator[Record]:
+        c = self.config
+        for index in range(c.count):
+            roll = self.rng.random()
+            if roll < c.duplicate_fraction and self.recent:
+                original = self.rng.choice(self.recent)
+                # The event itself is still drawn so that the rest of the stream stays the same.
+                self._event(index, late=False)
+                yield Record("duplicate", original.key, original.value, original.event_id)
+                continue
+            late = c.duplicate_fraction <= roll < c.duplicate_fraction + c.late_fraction
+            invalid = 0 <= roll - c.duplicate_fraction - c.late_fraction < c.invalid_fraction
+            event = self._event(index, late)
+            key = event["user_id"].encode()
+            if invalid:
+                kind, value = self._invalid(event)
+                yield Record(kind, key, value, None)
+                continue
+            record = Record("late" if late else "valid", key, json.dumps(event, separators=(",", ":")).encode(), event["event_id"])
+            self.recent.append(record)
+            yield record
+
+
+def produce(settings: Settings, config: GeneratorConfig, events_out: IO[str] | None = None,
+            progress_every: int = 0) -> SendReport:
+    """Send the configured stream to Kafka; write one JSON line per sent record to `events_out`."""
+    from kafka import KafkaProducer
+
+    topic = config.topic or settings.kafka.events_topic
+    producer = KafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap,
+        client_id="lambda-generator",
+        acks="all",
+        linger_ms=20,
+        batch_size=256 * 1024,
+        max_request_size=2 * 1024 * 1024,
+        retries=5,
+    )
+    report = SendReport()
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def on_sent(record: Record, metadata) -> None:
+        with lock:
+            report.sent += 1
+            if events_out is not None:
+                sent = SentRecord(record.kind, record.event_id, metadata.partition, metadata.offset,
+                                  metadata.timestamp, record.value.decode("utf-8", errors="replace"))
+                events_out.write(json.dumps(asdict(sent)) + "\n")
+
+    def on_error(exc: Exception) -> None:
+        with lock:
+            report.failed += 1
+            if len(failures) < 5:
+                failures.append(repr(exc))
+
+    started = time.monotonic()
+    try:
+        for n, record in enumerate(ClickstreamGenerator(config).records(), start=1):
+            if config.rate > 0:
+                due = started + n / config.rate
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            future = producer.send(topic, key=record.key, value=record.value)
+            future.add_callback(lambda md, r=record: on_sent(r, md))
+            future.add_errback(on_error)
+            report.by_kind[record.kind] = report.by_kind.get(record.kind, 0) + 1
+            if progress_every and n % progress_every == 0:
+                log.info("queued %d / %d records (%.0f/s)", n, config.count, n / (time.monotonic() - started))
+        producer.flush()
+    finally:
+        producer.close()
+    report.seconds = time.monotonic() - started
+    if failures:
+        log.error("%d record(s) could not be sent; first errors: %s", report.failed, "; ".join(failures))
+    return report
+
+
+def read_sent(path: Path) -> list[SentRecord]:
+    """The records a run of the generator wrote with `events_out`."""
+    with open(path) as handle:
+        return [SentRecord(**json.loads(line)) for line in handle if line.strip()]

@@ -1,0 +1,81 @@
+"""Reading topic `events` in Spark, the same way in every job: parsed and validated by the event contract.
+
+`validated_events` returns one row per Kafka record with the validation verdict (`reason` is null
+for a valid event), the typed event fields, and where the record came from (partition, offset,
+ingest time). Tick records (see ingest.ticker) are dropped here: they carry no event.
+"""
+
+
+
+from typing import TYPE_CHECKING
+
+from definitions.events import FIELD_NAMES, TICK_KEY, VALIDATION_DDL, InvalidEvent, validate
+from definitions.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+SOURCE_COLUMNS = ("kafka_partition", "kafka_offset", "ingest_time")
+
+
+def kafka_stream(spark: "SparkSession", settings: Settings, max_offsets_per_trigger: "int | None" = None) -> "DataFrame":
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka.bootstrap)
+        .option("subscribe", settings.kafka.events_topic)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+    )
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return reader.load()
+
+
+def _validator():
+    """The contract's Python validator as a vectorised Spark UDF (built lazily: no Spark at import)."""
+    import pandas as pd
+    from pyspark.sql.functions import pandas_udf
+
+    empty = {name: None for name in FIELD_NAMES}
+
+    @pandas_udf(VALIDATION_DDL)
+    def validate_records(values: pd.Series, ingest_ms: pd.Series) -> pd.DataFrame:
+        rows = []
+        for raw, ingest in zip(values, ingest_ms):
+            try:
+                rows.append({"reason": None, **validate(raw, int(ingest))})
+            except InvalidEvent as exc:
+                rows.append({"reason": exc.reason, **empty})
+        frame = pd.DataFrame(rows, columns=["reason", *FIELD_NAMES])
+        for name in ("event_time", "schema_version"):
+            frame[name] = frame[name].astype("Int64")
+        return frame
+
+    return validate_records
+
+
+def validated_events(records: "DataFrame") -> "DataFrame":
+    """Kafka rows → verdict, typed event fields (event_time as a timestamp) and source position."""
+    from pyspark.sql import functions as F
+
+    verdict = _validator()(F.col("value"), F.unix_millis(F.col("timestamp"))).alias("v")
+    return (
+        records
+        .where(F.col("key").isNull() | (F.col("key") != F.lit(TICK_KEY)))
+        .select(
+            verdict,
+            F.col("value").alias("raw"),
+            F.col("topic").alias("kafka_topic"),
+            F.col("partition").alias("kafka_partition"),
+            F.col("offset").alias("kafka_offset"),
+            F.col("timestamp").alias("ingest_time"),
+        )
+        .select(
+            F.col("v.reason").alias("reason"),
+            *[
+                (F.timestamp_millis(F.col("v.event_time")) if name == "event_time" else F.col(f"v.{name}")).alias(name)
+                for name in FIELD_NAMES
+            ],
+            "raw", "kafka_topic", *SOURCE_COLUMNS,
+        )
+    )

@@ -1,0 +1,59 @@
+"""Ground truth from what the generator sent: the answers a perfect platform would give.
+
+Computed independently of Spark, straight from the sent records: only valid events count, each
+event_id once (a re-sent duplicate is the same event), bucketed by event time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+from definitions.events import InvalidEvent, validate
+from ingest.generator import SentRecord
+
+BUCKETS = {"minute": 60, "hour": 3_600, "day": 86_400}
+
+
+def distinct_events(sent: Iterable[SentRecord]) -> list[dict]:
+    """Valid events, de-duplicated by event_id (first arrival wins), as typed dicts."""
+    seen: set[str] = set()
+    events = []
+    for record in sent:
+        try:
+            event = validate(record.value, record.ingest_time_ms)
+        except InvalidEvent:
+            continue
+        if event["event_id"] in seen:
+            continue
+        seen.add(event["event_id"])
+        event["ingest_time_ms"] = record.ingest_time_ms
+        events.append(event)
+    return events
+
+
+def page_view_truth(events: Iterable[dict], granularity: str = "hour") -> dict[str, dict[str, dict[str, int]]]:
+    """{url: {bucket start (ISO): {"page_views": n, "unique_visitors": n}}} over page_view events."""
+    size_ms = BUCKETS[granularity] * 1000
+    views: dict[tuple[str, int], int] = defaultdict(int)
+    visitors: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for e in events:
+        if e["event_type"] != "page_view":
+            continue
+        key = (e["url"], e["event_time"] - e["event_time"] % size_ms)
+        views[key] += 1
+        visitors[key].add(e["user_id"])
+    out: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+    for (url, start), n in sorted(views.items()):
+        bucket = datetime.fromtimestamp(start / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        out[url][bucket] = {"page_views": n, "unique_visitors": len(visitors[(url, start)])}
+    return dict(out)
+
+
+def write_truth(sent: Iterable[SentRecord], granularity: str, path) -> None:
+    events = distinct_events(sent)
+    doc = {"granularity": granularity, "events": len(events), "views": page_view_truth(events, granularity)}
+    with open(path, "w") as handle:
+        json.dump(doc, handle, indent=1, sort_keys=True)

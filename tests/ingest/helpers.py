@@ -1,0 +1,50 @@
+"""Helpers for tests that send generated traffic through the real archiver."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+from definitions.settings import Settings
+from ingest import completeness
+from ingest.generator import GeneratorConfig, SentRecord, produce
+from ingest.master import read_master
+
+VALID_KINDS = ("valid", "late", "duplicate")
+
+
+def send(settings: Settings, config: GeneratorConfig) -> list[SentRecord]:
+    out = io.StringIO()
+    report = produce(settings, config, out)
+    assert report.failed == 0
+    return [SentRecord(**json.loads(line)) for line in out.getvalue().splitlines()]
+
+
+def wait_archived(settings: Settings, sent: list[SentRecord], timeout_s: float = 240) -> completeness.Completeness:
+    """Wait until the completeness marker covers every sent record; the marker."""
+    latest_by_partition: dict[int, int] = {}
+    for r in sent:
+        latest_by_partition[r.partition] = max(latest_by_partition.get(r.partition, -1), r.ingest_time_ms)
+    deadline = time.monotonic() + timeout_s
+    marker = None
+    while time.monotonic() < deadline:
+        marker = completeness.latest(settings)
+        if marker is not None and all(
+            p in marker.partitions and marker.partitions[p].complete_before_ms > ts
+            for p, ts in latest_by_partition.items()
+        ):
+            return marker
+        time.sleep(2)
+    raise AssertionError(f"archiver did not catch up within {timeout_s}s; last marker: {marker}")
+
+
+def master_rows(spark, settings: Settings, sent: list[SentRecord]) -> list:
+    """Master rows at the positions of `sent` (and only those)."""
+    positions = spark.createDataFrame([(r.partition, r.offset) for r in sent], "kafka_partition INT, kafka_offset BIGINT")
+    return read_master(spark, settings).join(positions, ["kafka_partition", "kafka_offset"]).collect()
+
+
+def duplicated_positions(spark, settings: Settings) -> int:
+    """How many Kafka positions appear more than once anywhere in the master dataset."""
+    return read_master(spark, settings).groupBy("kafka_partition", "kafka_offset").count().where("count > 1").count()
