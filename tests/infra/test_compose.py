@@ -18,6 +18,7 @@ SERVICE_MAP = {
     "hbase": "hbase",
     "hbase-thrift": "hbase-thrift",
     "cassandra": "cassandra",
+    "archiver": "archiver",
 }
 
 
@@ -48,6 +49,8 @@ def test_compose_runs_every_local_service_on_the_same_ports():
         "hbase": [defaults.hbase.master_info_port],
         "cassandra": [defaults.cassandra.port],
     }
+    for local, name in SERVICE_MAP.items():
+        assert name in compose, f"{local} has no compose service"
     for name, ports in expected.items():
         published = _published(compose[name])
         for port in ports:
@@ -56,7 +59,8 @@ def test_compose_runs_every_local_service_on_the_same_ports():
         assert all(host == "127.0.0.1" for host in _published(service).values())
 
 
-def test_compose_hbase_runs_the_platforms_own_launcher():
+def test_compose_runs_platform_services_with_the_platforms_own_launcher():
     compose = yaml.safe_load(COMPOSE.read_text())["services"]
-    assert compose["hbase"]["command"] == ["run", "hbase"]
-    assert compose["hbase-thrift"]["command"] == ["run", "hbase-thrift"]
+    for name in ("hbase", "hbase-thrift", "archiver"):
+        assert compose[name]["command"] == ["run", name]
+        assert compose[name]["image"] == "lambda-platform:local"

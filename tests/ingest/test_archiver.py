@@ -45,7 +45,7 @@ def dlq_records(settings, positions: set[tuple[int, int]], timeout_s: float = 60
     while time.monotonic() < deadline:
         for msg in consumer:
             key = (msg.value["source_partition"], msg.value["source_offset"])
-            if key in positions:
+            if key in positions and msg.value["source_topic"] == settings.kafka.events_topic:
                 found.setdefault(key, []).append(msg.value)
         if set(found) >= positions:
             break
@@ -53,9 +53,22 @@ def dlq_records(settings, positions: set[tuple[int, int]], timeout_s: float = 60
     return found
 
 
+def send_raw(settings, values: list[bytes | None]) -> list[tuple[int, int]]:
+    """Records no generator would make (a tombstone, binary garbage); their positions."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all")
+    futures = [producer.send(settings.kafka.events_topic, key=b"u-raw", value=v) for v in values]
+    producer.flush()
+    positions = [(f.get(30).partition, f.get(30).offset) for f in futures]
+    producer.close()
+    return positions
+
+
 def test_master_holds_exactly_the_valid_records_and_dlq_the_invalid(settings, stack, spark):
     config = GeneratorConfig(seed=int(time.time()), count=3_000, late_fraction=0.1, late_min_s=3_600,
                              late_max_s=3 * 86_400, duplicate_fraction=0.05, invalid_fraction=0.08)
+    tombstone, garbage = send_raw(settings, [None, b"\xff\xfe\x00\x9c binary"])
     sent = send(settings, config)
     assert {r.kind for r in sent} >= set(INVALID_KINDS) | set(VALID_KINDS)
     wait_archived(settings, sent)
@@ -76,8 +89,10 @@ def test_master_holds_exactly_the_valid_records_and_dlq_the_invalid(settings, st
         assert row.ingest_date == row.ingest_time.date() and row.ingest_hour == row.ingest_time.hour
 
     invalid = {(r.partition, r.offset): r for r in sent if r.kind in INVALID_KINDS}
-    letters = dlq_records(settings, set(invalid))
-    assert set(letters) == set(invalid), "every invalid record is dead-lettered"
+    letters = dlq_records(settings, set(invalid) | {tombstone, garbage})
+    assert letters[tombstone][0]["reason"] == "empty record: no value"
+    assert letters[garbage][0]["reason"].startswith("malformed JSON")
+    assert set(letters) - {tombstone, garbage} == set(invalid), "every invalid record is dead-lettered"
     for pos, record in invalid.items():
         letter = letters[pos][0]
         assert letter["reason"].startswith(EXPECTED_REASON[record.kind]), (record.kind, letter["reason"])

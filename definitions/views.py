@@ -1,0 +1,164 @@
+"""Views, declared once. Both layers derive their Spark code from these declarations.
+
+A view is: a name, the event columns it is keyed by, an optional filter on events, an
+aggregation (count, sum of a column, or distinct values of a column) and the event-time bucket
+sizes it is kept at. The batch layer computes it over the master dataset; the speed layer over
+the stream, additionally keyed by ingest bucket; the serving layer merges the two. Adding a view
+means adding a declaration here (or in a module listed in settings) and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from definitions.events import FIELD_NAMES
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+GRANULARITIES: dict[str, int] = {"minute": 60, "hour": 3_600, "day": 86_400}
+HLL_LG_K = 12  # 4096 registers: relative standard error 1.04 / sqrt(4096) = 1.6 %
+
+Aggregation = Literal["count", "sum", "distinct"]
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    keys: tuple[str, ...]
+    aggregation: Aggregation
+    column: str | None = None  # what `sum` adds up or `distinct` counts
+    where: str | None = None  # Spark SQL predicate on the event columns
+    granularities: tuple[str, ...] = ("minute", "hour", "day")
+    description: str = ""
+    # How the stores lay it out: "by_key" for series of one key over time (range scans by key,
+    # then time); "by_bucket" keeps every key of an event bucket together, for "top N" queries.
+    layout: Literal["by_key", "by_bucket"] = "by_key"
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"view name must be an identifier: {self.name!r}")
+        unknown = [k for k in (*self.keys, *([self.column] if self.column else [])) if k not in FIELD_NAMES]
+        if unknown:
+            raise ValueError(f"view {self.name}: unknown event column(s) {unknown}; known: {FIELD_NAMES}")
+        if not self.keys:
+            raise ValueError(f"view {self.name}: needs at least one key column")
+        if self.aggregation in ("sum", "distinct") and not self.column:
+            raise ValueError(f"view {self.name}: {self.aggregation} needs a column")
+        if self.layout == "by_bucket" and not self.additive:
+            raise ValueError(f"view {self.name}: the by_bucket layout serves additive views only")
+        if self.aggregation == "count" and self.column:
+            raise ValueError(f"view {self.name}: count takes no column")
+        bad = [g for g in self.granularities if g not in GRANULARITIES]
+        if bad or not self.granularities:
+            raise ValueError(f"view {self.name}: granularities must be among {list(GRANULARITIES)}, got {list(self.granularities)}")
+
+    @property
+    def additive(self) -> bool:
+        return self.aggregation in ("count", "sum")
+
+    # --- Spark derivation ---------------------------------------------------------------------
+
+    def filtered(self, events: "DataFrame") -> "DataFrame":
+        return events.where(self.where) if self.where else events
+
+    def aggregates(self, exact: bool = True) -> list["Column"]:
+        """The aggregate columns: `value` (count/sum/exact distinct count), `sketch` for distinct views.
+
+        Streaming aggregation cannot count distinct values exactly; the speed layer asks for
+        `exact=False` and keeps only the sketch, whose estimate is the value.
+        """
+        from pyspark.sql import functions as F
+
+        if self.aggregation == "count":
+            return [F.count(F.lit(1)).alias("value")]
+        if self.aggregation == "sum":
+            return [F.sum(F.col(self.column)).cast("bigint").alias("value")]
+        sketch = F.hll_sketch_agg(F.col(self.column), HLL_LG_K).alias("sketch")
+        if exact:
+            return [F.countDistinct(F.col(self.column)).alias("value"), sketch]
+        return [sketch]
+
+    def compute(self, events: "DataFrame", granularity: str, extra_keys: Iterable[str] = (), exact: bool = True) -> "DataFrame":
+        """Aggregate `events` into this view at one granularity.
+
+        Columns: the view's keys, `event_bucket` (bucket start, epoch seconds), any `extra_keys`
+        (the speed layer passes its ingest bucket), `value`, and `sketch` for distinct views.
+        """
+        from pyspark.sql import functions as F
+
+        size = GRANULARITIES[granularity]
+        bucket = (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint").alias("event_bucket")
+        groups = [*[F.col(k) for k in self.keys], bucket, *[F.col(k) for k in extra_keys]]
+        return self.filtered(events).where(_keys_present(self.keys)).groupBy(*groups).agg(*self.aggregates(exact))
+
+
+def _keys_present(keys: Iterable[str]) -> "Column":
+    """Rows whose key columns are all set: an event without a value for a key is not in the view."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    return reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in keys])
+
+
+@dataclass(frozen=True)
+class Registry:
+    views: tuple[View, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        names = [v.name for v in self.views]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"views declared twice: {sorted(dupes)}")
+
+    def __iter__(self):
+        return iter(self.views)
+
+    def __getitem__(self, name: str) -> View:
+        for view in self.views:
+            if view.name == name:
+                return view
+        raise KeyError(name)
+
+    def names(self) -> list[str]:
+        return [v.name for v in self.views]
+
+
+PAGE_VIEWS = View(
+    name="page_views",
+    keys=("url",),
+    aggregation="count",
+    where="event_type = 'page_view'",
+    description="page views per URL",
+)
+TOP_PAGES = View(
+    name="top_pages",
+    keys=("url",),
+    aggregation="count",
+    where="event_type = 'page_view'",
+    layout="by_bucket",
+    description="page views of every URL per bucket, stored by bucket: the top N are read from one place",
+)
+UNIQUE_VISITORS = View(
+    name="unique_visitors",
+    keys=("url",),
+    aggregation="distinct",
+    column="user_id",
+    where="event_type = 'page_view'",
+    description="distinct visitors per URL: exact in batch, HyperLogLog sketches unioned across layers",
+)
+# The documented example of a user-added view (docs/views.md): nothing but this declaration is
+# needed for it to be computed by both layers, stored, served and reported.
+PAGE_VIEWS_BY_COUNTRY_DEVICE = View(
+    name="page_views_by_country_device",
+    keys=("country", "device"),
+    aggregation="count",
+    where="event_type = 'page_view'",
+    granularities=("hour", "day"),
+    description="page views per country and device class",
+)
+
+BUILT_IN = Registry((PAGE_VIEWS, UNIQUE_VISITORS, TOP_PAGES, PAGE_VIEWS_BY_COUNTRY_DEVICE))
