@@ -118,6 +118,21 @@ class ArchiverSettings(_Section):
     health_timeout_s: float = 240
 
 
+class BatchSettings(_Section):
+    """The batch layer's recomputation into versioned HBase tables."""
+
+    driver_memory: str = "1g"
+    # Versions that served, kept (the live one included) for rollback; older tables are dropped.
+    keep_versions: int = Field(3, ge=1)
+    put_batch_size: int = Field(2_000, ge=1)
+
+
+class ViewSettings(_Section):
+    # Modules that declare more views (a module-level `VIEWS` list of definitions.views.View),
+    # added to the built-in ones.
+    modules: list[str] = []
+
+
 class StackSettings(_Section):
     # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
     managed_services: list[str] = [
@@ -148,6 +163,8 @@ class Settings(BaseSettings):
     cassandra: CassandraSettings = CassandraSettings()
     spark: SparkSettings = SparkSettings()
     archiver: ArchiverSettings = ArchiverSettings()
+    batch: BatchSettings = BatchSettings()
+    views: ViewSettings = ViewSettings()
     stack: StackSettings = StackSettings()
 
     @model_validator(mode="after")

@@ -162,3 +162,17 @@ PAGE_VIEWS_BY_COUNTRY_DEVICE = View(
 )
 
 BUILT_IN = Registry((PAGE_VIEWS, UNIQUE_VISITORS, TOP_PAGES, PAGE_VIEWS_BY_COUNTRY_DEVICE))
+
+
+def load_views(settings) -> Registry:
+    """The built-in views plus those declared in the modules named by `settings.views.modules`."""
+    import importlib
+
+    views = list(BUILT_IN)
+    for name in settings.views.modules:
+        module = importlib.import_module(name)
+        declared = getattr(module, "VIEWS", None)
+        if not isinstance(declared, (list, tuple)) or not all(isinstance(v, View) for v in declared):
+            raise ValueError(f"module {name} must define VIEWS, a list of definitions.views.View")
+        views.extend(declared)
+    return Registry(tuple(views))

@@ -126,6 +126,25 @@ def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if report.failed == 0 else 1
 
 
+def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
+    from batch_layer.job import CutoffError, iso, parse_cutoff, run_batch
+
+    try:
+        result = run_batch(settings, parse_cutoff(args.cutoff) if args.cutoff else None,
+                           args.views.split(",") if args.views else None, args.force)
+    except CutoffError as exc:
+        log.error("batch refused: %s", exc)
+        return 2
+    if result.skipped:
+        _say(f"nothing to do: version {result.version} already serves cutoff {iso(result.cutoff_ms)}")
+        return 0
+    _say(f"version {result.version} now serves every view below {iso(result.cutoff_ms)} "
+         f"({result.events:,} distinct events, {result.seconds:.0f}s)")
+    for name, stats in result.tables.items():
+        _say(f"  {name}: {stats.rows:,} rows, {stats.cells:,} cells, checksum {stats.checksum:,}")
+    return 0
+
+
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one service in the foreground (containers, systemd): render its config, then exec it."""
     import os
@@ -185,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--truth-out", type=Path, help="write the ground-truth view values the valid events imply")
     gen.add_argument("--granularity", choices=["minute", "hour", "day"], default="hour")
     gen.set_defaults(func=cmd_generate)
+    batch = sub.add_parser("batch", help="recompute the batch views now")
+    batch.add_argument("--cutoff", help="ISO time on an ingest-bucket boundary (default: the last complete one)")
+    batch.add_argument("--views", help="comma-separated view names (default: all)")
+    batch.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
+    batch.set_defaults(func=cmd_batch)
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)
@@ -200,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    for noisy in ("kafka", "cassandra", "httpx", "happybase", "thriftpy2"):
+    for noisy in ("kafka", "cassandra", "httpx", "happybase", "thriftpy2", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING if not args.verbose else logging.DEBUG)
     try:
         return args.func(get_settings(), args)

@@ -35,7 +35,8 @@ def stack(settings: Settings):
 
 
 @pytest.fixture(scope="session")
-def spark(settings: Settings, stack):
+def spark(settings: Settings):
+    """One Spark session for the whole run (tests that touch HDFS also ask for `stack`)."""
     from definitions.spark import spark_session
 
     session = spark_session(settings, "lambda-tests", {"spark.sql.shuffle.partitions": "2"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import Row
 
 
-def test_parquet_round_trip_on_hdfs(settings, spark, unique):
+def test_parquet_round_trip_on_hdfs(settings, stack, spark, unique):
     path = f"{settings.hdfs.url}/tmp/tests/parquet-{unique}"
     rows = [Row(id=i, url=f"/p/{i % 5}", ts=1_700_000_000 + i) for i in range(1000)]
     spark.createDataFrame(rows).repartition(3).write.mode("error").parquet(path)

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from definitions.clients import kafka_admin
 
 
-def test_stream_from_kafka_to_parquet_on_hdfs(settings, spark, unique):
+def test_stream_from_kafka_to_parquet_on_hdfs(settings, stack, spark, unique):
     topic = f"test-stream-{unique}"
     admin = kafka_admin(settings)
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1,

@@ -1,0 +1,2 @@
+"""The batch layer: exact recomputation of every declared view from the master dataset into
+versioned HBase tables, swapped in atomically."""

@@ -1,0 +1,88 @@
+"""Writing a computed view into its HBase table from the Spark tasks, and verifying it."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from batch_layer import layout
+from definitions.clients import hbase_connection
+from definitions.settings import Settings
+from definitions.views import View
+
+
+class VerificationError(RuntimeError):
+    """A written table does not hold what the computation produced."""
+
+
+@dataclass(frozen=True)
+class TableStats:
+    rows: int = 0
+    cells: int = 0
+    checksum: int = 0
+
+    def __add__(self, other: "TableStats") -> "TableStats":
+        return TableStats(self.rows + other.rows, self.cells + other.cells, self.checksum + other.checksum)
+
+
+def create_table(settings: Settings, name: str) -> None:
+    conn = hbase_connection(settings)
+    try:
+        if name.encode() in conn.tables():
+            conn.delete_table(name, disable=True)  # leftovers of a run that died under the same version
+        conn.create_table(name, {"d": dict(max_versions=1)})
+    finally:
+        conn.close()
+
+
+def _write_partition(settings: Settings, table: str, view: View, granularity: str, rows) -> None:
+    conn = hbase_connection(settings, timeout_s=60)
+    try:
+        with conn.table(table).batch(batch_size=settings.batch.put_batch_size) as batch:
+            for row in rows:
+                keys = [row[k] for k in view.keys]
+                data = {layout.column(view, keys): layout.encode_int(row["value"])}
+                if "sketch" in row and row["sketch"] is not None:
+                    data[layout.SKETCH] = bytes(row["sketch"])
+                batch.put(layout.row_key(view, granularity, keys, row["event_bucket"]), data)
+    finally:
+        conn.close()
+
+
+def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> TableStats:
+    """Write one granularity of a view; what was written (the figures verification checks)."""
+    from pyspark.sql import functions as F
+
+    computed = computed.cache()
+    try:
+        agg = computed.agg(F.count(F.lit(1)).alias("cells"), F.sum("value").alias("checksum"),
+                           F.countDistinct("event_bucket").alias("buckets")).first()
+        cells, checksum = int(agg["cells"]), int(agg["checksum"] or 0)
+        rows = cells if view.layout == "by_key" else int(agg["buckets"])
+        computed.foreachPartition(functools.partial(_write_partition, settings, table, view, granularity))
+        return TableStats(rows, cells, checksum)
+    finally:
+        computed.unpersist()
+
+
+def table_stats(settings: Settings, table: str, view: View) -> TableStats:
+    """Count and sum what a table holds, by scanning it."""
+    conn = hbase_connection(settings, timeout_s=120)
+    rows = cells = checksum = 0
+    try:
+        columns = [layout.VALUE] if view.layout == "by_key" else [layout.FAMILY]
+        for _, data in conn.table(table).scan(columns=columns, batch_size=5_000):
+            rows += 1
+            for name, value in data.items():
+                if name != layout.SKETCH:
+                    cells += 1
+                    checksum += layout.decode_int(value)
+    finally:
+        conn.close()
+    return TableStats(rows, cells, checksum)
+
+
+def verify_table(settings: Settings, table: str, view: View, expected: TableStats) -> None:
+    found = table_stats(settings, table, view)
+    if found != expected:
+        raise VerificationError(f"table {table} holds {found}, the computation produced {expected}")

@@ -1,0 +1,177 @@
+"""The batch layer: recompute every declared view exactly from the master dataset, below a cutoff.
+
+1. Cutoff T: the last ingest-bucket boundary the archiver's completeness marker covers (or the
+   one asked for, refused if not covered). T never goes backwards.
+2. Read the master dataset for ingest_time < T, keep one copy of each event_id (the first
+   archived), compute every view at every granularity from its declaration.
+3. Write each view into new HBase tables for version N (batched puts from the Spark tasks),
+   verify them against the computation (row count and value checksum per table),
+4. then move the pointer (version, cutoff, run id, stats) in one atomic put, and drop versions
+   beyond the retention.
+
+Run: `lambdactl batch` or `spark-submit batch_layer/job.py [--cutoff ISO] [--views a,b] [--force]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import psutil
+
+from batch_layer import layout
+from batch_layer.hbase_writer import TableStats, create_table, verify_table, write_partitions
+from batch_layer.versions import Pointer, VersionStore
+from definitions.settings import Settings, get_settings
+from definitions.views import View, load_views
+from ingest import completeness
+from ingest.master import read_master
+
+log = logging.getLogger("lambda.batch")
+
+
+class CutoffError(RuntimeError):
+    """The requested cutoff cannot be served (not covered by the master dataset, or behind serving)."""
+
+
+@dataclass
+class BatchResult:
+    version: int | None
+    cutoff_ms: int
+    run_id: str
+    skipped: str = ""
+    tables: dict[str, TableStats] = field(default_factory=dict)
+    events: int = 0
+    seconds: float = 0.0
+
+
+def choose_cutoff(settings: Settings, requested_ms: int | None, current: Pointer | None) -> int:
+    """The cutoff of this run: aligned to an ingest bucket and covered by the completeness marker."""
+    bucket_ms = settings.ingest_bucket_s * 1000
+    marker = completeness.latest(settings)
+    covered = marker.complete_before_ms if marker is not None else None
+    if covered is None:
+        raise CutoffError("the archiver has not published completeness for every partition yet")
+    if requested_ms is None:
+        cutoff = covered - covered % bucket_ms
+    else:
+        if requested_ms % bucket_ms:
+            raise CutoffError(f"cutoff {iso(requested_ms)} is not on an ingest-bucket boundary ({settings.ingest_bucket_s}s)")
+        if requested_ms > covered:
+            raise CutoffError(f"cutoff {iso(requested_ms)} is not covered: the master dataset is complete only below {iso(covered)}")
+        cutoff = requested_ms
+    if current is not None and cutoff < current.cutoff_ms:
+        raise CutoffError(f"cutoff {iso(cutoff)} is behind the serving version's cutoff {iso(current.cutoff_ms)}")
+    return cutoff
+
+
+def deduplicated_events(spark, settings: Settings, cutoff_ms: int):
+    """Master records ingested before the cutoff, one per event_id (the first archived)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    cutoff = datetime.fromtimestamp(cutoff_ms / 1000, timezone.utc)
+    master = read_master(spark, settings).where(
+        (F.col("ingest_date") <= F.lit(cutoff.date())) & (F.col("ingest_time") < F.lit(cutoff.replace(tzinfo=None)))
+    )
+    first = Window.partitionBy("event_id").orderBy("ingest_time", "kafka_partition", "kafka_offset")
+    return master.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
+
+
+def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str] | None = None,
+              force: bool = False, spark=None) -> BatchResult:
+    from definitions.spark import spark_session
+
+    started = time.monotonic()
+    store = VersionStore(settings)
+    current = store.pointer()
+    registry = load_views(settings)
+    selected: list[View] = [registry[name] for name in views] if views else list(registry)
+    cutoff = choose_cutoff(settings, cutoff_ms, current)
+    run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    if current is not None and cutoff == current.cutoff_ms and not force and set(v.name for v in selected) <= set(current.views):
+        log.info("version %d already serves cutoff %s: nothing to do (use --force to recompute)", current.version, iso(cutoff))
+        return BatchResult(current.version, cutoff, current.run_id, skipped="already at this cutoff")
+
+    spark = spark or spark_session(settings, "lambda-batch", {"spark.driver.memory": settings.batch.driver_memory})
+    version = store.allocate_version()
+    me = psutil.Process()
+    store.record_run(version, state="writing", run_id=run_id, cutoff_ms=cutoff, started_ms=int(time.time() * 1000),
+                     views=[v.name for v in selected], host=socket.gethostname(), pid=me.pid,
+                     pid_started_ms=int(me.create_time() * 1000))
+    log.info("run %s: version %d, cutoff %s, views %s", run_id, version, iso(cutoff), ", ".join(v.name for v in selected))
+    try:
+        events = deduplicated_events(spark, settings, cutoff).cache()
+        n_events = events.count()
+        log.info("%d distinct events ingested before the cutoff", n_events)
+        tables: dict[str, TableStats] = {}
+        for view in selected:
+            name = layout.table_name(view, version)
+            create_table(settings, name)
+            expected = TableStats()
+            for granularity in view.granularities:
+                computed = view.compute(events, granularity)
+                stats = write_partitions(settings, name, view, granularity, computed)
+                expected = expected + stats
+                log.info("%s/%s: %d cells written", view.name, granularity, stats.cells)
+            verify_table(settings, name, view, expected)
+            tables[view.name] = expected
+            log.info("%s verified: %d rows, %d cells, checksum %d", name, expected.rows, expected.cells, expected.checksum)
+        events.unpersist()
+        # Views this run did not recompute keep serving from the previous version's tables.
+        served = dict(current.views) if current is not None and views else {}
+        served.update({v.name: layout.table_name(v, version) for v in selected})
+        stats = {"events": n_events, "tables": {k: vars(t) for k, t in tables.items()},
+                 "seconds": round(time.monotonic() - started, 1)}
+        store.record_run(version, state="verified", stats=stats)
+        store.swap(Pointer(version, cutoff, run_id, served, stats))
+    except BaseException:
+        store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
+        raise
+    store.retain(settings.batch.keep_versions)
+    elapsed = time.monotonic() - started
+    log.info("run %s done in %.1fs: version %d serves cutoff %s", run_id, elapsed, version, iso(cutoff))
+    return BatchResult(version, cutoff, run_id, tables=tables, events=n_events, seconds=elapsed)
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_cutoff(text: str) -> int:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Recompute the batch views from the master dataset.")
+    parser.add_argument("--cutoff", help="ISO time on an ingest-bucket boundary (default: the last complete one)")
+    parser.add_argument("--views", help="comma-separated view names (default: all)")
+    parser.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("kafka", "py4j", "httpx", "happybase", "thriftpy2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    settings = get_settings()
+    try:
+        result = run_batch(settings, parse_cutoff(args.cutoff) if args.cutoff else None,
+                           args.views.split(",") if args.views else None, args.force)
+    except CutoffError as exc:
+        log.error("%s", exc)
+        return 2
+    if result.skipped:
+        log.info("skipped: %s", result.skipped)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,95 @@
+"""View declarations computed on tiny in-memory DataFrames (no services needed)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from definitions.views import BUILT_IN, PAGE_VIEWS, PAGE_VIEWS_BY_COUNTRY_DEVICE, TOP_PAGES, UNIQUE_VISITORS, Registry, View
+
+T0 = datetime(2026, 11, 20, 10, 0, 0)  # naive = UTC in the test session
+EVENT_SCHEMA = ("event_id STRING, event_time TIMESTAMP, user_id STRING, url STRING, event_type STRING, "
+                "referrer STRING, country STRING, device STRING, schema_version INT")
+
+
+def ev(minute: int, url: str, user: str, kind: str = "page_view", country: str | None = "DE", device: str | None = "mobile",
+       second: int = 0) -> Row:
+    return Row(event_id=f"{url}-{user}-{minute}-{second}-{kind}", event_time=T0.replace(minute=minute, second=second),
+               user_id=user, url=url, event_type=kind, referrer=None, country=country, device=device, schema_version=1)
+
+
+@pytest.fixture(scope="module")
+def events(spark):
+    rows = [
+        ev(0, "/", "u1"), ev(0, "/", "u1", second=30), ev(0, "/", "u2"), ev(1, "/", "u3"),
+        ev(0, "/a", "u1"), ev(0, "/a", "u1", kind="click"), ev(59, "/a", "u4", country=None),
+    ]
+    return spark.createDataFrame(rows, EVENT_SCHEMA)
+
+
+def test_page_views_count_page_view_events_per_url_and_bucket(spark, events):
+    got = PAGE_VIEWS.compute(events, "minute").select("url", "event_bucket", "value")
+    base = int(T0.timestamp())
+    expected = spark.createDataFrame(
+        [("/", base, 3), ("/", base + 60, 1), ("/a", base, 1), ("/a", base + 59 * 60, 1)],
+        "url STRING, event_bucket BIGINT, value BIGINT",
+    )
+    assertDataFrameEqual(got, expected)
+    hourly = PAGE_VIEWS.compute(events, "hour").select("url", "event_bucket", "value")
+    assertDataFrameEqual(hourly, spark.createDataFrame([("/", base, 4), ("/a", base, 2)], "url STRING, event_bucket BIGINT, value BIGINT"))
+
+
+def test_unique_visitors_exact_and_sketch(spark, events):
+    from datasketches import hll_sketch
+
+    got = {r.url: r for r in UNIQUE_VISITORS.compute(events, "hour").collect()}
+    assert got["/"].value == 3 and got["/a"].value == 2
+    assert round(hll_sketch.deserialize(bytes(got["/"].sketch)).get_estimate()) == 3
+
+
+def test_speed_layer_form_keeps_extra_keys_and_only_the_sketch(spark, events):
+    from pyspark.sql import functions as F
+
+    with_ingest = events.withColumn("ingest_bucket", F.lit(123))
+    got = UNIQUE_VISITORS.compute(with_ingest, "day", extra_keys=["ingest_bucket"], exact=False)
+    assert got.columns == ["url", "event_bucket", "ingest_bucket", "sketch"]
+
+
+def test_events_without_a_key_value_are_not_in_the_view(spark, events):
+    got = PAGE_VIEWS_BY_COUNTRY_DEVICE.compute(events, "day").select("country", "device", "value").collect()
+    assert sorted(tuple(r) for r in got) == [("DE", "mobile", 5)]
+
+
+def test_top_pages_is_page_views_laid_out_by_bucket(spark, events):
+    a = TOP_PAGES.compute(events, "hour").select("url", "event_bucket", "value")
+    b = PAGE_VIEWS.compute(events, "hour").select("url", "event_bucket", "value")
+    assertDataFrameEqual(a, b)
+    assert TOP_PAGES.layout == "by_bucket" and PAGE_VIEWS.layout == "by_key"
+
+
+def test_sum_view(spark):
+    view = View("purchases_per_device", keys=("device",), aggregation="sum", column="schema_version",
+                where="event_type = 'purchase'", granularities=("day",))
+    df = spark.createDataFrame([ev(1, "/c", "u1", kind="purchase"), ev(2, "/c", "u2", kind="purchase", device="desktop"),
+                                ev(3, "/c", "u3", kind="purchase")], EVENT_SCHEMA)
+    assert sorted(tuple(r) for r in view.compute(df, "day").select("device", "value").collect()) == [("desktop", 1), ("mobile", 2)]
+
+
+def test_declarations_are_checked():
+    with pytest.raises(ValueError, match="unknown event column"):
+        View("x", keys=("page",), aggregation="count")
+    with pytest.raises(ValueError, match="needs a column"):
+        View("x", keys=("url",), aggregation="distinct")
+    with pytest.raises(ValueError, match="granularities"):
+        View("x", keys=("url",), aggregation="count", granularities=("week",))
+    with pytest.raises(ValueError, match="additive"):
+        View("x", keys=("url",), aggregation="distinct", column="user_id", layout="by_bucket")
+    with pytest.raises(ValueError, match="declared twice"):
+        Registry((PAGE_VIEWS, PAGE_VIEWS))
+
+
+def test_built_in_views():
+    assert BUILT_IN.names() == ["page_views", "unique_visitors", "top_pages", "page_views_by_country_device"]
