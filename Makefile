@@ -2,6 +2,9 @@
 #   make demo   set everything up on a fresh machine and run the demo
 #   make test   run the whole test suite against the real local stack
 VENV ?= .venv
+# Ingest buckets of a minute (the production default is an hour): batch cutoffs and the
+# speed/batch boundary move every minute, so the demo and the tests see them move.
+export LAMBDA_INGEST_BUCKET_S ?= 60
 LAMBDACTL = $(VENV)/bin/lambdactl
 PYTEST_ARGS ?=
 

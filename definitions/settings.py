@@ -122,9 +122,29 @@ class BatchSettings(_Section):
     """The batch layer's recomputation into versioned HBase tables."""
 
     driver_memory: str = "1g"
+    # How often the batch views are recomputed (the Airflow schedule).
+    interval_s: int = Field(3_600, ge=60)
     # Versions that served, kept (the live one included) for rollback; older tables are dropped.
     keep_versions: int = Field(3, ge=1)
     put_batch_size: int = Field(2_000, ge=1)
+
+
+class SpeedSettings(_Section):
+    """The Kafka → Cassandra realtime views job. The checkpoint path is on the HDFS of `hdfs`."""
+
+    checkpoint_dir: str = "/lambda/checkpoints/speed"
+    trigger_s: float = Field(5.0, gt=0)
+    # Watermark delay on ingest time: duplicates re-sent within this window are counted once,
+    # and aggregation state of older ingest buckets is dropped.
+    dedupe_window_s: int = Field(600, ge=1)
+    # Realtime rows expire by themselves after this long: far beyond any plausible batch delay,
+    # so a row is never lost before a batch has absorbed it (the cleanup after each batch swap
+    # deletes absorbed rows much sooner).
+    ttl_s: int = Field(3 * 86_400, ge=3_600)
+    max_offsets_per_trigger: int = Field(200_000, ge=1)
+    write_concurrency: int = Field(64, ge=1)
+    driver_memory: str = "768m"
+    health_timeout_s: float = 240
 
 
 class ViewSettings(_Section):
@@ -136,7 +156,7 @@ class ViewSettings(_Section):
 class StackSettings(_Section):
     # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
     managed_services: list[str] = [
-        "kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra", "archiver",
+        "kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra", "archiver", "speed-layer",
     ]
     java_home: str = ""
     stop_timeout_s: float = 30
@@ -164,8 +184,19 @@ class Settings(BaseSettings):
     spark: SparkSettings = SparkSettings()
     archiver: ArchiverSettings = ArchiverSettings()
     batch: BatchSettings = BatchSettings()
+    speed: SpeedSettings = SpeedSettings()
     views: ViewSettings = ViewSettings()
     stack: StackSettings = StackSettings()
+
+    @model_validator(mode="after")
+    def _realtime_rows_outlive_batches(self) -> "Settings":
+        floor = 2 * self.batch.interval_s + 3_600
+        if self.speed.ttl_s < floor:
+            raise ValueError(f"speed.ttl_s ({self.speed.ttl_s}s) must be at least two batch intervals plus an hour "
+                             f"({floor}s): realtime rows must outlive any plausible batch delay")
+        if self.ingest_bucket_s > self.batch.interval_s:
+            raise ValueError("ingest_bucket_s must not exceed batch.interval_s")
+        return self
 
     @model_validator(mode="after")
     def _absolute_paths(self) -> "Settings":

@@ -95,6 +95,41 @@ class View:
         return self.filtered(events).where(_keys_present(self.keys)).groupBy(*groups).agg(*self.aggregates(exact))
 
 
+CELL_DDL = "view STRING, granularity STRING, key ARRAY<STRING>, event_bucket BIGINT, measure BIGINT, distinct_value STRING"
+
+
+def cells(view: "View") -> list["Column"]:
+    """The view's cells of one event, one per granularity, as structs (CELL_DDL); null when the
+    event is not in the view. The speed layer explodes the cells of every view and aggregates
+    them all in one stateful query: count → count(1), sum → sum(measure), distinct → a sketch
+    of distinct_value — the same aggregations `View.compute` derives for the batch layer."""
+    from pyspark.sql import functions as F
+
+    in_view = _keys_present(view.keys)
+    if view.where:
+        in_view = in_view & F.expr(view.where)
+    out = []
+    for granularity in view.granularities:
+        size = GRANULARITIES[granularity]
+        cell = F.struct(
+            F.lit(view.name).alias("view"),
+            F.lit(granularity).alias("granularity"),
+            F.array(*[F.col(k).cast("string") for k in view.keys]).alias("key"),
+            (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint").alias("event_bucket"),
+            (F.col(view.column).cast("bigint") if view.aggregation == "sum" else F.lit(None).cast("bigint")).alias("measure"),
+            (F.col(view.column).cast("string") if view.aggregation == "distinct" else F.lit(None).cast("string")).alias("distinct_value"),
+        )
+        out.append(F.when(in_view, cell))
+    return out
+
+
+def key_text(values) -> str:
+    """A view key as text (the realtime store's partition key): a compact JSON array of the values."""
+    import json
+
+    return json.dumps([None if v is None else str(v) for v in values], ensure_ascii=False, separators=(",", ":"))
+
+
 def _keys_present(keys: Iterable[str]) -> "Column":
     """Rows whose key columns are all set: an event without a value for a key is not in the view."""
     from functools import reduce

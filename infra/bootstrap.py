@@ -3,7 +3,7 @@
 - Kafka: topic `events` (several partitions, LogAppendTime, so a record's timestamp is its ingest
   time) and the dead-letter topic `events.dlq`.
 - HBase: the platform's namespace and its meta table (the batch-view pointer lives there).
-- Cassandra: the platform's keyspace.
+- Cassandra: the platform's keyspace and the realtime view tables.
 """
 
 from __future__ import annotations
@@ -111,6 +111,9 @@ def ensure_keyspace(settings: Settings) -> None:
             f"CREATE KEYSPACE IF NOT EXISTS {c.keyspace} WITH replication = "
             f"{{'class': 'SimpleStrategy', 'replication_factor': {c.replication_factor}}}"
         )
+        from speed_layer.realtime_store import ensure_schema
+
+        ensure_schema(settings, session)
     finally:
         cluster.shutdown()
 

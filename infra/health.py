@@ -88,27 +88,32 @@ def cassandra(settings: Settings) -> str:
 
 def archiver(settings: Settings) -> str:
     """The archiver's queries run (its listener reports them), and how far the master dataset is complete."""
-    import json
     import time
 
-    import psutil
+    from ingest.archiver import DLQ_QUERY, JOB, MASTER_QUERY
+    from ingest.streaming_progress import read_progress, require_running
 
-    from ingest.archiver import DLQ_QUERY, MASTER_QUERY, progress_file
-
-    path = progress_file(settings)
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise RuntimeError("no progress reported yet") from None
-    if not psutil.pid_exists(int(state.get("pid") or 0)):
-        raise RuntimeError("progress file is from a process that no longer runs")
-    queries = state.get("queries", {})
-    for name in (MASTER_QUERY, DLQ_QUERY):
-        query = queries.get(name, {})
-        if not query.get("active"):
-            raise RuntimeError(f"query {name} is not running" + (f": {query['error'][:300]}" if query.get("error") else ""))
+    state = read_progress(settings, JOB)
+    require_running(state, (MASTER_QUERY, DLQ_QUERY))
     done = (state.get("completeness") or {}).get("complete_before_ms")
     totals = state.get("totals", {})
+    behind = state["queries"].get(MASTER_QUERY, {}).get("rows_behind")
     lag = f"complete to {time.time() - done / 1000:.0f}s ago" if done else "completeness not yet known"
-    return (f"queries running, {lag}; archived {totals.get('events', 0)}, "
-            f"dead-lettered {totals.get('records', 0)} since start")
+    return (f"queries running, {lag}, {behind if behind is not None else '?'} records behind; "
+            f"archived {totals.get('events', 0)}, dead-lettered {totals.get('records', 0)} since start")
+
+
+def speed_layer(settings: Settings) -> str:
+    """The speed layer's query runs; its rates, batch duration, state size and lag behind Kafka."""
+    from ingest.streaming_progress import read_progress, require_running
+    from speed_layer.job import JOB, QUERY
+
+    state = read_progress(settings, JOB)
+    require_running(state, (QUERY,))
+    q = state["queries"][QUERY]
+    if "batch_id" not in q:
+        return "query running, first batch not finished yet"
+    totals = state.get("totals", {})
+    return (f"batch {q['batch_id']}: {q['input_rows_per_s'] or 0:.0f} in/s, {q['processed_rows_per_s'] or 0:.0f} processed/s, "
+            f"{q['batch_ms']} ms/batch, {q['state_rows']} state rows, {q['rows_behind']} records behind; "
+            f"invalid skipped {totals.get('invalid_skipped', 0)} since start")

@@ -363,6 +363,15 @@ ARCHIVER = PlatformProcess(
     timeout_s=lambda s: s.archiver.health_timeout_s,
 )
 
-ALL: tuple[Service | PlatformProcess, ...] = (KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA, ARCHIVER)
+SPEED_LAYER = PlatformProcess(
+    name="speed-layer",
+    module="speed_layer.job",
+    check=health.speed_layer,
+    timeout_s=lambda s: s.speed.health_timeout_s,
+)
+
+ALL: tuple[Service | PlatformProcess, ...] = (
+    KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA, ARCHIVER, SPEED_LAYER,
+)
 BY_NAME = {s.name: s for s in ALL}
 

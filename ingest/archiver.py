@@ -19,24 +19,21 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 from definitions.events import FIELD_NAMES
 from definitions.settings import Settings, get_settings
 from ingest import completeness
 from ingest.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
 from ingest.master import master_url
+from ingest.streaming_progress import ProgressFile
 from ingest.ticker import Ticker
 
 log = logging.getLogger("lambda.archiver")
 
+JOB = "archiver"
 MASTER_QUERY = "archiver-master"
 DLQ_QUERY = "archiver-dlq"
 PARTITION_COLUMNS = ("ingest_date", "ingest_hour")
-
-
-def progress_file(settings: Settings) -> Path:
-    return settings.state_dir / "run" / "archiver.progress.json"
 
 
 def build_queries(spark, settings: Settings):
@@ -92,91 +89,17 @@ def build_queries(spark, settings: Settings):
     return master, dlq
 
 
-class ProgressReporter:
-    """Turns query progress into completeness markers and a local progress file for `lambdactl status`."""
+def completeness_hook(settings: Settings, partitions: int):
+    """After each committed master batch: publish the completeness marker, keep it in the progress file."""
 
-    def __init__(self, settings: Settings, partitions: int) -> None:
-        self.settings = settings
-        self.partitions = partitions
-        self.lock = threading.Lock()
-        self.state: dict = {"pid": None, "started_ms": int(time.time() * 1000), "queries": {}, "totals": {}}
-        self.names: dict[str, str] = {}
+    def publish(p) -> dict:
+        end = json.loads(p.sources[0].endOffset).get(settings.kafka.events_topic, {})
+        parts = completeness.progress_from_end_offsets(settings, {int(k): int(v) for k, v in end.items()})
+        marker = completeness.Completeness(p.batchId, int(time.time() * 1000), parts, partitions)
+        completeness.publish(settings, marker)
+        return {"completeness": json.loads(marker.to_json())}
 
-    def started(self, query_id: str, name: str) -> None:
-        with self.lock:
-            self.names[query_id] = name
-            self.state["queries"].setdefault(name, {})["active"] = True
-            self._write()
-
-    def terminated(self, query_id: str, error: str | None) -> None:
-        with self.lock:
-            query = self.state["queries"].setdefault(self.names.get(query_id, query_id), {})
-            query["active"] = False
-            query["error"] = (error or "")[:2000] or None
-            self._write()
-
-    def progress(self, p) -> None:
-        name = p.name
-        observed = {k: v.asDict() for k, v in (p.observedMetrics or {}).items()}
-        summary = {
-            "active": True,
-            "batch_id": p.batchId,
-            "timestamp": p.timestamp,
-            "input_rows": p.numInputRows,
-            "input_rows_per_s": p.inputRowsPerSecond,
-            "processed_rows_per_s": p.processedRowsPerSecond,
-            "batch_ms": (p.durationMs or {}).get("triggerExecution"),
-            "observed": observed,
-        }
-        marker = None
-        if name == MASTER_QUERY and p.sources:
-            end = json.loads(p.sources[0].endOffset).get(self.settings.kafka.events_topic, {})
-            end_offsets = {int(k): int(v) for k, v in end.items()}
-            parts = completeness.progress_from_end_offsets(self.settings, end_offsets)
-            marker = completeness.Completeness(p.batchId, int(time.time() * 1000), parts, self.partitions)
-            completeness.publish(self.settings, marker)
-        with self.lock:
-            self.state["queries"][name] = summary
-            totals = self.state["totals"]
-            for metrics in observed.values():
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0) + int(value)
-            if marker is not None:
-                self.state["completeness"] = json.loads(marker.to_json())
-            self._write()
-
-    def _write(self) -> None:
-        import os
-
-        self.state["pid"] = os.getpid()
-        self.state["updated_ms"] = int(time.time() * 1000)
-        path = progress_file(self.settings)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=1, default=str))
-        tmp.replace(path)
-
-
-def _listener(reporter: ProgressReporter):
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class Listener(StreamingQueryListener):
-        def onQueryStarted(self, event) -> None:
-            reporter.started(str(event.id), event.name)
-
-        def onQueryProgress(self, event) -> None:
-            try:
-                reporter.progress(event.progress)
-            except Exception:  # a failed marker must not kill the listener bus; the next batch retries
-                log.exception("could not record progress of %s", event.progress.name)
-
-        def onQueryIdle(self, event) -> None:
-            pass
-
-        def onQueryTerminated(self, event) -> None:
-            reporter.terminated(str(event.id), event.exception)
-
-    return Listener()
+    return publish
 
 
 def topic_partitions(settings: Settings) -> int:
@@ -195,8 +118,8 @@ def run(settings: Settings) -> int:
 
     partitions = topic_partitions(settings)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
-    reporter = ProgressReporter(settings, partitions)
-    spark.streams.addListener(_listener(reporter))
+    progress = ProgressFile(settings, JOB, {MASTER_QUERY: completeness_hook(settings, partitions)})
+    spark.streams.addListener(progress.listener())
     ticker = Ticker(settings)
     stopping = threading.Event()
 

@@ -62,6 +62,8 @@ class GeneratorConfig:
     duplicate_window: int = 1_000  # a duplicate re-sends one of the last N valid events
     invalid_fraction: float = 0.0
     topic: str = ""
+    # Prepended to every page path: lets a test own a set of URLs no other traffic touches.
+    url_prefix: str = ""
 
     def __post_init__(self) -> None:
         for name in ("late_fraction", "duplicate_fraction", "invalid_fraction"):
@@ -74,6 +76,8 @@ class GeneratorConfig:
             raise ValueError("count, rate and span must not be negative")
         if self.pages < 1 or self.users < 1:
             raise ValueError("pages and users must be at least 1")
+        if self.url_prefix and not self.url_prefix.startswith("/"):
+            raise ValueError("url_prefix must start with '/'")
         if self.late_min_s > self.late_max_s:
             raise ValueError("late_min_s must not exceed late_max_s")
 
@@ -141,7 +145,7 @@ class ClickstreamGenerator:
     def __init__(self, config: GeneratorConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.urls = page_urls(config.pages)
+        self.urls = [config.url_prefix + u if config.url_prefix else u for u in page_urls(config.pages)]
         self.pages = _Weighted(self.urls, [1.0 / (rank ** config.zipf_s) for rank in range(1, config.pages + 1)], self.rng)
         self.types = _Weighted(_TYPE_WEIGHTS.keys(), _TYPE_WEIGHTS.values(), self.rng)
         devices = _Weighted([d for d, _ in _DEVICES], [w for _, w in _DEVICES], self.rng)

@@ -31,6 +31,13 @@ def stack(settings: Settings):
 
     stack = Stack(settings)
     stack.up()
+    if "speed-layer" in settings.stack.managed_services:
+        from ingest.streaming_progress import read_progress
+
+        running = read_progress(settings, "speed-layer").get("ingest_bucket_s")
+        if running != settings.ingest_bucket_s:
+            pytest.exit(f"the stack's speed layer runs with ingest_bucket_s={running}, the tests with "
+                        f"{settings.ingest_bucket_s}: run `make down` and then `make test`", returncode=2)
     return stack
 
 

@@ -1,0 +1,144 @@
+"""Progress of a streaming job's queries, kept in a small JSON file for `lambdactl status`.
+
+A StreamingQueryListener feeds a ProgressFile: per query its last batch (rates, duration, rows
+behind Kafka, observed metrics), running totals of the observed metrics, and whatever a job adds
+through hooks (the archiver's completeness marker). The stack's health probes read the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from definitions.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# A hook gets the query progress and returns extra state to keep under its own key (or None).
+Hook = Callable[[object], "dict | None"]
+
+
+def progress_path(settings: Settings, job: str) -> Path:
+    return settings.state_dir / "run" / f"{job}.progress.json"
+
+
+def rows_behind(progress) -> int | None:
+    """How many records the query's last batch left unread in Kafka (latest − end offsets)."""
+    total = 0
+    for source in progress.sources or ():
+        try:
+            end = json.loads(source.endOffset or "{}")
+            latest = json.loads(source.latestOffset or "{}")
+        except (TypeError, ValueError):
+            return None
+        for topic, parts in latest.items():
+            for partition, offset in parts.items():
+                total += max(0, int(offset) - int(end.get(topic, {}).get(partition, offset)))
+    return total
+
+
+class ProgressFile:
+    def __init__(self, settings: Settings, job: str, hooks: dict[str, Hook] | None = None, extra: dict | None = None) -> None:
+        self.path = progress_path(settings, job)
+        self.hooks = hooks or {}
+        self.lock = threading.Lock()
+        self.state: dict = {"pid": os.getpid(), "started_ms": int(time.time() * 1000), "queries": {}, "totals": {},
+                            **(extra or {})}
+        self.names: dict[str, str] = {}
+
+    def started(self, query_id: str, name: str) -> None:
+        with self.lock:
+            self.names[query_id] = name
+            self.state["queries"].setdefault(name, {})["active"] = True
+            self._write()
+
+    def terminated(self, query_id: str, error: str | None) -> None:
+        with self.lock:
+            query = self.state["queries"].setdefault(self.names.get(query_id, query_id), {})
+            query["active"] = False
+            query["error"] = (error or "")[:2000] or None
+            self._write()
+
+    def progress(self, p) -> None:
+        observed = {k: v.asDict() for k, v in (p.observedMetrics or {}).items()}
+        state_rows = sum(op.numRowsTotal for op in (p.stateOperators or ()))
+        summary = {
+            "active": True,
+            "batch_id": p.batchId,
+            "timestamp": p.timestamp,
+            "input_rows": p.numInputRows,
+            "input_rows_per_s": p.inputRowsPerSecond,
+            "processed_rows_per_s": p.processedRowsPerSecond,
+            "batch_ms": (p.durationMs or {}).get("triggerExecution"),
+            "rows_behind": rows_behind(p),
+            "state_rows": state_rows,
+            "observed": observed,
+        }
+        extra = {}
+        hook = self.hooks.get(p.name)
+        if hook is not None:
+            extra = hook(p) or {}
+        with self.lock:
+            self.state["queries"][p.name] = summary
+            totals = self.state["totals"]
+            for metrics in observed.values():
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0) + int(value or 0)
+            self.state.update(extra)
+            self._write()
+
+    def _write(self) -> None:
+        self.state["updated_ms"] = int(time.time() * 1000)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1, default=str))
+        tmp.replace(self.path)
+
+    def listener(self):
+        """A StreamingQueryListener feeding this file (pyspark imported only when called)."""
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        progress_file = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None:
+                progress_file.started(str(event.id), event.name)
+
+            def onQueryProgress(self, event) -> None:
+                try:
+                    progress_file.progress(event.progress)
+                except Exception:  # never kill the listener bus; the next batch retries
+                    log.exception("could not record progress of %s", event.progress.name)
+
+            def onQueryIdle(self, event) -> None:
+                pass
+
+            def onQueryTerminated(self, event) -> None:
+                progress_file.terminated(str(event.id), event.exception)
+
+        return Listener()
+
+
+def read_progress(settings: Settings, job: str) -> dict:
+    """The job's progress as last written, checked to come from a live process."""
+    import psutil
+
+    try:
+        state = json.loads(progress_path(settings, job).read_text())
+    except (OSError, ValueError):
+        raise RuntimeError("no progress reported yet") from None
+    if not psutil.pid_exists(int(state.get("pid") or 0)):
+        raise RuntimeError("progress file is from a process that no longer runs")
+    return state
+
+
+def require_running(state: dict, queries: tuple[str, ...]) -> None:
+    for name in queries:
+        query = state.get("queries", {}).get(name, {})
+        if not query.get("active"):
+            raise RuntimeError(f"query {name} is not running" + (f": {query['error'][:300]}" if query.get("error") else ""))
