@@ -19,6 +19,7 @@ SERVICE_MAP = {
     "hbase-thrift": "hbase-thrift",
     "cassandra": "cassandra",
     "archiver": "archiver",
+    "speed-layer": "speed-layer",
 }
 
 
@@ -61,6 +62,6 @@ def test_compose_runs_every_local_service_on_the_same_ports():
 
 def test_compose_runs_platform_services_with_the_platforms_own_launcher():
     compose = yaml.safe_load(COMPOSE.read_text())["services"]
-    for name in ("hbase", "hbase-thrift", "archiver"):
+    for name in ("hbase", "hbase-thrift", "archiver", "speed-layer"):
         assert compose[name]["command"] == ["run", name]
         assert compose[name]["image"] == "lambda-platform:local"
