@@ -13,7 +13,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,6 +23,7 @@ from pydantic_settings import (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOST = "127.0.0.1"
+DEFAULT_TOKEN = "dev-token-change-me"
 
 
 class _Section(BaseModel):
@@ -147,6 +148,19 @@ class SpeedSettings(_Section):
     health_timeout_s: float = 240
 
 
+class ApiSettings(_Section):
+    host: str = LOCAL_HOST
+    port: int = 8000
+    # Bearer token for POST /api/v1/events and admin routes. The service refuses to start with
+    # the default outside development.
+    token: SecretStr = SecretStr(DEFAULT_TOKEN)
+    cors_origins: list[str] = []
+    max_buckets: int = Field(2_000, ge=1)
+    max_events_per_request: int = Field(1_000, ge=1)
+    hbase_pool_size: int = Field(8, ge=1)
+    health_timeout_s: float = 60
+
+
 class ViewSettings(_Section):
     # Modules that declare more views (a module-level `VIEWS` list of definitions.views.View),
     # added to the built-in ones.
@@ -156,7 +170,7 @@ class ViewSettings(_Section):
 class StackSettings(_Section):
     # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
     managed_services: list[str] = [
-        "kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra", "archiver", "speed-layer",
+        "kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra", "archiver", "speed-layer", "api",
     ]
     java_home: str = ""
     stop_timeout_s: float = 30
@@ -185,6 +199,7 @@ class Settings(BaseSettings):
     archiver: ArchiverSettings = ArchiverSettings()
     batch: BatchSettings = BatchSettings()
     speed: SpeedSettings = SpeedSettings()
+    api: ApiSettings = ApiSettings()
     views: ViewSettings = ViewSettings()
     stack: StackSettings = StackSettings()
 

@@ -117,3 +117,10 @@ def speed_layer(settings: Settings) -> str:
     return (f"batch {q['batch_id']}: {q['input_rows_per_s'] or 0:.0f} in/s, {q['processed_rows_per_s'] or 0:.0f} processed/s, "
             f"{q['batch_ms']} ms/batch, {q['state_rows']} state rows, {q['rows_behind']} records behind; "
             f"invalid skipped {totals.get('invalid_skipped', 0)} since start")
+
+
+def api(settings: Settings) -> str:
+    """The query API answers its views listing."""
+    resp = httpx.get(f"http://{settings.api.host}:{settings.api.port}/api/v1/views", timeout=PROBE_TIMEOUT_S)
+    resp.raise_for_status()
+    return f"API answers on http://{settings.api.host}:{settings.api.port} ({len(resp.json()['views'])} views)"

@@ -370,8 +370,18 @@ SPEED_LAYER = PlatformProcess(
     timeout_s=lambda s: s.speed.health_timeout_s,
 )
 
+API = PlatformProcess(
+    name="api",
+    module="api.server",
+    check=health.api,
+    timeout_s=lambda s: s.api.health_timeout_s,
+    ports=lambda s: {"http": s.api.port},
+    host=lambda s: s.api.host,
+    needs_spark=False,
+)
+
 ALL: tuple[Service | PlatformProcess, ...] = (
-    KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA, ARCHIVER, SPEED_LAYER,
+    KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA, ARCHIVER, SPEED_LAYER, API,
 )
 BY_NAME = {s.name: s for s in ALL}
 

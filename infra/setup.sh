@@ -20,6 +20,8 @@ fi
 command -v mvn >/dev/null || need_apt+=(maven)
 # docker-compose (v1, a pure parser here: no engine) validates docker-compose.yml in the tests
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+# Debian's Chromium: the dashboard and report pages are tested in it, headless (Playwright drives it)
+command -v chromium >/dev/null || need_apt+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -24,12 +24,14 @@ from tests.batch.hbase_read import read_table
 from tests.batch.truth import kafka_events, view_truth
 from tests.ingest.helpers import send, wait_archived
 
-BUCKET_S = 10  # small ingest buckets so a test's events are below a cutoff within seconds
-
-
 @pytest.fixture(scope="module")
 def bsettings(settings):
-    return settings.model_copy(update={"ingest_bucket_s": BUCKET_S})
+    """The stack's settings: cutoffs must fall on the speed layer's ingest-bucket boundaries."""
+    return settings
+
+
+def bucket_s(settings) -> int:
+    return settings.ingest_bucket_s
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +40,10 @@ def workload(bsettings, stack):
     sent = send(bsettings, GeneratorConfig(seed=int(time.time()), count=4_000, late_fraction=0.15, late_min_s=3_600,
                                            late_max_s=3 * 86_400, duplicate_fraction=0.05, invalid_fraction=0.03))
     newest = max(r.ingest_time_ms for r in sent)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 240 + bucket_s(bsettings)
     while True:
         marker = wait_archived(bsettings, sent)
-        if marker.complete_before_ms - marker.complete_before_ms % (BUCKET_S * 1000) > newest:
+        if marker.complete_before_ms - marker.complete_before_ms % (bucket_s(bsettings) * 1000) > newest:
             return sent
         assert time.monotonic() < deadline, "completeness did not pass the next ingest bucket"
         time.sleep(2)
@@ -84,20 +86,21 @@ def test_rerun_of_the_same_cutoff_is_a_no_op(bsettings, batch_run, spark):
 
 def test_cutoff_not_covered_is_refused(bsettings, batch_run):
     marker = completeness.latest(bsettings)
-    beyond = marker.complete_before_ms - marker.complete_before_ms % 10_000 + 3_600_000
+    step = bucket_s(bsettings) * 1000
+    beyond = marker.complete_before_ms - marker.complete_before_ms % step + 100 * step
     with pytest.raises(CutoffError, match="not covered"):
         choose_cutoff(bsettings, beyond, VersionStore(bsettings).pointer())
     with pytest.raises(CutoffError, match="boundary"):
         choose_cutoff(bsettings, batch_run.cutoff_ms + 1, None)
     with pytest.raises(CutoffError, match="behind"):
-        choose_cutoff(bsettings, batch_run.cutoff_ms - 10_000, VersionStore(bsettings).pointer())
+        choose_cutoff(bsettings, batch_run.cutoff_ms - step, VersionStore(bsettings).pointer())
 
 
 def test_killed_run_leaves_the_pointer_and_answers_unchanged(bsettings, batch_run):
     store = VersionStore(bsettings)
     before = store.pointer()
     snapshot = {name: read_table(bsettings, table, load_views(bsettings)[name]) for name, table in before.views.items()}
-    env = dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(BUCKET_S))
+    env = dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(bucket_s(bsettings)))
     proc = subprocess.Popen([sys.executable, "-m", "batch_layer.job", "--force"], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300

@@ -1,0 +1,105 @@
+"""The FastAPI application: small; routes live in api/routes, one router per resource."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from api.metrics import ApiMetrics
+from api.routes import events, health, reports, views
+from definitions.settings import DEFAULT_TOKEN, Settings
+from serving_layer.service import ServingLayer
+
+log = logging.getLogger("lambda.api")
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+class InsecureSettings(RuntimeError):
+    pass
+
+
+def check_settings(settings: Settings) -> None:
+    """Refuse to serve with the default token anywhere but development."""
+    if settings.environment != "development" and settings.api.token.get_secret_value() == DEFAULT_TOKEN:
+        raise InsecureSettings(
+            f"environment is {settings.environment!r} but api.token is the development default: "
+            "set LAMBDA_API__TOKEN to a secret")
+
+
+class _LazyProducer:
+    """One Kafka producer for the process, created on first use (the API starts without Kafka)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.lock = threading.Lock()
+        self.producer = None
+
+    def __call__(self):
+        from kafka import KafkaProducer
+
+        with self.lock:
+            if self.producer is None:
+                self.producer = KafkaProducer(bootstrap_servers=self.settings.kafka.bootstrap, acks="all",
+                                              client_id="lambda-api", linger_ms=5)
+            return self.producer
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close(timeout=5)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    check_settings(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.settings = settings
+        app.state.serving = ServingLayer(settings)
+        app.state.metrics = ApiMetrics()
+        app.state.producer = _LazyProducer(settings)
+        yield
+        app.state.serving.close()
+        app.state.producer.close()
+
+    app = FastAPI(
+        title="Lambda platform query API",
+        version="1",
+        description="Merged answers of the batch (HBase) and speed (Cassandra) views, exact at the ingest-time cutoff.",
+        lifespan=lifespan,
+    )
+    if settings.api.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.api.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        request.app.state.metrics.latency.labels(path, request.method, str(response.status_code)).observe(
+            time.perf_counter() - started)
+        return response
+
+    app.include_router(health.router)
+    app.include_router(views.router)
+    app.include_router(events.router)
+    app.include_router(reports.router)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard() -> HTMLResponse:
+        return HTMLResponse((STATIC / "dashboard.html").read_text())
+
+    return app

@@ -1,0 +1,95 @@
+"""The merge rule, as pure functions (no stores): the heart of the platform.
+
+answer(key, event bucket) = batch_N(key, event bucket) + Σ realtime(key, event bucket, ingest bucket)
+over ingest buckets ≥ T, where N is the serving batch version and T its cutoff (ingest time).
+Additive views add; distinct views union their HyperLogLog sketches.
+
+Every merged bucket keeps its provenance: the batch part and the speed part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from definitions.views import HLL_LG_K
+
+
+@dataclass(frozen=True)
+class BatchCell:
+    value: int
+    sketch: bytes | None = None
+
+
+@dataclass(frozen=True)
+class SpeedCell:
+    value: int
+    sketches: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True)
+class MergedBucket:
+    bucket: int
+    value: float
+    batch: float
+    speed: float
+    exact: bool = True
+
+
+@dataclass(frozen=True)
+class MergedSeries:
+    buckets: list[MergedBucket] = field(default_factory=list)
+    total: float = 0
+    exact: bool = True
+
+
+def merge_additive(buckets: Iterable[int], batch: Mapping[int, BatchCell], speed: Mapping[int, SpeedCell]) -> MergedSeries:
+    out = []
+    for b in buckets:
+        bv = batch[b].value if b in batch else 0
+        sv = speed[b].value if b in speed else 0
+        out.append(MergedBucket(b, bv + sv, bv, sv))
+    return MergedSeries(out, sum(m.value for m in out), True)
+
+
+def union_estimate(sketches: Iterable[bytes]) -> float:
+    """The estimate of the union of serialized HLL sketches (Apache DataSketches format)."""
+    from datasketches import hll_sketch, hll_union
+
+    union = hll_union(HLL_LG_K)
+    for raw in sketches:
+        union.update(hll_sketch.deserialize(raw))
+    return union.get_result().get_estimate()
+
+
+def merge_distinct(buckets: Iterable[int], batch: Mapping[int, BatchCell], speed: Mapping[int, SpeedCell]) -> MergedSeries:
+    """Per bucket: the batch's exact count when there is no speed part, else the union of the sketches.
+    The total over the range is the union of every sketch (a visitor in two buckets counts once)."""
+    out = []
+    everything: list[bytes] = []
+    all_exact = True
+    for b in buckets:
+        bc, sc = batch.get(b), speed.get(b)
+        sketches = ([bc.sketch] if bc is not None and bc.sketch else []) + (list(sc.sketches) if sc else [])
+        everything.extend(sketches)
+        batch_part = float(bc.value) if bc is not None else 0.0
+        speed_part = union_estimate(sc.sketches) if sc and sc.sketches else 0.0
+        if sc is None or not sc.sketches:
+            out.append(MergedBucket(b, batch_part, batch_part, 0.0, exact=True))
+        else:
+            out.append(MergedBucket(b, union_estimate(sketches), batch_part, speed_part, exact=False))
+            all_exact = False
+    nonempty = [m for m in out if m.value]
+    if len(nonempty) <= 1 and all_exact:
+        total, exact = (nonempty[0].value if nonempty else 0.0), True
+    else:
+        total, exact = (union_estimate(everything) if everything else 0.0), False
+    return MergedSeries(out, total, exact)
+
+
+def merge_top(batch: Mapping[str, int], speed: Mapping[str, int], limit: int) -> list[tuple[str, int, int, int]]:
+    """Top keys by merged value: (key, merged, batch part, speed part), ties broken by key."""
+    keys = set(batch) | set(speed)
+    rows = [(k, batch.get(k, 0) + speed.get(k, 0), batch.get(k, 0), speed.get(k, 0)) for k in keys]
+    rows.sort(key=lambda r: (-r[1], r[0]))
+    return rows[:limit]

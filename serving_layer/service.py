@@ -1,0 +1,218 @@
+"""The serving layer: one merged answer per query, from HBase (batch) and Cassandra (speed).
+
+Each query reads the pointer once (version N, cutoff T), the batch view of version N from HBase
+and the realtime rows of ingest buckets ≥ T from Cassandra, then merges (serving_layer.merge).
+A store that cannot be read raises StoreUnavailable naming it; with `allow_partial`, an answer
+without the speed part is returned instead, flagged incomplete. Never a silently wrong number.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from batch_layer import layout
+from batch_layer.versions import Pointer
+from definitions.settings import Settings
+from definitions.views import GRANULARITIES, View, key_text, load_views
+from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
+
+log = logging.getLogger(__name__)
+
+
+class StoreUnavailable(RuntimeError):
+    def __init__(self, component: str, detail: str) -> None:
+        super().__init__(f"{component} cannot be read: {detail}")
+        self.component = component
+        self.detail = detail
+
+
+@dataclass
+class Provenance:
+    version: int | None
+    cutoff_ms: int
+    complete: bool = True
+    unavailable: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SeriesAnswer:
+    view: View
+    keys: dict[str, str]
+    granularity: str
+    series: MergedSeries
+    provenance: Provenance
+
+
+@dataclass
+class TopAnswer:
+    view: View
+    granularity: str
+    start: int
+    end: int
+    rows: list[tuple[str, int, int, int]]
+    provenance: Provenance
+
+
+def buckets_between(start_s: int, end_s: int, granularity: str) -> list[int]:
+    """Bucket starts covering [start, end): from the bucket holding `start` up to before `end`."""
+    size = GRANULARITIES[granularity]
+    first = start_s - start_s % size
+    return list(range(first, end_s, size))
+
+
+class ServingLayer:
+    """Holds the store connections (pooled, reused across requests) and answers view queries."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.views = load_views(settings)
+        self._hbase_pool = None
+        self._realtime = None
+        self._lock = threading.Lock()
+        self.provenance_counts = {"batch": 0, "speed": 0}
+
+    # --- store access --------------------------------------------------------------------------
+
+    def _pool(self):
+        import happybase
+
+        with self._lock:
+            if self._hbase_pool is None:
+                b = self.settings.hbase
+                self._hbase_pool = happybase.ConnectionPool(
+                    size=self.settings.api.hbase_pool_size, host=b.host, port=b.thrift_port, timeout=5_000,
+                    table_prefix=b.namespace, table_prefix_separator=":")
+            return self._hbase_pool
+
+    def _reader(self):
+        from speed_layer.realtime_store import RealtimeReader
+
+        with self._lock:
+            if self._realtime is None:
+                from definitions.clients import cassandra_cluster
+
+                cluster = cassandra_cluster(self.settings, timeout_s=5)
+                self._realtime = RealtimeReader(self.settings, cluster.connect(self.settings.cassandra.keyspace))
+                self._realtime.cluster = cluster
+            return self._realtime
+
+    def _reset_realtime(self) -> None:
+        with self._lock:
+            if self._realtime is not None:
+                try:
+                    self._realtime.close()
+                except Exception:  # a broken cluster object may fail to shut down; drop it anyway
+                    pass
+                self._realtime = None
+
+    def close(self) -> None:
+        self._reset_realtime()
+
+    def pointer(self) -> Pointer | None:
+        try:
+            with self._pool().connection() as conn:
+                data = conn.table(self.settings.hbase.meta_table).row(layout.POINTER_ROW)
+        except Exception as exc:
+            raise StoreUnavailable("hbase", f"{type(exc).__name__}: {exc}") from exc
+        pointer = Pointer.from_columns(data) if data else None
+        if pointer is not None and pointer.cutoff_ms % (self.settings.ingest_bucket_s * 1000):
+            # The speed layer keys rows by ingest buckets of this size: a cutoff inside a bucket
+            # would split it between the layers, and no exact answer could be given.
+            raise StoreUnavailable("hbase", f"batch version {pointer.version} has cutoff {pointer.cutoff_ms} ms, "
+                                            f"not on a {self.settings.ingest_bucket_s}s ingest-bucket boundary")
+        return pointer
+
+    # --- batch part ----------------------------------------------------------------------------
+
+    def _batch_series(self, pointer: Pointer | None, view: View, granularity: str, keys: Sequence[str],
+                      buckets: list[int]) -> dict[int, BatchCell]:
+        if pointer is None or view.name not in pointer.views or not buckets:
+            return {}
+        table = pointer.views[view.name]
+        start, stop = layout.scan_range(view, granularity, keys, buckets[0], buckets[-1] + 1)
+        out = {}
+        try:
+            with self._pool().connection() as conn:
+                for row, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000):
+                    _, _, bucket = layout.parse_row_key(view, row)
+                    out[bucket] = BatchCell(layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
+        except Exception as exc:
+            raise StoreUnavailable("hbase", f"{type(exc).__name__}: {exc}") from exc
+        return out
+
+    def _batch_top(self, pointer: Pointer | None, view: View, granularity: str, buckets: list[int]) -> dict[str, int]:
+        if pointer is None or view.name not in pointer.views or not buckets:
+            return {}
+        start, stop = layout.scan_range(view, granularity, (), buckets[0], buckets[-1] + 1)
+        totals: dict[str, int] = {}
+        try:
+            with self._pool().connection() as conn:
+                for _, data in conn.table(pointer.views[view.name]).scan(row_start=start, row_stop=stop, batch_size=100):
+                    for column, value in data.items():
+                        key = key_text(layout.decode_key(column[2:]))
+                        totals[key] = totals.get(key, 0) + layout.decode_int(value)
+        except Exception as exc:
+            raise StoreUnavailable("hbase", f"{type(exc).__name__}: {exc}") from exc
+        return totals
+
+    # --- speed part ----------------------------------------------------------------------------
+
+    def _speed(self, fn, *args):
+        try:
+            return fn(self._reader(), *args)
+        except Exception as exc:
+            self._reset_realtime()
+            raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc
+
+    # --- queries -------------------------------------------------------------------------------
+
+    def series(self, view: View, keys: dict[str, str], start_s: int, end_s: int, granularity: str,
+               allow_partial: bool = False) -> SeriesAnswer:
+        key_values = [keys[k] for k in view.keys]
+        buckets = buckets_between(start_s, end_s, granularity)
+        pointer = self.pointer()
+        cutoff_ms = pointer.cutoff_ms if pointer else 0
+        provenance = Provenance(pointer.version if pointer else None, cutoff_ms)
+        batch = self._batch_series(pointer, view, granularity, key_values, buckets)
+        try:
+            realtime = self._speed(lambda r: r.series(view.name, granularity, key_text(key_values), buckets,
+                                                      cutoff_ms // 1000, with_sketches=view.aggregation == "distinct"))
+            speed = {b: SpeedCell(c.value, tuple(c.sketches or ())) for b, c in realtime.items()}
+        except StoreUnavailable as exc:
+            if not allow_partial:
+                raise
+            log.warning("answering %s without the speed part: %s", view.name, exc)
+            speed = {}
+            provenance.complete = False
+            provenance.unavailable.append(exc.component)
+        merged = merge_additive(buckets, batch, speed) if view.additive else merge_distinct(buckets, batch, speed)
+        self.provenance_counts["batch"] += len(batch)
+        self.provenance_counts["speed"] += len(speed)
+        return SeriesAnswer(view, dict(zip(view.keys, key_values)), granularity, merged, provenance)
+
+    def top(self, view: View, start_s: int, end_s: int, granularity: str, limit: int,
+            allow_partial: bool = False) -> TopAnswer:
+        buckets = buckets_between(start_s, end_s, granularity)
+        pointer = self.pointer()
+        cutoff_ms = pointer.cutoff_ms if pointer else 0
+        provenance = Provenance(pointer.version if pointer else None, cutoff_ms)
+        batch = self._batch_top(pointer, view, granularity, buckets)
+        speed: dict[str, int] = {}
+        try:
+            per_bucket = self._speed(lambda r: r.bucket(view.name, granularity, buckets, cutoff_ms // 1000))
+            for values in per_bucket.values():
+                for key, value in values.items():
+                    speed[key] = speed.get(key, 0) + value
+        except StoreUnavailable as exc:
+            if not allow_partial:
+                raise
+            provenance.complete = False
+            provenance.unavailable.append(exc.component)
+        return TopAnswer(view, granularity, start_s, end_s, merge_top(batch, speed, limit), provenance)
+
+    def now_s(self) -> int:
+        return int(time.time())

@@ -1,0 +1,51 @@
+"""The dashboard in headless Chromium (Debian's package), driven by Playwright; a screenshot is kept."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from definitions.settings import REPO_ROOT
+
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert executable, "Debian's chromium is installed by infra/setup.sh"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield browser
+        browser.close()
+
+
+def test_dashboard_shows_merged_series_top_pages_and_status(settings, stack, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"http://{settings.api.host}:{settings.api.port}/", wait_until="networkidle")
+    page.wait_for_selector("#chart rect", timeout=30_000)
+    page.wait_for_selector("#top tbody tr", timeout=30_000)
+    page.wait_for_function("document.getElementById('st-version').textContent !== '–'", timeout=30_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+    assert not errors, errors
+    assert page.locator("#chart rect.batch").count() > 0 and page.locator("#chart rect.speed").count() > 0
+    assert page.locator("#cutoff-line").count() == 1, "the batch cutoff is marked on the series"
+    assert page.locator("#top tbody tr").count() >= 3
+    assert page.locator("#st-version").inner_text().startswith("v")
+    assert page.locator("#pv-error").inner_text() == ""
+    # choosing another page from the top list redraws the series for it
+    first = page.locator("#top tbody tr a").nth(1)
+    url = first.get_attribute("data-url")
+    first.click()
+    page.wait_for_function(f"document.getElementById('url').value === {url!r}")
+    page.wait_for_selector("#chart rect")
+    assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000

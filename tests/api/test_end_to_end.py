@@ -1,0 +1,184 @@
+"""End to end through the running API on the real stack: merged answers equal ground truth before
+a batch run, after it (now mostly batch), after more traffic; and with Cassandra stopped the API
+answers as specified — a 503 naming it, or a flagged partial answer — never a wrong number."""
+
+from __future__ import annotations
+
+import calendar
+import time
+import uuid
+from collections import defaultdict
+
+import httpx
+import pytest
+
+from batch_layer.job import run_batch
+from batch_layer.versions import VersionStore
+from ingest import completeness
+from ingest.generator import GeneratorConfig, SentRecord
+from ingest.truth import distinct_events
+from infra.stack import Stack
+from tests.ingest.helpers import send, wait_archived
+
+HOUR = 3_600
+
+
+def epoch(iso: str) -> int:
+    return calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def api(settings) -> str:
+    return f"http://{settings.api.host}:{settings.api.port}"
+
+
+def truth(sent: list[SentRecord]) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, set]]]:
+    views: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    visitors: dict[str, dict[int, set]] = defaultdict(lambda: defaultdict(set))
+    for e in distinct_events(sent):
+        if e["event_type"] == "page_view":
+            bucket = e["event_time"] // 1000 // HOUR * HOUR
+            views[e["url"]][bucket] += 1
+            visitors[e["url"]][bucket].add(e["user_id"])
+    return views, visitors
+
+
+def window(sent: list[SentRecord]) -> tuple[str, str]:
+    from datetime import datetime, timezone
+
+    times = [e["event_time"] // 1000 for e in distinct_events(sent)]
+    start, end = min(times) // HOUR * HOUR, (max(times) // HOUR + 1) * HOUR
+    fmt = lambda s: datetime.fromtimestamp(s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    return fmt(start), fmt(end)
+
+
+def merged(settings, url: str, start: str, end: str, view: str = "page_views", **extra) -> httpx.Response:
+    return httpx.get(f"{api(settings)}/api/v1/views/{view}",
+                     params={"url": url, "granularity": "hour", "start": start, "end": end, **extra}, timeout=30)
+
+
+def mismatches(settings, sent: list[SentRecord]) -> list[str]:
+    views, _ = truth(sent)
+    start, end = window(sent)
+    out = []
+    for url, buckets in views.items():
+        resp = merged(settings, url, start, end)
+        if resp.status_code != 200:
+            out.append(f"{url}: HTTP {resp.status_code} {resp.text[:200]}")
+            continue
+        body = resp.json()
+        got = {epoch(b["bucket"]): b["value"]
+               for b in body["series"] if b["value"]}
+        if got != dict(buckets):
+            out.append(f"{url}: merged {sorted(got.items())[:4]}… truth {sorted(buckets.items())[:4]}…")
+        elif body["total"] != sum(buckets.values()):
+            out.append(f"{url}: total {body['total']} != {sum(buckets.values())}")
+    return out
+
+
+def wait_exact(settings, sent: list[SentRecord], timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        diffs = mismatches(settings, sent)
+        if not diffs:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(diffs)} URLs differ from the truth: " + "; ".join(diffs[:5]))
+        time.sleep(3)
+
+
+def parts(settings, sent: list[SentRecord]) -> tuple[int, int]:
+    views, _ = truth(sent)
+    start, end = window(sent)
+    batch = speed = 0
+    for url in views:
+        for b in merged(settings, url, start, end).json()["series"]:
+            batch += b["batch"]
+            speed += b["speed"]
+    return batch, speed
+
+
+def batch_past(settings, spark, sent: list[SentRecord]):
+    """Run a batch whose cutoff is past every record of `sent`."""
+    newest = max(r.ingest_time_ms for r in sent)
+    step = settings.ingest_bucket_s * 1000
+    deadline = time.monotonic() + 300
+    while True:
+        marker = wait_archived(settings, sent)
+        if marker.complete_before_ms - marker.complete_before_ms % step > newest:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(3)
+    return run_batch(settings, spark=spark)
+
+
+@pytest.fixture(scope="module")
+def prefix() -> str:
+    return f"/e2e-{uuid.uuid4().hex[:8]}"
+
+
+def workload(settings, prefix: str, seed: int) -> list[SentRecord]:
+    return send(settings, GeneratorConfig(seed=seed, count=2_500, pages=25, url_prefix=prefix, late_fraction=0.15,
+                                          late_min_s=2 * HOUR, late_max_s=30 * HOUR, duplicate_fraction=0.05,
+                                          invalid_fraction=0.03))
+
+
+def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, prefix):
+    first = workload(settings, prefix, int(time.time()))
+    wait_exact(settings, first)
+    batch_before, speed_before = parts(settings, first)
+    assert speed_before > 0
+
+    result = batch_past(settings, spark, first)
+    assert VersionStore(settings).pointer().version == result.version
+    wait_exact(settings, first)
+    batch_after, speed_after = parts(settings, first)
+    assert batch_after + speed_after == batch_before + speed_before
+    assert batch_after > speed_after, "after the batch run the answers are mostly batch"
+    assert speed_after == 0, "every record of the workload is below the new cutoff"
+
+    second = workload(settings, prefix, int(time.time()) + 1)
+    wait_exact(settings, first + second)
+    batch_mixed, speed_mixed = parts(settings, first + second)
+    assert batch_mixed > 0 and speed_mixed > 0, "answers now mix both layers"
+
+    # unique visitors: batch exact where no speed part, sketches within the HLL bound when merged
+    _, visitors = truth(first + second)
+    start, end = window(first + second)
+    url = max(visitors, key=lambda u: sum(len(v) for v in visitors[u].values()))
+    body = merged(settings, url, start, end, view="unique_visitors").json()
+    for b in body["series"]:
+        expected = len(visitors[url].get(epoch(b["bucket"]), ()))
+        if b["exact"]:
+            assert b["value"] == expected
+        else:
+            assert abs(b["value"] - expected) <= max(1.0, 0.05 * expected), (b, expected)
+
+    top = httpx.get(f"{api(settings)}/api/v1/views/top_pages",
+                    params={"granularity": "hour", "start": start, "end": end, "limit": 100}, timeout=30).json()
+    views, _ = truth(first + second)
+    ours = {r["url"]: r["value"] for r in top["rows"] if r["url"].startswith(prefix)}
+    totals = {u: sum(b.values()) for u, b in views.items()}
+    for u, value in ours.items():
+        assert value == totals[u]
+
+
+def test_with_cassandra_stopped_the_api_never_answers_wrongly(settings, stack, prefix):
+    marker = completeness.latest(settings)
+    assert marker is not None
+    cassandra = Stack(settings, ["cassandra"])
+    url = f"{prefix}/"
+    try:
+        cassandra.down()
+        resp = merged(settings, url, "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z")
+        assert resp.status_code == 503
+        assert resp.json()["detail"]["component"] == "cassandra"
+        partial = merged(settings, url, "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z", partial="true")
+        assert partial.status_code == 200
+        body = partial.json()
+        assert body["provenance"]["complete"] is False and body["provenance"]["unavailable"] == ["cassandra"]
+        assert all(b["speed"] == 0 for b in body["series"])
+        health = httpx.get(f"{api(settings)}/health", timeout=60).json()
+        assert health["components"]["cassandra"]["state"] == "down"
+    finally:
+        Stack(settings).up()
+    assert merged(settings, url, "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z").status_code == 200
