@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 import psutil
 
 from batch_layer import layout
-from batch_layer.hbase_writer import TableStats, create_table, verify_table, write_partitions
+from batch_layer.hbase_writer import TableStats, VerificationError, create_table, verify_table, write_partitions
 from batch_layer.versions import Pointer, VersionStore
 from definitions.settings import Settings, get_settings
 from definitions.views import View, load_views
@@ -85,7 +85,8 @@ def deduplicated_events(spark, settings: Settings, cutoff_ms: int):
 
 
 def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str] | None = None,
-              force: bool = False, spark=None) -> BatchResult:
+              force: bool = False, spark=None, swap: bool = True) -> BatchResult:
+    """Plan the cutoff, write and verify version N, then (unless `swap` is False) move the pointer to it."""
     from definitions.spark import spark_session
 
     started = time.monotonic()
@@ -102,9 +103,13 @@ def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str]
     spark = spark or spark_session(settings, "lambda-batch", {"spark.driver.memory": settings.batch.driver_memory})
     version = store.allocate_version()
     me = psutil.Process()
+    # Views this run does not recompute keep serving from the previous version's tables.
+    served = dict(current.views) if current is not None and views else {}
+    served.update({v.name: layout.table_name(v, version) for v in selected})
     store.record_run(version, state="writing", run_id=run_id, cutoff_ms=cutoff, started_ms=int(time.time() * 1000),
-                     views=[v.name for v in selected], host=socket.gethostname(), pid=me.pid,
-                     pid_started_ms=int(me.create_time() * 1000))
+                     views=[v.name for v in selected], serves=served, host=socket.gethostname(), pid=me.pid,
+                     pid_started_ms=int(me.create_time() * 1000),
+                     previous_cutoff_ms=current.cutoff_ms if current is not None else 0)
     log.info("run %s: version %d, cutoff %s, views %s", run_id, version, iso(cutoff), ", ".join(v.name for v in selected))
     try:
         events = deduplicated_events(spark, settings, cutoff).cache()
@@ -124,20 +129,48 @@ def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str]
             tables[view.name] = expected
             log.info("%s verified: %d rows, %d cells, checksum %d", name, expected.rows, expected.cells, expected.checksum)
         events.unpersist()
-        # Views this run did not recompute keep serving from the previous version's tables.
-        served = dict(current.views) if current is not None and views else {}
-        served.update({v.name: layout.table_name(v, version) for v in selected})
         stats = {"events": n_events, "tables": {k: vars(t) for k, t in tables.items()},
                  "seconds": round(time.monotonic() - started, 1)}
         store.record_run(version, state="verified", stats=stats)
-        store.swap(Pointer(version, cutoff, run_id, served, stats))
     except BaseException:
         store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
         raise
-    store.retain(settings.batch.keep_versions)
+    if swap:
+        swap_version(settings, version)
     elapsed = time.monotonic() - started
-    log.info("run %s done in %.1fs: version %d serves cutoff %s", run_id, elapsed, version, iso(cutoff))
+    log.info("run %s done in %.1fs: version %d %s cutoff %s", run_id, elapsed, version,
+             "serves" if swap else "is written and verified (not swapped) for", iso(cutoff))
     return BatchResult(version, cutoff, run_id, tables=tables, events=n_events, seconds=elapsed)
+
+
+def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
+    """Scan a written version's tables again and check them against the figures its run recorded."""
+    run = VersionStore(settings).runs().get(version)
+    if run is None or run.get("state") not in ("verified", "live", "retired"):
+        raise VerificationError(f"version {version} was not written and verified (run: {run})")
+    registry = load_views(settings)
+    found = {}
+    for name, recorded in run["stats"]["tables"].items():
+        expected = TableStats(**recorded)
+        verify_table(settings, layout.table_name(name, version), registry[name], expected)
+        found[name] = expected
+    return found
+
+
+def swap_version(settings: Settings, version: int) -> Pointer:
+    """Move serving to a verified version (atomic), then apply retention."""
+    store = VersionStore(settings)
+    run = store.runs().get(version)
+    if run is None or run.get("state") not in ("verified", "live", "retired"):
+        raise VerificationError(f"version {version} cannot serve: its run is {run.get('state') if run else 'unknown'}")
+    current = store.pointer()
+    if current is not None and run["cutoff_ms"] < current.cutoff_ms:
+        raise CutoffError(f"version {version} (cutoff {iso(run['cutoff_ms'])}) is behind the serving version "
+                          f"{current.version} (cutoff {iso(current.cutoff_ms)})")
+    pointer = Pointer(version, run["cutoff_ms"], run["run_id"], run["serves"], run.get("stats", {}))
+    store.swap(pointer)
+    store.retain(settings.batch.keep_versions)
+    return pointer
 
 
 def iso(ms: int) -> str:

@@ -127,22 +127,62 @@ def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
-    from batch_layer.job import CutoffError, iso, parse_cutoff, run_batch
+    """Run a batch recomputation, or one of its steps (what the Airflow DAG's tasks call)."""
+    from batch_layer.hbase_writer import VerificationError
+    from batch_layer.job import CutoffError, choose_cutoff, iso, parse_cutoff, run_batch, swap_version, verify_version
+    from batch_layer.versions import VersionStore
 
+    cutoff = parse_cutoff(args.cutoff) if args.cutoff else None
     try:
-        result = run_batch(settings, parse_cutoff(args.cutoff) if args.cutoff else None,
-                           args.views.split(",") if args.views else None, args.force)
-    except CutoffError as exc:
+        if args.plan:
+            current = VersionStore(settings).pointer()
+            planned = choose_cutoff(settings, cutoff, current)
+            fresh = current is None or planned > current.cutoff_ms
+            _emit({"cutoff": iso(planned), "cutoff_ms": planned, "new": fresh,
+                   "serving_version": current.version if current else None})
+            return 0 if fresh or args.force else 3
+        if args.verify is not None:
+            tables = verify_version(settings, args.verify)
+            _emit({"version": args.verify, "verified": {k: vars(v) for k, v in tables.items()}})
+            return 0
+        if args.swap is not None:
+            pointer = swap_version(settings, args.swap)
+            _emit({"version": pointer.version, "cutoff": iso(pointer.cutoff_ms), "swapped": True})
+            return 0
+        result = run_batch(settings, cutoff, args.views.split(",") if args.views else None, args.force,
+                           swap=not args.no_swap)
+    except (CutoffError, VerificationError) as exc:
         log.error("batch refused: %s", exc)
         return 2
     if result.skipped:
         _say(f"nothing to do: version {result.version} already serves cutoff {iso(result.cutoff_ms)}")
-        return 0
-    _say(f"version {result.version} now serves every view below {iso(result.cutoff_ms)} "
-         f"({result.events:,} distinct events, {result.seconds:.0f}s)")
-    for name, stats in result.tables.items():
-        _say(f"  {name}: {stats.rows:,} rows, {stats.cells:,} cells, checksum {stats.checksum:,}")
+    else:
+        verb = "now serves" if not args.no_swap else "is written and verified, not yet serving,"
+        _say(f"version {result.version} {verb} every view below {iso(result.cutoff_ms)} "
+             f"({result.events:,} distinct events, {result.seconds:.0f}s)")
+        for name, stats in result.tables.items():
+            _say(f"  {name}: {stats.rows:,} rows, {stats.cells:,} cells, checksum {stats.checksum:,}")
+    if args.json:
+        _emit({"version": result.version, "cutoff": iso(result.cutoff_ms), "cutoff_ms": result.cutoff_ms,
+               "run_id": result.run_id, "skipped": result.skipped or None})
     return 0
+
+
+def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
+    from batch_layer.versions import VersionStore
+    from speed_layer.realtime_store import delete_absorbed
+
+    pointer = VersionStore(settings).pointer()
+    if pointer is None:
+        _say("no batch version serves yet: every realtime row is still needed")
+        return 0
+    deleted = delete_absorbed(settings, pointer.cutoff_ms // 1000)
+    _say(f"deleted {deleted:,} realtime row ranges below the serving cutoff (version {pointer.version})")
+    return 0
+
+
+def _emit(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc) + "\n")
 
 
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
@@ -208,7 +248,16 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--cutoff", help="ISO time on an ingest-bucket boundary (default: the last complete one)")
     batch.add_argument("--views", help="comma-separated view names (default: all)")
     batch.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
+    batch.add_argument("--json", action="store_true", help="also print the result as JSON on stdout")
+    steps = batch.add_mutually_exclusive_group()
+    steps.add_argument("--plan", action="store_true",
+                       help="only print the cutoff a run would use; exit 3 if it is not newer than the serving one")
+    steps.add_argument("--no-swap", action="store_true", help="write and verify a new version, leave serving as it is")
+    steps.add_argument("--verify", type=int, metavar="VERSION", help="check a written version's tables again")
+    steps.add_argument("--swap", type=int, metavar="VERSION", help="move serving to a verified version")
     batch.set_defaults(func=cmd_batch)
+    clean = sub.add_parser("clean-realtime", help="delete realtime rows the serving batch version has absorbed")
+    clean.set_defaults(func=cmd_clean_realtime)
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)

@@ -182,3 +182,32 @@ class RealtimeReader:
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.shutdown()
+
+
+def delete_absorbed(settings: Settings, cutoff_s: int) -> int:
+    """Delete realtime rows of ingest buckets below `cutoff_s` (absorbed by the serving batch
+    version); the number of range deletions issued. Only call after the batch swap."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    cluster = cassandra_cluster(settings, timeout_s=30)
+    session = cluster.connect(settings.cassandra.keyspace)
+    try:
+        by_bucket = session.prepare(
+            f"DELETE FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? AND event_bucket = ? AND ingest_bucket < ?")
+        partitions = list(session.execute(f"SELECT DISTINCT view_name, granularity, event_bucket FROM {BY_BUCKET}"))
+        params = [(p.view_name, p.granularity, p.event_bucket, cutoff_s) for p in partitions]
+        by_key = session.prepare(
+            f"DELETE FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ? AND event_bucket = ? AND ingest_bucket < ?")
+        old = session.prepare(f"SELECT event_bucket FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ? "
+                              "AND ingest_bucket < ? ALLOW FILTERING")
+        key_params = []
+        for p in session.execute(f"SELECT DISTINCT view_name, granularity, key FROM {BY_KEY}"):
+            buckets = {r.event_bucket for r in session.execute(old, (p.view_name, p.granularity, p.key, cutoff_s))}
+            key_params.extend((p.view_name, p.granularity, p.key, b, cutoff_s) for b in buckets)
+        for statement, rows in ((by_bucket, params), (by_key, key_params)):
+            for ok, result in execute_concurrent_with_args(session, statement, rows, concurrency=32, raise_on_first_error=False):
+                if not ok:
+                    raise RuntimeError(f"realtime clean-up failed: {result}")
+        return len(params) + len(key_params)
+    finally:
+        cluster.shutdown()

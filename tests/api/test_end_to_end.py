@@ -18,6 +18,7 @@ from ingest import completeness
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
 from infra.stack import Stack
+from speed_layer.realtime_store import delete_absorbed
 from tests.ingest.helpers import send, wait_archived
 
 HOUR = 3_600
@@ -130,6 +131,9 @@ def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, p
 
     result = batch_past(settings, spark, first)
     assert VersionStore(settings).pointer().version == result.version
+    wait_exact(settings, first)
+    # Realtime rows the new version absorbed can go: answers stay the same.
+    assert delete_absorbed(settings, result.cutoff_ms // 1000) > 0
     wait_exact(settings, first)
     batch_after, speed_after = parts(settings, first)
     assert batch_after + speed_after == batch_before + speed_before

@@ -169,3 +169,25 @@ def test_old_versions_are_dropped_beyond_retention(bsettings, batch_run):
         conn.close()
     versions_with_tables = {int(t.rsplit("_v", 1)[1]) for t in tables if "_v" in t and t.rsplit("_v", 1)[1].isdigit()}
     assert versions_with_tables <= set(served[: bsettings.batch.keep_versions]) | {store.pointer().version}
+
+
+def test_write_verify_and_swap_as_separate_steps(bsettings, batch_run, spark):
+    """The steps the Airflow DAG runs one by one: serving only moves at the swap."""
+    import json as _json
+
+    from batch_layer.job import swap_version, verify_version
+
+    store = VersionStore(bsettings)
+    before = store.pointer()
+    written = run_batch(bsettings, cutoff_ms=before.cutoff_ms, force=True, spark=spark, swap=False)
+    assert store.pointer() == before, "a written, unswapped version does not serve"
+    assert set(verify_version(bsettings, written.version)) == set(load_views(bsettings).names())
+    done = subprocess.run([sys.executable, "-m", "lambdactl.cli", "batch", "--swap", str(written.version)],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(bucket_s(bsettings))))
+    assert done.returncode == 0, done.stderr
+    assert _json.loads(done.stdout)["version"] == written.version
+    after = store.pointer()
+    assert after.version == written.version and after.cutoff_ms == before.cutoff_ms
+    with pytest.raises(Exception, match="cannot serve"):
+        swap_version(bsettings, written.version + 1000)
