@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.metrics import ApiMetrics
-from api.routes import events, health, reports, views
+from api.routes import admin, events, health, reports, views
 from definitions.settings import DEFAULT_TOKEN, Settings
 from serving_layer.service import ServingLayer
 
@@ -93,6 +93,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(views.router)
     app.include_router(events.router)
     app.include_router(reports.router)
+    app.include_router(admin.router)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:

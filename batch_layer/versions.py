@@ -103,13 +103,15 @@ class VersionStore:
         served = sorted((v for v, r in runs.items() if r.get("state") in ("live", "retired")), reverse=True)
         kept = set(served[:keep]) | ({current.version} if current else set())
         now_ms = time.time() * 1000
+        # Only tables this store made: <view>_v<N> for a view some run wrote.
+        ours = {name for run in runs.values() for name in run.get("views", [])}
         conn = hbase_connection(self.settings)
         dropped = []
         try:
             for raw in conn.tables():  # names relative to the namespace
                 name = raw.decode()
                 version = _version_of(name)
-                if version is None or version in kept:
+                if version is None or version in kept or name.rpartition("_v")[0] not in ours:
                     continue
                 run = runs.get(version, {})
                 if run.get("state") == "writing" and now_ms - run.get("started_ms", 0) < grace_ms and _may_run(run):

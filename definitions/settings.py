@@ -24,6 +24,7 @@ from pydantic_settings import (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOST = "127.0.0.1"
 DEFAULT_TOKEN = "dev-token-change-me"
+DEFAULT_AIRFLOW_PASSWORD = "admin"
 
 
 class _Section(BaseModel):
@@ -161,6 +162,23 @@ class ApiSettings(_Section):
     health_timeout_s: float = 60
 
 
+class AirflowSettings(_Section):
+    """Airflow 3, in its own virtualenv, scheduling and triggering the batch recomputation."""
+
+    host: str = LOCAL_HOST
+    port: int = 8080
+    venv: Path = REPO_ROOT / ".venv-airflow"
+    # AIRFLOW_HOME; empty: a directory in the state dir.
+    home: str = ""
+    # Any SQLAlchemy URL; empty: SQLite in AIRFLOW_HOME.
+    database_url: SecretStr = SecretStr("")
+    admin_user: str = "admin"
+    admin_password: SecretStr = SecretStr(DEFAULT_AIRFLOW_PASSWORD)
+    parallelism: int = Field(4, ge=1)
+    dag_id: str = "lambda_batch_recompute"
+    health_timeout_s: float = 300
+
+
 class ViewSettings(_Section):
     # Modules that declare more views (a module-level `VIEWS` list of definitions.views.View),
     # added to the built-in ones.
@@ -171,6 +189,7 @@ class StackSettings(_Section):
     # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
     managed_services: list[str] = [
         "kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra", "archiver", "speed-layer", "api",
+        "airflow",
     ]
     java_home: str = ""
     stop_timeout_s: float = 30
@@ -200,6 +219,7 @@ class Settings(BaseSettings):
     batch: BatchSettings = BatchSettings()
     speed: SpeedSettings = SpeedSettings()
     api: ApiSettings = ApiSettings()
+    airflow: AirflowSettings = AirflowSettings()
     views: ViewSettings = ViewSettings()
     stack: StackSettings = StackSettings()
 

@@ -124,3 +124,9 @@ def api(settings: Settings) -> str:
     resp = httpx.get(f"http://{settings.api.host}:{settings.api.port}/api/v1/views", timeout=PROBE_TIMEOUT_S)
     resp.raise_for_status()
     return f"API answers on http://{settings.api.host}:{settings.api.port} ({len(resp.json()['views'])} views)"
+
+
+def airflow(settings: Settings) -> str:
+    from infra.airflow import health as airflow_health
+
+    return airflow_health(settings)

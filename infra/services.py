@@ -380,8 +380,18 @@ API = PlatformProcess(
     needs_spark=False,
 )
 
+AIRFLOW = PlatformProcess(
+    name="airflow",
+    module="infra.airflow",
+    check=health.airflow,
+    timeout_s=lambda s: s.airflow.health_timeout_s,
+    ports=lambda s: {"api": s.airflow.port},
+    host=lambda s: s.airflow.host,
+    needs_spark=False,
+)
+
 ALL: tuple[Service | PlatformProcess, ...] = (
-    KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA, ARCHIVER, SPEED_LAYER, API,
+    KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA, ARCHIVER, SPEED_LAYER, API, AIRFLOW,
 )
 BY_NAME = {s.name: s for s in ALL}
 

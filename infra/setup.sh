@@ -59,4 +59,5 @@ if [ "$(cat "$JARS/.lambda-stamp" 2>/dev/null)" != "$jar_stamp" ]; then
 else
   log "service jars up to date"
 fi
+bash infra/airflow_env/setup.sh
 log "ready"

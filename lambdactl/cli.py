@@ -168,6 +168,33 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
+    """Build the accuracy report of a batch version's ingest window, or list the reports."""
+    from batch_layer.accuracy import build_report, latest_reports, store_report
+    from batch_layer.report_html import render_html
+    from batch_layer.versions import VersionStore
+
+    if args.version is None:
+        for report in latest_reports(settings, args.limit):
+            window = report.get("window", {})
+            _say(f"{report['id']}: {window.get('start')} → {window.get('end')} (version {report.get('version')})")
+        return 0
+    run = VersionStore(settings).runs().get(args.version)
+    if run is None or "cutoff_ms" not in run:
+        log.error("no batch run recorded for version %s", args.version)
+        return 2
+    from definitions.spark import spark_session
+
+    spark = spark_session(settings, "lambda-report", {"spark.driver.memory": settings.batch.driver_memory})
+    report = build_report(settings, spark, run.get("previous_cutoff_ms", 0), run["cutoff_ms"], args.version, run["run_id"])
+    paths = store_report(settings, report, render_html(report))
+    url = f"http://{settings.api.host}:{settings.api.port}/api/v1/reports/{report['id']}/html"
+    _say(f"report {report['id']} for version {args.version}: {url} ({paths.get('json')})")
+    if args.json:
+        _emit({"id": report["id"], "url": url, **paths})
+    return 0
+
+
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     from batch_layer.versions import VersionStore
     from speed_layer.realtime_store import delete_absorbed
@@ -256,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     steps.add_argument("--verify", type=int, metavar="VERSION", help="check a written version's tables again")
     steps.add_argument("--swap", type=int, metavar="VERSION", help="move serving to a verified version")
     batch.set_defaults(func=cmd_batch)
+    report = sub.add_parser("report", help="build (--version N) or list speed-vs-batch accuracy reports")
+    report.add_argument("--version", type=int, help="the batch version whose ingest window to report on")
+    report.add_argument("--limit", type=int, default=20, help="how many reports to list")
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(func=cmd_report)
     clean = sub.add_parser("clean-realtime", help="delete realtime rows the serving batch version has absorbed")
     clean.set_defaults(func=cmd_clean_realtime)
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")

@@ -1,0 +1,119 @@
+"""lambda_batch_recompute: scheduled batch recomputation, and on demand from the Airflow UI.
+
+wait for completeness → recompute (write + verify a new version) → verify again → swap the
+pointer → accuracy report → clean absorbed realtime rows. Serving moves only at the swap, so a
+failed run leaves it on the previous version; rerunning a cutoff that already serves is a no-op.
+The logic lives in the platform (`lambdactl batch ...`); this file only wires the steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import datetime, timedelta
+
+from airflow.exceptions import AirflowSkipException
+from airflow.sdk import Param, dag, get_current_context, task
+
+INTERVAL = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__INTERVAL_S", "3600")))
+NOTHING_NEW = 3  # `lambdactl batch --plan` exit code: no cutoff newer than the serving one
+
+
+# Airflow runs in its own virtualenv without the platform's packages: every task calls the
+# platform's command line (LAMBDA_PLATFORM_BIN/lambdactl) and reads the JSON it prints.
+class LambdactlError(RuntimeError):
+    def __init__(self, args: list[str], code: int, stderr: str) -> None:
+        tail = "\n".join(stderr.strip().splitlines()[-25:])
+        super().__init__(f"lambdactl {' '.join(args)} exited {code}:\n{tail}")
+        self.code = code
+
+
+def lambdactl(*args: str, timeout_s: float = 3_600) -> dict:
+    """Run one lambdactl command; the JSON object of its last stdout line (empty if none)."""
+    binary = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
+    done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout_s)
+    print(done.stderr[-20_000:])  # into the task log, for the Airflow UI
+    if done.returncode != 0:
+        raise LambdactlError(list(args), done.returncode, done.stderr)
+    lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _params() -> dict:
+    return get_current_context()["params"]
+
+
+@dag(
+    dag_id="lambda_batch_recompute",
+    schedule=INTERVAL,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "execution_timeout": timedelta(hours=2)},
+    params={
+        "mode": Param("next_cutoff", enum=["next_cutoff", "full_recompute"],
+                      description="next_cutoff: only when a newer cutoff is covered; "
+                                  "full_recompute: recompute every view from the whole master dataset even at the same cutoff"),
+        "cutoff": Param("", type="string",
+                        description="explicit ISO cutoff on an ingest-bucket boundary (empty: the last complete one)"),
+        "views": Param([], type="array", description="view names to recompute (empty: all)"),
+    },
+    tags=["lambda"],
+    doc_md=__doc__,
+)
+def lambda_batch_recompute():
+    @task(retries=40, retry_delay=timedelta(seconds=15), execution_timeout=timedelta(minutes=2))
+    def wait_for_completeness() -> dict:
+        """The archiver's completeness must cover the cutoff (retried until it does)."""
+        p = _params()
+        args = ["batch", "--plan"] + (["--cutoff", p["cutoff"]] if p["cutoff"] else [])
+        if p["mode"] == "full_recompute":
+            args.append("--force")
+        try:
+            return lambdactl(*args)
+        except LambdactlError as exc:
+            if exc.code == NOTHING_NEW:
+                raise AirflowSkipException("no cutoff newer than the serving version's") from exc
+            raise
+
+    @task
+    def recompute(plan: dict) -> dict:
+        p = _params()
+        args = ["batch", "--no-swap", "--json", "--cutoff", plan["cutoff"]]
+        if p["views"]:
+            args += ["--views", ",".join(p["views"])]
+        if p["mode"] == "full_recompute":
+            args.append("--force")
+        result = lambdactl(*args)
+        if result.get("skipped"):
+            raise AirflowSkipException(result["skipped"])
+        return result
+
+    @task
+    def verify(run: dict) -> dict:
+        lambdactl("batch", "--verify", str(run["version"]))
+        return run
+
+    @task
+    def swap(run: dict) -> dict:
+        return lambdactl("batch", "--swap", str(run["version"]))
+
+    @task(retries=1)
+    def report(run: dict) -> dict:
+        result = lambdactl("report", "--version", str(run["version"]), "--json")
+        api = os.environ.get("LAMBDA_API_URL", "")
+        print(f"accuracy report: {api}/api/v1/reports/{result.get('id')}/html")
+        return result
+
+    @task
+    def clean_realtime(_: dict) -> None:
+        lambdactl("clean-realtime")
+
+    planned = wait_for_completeness()
+    written = recompute(planned)
+    swapped = swap(verify(written))
+    clean_realtime(report(swapped))
+
+
+lambda_batch_recompute()

@@ -1,0 +1,113 @@
+"""Airflow orchestration on the real stack: DAGs parse without touching a database; the batch DAG,
+triggered through the platform's API (Airflow REST underneath), moves the pointer to the expected
+cutoff with exact answers and a report; a run whose batch task fails leaves serving untouched."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+import time
+import uuid
+
+import httpx
+import pytest
+
+from batch_layer.versions import VersionStore
+from infra.airflow import DAGS_FOLDER, AirflowClient, environment
+from ingest.generator import GeneratorConfig
+from tests.api.test_end_to_end import wait_exact
+from tests.ingest.helpers import send, wait_archived
+
+PARSE = textwrap.dedent("""
+    import json, sys
+    from airflow.models.dagbag import DagBag
+    bag = DagBag(dag_folder=sys.argv[1], include_examples=False)
+    print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()},
+                      "dags": {d.dag_id: [t.task_id for t in d.tasks] for d in bag.dags.values()},
+                      "schedule": str(bag.dags["lambda_batch_recompute"].schedule)}))
+""")
+
+
+def api(settings) -> str:
+    return f"http://{settings.api.host}:{settings.api.port}"
+
+
+def token(settings) -> dict:
+    return {"Authorization": f"Bearer {settings.api.token.get_secret_value()}"}
+
+
+def test_dags_import_cleanly_without_a_database(settings, tmp_path):
+    import json
+
+    env = environment(settings)
+    # A database that cannot exist: parsing must not need it.
+    env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:////nonexistent/dir/airflow.db")
+    done = subprocess.run([str(settings.airflow.venv / "bin" / "python"), "-c", PARSE, str(DAGS_FOLDER)],
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["errors"] == {}
+    assert result["dags"]["lambda_batch_recompute"] == [
+        "wait_for_completeness", "recompute", "verify", "swap", "report", "clean_realtime"]
+    assert "3600" in result["schedule"] or "1:00:00" in result["schedule"]
+
+
+def trigger(settings, conf: dict) -> str:
+    resp = httpx.post(f"{api(settings)}/api/v1/admin/recompute", json=conf, headers=token(settings), timeout=60)
+    assert resp.status_code == 202, resp.text
+    return resp.json()["dag_run_id"]
+
+
+def test_recompute_needs_the_token(settings, stack):
+    assert httpx.post(f"{api(settings)}/api/v1/admin/recompute", json={}, timeout=30).status_code == 401
+
+
+def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(settings, stack):
+    sent = send(settings, GeneratorConfig(seed=int(time.time()), count=1_500, pages=15, url_prefix=f"/af-{uuid.uuid4().hex[:8]}",
+                                          late_fraction=0.1, late_min_s=3_600, late_max_s=20 * 3_600,
+                                          duplicate_fraction=0.05))
+    newest = max(r.ingest_time_ms for r in sent)
+    step = settings.ingest_bucket_s * 1000
+    deadline = time.monotonic() + 300
+    while True:
+        marker = wait_archived(settings, sent)
+        if marker.complete_before_ms - marker.complete_before_ms % step > newest:
+            expected_min_cutoff = marker.complete_before_ms - marker.complete_before_ms % step
+            break
+        assert time.monotonic() < deadline
+        time.sleep(3)
+    before = VersionStore(settings).pointer()
+
+    run_id = trigger(settings, {"mode": "next_cutoff"})
+    client = AirflowClient(settings)
+    try:
+        run = client.wait(settings.airflow.dag_id, run_id, timeout_s=1_200)
+        states = {t["task_id"]: t["state"] for t in client.task_instances(settings.airflow.dag_id, run_id)}
+    finally:
+        client.close()
+    assert run["state"] == "success", states
+    assert set(states.values()) == {"success"}, states
+
+    after = VersionStore(settings).pointer()
+    assert before is None or after.version > before.version
+    assert after.cutoff_ms >= expected_min_cutoff > newest
+    wait_exact(settings, sent)
+    reports = httpx.get(f"{api(settings)}/api/v1/reports", timeout=30).json()["reports"]
+    mine = [r for r in reports if r.get("window") and r["window"]["end"] == time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(after.cutoff_ms / 1000))]
+    assert mine, "the run built the accuracy report of the window it absorbed"
+    assert httpx.get(f"{api(settings)}{mine[0]['html']}", timeout=30).status_code == 200
+
+
+def test_a_failing_batch_task_leaves_serving_where_it_was(settings, stack):
+    before = VersionStore(settings).pointer()
+    run_id = trigger(settings, {"mode": "full_recompute", "views": ["no_such_view"]})
+    client = AirflowClient(settings)
+    try:
+        run = client.wait(settings.airflow.dag_id, run_id, timeout_s=900)
+        states = {t["task_id"]: t["state"] for t in client.task_instances(settings.airflow.dag_id, run_id)}
+    finally:
+        client.close()
+    assert run["state"] == "failed"
+    assert states["recompute"] == "failed" and states["swap"] in ("upstream_failed", None)
+    assert VersionStore(settings).pointer() == before
