@@ -22,6 +22,7 @@ SERVICE_MAP = {
     "archiver": "archiver",
     "speed-layer": "speed-layer",
     "api": "api",
+    "airflow": "airflow",
 }
 
 
@@ -36,7 +37,7 @@ def _published(service: dict) -> dict[int, str]:
 def test_compose_file_parses_with_compose():
     docker_compose = shutil.which("docker-compose")
     assert docker_compose, "docker-compose (Debian package) is installed by infra/setup.sh"
-    env = {**os.environ, "LAMBDA_API__TOKEN": "compose-config-check"}
+    env = {**os.environ, "LAMBDA_API__TOKEN": "compose-config-check", "LAMBDA_AIRFLOW__ADMIN_PASSWORD": "check"}
     done = subprocess.run([docker_compose, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True,
                           timeout=60, env=env)
     assert done.returncode == 0, done.stderr
@@ -54,6 +55,7 @@ def test_compose_runs_every_local_service_on_the_same_ports():
         "hbase": [defaults.hbase.master_info_port],
         "cassandra": [defaults.cassandra.port],
         "api": [defaults.api.port],
+        "airflow": [defaults.airflow.port],
     }
     for local, name in SERVICE_MAP.items():
         assert name in compose, f"{local} has no compose service"
@@ -67,6 +69,6 @@ def test_compose_runs_every_local_service_on_the_same_ports():
 
 def test_compose_runs_platform_services_with_the_platforms_own_launcher():
     compose = yaml.safe_load(COMPOSE.read_text())["services"]
-    for name in ("hbase", "hbase-thrift", "archiver", "speed-layer", "api"):
+    for name in ("hbase", "hbase-thrift", "archiver", "speed-layer", "api", "airflow"):
         assert compose[name]["command"] == ["run", name]
         assert compose[name]["image"] == "lambda-platform:local"
