@@ -231,10 +231,9 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
-    _say("bringing the stack up (first start formats storage; later starts are quicker)")
-    cmd_up(settings, args)
-    _say("every service answering through its own protocol:")
-    return cmd_status(settings, argparse.Namespace(json=False))
+    from lambdactl.demo import run_demo
+
+    return run_demo(settings, count=args.count, rate=args.rate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -293,7 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)
-    sub.add_parser("demo", help="the whole story on generated data").set_defaults(func=cmd_demo)
+    demo = sub.add_parser("demo", help="the whole story on generated data")
+    demo.add_argument("--count", type=int, default=20_000, help="records to stream")
+    demo.add_argument("--rate", type=float, default=1_000.0, help="records per second")
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 
