@@ -5,6 +5,9 @@ VENV ?= .venv
 # Ingest buckets of a minute (the production default is an hour): batch cutoffs and the
 # speed/batch boundary move every minute, so the demo and the tests see them move.
 export LAMBDA_INGEST_BUCKET_S ?= 60
+# ... and a 2-minute de-duplication window in the speed layer (10 minutes by default), so the
+# accuracy reports' "duplicates beyond the window" can be produced within a test run.
+export LAMBDA_SPEED__DEDUPE_WINDOW_S ?= 120
 LAMBDACTL = $(VENV)/bin/lambdactl
 PYTEST_ARGS ?=
 

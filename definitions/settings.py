@@ -136,8 +136,10 @@ class SpeedSettings(_Section):
 
     checkpoint_dir: str = "/lambda/checkpoints/speed"
     trigger_s: float = Field(5.0, gt=0)
-    # Watermark delay on ingest time: duplicates re-sent within this window are counted once,
-    # and aggregation state of older ingest buckets is dropped.
+    # Watermark delay on ingest time: duplicates re-sent within this window are counted once
+    # (Spark keeps an event_id until the watermark passes its time + this delay, so in practice
+    # one to two windows, longer while no traffic moves the watermark), and aggregation state of
+    # older ingest buckets is dropped.
     dedupe_window_s: int = Field(600, ge=1)
     # Realtime rows expire by themselves after this long: far beyond any plausible batch delay,
     # so a row is never lost before a batch has absorbed it (the cleanup after each batch swap

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO
 
-from definitions.events import EVENT_TYPES, MAX_EVENT_BYTES, SCHEMA_VERSION, format_time
+from definitions.events import MAX_EVENT_BYTES, SCHEMA_VERSION, format_time
 from definitions.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -162,6 +162,12 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
              f"({result.events:,} distinct events, {result.seconds:.0f}s)")
         for name, stats in result.tables.items():
             _say(f"  {name}: {stats.rows:,} rows, {stats.cells:,} cells, checksum {stats.checksum:,}")
+        if not args.no_swap and not args.no_report:
+            # The accuracy report of the window this run absorbed (the DAG runs it as its own task).
+            try:
+                cmd_report(settings, argparse.Namespace(version=result.version, limit=0, json=False))
+            except Exception:  # the batch itself is done and serving; say what failed
+                log.exception("the accuracy report failed; version %d serves all the same", result.version)
     if args.json:
         _emit({"version": result.version, "cutoff": iso(result.cutoff_ms), "cutoff_ms": result.cutoff_ms,
                "run_id": result.run_id, "skipped": result.skipped or None})
@@ -275,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--views", help="comma-separated view names (default: all)")
     batch.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
     batch.add_argument("--json", action="store_true", help="also print the result as JSON on stdout")
+    batch.add_argument("--no-report", action="store_true", help="skip the accuracy report after the swap")
     steps = batch.add_mutually_exclusive_group()
     steps.add_argument("--plan", action="store_true",
                        help="only print the cutoff a run would use; exit 3 if it is not newer than the serving one")

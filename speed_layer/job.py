@@ -135,7 +135,8 @@ def run(settings: Settings) -> int:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     })
-    progress = ProgressFile(settings, JOB, extra={"ingest_bucket_s": settings.ingest_bucket_s})
+    progress = ProgressFile(settings, JOB, extra={"ingest_bucket_s": settings.ingest_bucket_s,
+                                                 "dedupe_window_s": settings.speed.dedupe_window_s})
     spark.streams.addListener(progress.listener())
     stopping = threading.Event()
 

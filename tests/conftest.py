@@ -34,10 +34,11 @@ def stack(settings: Settings):
     if "speed-layer" in settings.stack.managed_services:
         from ingest.streaming_progress import read_progress
 
-        running = read_progress(settings, "speed-layer").get("ingest_bucket_s")
-        if running != settings.ingest_bucket_s:
-            pytest.exit(f"the stack's speed layer runs with ingest_bucket_s={running}, the tests with "
-                        f"{settings.ingest_bucket_s}: run `make down` and then `make test`", returncode=2)
+        running = read_progress(settings, "speed-layer")
+        for name, ours in (("ingest_bucket_s", settings.ingest_bucket_s), ("dedupe_window_s", settings.speed.dedupe_window_s)):
+            if running.get(name) != ours:
+                pytest.exit(f"the stack's speed layer runs with {name}={running.get(name)}, the tests with {ours}: "
+                            "run `make down` and then `make test`", returncode=2)
     return stack
 
 

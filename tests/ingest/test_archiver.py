@@ -8,9 +8,8 @@ import os
 import signal
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import timezone
 
-import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from definitions.events import parse_time
