@@ -32,5 +32,9 @@ down:
 status:
 	$(LAMBDACTL) status
 
+bench: setup
+	$(LAMBDACTL) up
+	$(VENV)/bin/python bench/run_all.py
+
 clean: down
 	rm -rf .lambda/state

@@ -1,7 +1,7 @@
 """Run the benchmark suite on the running stack; write results.json and results.md (README tables).
 
 Each benchmark runs as a subprocess of .venv/bin/python with `--json` to a temporary file, one
-after another (the machine has few cores): bench/api_latency.py, bench/speed_layer.py,
+after another (the machine has few cores): bench/api_latency.py, bench/speed_freshness.py,
 bench/ingest_throughput.py (`--runs 1 --gen-count 50000 --arch-count 100000`; it pauses the
 stack's archiver during its drain and starts it again), bench/batch_recompute.py (`--sizes
 1000000,5000000,10000000 --runs 1`). `--quick` uses smaller sizes and shorter durations
@@ -45,14 +45,14 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
     if quick:
         return {
             "api_latency": ["bench/api_latency.py", "--clients", "1,8", "--duration", "5", "--probes", "10", *port],
-            "speed_layer": ["bench/speed_layer.py", "--fresh-duration", "20", "--rates", "500,1000,2000",
+            "speed_layer": ["bench/speed_freshness.py", "--fresh-duration", "20", "--rates", "500,1000,2000",
                             "--step-duration", "30", "--drain-timeout", "45"],
             "ingest_throughput": ["bench/ingest_throughput.py", "--runs", "1", "--gen-count", "20000", "--arch-count", "50000"],
             "batch_recompute": ["bench/batch_recompute.py", "--sizes", "200000,500000", "--runs", "1", "--hbase-size", "200000"],
         }
     return {
         "api_latency": ["bench/api_latency.py", "--clients", "1,8", *port],
-        "speed_layer": ["bench/speed_layer.py"],
+        "speed_layer": ["bench/speed_freshness.py"],
         "ingest_throughput": ["bench/ingest_throughput.py", "--runs", "1", "--gen-count", "50000", "--arch-count", "100000"],
         "batch_recompute": ["bench/batch_recompute.py", "--sizes", "1000000,5000000,10000000", "--runs", "1"],
     }
@@ -146,8 +146,11 @@ def run_step(name: str, args: list[str], logs: Path, timeout_s: float) -> dict:
         json_path.unlink()
     step["ok"] = step.get("returncode") == 0 and "result" in step and "error" not in step
     if not step["ok"]:
-        step.setdefault("error", f"exit code {step.get('returncode')}" + ("" if "result" in step else ", no JSON written"))
         step["stderr_tail"] = tail(stderr_path)
+        last = next((line for line in reversed(step["stderr_tail"].splitlines()) if line.strip()), "")
+        last = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", "", last)[:300]
+        step.setdefault("error", f"exit code {step.get('returncode')}" + ("" if "result" in step else ", no JSON written")
+                        + (f"; last log line: {last}" if last else ""))
         log.error("%s FAILED (%s); tail of its log:\n%s", name, step["error"], step["stderr_tail"])
     else:
         log.info("%s: done in %.0fs", name, step["seconds"])
@@ -172,8 +175,12 @@ def table(header: list[str], rows: list[list[str]], align: list[str] | None = No
 
 def markdown(results: dict) -> str:
     m = results["machine"]
+    before = results["memory"].get("before") or {}
+    running = [x["service"] for x in before.get("services", []) if x["running"]]
+    stack = (f"{len(running)} of {len(before.get('services', []))} stack services running" if before.get("services")
+             else "stack state unknown")
     lines = ["# Benchmark results", "",
-             f"`{results['command']}` — {m['date']}, stack running"
+             f"`{results['command']}` — {m['date']}, {stack}"
              f" (ingest bucket {results['settings'].get('ingest_bucket_s')} s){' — quick mode' if results['quick'] else ''}.",
              ""]
     lines += table(["machine", ""], [
@@ -203,6 +210,11 @@ def markdown(results: dict) -> str:
         summary.append(["speed layer, highest sustained input rate (steps tried)",
                         (f"{f(best)} records/s" if best else "none sustained")
                         + (f" (not sustained at {f(above)}/s)" if above else " (every step sustained)")])
+        fit = r.get("batch_cost_fit") or {}
+        if fit.get("ceiling_rows_per_s"):
+            summary.append(["speed layer, rate ceiling fitted from micro-batch costs",
+                            f"~{f(fit['ceiling_rows_per_s'])} records/s ({f(fit['fixed_ms'])} ms per batch + "
+                            f"{f(fit['per_row_ms'] * 1000, 1)} µs per record)"])
     if api and api.get("freshness"):
         a = api["freshness"]
         summary.append(["end-to-end freshness (POST /api/v1/events → GET page_views), p50 / p95 / p99",
@@ -220,7 +232,7 @@ def markdown(results: dict) -> str:
         summary.append([f"batch recompute of {f(biggest['records'])} records (Spark / DuckDB)",
                         f"{f(biggest['spark_s'], 1)} s / {f(biggest['duckdb_s'], 1)} s"])
     mem = results["memory"].get("after") or results["memory"].get("before") or {}
-    if mem.get("services"):
+    if mem.get("services") and any(x["running"] for x in mem["services"]):
         summary.append(["stack RSS (all services)", f"{f(mem['total_rss_mb'])} MiB"])
     if summary:
         lines += ["## Summary", ""] + table(["what", "figure"], summary)
@@ -257,15 +269,22 @@ def markdown(results: dict) -> str:
                       f"trigger {speed.get('trigger_s')} s).", ""]
         if speed.get("rates"):
             r = speed["rates"]
-            rows = [[f(s["target_rate"]), f(s["offered_rate"]), f(s["processed_rows_per_s_median"]),
+            rows = [[f(s["target_rate"]), f(s["offered_rate"]), f(s["processed_rows_per_s"]),
                      f(s["committed_rows_per_s"]), f(s["batch_ms_median"]),
-                     f"{f(s['lag_trough_first_third'])} → {f(s['lag_trough_last_third'])}", f(s["rows_behind_max"]),
-                     f(s["drained_after_s"], 1), "yes" if s["sustained"] else "**no**"] for s in r["steps"]]
+                     " → ".join(f(x) for x in s["lag_after_commits"]) or "–", f(s["rows_behind_max"]),
+                     f(s["drained_after_s"], 1),
+                     "yes" if s["sustained"] else "**no**: " + "; ".join(s["not_sustained_because"])] for s in r["steps"]]
             rows += [[f(rate), "not run", "", "", "", "", "", "", ""] for rate in r.get("not_run", [])]
             lines += [f"Input rate steps of {f(r['step_duration_s'])} s (generator, valid events; trigger {r['trigger_s']} s):", ""]
-            lines += table(["target /s", "offered /s", "processed /s (Spark)", "committed /s", "batch ms",
-                            "lag after commits, first → last third", "rows_behind max", "caught up after (s)", "sustained"],
-                           rows)
+            lines += table(["target /s", "offered /s", "processed /s (Spark)", "committed /s", "batch ms (median)",
+                            "lag just after each commit", "rows_behind max", "caught up after (s)", "sustained"],
+                           rows, ["r"] * 8 + ["l"])
+            fit = r.get("batch_cost_fit")
+            if fit and fit.get("ceiling_rows_per_s"):
+                lines += [f"Batch cost fitted over {fit['batches']} micro-batches: {f(fit['fixed_ms'])} ms + "
+                          f"{f(fit['per_row_ms'] * 1000, 1)} µs per record, so the input rate cannot exceed about "
+                          f"{f(fit['ceiling_rows_per_s'])} records/s (micro-batches, and freshness, grow without bound as it "
+                          "nears that).", ""]
     if ingest:
         lines += ["## Ingest", ""]
         lines += table(["what", "figure"], [

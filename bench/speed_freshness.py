@@ -17,7 +17,7 @@
    interval's worth of records, and the backlog is gone within `--drain-timeout` s of the step's
    end. The ladder stops at the first step that is not sustained.
 
-    .venv/bin/python bench/speed_layer.py --json /tmp/bench_speed.json
+    .venv/bin/python bench/speed_freshness.py --json /tmp/bench_speed.json
 
 Needs the stack up (`lambdactl up`), speed layer included. The benchmark's events stay in topic
 `events` (and so reach the master dataset): their URLs start with /bench-.
@@ -25,29 +25,12 @@ Needs the stack up (`lambdactl up`), speed layer included. The benchmark's event
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-
-# `python bench/<script>.py` puts bench/ first on sys.path, where this file's name shadows the
-# platform's `speed_layer` package. Run as a script, drop bench/ from the path before importing
-# the package; imported as `speed_layer` by another script of bench/ (e.g. stack_startup.py via
-# the stack's bootstrap), hand the import over to the real package (a module may replace itself
-# in sys.modules; the import system then uses the replacement).
-_BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-_saved_path = list(sys.path)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _BENCH_DIR]
-if __name__ == "speed_layer":
-    try:
-        del sys.modules["speed_layer"]
-        sys.modules["speed_layer"] = importlib.import_module("speed_layer")
-    finally:
-        sys.path[:] = _saved_path
-
 import argparse
 import json
 import logging
+import os
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -333,26 +316,34 @@ def rate_step(settings: Settings, lag: LagProbe, run: str, rate: int, duration: 
                                          ("timestamp", "input_rows", "input_rows_per_s", "processed_rows_per_s",
                                           "batch_ms", "rows_behind")}
     elapsed = produce_end - started
-    # The lowest lag in a window is the lag just after a batch committed; compare the first and
-    # last thirds of the step (after a warm-up of a fifth of it).
-    steady = [s for s in samples if s["t"] >= elapsed * 0.2]
-    third = max(1, len(steady) // 3)
-    first_trough = min((s["lag"] for s in steady[:third]), default=None)
-    last_trough = min((s["lag"] for s in steady[-third:]), default=None)
     offered = report.rate if report else 0.0
-    tolerance = offered * settings.speed.trigger_s
-    growth = (last_trough - first_trough) if first_trough is not None and last_trough is not None else None
-    sustained = growth is not None and growth <= tolerance and drained_s is not None
+    # The lag just after a commit (a trough of the saw-tooth) is what arrived while that batch
+    # ran: it stays level when the speed layer keeps up and grows with each batch when it does not
+    # (every batch then takes longer than the one before). The step's first commit may close a
+    # batch planned before the step began: it is left out.
+    commits = [b for a, b in zip(samples, samples[1:]) if b["committed"] != a["committed"]]
+    troughs = [s["lag"] for s in commits[1:]]
+    tolerance = offered * settings.speed.trigger_s / 2
+    reasons = []
+    growth = None
+    if len(troughs) >= 2:
+        growth = troughs[-1] - min(troughs[:-1])
+        if growth > tolerance:
+            reasons.append(f"lag after commits grew by {growth:,} records (tolerance {tolerance:,.0f})")
+    else:
+        reasons.append(f"only {len(commits)} batch(es) committed during the {elapsed:.0f}s step")
+    if drained_s is None:
+        reasons.append(f"backlog not processed within {drain_timeout:.0f}s of the step's end")
     step_batches = list(batches.values())
     processed = [b["processed_rows_per_s"] for b in step_batches if b.get("processed_rows_per_s")]
     inputs = [b["input_rows_per_s"] for b in step_batches if b.get("input_rows_per_s")]
-    batch_ms = [b["batch_ms"] for b in step_batches if b.get("batch_ms")]
+    timed = [b for b in step_batches if b.get("batch_ms") and b.get("input_rows") is not None]
+    batch_ms = [b["batch_ms"] for b in timed]
     behind = [b["rows_behind"] for b in step_batches if b.get("rows_behind") is not None]
     # Records committed per second between the first and the last commit seen during the step.
     committed_rate = None
-    changes = [b for a, b in zip(samples, samples[1:]) if b["committed"] != a["committed"]]
-    if len(changes) >= 2 and changes[-1]["t"] > changes[0]["t"]:
-        committed_rate = (changes[-1]["committed"] - changes[0]["committed"]) / (changes[-1]["t"] - changes[0]["t"])
+    if len(commits) >= 2 and commits[-1]["t"] > commits[0]["t"]:
+        committed_rate = (commits[-1]["committed"] - commits[0]["committed"]) / (commits[-1]["t"] - commits[0]["t"])
     return {
         "target_rate": rate,
         "offered_rate": offered,
@@ -362,14 +353,18 @@ def rate_step(settings: Settings, lag: LagProbe, run: str, rate: int, duration: 
         "lag_start": first["lag"],
         "lag_end": samples[-1]["lag"] if samples else None,
         "lag_max": max((s["lag"] for s in samples), default=None),
-        "lag_trough_first_third": first_trough,
-        "lag_trough_last_third": last_trough,
+        "lag_after_commits": troughs,
+        "lag_after_first_commit": troughs[0] if troughs else None,
+        "lag_after_last_commit": troughs[-1] if troughs else None,
         "lag_growth": growth,
         "lag_growth_tolerance": tolerance,
-        "lag_slope_per_s": least_squares_slope([(s["t"], s["lag"]) for s in steady]),
+        "lag_slope_per_s": least_squares_slope([(s["t"], s["lag"]) for s in commits[1:]]),
         "drained_after_s": drained_s,
-        "sustained": sustained,
+        "sustained": not reasons,
+        "not_sustained_because": reasons,
         "batches": len(step_batches),
+        # Spark's processedRowsPerSecond over the step's batches: rows / busy time, and the median.
+        "processed_rows_per_s": (sum(b["input_rows"] for b in timed) / (sum(batch_ms) / 1000)) if batch_ms else None,
         "processed_rows_per_s_median": statistics.median(processed) if processed else None,
         "input_rows_per_s_median": statistics.median(inputs) if inputs else None,
         "committed_rows_per_s": committed_rate,
@@ -377,8 +372,24 @@ def rate_step(settings: Settings, lag: LagProbe, run: str, rate: int, duration: 
         "batch_ms_max": max(batch_ms) if batch_ms else None,
         "rows_behind_max": max(behind) if behind else None,
         "rows_behind_last": behind[-1] if behind else None,
+        "batch_samples": [(b["input_rows"], b["batch_ms"]) for b in timed],
         "lag_samples": [(round(s["t"], 1), s["lag"]) for s in samples],
     }
+
+
+def batch_cost_fit(steps: list[dict]) -> dict | None:
+    """Least squares batch_ms = fixed + per_row * rows over every batch seen; 1/per_row bounds the rate."""
+    points = [(rows, ms) for s in steps for rows, ms in s.get("batch_samples", []) if rows]
+    if len(points) < 3 or len({r for r, _ in points}) < 2:
+        return None
+    try:
+        fit = statistics.linear_regression([r for r, _ in points], [m for _, m in points])
+    except statistics.StatisticsError:
+        return None
+    if fit.slope <= 0:
+        return {"batches": len(points), "fixed_ms": fit.intercept, "per_row_ms": fit.slope, "ceiling_rows_per_s": None}
+    return {"batches": len(points), "fixed_ms": fit.intercept, "per_row_ms": fit.slope,
+            "ceiling_rows_per_s": 1000 / fit.slope}
 
 
 def _iso(epoch_s: float) -> str:
@@ -397,16 +408,17 @@ def sustained_rates(settings: Settings, run: str, rates: list[int], duration: fl
             log.info("rate step %d records/s for %.0fs", rate, duration)
             step = rate_step(settings, lag, run, rate, duration, drain_timeout)
             steps.append(step)
-            log.info("step %d/s: offered %.0f/s, processed %s/s (Spark median), lag trough %s -> %s, drained after %s s: %s",
-                     rate, step["offered_rate"], _fmt(step["processed_rows_per_s_median"]), step["lag_trough_first_third"],
-                     step["lag_trough_last_third"], _fmt(step["drained_after_s"], 1),
-                     "sustained" if step["sustained"] else "NOT sustained")
+            log.info("step %d/s: offered %.0f/s, processed %s/s (Spark), lag after commits %s, drained after %s s: %s",
+                     rate, step["offered_rate"], _fmt(step["processed_rows_per_s"]), step["lag_after_commits"],
+                     _fmt(step["drained_after_s"], 1),
+                     "sustained" if step["sustained"] else "NOT sustained: " + "; ".join(step["not_sustained_because"]))
             if not step["sustained"]:
                 break
     finally:
         lag.close()
     ok = [s for s in steps if s["sustained"]]
     return {
+        "batch_cost_fit": batch_cost_fit(steps),
         "rates": rates,
         "step_duration_s": duration,
         "trigger_s": settings.speed.trigger_s,
@@ -446,13 +458,14 @@ def report(result: dict) -> str:
         lines.append(f"Speed-layer input rate steps of {r['step_duration_s']:.0f} s (trigger {r['trigger_s']} s, "
                      f"maxOffsetsPerTrigger {r['max_offsets_per_trigger']:,}):")
         lines.append(f"{'target/s':>9} {'offered/s':>10} {'processed/s':>12} {'committed/s':>12} {'batch ms':>9} "
-                     f"{'lag trough':>16} {'lag max':>8} {'rows_behind':>12} {'drained s':>10}  verdict")
+                     f"{'lag after commits':>26} {'lag max':>8} {'rows_behind':>12} {'drained s':>10}  verdict")
         for s in r["steps"]:
-            trough = f"{_fmt(s['lag_trough_first_third'])}->{_fmt(s['lag_trough_last_third'])}"
-            lines.append(f"{s['target_rate']:>9,} {s['offered_rate']:>10,.0f} {_fmt(s['processed_rows_per_s_median']):>12} "
-                         f"{_fmt(s['committed_rows_per_s']):>12} {_fmt(s['batch_ms_median']):>9} {trough:>16} "
+            after = s["lag_after_commits"]
+            shown = " ".join(_short(x) for x in (after if len(after) <= 5 else [*after[:2], None, *after[-2:]]))
+            lines.append(f"{s['target_rate']:>9,} {s['offered_rate']:>10,.0f} {_fmt(s['processed_rows_per_s']):>12} "
+                         f"{_fmt(s['committed_rows_per_s']):>12} {_fmt(s['batch_ms_median']):>9} {shown or '-':>26} "
                          f"{_fmt(s['lag_max']):>8} {_fmt(s['rows_behind_max']):>12} {_fmt(s['drained_after_s'], 1):>10}  "
-                         f"{'sustained' if s['sustained'] else 'NOT sustained'}")
+                         + ("sustained" if s["sustained"] else "NOT sustained: " + "; ".join(s["not_sustained_because"])))
         if r["not_run"]:
             lines.append(f"  not run (a lower rate was not sustained): {', '.join(map(str, r['not_run']))}")
         best = r["highest_sustained_target_rate"]
@@ -460,13 +473,25 @@ def report(result: dict) -> str:
             f" (offered {_fmt(r['highest_sustained_offered_rate'])}/s)" if best else " (none of the steps)")
             + (f"; not sustained at {r['first_unsustained_target_rate']:,}/s" if r["first_unsustained_target_rate"] else
                "; every step sustained (the limit is higher)"))
-        lines.append("(processed/s: Spark's processedRowsPerSecond, median over the step's batches; committed/s: offsets "
-                     "committed per second; lag: Kafka end offsets - committed offsets, lowest in the first -> last third; "
-                     "rows_behind: the progress file's figure)")
+        fit = r.get("batch_cost_fit")
+        if fit:
+            lines.append(f"batch cost fit over {fit['batches']} batches: {fit['fixed_ms']:,.0f} ms + {fit['per_row_ms'] * 1000:,.1f} us "
+                         f"per record -> rate ceiling ~{_fmt(fit['ceiling_rows_per_s'])} records/s (batches grow without "
+                         "bound as the rate nears it)")
+        lines.append("(processed/s: Spark's processedRowsPerSecond over the step's batches (rows / busy time); committed/s: "
+                     "offsets committed per second; lag: Kafka end offsets - the speed layer's committed offsets, just after "
+                     "each commit (k = thousands); rows_behind: the progress file's figure, non-zero only when a batch is "
+                     "capped by maxOffsetsPerTrigger)")
     for name, error in result.get("errors", {}).items():
         lines.append(f"{name}: FAILED: {error}")
     lines.append(f"(load average {', '.join(f'{x:.1f}' for x in result['load_average'])} on {os.cpu_count()} cores)")
     return "\n".join(lines) + "\n"
+
+
+def _short(value) -> str:
+    if value is None:
+        return ".."
+    return f"{value / 1000:.1f}k" if value >= 1000 else str(value)
 
 
 def int_list(text: str) -> list[int]:
