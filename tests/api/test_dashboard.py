@@ -26,26 +26,34 @@ def browser():
 
 
 def test_dashboard_shows_merged_series_top_pages_and_status(settings, stack, browser):
+    import httpx
+
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    status = httpx.get(f"{base}/api/v1/status", timeout=30).json()
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(f"http://{settings.api.host}:{settings.api.port}/", wait_until="networkidle")
-    page.wait_for_selector("#chart rect", timeout=30_000)
-    page.wait_for_selector("#top tbody tr", timeout=30_000)
-    page.wait_for_function("document.getElementById('st-version').textContent !== '–'", timeout=30_000)
+    page.goto(f"{base}/", wait_until="networkidle")
+    page.wait_for_selector("#chart rect", state="attached", timeout=60_000)
+    page.wait_for_selector("#top tbody tr", timeout=60_000)
+    # Show the busiest page of the window: its series has bars to look at.
+    busiest = page.locator("#top tbody tr a").first
+    url = busiest.get_attribute("data-url")
+    busiest.click()
+    page.wait_for_function(f"document.getElementById('url').value === {url!r}")
+    page.wait_for_function("[...document.querySelectorAll('#chart rect')].some(r => +r.getAttribute('height') > 0)",
+                           timeout=60_000)
+    page.wait_for_function("document.getElementById('st-version').textContent !== '–'", timeout=60_000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
     assert not errors, errors
     assert page.locator("#chart rect.batch").count() > 0 and page.locator("#chart rect.speed").count() > 0
-    assert page.locator("#cutoff-line").count() == 1, "the batch cutoff is marked on the series"
     assert page.locator("#top tbody tr").count() >= 3
-    assert page.locator("#st-version").inner_text().startswith("v")
     assert page.locator("#pv-error").inner_text() == ""
-    # choosing another page from the top list redraws the series for it
-    first = page.locator("#top tbody tr a").nth(1)
-    url = first.get_attribute("data-url")
-    first.click()
-    page.wait_for_function(f"document.getElementById('url').value === {url!r}")
-    page.wait_for_selector("#chart rect")
+    if status.get("batch"):
+        assert page.locator("#st-version").inner_text() == f"v{status['batch']['version']}"
+        assert page.locator("#cutoff-line").count() == 1, "the batch cutoff is marked on the series"
+    else:
+        assert page.locator("#st-version").inner_text() == "none yet"
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
