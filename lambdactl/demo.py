@@ -38,8 +38,13 @@ def _hourly_window(events: list[dict]) -> tuple[str, str]:
 
 
 def _answer(settings: Settings, url: str, start: str, end: str) -> dict:
-    resp = httpx.get(f"{_api(settings)}/api/v1/views/page_views",
-                     params={"url": url, "granularity": "hour", "start": start, "end": end}, timeout=30)
+    for attempt in range(5):
+        resp = httpx.get(f"{_api(settings)}/api/v1/views/page_views",
+                         params={"url": url, "granularity": "hour", "start": start, "end": end}, timeout=30)
+        if resp.status_code != 503:
+            break
+        _say(f"    the API says a store is unavailable ({resp.json()['detail']}); asking again")
+        time.sleep(3)
     resp.raise_for_status()
     body = resp.json()
     batch = sum(b["batch"] for b in body["series"])

@@ -113,11 +113,10 @@ class ServingLayer:
         self._reset_realtime()
 
     def pointer(self) -> Pointer | None:
-        try:
-            with self._pool().connection() as conn:
-                data = conn.table(self.settings.hbase.meta_table).row(layout.POINTER_ROW)
-        except Exception as exc:
-            raise StoreUnavailable("hbase", f"{type(exc).__name__}: {exc}") from exc
+        def read(conn):
+            return conn.table(self.settings.hbase.meta_table).row(layout.POINTER_ROW)
+
+        data = self._hbase(read)
         pointer = Pointer.from_columns(data) if data else None
         if pointer is not None and pointer.cutoff_ms % (self.settings.ingest_bucket_s * 1000):
             # The speed layer keys rows by ingest buckets of this size: a cutoff inside a bucket
@@ -134,39 +133,52 @@ class ServingLayer:
             return {}
         table = pointer.views[view.name]
         start, stop = layout.scan_range(view, granularity, keys, buckets[0], buckets[-1] + 1)
-        out = {}
-        try:
-            with self._pool().connection() as conn:
-                for row, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000):
-                    _, _, bucket = layout.parse_row_key(view, row)
-                    out[bucket] = BatchCell(layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
-        except Exception as exc:
-            raise StoreUnavailable("hbase", f"{type(exc).__name__}: {exc}") from exc
-        return out
+        def read(conn):
+            out = {}
+            for row, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000):
+                _, _, bucket = layout.parse_row_key(view, row)
+                out[bucket] = BatchCell(layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
+            return out
+
+        return self._hbase(read)
 
     def _batch_top(self, pointer: Pointer | None, view: View, granularity: str, buckets: list[int]) -> dict[str, int]:
         if pointer is None or view.name not in pointer.views or not buckets:
             return {}
         start, stop = layout.scan_range(view, granularity, (), buckets[0], buckets[-1] + 1)
-        totals: dict[str, int] = {}
-        try:
-            with self._pool().connection() as conn:
-                for _, data in conn.table(pointer.views[view.name]).scan(row_start=start, row_stop=stop, batch_size=100):
-                    for column, value in data.items():
-                        key = key_text(layout.decode_key(column[2:]))
-                        totals[key] = totals.get(key, 0) + layout.decode_int(value)
-        except Exception as exc:
-            raise StoreUnavailable("hbase", f"{type(exc).__name__}: {exc}") from exc
-        return totals
+        def read(conn):
+            totals: dict[str, int] = {}
+            for _, data in conn.table(pointer.views[view.name]).scan(row_start=start, row_stop=stop, batch_size=100):
+                for column, value in data.items():
+                    key = key_text(layout.decode_key(column[2:]))
+                    totals[key] = totals.get(key, 0) + layout.decode_int(value)
+            return totals
+
+        return self._hbase(read)
 
     # --- speed part ----------------------------------------------------------------------------
 
-    def _speed(self, fn, *args):
-        try:
-            return fn(self._reader(), *args)
-        except Exception as exc:
-            self._reset_realtime()
-            raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc
+    def _hbase(self, read, attempts: int = 2):
+        """Run `read(connection)` on a pooled Thrift connection; a broken connection is replaced by
+        the pool, so one failure is retried before HBase is declared unreadable."""
+        for attempt in range(1, attempts + 1):
+            try:
+                with self._pool().connection() as conn:
+                    return read(conn)
+            except Exception as exc:
+                if attempt == attempts:
+                    log.warning("hbase read failed: %s: %s", type(exc).__name__, exc)
+                    raise StoreUnavailable("hbase", f"{type(exc).__name__}: {exc}") from exc
+
+    def _speed(self, fn, *args, attempts: int = 2):
+        for attempt in range(1, attempts + 1):
+            try:
+                return fn(self._reader(), *args)
+            except Exception as exc:
+                self._reset_realtime()
+                if attempt == attempts:
+                    log.warning("cassandra read failed: %s: %s", type(exc).__name__, exc)
+                    raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc
 
     # --- queries -------------------------------------------------------------------------------
 
