@@ -145,6 +145,11 @@ class SpeedSettings(_Section):
     # so a row is never lost before a batch has absorbed it (the cleanup after each batch swap
     # deletes absorbed rows much sooner).
     ttl_s: int = Field(3 * 86_400, ge=3_600)
+    # gc_grace_seconds of the realtime tables: how long deletion and expiry tombstones stay before a
+    # compaction may purge them (Cassandra's default is 10 days). Rows here are never read below
+    # the serving cutoff, so a deletion missed by a replica is harmless; a short grace keeps reads
+    # clear of tombstones.
+    gc_grace_s: int = Field(3_600, ge=0)
     max_offsets_per_trigger: int = Field(200_000, ge=1)
     write_concurrency: int = Field(64, ge=1)
     driver_memory: str = "768m"

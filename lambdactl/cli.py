@@ -203,14 +203,18 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     from batch_layer.versions import VersionStore
-    from speed_layer.realtime_store import delete_absorbed
+    from speed_layer.realtime_cleanup import delete_absorbed
 
     pointer = VersionStore(settings).pointer()
     if pointer is None:
         _say("no batch version serves yet: every realtime row is still needed")
         return 0
-    deleted = delete_absorbed(settings, pointer.cutoff_ms // 1000)
-    _say(f"deleted {deleted:,} realtime row ranges below the serving cutoff (version {pointer.version})")
+    cleanup = delete_absorbed(settings, pointer.cutoff_ms // 1000)
+    _say(f"realtime clean-up below the serving cutoff of version {pointer.version}: {cleanup.summary()}")
+    if args.json:
+        _emit({"version": pointer.version, "cutoff_s": cleanup.cutoff_s, "rows_below_cutoff": cleanup.rows_below_cutoff,
+               "deletions": cleanup.deletions, "complete": cleanup.complete,
+               "unreadable": [u.describe() for u in cleanup.unreadable]})
     return 0
 
 
@@ -295,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
     clean = sub.add_parser("clean-realtime", help="delete realtime rows the serving batch version has absorbed")
+    clean.add_argument("--json", action="store_true", help="also print the outcome as one JSON line")
     clean.set_defaults(func=cmd_clean_realtime)
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")

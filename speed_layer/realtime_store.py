@@ -9,6 +9,12 @@ Two tables serve every declared view (definitions/views.py):
 
 Rows hold absolute values for their (key, event bucket, ingest bucket): a replayed micro-batch
 writes the same values again. Every row carries the table's TTL (settings.speed.ttl_s).
+
+Deletes (speed_layer/realtime_cleanup.py) and expired rows leave tombstones, which reads scan until
+`gc_grace_seconds` has passed and a compaction has purged them. Rows here are ephemeral (never read
+below the serving cutoff, expiring by TTL), so a deletion that a replica missed and that comes back
+is harmless: the tables keep a short `gc_grace_seconds` (settings.speed.gc_grace_s) and let
+compaction drop tombstones from a single SSTable, instead of Cassandra's 10 days.
 """
 
 from __future__ import annotations
@@ -27,40 +33,87 @@ BY_KEY = "realtime_by_key"
 BY_BUCKET = "realtime_by_bucket"
 
 
+def table_options(settings: Settings) -> dict[str, object]:
+    """What `ensure_schema` keeps in line with settings on both tables."""
+    grace = settings.speed.gc_grace_s
+    return {
+        "default_time_to_live": settings.speed.ttl_s,
+        "gc_grace_seconds": grace,
+        "compaction": {"class": "org.apache.cassandra.db.compaction.SizeTieredCompactionStrategy",
+                       "unchecked_tombstone_compaction": "true",
+                       "tombstone_compaction_interval": str(max(grace, 60)),
+                       "max_threshold": "32", "min_threshold": "4"},
+    }
+
+
+def _with(options: dict[str, object]) -> str:
+    def literal(value: object) -> str:
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"'{k}': '{v}'" for k, v in value.items()) + "}"
+        return str(value)
+
+    return " AND ".join(f"{name} = {literal(value)}" for name, value in options.items())
+
+
 def schema(settings: Settings) -> list[str]:
-    ks, ttl = settings.cassandra.keyspace, settings.speed.ttl_s
+    ks, options = settings.cassandra.keyspace, _with(table_options(settings))
     return [
         f"""CREATE TABLE IF NOT EXISTS {ks}.{BY_KEY} (
             view_name text, granularity text, key text, event_bucket bigint, ingest_bucket bigint,
             value bigint, sketch blob, updated_ms bigint,
             PRIMARY KEY ((view_name, granularity, key), event_bucket, ingest_bucket)
-        ) WITH default_time_to_live = {ttl}""",
+        ) WITH {options}""",
         f"""CREATE TABLE IF NOT EXISTS {ks}.{BY_BUCKET} (
             view_name text, granularity text, event_bucket bigint, ingest_bucket bigint, key text,
             value bigint, updated_ms bigint,
             PRIMARY KEY ((view_name, granularity, event_bucket), ingest_bucket, key)
-        ) WITH default_time_to_live = {ttl}""",
+        ) WITH {options}""",
     ]
 
 
 def ensure_schema(settings: Settings, session=None) -> None:
-    """Create the realtime tables; bring their TTL in line with settings."""
+    """Create the realtime tables; bring their TTL, gc grace and compaction in line with settings."""
     own = session is None
     cluster = cassandra_cluster(settings) if own else None
     session = session or cluster.connect()
     try:
         for statement in schema(settings):
             session.execute(statement)
-        ks = settings.cassandra.keyspace
+        ks, wanted = settings.cassandra.keyspace, table_options(settings)
         for table in (BY_KEY, BY_BUCKET):
             row = session.execute(
-                "SELECT default_time_to_live FROM system_schema.tables WHERE keyspace_name = %s AND table_name = %s",
-                (ks, table)).one()
-            if row is not None and row.default_time_to_live != settings.speed.ttl_s:
-                session.execute(f"ALTER TABLE {ks}.{table} WITH default_time_to_live = {settings.speed.ttl_s}")
+                "SELECT default_time_to_live, gc_grace_seconds, compaction FROM system_schema.tables "
+                "WHERE keyspace_name = %s AND table_name = %s", (ks, table)).one()
+            current = {"default_time_to_live": row.default_time_to_live, "gc_grace_seconds": row.gc_grace_seconds,
+                       "compaction": {k: row.compaction.get(k) for k in wanted["compaction"]}}
+            if current != wanted:
+                log.info("aligning %s.%s with settings: %s", ks, table, wanted)
+                session.execute(f"ALTER TABLE {ks}.{table} WITH {_with(wanted)}")
     finally:
         if own:
             cluster.shutdown()
+
+
+def execute_with_retries(session, statement, params: Sequence[tuple], concurrency: int, attempts: int = 5,
+                         what: str = "realtime writes") -> None:
+    """Execute `statement` once per parameter tuple, many in flight; retry the failed ones with
+    backoff; raise naming the first error if some still fail after `attempts`."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    pending, error = list(params), None
+    for attempt in range(1, attempts + 1):
+        if not pending:
+            return
+        results = execute_concurrent_with_args(session, statement, pending, concurrency=concurrency,
+                                               raise_on_first_error=False)
+        failed = [p for p, (ok, _) in zip(pending, results) if not ok]
+        error = next((result for ok, result in results if not ok), None)
+        if failed and attempt < attempts:
+            log.warning("%d %s failed (attempt %d/%d): %s; retrying", len(failed), what, attempt, attempts, error)
+            time.sleep(min(2 ** attempt, 10))
+        pending = failed
+    if pending:
+        raise RuntimeError(f"{len(pending)} {what} still failing after {attempts} attempts: {error}")
 
 
 @dataclass(frozen=True)
@@ -90,28 +143,13 @@ class RealtimeWriter:
             "VALUES (?, ?, ?, ?, ?, ?, ?)")
 
     def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow], attempts: int = 5) -> None:
-        from cassandra.concurrent import execute_concurrent_with_args
-
         now = int(time.time() * 1000)
         work = [
             (self.by_key, [(r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket, r.value, r.sketch, now) for r in by_key]),
             (self.by_bucket, [(r.view, r.granularity, r.event_bucket, r.ingest_bucket, r.key, r.value, now) for r in by_bucket]),
         ]
         for statement, params in work:
-            pending = params
-            for attempt in range(1, attempts + 1):
-                if not pending:
-                    break
-                results = execute_concurrent_with_args(self.session, statement, pending,
-                                                       concurrency=self.settings.speed.write_concurrency,
-                                                       raise_on_first_error=False)
-                failed = [p for p, (ok, _) in zip(pending, results) if not ok]
-                if failed:
-                    log.warning("%d realtime writes failed (attempt %d/%d); retrying", len(failed), attempt, attempts)
-                    time.sleep(min(2 ** attempt, 10))
-                pending = failed
-            if pending:
-                raise RuntimeError(f"{len(pending)} realtime writes still failing after {attempts} attempts")
+            execute_with_retries(self.session, statement, params, self.settings.speed.write_concurrency, attempts)
 
     def close(self) -> None:
         self.cluster.shutdown()
@@ -182,32 +220,3 @@ class RealtimeReader:
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.shutdown()
-
-
-def delete_absorbed(settings: Settings, cutoff_s: int) -> int:
-    """Delete realtime rows of ingest buckets below `cutoff_s` (absorbed by the serving batch
-    version); the number of range deletions issued. Only call after the batch swap."""
-    from cassandra.concurrent import execute_concurrent_with_args
-
-    cluster = cassandra_cluster(settings, timeout_s=30)
-    session = cluster.connect(settings.cassandra.keyspace)
-    try:
-        by_bucket = session.prepare(
-            f"DELETE FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? AND event_bucket = ? AND ingest_bucket < ?")
-        partitions = list(session.execute(f"SELECT DISTINCT view_name, granularity, event_bucket FROM {BY_BUCKET}"))
-        params = [(p.view_name, p.granularity, p.event_bucket, cutoff_s) for p in partitions]
-        by_key = session.prepare(
-            f"DELETE FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ? AND event_bucket = ? AND ingest_bucket < ?")
-        old = session.prepare(f"SELECT event_bucket FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ? "
-                              "AND ingest_bucket < ? ALLOW FILTERING")
-        key_params = []
-        for p in session.execute(f"SELECT DISTINCT view_name, granularity, key FROM {BY_KEY}"):
-            buckets = {r.event_bucket for r in session.execute(old, (p.view_name, p.granularity, p.key, cutoff_s))}
-            key_params.extend((p.view_name, p.granularity, p.key, b, cutoff_s) for b in buckets)
-        for statement, rows in ((by_bucket, params), (by_key, key_params)):
-            for ok, result in execute_concurrent_with_args(session, statement, rows, concurrency=32, raise_on_first_error=False):
-                if not ok:
-                    raise RuntimeError(f"realtime clean-up failed: {result}")
-        return len(params) + len(key_params)
-    finally:
-        cluster.shutdown()

@@ -18,8 +18,8 @@ from ingest import completeness
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
 from infra.stack import Stack
-from speed_layer.realtime_store import delete_absorbed
-from tests.ingest.helpers import send, wait_archived
+from speed_layer.realtime_cleanup import delete_absorbed
+from tests.ingest.helpers import send, wait_cutoff_past
 
 HOUR = 3_600
 
@@ -100,15 +100,7 @@ def parts(settings, sent: list[SentRecord]) -> tuple[int, int]:
 
 def batch_past(settings, spark, sent: list[SentRecord]):
     """Run a batch whose cutoff is past every record of `sent`."""
-    newest = max(r.ingest_time_ms for r in sent)
-    step = settings.ingest_bucket_s * 1000
-    deadline = time.monotonic() + 300
-    while True:
-        marker = wait_archived(settings, sent)
-        if marker.complete_before_ms - marker.complete_before_ms % step > newest:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(3)
+    wait_cutoff_past(settings, sent)
     return run_batch(settings, spark=spark)
 
 
@@ -133,7 +125,8 @@ def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, p
     assert VersionStore(settings).pointer().version == result.version
     wait_exact(settings, first)
     # Realtime rows the new version absorbed can go: answers stay the same.
-    assert delete_absorbed(settings, result.cutoff_ms // 1000) > 0
+    cleanup = delete_absorbed(settings, result.cutoff_ms // 1000)
+    assert cleanup.deletions > 0 and cleanup.complete, cleanup.summary()
     wait_exact(settings, first)
     batch_after, speed_after = parts(settings, first)
     assert batch_after + speed_after == batch_before + speed_before

@@ -12,6 +12,7 @@ from definitions.views import GRANULARITIES, HLL_LG_K, key_text
 from ingest.generator import SentRecord
 from ingest.truth import distinct_events
 from speed_layer.realtime_store import BY_BUCKET, BY_KEY
+from speed_layer.token_scan import scan
 
 URL_VIEWS = ("page_views", "unique_visitors", "top_pages")
 
@@ -54,8 +55,11 @@ def realtime(settings, urls: set[str]) -> dict[tuple[str, str], dict[tuple[str, 
                             out[(view, granularity)][k] = out[(view, granularity)].get(k, 0) + row.value
                     for bucket, union in sketches.items():
                         out[(view, granularity)][(url, bucket)] = union.get_result().get_estimate()
-            rows = session.execute(f"SELECT event_bucket, key, value FROM {BY_BUCKET} WHERE view_name='top_pages' "
-                                   f"AND granularity=%s ALLOW FILTERING", (granularity,))
+            unreadable: list = []
+            rows = [row for part in scan(session, BY_BUCKET, ("view_name", "granularity", "event_bucket"),
+                                         "event_bucket, key, value", "view_name = 'top_pages' AND granularity = ?",
+                                         (granularity,), unreadable=unreadable) for row in part]
+            assert not unreadable, [u.describe() for u in unreadable]
             wanted = {key_text([u]): u for u in urls}
             for row in rows:
                 if row.key in wanted:

@@ -1,0 +1,117 @@
+"""Full scans of a Cassandra table, token range by token range, that survive an unreadable part.
+
+A read that meets more tombstones than the cluster's `tombstone_failure_threshold` fails (and one
+on an overloaded node may time out). A single query over a whole table would then fail as a whole;
+`scan` instead reads the token ring in ranges, splits a range that fails into halves until the
+unreadable part is small (a few partitions at most), and records what it could not read in
+`unreadable`, so a caller can say exactly what it skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+# Murmur3Partitioner tokens lie in (MIN_TOKEN, MAX_TOKEN].
+MIN_TOKEN = -(2**63)
+MAX_TOKEN = 2**63 - 1
+SPLITS = 64
+MIN_WIDTH = 2**44  # a failing range narrower than this (2^-20 of the ring) is reported, not split
+MAX_FAILURES = 400  # failed reads in one scan before giving up: the table, not a partition, is the problem
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A token range (start, end] of `table` whose rows could not be read."""
+
+    table: str
+    start: int
+    end: int
+    error: str
+
+    def describe(self) -> str:
+        return f"{self.table} token range ({self.start}, {self.end}]: {self.error}"
+
+
+class ScanError(RuntimeError):
+    pass
+
+
+def token_ranges(splits: int = SPLITS) -> list[tuple[int, int]]:
+    """`splits` contiguous ranges (start, end] covering the whole ring, in token order."""
+    width = (MAX_TOKEN - MIN_TOKEN) // splits
+    bounds = [MIN_TOKEN + i * width for i in range(splits)] + [MAX_TOKEN]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def scan(session, table: str, partition_key: Sequence[str], columns: str, where: str = "", params: Sequence = (),
+         unreadable: list[Unreadable] | None = None, splits: int = SPLITS, fetch_size: int = 5_000) -> Iterator[list]:
+    """Yield the rows of `table` (`columns`, filtered by `where` with `params`) one token range at a
+    time: each list is a whole range, read completely. Ranges that cannot be read are appended to
+    `unreadable`; errors other than a failed or timed-out read (store down, bad query) raise."""
+    pk = ", ".join(partition_key)
+    cql = f"SELECT {columns} FROM {table} WHERE token({pk}) > ? AND token({pk}) <= ?"
+    if where:
+        cql += f" AND {where} ALLOW FILTERING"
+    statement = session.prepare(cql)
+    statement.fetch_size = fetch_size
+    pending = list(reversed(token_ranges(splits)))
+    warnings = _TombstoneWarnings()
+    driver_log = logging.getLogger("cassandra.protocol")
+    driver_log.addFilter(warnings)
+    try:
+        yield from _ranges(session, statement, table, params, pending, unreadable)
+    finally:
+        driver_log.removeFilter(warnings)
+        if warnings.count:
+            log.info("%d reads of %s met more tombstones than tombstone_warn_threshold", warnings.count, table)
+
+
+def _ranges(session, statement, table, params, pending, unreadable) -> Iterator[list]:
+    from cassandra import ReadFailure, ReadTimeout
+
+    failures = 0
+    while pending:
+        start, end = pending.pop()
+        try:
+            rows = list(session.execute(statement, (start, end, *params)))
+        except (ReadFailure, ReadTimeout) as exc:
+            failures += 1
+            if failures > MAX_FAILURES:
+                raise ScanError(f"{table}: {failures} token-range reads failed; last: {exc}") from exc
+            if end - start > MIN_WIDTH:
+                middle = start + (end - start) // 2
+                pending.extend(((middle, end), (start, middle)))
+                continue
+            gap = Unreadable(table, start, end, _short(exc))
+            log.warning("could not read %s", gap.describe())
+            if unreadable is not None:
+                unreadable.append(gap)
+            continue
+        yield rows
+
+
+class _TombstoneWarnings(logging.Filter):
+    """Counts the driver's per-query "tombstone_warn_threshold" server warnings instead of logging
+    each: a scan after deletions meets many, and says so once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "tombstone_warn_threshold" in record.getMessage():
+            self.count += 1
+            return False
+        return True
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    for reason in ("READ_TOO_MANY_TOMBSTONES", "Operation timed out"):
+        if reason in text:
+            return f"{type(exc).__name__}: {reason}"
+    return f"{type(exc).__name__}: {text[:200]}"

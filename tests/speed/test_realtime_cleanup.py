@@ -1,0 +1,112 @@
+"""The realtime clean-up on the real Cassandra, in a keyspace of its own: it deletes exactly the rows
+below the cutoff, keeps the rest, and a partition holding more tombstones than Cassandra will scan
+is reported as unreadable instead of failing the clean-up. The tables follow the TTL, gc grace
+and compaction settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from definitions.clients import cassandra_cluster
+from infra.bootstrap import ensure_keyspace
+from speed_layer.realtime_cleanup import delete_absorbed
+from speed_layer.realtime_store import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, ensure_schema
+
+CUTOFF = 1_800_000_000
+BELOW, ABOVE = (CUTOFF - 120, CUTOFF - 60), (CUTOFF, CUTOFF + 60)
+POISON_TOMBSTONES = 110_000  # above Cassandra's tombstone_failure_threshold (100,000)
+
+
+def _settings(settings, keyspace: str, **speed):
+    return settings.model_copy(update={
+        "cassandra": settings.cassandra.model_copy(update={"keyspace": keyspace}),
+        "speed": settings.speed.model_copy(update=speed)})
+
+
+@pytest.fixture
+def own(settings, stack, unique):
+    """Settings pointing at a fresh keyspace with the realtime tables, and a session on it."""
+    mine = _settings(settings, f"cleanup_{unique}")
+    ensure_keyspace(mine)
+    cluster = cassandra_cluster(mine, timeout_s=60)
+    session = cluster.connect(mine.cassandra.keyspace)
+    yield mine, session
+    session.execute(f"DROP KEYSPACE IF EXISTS {mine.cassandra.keyspace}")
+    cluster.shutdown()
+
+
+def _options(session, keyspace: str, table: str):
+    return session.execute("SELECT default_time_to_live, gc_grace_seconds, compaction FROM system_schema.tables "
+                           "WHERE keyspace_name = %s AND table_name = %s", (keyspace, table)).one()
+
+
+def test_tables_follow_ttl_gc_grace_and_compaction_settings(own):
+    mine, session = own
+    ks = mine.cassandra.keyspace
+    for table in (BY_KEY, BY_BUCKET):
+        row = _options(session, ks, table)
+        assert (row.default_time_to_live, row.gc_grace_seconds) == (mine.speed.ttl_s, mine.speed.gc_grace_s)
+        assert row.compaction["unchecked_tombstone_compaction"] == "true"
+    changed = _settings(mine, ks, ttl_s=5 * 86_400, gc_grace_s=600)
+    ensure_schema(changed, session)
+    for table in (BY_KEY, BY_BUCKET):
+        row = _options(session, ks, table)
+        assert (row.default_time_to_live, row.gc_grace_seconds) == (5 * 86_400, 600)
+        assert row.compaction["tombstone_compaction_interval"] == "600"
+
+
+COLUMNS = "view_name, granularity, key, event_bucket, ingest_bucket"
+
+
+def test_cleanup_deletes_rows_below_the_cutoff_and_reports_what_it_cannot_read(own):
+    from cassandra.metadata import Murmur3Token
+    from cassandra.query import BatchStatement, BatchType
+
+    mine, session = own
+    by_key = [RealtimeRow("page_views", "minute", f"/page-{k}", eb, ib, 1)
+              for k in range(40) for eb in (CUTOFF - 3_600, CUTOFF - 60) for ib in BELOW + ABOVE]
+    by_bucket = [RealtimeRow("top_pages", "minute", f"/page-{k}", eb, ib, 1)
+                 for k in range(5) for eb in range(CUTOFF - 600, CUTOFF, 60) for ib in BELOW + ABOVE]
+    writer = RealtimeWriter(mine)
+    writer.write(by_key, by_bucket)
+    writer.close()
+
+    # A partition whose rows below the cutoff sit behind more range tombstones than a read may scan.
+    poison = ("page_views", "minute", "/poisoned")
+    delete = session.prepare(f"DELETE FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ? "
+                             "AND event_bucket = ? AND ingest_bucket < ?")
+    batches = []
+    for start in range(0, POISON_TOMBSTONES, 500):  # one partition: each batch is a single mutation
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for eb in range(start, min(start + 500, POISON_TOMBSTONES)):
+            batch.add(delete, (*poison, eb, CUTOFF))
+        batches.append(batch)
+    for batch in batches:
+        session.execute(batch)
+    session.execute(f"INSERT INTO {BY_KEY} (view_name, granularity, key, event_bucket, ingest_bucket, value) "
+                    "VALUES (%s, %s, %s, %s, %s, 1)", (*poison, 10 * POISON_TOMBSTONES, BELOW[0]))
+    # The partition cannot be read any more, not even for its token: hash its key as the driver routes it.
+    poison_token = Murmur3Token.from_key(delete.bind((*poison, 0, CUTOFF)).routing_key).value
+
+    cleanup = delete_absorbed(mine, CUTOFF)
+
+    assert cleanup.rows_below_cutoff == len(by_key) // 2 + len(by_bucket) // 2
+    # One deletion per (key, event bucket) of realtime_by_key, per event bucket of realtime_by_bucket.
+    assert cleanup.deletions == 40 * 2 + 10
+    assert not cleanup.complete and len(cleanup.unreadable) == 1
+    gap = cleanup.unreadable[0]
+    assert gap.table == BY_KEY and gap.start < poison_token <= gap.end
+    assert "READ_TOO_MANY_TOMBSTONES" in gap.error
+    assert gap.end - gap.start <= 2**44, "the unreadable part is narrowed down to a sliver of the ring"
+
+    def kept(rows):
+        return {(r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket) for r in rows if r.ingest_bucket >= CUTOFF}
+
+    series = session.prepare(f"SELECT {COLUMNS} FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ?")
+    left = {tuple(r) for k in range(40) for r in session.execute(series, ("page_views", "minute", f"/page-{k}"))}
+    assert left == kept(by_key)
+    assert {tuple(r) for r in session.execute(f"SELECT {COLUMNS} FROM {BY_BUCKET}")} == kept(by_bucket)
+
+    again = delete_absorbed(mine, CUTOFF)
+    assert (again.rows_below_cutoff, again.deletions) == (0, 0)
+    assert [(u.table, u.start, u.end) for u in again.unreadable] == [(gap.table, gap.start, gap.end)]
