@@ -37,6 +37,8 @@ import httpx
 from definitions.events import SCHEMA_VERSION, format_time
 from definitions.settings import Settings, get_settings
 
+from figures import fmt, int_list, percentile  # bench/ itself: the scripts run as files
+
 log = logging.getLogger("bench.api")
 
 ROUTES: dict[str, str] = {
@@ -47,18 +49,6 @@ ROUTES: dict[str, str] = {
     "status": "/api/v1/status",
 }
 HEALTH = {"health": "/health"}
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
 
 def base_url(settings: Settings, port: int | None = None) -> str:
     host = settings.api.host
@@ -239,11 +229,6 @@ def freshness(settings: Settings, base: str, run: str, probes: int, interval: fl
 
 
 # --- main -----------------------------------------------------------------------------------------
-
-def _fmt(value, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
 def report(result: dict) -> str:
     lines = []
     if result.get("routes"):
@@ -253,8 +238,8 @@ def report(result: dict) -> str:
                      f"{'ok':>7} {'errors':>7}")
         for r in result["routes"]:
             errors = sum(r["errors"].values())
-            lines.append(f"{r['route']:<30} {r['clients']:>7} {_fmt(r['requests_per_s']):>8} "
-                         f"{_fmt(r['p50_ms']):>8} {_fmt(r['p90_ms']):>8} {_fmt(r['p99_ms']):>8} {_fmt(r['max_ms'], 0):>8} "
+            lines.append(f"{r['route']:<30} {r['clients']:>7} {fmt(r['requests_per_s'], 1):>8} "
+                         f"{fmt(r['p50_ms'], 1):>8} {fmt(r['p90_ms'], 1):>8} {fmt(r['p99_ms'], 1):>8} {fmt(r['max_ms'], 0):>8} "
                          f"{r['ok']:>7,} {errors:>7,}")
             for kind, count in r["errors"].items():
                 lines.append(f"{'':<30} {count:,} x {kind}: {r['error_samples'].get(kind, '')[:200]}")
@@ -263,9 +248,9 @@ def report(result: dict) -> str:
         how = "POST /api/v1/events acknowledged" if f["via"] == "api" else "Kafka LogAppendTime"
         lines.append(f"Freshness end to end ({how} -> GET page_views?granularity=minute counts it), {f['probes']} probes "
                      f"every {f['probe_interval_s']} s, polled every {f['poll_interval_s']} s:")
-        lines.append(f"  p50 {_fmt(f['p50_s'], 2)} s   p95 {_fmt(f['p95_s'], 2)} s   p99 {_fmt(f['p99_s'], 2)} s   "
-                     f"(min {_fmt(f['min_s'], 2)}, max {_fmt(f['max_s'], 2)}; {f['visible']}/{f['probes']} visible"
-                     + (f"; POST p50 {_fmt(f['post_p50_ms'])} ms" if f["post_p50_ms"] is not None else "")
+        lines.append(f"  p50 {fmt(f['p50_s'], 2)} s   p95 {fmt(f['p95_s'], 2)} s   p99 {fmt(f['p99_s'], 2)} s   "
+                     f"(min {fmt(f['min_s'], 2)}, max {fmt(f['max_s'], 2)}; {f['visible']}/{f['probes']} visible"
+                     + (f"; POST p50 {fmt(f['post_p50_ms'], 1)} ms" if f["post_p50_ms"] is not None else "")
                      + (f"; {f['poll_errors']} poll errors" if f["poll_errors"] else "") + ")")
     for name, error in result.get("errors", {}).items():
         lines.append(f"{name}: FAILED: {error}")
@@ -276,11 +261,6 @@ def report(result: dict) -> str:
         lines.append(f"WARNING: the API's /api/v1/status reports: {result['api_batch_error']}")
     lines.append(f"(load average {', '.join(f'{x:.1f}' for x in result['load_average'])} on {os.cpu_count()} cores)")
     return "\n".join(lines) + "\n"
-
-
-def int_list(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -334,7 +314,7 @@ def main() -> int:
                 row = {"route": name, **load_route(base, known[name], clients, args.duration, args.max_requests)}
                 result["routes"].append(row)
                 log.info("%s, %d clients: %.1f req/s, p50 %s ms, p99 %s ms, %d errors", name, clients,
-                         row["requests_per_s"] or 0, _fmt(row["p50_ms"]), _fmt(row["p99_ms"]), sum(row["errors"].values()))
+                         row["requests_per_s"] or 0, fmt(row["p50_ms"], 1), fmt(row["p99_ms"], 1), sum(row["errors"].values()))
                 if not row["ok"]:
                     status = 1
             except Exception as exc:

@@ -47,6 +47,8 @@ from definitions.settings import Settings, get_settings
 from definitions.views import BUILT_IN, GRANULARITIES, PAGE_VIEWS, UNIQUE_VISITORS, View
 from ingest.generator import _COUNTRIES, _DEVICES, _REFERRERS, _TYPE_WEIGHTS, page_urls
 
+from figures import int_list  # bench/ itself: the scripts run as files
+
 log = logging.getLogger("bench.batch")
 
 # --- the synthetic master dataset ------------------------------------------------------------------
@@ -311,11 +313,6 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
 
 
 # --- main -----------------------------------------------------------------------------------------
-
-def int_list(text: str) -> list[int]:
-    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
-
-
 def report(result: dict) -> str:
     lines = [f"Batch recompute (Spark {result['spark_master']}, {result['shuffle_partitions']} shuffle partitions, "
              f"driver {result['driver_memory']}; DuckDB {result['duckdb_version']}, {result['duckdb_threads']} threads; "

@@ -48,18 +48,9 @@ from ingest.streaming_progress import read_progress
 from speed_layer.job import JOB, QUERY
 from speed_layer.realtime_store import BY_KEY
 
+from figures import fmt, int_list, percentile  # bench/ itself: the scripts run as files
+
 log = logging.getLogger("bench.speed")
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def summary(values: list[float]) -> dict:
@@ -234,7 +225,7 @@ def freshness(settings: Settings, run: str, rate: float, duration: float, interv
             if now >= next_log:
                 visible = [p.visible_s - p.appended_ms / 1000 for p in probes if p.visible_s and p.appended_ms]
                 log.info("freshness: %d probes sent, %d visible (median so far %s s)", len(probes), len(visible),
-                         _fmt(percentile(visible, 50), 2))
+                         fmt(percentile(visible, 50), 2))
                 next_log += 10.0
             time.sleep(max(0.0, poll - (time.monotonic() - now)))
         producer.flush(10)
@@ -409,8 +400,8 @@ def sustained_rates(settings: Settings, run: str, rates: list[int], duration: fl
             step = rate_step(settings, lag, run, rate, duration, drain_timeout)
             steps.append(step)
             log.info("step %d/s: offered %.0f/s, processed %s/s (Spark), lag after commits %s, drained after %s s: %s",
-                     rate, step["offered_rate"], _fmt(step["processed_rows_per_s"]), step["lag_after_commits"],
-                     _fmt(step["drained_after_s"], 1),
+                     rate, step["offered_rate"], fmt(step["processed_rows_per_s"]), step["lag_after_commits"],
+                     fmt(step["drained_after_s"], 1),
                      "sustained" if step["sustained"] else "NOT sustained: " + "; ".join(step["not_sustained_because"]))
             if not step["sustained"]:
                 break
@@ -432,27 +423,20 @@ def sustained_rates(settings: Settings, run: str, rates: list[int], duration: fl
 
 
 # --- main -------------------------------------------------------------------------------------------
-
-def _fmt(value, digits: int = 0) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.{digits}f}"
-
-
 def report(result: dict) -> str:
     lines = []
     f = result.get("freshness")
     if f:
         s = f["freshness_from_append_s"]
         lines.append(f"Speed-layer freshness (Kafka LogAppendTime -> count visible in Cassandra {BY_KEY}), "
-                     f"{f['probes']} probes every {f['probe_interval_s']} s among {_fmt(f['background_rate_achieved'])} records/s "
+                     f"{f['probes']} probes every {f['probe_interval_s']} s among {fmt(f['background_rate_achieved'])} records/s "
                      f"of background traffic for {f['duration_s']:.0f} s (trigger {result['trigger_s']} s):")
-        lines.append(f"  p50 {_fmt(s['p50'], 2)} s   p95 {_fmt(s['p95'], 2)} s   p99 {_fmt(s['p99'], 2)} s   "
-                     f"(min {_fmt(s['min'], 2)}, max {_fmt(s['max'], 2)}; {f['visible']}/{f['probes']} probes visible, "
+        lines.append(f"  p50 {fmt(s['p50'], 2)} s   p95 {fmt(s['p95'], 2)} s   p99 {fmt(s['p99'], 2)} s   "
+                     f"(min {fmt(s['min'], 2)}, max {fmt(s['max'], 2)}; {f['visible']}/{f['probes']} probes visible, "
                      f"poll every {f['poll_interval_s']} s)")
         a = f["produce_ack_s"]
-        lines.append(f"  (probe send -> broker ack p50 {_fmt(a['p50'], 3)} s; freshness from send() p50 "
-                     f"{_fmt(f['freshness_from_send_s']['p50'], 2)} s)")
+        lines.append(f"  (probe send -> broker ack p50 {fmt(a['p50'], 3)} s; freshness from send() p50 "
+                     f"{fmt(f['freshness_from_send_s']['p50'], 2)} s)")
     r = result.get("rates")
     if r:
         lines.append(f"Speed-layer input rate steps of {r['step_duration_s']:.0f} s (trigger {r['trigger_s']} s, "
@@ -462,21 +446,21 @@ def report(result: dict) -> str:
         for s in r["steps"]:
             after = s["lag_after_commits"]
             shown = " ".join(_short(x) for x in (after if len(after) <= 5 else [*after[:2], None, *after[-2:]]))
-            lines.append(f"{s['target_rate']:>9,} {s['offered_rate']:>10,.0f} {_fmt(s['processed_rows_per_s']):>12} "
-                         f"{_fmt(s['committed_rows_per_s']):>12} {_fmt(s['batch_ms_median']):>9} {shown or '-':>26} "
-                         f"{_fmt(s['lag_max']):>8} {_fmt(s['rows_behind_max']):>12} {_fmt(s['drained_after_s'], 1):>10}  "
+            lines.append(f"{s['target_rate']:>9,} {s['offered_rate']:>10,.0f} {fmt(s['processed_rows_per_s']):>12} "
+                         f"{fmt(s['committed_rows_per_s']):>12} {fmt(s['batch_ms_median']):>9} {shown or '-':>26} "
+                         f"{fmt(s['lag_max']):>8} {fmt(s['rows_behind_max']):>12} {fmt(s['drained_after_s'], 1):>10}  "
                          + ("sustained" if s["sustained"] else "NOT sustained: " + "; ".join(s["not_sustained_because"])))
         if r["not_run"]:
             lines.append(f"  not run (a lower rate was not sustained): {', '.join(map(str, r['not_run']))}")
         best = r["highest_sustained_target_rate"]
-        lines.append(f"highest sustained rate: {_fmt(best)} records/s" + (
-            f" (offered {_fmt(r['highest_sustained_offered_rate'])}/s)" if best else " (none of the steps)")
+        lines.append(f"highest sustained rate: {fmt(best)} records/s" + (
+            f" (offered {fmt(r['highest_sustained_offered_rate'])}/s)" if best else " (none of the steps)")
             + (f"; not sustained at {r['first_unsustained_target_rate']:,}/s" if r["first_unsustained_target_rate"] else
                "; every step sustained (the limit is higher)"))
         fit = r.get("batch_cost_fit")
         if fit:
             lines.append(f"batch cost fit over {fit['batches']} batches: {fit['fixed_ms']:,.0f} ms + {fit['per_row_ms'] * 1000:,.1f} us "
-                         f"per record -> rate ceiling ~{_fmt(fit['ceiling_rows_per_s'])} records/s (batches grow without "
+                         f"per record -> rate ceiling ~{fmt(fit['ceiling_rows_per_s'])} records/s (batches grow without "
                          "bound as the rate nears it)")
         lines.append("(processed/s: Spark's processedRowsPerSecond over the step's batches (rows / busy time); committed/s: "
                      "offsets committed per second; lag: Kafka end offsets - the speed layer's committed offsets, just after "
@@ -492,11 +476,6 @@ def _short(value) -> str:
     if value is None:
         return ".."
     return f"{value / 1000:.1f}k" if value >= 1000 else str(value)
-
-
-def int_list(text: str) -> list[int]:
-    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

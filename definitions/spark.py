@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from definitions.settings import Settings
@@ -63,3 +66,35 @@ def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | 
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def stop_on_signal(what: str) -> threading.Event:
+    """An event that SIGTERM or SIGINT sets: how a long-running streaming job is asked to stop."""
+    stopping = threading.Event()
+
+    def stop(signum, _frame) -> None:
+        logging.getLogger(__name__).info("signal %d: stopping %s", signum, what)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return stopping
+
+
+def watch_queries(queries: Sequence, stopping: threading.Event) -> int:
+    """Block until `stopping` is set or a streaming query dies; stop the queries still running.
+    The job's exit status: 1 if a query died (its exception is logged), else 0."""
+    status = 0
+    try:
+        while not stopping.is_set():
+            for query in queries:
+                if not query.isActive:
+                    logging.getLogger(__name__).error("query %s stopped: %s", query.name, query.exception())
+                    status = 1
+                    stopping.set()
+            stopping.wait(1.0)
+    finally:
+        for query in queries:
+            if query.isActive:
+                query.stop()
+    return status

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
-import threading
 import time
 
 from definitions.events import FIELD_NAMES
@@ -114,41 +112,23 @@ def topic_partitions(settings: Settings) -> int:
 
 
 def run(settings: Settings) -> int:
-    from definitions.spark import spark_session
+    from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     partitions = topic_partitions(settings)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
     progress = ProgressFile(settings, JOB, {MASTER_QUERY: completeness_hook(settings, partitions)})
     spark.streams.addListener(progress.listener())
     ticker = Ticker(settings)
-    stopping = threading.Event()
-
-    def stop(signum, _frame) -> None:
-        log.info("signal %d: stopping the archiver's queries", signum)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = stop_on_signal("the archiver's queries")
     master, dlq = build_queries(spark, settings)
     ticker.start()
     log.info("archiving %s → %s (trigger %ss); dead letters → %s", settings.kafka.events_topic,
              master_url(settings), settings.archiver.trigger_s, settings.kafka.dlq_topic)
-    status = 0
     try:
-        while not stopping.is_set():
-            for query in (master, dlq):
-                if not query.isActive:
-                    log.error("query %s stopped: %s", query.name, query.exception())
-                    status = 1
-                    stopping.set()
-            stopping.wait(1.0)
+        return watch_queries((master, dlq), stopping)
     finally:
         ticker.stop()
-        for query in (master, dlq):
-            if query.isActive:
-                query.stop()
         spark.stop()
-    return status
 
 
 def main() -> int:

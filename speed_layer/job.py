@@ -17,9 +17,7 @@ Run: `python -m speed_layer.job` (`lambdactl up` does). Nothing starts at import
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
 
 from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, key_text, load_views
@@ -126,7 +124,7 @@ def check_checkpoint_settings(settings: Settings) -> None:
 
 
 def run(settings: Settings) -> int:
-    from definitions.spark import spark_session
+    from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     check_checkpoint_settings(settings)
     spark = spark_session(settings, "lambda-speed-layer", {
@@ -138,14 +136,7 @@ def run(settings: Settings) -> int:
     progress = ProgressFile(settings, JOB, extra={"ingest_bucket_s": settings.ingest_bucket_s,
                                                  "dedupe_window_s": settings.speed.dedupe_window_s})
     spark.streams.addListener(progress.listener())
-    stopping = threading.Event()
-
-    def stop(signum, _frame) -> None:
-        log.info("signal %d: stopping the speed layer", signum)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stopping = stop_on_signal("the speed layer")
     writer = BatchWriter(settings)
     query = (
         aggregated_cells(spark, settings).writeStream
@@ -159,21 +150,12 @@ def run(settings: Settings) -> int:
     log.info("speed layer running: %s → Cassandra %s (trigger %ss, de-duplication window %ss, ingest bucket %ss)",
              settings.kafka.events_topic, settings.cassandra.keyspace, settings.speed.trigger_s,
              settings.speed.dedupe_window_s, settings.ingest_bucket_s)
-    status = 0
     try:
-        while not stopping.is_set():
-            if not query.isActive:
-                log.error("query %s stopped: %s", QUERY, query.exception())
-                status = 1
-                break
-            stopping.wait(1.0)
+        return watch_queries((query,), stopping)
     finally:
-        if query.isActive:
-            query.stop()
         if writer.writer is not None:
             writer.writer.close()
         spark.stop()
-    return status
 
 
 def main() -> int:

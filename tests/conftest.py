@@ -52,6 +52,23 @@ def spark(settings: Settings):
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's package, installed by infra/setup.sh) driven by Playwright."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert executable, "Debian's chromium is installed by infra/setup.sh"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield browser
+        browser.close()
+
+
 @pytest.fixture
 def unique() -> str:
     """A short unique suffix for names a test creates in a shared store."""

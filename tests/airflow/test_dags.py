@@ -16,7 +16,7 @@ from batch_layer.versions import VersionStore
 from infra.airflow import DAGS_FOLDER, AirflowClient, environment
 from ingest.generator import GeneratorConfig
 from tests.api.test_end_to_end import wait_exact
-from tests.ingest.helpers import send, wait_archived
+from tests.ingest.helpers import send, wait_cutoff_past
 
 PARSE = textwrap.dedent("""
     import json, sys
@@ -79,16 +79,7 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     sent = send(settings, GeneratorConfig(seed=int(time.time()), count=1_500, pages=15, url_prefix=f"/af-{uuid.uuid4().hex[:8]}",
                                           late_fraction=0.1, late_min_s=3_600, late_max_s=20 * 3_600,
                                           duplicate_fraction=0.05))
-    newest = max(r.ingest_time_ms for r in sent)
-    step = settings.ingest_bucket_s * 1000
-    deadline = time.monotonic() + 300
-    while True:
-        marker = wait_archived(settings, sent)
-        if marker.complete_before_ms - marker.complete_before_ms % step > newest:
-            expected_min_cutoff = marker.complete_before_ms - marker.complete_before_ms % step
-            break
-        assert time.monotonic() < deadline
-        time.sleep(3)
+    expected_min_cutoff = wait_cutoff_past(settings, sent)
     before = VersionStore(settings).pointer()
 
     run_id = trigger(settings, {"mode": "next_cutoff"})
@@ -103,7 +94,7 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
 
     after = VersionStore(settings).pointer()
     assert before is None or after.version > before.version
-    assert after.cutoff_ms >= expected_min_cutoff > newest
+    assert after.cutoff_ms >= expected_min_cutoff > max(r.ingest_time_ms for r in sent)
     wait_exact(settings, sent)
     reports = httpx.get(f"{api(settings)}/api/v1/reports", timeout=30).json()["reports"]
     mine = [r for r in reports if r.get("window") and r["window"]["end"] == time.strftime(

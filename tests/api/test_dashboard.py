@@ -2,27 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
-
 from definitions.settings import REPO_ROOT
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert executable, "Debian's chromium is installed by infra/setup.sh"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        yield browser
-        browser.close()
 
 
 def test_dashboard_shows_merged_series_top_pages_and_status(settings, stack, browser):

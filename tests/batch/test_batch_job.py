@@ -22,7 +22,7 @@ from ingest import completeness
 from ingest.generator import GeneratorConfig
 from tests.batch.hbase_read import read_table
 from tests.batch.truth import kafka_events, view_truth
-from tests.ingest.helpers import send, wait_archived
+from tests.ingest.helpers import send, wait_cutoff_past
 
 @pytest.fixture(scope="module")
 def bsettings(settings):
@@ -39,14 +39,8 @@ def workload(bsettings, stack):
     """A workload with duplicates and events hours to days late, archived and past a cutoff."""
     sent = send(bsettings, GeneratorConfig(seed=int(time.time()), count=4_000, late_fraction=0.15, late_min_s=3_600,
                                            late_max_s=3 * 86_400, duplicate_fraction=0.05, invalid_fraction=0.03))
-    newest = max(r.ingest_time_ms for r in sent)
-    deadline = time.monotonic() + 240 + bucket_s(bsettings)
-    while True:
-        marker = wait_archived(bsettings, sent)
-        if marker.complete_before_ms - marker.complete_before_ms % (bucket_s(bsettings) * 1000) > newest:
-            return sent
-        assert time.monotonic() < deadline, "completeness did not pass the next ingest bucket"
-        time.sleep(2)
+    wait_cutoff_past(bsettings, sent, timeout_s=240 + bucket_s(bsettings))
+    return sent
 
 
 @pytest.fixture(scope="module")

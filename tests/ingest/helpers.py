@@ -39,6 +39,21 @@ def wait_archived(settings: Settings, sent: list[SentRecord], timeout_s: float =
     raise AssertionError(f"archiver did not catch up within {timeout_s}s; last marker: {marker}")
 
 
+def wait_cutoff_past(settings: Settings, sent: list[SentRecord], timeout_s: float = 300) -> int:
+    """Wait until completeness passes the ingest bucket of the newest record of `sent` (so a batch
+    cutoff covers all of them); the highest cutoff it allows then (ms)."""
+    newest = max(r.ingest_time_ms for r in sent)
+    step = settings.ingest_bucket_s * 1000
+    deadline = time.monotonic() + timeout_s
+    while True:
+        marker = wait_archived(settings, sent)
+        cutoff = marker.complete_before_ms - marker.complete_before_ms % step
+        if cutoff > newest:
+            return cutoff
+        assert time.monotonic() < deadline, f"completeness did not pass the ingest bucket of {newest} within {timeout_s}s"
+        time.sleep(2)
+
+
 def master_rows(spark, settings: Settings, sent: list[SentRecord]) -> list:
     """Master rows at the positions of `sent` (and only those)."""
     positions = spark.createDataFrame([(r.partition, r.offset) for r in sent], "kafka_partition INT, kafka_offset BIGINT")

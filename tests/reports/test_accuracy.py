@@ -15,7 +15,6 @@ over [previous cutoff, new cutoff) is checked against what was sent, computed he
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import uuid
 from collections import Counter
@@ -33,7 +32,7 @@ from definitions.views import GRANULARITIES, load_views
 from definitions.webhdfs import WebHdfs
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
-from tests.ingest.helpers import send, wait_archived
+from tests.ingest.helpers import send, wait_archived, wait_cutoff_past
 
 HOUR = 3_600
 ARTIFACTS = REPO_ROOT / "test-artifacts"
@@ -127,16 +126,8 @@ def batch_window(settings, spark, sent: list[SentRecord]):
     """Wait until the master dataset is complete past the ingest bucket of the newest record, choose
     that cutoff, wait until the speed layer has committed everything before it, read its rows,
     then run the real batch at that cutoff. (cutoff, BatchResult, realtime snapshot)."""
-    newest = max(r.ingest_time_ms for r in sent)
-    step = settings.ingest_bucket_s * 1000
     for attempt in range(3):
-        deadline = time.monotonic() + 300
-        while True:
-            marker = wait_archived(settings, sent)
-            if marker.complete_before_ms - marker.complete_before_ms % step > newest:
-                break
-            assert time.monotonic() < deadline, "completeness did not pass the next ingest bucket"
-            time.sleep(3)
+        wait_cutoff_past(settings, sent)
         cutoff = choose_cutoff(settings, None, VersionStore(settings).pointer())
         speed = accuracy.wait_for_speed_layer(settings, cutoff, timeout_s=240)
         assert speed["caught_up"], f"the speed layer did not reach the cutoff: {speed}"
@@ -364,38 +355,27 @@ def test_the_report_is_stored_locally_and_on_hdfs_and_served(settings, scenario)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
 
 
-def test_the_html_report_renders_in_chromium(settings, scenario):
-    from playwright.sync_api import sync_playwright
-
+def test_the_html_report_renders_in_chromium(settings, scenario, browser):
     report = scenario["full"]
     html = render_html(report)
     assert "://" not in html and "<script" not in html.lower() and "<link" not in html.lower(), "self-contained"
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert executable, "Debian's chromium is installed by infra/setup.sh"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            errors, requests = [], []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("request", lambda req: requests.append(req.url))
-            page.set_content(html, wait_until="load")
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
-            assert not errors, errors
-            assert not [u for u in requests if not u.startswith(("about:", "data:"))], requests
-            views = load_views(settings).names()
-            for name in views:
-                section = page.locator(f"section#view-{name}")
-                assert section.count() == 1
-                assert section.locator("svg").count() >= 3, f"{name}: error histogram, scatter plot, drift over time"
-            assert page.locator("svg[aria-label='unique_visitors HLL relative error']").count() == 1
-            assert page.locator("svg[aria-label='cells per cause']").count() == 1
-            assert page.locator("svg circle").count() > 10, "the scatter plots have points"
-            assert page.get_by_text("measured 0").count() >= len(views), "late events shown as a measured zero"
-            assert page.locator("section#view-page_views").get_by_text("duplicates beyond the window").count() >= 1
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors, requests = [], []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("request", lambda req: requests.append(req.url))
+    page.set_content(html, wait_until="load")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+    assert not errors, errors
+    assert not [u for u in requests if not u.startswith(("about:", "data:"))], requests
+    views = load_views(settings).names()
+    for name in views:
+        section = page.locator(f"section#view-{name}")
+        assert section.count() == 1
+        assert section.locator("svg").count() >= 3, f"{name}: error histogram, scatter plot, drift over time"
+    assert page.locator("svg[aria-label='unique_visitors HLL relative error']").count() == 1
+    assert page.locator("svg[aria-label='cells per cause']").count() == 1
+    assert page.locator("svg circle").count() > 10, "the scatter plots have points"
+    assert page.get_by_text("measured 0").count() >= len(views), "late events shown as a measured zero"
+    assert page.locator("section#view-page_views").get_by_text("duplicates beyond the window").count() >= 1
     assert (ARTIFACTS / "report.png").stat().st_size > 50_000

@@ -1,0 +1,27 @@
+"""Small helpers the benchmark scripts share: percentiles, number formatting, list arguments.
+
+The scripts run as files (`python bench/<name>.py`), so they import this module as `figures`.
+"""
+
+from __future__ import annotations
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def fmt(value, digits: int = 0) -> str:
+    """`value` with thousands separators and `digits` decimals; "-" for None."""
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of integers ("500,1_000,2000")."""
+    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
