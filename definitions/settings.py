@@ -152,6 +152,9 @@ class SpeedSettings(_Section):
     gc_grace_s: int = Field(3_600, ge=0)
     max_offsets_per_trigger: int = Field(200_000, ge=1)
     write_concurrency: int = Field(64, ge=1)
+    # How long a micro-batch keeps retrying its Cassandra writes (a restart, a brief outage) before
+    # the query fails: meanwhile the job waits and Kafka holds the records, nothing is lost.
+    store_outage_s: float = Field(600, ge=0)
     driver_memory: str = "768m"
     health_timeout_s: float = 240
 

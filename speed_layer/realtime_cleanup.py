@@ -63,7 +63,7 @@ def delete_absorbed(settings: Settings, cutoff_s: int) -> Cleanup:
             for rows in scan(session, table, partition_key, ", ".join(names), "ingest_bucket < ?", (cutoff_s,),
                              unreadable=result.unreadable):
                 targets = {tuple(getattr(row, c) for c in names) for row in rows}
-                execute_with_retries(session, delete, [(*t, cutoff_s) for t in targets], concurrency=32, attempts=3,
+                execute_with_retries(session, delete, [(*t, cutoff_s) for t in targets], concurrency=32, give_up_after_s=60,
                                      what=f"{table} deletions")
                 result.rows_below_cutoff += len(rows)
                 result.deletions += len(targets)

@@ -94,26 +94,32 @@ def ensure_schema(settings: Settings, session=None) -> None:
             cluster.shutdown()
 
 
-def execute_with_retries(session, statement, params: Sequence[tuple], concurrency: int, attempts: int = 5,
+def execute_with_retries(session, statement, params: Sequence[tuple], concurrency: int, give_up_after_s: float,
                          what: str = "realtime writes") -> None:
     """Execute `statement` once per parameter tuple, many in flight; retry the failed ones with
-    backoff; raise naming the first error if some still fail after `attempts`."""
+    backoff (up to 10 s apart) until `give_up_after_s` has passed, so a store that is restarting
+    or briefly unreachable delays the work instead of failing it; then raise naming the error."""
     from cassandra.concurrent import execute_concurrent_with_args
 
-    pending, error = list(params), None
-    for attempt in range(1, attempts + 1):
-        if not pending:
-            return
-        results = execute_concurrent_with_args(session, statement, pending, concurrency=concurrency,
-                                               raise_on_first_error=False)
-        failed = [p for p, (ok, _) in zip(pending, results) if not ok]
-        error = next((result for ok, result in results if not ok), None)
-        if failed and attempt < attempts:
-            log.warning("%d %s failed (attempt %d/%d): %s; retrying", len(failed), what, attempt, attempts, error)
+    pending, error, attempt = list(params), None, 0
+    deadline = time.monotonic() + give_up_after_s
+    while pending:
+        attempt += 1
+        try:
+            results = execute_concurrent_with_args(session, statement, pending, concurrency=concurrency,
+                                                   raise_on_first_error=False)
+            failed = [p for p, (ok, _) in zip(pending, results) if not ok]
+            error = next((result for ok, result in results if not ok), None)
+        except Exception as exc:  # every host down: the driver may raise instead of listing failures
+            failed, error = pending, exc
+        if failed:
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{len(failed)} {what} still failing after {attempt} attempts in "
+                                   f"{give_up_after_s:.0f}s: {type(error).__name__}: {error}")
+            log.warning("%d %s failed (attempt %d): %s: %s; retrying", len(failed), what, attempt,
+                        type(error).__name__, error)
             time.sleep(min(2 ** attempt, 10))
         pending = failed
-    if pending:
-        raise RuntimeError(f"{len(pending)} {what} still failing after {attempts} attempts: {error}")
 
 
 @dataclass(frozen=True)
@@ -142,14 +148,15 @@ class RealtimeWriter:
             f"INSERT INTO {BY_BUCKET} (view_name, granularity, event_bucket, ingest_bucket, key, value, updated_ms) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)")
 
-    def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow], attempts: int = 5) -> None:
+    def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow]) -> None:
         now = int(time.time() * 1000)
         work = [
             (self.by_key, [(r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket, r.value, r.sketch, now) for r in by_key]),
             (self.by_bucket, [(r.view, r.granularity, r.event_bucket, r.ingest_bucket, r.key, r.value, now) for r in by_bucket]),
         ]
         for statement, params in work:
-            execute_with_retries(self.session, statement, params, self.settings.speed.write_concurrency, attempts)
+            execute_with_retries(self.session, statement, params, self.settings.speed.write_concurrency,
+                                 self.settings.speed.store_outage_s)
 
     def close(self) -> None:
         self.cluster.shutdown()
