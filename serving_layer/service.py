@@ -22,6 +22,8 @@ from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additi
 
 log = logging.getLogger(__name__)
 
+SPEED_BUCKET_RECHECK_S = 60.0  # how often the speed layer's ingest-bucket size is read again
+
 
 class StoreUnavailable(RuntimeError):
     def __init__(self, component: str, detail: str) -> None:
@@ -74,6 +76,7 @@ class ServingLayer:
         self._realtime = None
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
+        self._speed_bucket: tuple[int, float] | None = None  # (seconds, when read)
 
     # --- store access --------------------------------------------------------------------------
 
@@ -112,17 +115,41 @@ class ServingLayer:
     def close(self) -> None:
         self._reset_realtime()
 
+    def speed_bucket_s(self) -> int:
+        """The ingest-bucket size the speed layer keys realtime rows by (the marker beside its
+        checkpoint on HDFS), read again every minute. This service's own setting before the speed
+        layer's first start; while HDFS cannot be read, the last size read (logged)."""
+        from speed_layer.checkpoint_marker import read_bucket_s
+
+        now = time.monotonic()
+        cached = self._speed_bucket
+        if cached is not None and now - cached[1] < SPEED_BUCKET_RECHECK_S:
+            return cached[0]
+        try:
+            size = read_bucket_s(self.settings) or self.settings.ingest_bucket_s
+        except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
+            size = cached[0] if cached is not None else self.settings.ingest_bucket_s
+            log.warning("cannot read the speed layer's ingest-bucket size from HDFS (%s: %s); using %ss",
+                        type(exc).__name__, exc, size)
+        if size != self.settings.ingest_bucket_s and (cached is None or cached[0] != size):
+            log.warning("the speed layer keys realtime rows by %ss ingest buckets, this service's setting says "
+                        "%ss: cutoffs are checked against the speed layer's", size, self.settings.ingest_bucket_s)
+        self._speed_bucket = (size, now)
+        return size
+
     def pointer(self) -> Pointer | None:
         def read(conn):
             return conn.table(self.settings.hbase.meta_table).row(layout.POINTER_ROW)
 
         data = self._hbase(read)
         pointer = Pointer.from_columns(data) if data else None
-        if pointer is not None and pointer.cutoff_ms % (self.settings.ingest_bucket_s * 1000):
-            # The speed layer keys rows by ingest buckets of this size: a cutoff inside a bucket
-            # would split it between the layers, and no exact answer could be given.
-            raise StoreUnavailable("hbase", f"batch version {pointer.version} has cutoff {pointer.cutoff_ms} ms, "
-                                            f"not on a {self.settings.ingest_bucket_s}s ingest-bucket boundary")
+        if pointer is not None:
+            bucket_s = self.speed_bucket_s()
+            if pointer.cutoff_ms % (bucket_s * 1000):
+                # A cutoff inside one of the speed layer's ingest buckets would split that bucket
+                # between the layers: no exact answer could be given.
+                raise StoreUnavailable("hbase", f"batch version {pointer.version} has cutoff {pointer.cutoff_ms} ms, "
+                                                f"not on a boundary of the speed layer's {bucket_s}s ingest buckets")
         return pointer
 
     # --- batch part ----------------------------------------------------------------------------

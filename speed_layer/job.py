@@ -105,22 +105,16 @@ class BatchWriter:
 def check_checkpoint_settings(settings: Settings) -> None:
     """The aggregation state depends on the ingest bucket size: refuse to resume a checkpoint made
     with another one (its windows would be wrong), and record the size of a new checkpoint."""
-    import json
+    from speed_layer import checkpoint_marker
 
-    from definitions.webhdfs import WebHdfs
-
-    marker = f"{settings.speed.checkpoint_dir.rstrip('/')}-settings.json"
-    with WebHdfs(settings) as fs:
-        existing = fs.read(marker)
-        if existing is not None:
-            made_with = json.loads(existing).get("ingest_bucket_s")
-            if made_with != settings.ingest_bucket_s:
-                raise SystemExit(
-                    f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with ingest_bucket_s="
-                    f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "
-                    "and its marker (the speed layer then recomputes from the earliest Kafka offset)")
-        else:
-            fs.write(marker, json.dumps({"ingest_bucket_s": settings.ingest_bucket_s}).encode())
+    made_with = checkpoint_marker.read_bucket_s(settings)
+    if made_with is None:
+        checkpoint_marker.write_bucket_s(settings)
+    elif made_with != settings.ingest_bucket_s:
+        raise SystemExit(
+            f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with ingest_bucket_s="
+            f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "
+            "and its marker (the speed layer then recomputes from the earliest Kafka offset)")
 
 
 def run(settings: Settings) -> int:
