@@ -37,7 +37,7 @@ import httpx
 from definitions.events import SCHEMA_VERSION, format_time
 from definitions.settings import Settings, get_settings
 
-from figures import fmt, int_list, percentile  # bench/ itself: the scripts run as files
+from figures import emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
 
 log = logging.getLogger("bench.api")
 
@@ -336,9 +336,7 @@ def main() -> int:
             status = 1
         loads.append(os.getloadavg()[0])
     result["load_average"] = loads
-    sys.stdout.write(report(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    emit(result, report(result), args.json)
     return status
 
 

@@ -47,7 +47,7 @@ from definitions.settings import Settings, get_settings
 from definitions.views import BUILT_IN, GRANULARITIES, PAGE_VIEWS, UNIQUE_VISITORS, View
 from ingest.generator import _COUNTRIES, _DEVICES, _REFERRERS, _TYPE_WEIGHTS, page_urls
 
-from figures import int_list  # bench/ itself: the scripts run as files
+from figures import emit, int_list  # bench/ itself: the scripts run as files
 
 log = logging.getLogger("bench.batch")
 
@@ -437,9 +437,7 @@ def main() -> int:
         con.close()
         spark.stop()
 
-    sys.stdout.write(report(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    emit(result, report(result), args.json)
     return 0
 
 

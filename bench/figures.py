@@ -5,6 +5,10 @@ The scripts run as files (`python bench/<name>.py`), so they import this module 
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 
 def percentile(values: list[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..100); None for no values."""
@@ -25,3 +29,10 @@ def fmt(value, digits: int = 0) -> str:
 def int_list(text: str) -> list[int]:
     """A comma-separated list of integers ("500,1_000,2000")."""
     return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
+
+
+def emit(result: dict, text: str, json_path: Path | None) -> None:
+    """Print a benchmark's report; write its result as JSON too when asked (`--json`)."""
+    sys.stdout.write(text)
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2))

@@ -47,7 +47,7 @@ from ingest.streaming_progress import read_progress
 from speed_layer.job import JOB, QUERY
 from speed_layer.realtime_store import BY_KEY
 
-from figures import fmt, int_list, percentile  # bench/ itself: the scripts run as files
+from figures import emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
 
 log = logging.getLogger("bench.speed")
 
@@ -529,9 +529,7 @@ def main() -> int:
             status = 1
         loads.append(os.getloadavg()[0])
     result["load_average"] = loads
-    sys.stdout.write(report(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    emit(result, report(result), args.json)
     return status
 
 

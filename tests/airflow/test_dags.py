@@ -71,6 +71,17 @@ def trigger(settings, conf: dict) -> str:
     return resp.json()["dag_run_id"]
 
 
+def run_to_the_end(settings, conf: dict, timeout_s: float) -> tuple[dict, dict[str, str]]:
+    """Trigger the DAG through the API and wait until the run ends: (run, {task id: state})."""
+    run_id = trigger(settings, conf)
+    client = AirflowClient(settings)
+    try:
+        run = client.wait(settings.airflow.dag_id, run_id, timeout_s=timeout_s)
+        return run, {t["task_id"]: t["state"] for t in client.task_instances(settings.airflow.dag_id, run_id)}
+    finally:
+        client.close()
+
+
 def test_recompute_needs_the_token(settings, stack):
     assert httpx.post(f"{api(settings)}/api/v1/admin/recompute", json={}, timeout=30).status_code == 401
 
@@ -82,13 +93,7 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     expected_min_cutoff = wait_cutoff_past(settings, sent)
     before = VersionStore(settings).pointer()
 
-    run_id = trigger(settings, {"mode": "next_cutoff"})
-    client = AirflowClient(settings)
-    try:
-        run = client.wait(settings.airflow.dag_id, run_id, timeout_s=1_200)
-        states = {t["task_id"]: t["state"] for t in client.task_instances(settings.airflow.dag_id, run_id)}
-    finally:
-        client.close()
+    run, states = run_to_the_end(settings, {"mode": "next_cutoff"}, timeout_s=1_200)
     assert run["state"] == "success", states
     assert set(states.values()) == {"success"}, states
 
@@ -105,13 +110,7 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
 
 def test_a_failing_batch_task_leaves_serving_where_it_was(settings, stack):
     before = VersionStore(settings).pointer()
-    run_id = trigger(settings, {"mode": "full_recompute", "views": ["no_such_view"]})
-    client = AirflowClient(settings)
-    try:
-        run = client.wait(settings.airflow.dag_id, run_id, timeout_s=900)
-        states = {t["task_id"]: t["state"] for t in client.task_instances(settings.airflow.dag_id, run_id)}
-    finally:
-        client.close()
+    run, states = run_to_the_end(settings, {"mode": "full_recompute", "views": ["no_such_view"]}, timeout_s=900)
     assert run["state"] == "failed"
     assert states["recompute"] == "failed" and states["swap"] in ("upstream_failed", None)
     assert VersionStore(settings).pointer() == before
