@@ -14,18 +14,23 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from definitions.settings import EventLimits
+
 SCHEMA_VERSION = 1
-MAX_EVENT_BYTES = 4096
-# An event may claim to have happened at most this far after Kafka stored it (clock skew).
-MAX_FUTURE_S = 3600
 EVENT_TYPES = ("page_view", "click", "add_to_cart", "purchase", "signup")
 DEVICES = ("desktop", "mobile", "tablet", "other")
+DEFAULT_LIMITS = EventLimits()
+# The record size limit with default settings (settings.events.max_record_bytes).
+MAX_EVENT_BYTES = DEFAULT_LIMITS.max_record_bytes
+MAX_REASON_CHARS = 300
 
-# Records the archiver injects so that ingest-time progress is visible on idle partitions.
+# Records the archiver injects so that ingest-time progress is visible on idle partitions: this
+# key and an empty value. A record with this key and any other value is an event like any other.
 TICK_KEY = b"\x00lambda-tick"
 
-_COUNTRY = re.compile(r"^[A-Z]{2}$")
-_ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2})$")
+_COUNTRY = re.compile(r"^[A-Z]{2}$", re.ASCII)
+_ISO_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -37,92 +42,185 @@ class Field:
     choices: tuple[str, ...] = ()
     pattern: re.Pattern[str] | None = None
     doc: str = ""
+    # The EventLimits setting that overrides max_len, if any.
+    limit_setting: str = ""
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("event_id", "string", True, 64, doc="unique id of the event; a re-sent event keeps it"),
+    Field("event_id", "string", True, 64, doc="unique id of the event; a re-sent event keeps it",
+          limit_setting="max_event_id_chars"),
     Field("event_time", "timestamp", True, 40, doc="when it happened, ISO-8601 with a zone (producer clock)"),
-    Field("user_id", "string", True, 128, doc="the visitor; also the Kafka record key"),
-    Field("url", "string", True, 2048, doc="the page path, starting with '/'"),
+    Field("user_id", "string", True, 128, doc="the visitor; also the Kafka record key", limit_setting="max_user_id_chars"),
+    Field("url", "string", True, 2048, doc="the page path, starting with '/'", limit_setting="max_url_chars"),
     Field("event_type", "string", True, 32, EVENT_TYPES, doc="what happened"),
-    Field("referrer", "string", False, 2048, doc="where the visitor came from"),
+    Field("referrer", "string", False, 2048, doc="where the visitor came from", limit_setting="max_referrer_chars"),
     Field("country", "string", False, 2, pattern=_COUNTRY, doc="ISO 3166-1 alpha-2, upper case"),
     Field("device", "string", False, 16, DEVICES, doc="device class"),
     Field("schema_version", "int", False, doc=f"contract version; {SCHEMA_VERSION} when absent"),
 )
 FIELD_NAMES = tuple(f.name for f in FIELDS)
+_FIELD_SET = frozenset(FIELD_NAMES)
 
 
 class InvalidEvent(ValueError):
-    """An event that breaks the contract; `reason` names the rule and the field."""
+    """An event that breaks the contract; `reason` names the rule and the field (bounded, valid UTF-8)."""
 
     def __init__(self, reason: str) -> None:
+        reason = reason.encode("utf-8", "backslashreplace").decode("utf-8")
+        if len(reason) > MAX_REASON_CHARS:
+            reason = reason[: MAX_REASON_CHARS - 1] + "…"
         super().__init__(reason)
         self.reason = reason
 
 
 def parse_time(text: str) -> datetime:
+    """An ISO-8601 time with a zone, in UTC; ValueError for anything else (never another exception)."""
     if not _ISO_TIME.match(text):
         raise ValueError(f"not an ISO-8601 time with a zone: {text[:40]!r}")
     fixed = text.replace("Z", "+00:00")
     # Python's parser accepts at most 6 fractional digits.
     fixed = re.sub(r"\.(\d{6})\d+", r".\1", fixed)
-    return datetime.fromisoformat(fixed).astimezone(timezone.utc)
+    try:
+        return datetime.fromisoformat(fixed).astimezone(timezone.utc)
+    except (ValueError, OverflowError):  # month 13, year 1 at +14:00, …
+        raise ValueError(f"not a valid time: {text[:40]!r}") from None
 
 
 def format_time(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def validate(raw: bytes | str | None, ingest_time_ms: int | None = None) -> dict[str, Any]:
+def nesting_depth(data: bytes | str) -> int:
+    """How deeply JSON arrays and objects nest in `data` (brackets inside strings do not count).
+    One pass, no recursion; malformed input gives some finite depth (the parser rejects it)."""
+    text = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def parse_json(data: bytes | str, max_depth: int) -> Any:
+    """JSON text (UTF-8) → Python value, or InvalidEvent naming what is wrong. Nesting deeper than
+    `max_depth` is refused by a scan before the parser runs, so parsing never recurses deeply."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        # Cheap bound first: the depth is at most the number of opening brackets.
+        if raw.count(b"[") + raw.count(b"{") > max_depth and nesting_depth(raw) > max_depth:
+            raise InvalidEvent(f"too deeply nested: JSON nesting deeper than {max_depth}")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidEvent(f"malformed JSON: invalid UTF-8 at byte {exc.start}") from None
+    else:
+        text = data
+        if text.count("[") + text.count("{") > max_depth and nesting_depth(text) > max_depth:
+            raise InvalidEvent(f"too deeply nested: JSON nesting deeper than {max_depth}")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InvalidEvent(f"too deeply nested: JSON nesting deeper than {max_depth}") from None
+    except ValueError as exc:  # JSONDecodeError, an integer of too many digits
+        raise InvalidEvent(f"malformed JSON: {exc.__class__.__name__}: {str(exc)[:80]}") from None
+
+
+def validate(raw: bytes | str | None, ingest_time_ms: int | None = None,
+             limits: EventLimits | None = None) -> dict[str, Any]:
     """The event as a typed dict (event_time as epoch milliseconds), or InvalidEvent with the reason.
 
+    A total function: for any input it returns an event or raises InvalidEvent, never another
+    exception, and its work is bounded by the record's size (checked first).
     `ingest_time_ms` is when Kafka stored the record; timestamps are judged against it so that
     a replay gives the same verdict. Without it (HTTP ingest), the current time is used.
     """
-    if raw is None:
-        raise InvalidEvent("empty record: no value")
-    data = raw.encode() if isinstance(raw, str) else bytes(raw)
-    if len(data) > MAX_EVENT_BYTES:
-        raise InvalidEvent(f"oversized: {len(data)} bytes, limit {MAX_EVENT_BYTES}")
+    limits = limits or DEFAULT_LIMITS
     try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidEvent(f"malformed JSON: {exc.__class__.__name__}: {str(exc)[:80]}") from None
-    return validate_document(doc, ingest_time_ms)
+        if raw is None:
+            raise InvalidEvent("empty record: no value")
+        data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+        if len(data) > limits.max_record_bytes:
+            raise InvalidEvent(f"oversized: {len(data)} bytes, limit {limits.max_record_bytes}")
+        if not data.strip():
+            raise InvalidEvent("empty record: no value")
+        doc = parse_json(data, limits.max_nesting_depth)
+        return validate_document(doc, ingest_time_ms, limits)
+    except InvalidEvent:
+        raise
+    except Exception as exc:  # a rule this module did not foresee: still a verdict, never a crash
+        raise InvalidEvent(f"unprocessable record: {type(exc).__name__}") from None
 
 
-def validate_document(doc: Any, ingest_time_ms: int | None = None) -> dict[str, Any]:
+def verdict(raw: bytes | str | None, ingest_time_ms: int | None = None,
+            limits: EventLimits | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """(event, None) for a valid record, (None, reason) for any other: never raises."""
+    try:
+        return validate(raw, ingest_time_ms, limits), None
+    except InvalidEvent as exc:
+        return None, exc.reason
+
+
+def validate_document(doc: Any, ingest_time_ms: int | None = None, limits: EventLimits | None = None) -> dict[str, Any]:
+    """A parsed JSON value → the typed event, or InvalidEvent (see `validate`)."""
+    limits = limits or DEFAULT_LIMITS
+    try:
+        return _validate_document(doc, ingest_time_ms, limits)
+    except InvalidEvent:
+        raise
+    except Exception as exc:
+        raise InvalidEvent(f"unprocessable record: {type(exc).__name__}") from None
+
+
+def _validate_document(doc: Any, ingest_time_ms: int | None, limits: EventLimits) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidEvent(f"not a JSON object: got {type(doc).__name__}")
-    unknown = sorted(set(doc) - set(FIELD_NAMES))
+    unknown = [name for name in doc if name not in _FIELD_SET]
     if unknown:
-        raise InvalidEvent(f"unknown field(s): {', '.join(unknown)[:100]}")
+        shown = ", ".join(repr(name)[1:-1][:40] for name in sorted(unknown)[:5])
+        raise InvalidEvent(f"unknown field(s): {shown}")
     event: dict[str, Any] = {}
     for field in FIELDS:
         value = doc.get(field.name)
-        if value is None:
+        if value is None or (value == "" and not field.required):  # an empty optional string is absent
             if field.required:
                 raise InvalidEvent(f"missing field: {field.name}")
             event[field.name] = None
             continue
-        event[field.name] = _check_field(field, value)
+        event[field.name] = _check_field(field, value, limits)
     version = event["schema_version"]
     if version is None:
         event["schema_version"] = SCHEMA_VERSION
     elif version != SCHEMA_VERSION:
-        raise InvalidEvent(f"unsupported schema_version: {version} (this platform reads {SCHEMA_VERSION})")
+        raise InvalidEvent(f"unsupported schema_version: {str(version)[:20]} (this platform reads {SCHEMA_VERSION})")
     if not event["url"].startswith("/"):
         raise InvalidEvent("bad url: must be a path starting with '/'")
     reference_ms = ingest_time_ms if ingest_time_ms is not None else int(datetime.now(timezone.utc).timestamp() * 1000)
-    if event["event_time"] < 0:
-        raise InvalidEvent("absurd event_time: before 1970-01-01")
-    if event["event_time"] > reference_ms + MAX_FUTURE_S * 1000:
-        raise InvalidEvent(f"absurd event_time: more than {MAX_FUTURE_S}s after ingest time")
+    if event["event_time"] < limits.min_event_time_s * 1000:
+        floor = datetime.fromtimestamp(limits.min_event_time_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        raise InvalidEvent(f"absurd event_time: before {floor}")
+    if event["event_time"] > reference_ms + limits.max_future_s * 1000:
+        raise InvalidEvent(f"absurd event_time: more than {limits.max_future_s}s after ingest time")
     return event
 
 
-def _check_field(field: Field, value: Any) -> Any:
+def _max_len(field: Field, limits: EventLimits) -> int:
+    return int(getattr(limits, field.limit_setting)) if field.limit_setting else field.max_len
+
+
+def _check_field(field: Field, value: Any, limits: EventLimits) -> Any:
     if field.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidEvent(f"mistyped field: {field.name} must be an integer, got {type(value).__name__}")
@@ -131,8 +229,16 @@ def _check_field(field: Field, value: Any) -> Any:
         raise InvalidEvent(f"mistyped field: {field.name} must be a string, got {type(value).__name__}")
     if not value:
         raise InvalidEvent(f"empty field: {field.name}")
-    if field.max_len and len(value) > field.max_len:
-        raise InvalidEvent(f"field too long: {field.name} has {len(value)} characters, limit {field.max_len}")
+    limit = _max_len(field, limits)
+    if limit and len(value) > limit:
+        raise InvalidEvent(f"field too long: {field.name} has {len(value)} characters, limit {limit}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidEvent(f"invalid Unicode: {field.name} holds a lone surrogate, not a Unicode scalar value") from None
+    if _CONTROL.search(value):
+        raise InvalidEvent(f"control character: {field.name} holds a control character")
     if field.choices and value not in field.choices:
         raise InvalidEvent(f"bad value: {field.name}={value[:40]!r}, allowed: {', '.join(field.choices)}")
     if field.pattern is not None and not field.pattern.match(value):

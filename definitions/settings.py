@@ -159,6 +159,28 @@ class SpeedSettings(_Section):
     health_timeout_s: float = 240
 
 
+class EventLimits(_Section):
+    """What a record of topic `events` (or one event of POST /api/v1/events) may be. Validation
+    checks these before any other work, so a hostile record costs a bounded amount. See docs/security.md."""
+
+    # Bytes of one record's value; larger records are dead-lettered unread.
+    max_record_bytes: int = Field(4_096, ge=256, le=1_000_000)
+    # Nesting of JSON arrays/objects, checked by a scan before parsing (an event is a flat object: 1).
+    max_nesting_depth: int = Field(4, ge=1, le=64)
+    # Characters of the free-text fields (the identifiers and enumerations have fixed limits).
+    max_url_chars: int = Field(2_048, ge=16)
+    max_referrer_chars: int = Field(2_048, ge=16)
+    max_user_id_chars: int = Field(128, ge=8)
+    max_event_id_chars: int = Field(64, ge=8)
+    # The event-time range accepted: not before this instant (epoch seconds; 2000-01-01T00:00:00Z) …
+    min_event_time_s: int = Field(946_684_800, ge=0)
+    # … and at most this far after Kafka stored the record (producer clock skew).
+    max_future_s: int = Field(3_600, ge=0, le=7 * 86_400)
+    # Raw bytes of an invalid record kept in its dead-letter envelope (its size and SHA-256 are kept
+    # too), so the envelope always fits in one Kafka record.
+    max_dlq_raw_bytes: int = Field(4_096, ge=64, le=256_000)
+
+
 class ApiSettings(_Section):
     host: str = LOCAL_HOST
     port: int = 8000
@@ -168,6 +190,15 @@ class ApiSettings(_Section):
     cors_origins: list[str] = []
     max_buckets: int = Field(2_000, ge=1)
     max_events_per_request: int = Field(1_000, ge=1)
+    # Bytes of a request body; larger bodies are answered 413 before they are read.
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1_024)
+    # Queries may ask about event times from this instant (epoch seconds; 2000-01-01T00:00:00Z) …
+    earliest_query_time_s: int = Field(946_684_800, ge=0)
+    # … up to this far ahead of now.
+    max_query_ahead_s: int = Field(7 * 86_400, ge=0)
+    # View queries served at once; a query waits up to `query_queue_s` for a slot, then gets 429.
+    max_concurrent_queries: int = Field(8, ge=1)
+    query_queue_s: float = Field(2.0, ge=0)
     hbase_pool_size: int = Field(8, ge=1)
     health_timeout_s: float = 60
 
@@ -228,6 +259,7 @@ class Settings(BaseSettings):
     archiver: ArchiverSettings = ArchiverSettings()
     batch: BatchSettings = BatchSettings()
     speed: SpeedSettings = SpeedSettings()
+    events: EventLimits = EventLimits()
     api: ApiSettings = ApiSettings()
     airflow: AirflowSettings = AirflowSettings()
     views: ViewSettings = ViewSettings()

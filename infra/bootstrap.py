@@ -70,7 +70,9 @@ def _topic_config(described, key: str) -> str | None:
 def ensure_hbase_meta(settings: Settings) -> bool:
     """Create the namespace and the meta table if missing; True if anything was created."""
     b = settings.hbase
-    conn = hbase_connection(settings)
+    # Creating the first table of a fresh HBase (namespace, region assignment) can take well over
+    # the default 10 s client timeout on a busy machine.
+    conn = hbase_connection(settings, timeout_s=120)
     try:
         if b.meta_table.encode() in conn.tables():
             return False

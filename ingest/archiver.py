@@ -4,8 +4,9 @@ Two Structured Streaming queries in one Spark application:
 - `archiver-master`: valid events, each with its Kafka partition, offset and ingest time, appended
   as Parquet partitioned by ingest date and hour. The file sink with its checkpoint on HDFS is
   exactly-once: a replayed batch never adds a file twice, and readers see committed files only.
-- `archiver-dlq`: invalid records, with the reason, the source partition/offset and the raw bytes,
-  produced to `events.dlq` (at-least-once; the source position identifies a record).
+- `archiver-dlq`: invalid records, with the reason, the source partition/offset and the raw bytes
+  (cut to `events.max_dlq_raw_bytes`, with their size and SHA-256), produced to `events.dlq`
+  (at-least-once; the source position identifies a record).
 After each committed master batch, a completeness marker is published (ingest.completeness).
 
 Run: `python -m ingest.archiver` (`lambdactl up` does). Nothing starts at import time.
@@ -39,7 +40,7 @@ def build_queries(spark, settings: Settings):
     from pyspark.sql import functions as F
 
     a = settings.archiver
-    events = validated_events(kafka_stream(spark, settings, a.max_offsets_per_trigger))
+    events = validated_events(kafka_stream(spark, settings, a.max_offsets_per_trigger), settings.events)
     trigger = f"{a.trigger_s} seconds"
     checkpoints = f"{settings.hdfs.url}{a.checkpoint_dir}"
 
@@ -71,7 +72,7 @@ def build_queries(spark, settings: Settings):
                 F.col("kafka_partition").alias("source_partition"),
                 F.col("kafka_offset").alias("source_offset"),
                 F.date_format("ingest_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ingest_time"),
-                F.base64("raw").alias("raw_base64"),
+                *dead_letter_raw(F.col("raw"), settings.events.max_dlq_raw_bytes),
             )).alias("value"),
         )
     )
@@ -85,6 +86,20 @@ def build_queries(spark, settings: Settings):
         .start()
     )
     return master, dlq
+
+
+def dead_letter_raw(raw, keep_bytes: int) -> list:
+    """The raw record in a dead letter: its first `keep_bytes` bytes (base64), its size and SHA-256,
+    and whether it was cut, so that an envelope always fits in one Kafka record."""
+    from pyspark.sql import functions as F
+
+    size = F.length(raw)
+    return [
+        F.base64(F.substring(raw, 1, keep_bytes)).alias("raw_base64"),
+        size.alias("raw_bytes"),
+        F.coalesce(size > F.lit(keep_bytes), F.lit(False)).alias("raw_truncated"),
+        F.sha2(raw, 256).alias("raw_sha256"),
+    ]
 
 
 def completeness_hook(settings: Settings, partitions: int):

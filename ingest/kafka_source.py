@@ -2,15 +2,16 @@
 
 `validated_events` returns one row per Kafka record with the validation verdict (`reason` is null
 for a valid event), the typed event fields, and where the record came from (partition, offset,
-ingest time). Tick records (see ingest.ticker) are dropped here: they carry no event.
+ingest time). Tick records (see ingest.ticker: the tick key and an empty value) are dropped here:
+they carry no event. Every other record gets a verdict: validation is a total function, so no
+record can fail the query (see docs/security.md).
 """
 
-
-
+# No `from __future__ import annotations` here: pandas_udf reads the UDF's type hints at run time.
 from typing import TYPE_CHECKING
 
-from definitions.events import FIELD_NAMES, TICK_KEY, VALIDATION_DDL, InvalidEvent, validate
-from definitions.settings import Settings
+from definitions.events import FIELD_NAMES, TICK_KEY, VALIDATION_DDL, verdict
+from definitions.settings import EventLimits, Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,7 +32,7 @@ def kafka_stream(spark: "SparkSession", settings: Settings, max_offsets_per_trig
     return reader.load()
 
 
-def _validator():
+def _validator(limits: "EventLimits"):
     """The contract's Python validator as a vectorised Spark UDF (built lazily: no Spark at import)."""
     import pandas as pd
     from pyspark.sql.functions import pandas_udf
@@ -42,10 +43,8 @@ def _validator():
     def validate_records(values: pd.Series, ingest_ms: pd.Series) -> pd.DataFrame:
         rows = []
         for raw, ingest in zip(values, ingest_ms):
-            try:
-                rows.append({"reason": None, **validate(raw, int(ingest))})
-            except InvalidEvent as exc:
-                rows.append({"reason": exc.reason, **empty})
+            event, reason = verdict(raw, int(ingest), limits)
+            rows.append({"reason": None, **event} if event is not None else {"reason": reason, **empty})
         frame = pd.DataFrame(rows, columns=["reason", *FIELD_NAMES])
         for name in ("event_time", "schema_version"):
             frame[name] = frame[name].astype("Int64")
@@ -54,16 +53,17 @@ def _validator():
     return validate_records
 
 
-def validated_events(records: "DataFrame") -> "DataFrame":
+def validated_events(records: "DataFrame", limits: EventLimits) -> "DataFrame":
     """Kafka rows → verdict, typed event fields (event_time as a timestamp) and source position."""
     from pyspark.sql import functions as F
 
-    verdict = _validator()(F.col("value"), F.unix_millis(F.col("timestamp"))).alias("v")
+    checked = _validator(limits)(F.col("value"), F.unix_millis(F.col("timestamp"))).alias("v")
+    is_tick = (F.col("key") == F.lit(TICK_KEY)) & (F.col("value").isNull() | (F.length("value") == 0))
     return (
         records
-        .where(F.col("key").isNull() | (F.col("key") != F.lit(TICK_KEY)))
+        .where(~F.coalesce(is_tick, F.lit(False)))
         .select(
-            verdict,
+            checked,
             F.col("value").alias("raw"),
             F.col("topic").alias("kafka_topic"),
             F.col("partition").alias("kafka_partition"),

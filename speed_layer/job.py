@@ -37,7 +37,7 @@ def aggregated_cells(spark, settings: Settings):
     from pyspark.sql import functions as F
 
     registry = load_views(settings)
-    events = validated_events(kafka_stream(spark, settings, settings.speed.max_offsets_per_trigger))
+    events = validated_events(kafka_stream(spark, settings, settings.speed.max_offsets_per_trigger), settings.events)
     counted = events.observe(
         "speed_input",
         F.count(F.lit(1)).alias("records"),

@@ -75,7 +75,7 @@ def test_event_time_must_be_iso_with_zone():
 
 
 def test_absurd_timestamps():
-    assert reason(event(event_time="1969-07-20T20:17:40Z")) == "absurd event_time: before 1970-01-01"
+    assert reason(event(event_time="1969-07-20T20:17:40Z")) == "absurd event_time: before 2000-01-01T00:00:00Z"
     assert reason(event(event_time="2999-01-01T00:00:00Z")).startswith("absurd event_time: more than")
 
 
