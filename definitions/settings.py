@@ -3,7 +3,8 @@
 Values come, highest priority first, from: keyword arguments, environment variables
 (``LAMBDA_`` prefix, ``__`` between nested names, e.g. ``LAMBDA_KAFKA__PORT=19092``),
 a TOML file (``$LAMBDA_CONFIG``, else ``lambda.toml`` in the working directory when present),
-then the local defaults below. Every local default binds to 127.0.0.1. Unknown keys are
+the settings persisted in the state directory by the first ``lambdactl up`` (see
+definitions.settings_store; `get_settings` reads them), then the local defaults below. Every local default binds to 127.0.0.1. Unknown keys are
 refused, so a typo fails at load instead of being ignored.
 """
 
@@ -313,5 +314,8 @@ def config_path() -> Path | None:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings, loaded once."""
-    return Settings()
+    """The process-wide settings, loaded once: the persisted settings of the state directory (written
+    by the first `lambdactl up`) under the explicit ones (definitions.settings_store)."""
+    from definitions.settings_store import load
+
+    return load()

@@ -66,8 +66,11 @@ class Stack:
         The stores come up first; on the whole stack they are then bootstrapped (topics, tables,
         keyspace) before the platform's own processes start.
         """
+        from definitions.settings_store import persist
+
         say = on_progress or (lambda msg: log.info("%s", msg))
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}
         self._up_phase([s for s in self.services if s.phase == 0], outcome, say)
         if self.whole_stack:
@@ -118,7 +121,10 @@ class Stack:
                 raise StackError(service.name, f"cannot start: port {port} ({label}) on {host} is already in use by {owner}")
 
     def _launch(self, service: svc.Service, java: JavaRuntime) -> None:
-        env = dict(os.environ, JAVA_HOME=str(java.home))
+        # The stack's processes load the persisted settings of this state directory and nothing
+        # else: no LAMBDA_* variable of the shell that ran `up` reaches them (settings_store).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
+        env.update(JAVA_HOME=str(java.home), LAMBDA_STATE_DIR=str(self.settings.state_dir))
         self.supervisor.start(service.name, self.prepare(service, java), cwd=service.dirs(self.settings).root, env=env)
 
     def prepare(self, service: svc.Service, java: JavaRuntime) -> list[str]:

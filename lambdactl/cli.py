@@ -240,6 +240,21 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
+    from definitions.settings_store import provenance
+
+    rows = provenance(settings)
+    if args.json:
+        sys.stdout.write(json.dumps([{"setting": k, "value": v, "source": src} for k, v, src in rows], indent=2) + "\n")
+        return 0
+    width = max(len(k) for k, _, _ in rows)
+    for key, value, source in rows:
+        if args.explicit and source == "default":
+            continue
+        sys.stdout.write(f"{key:<{width}}  {json.dumps(value):<40}  {source}\n")
+    return 0
+
+
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from lambdactl.demo import run_demo
 
@@ -304,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)
+    config = sub.add_parser("config", help="the effective settings and where each came from")
+    config.add_argument("--json", action="store_true", help="machine-readable output")
+    config.add_argument("--explicit", action="store_true", help="only the settings that are not defaults")
+    config.set_defaults(func=cmd_config)
     demo = sub.add_parser("demo", help="the whole story on generated data")
     demo.add_argument("--count", type=int, default=20_000, help="records to stream")
     demo.add_argument("--rate", type=float, default=1_000.0, help="records per second")
@@ -321,8 +340,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for noisy in ("kafka", "cassandra", "httpx", "happybase", "thriftpy2", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING if not args.verbose else logging.DEBUG)
+    from definitions.settings_store import SettingsConflict
+
     try:
-        return args.func(get_settings(), args)
+        settings = get_settings()
+    except (SettingsConflict, ValueError) as exc:  # a conflict, or a setting that does not validate
+        log.error("%s", exc)
+        return 2
+    try:
+        return args.func(settings, args)
     except StackError as exc:
         log.error("%s", exc)
         return 2

@@ -1,0 +1,164 @@
+"""The persisted settings: what the platform's data was written with, kept in the state directory.
+
+`lambdactl up` writes `<state_dir>/settings.json`: every setting given explicitly (environment,
+TOML file) plus the settings that shape stored data (ingest bucket, de-duplication window, view
+modules), whatever their source. Every later command and every process the platform starts loads
+that file by absolute path (`get_settings`), so a plain shell, a restarted job and an Airflow task
+all see the same settings. An explicit setting that contradicts a data-shaping one is refused:
+its data would be read with the wrong layout. See docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+from pydantic_settings import EnvSettingsSource, TomlConfigSettingsSource
+
+from definitions.settings import Settings, config_path
+
+FILE_NAME = "settings.json"
+# Settings the stored data depends on: changing one needs the steps in docs/operations.md.
+DATA_SHAPING = ("ingest_bucket_s", "speed.dedupe_window_s", "views.modules")
+
+
+class SettingsConflict(ValueError):
+    """An explicit setting contradicts the persisted one the platform's data was written with."""
+
+
+def persisted_path(settings: Settings) -> Path:
+    return settings.state_dir / FILE_NAME
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def explicit_values(settings: Settings) -> dict[str, Any]:
+    """The settings given explicitly (environment, TOML file, keyword arguments), nested."""
+    out = _plain(settings.model_dump(exclude_unset=True))
+    for name in ("state_dir", "jars_dir"):  # always persisted as absolute paths
+        out[name] = str(getattr(settings, name))
+    return out
+
+
+def _get(doc: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
+    node: Any = doc
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = doc
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+    return out
+
+
+def read_persisted(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as exc:
+        raise SettingsConflict(f"the persisted settings {path} are not valid JSON ({exc}); fix or remove the file") from None
+    if not isinstance(doc, dict):
+        raise SettingsConflict(f"the persisted settings {path} do not hold a JSON object; fix or remove the file")
+    return doc
+
+
+def conflicts(persisted: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    out = []
+    for key in DATA_SHAPING:
+        had, old = _get(persisted, key)
+        says, new = _get(given, key)
+        if had and says and old != new:
+            out.append(f"{key} is {json.dumps(old)} in the persisted settings, this command says {json.dumps(new)}")
+    return out
+
+
+def load() -> Settings:
+    """The effective settings: defaults < persisted file < TOML file and environment.
+    SettingsConflict when an explicit setting contradicts a data-shaping persisted one."""
+    explicit = Settings()
+    path = persisted_path(explicit)
+    persisted = read_persisted(path)
+    if persisted is None:
+        return explicit
+    given = explicit_values(explicit)
+    found = conflicts(persisted, given)
+    if found:
+        raise SettingsConflict(
+            f"refusing to run: {'; '.join(found)} ({path}). The platform's data was written with the persisted "
+            "value: leave the setting out (or set it to that value) to use it; to change it, follow "
+            "'Changing a data-shaping setting' in docs/operations.md.")
+    return Settings(**_merge(persisted, given))
+
+
+def persist(settings: Settings) -> Path:
+    """Write the persisted settings (explicit values over earlier persisted ones, plus the data-shaping
+    values in force), created with owner-only permissions: the file may hold secrets."""
+    path = persisted_path(settings)
+    doc = _merge(read_persisted(path) or {}, explicit_values(settings))
+    for key in DATA_SHAPING:
+        _set(doc, key, _plain(_get(settings.model_dump(), key)[1]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.unlink(missing_ok=True)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)
+    return path
+
+
+def _leaves(doc: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from _leaves(value, name + ".")
+        else:
+            yield name, value
+
+
+def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
+    """(setting, value, where it came from) for every setting in force; secrets masked."""
+    env = EnvSettingsSource(Settings, env_prefix="LAMBDA_", env_nested_delimiter="__")()
+    file_path = config_path()
+    from_file = TomlConfigSettingsSource(Settings, toml_file=file_path)() if file_path else {}
+    persisted = read_persisted(persisted_path(settings)) or {}
+    rows = []
+    for name, value in _leaves(json.loads(settings.model_dump_json())):
+        if _get(env, name)[0]:
+            source = "environment"
+        elif _get(from_file, name)[0]:
+            source = f"file {file_path}"
+        elif _get(persisted, name)[0]:
+            source = f"persisted {persisted_path(settings)}"
+        else:
+            source = "default"
+        rows.append((name, value, source))
+    return rows

@@ -1,0 +1,118 @@
+"""The persisted settings: written by `lambdactl up`, loaded by every later command and process,
+contradicting data-shaping settings refused, secrets written owner-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from definitions.settings import Settings
+from definitions.settings_store import SettingsConflict, load, persist, persisted_path, provenance
+from lambdactl.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _plain_shell(monkeypatch, tmp_path):
+    """A shell with no LAMBDA_* variable, in an empty directory, with its own state directory."""
+    for key in list(os.environ):
+        if key.startswith("LAMBDA_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAMBDA_STATE_DIR", str(tmp_path / "state"))
+
+
+def test_a_plain_shell_gets_what_up_persisted(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    monkeypatch.setenv("LAMBDA_SPEED__DEDUPE_WINDOW_S", "120")
+    monkeypatch.setenv("LAMBDA_API__TOKEN", "s3cret-token")
+    path = persist(Settings())
+    for key in ("LAMBDA_INGEST_BUCKET_S", "LAMBDA_SPEED__DEDUPE_WINDOW_S", "LAMBDA_API__TOKEN"):
+        monkeypatch.delenv(key)
+
+    assert Settings().ingest_bucket_s == 3600, "without the persisted file the default applies"
+    loaded = load()
+    assert loaded.ingest_bucket_s == 60 and loaded.speed.dedupe_window_s == 120
+    assert loaded.api.token.get_secret_value() == "s3cret-token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600, "the file may hold secrets"
+    assert json.loads(path.read_text())["views"]["modules"] == [], "data-shaping values are kept even as defaults"
+
+
+def test_a_relative_state_dir_is_resolved_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAMBDA_STATE_DIR", "rel/state")
+    path = persist(Settings())
+    assert path == tmp_path / "rel" / "state" / "settings.json"
+    assert json.loads(path.read_text())["state_dir"] == str(tmp_path / "rel" / "state")
+
+
+@pytest.mark.parametrize("variable, value, setting", [
+    ("LAMBDA_INGEST_BUCKET_S", "3600", "ingest_bucket_s"),
+    ("LAMBDA_SPEED__DEDUPE_WINDOW_S", "600", "speed.dedupe_window_s"),
+    ("LAMBDA_VIEWS__MODULES", '["my_views"]', "views.modules"),
+])
+def test_a_contradicting_data_shaping_setting_is_refused(monkeypatch, variable, value, setting):
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    monkeypatch.setenv("LAMBDA_SPEED__DEDUPE_WINDOW_S", "120")
+    persist(Settings())
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsConflict, match=f"{setting} is .* in the persisted settings, this command says"):
+        load()
+
+
+def test_the_same_value_or_another_setting_is_fine(monkeypatch):
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    persist(Settings())
+    monkeypatch.setenv("LAMBDA_API__PORT", "8111")
+    loaded = load()
+    assert loaded.ingest_bucket_s == 60 and loaded.api.port == 8111
+
+
+def test_up_again_keeps_earlier_explicit_settings_and_adds_new_ones(monkeypatch):
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    persist(Settings())
+    monkeypatch.delenv("LAMBDA_INGEST_BUCKET_S")
+    monkeypatch.setenv("LAMBDA_API__PORT", "8111")
+    path = persist(load())
+    doc = json.loads(path.read_text())
+    assert doc["ingest_bucket_s"] == 60 and doc["api"]["port"] == 8111
+
+
+def test_cli_refuses_with_a_clear_message(monkeypatch, capsys, caplog):
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    persist(Settings())
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "3600")
+    from definitions.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert main(["config"]) == 2
+    finally:
+        get_settings.cache_clear()
+    assert "ingest_bucket_s is 60 in the persisted settings, this command says 3600" in caplog.text
+    assert "docs/operations.md" in caplog.text
+
+
+def test_config_says_where_each_setting_came_from(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    monkeypatch.setenv("LAMBDA_API__TOKEN", "s3cret-token")
+    persist(Settings())
+    monkeypatch.delenv("LAMBDA_INGEST_BUCKET_S")
+    monkeypatch.delenv("LAMBDA_API__TOKEN")
+    (tmp_path / "lambda.toml").write_text("[kafka]\nport = 29092\n")
+    monkeypatch.setenv("LAMBDA_API__PORT", "8111")
+    rows = {key: (value, source) for key, value, source in provenance(load())}
+    assert rows["ingest_bucket_s"] == (60, f"persisted {persisted_path(Settings())}")
+    assert rows["kafka.port"] == (29092, f"file {tmp_path / 'lambda.toml'}")
+    assert rows["api.port"] == (8111, "environment")
+    assert rows["hbase.thrift_port"] == (9090, "default")
+    assert rows["api.token"][0] == "**********", "secrets are masked"
+
+
+def test_a_broken_persisted_file_is_a_clear_error(tmp_path):
+    path = persisted_path(Settings())
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.raises(SettingsConflict, match="not valid JSON"):
+        load()
