@@ -11,7 +11,6 @@ its data would be read with the wrong layout. See docs/operations.md.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from pydantic import SecretStr
 from pydantic_settings import EnvSettingsSource, TomlConfigSettingsSource
 
+from definitions.files import write_private
 from definitions.settings import Settings, config_path
 
 FILE_NAME = "settings.json"
@@ -125,14 +125,7 @@ def persist(settings: Settings) -> Path:
     doc = _merge(read_persisted(path) or {}, explicit_values(settings))
     for key in DATA_SHAPING:
         _set(doc, key, _plain(_get(settings.model_dump(), key)[1]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.unlink(missing_ok=True)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    os.replace(temporary, path)
-    return path
+    return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def _leaves(doc: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

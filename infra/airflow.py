@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from definitions.files import write_private
 from definitions.settings import DEFAULT_AIRFLOW_PASSWORD, REPO_ROOT, Settings, get_settings
 
 log = logging.getLogger("lambda.airflow")
@@ -72,8 +73,7 @@ def prepare_home(settings: Settings) -> None:
     home = airflow_home(settings)
     home.mkdir(parents=True, exist_ok=True)
     passwords = home / "passwords.json"
-    passwords.write_text(json.dumps({settings.airflow.admin_user: settings.airflow.admin_password.get_secret_value()}))
-    passwords.chmod(0o600)
+    write_private(passwords, json.dumps({settings.airflow.admin_user: settings.airflow.admin_password.get_secret_value()}))
 
 
 def check_installed(settings: Settings) -> Path:

@@ -1,0 +1,19 @@
+"""Writing files the platform keeps in its state directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write `text` to `path` atomically, readable by the owner only from the first byte on (the
+    file may hold secrets): a fresh temporary file created with mode 0600, then renamed over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.unlink(missing_ok=True)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
+    return path
