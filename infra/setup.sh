@@ -11,6 +11,8 @@ JARS=${LAMBDA_JARS_DIR:-$ROOT/.lambda/jars}
 PYTHON=${PYTHON:-python3}
 
 log() { printf '[setup] %s\n' "$*" >&2; }
+# shellcheck source=infra/progress.sh
+. "$ROOT/infra/progress.sh"
 
 need_apt=()
 java_major() { "$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
@@ -43,7 +45,8 @@ if [ "$(cat "$VENV/.lambda-stamp" 2>/dev/null)" != "$py_stamp" ]; then
   log "creating the virtualenv in $VENV"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-  "$VENV/bin/pip" install -q -r requirements.lock
+  with_progress "installing Python packages" "echo \$(ls -d \"$VENV\"/lib/python3*/site-packages/*.dist-info 2>/dev/null | wc -l) packages installed" \
+    "$VENV/bin/pip" install -q -r requirements.lock
   "$VENV/bin/pip" install -q --no-deps -e .
   echo "$py_stamp" > "$VENV/.lambda-stamp"
 else
@@ -54,7 +57,8 @@ jar_stamp=$(stamp_of infra/maven/pom.xml infra/maven/*/pom.xml infra/maven/setti
 if [ "$(cat "$JARS/.lambda-stamp" 2>/dev/null)" != "$jar_stamp" ]; then
   log "resolving service jars from Maven Central into $JARS (first time: a few minutes)"
   rm -rf "$JARS"
-  mvn -B -q -s infra/maven/settings.xml -f infra/maven/pom.xml -Djars.dir="$JARS" package
+  with_progress "resolving service jars" "echo \$(find \"\${HOME}/.m2/repository\" -name '*.jar' 2>/dev/null | wc -l) jars in the local Maven repository" \
+    mvn -B -q -s infra/maven/settings.xml -f infra/maven/pom.xml -Djars.dir="$JARS" package
   echo "$jar_stamp" > "$JARS/.lambda-stamp"
 else
   log "service jars up to date"

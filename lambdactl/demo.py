@@ -22,6 +22,18 @@ from ingest.truth import distinct_events
 log = logging.getLogger("lambdactl.demo")
 
 
+def speed_line(speed: dict) -> str:
+    """The speed layer's progress (from GET /api/v1/status) in words and units."""
+    if not speed.get("running"):
+        return "not running yet (no progress reported)"
+    rate, behind, fresh = speed.get("input_rows_per_s"), speed.get("records_behind"), speed.get("freshness_s")
+    return ", ".join([
+        f"{rate:,.0f} records/s in" if rate is not None else "input rate not measured yet",
+        f"{behind:,} records behind Kafka" if behind is not None else "backlog not measured yet",
+        f"last micro-batch {fresh:,.0f} s ago" if fresh is not None else "no micro-batch finished yet",
+    ])
+
+
 def _say(message: str) -> None:
     log.info("%s", message)
 
@@ -97,9 +109,7 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
     while sender.is_alive():
         time.sleep(8)
         status = httpx.get(f"{_api(settings)}/api/v1/status", timeout=30).json()
-        speed = status.get("speed", {})
-        _say(f"    speed layer: {speed.get('input_rows_per_s') or 0:,.0f} records/s in, "
-             f"{speed.get('records_behind')} behind, last batch {speed.get('freshness_s')}s ago")
+        _say(f"    speed layer: {speed_line(status.get('speed') or {})}")
     sender.join()
     report = report_box["report"]
     _say(f"    sent {report.sent:,} records in {report.seconds:.0f}s ({report.rate:,.0f}/s): "

@@ -14,5 +14,8 @@ fi
 printf '[setup] installing Airflow into %s (first time: a few minutes)\n' "$VENV" >&2
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-"$VENV/bin/pip" install -q -r "$LOCK"
+# shellcheck source=infra/progress.sh
+. infra/progress.sh
+with_progress "installing Airflow" "echo \$(ls -d \"$VENV\"/lib/python3*/site-packages/*.dist-info 2>/dev/null | wc -l) packages installed" \
+  "$VENV/bin/pip" install -q -r "$LOCK"
 echo "$stamp" > "$VENV/.lambda-stamp"
