@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -92,6 +93,12 @@ class CassandraSettings(_Section):
     storage_port: int = 7000
     keyspace: str = "lambda"
     replication_factor: int = Field(1, ge=1)
+    # Commit log durability of the local node: "batch" acknowledges a write once it is on disk (no
+    # acknowledged realtime row is lost to a power cut); "group" syncs every group window;
+    # "periodic" acknowledges at once and syncs every period (up to a period of writes can be lost).
+    commitlog_sync: Literal["batch", "group", "periodic"] = "batch"
+    commitlog_sync_group_window_ms: int = Field(15, ge=1)
+    commitlog_sync_period_ms: int = Field(10_000, ge=1)
     heap_mb: int = 768
     health_timeout_s: float = 180
 
@@ -235,6 +242,21 @@ class StackSettings(_Section):
     ]
     java_home: str = ""
     stop_timeout_s: float = 30
+    # The platform's processes (archiver, speed layer, API, Airflow) run under supervisord, which
+    # restarts one that exits: after `restart_backoff_s`, doubling with each restart still inside
+    # the window, up to `restart_backoff_max_s`. At most `restart_max` restarts within
+    # `restart_window_s`: the next exit is a restart loop, and the supervisor gives up on that
+    # process (`lambdactl status` says why; `lambdactl up` tries it again). See docs/operations.md.
+    restart_max: int = Field(5, ge=0)
+    restart_window_s: float = Field(600, gt=0)
+    restart_backoff_s: float = Field(1.0, gt=0)
+    restart_backoff_max_s: float = Field(60.0, gt=0)
+    # Seconds a started process must stay up before the supervisor calls it running.
+    start_s: int = Field(5, ge=0)
+    # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at
+    # this size, keeping this many older files beside it.
+    log_max_bytes: int = Field(50 * 2**20, ge=64 * 1024)
+    log_backups: int = Field(5, ge=1)
 
 
 class Settings(BaseSettings):

@@ -292,8 +292,18 @@ def _render_cassandra(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) 
     render_template("cassandra/cassandra.yaml", dirs.conf / "cassandra.yaml", host=c.hosts[0] if c.hosts else "127.0.0.1",
                     port=c.port, storage_port=c.storage_port, data_dir=dirs.data / "data",
                     commitlog_dir=dirs.data / "commitlog", saved_caches_dir=dirs.data / "saved_caches",
-                    hints_dir=dirs.data / "hints", cdc_raw_dir=dirs.data / "cdc_raw")
+                    hints_dir=dirs.data / "hints", cdc_raw_dir=dirs.data / "cdc_raw",
+                    commitlog_sync=commitlog_sync_yaml(c))
     render_template("cassandra/logback.xml", dirs.conf / "logback.xml")
+
+
+def commitlog_sync_yaml(c) -> str:
+    """cassandra.yaml lines for the commit log durability setting (each mode takes its own keys)."""
+    if c.commitlog_sync == "batch":
+        return "commitlog_sync: batch"
+    if c.commitlog_sync == "group":
+        return f"commitlog_sync: group\ncommitlog_sync_group_window: {c.commitlog_sync_group_window_ms}ms"
+    return f"commitlog_sync: periodic\ncommitlog_sync_period: {c.commitlog_sync_period_ms}ms"
 
 
 def _cassandra_flags(settings: Settings, dirs: ServiceDirs) -> list[str]:
