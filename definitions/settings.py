@@ -255,7 +255,7 @@ class StackSettings(_Section):
     start_s: int = Field(5, ge=0)
     # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at
     # this size, keeping this many older files beside it.
-    log_max_bytes: int = Field(50 * 2**20, ge=64 * 1024)
+    log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024)
     log_backups: int = Field(5, ge=1)
 
 

@@ -15,11 +15,15 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import psutil
+
 from definitions.settings import Settings
 from infra import services as svc
 from infra.errors import StackError
 from infra.java import JavaRuntime, find_java
-from infra.process import ProcessSupervisor, port_owner
+from infra.process import STATE_TAG, ProcessSupervisor, port_owner
+from infra.restarts import Budget, read_status, restart_report, summary
+from infra.supervision import NAME as SUPERVISOR, Program, StackProcesses
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,9 @@ class ServiceStatus:
     healthy: bool
     detail: str
     uptime_s: float = 0.0
+    # Restarts the supervisor made (platform processes only), and the last one's reason.
+    restarts: int = 0
+    restart_detail: str = ""
 
 
 class Stack:
@@ -56,7 +63,10 @@ class Stack:
         self.whole_stack = names is None
         # Seconds each service took to become healthy in the last `up` (started services only).
         self.ready_after: dict[str, float] = {}
-        self.supervisor = ProcessSupervisor(settings.state_dir)
+        # The platform's processes run under supervisord: every managed one is in its configuration.
+        self.programs = [s for s in svc.ALL if s.phase > 0 and (s.name in settings.stack.managed_services or s in self.services)]
+        self.supervisor = StackProcesses(settings, [p.name for p in self.programs])
+        self.supervisord = self.supervisor.supervisord
 
     # --- up ----------------------------------------------------------------------------------
 
@@ -72,14 +82,15 @@ class Stack:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}
-        self._up_phase([s for s in self.services if s.phase == 0], outcome, say)
-        if self.whole_stack:
+        stores = [s for s in self.services if s.phase == 0]
+        self._up_phase(stores, outcome, say)
+        if self.whole_stack and stores:
             from infra.bootstrap import bootstrap
 
             bootstrap(self.settings)
         platform = [s for s in self.services if s.phase > 0]
         if platform:
-            self._up_phase(platform, outcome, say)
+            self._up_supervised(platform, outcome, say)
         return outcome
 
     def _up_phase(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
@@ -97,8 +108,12 @@ class Stack:
                 self._launch(service, java)
                 outcome[service.name] = "started"
                 say(f"{service.name}: started (pid {self.supervisor.record(service.name).pid})")
+        self._await_all(members, outcome, say, self._await_healthy)
+
+    def _await_all(self, members: list, outcome: dict[str, str], say: Callable[[str], None], wait) -> None:
+        """Wait for every member concurrently; raise naming each that did not become healthy."""
         with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
-            futures = {s.name: pool.submit(self._await_healthy, s) for s in members}
+            futures = {s.name: pool.submit(wait, s) for s in members}
             errors = []
             for name, future in futures.items():
                 try:
@@ -112,6 +127,94 @@ class Stack:
             raise errors[0] if len(errors) == 1 else StackError(
                 ", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
 
+    def _up_supervised(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
+        """The platform's processes, under supervisord: started once, then restarted by it when they exit."""
+        with self.supervisord.lock():
+            since = self._start_supervised(members, outcome, say)
+        self._await_all(members, outcome, say, lambda s: self._await_supervised(s, since))
+
+    def _start_supervised(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> float:
+        timeout = self.settings.stack.stop_timeout_s
+        for service in members:  # a process started before the supervisor (its own pid file) moves under it
+            if self.supervisor.pid_file(service.name).exists():
+                old = ProcessSupervisor.process(self.supervisor, service.name)
+                if old is not None:
+                    say(f"{service.name}: runs outside the supervisor (pid {old.pid}); restarting it under the supervisor")
+                ProcessSupervisor.stop(self.supervisor, service.name, timeout)
+        if not self.supervisord.running() and os.environ.get(STATE_TAG) != str(self.settings.state_dir):
+            # Processes of a supervisor that died (killed, say) run on without it: end them first.
+            killed = self.supervisor.kill_orphans()
+            if killed:
+                say(f"the supervisor was not running: ended {killed} process(es) it had left behind")
+        java = find_java(self.settings.stack.java_home)
+        info = self.supervisord.all_info()
+        known = read_status(self.settings.state_dir)["processes"]
+        to_start = []
+        for service in members:
+            state = info.get(service.name, {}).get("statename")
+            entry = known.get(service.name, {})
+            if state in ("RUNNING", "STARTING", "BACKOFF"):
+                outcome[service.name] = "already running"
+            elif entry.get("next_restart_at") and state in ("EXITED", "FATAL"):
+                outcome[service.name] = "restarting"  # the supervisor restarts it in a moment
+                say(f"{service.name}: {summary(entry)}")
+            else:
+                to_start.append(service)
+        for service in to_start:
+            self._preflight(service)
+        env = self._environment(java)
+        programs = [Program(p.name, self.prepare(p, java), p.dirs(self.settings).root,
+                            {"JAVA_HOME": env["JAVA_HOME"], "LAMBDA_STATE_DIR": env["LAMBDA_STATE_DIR"],
+                             STATE_TAG: str(self.settings.state_dir)}) for p in self.programs]
+        how = self.supervisord.ensure(programs, env)
+        if how != "unchanged":
+            budget = Budget.from_settings(self.settings)
+            say(f"supervisor: {how} (pid {self.supervisor.record(SUPERVISOR).pid}); it restarts a process that exits, "
+                f"{budget.describe()}")
+        since = time.time()
+        for service in to_start:
+            self.supervisord.start(service.name)
+            outcome[service.name] = "started"
+            record = self.supervisor.record(service.name)
+            say(f"{service.name}: started under the supervisor (pid {record.pid if record else '?'})")
+        return since
+
+    def _await_supervised(self, service, since: float) -> tuple[str, float]:
+        """Poll until healthy; fail when the supervisor gave up on it, or at the deadline."""
+        started = time.monotonic()
+        deadline = started + service.timeout_s(self.settings)
+        last_error = "no answer yet"
+        while True:
+            entry = read_status(self.settings.state_dir)["processes"].get(service.name, {})
+            if (entry.get("gave_up_at") or 0) >= since:
+                raise self._loop_failure(service, entry)
+            state = self.supervisord.all_info().get(service.name, {}).get("statename")
+            if state is None and not self.supervisord.running():
+                raise self._failure(service, "the supervisor stopped running")
+            if state == "STOPPED":
+                raise self._failure(service, "was stopped before becoming healthy")
+            if state in ("RUNNING", "STARTING"):
+                try:
+                    return service.check(self.settings), time.monotonic() - started
+                except Exception as exc:  # a probe may fail in any client-specific way while starting
+                    last_error = f"{type(exc).__name__}: {exc}"
+            else:
+                last_error = f"{state or 'not started'}; {summary(entry)}"
+            if time.monotonic() > deadline:
+                raise self._failure(service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last: {last_error})")
+            time.sleep(1.0)
+
+    def _loop_failure(self, service, entry: dict) -> StackError:
+        last = entry.get("last_exit") or {}
+        tail = "\n".join(last.get("log_tail", []))
+        causes = [msg for pattern, msg in _DIAGNOSES if pattern.search(tail)]
+        return StackError(service.name, (
+            f"keeps dying: the supervisor gave up after {entry.get('restarts', 0)} restart(s) "
+            f"({Budget.from_settings(self.settings).describe()}); last exit: {last.get('reason')}"
+            + (f"; likely cause: {causes[0]}" if causes else "")
+            + f" (log: {self.supervisor.log_file(service.name)}; restarts: {self.settings.state_dir / 'logs' / 'restarts.log'})"),
+            tail)
+
     def _preflight(self, service: svc.Service) -> None:
         service.check_jars(self.settings)
         host = service.host(self.settings)
@@ -120,12 +223,20 @@ class Stack:
             if owner is not None:
                 raise StackError(service.name, f"cannot start: port {port} ({label}) on {host} is already in use by {owner}")
 
-    def _launch(self, service: svc.Service, java: JavaRuntime) -> None:
+    def _environment(self, java: JavaRuntime) -> dict[str, str]:
         # The stack's processes load the persisted settings of this state directory and nothing
         # else: no LAMBDA_* variable of the shell that ran `up` reaches them (settings_store).
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
         env.update(JAVA_HOME=str(java.home), LAMBDA_STATE_DIR=str(self.settings.state_dir))
-        self.supervisor.start(service.name, self.prepare(service, java), cwd=service.dirs(self.settings).root, env=env)
+        return env
+
+    def _launch(self, service: svc.Service, java: JavaRuntime) -> None:
+        from infra.store_logs import with_rolling_logs
+
+        command = with_rolling_logs(service.name, self.prepare(service, java), service.dirs(self.settings).conf,
+                                    self.supervisor.log_file(service.name), self.settings.stack.log_max_bytes,
+                                    self.settings.stack.log_backups)
+        self.supervisor.start(service.name, command, cwd=service.dirs(self.settings).root, env=self._environment(java))
 
     def prepare(self, service: svc.Service, java: JavaRuntime) -> list[str]:
         """Render the service's configuration (and format its storage once); its command line."""
@@ -162,13 +273,31 @@ class Stack:
     def down(self, on_progress: Callable[[str], None] | None = None) -> dict[str, str]:
         say = on_progress or (lambda msg: log.info("%s", msg))
         timeout = self.settings.stack.stop_timeout_s
-        with ThreadPoolExecutor(max_workers=max(1, len(self.services))) as pool:
-            stopped = dict(zip([s.name for s in self.services],
-                               pool.map(lambda s: self.supervisor.stop(s.name, timeout), self.services)))
         outcome = {}
+        # The platform's processes first (the supervisor must not restart them while the stores go).
+        running = {n for n, i in self.supervisord.all_info().items() if i["statename"] in ("RUNNING", "STARTING", "BACKOFF")}
+        platform = [s.name for s in self.services if s.phase > 0]
+        with self.supervisord.lock():
+            if self.whole_stack:
+                if self.supervisord.shutdown():
+                    say("supervisor: stopped, and every process it ran")
+            else:
+                for name in platform:
+                    if name in running:
+                        self.supervisord.stop(name)
+        for name in platform:
+            if name in running:
+                outcome[name] = "stopped"
+        with ThreadPoolExecutor(max_workers=max(1, len(self.services))) as pool:
+            # Platform processes started before the supervisor still have pid files of their own.
+            stopped = dict(zip([s.name for s in self.services], pool.map(
+                lambda s: self.supervisor.pid_file(s.name).exists() and ProcessSupervisor.stop(self.supervisor, s.name, timeout),
+                self.services)))
         for name, ran in stopped.items():
-            outcome[name] = "stopped" if ran else "was not running"
             if ran:
+                outcome[name] = "stopped"
+            outcome.setdefault(name, "was not running")
+            if outcome[name] == "stopped":
                 say(f"{name}: stopped")
         if self.whole_stack:
             killed = self.supervisor.kill_orphans()
@@ -180,10 +309,15 @@ class Stack:
 
     def status(self, probe: bool = True) -> list[ServiceStatus]:
         result = []
+        restarts = restart_report(self.settings) if self.programs else {}
         for service in self.services:
             proc = self.supervisor.process(service.name)
+            row = restarts.get(service.name, {}) if self.supervisor.supervised(service.name) else {}
+            count, why = row.get("restarts_total", 0), (row.get("summary", "") if row.get("restarts_total") or row.get("gave_up") else "")
             if proc is None:
-                result.append(ServiceStatus(service.name, False, None, 0.0, False, "not running"))
+                detail = why or ("not running" if not self.supervisor.supervised(service.name) or self.supervisord.running()
+                                 else "not running (nor is the supervisor: run `lambdactl up`)")
+                result.append(ServiceStatus(service.name, False, None, 0.0, False, detail, 0.0, count, why))
                 continue
             healthy, detail = False, ""
             if probe:
@@ -193,5 +327,23 @@ class Stack:
                 except Exception as exc:  # report, never raise, from status
                     detail = f"unhealthy: {type(exc).__name__}: {exc}"
             rss = self.supervisor.rss_bytes(service.name) / 2**20
-            result.append(ServiceStatus(service.name, True, proc.pid, rss, healthy, detail, time.time() - proc.create_time()))
+            result.append(ServiceStatus(service.name, True, proc.pid, rss, healthy, detail,
+                                        time.time() - proc.create_time(), count, why))
+        if any(s.phase > 0 for s in self.services):
+            result.append(self._supervisor_status())
         return result
+
+    def _supervisor_status(self) -> ServiceStatus:
+        proc = ProcessSupervisor.process(self.supervisor, SUPERVISOR)
+        budget = Budget.from_settings(self.settings)
+        if proc is None:
+            return ServiceStatus(SUPERVISOR, False, None, 0.0, False,
+                                 "not running: nothing restarts a platform process that exits (run `lambdactl up`)")
+        answers = self.supervisord.answering()
+        detail = (f"supervisord restarts the platform's processes, {budget.describe()}, backoff "
+                  f"{budget.backoff_s:.0f}s doubling to {budget.backoff_max_s:.0f}s" if answers else "supervisord does not answer")
+        try:
+            rss = proc.memory_info().rss / 2**20
+        except psutil.Error:
+            rss = 0.0
+        return ServiceStatus(SUPERVISOR, True, proc.pid, rss, answers, detail, time.time() - proc.create_time())

@@ -1,0 +1,349 @@
+"""supervisord for the platform's own processes (archiver, speed layer, API, Airflow).
+
+`lambdactl up` writes `<state_dir>/supervisor/supervisord.conf` and starts supervisord once (a
+process of the stack like the stores, with a pid file: infra/process.py). supervisord starts each
+platform process in its own process group, stops it as a group, writes its output to
+`<state_dir>/logs/<name>.log` rotated by size, and answers XML-RPC on a unix socket. Restarts are
+decided by the event listener infra/restart_listener.py (backoff and a restart budget, which
+supervisord's own `autorestart` lacks), so every program runs with `autorestart=false` and
+`startretries=0`: every exit goes to the listener.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import shlex
+import sys
+import tempfile
+import time
+import xmlrpc.client
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from definitions.settings import REPO_ROOT, Settings
+from infra.errors import StackError
+from infra.process import ProcessRecord, ProcessSupervisor, tail_file
+from infra.restarts import supervisor_dir
+
+NAME = "supervisor"             # its pid file and stdout: run/supervisor.pid, logs/supervisor.log
+LISTENER = "lambda-restarts"    # the event listener's name in supervisord
+_MAX_SOCKET_PATH = 100          # AF_UNIX paths are limited to 107 bytes
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    command: Sequence[str]
+    directory: Path
+    environment: Mapping[str, str]
+
+
+def python_executable() -> str:
+    """The virtualenv's interpreter under one stable name: `python` and `python3` are the same
+    program, and a configuration that named one or the other by who ran `up` would restart
+    every process on each change."""
+    stable = Path(sys.prefix) / "bin" / "python"
+    return str(stable) if stable.exists() else sys.executable
+
+
+def _stable_command(args: Sequence[str]) -> list[str]:
+    args = [str(a) for a in args]
+    return [python_executable(), *args[1:]] if args and args[0] == sys.executable else args
+
+
+def socket_path(state_dir: Path) -> Path:
+    """supervisord's unix socket: in the state dir, or in the temp dir when that path is too long."""
+    path = supervisor_dir(state_dir) / "supervisord.sock"
+    if len(str(path)) <= _MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"lambda-supervisor-{digest}.sock"
+
+
+def config_path(state_dir: Path) -> Path:
+    return supervisor_dir(state_dir) / "supervisord.conf"
+
+
+def _value(text: object) -> str:
+    """A value for supervisord's config file: `%` is its interpolation sign; a line break ends the value."""
+    text = str(text)
+    if "\n" in text or "\r" in text:
+        raise StackError(NAME, f"cannot put a line break into supervisord.conf: {text!r}")
+    return text.replace("%", "%%")
+
+
+def _logfile(path: Path) -> str:
+    """A program's log file: supervisord expands these values twice."""
+    return _value(_value(path))
+
+
+def _command(args: Sequence[str]) -> str:
+    return _value(" ".join(shlex.quote(str(a)) for a in args))
+
+
+def _environment(env: Mapping[str, str]) -> str:
+    for key, value in env.items():
+        if '"' in value or not key.isidentifier():
+            raise StackError(NAME, f"cannot pass {key}={value!r} through supervisord's environment option")
+    return _value(",".join(f'{key}="{value}"' for key, value in sorted(env.items())))
+
+
+def render_config(settings: Settings, programs: Sequence[Program]) -> str:
+    """supervisord.conf for these programs and the restart listener."""
+    s = settings.stack
+    state = settings.state_dir
+    logs = state / "logs"
+    sup = supervisor_dir(state)
+    rotate = {"maxbytes": s.log_max_bytes, "backups": s.log_backups}
+    lines = [
+        "; Written by `lambdactl up` (infra/supervision.py) at every start: edit the settings, not this file.",
+        "[unix_http_server]",
+        f"file={_value(socket_path(state))}",
+        "chmod=0700",
+        "",
+        "[supervisord]",
+        f"logfile={_value(logs / 'supervisord.log')}",
+        f"logfile_maxbytes={rotate['maxbytes']}",
+        f"logfile_backups={rotate['backups']}",
+        "loglevel=info",
+        f"pidfile={_value(sup / 'supervisord.pid')}",
+        f"childlogdir={_value(sup)}",
+        "nodaemon=true",
+        "silent=true",
+        f"identifier=lambda-{hashlib.sha256(str(state).encode()).hexdigest()[:12]}",
+        "",
+        "[rpcinterface:supervisor]",
+        "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
+        "",
+        "[supervisorctl]",
+        f"serverurl=unix://{_value(socket_path(state))}",
+        "",
+    ]
+    for program in programs:
+        lines += [
+            f"[program:{program.name}]",
+            f"command={_command(_stable_command(program.command))}",
+            f"directory={_value(program.directory)}",
+            f"environment={_environment(program.environment)}",
+            "autostart=false",      # `lambdactl up` starts the ones it is asked for
+            "autorestart=false",    # the listener restarts, with backoff and a budget
+            f"startsecs={s.start_s}",
+            "startretries=0",
+            "stopsignal=TERM",
+            f"stopwaitsecs={max(1, round(s.stop_timeout_s))}",
+            "stopasgroup=true",
+            "killasgroup=true",
+            "redirect_stderr=true",
+            f"stdout_logfile={_logfile(logs / f'{program.name}.log')}",
+            f"stdout_logfile_maxbytes={rotate['maxbytes']}",
+            f"stdout_logfile_backups={rotate['backups']}",
+            "",
+        ]
+    listener = [
+        python_executable(), "-m", "infra.restart_listener", "--state-dir", str(state),
+        "--programs", ",".join(p.name for p in programs), "--max-restarts", str(s.restart_max),
+        "--window-s", str(s.restart_window_s), "--backoff-s", str(s.restart_backoff_s),
+        "--backoff-max-s", str(s.restart_backoff_max_s),
+    ]
+    lines += [
+        f"[eventlistener:{LISTENER}]",
+        f"command={_command(listener)}",
+        f"directory={_value(REPO_ROOT)}",
+        "events=PROCESS_STATE",
+        "buffer_size=1024",
+        "priority=1",
+        "autostart=true",
+        "autorestart=true",
+        "startsecs=1",
+        "startretries=1000",
+        "stopasgroup=true",
+        "killasgroup=true",
+        "stdout_logfile=NONE",
+        f"stderr_logfile={_logfile(logs / 'restarts.log')}",
+        f"stderr_logfile_maxbytes={rotate['maxbytes']}",
+        f"stderr_logfile_backups={rotate['backups']}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _transport(path: Path, timeout_s: float) -> xmlrpc.client.Transport:
+    """supervisor's XML-RPC transport over its unix socket, with a timeout on the socket."""
+    from supervisor.xmlrpc import SupervisorTransport, UnixStreamHTTPConnection
+
+    class _Connection(UnixStreamHTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            self.sock.settimeout(timeout_s)
+
+    transport = SupervisorTransport(None, None, f"unix://{path}")
+
+    def connection() -> UnixStreamHTTPConnection:
+        conn = _Connection("localhost")
+        conn.socketfile = str(path)
+        return conn
+
+    transport._get_connection = connection
+    return transport
+
+
+class Supervisord:
+    """supervisord of one state directory: its config, its process, its XML-RPC."""
+
+    def __init__(self, settings: Settings, procs: ProcessSupervisor) -> None:
+        self.settings = settings
+        self.procs = procs
+        self.state_dir = settings.state_dir
+
+    def rpc(self, timeout_s: float = 10.0) -> Any:
+        transport = _transport(socket_path(self.state_dir), timeout_s)
+        return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor
+
+    def running(self) -> bool:
+        """supervisord's process is alive (its pid file says so)."""
+        return self.procs.process(NAME) is not None
+
+    def answering(self) -> bool:
+        if not self.running():
+            return False
+        try:
+            return self.rpc(timeout_s=5).getState()["statename"] == "RUNNING"
+        except (OSError, xmlrpc.client.Error):
+            return False
+
+    def all_info(self) -> dict[str, dict[str, Any]]:
+        """supervisord's view of each program (state, pid, start time …); empty when it does not run."""
+        if not self.running():
+            return {}
+        try:
+            return {info["name"]: info for info in self.rpc().getAllProcessInfo() if info["name"] != LISTENER}
+        except (OSError, xmlrpc.client.Error):
+            return {}
+
+    def process(self, name: str) -> psutil.Process | None:
+        info = self.all_info().get(name)
+        if not info or not info.get("pid"):
+            return None
+        try:
+            proc = psutil.Process(info["pid"])
+            return None if proc.status() == psutil.STATUS_ZOMBIE else proc
+        except psutil.Error:
+            return None
+
+    def ensure(self, programs: Sequence[Program], env: Mapping[str, str], timeout_s: float = 60) -> str:
+        """supervisord runs with this configuration: started, updated in place, or left as it was."""
+        conf = config_path(self.state_dir)
+        text = render_config(self.settings, programs)
+        for folder in (conf.parent, self.state_dir / "logs"):
+            folder.mkdir(parents=True, exist_ok=True)
+        if self.running() and self._wait_answering(timeout_s):
+            if conf.exists() and conf.read_text() == text:
+                self._ensure_listener()
+                return "unchanged"
+            conf.write_text(text)
+            self._update()
+            return "updated"
+        if self.running():  # alive but not answering: start afresh
+            self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
+        conf.write_text(text)
+        self.procs.start(NAME, [python_executable(), "-m", "supervisor.supervisord", "-c", str(conf)],
+                         cwd=supervisor_dir(self.state_dir), env=dict(env))
+        if not self._wait_answering(timeout_s):
+            tail = "\n".join(t for t in (self.procs.tail(NAME, 20),
+                                         tail_file(self.state_dir / "logs" / "supervisord.log", 20)) if t)
+            raise StackError(NAME, f"supervisord did not answer within {timeout_s:.0f}s "
+                                   f"(log: {self.state_dir / 'logs' / 'supervisord.log'})", tail)
+        return "started"
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """One `up` at a time changes the supervisor of a state directory (test sessions run `up` at once)."""
+        path = supervisor_dir(self.state_dir) / "up.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _wait_answering(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.answering():
+                return True
+            if not self.running():
+                return False
+            time.sleep(0.2)
+        return False
+
+    def _update(self) -> None:
+        """Apply a changed configuration (what `supervisorctl update` does)."""
+        rpc = self.rpc(timeout_s=self.settings.stack.stop_timeout_s + 30)
+        [[added, changed, removed]] = rpc.reloadConfig()
+        for name in (*changed, *removed):
+            rpc.stopProcessGroup(name)
+            rpc.removeProcessGroup(name)
+        for name in (*changed, *added):
+            rpc.addProcessGroup(name)
+
+    def _ensure_listener(self) -> None:
+        rpc = self.rpc()
+        if rpc.getProcessInfo(LISTENER)["statename"] not in ("RUNNING", "STARTING", "BACKOFF"):
+            rpc.startProcess(LISTENER, False)
+
+    def start(self, name: str) -> None:
+        try:
+            self.rpc().startProcess(name, False)
+        except xmlrpc.client.Fault as fault:
+            if "ALREADY_STARTED" not in fault.faultString:
+                raise StackError(name, f"supervisord could not start it: {fault.faultString}") from None
+
+    def stop(self, name: str) -> None:
+        try:
+            self.rpc(timeout_s=self.settings.stack.stop_timeout_s + 30).stopProcess(name, True)
+        except xmlrpc.client.Fault as fault:
+            if "NOT_RUNNING" not in fault.faultString:
+                raise
+
+    def shutdown(self) -> bool:
+        """Stop supervisord and so every program it runs (each as a group); True if it ran."""
+        ran = self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
+        socket_path(self.state_dir).unlink(missing_ok=True)
+        return ran
+
+
+class StackProcesses(ProcessSupervisor):
+    """The processes of a state directory: the stores by their pid files, the platform's processes
+    through supervisord (a platform process still started the old way keeps its pid file)."""
+
+    def __init__(self, settings: Settings, programs: Sequence[str]) -> None:
+        super().__init__(settings.state_dir)
+        self.programs = set(programs)
+        self.supervisord = Supervisord(settings, ProcessSupervisor(settings.state_dir))
+
+    def supervised(self, name: str) -> bool:
+        return name in self.programs and not self.pid_file(name).exists()
+
+    def process(self, name: str) -> psutil.Process | None:
+        return self.supervisord.process(name) if self.supervised(name) else super().process(name)
+
+    def record(self, name: str) -> ProcessRecord | None:
+        if not self.supervised(name):
+            return super().record(name)
+        proc = self.process(name)
+        if proc is None:
+            return None
+        try:
+            return ProcessRecord(proc.pid, proc.create_time(), proc.cmdline())
+        except psutil.Error:
+            return None
+
+    def exit_code(self, name: str) -> int | None:
+        return None if self.supervised(name) else super().exit_code(name)

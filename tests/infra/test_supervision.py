@@ -1,0 +1,239 @@
+"""Unit tests of the supervision of the platform's processes: the supervisord configuration (read
+back by supervisord's own parser), the restart budget, and the event listener's decisions. No service."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from xmlrpc.client import Fault
+
+import pytest
+
+from definitions.settings import Settings
+from infra.errors import StackError
+from infra.process import STATE_TAG
+from infra.restart_listener import Listener, exit_reason
+from infra.restarts import Budget, read_status, restart_report
+from infra.supervision import LISTENER, Program, render_config, socket_path
+
+
+def _settings(tmp_path: Path, **stack) -> Settings:
+    return Settings(state_dir=tmp_path / "state", stack={"managed_services": ["api", "archiver"], **stack})
+
+
+def _programs(settings: Settings) -> list[Program]:
+    env = {"JAVA_HOME": "/usr/lib/jvm/x", "LAMBDA_STATE_DIR": str(settings.state_dir), STATE_TAG: str(settings.state_dir)}
+    return [Program("api", ["/venv/bin/python", "-m", "api.server"], settings.state_dir / "api", env),
+            Program("archiver", ["/venv/bin/python", "-m", "ingest.archiver", "--say", "50% done, it's fine"],
+                    settings.state_dir / "archiver", env)]
+
+
+def _parsed(settings: Settings, text: str):
+    """The configuration as supervisord itself reads it."""
+    from supervisor.options import ServerOptions
+
+    path = settings.state_dir / "supervisor" / "supervisord.conf"
+    for folder in (path.parent, settings.state_dir / "logs"):
+        folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    options = ServerOptions()
+    options.realize(args=["-c", str(path)])
+    return options, {group.name: group for group in options.process_group_configs}
+
+
+def test_config_is_read_by_supervisord_with_every_program_restarted_by_the_listener_only(tmp_path):
+    settings = _settings(tmp_path, log_max_bytes=2**20, log_backups=3, start_s=4, stop_timeout_s=25)
+    options, groups = _parsed(settings, render_config(settings, _programs(settings)))
+    assert set(groups) == {"api", "archiver", LISTENER}
+    logs = settings.state_dir / "logs"
+    assert options.logfile == str(logs / "supervisord.log") and options.logfile_maxbytes == 2**20
+    assert options.nodaemon and options.silent
+    assert options.serverurl == f"unix://{socket_path(settings.state_dir)}"
+    for name in ("api", "archiver"):
+        [proc] = groups[name].process_configs
+        assert proc.autostart is False and proc.autorestart is False and proc.startretries == 0
+        assert proc.startsecs == 4 and proc.stopwaitsecs == 25
+        assert proc.stopasgroup and proc.killasgroup and proc.redirect_stderr
+        assert proc.stdout_logfile == str(logs / f"{name}.log")
+        assert (proc.stdout_logfile_maxbytes, proc.stdout_logfile_backups) == (2**20, 3)
+        assert proc.directory == str(settings.state_dir / name)
+        assert proc.environment == {"JAVA_HOME": "/usr/lib/jvm/x", "LAMBDA_STATE_DIR": str(settings.state_dir),
+                                    STATE_TAG: str(settings.state_dir)}
+    [archiver] = groups["archiver"].process_configs
+    assert shlex.split(archiver.command)[-2:] == ["--say", "50% done, it's fine"], "quoted and %-escaped"
+    [listener] = groups[LISTENER].process_configs
+    args = shlex.split(listener.command)
+    assert args[args.index("--programs") + 1] == "api,archiver"
+    assert args[args.index("--max-restarts") + 1] == str(settings.stack.restart_max)
+    assert listener.autorestart and listener.stderr_logfile == str(logs / "restarts.log")
+
+
+def test_a_percent_sign_in_the_state_dir_survives_supervisords_interpolation(tmp_path):
+    settings = Settings(state_dir=tmp_path / "100%(here)s%state", stack={"managed_services": ["api"]})
+    options, groups = _parsed(settings, render_config(settings, _programs(settings)[:1]))
+    [api] = groups["api"].process_configs
+    [listener] = groups[LISTENER].process_configs
+    assert api.directory == str(settings.state_dir / "api")
+    assert api.stdout_logfile == str(settings.state_dir / "logs" / "api.log")
+    assert api.environment["LAMBDA_STATE_DIR"] == str(settings.state_dir)
+    assert listener.stderr_logfile == str(settings.state_dir / "logs" / "restarts.log")
+    assert shlex.split(listener.command)[shlex.split(listener.command).index("--state-dir") + 1] == str(settings.state_dir)
+    assert options.logfile == str(settings.state_dir / "logs" / "supervisord.log")
+
+
+def test_values_supervisord_cannot_carry_are_refused(tmp_path):
+    settings = _settings(tmp_path)
+    bad = Program("api", ["python"], settings.state_dir, {"X": 'has "quotes"'})
+    with pytest.raises(StackError, match="environment"):
+        render_config(settings, [bad])
+    with pytest.raises(StackError, match="line break"):
+        render_config(settings, [Program("api", ["python", "a\nb"], settings.state_dir, {})])
+
+
+def test_socket_path_stays_within_the_unix_socket_limit(tmp_path):
+    assert socket_path(tmp_path) == tmp_path / "supervisor" / "supervisord.sock"
+    deep = tmp_path / ("d" * 120)
+    assert len(str(socket_path(deep))) <= 100
+    assert socket_path(deep) != socket_path(tmp_path / ("e" * 120))
+
+
+def test_budget_doubles_the_backoff_and_gives_up_past_the_limit():
+    budget = Budget(max_restarts=5, window_s=600, backoff_s=1, backoff_max_s=60)
+    restarts: list[float] = []
+    delays = []
+    for t in range(6):
+        delays.append(budget.delay(restarts, now=100 + t))
+        restarts.append(100 + t)
+    assert delays == [1, 2, 4, 8, 16, None]
+    assert budget.delay(restarts[:5], now=100 + 600 + 5) == 1, "restarts older than the window no longer count"
+    assert Budget(10, 600, 1, 60).delay([0.0] * 8, now=1) == 60, "the backoff stops growing at its maximum"
+
+
+class FakeSupervisord:
+    def __init__(self, fail_with: Exception | None = None) -> None:
+        self.started: list[str] = []
+        self.fail_with = fail_with
+
+    def getPID(self) -> int:
+        return 4242
+
+    def getProcessInfo(self, name: str) -> dict:
+        return {"name": name, "spawnerr": "", "exitstatus": 3}
+
+    def getAllProcessInfo(self) -> list[dict]:
+        return []
+
+    def startProcess(self, name: str, wait: bool) -> bool:
+        if self.fail_with:
+            raise self.fail_with
+        self.started.append(name)
+        return True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _listener(tmp_path: Path, budget: Budget, rpc=None) -> tuple[Listener, FakeSupervisord, Clock]:
+    rpc = rpc or FakeSupervisord()
+    clock = Clock()
+    (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "logs" / "api.log").write_text("starting\nTraceback: boom\n")
+    return Listener(tmp_path, budget, ["api"], type("Rpc", (), {"supervisor": rpc})(), clock=clock), rpc, clock
+
+
+def _event(listener: Listener, state: str, **fields) -> None:
+    listener.handle(f"PROCESS_STATE_{state}", " ".join(f"{k}:{v}" for k, v in {"processname": "api", "groupname": "api", **fields}.items()))
+
+
+def test_listener_restarts_with_backoff_and_gives_up_on_a_restart_loop(tmp_path):
+    listener, rpc, clock = _listener(tmp_path, Budget(max_restarts=2, window_s=600, backoff_s=1, backoff_max_s=60))
+    _event(listener, "STARTING", tries=0)
+    _event(listener, "RUNNING", pid=999_999_001)
+    clock.now += 30
+    _event(listener, "EXITED", expected=0, pid=999_999_001)
+    entry = read_status(tmp_path)["processes"]["api"]
+    assert entry["state"] == "restarting" and entry["next_restart_at"] == clock.now + 1
+    assert entry["last_exit"]["reason"] == "exit status 3" and entry["last_exit"]["uptime_s"] == 30
+    assert entry["last_exit"]["log_tail"] == ["starting", "Traceback: boom"]
+    listener.run_due()
+    assert rpc.started == [], "not before the backoff has passed"
+    clock.now += 1
+    listener.run_due()
+    assert rpc.started == ["api"]
+    _event(listener, "STARTING", tries=0)  # the listener's own restart: the budget goes on
+    _event(listener, "BACKOFF", tries=1)   # died while starting …
+    _event(listener, "FATAL")              # … and supervisord gave up at once (startretries=0)
+    assert listener.next_due() == clock.now + 2, "the second restart waits twice as long"
+    clock.now += 2
+    listener.run_due()
+    _event(listener, "STARTING", tries=0)
+    _event(listener, "RUNNING", pid=999_999_002)
+    _event(listener, "EXITED", expected=0, pid=999_999_002)
+    entry = read_status(tmp_path)["processes"]["api"]
+    assert entry["state"] == "gave up" and entry["gave_up_at"] == clock.now and entry["next_restart_at"] is None
+    assert entry["restarts"] == 2 and rpc.started == ["api", "api"]
+    report = restart_report(Settings(state_dir=tmp_path))["api"]
+    assert report["gave_up"] and report["restarts"] == 2 and report["last_reason"] == "exit status 3"
+    assert "log_tail" not in report, "log lines stay out of the report unless asked for"
+    assert "restart loop" in report["summary"]
+
+    _event(listener, "STARTING", tries=0)  # started by hand (`lambdactl up`): a fresh budget
+    entry = read_status(tmp_path)["processes"]["api"]
+    assert entry["gave_up_at"] is None and entry["restarts"] == 0 and entry["recent"] == []
+    assert entry["restarts_total"] == 2
+
+
+def test_a_stop_on_purpose_cancels_a_pending_restart(tmp_path):
+    listener, rpc, clock = _listener(tmp_path, Budget(5, 600, 10, 60))
+    _event(listener, "STARTING", tries=0)
+    _event(listener, "EXITED", expected=0, pid=999_999_003)
+    assert listener.next_due() is not None
+    _event(listener, "STOPPED", pid=0)
+    assert listener.next_due() is None
+    clock.now += 100
+    listener.run_due()
+    assert rpc.started == []
+
+
+def test_a_restart_refused_by_supervisord_is_not_retried_but_a_lost_connection_is(tmp_path):
+    listener, rpc, clock = _listener(tmp_path, Budget(5, 600, 1, 60), FakeSupervisord(Fault(60, "ALREADY_STARTED: api")))
+    _event(listener, "EXITED", expected=0, pid=999_999_004)
+    clock.now += 1
+    listener.run_due()
+    assert listener.next_due() is None
+    rpc.fail_with = ConnectionRefusedError("gone")
+    _event(listener, "EXITED", expected=0, pid=999_999_005)
+    clock.now += 5
+    listener.run_due()
+    assert listener.next_due() == clock.now + 1
+
+
+def test_exit_reason_is_read_from_supervisords_log_when_recent(tmp_path):
+    log = tmp_path / "supervisord.log"
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    log.write_text(f"{stamp},123 WARN exited: api (exit status 1; not expected)\n"
+                   f"{stamp},456 WARN exited: speed-layer (terminated by SIGKILL; not expected)\n"
+                   f"{stamp},789 INFO spawned: 'api' with pid 7\n")
+    assert exit_reason(log, "speed-layer", now) == "terminated by SIGKILL"
+    assert exit_reason(log, "api", now) == "exit status 1"
+    assert exit_reason(log, "api", now + 3600) is None, "an old line is not this exit's reason"
+    assert exit_reason(log, "archiver", now) is None
+
+
+def test_the_configuration_does_not_depend_on_which_name_of_the_interpreter_ran_up(tmp_path, monkeypatch):
+    import sys
+
+    settings = _settings(tmp_path)
+    bin_dir = Path(sys.prefix) / "bin"
+    texts = set()
+    for name in ("python", "python3"):
+        monkeypatch.setattr(sys, "executable", str(bin_dir / name))
+        texts.add(render_config(settings, [Program("api", [sys.executable, "-m", "api.server"], tmp_path, {})]))
+    assert len(texts) == 1, "an `up` from `python` and one from `python3` would restart every process"
