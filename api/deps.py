@@ -1,13 +1,16 @@
-"""Dependencies injected into the routes (settings, the serving layer, metrics, the token check)."""
+"""Dependencies injected into the routes (settings, the serving layer, metrics, the token check) and
+the bounded reading of a request body."""
 
 from __future__ import annotations
 
 import secrets
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.requests import ClientDisconnect
 
+from api.errors import ApiError
 from api.metrics import ApiMetrics
 from definitions.settings import Settings
 from serving_layer.service import ServingLayer
@@ -27,11 +30,34 @@ def get_metrics(request: Request) -> ApiMetrics:
     return request.app.state.metrics
 
 
-def require_token(request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def require_token(request: Request,
+                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+    """The bearer token, checked from the headers alone: before any request body is read."""
     expected = request.app.state.settings.api.token.get_secret_value()
-    if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), expected.encode()):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "a valid bearer token is required",
-                            headers={"WWW-Authenticate": "Bearer"})
+    given = credentials.credentials if credentials is not None else ""
+    if not secrets.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode()):
+        raise ApiError(401, "a valid bearer token is required: send `Authorization: Bearer <token>`",
+                       headers={"WWW-Authenticate": "Bearer"})
+
+
+async def read_body(request: Request, cap: int) -> bytes:
+    """The request body, refused with 413 if it is (or declares to be) longer than `cap` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise ApiError(400, "Content-Length is not a number of bytes")
+        if len(declared) > 18 or int(declared) > cap:
+            raise ApiError(413, f"request body of {declared[:20]} bytes is over the limit of {cap} bytes")
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise ApiError(413, f"request body is over the limit of {cap} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ApiError(400, "the request body ended before it was complete") from None
+    return b"".join(chunks)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]

@@ -1,50 +1,163 @@
-"""POST /api/v1/events: validated events into Kafka (token required)."""
+"""POST /api/v1/events: validated events into Kafka (token required).
+
+The order bounds the work a request can cause: the token (a header) is checked first, then the
+declared Content-Length against api.max_body_bytes, then the body is read in chunks and refused
+as soon as it passes the cap; only then is it parsed (nesting bounded before the parser runs) and
+each event validated (settings.events). Nothing reaches Kafka unless every event is valid.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
-from fastapi import APIRouter, Body, HTTPException, Request
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import MetricsDep, SettingsDep, TokenDep
-from definitions.events import MAX_EVENT_BYTES, InvalidEvent, validate_document
+from api.deps import TokenDep, read_body
+from api.errors import ApiError, error_responses
+from definitions import events as contract
+from definitions.events import FIELDS, SCHEMA_VERSION, InvalidEvent, parse_json, validate_document
+from definitions.settings import Settings
 
-router = APIRouter(prefix="/api/v1", tags=["ingest"])
+log = logging.getLogger("lambda.api")
 
 
-@router.post("/events", status_code=202, dependencies=[TokenDep],
-             summary="Validate a batch of events and produce them to Kafka; 422 with per-record errors")
-def post_events(request: Request, settings: SettingsDep, metrics: MetricsDep,
-                events: list[Any] = Body(..., description="a JSON array of events (the event contract)")) -> dict[str, Any]:
+class Position(BaseModel):
+    partition: int
+    offset: int
+
+
+class Accepted(BaseModel):
+    accepted: int = Field(description="how many events Kafka acknowledged")
+    topic: str
+    positions: list[Position]
+
+
+# The validator's own pattern for event_time (a stricter documented one would call "invalid" some
+# times it accepts).
+_EVENT_TIME = getattr(contract, "_ISO_TIME", None)
+_PRINTABLE = "[^\\u0000-\\u001f\\u007f]"  # the validator refuses control characters in any string
+
+
+def event_schema(settings: Settings) -> dict[str, Any]:
+    """The JSON schema of one event, from the event contract (definitions/events.py). An optional
+    field may also be null or "" (both mean absent)."""
+    properties: dict[str, Any] = {}
+    for field in FIELDS:
+        schema: dict[str, Any] = {"description": field.doc}
+        if field.kind == "int":
+            schema.update(type="integer", enum=[SCHEMA_VERSION] if field.name == "schema_version" else None)
+        else:
+            setting = getattr(field, "limit_setting", "")
+            max_len = int(getattr(settings.events, setting)) if setting else field.max_len
+            schema.update(type="string", maxLength=max_len or None, pattern=f"^{_PRINTABLE}*$")
+            if field.name == "url":
+                schema["pattern"] = f"^/{_PRINTABLE}*$"
+            if field.kind == "timestamp" and _EVENT_TIME is not None:
+                schema["pattern"] = _EVENT_TIME.pattern
+            if field.pattern is not None:
+                schema["pattern"] = field.pattern.pattern
+            if field.choices:
+                schema["enum"] = list(field.choices)
+            if field.required:
+                schema["minLength"] = 1
+            elif "enum" in schema:
+                schema["enum"].append("")
+            elif field.pattern is not None:
+                schema["pattern"] = f"^({field.pattern.pattern.strip('^$')})?$"
+        if not field.required:
+            schema["type"] = [schema["type"], "null"]
+            if "enum" in schema and schema["enum"] is not None:
+                schema["enum"].append(None)
+        properties[field.name] = {k: v for k, v in schema.items() if v is not None}
+    return {"type": "object", "properties": properties, "additionalProperties": False,
+            "required": [f.name for f in FIELDS if f.required],
+            "description": "an event (docs/events.md); its event_time at most "
+                           f"{settings.events.max_future_s}s ahead of now and not before "
+                           f"{settings.events.min_event_time_s} (epoch seconds)"}
+
+
+def request_body_doc(settings: Settings) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "description": (
+        f"a JSON array of 1 to {settings.api.max_events_per_request} events, at most "
+        f"{settings.api.max_body_bytes} bytes; each at most {settings.events.max_record_bytes} bytes as JSON"),
+        "content": {"application/json": {"schema": {
+            "type": "array", "minItems": 1, "maxItems": settings.api.max_events_per_request,
+            "items": event_schema(settings)},
+            "example": [{"event_id": "3f1c6a52-0d7e-4c8e-9a57-2f1e1b0c9d11", "event_time": "2026-11-21T10:00:00.123Z",
+                         "user_id": "u-829", "url": "/products/42", "event_type": "page_view",
+                         "referrer": "https://example.com/", "country": "DE", "device": "mobile",
+                         "schema_version": 1}]}}}}
+
+
+def check_events(settings: Settings, data: bytes) -> list[tuple[bytes, bytes]]:
+    """(key, value) for Kafka of every event in the body, or an ApiError saying what is wrong."""
     limit = settings.api.max_events_per_request
+    if not data.strip():
+        raise ApiError(422, "no events: send a non-empty JSON array of events")
+    try:
+        events = parse_json(data, max_depth=settings.events.max_nesting_depth + 1)
+    except InvalidEvent as exc:
+        raise ApiError(400, f"body: {exc.reason}") from None
+    if not isinstance(events, list):
+        raise ApiError(422, f"body: a JSON array of events is expected, got a JSON {type(events).__name__}")
     if not events:
-        raise HTTPException(422, "no events: send a non-empty JSON array")
+        raise ApiError(422, "no events: send a non-empty JSON array of events")
     if len(events) > limit:
-        raise HTTPException(422, f"too many events: {len(events)}, at most {limit} per request")
+        raise ApiError(422, f"too many events: {len(events)}, at most {limit} per request")
+    max_bytes = settings.events.max_record_bytes
     errors, payloads = [], []
     for index, doc in enumerate(events):
-        raw = json.dumps(doc, separators=(",", ":")).encode()
         try:
-            if len(raw) > MAX_EVENT_BYTES:
-                raise InvalidEvent(f"oversized: {len(raw)} bytes, limit {MAX_EVENT_BYTES}")
-            event = validate_document(doc)
+            raw = json.dumps(doc, separators=(",", ":")).encode()
+            if len(raw) > max_bytes:
+                raise InvalidEvent(f"oversized: {len(raw)} bytes, limit {max_bytes}")
+            event = validate_document(doc, None, settings.events)
         except InvalidEvent as exc:
-            errors.append({"index": index, "event_id": doc.get("event_id") if isinstance(doc, dict) else None,
+            event_id = doc.get("event_id") if isinstance(doc, dict) else None
+            errors.append({"index": index, "event_id": event_id if isinstance(event_id, str) else None,
                            "error": exc.reason})
             continue
         payloads.append((event["user_id"].encode(), raw))
     if errors:
-        metrics.events_rejected.inc(len(errors))
-        raise HTTPException(422, {"message": f"{len(errors)} of {len(events)} events are invalid; none was accepted",
-                                  "errors": errors})
+        raise ApiError(422, f"{len(errors)} of {len(events)} events are invalid; none was accepted", errors=errors)
+    return payloads
+
+
+def produce(request: Request, settings: Settings, payloads: list[tuple[bytes, bytes]]) -> list:
     producer = request.app.state.producer()
     futures = [producer.send(settings.kafka.events_topic, key=key, value=value) for key, value in payloads]
-    try:
-        producer.flush(timeout=10)
-        positions = [f.get(timeout=10) for f in futures]
-    except Exception as exc:
-        raise HTTPException(503, {"component": "kafka", "message": f"events not acknowledged by Kafka: {exc}"}) from None
-    metrics.events_accepted.inc(len(payloads))
-    return {"accepted": len(payloads), "topic": settings.kafka.events_topic,
-            "positions": [{"partition": p.partition, "offset": p.offset} for p in positions]}
+    producer.flush(timeout=10)
+    return [f.get(timeout=10) for f in futures]
+
+
+def events_router(settings: Settings) -> APIRouter:
+    router = APIRouter(prefix="/api/v1", tags=["ingest"])
+
+    @router.post("/events", status_code=202, dependencies=[TokenDep], response_model=None,
+                 summary="Validate a batch of events and produce them to Kafka; 422 with per-record errors",
+                 responses={202: {"model": Accepted}, **error_responses(400, 401, 413, 422, 503)},
+                 openapi_extra=request_body_doc(settings))
+    async def post_events(request: Request) -> dict[str, Any]:
+        metrics = request.app.state.metrics
+        data = await read_body(request, settings.api.max_body_bytes)
+        try:
+            payloads = await run_in_threadpool(check_events, settings, data)
+        except ApiError as exc:
+            if exc.errors:
+                metrics.events_rejected.inc(len(exc.errors))
+            raise
+        try:
+            positions = await run_in_threadpool(produce, request, settings, payloads)
+        except Exception as exc:  # the driver's words (hosts, ports) go to the log only
+            log.warning("events not acknowledged by Kafka: %s: %s", type(exc).__name__, exc)
+            raise ApiError(503, "events not acknowledged by Kafka; none may be assumed stored, send them again",
+                           component="kafka") from None
+        metrics.events_accepted.inc(len(payloads))
+        return {"accepted": len(payloads), "topic": settings.kafka.events_topic,
+                "positions": [{"partition": p.partition, "offset": p.offset} for p in positions]}
+
+    return router

@@ -2,28 +2,44 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter
+from pydantic import BaseModel
 
 from api.deps import ServingDep, SettingsDep
-from api.routes.views import iso
+from api.window import iso
 from serving_layer.service import StoreUnavailable
 
+log = logging.getLogger("lambda.api")
 router = APIRouter(tags=["status"])
 
 
-def _probe(fn, settings) -> dict[str, Any]:
+class ComponentHealth(BaseModel):
+    state: str
+    detail: str
+    ms: int | None = None
+
+
+class HealthBody(BaseModel):
+    status: str
+    components: dict[str, ComponentHealth]
+
+
+def _probe(name: str, fn, settings) -> dict[str, Any]:
     started = time.monotonic()
     try:
         return {"state": "ok", "detail": fn(settings), "ms": round((time.monotonic() - started) * 1000)}
-    except Exception as exc:  # report every failure as the component's state
-        return {"state": "down", "detail": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    except Exception as exc:  # report every failure as the component's state; the why goes to the log
+        log.warning("health: %s is down: %s: %s", name, type(exc).__name__, exc)
+        return {"state": "down", "detail": f"{name} does not answer (the API's log says why)"}
 
 
-@router.get("/health", summary="200 with each component's state")
+@router.get("/health", summary="200 with each component's state", response_model=None,
+            responses={200: {"model": HealthBody}})
 def health(settings: SettingsDep) -> dict[str, Any]:
     from infra import health as probes
 
@@ -36,7 +52,7 @@ def health(settings: SettingsDep) -> dict[str, Any]:
         "speed-layer": probes.speed_layer,
     }
     with ThreadPoolExecutor(len(checks)) as pool:
-        results = dict(zip(checks, pool.map(lambda fn: _probe(fn, settings), checks.values())))
+        results = dict(zip(checks, pool.map(lambda item: _probe(*item, settings), checks.items())))
     return {"status": "ok" if all(r["state"] == "ok" for r in results.values()) else "degraded",
             "components": results}
 
@@ -57,7 +73,8 @@ def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
             "cutoff_age_s": round(now - pointer.cutoff_ms / 1000), "views": pointer.views,
             "events": pointer.stats.get("events")}
     except StoreUnavailable as exc:
-        body["batch"] = {"error": str(exc)}
+        log.warning("status: %s cannot be read: %s", exc.component, exc.detail)
+        body["batch"] = {"error": f"{exc.component} cannot be read", "component": exc.component}
     try:
         state = read_progress(settings, JOB)
         q = state["queries"].get(QUERY, {})
@@ -67,15 +84,17 @@ def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
                          "input_rows_per_s": q.get("input_rows_per_s"), "batch_ms": q.get("batch_ms"),
                          "state_rows": q.get("state_rows"),
                          "freshness_s": round(now - last_s, 1) if last_s else None}
-    except RuntimeError as exc:
-        body["speed"] = {"running": False, "error": str(exc)}
+    except Exception as exc:  # its progress cannot be read (HDFS down, never started): say so
+        log.warning("status: the speed layer's progress cannot be read: %s: %s", type(exc).__name__, exc)
+        body["speed"] = {"running": False, "error": "the speed layer's progress cannot be read"}
     try:
         marker = completeness.latest(settings)
         done = marker.complete_before_ms if marker else None
         body["master_dataset"] = {"complete_before": iso(done / 1000) if done else None,
                                   "lag_s": round(now - done / 1000, 1) if done else None}
     except Exception as exc:  # HDFS down: say so
-        body["master_dataset"] = {"error": f"{type(exc).__name__}: {exc}"}
+        log.warning("status: the master dataset's completeness cannot be read: %s: %s", type(exc).__name__, exc)
+        body["master_dataset"] = {"error": "hdfs cannot be read", "component": "hdfs"}
     return body
 
 

@@ -1,72 +1,159 @@
-"""View queries: merged series for keyed views, top-N for by-bucket views, with provenance."""
+"""View queries: one route per declared view, merged series for keyed views and top-N for by-bucket
+views, with provenance.
+
+The routes are made from the view declarations when the app is created, so the OpenAPI document
+says exactly what each view takes: its keys as required query parameters, the granularities it is
+kept at, the time format. Every parameter and the window (api/window.py) are checked before a
+query slot is taken, and a query slot before a store is read: at most api.max_concurrent_queries
+queries run at once, the others wait up to api.query_queue_s, then get a 429 with Retry-After.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
-from datetime import datetime, timezone
-from typing import Annotated, Any
+import math
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request
+import anyio
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import MetricsDep, ServingDep, SettingsDep
+from api.errors import ApiError, error_responses
+from api.window import DEFAULT_SPAN_BUCKETS, TIME_EXAMPLE, TIME_PATTERN, iso, resolve_window
+from definitions.events import FIELDS
 from definitions.settings import Settings
-from definitions.views import GRANULARITIES, View
-from serving_layer.service import SeriesAnswer, StoreUnavailable, TopAnswer, buckets_between
+from definitions.views import Registry, View
+from serving_layer.service import SeriesAnswer, StoreUnavailable, TopAnswer
 
-router = APIRouter(prefix="/api/v1/views", tags=["views"])
-
+PREFIX = "/api/v1/views"
 MAX_LIMIT = 100
-DEFAULT_SPAN_BUCKETS = 48
 
-Granularity = Annotated[str | None, Query(description="minute, hour or day (default: the view's finest)")]
-Start = Annotated[str | None, Query(description="ISO-8601 time (default: 48 buckets before end)")]
-End = Annotated[str | None, Query(description="ISO-8601 time, exclusive (default: now)")]
-Partial = Annotated[bool, Query(description="answer without an unreadable store's part, flagged complete=false, instead of 503")]
+# --- documented bodies ----------------------------------------------------------------------------
 
 
-def invalid(message: str) -> HTTPException:
-    return HTTPException(422, message)
+class ProvenanceBody(BaseModel):
+    batch_version: int | None = Field(description="the batch views' version merged (none before the first batch run)")
+    cutoff: str | None = Field(description="its cutoff (ingest time): realtime rows at or after it were added")
+    complete: bool = Field(description="false when a store could not be read and `partial` was asked for")
+    unavailable: list[str] = Field(description="the stores left out of a partial answer")
 
 
-def iso(seconds: int | float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+class SeriesPoint(BaseModel):
+    bucket: str = Field(description="the bucket's start (event time)")
+    value: float = Field(description="merged value: batch + speed (distinct views: the sketches' union)")
+    batch: float
+    speed: float
+    exact: bool
 
 
-def parse_time(text: str, name: str) -> int:
+class SeriesBody(BaseModel):
+    view: str
+    keys: dict[str, str]
+    granularity: str
+    start: str
+    end: str
+    series: list[SeriesPoint]
+    total: float
+    exact: bool
+    provenance: ProvenanceBody
+
+
+class TopRow(BaseModel):
+    model_config = ConfigDict(extra="allow", json_schema_extra={"description": "the view's keys, then the values"})
+
+    value: int
+    batch: int
+    speed: int
+
+
+class TopBody(BaseModel):
+    view: str
+    granularity: str
+    start: str
+    end: str
+    limit: int
+    rows: list[TopRow]
+    provenance: ProvenanceBody
+
+
+class ViewInfo(BaseModel):
+    name: str
+    keys: list[str]
+    aggregation: str
+    column: str | None
+    where: str | None
+    granularities: list[str]
+    layout: str
+    description: str
+
+
+class ViewsBody(BaseModel):
+    views: list[ViewInfo]
+
+
+# --- parameters -----------------------------------------------------------------------------------
+
+def _time_param(what: str, example: str) -> Any:
+    return Query(description=f"{what}: an ISO-8601 (RFC 3339) time with a zone, like {TIME_EXAMPLE}",
+                 examples=[example], json_schema_extra={"format": "date-time", "pattern": TIME_PATTERN})
+
+
+def _common_params(view: View, settings: Settings) -> list[inspect.Parameter]:
+    api = settings.api
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    granularity = Literal[view.granularities]  # type: ignore[valid-type]
+    return [
+        inspect.Parameter("granularity", keyword, default=view.granularities[0], annotation=Annotated[
+            granularity, Query(description=f"bucket size; the view is kept at {', '.join(view.granularities)}")]),
+        inspect.Parameter("start", keyword, default=None, annotation=Annotated[str, _time_param(
+            f"start of the window (default: {DEFAULT_SPAN_BUCKETS} buckets before end); at or after "
+            f"{iso(api.earliest_query_time_s)}, before end, at most {api.max_buckets} buckets before it",
+            "2026-11-21T10:00:00Z")]),
+        inspect.Parameter("end", keyword, default=None, annotation=Annotated[str, _time_param(
+            f"end of the window, exclusive (default: the end of the current bucket); at most "
+            f"{api.max_query_ahead_s}s after now", "2026-11-21T11:00:00Z")]),
+        inspect.Parameter("partial", keyword, default=False, annotation=Annotated[bool, Query(
+            description="answer without an unreadable store's part, flagged complete=false, instead of 503")]),
+    ]
+
+
+def _key_param(name: str, settings: Settings) -> inspect.Parameter:
+    """A view key as a required query parameter, constrained as the event contract constrains the
+    field (a value no event can hold is a 422, not an empty answer)."""
+    field = next(f for f in FIELDS if f.name == name)
+    setting = getattr(field, "limit_setting", "")
+    max_len = int(getattr(settings.events, setting)) if setting else field.max_len
+    kind: Any = Literal[field.choices] if field.choices else str  # type: ignore[valid-type]
+    query = Query(min_length=None if field.choices else 1, max_length=None if field.choices else (max_len or None),
+                  pattern=field.pattern.pattern if field.pattern is not None else None,
+                  description=f"the view's key {name}: {field.doc}")
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, query])
+
+
+# --- answering ------------------------------------------------------------------------------------
+
+async def run_query(request: Request, fn, *args, **kwargs):
+    """Run a store query in a worker thread once one of the api.max_concurrent_queries slots is
+    free; 429 after api.query_queue_s without one."""
+    state = request.app.state
+    queue_s = state.settings.api.query_queue_s
+    acquired = False
+    with anyio.move_on_after(queue_s):
+        await state.query_slots.acquire()
+        acquired = True
+    if not acquired:
+        raise ApiError(429, f"the API is busy: {state.settings.api.max_concurrent_queries} queries are running "
+                            f"and none finished within {queue_s:g}s; try again shortly",
+                       headers={"Retry-After": str(max(1, math.ceil(queue_s)))})
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise invalid(f"{name}: not an ISO-8601 time: {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp())
-
-
-def resolve_view(request: Request, name: str) -> View:
-    registry = request.app.state.serving.views
-    try:
-        return registry[name]
-    except KeyError:
-        raise invalid(f"unknown view {name!r}; declared views: {', '.join(registry.names())}") from None
-
-
-def resolve_window(settings: Settings, view: View, granularity: str | None, start: str | None, end: str | None,
-                   now_s: int) -> tuple[str, int, int]:
-    granularity = granularity or view.granularities[0]
-    if granularity not in GRANULARITIES:
-        raise invalid(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
-    if granularity not in view.granularities:
-        raise invalid(f"view {view.name} is kept at {', '.join(view.granularities)}, not {granularity}")
-    size = GRANULARITIES[granularity]
-    end_s = parse_time(end, "end") if end else now_s - now_s % size + size
-    start_s = parse_time(start, "start") if start else end_s - DEFAULT_SPAN_BUCKETS * size
-    if start_s >= end_s:
-        raise invalid(f"start ({iso(start_s)}) must be before end ({iso(end_s)})")
-    n = len(buckets_between(start_s, end_s, granularity))
-    if n > settings.api.max_buckets:
-        raise invalid(f"range too large: {n} {granularity} buckets, at most {settings.api.max_buckets}; "
-                      "narrow it or use a coarser granularity")
-    return granularity, start_s, end_s
+        return await run_in_threadpool(fn, *args, **kwargs)
+    except StoreUnavailable as exc:
+        state.metrics.store_errors.labels(exc.component).inc()
+        raise
+    finally:
+        state.query_slots.release()
 
 
 def provenance(p) -> dict[str, Any]:
@@ -102,37 +189,6 @@ def top_body(answer: TopAnswer, limit: int) -> dict[str, Any]:
             "end": iso(answer.end), "limit": limit, "rows": rows, "provenance": provenance(answer.provenance)}
 
 
-def answer_series(request: Request, settings: Settings, serving, metrics, view: View, keys: dict[str, str],
-                  granularity, start, end, partial: bool) -> dict[str, Any]:
-    missing = [k for k in view.keys if not keys.get(k)]
-    if missing:
-        raise invalid(f"view {view.name} needs {', '.join(missing)} (its keys: {', '.join(view.keys)})")
-    granularity, start_s, end_s = resolve_window(settings, view, granularity, start, end, serving.now_s())
-    try:
-        answer = serving.series(view, keys, start_s, end_s, granularity, allow_partial=partial)
-    except StoreUnavailable as exc:
-        metrics.store_errors.labels(exc.component).inc()
-        raise HTTPException(503, {"component": exc.component, "message": str(exc)}) from None
-    record(metrics, view, answer.series.buckets, answer.provenance)
-    return series_body(answer, start_s, end_s)
-
-
-def answer_top(settings: Settings, serving, metrics, view: View, granularity, start, end, limit: int, partial: bool):
-    if view.layout != "by_bucket":
-        raise invalid(f"view {view.name} is not laid out by bucket; query it with its keys ({', '.join(view.keys)})")
-    if not 1 <= limit <= MAX_LIMIT:
-        raise invalid(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
-    granularity, start_s, end_s = resolve_window(settings, view, granularity, start, end, serving.now_s())
-    try:
-        answer = serving.top(view, start_s, end_s, granularity, limit, allow_partial=partial)
-    except StoreUnavailable as exc:
-        metrics.store_errors.labels(exc.component).inc()
-        raise HTTPException(503, {"component": exc.component, "message": str(exc)}) from None
-    if not answer.provenance.complete:
-        metrics.partial_answers.labels(view.name).inc()
-    return top_body(answer, limit)
-
-
 def record(metrics, view: View, buckets, prov) -> None:
     metrics.merged_buckets.labels(view.name, "batch").inc(sum(1 for b in buckets if b.batch))
     metrics.merged_buckets.labels(view.name, "speed").inc(sum(1 for b in buckets if b.speed))
@@ -140,46 +196,78 @@ def record(metrics, view: View, buckets, prov) -> None:
         metrics.partial_answers.labels(view.name).inc()
 
 
-@router.get("", summary="The declared views and their keys")
-def list_views(request: Request) -> dict[str, Any]:
-    return {"views": [
+def series_endpoint(view: View, settings: Settings):
+    async def endpoint(request: Request, **params: Any) -> dict[str, Any]:
+        serving = request.app.state.serving
+        window = resolve_window(settings.api, view, params["granularity"], params["start"], params["end"],
+                                serving.now_s())
+        keys = {k: params[k] for k in view.keys}
+        answer = await run_query(request, serving.series, view, keys, window.start_s, window.end_s,
+                                 window.granularity, allow_partial=params["partial"])
+        record(request.app.state.metrics, view, answer.series.buckets, answer.provenance)
+        return series_body(answer, window.start_s, window.end_s)
+
+    params = [_key_param(k, settings) for k in view.keys] + _common_params(view, settings)
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request), *params])
+    return endpoint
+
+
+def top_endpoint(view: View, settings: Settings):
+    async def endpoint(request: Request, **params: Any) -> dict[str, Any]:
+        serving = request.app.state.serving
+        window = resolve_window(settings.api, view, params["granularity"], params["start"], params["end"],
+                                serving.now_s())
+        answer = await run_query(request, serving.top, view, window.start_s, window.end_s, window.granularity,
+                                 params["limit"], allow_partial=params["partial"])
+        if not answer.provenance.complete:
+            request.app.state.metrics.partial_answers.labels(view.name).inc()
+        return top_body(answer, params["limit"])
+
+    limit = inspect.Parameter("limit", inspect.Parameter.KEYWORD_ONLY, default=10, annotation=Annotated[
+        int, Query(ge=1, le=MAX_LIMIT, description=f"how many rows, 1 to {MAX_LIMIT}")])
+    params = _common_params(view, settings)
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request), *params, limit])
+    return endpoint
+
+
+# --- the router -----------------------------------------------------------------------------------
+
+def views_router(settings: Settings, registry: Registry) -> APIRouter:
+    """GET /api/v1/views, one GET /api/v1/views/<name> per declared view, and a 404 naming the declared
+    views for any other name."""
+    router = APIRouter(prefix=PREFIX, tags=["views"])
+    listing = {"views": [
         {"name": v.name, "keys": list(v.keys), "aggregation": v.aggregation, "column": v.column, "where": v.where,
          "granularities": list(v.granularities), "layout": v.layout, "description": v.description}
-        for v in request.app.state.serving.views
-    ]}
+        for v in registry]}
 
+    async def list_views() -> dict[str, Any]:
+        return listing
 
-@router.get("/page_views", summary="Merged page views of one URL: series, total, provenance")
-def page_views(request: Request, settings: SettingsDep, serving: ServingDep, metrics: MetricsDep,
-               url: Annotated[str, Query(description="the page path")], granularity: Granularity = None,
-               start: Start = None, end: End = None, partial: Partial = False) -> dict[str, Any]:
-    view = resolve_view(request, "page_views")
-    return answer_series(request, settings, serving, metrics, view, {"url": url}, granularity, start, end, partial)
+    router.add_api_route("", list_views, methods=["GET"], summary="The declared views and their keys",
+                         response_model=None, responses={200: {"model": ViewsBody}})
+    for view in registry:
+        if view.layout == "by_bucket":
+            endpoint, body = top_endpoint(view, settings), TopBody
+            summary = f"Top {', '.join(view.keys)} by merged {view.name} over a window"
+        else:
+            endpoint, body = series_endpoint(view, settings), SeriesBody
+            summary = f"Merged {view.name} of one {', '.join(view.keys)}: series, total, provenance"
+        endpoint.__name__ = f"view_{view.name}"
+        router.add_api_route(f"/{view.name}", endpoint, methods=["GET"], summary=summary,
+                             description=view.description, response_model=None,
+                             responses={200: {"model": body}, **error_responses(422, 429, 503)})
 
+    names = registry.names()
 
-@router.get("/unique_visitors", summary="Merged distinct visitors of one URL: estimate per bucket, exact flag")
-def unique_visitors(request: Request, settings: SettingsDep, serving: ServingDep, metrics: MetricsDep,
-                    url: Annotated[str, Query(description="the page path")], granularity: Granularity = None,
-                    start: Start = None, end: End = None, partial: Partial = False) -> dict[str, Any]:
-    view = resolve_view(request, "unique_visitors")
-    return answer_series(request, settings, serving, metrics, view, {"url": url}, granularity, start, end, partial)
+    async def unknown_view(request: Request) -> None:
+        name = request.path_params["view_name"]
+        raise ApiError(404, f"unknown view {name[:100]!r}; declared views: {', '.join(names)}")
 
-
-@router.get("/top_pages", summary="Top URLs by merged page views over a window")
-def top_pages(request: Request, settings: SettingsDep, serving: ServingDep, metrics: MetricsDep,
-              granularity: Granularity = None, start: Start = None, end: End = None,
-              limit: Annotated[int, Query(description=f"1 to {MAX_LIMIT}")] = 10, partial: Partial = False) -> dict[str, Any]:
-    view = resolve_view(request, "top_pages")
-    return answer_top(settings, serving, metrics, view, granularity, start, end, limit, partial)
-
-
-@router.get("/{view_name}", summary="Any declared view: keyed views take their keys as query parameters")
-def any_view(view_name: str, request: Request, settings: SettingsDep, serving: ServingDep, metrics: MetricsDep,
-             granularity: Granularity = None, start: Start = None, end: End = None,
-             limit: Annotated[int, Query(description=f"by-bucket views: 1 to {MAX_LIMIT}")] = 10,
-             partial: Partial = False) -> dict[str, Any]:
-    view = resolve_view(request, view_name)
-    if view.layout == "by_bucket":
-        return answer_top(settings, serving, metrics, view, granularity, start, end, limit, partial)
-    keys = {k: request.query_params.get(k, "") for k in view.keys}
-    return answer_series(request, settings, serving, metrics, view, keys, granularity, start, end, partial)
+    # Not in the OpenAPI document: by the document's own rule a concrete path wins over a template,
+    # so a template here would claim the declared views' URLs too, with answers it cannot describe.
+    # Each declared view has its exact route above; any other name is a 404 like any unknown path.
+    router.add_api_route("/{view_name}", unknown_view, methods=["GET"], include_in_schema=False)
+    return router
