@@ -8,6 +8,9 @@ export LAMBDA_INGEST_BUCKET_S ?= 60
 # ... and a 2-minute de-duplication window in the speed layer (10 minutes by default), so the
 # accuracy reports' "duplicates beyond the window" can be produced within a test run.
 export LAMBDA_SPEED__DEDUPE_WINDOW_S ?= 120
+# The demo and the tests run in development mode, explicitly: the development token and Airflow
+# password are accepted (anywhere else the API and Airflow refuse to start with them).
+export LAMBDA_ENVIRONMENT ?= development
 LAMBDACTL = $(VENV)/bin/lambdactl
 PYTEST_ARGS ?=
 

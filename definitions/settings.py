@@ -267,7 +267,9 @@ class Settings(BaseSettings):
         frozen=True,
     )
 
-    environment: str = "development"
+    # "development" accepts the development token and Airflow password; any other value refuses to
+    # start the API and Airflow with them. The Makefile (demo, tests) says "development" explicitly.
+    environment: str = "production"
     # Data, logs and pid files of every local service live under this one directory.
     state_dir: Path = REPO_ROOT / ".lambda" / "state"
     # Where `make setup` puts the jars resolved by infra/maven.
@@ -320,6 +322,16 @@ class Settings(BaseSettings):
         if config_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
         return tuple(sources)
+
+
+def default_secrets(settings: Settings) -> list[str]:
+    """The settings still holding their development defaults: refused outside development."""
+    found = []
+    if settings.api.token.get_secret_value() == DEFAULT_TOKEN:
+        found.append("api.token (LAMBDA_API__TOKEN)")
+    if settings.airflow.admin_password.get_secret_value() == DEFAULT_AIRFLOW_PASSWORD:
+        found.append("airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD)")
+    return found
 
 
 def config_path() -> Path | None:

@@ -78,7 +78,14 @@ class Stack:
         """
         from definitions.settings_store import persist
 
+        from definitions.settings import default_secrets
+
         say = on_progress or (lambda msg: log.info("%s", msg))
+        insecure = default_secrets(self.settings) if self.settings.environment != "development" else []
+        if insecure and any(s.name in ("api", "airflow") for s in self.services):
+            raise StackError("settings", f"environment is {self.settings.environment!r} but {', '.join(insecure)} "
+                                         "still hold the development defaults: set them to secrets, or set "
+                                         "LAMBDA_ENVIRONMENT=development on a development machine")
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}

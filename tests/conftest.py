@@ -11,6 +11,9 @@ import pytest
 
 from definitions.settings import Settings, get_settings
 
+# The tests run in development mode explicitly (development token and Airflow password).
+os.environ.setdefault("LAMBDA_ENVIRONMENT", "development")
+
 # PySpark hands timestamps to Python as naive local times: make local time UTC, as the platform is.
 os.environ["TZ"] = "UTC"
 time.tzset()
