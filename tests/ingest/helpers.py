@@ -54,6 +54,27 @@ def wait_cutoff_past(settings: Settings, sent: list[SentRecord], timeout_s: floa
         time.sleep(2)
 
 
+def end_offsets(settings: Settings) -> dict[int, int]:
+    """{partition: next offset} of topic `events` now: where records sent from now on will start."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False)
+    try:
+        topic = settings.kafka.events_topic
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)])
+        return {tp.partition: offset for tp, offset in ends.items()}
+    finally:
+        consumer.close()
+
+
+def archived_since(settings: Settings, start: dict[int, int]) -> int:
+    """How many records past the `start` offsets the newest completeness marker says are archived."""
+    marker = completeness.latest(settings)
+    if marker is None:
+        return 0
+    return sum(max(0, marker.partitions[p].next_offset - offset) for p, offset in start.items() if p in marker.partitions)
+
+
 def master_rows(spark, settings: Settings, sent: list[SentRecord]) -> list:
     """Master rows at the positions of `sent` (and only those)."""
     positions = spark.createDataFrame([(r.partition, r.offset) for r in sent], "kafka_partition INT, kafka_offset BIGINT")

@@ -17,7 +17,9 @@ from ingest import completeness
 from ingest.generator import INVALID_KINDS, GeneratorConfig
 from ingest.master import read_master
 from infra.stack import Stack
-from tests.ingest.helpers import VALID_KINDS, duplicated_positions, master_rows, send, wait_archived
+from tests.ingest.helpers import (VALID_KINDS, archived_since, duplicated_positions, end_offsets, master_rows, send,
+                                  wait_archived)
+from tests.polling import wait_for
 
 EXPECTED_REASON = {
     "malformed_json": "malformed JSON",
@@ -100,18 +102,25 @@ def test_master_holds_exactly_the_valid_records_and_dlq_the_invalid(settings, st
 
 def test_kill_9_mid_stream_loses_nothing_and_writes_nothing_twice(settings, stack, spark):
     supervisor = stack.supervisor
-    config = GeneratorConfig(seed=int(time.time()) + 1, count=6_000, rate=600, duplicate_fraction=0.02, invalid_fraction=0.02)
+    # A minute of traffic, so that the kill lands while it flows even when micro-batches are slow.
+    config = GeneratorConfig(seed=int(time.time()) + 1, count=12_000, rate=200, duplicate_fraction=0.02, invalid_fraction=0.02)
     result: dict = {}
     producer = threading.Thread(target=lambda: result.setdefault("sent", send(settings, config)))
+    start = end_offsets(settings)
     producer.start()
-    time.sleep(4)
+    # Mid-stream: the archiver has committed records of this run (well beyond the tick records,
+    # one per partition every few seconds) while the producer is still sending.
+    wait_for(lambda: archived_since(settings, start) >= 200, "the archiver to commit records of this run", timeout_s=120)
+    assert producer.is_alive(), "the kill comes mid-stream: the producer is still sending"
     archiver = supervisor.process("archiver")
     assert archiver is not None
     os.killpg(archiver.pid, signal.SIGKILL)
     archiver.wait(30)
     producer.join(120)
-    outcome = Stack(settings).up()
-    assert outcome["archiver"] == "started"
+    # The supervisor restarts the job (or `up` does, if it has not yet); `up` waits until it is healthy.
+    Stack(settings).up()
+    again = stack.supervisor.process("archiver")
+    assert again is not None and again.pid != archiver.pid, "a new archiver process runs"
 
     sent = result["sent"]
     wait_archived(settings, sent)

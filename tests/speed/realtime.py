@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 
 from datasketches import hll_sketch, hll_union
 
 from definitions.clients import cassandra_cluster
+from definitions.events import parse_time
 from definitions.views import GRANULARITIES, HLL_LG_K, key_text
 from ingest.generator import SentRecord
 from ingest.truth import distinct_events
@@ -32,6 +34,49 @@ def truth(sent: list[SentRecord]) -> dict[tuple[str, str], dict[tuple[str, int],
         out[("top_pages", granularity)] = dict(counts)
         out[("unique_visitors", granularity)] = {k: len(v) for k, v in users.items()}
     return out
+
+
+def counting_every_copy(sent: list[SentRecord], granularity: str) -> dict[tuple[str, int], int]:
+    """{(url, event bucket): page views} as a speed layer that did NOT de-duplicate would hold them:
+    every valid record counted, re-sent duplicates included."""
+    size = GRANULARITIES[granularity]
+    counts: dict = defaultdict(int)
+    for record in sent:
+        if record.kind in ("valid", "late", "duplicate"):
+            e = json.loads(record.value)
+            if e["event_type"] == "page_view":
+                counts[(e["url"], int(parse_time(e["event_time"]).timestamp()) // size * size)] += 1
+    return dict(counts)
+
+
+def counted(settings, urls: set[str]) -> int:
+    """Page views the speed layer has written for `urls` (minute rows, every ingest bucket): cheap to poll."""
+    cluster = cassandra_cluster(settings)
+    try:
+        session = cluster.connect(settings.cassandra.keyspace)
+        return sum(row.value for url in urls for row in session.execute(
+            f"SELECT value FROM {BY_KEY} WHERE view_name='page_views' AND granularity='minute' AND key=%s",
+            (key_text([url]),)))
+    finally:
+        cluster.shutdown()
+
+
+def planned_offsets(settings) -> dict[int, int]:
+    """{partition: end offset} of the newest micro-batch the speed layer has planned for topic `events`:
+    Spark writes it to the checkpoint's offset log before the batch runs (empty before the first)."""
+    from definitions.webhdfs import WebHdfs
+
+    offsets_dir = f"{settings.speed.checkpoint_dir.rstrip('/')}/offsets"
+    with WebHdfs(settings) as fs:
+        batches = [int(name) for name in fs.list(offsets_dir) if name.isdigit()]
+        if not batches:
+            return {}
+        lines = fs.read(f"{offsets_dir}/{max(batches)}").decode().splitlines()
+    for line in lines[2:]:  # "v1", the batch metadata, then one JSON line per source
+        doc = json.loads(line) if line.startswith("{") else {}
+        if settings.kafka.events_topic in doc:
+            return {int(p): int(o) for p, o in doc[settings.kafka.events_topic].items()}
+    return {}
 
 
 def realtime(settings, urls: set[str]) -> dict[tuple[str, str], dict[tuple[str, int], int]]:
