@@ -8,18 +8,25 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, Response
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from api import errors
 from api.metrics import ApiMetrics
 from api.routes import admin, events, health, reports, views
 from definitions.settings import DEFAULT_TOKEN, Settings
+from definitions.views import load_views
 from serving_layer.service import ServingLayer
 
 log = logging.getLogger("lambda.api")
 STATIC = Path(__file__).resolve().parent / "static"
+# The dashboard (/ and /static/*) runs only its own files: no inline script or style, no other origin.
+DASHBOARD_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                 "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
 class InsecureSettings(RuntimeError):
@@ -65,6 +72,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.serving = ServingLayer(settings)
         app.state.metrics = ApiMetrics()
         app.state.producer = _LazyProducer(settings)
+        app.state.query_slots = anyio.Semaphore(settings.api.max_concurrent_queries)
         yield
         app.state.serving.close()
         app.state.producer.close()
@@ -75,6 +83,7 @@ def create_app(settings: Settings) -> FastAPI:
         description="Merged answers of the batch (HBase) and speed (Cassandra) views, exact at the ingest-time cutoff.",
         lifespan=lifespan,
     )
+    errors.install(app)
     if settings.api.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.api.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
@@ -90,14 +99,27 @@ def create_app(settings: Settings) -> FastAPI:
         return response
 
     app.include_router(health.router)
-    app.include_router(views.router)
-    app.include_router(events.router)
+    app.include_router(views.views_router(settings, load_views(settings)))
+    app.include_router(events.events_router(settings))
     app.include_router(reports.router)
     app.include_router(admin.router)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
         return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next):
+        response = await call_next(request)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        path = request.scope["path"]
+        if path == "/" or path.startswith("/static/"):
+            response.headers.setdefault("Content-Security-Policy", DASHBOARD_CSP)
+            response.headers.setdefault("Cache-Control", "no-cache")  # revalidate: page and script change together
+        return response
+
+    # The dashboard: markup, script (dashboard.js puts data in the page only as text) and style are files.
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard() -> HTMLResponse:

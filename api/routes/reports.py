@@ -5,16 +5,25 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException
+from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse
 
 from api.deps import SettingsDep
+from api.errors import error_responses
 from definitions.settings import Settings
 
 router = APIRouter(prefix="/api/v1/reports", tags=["reports"])
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+# Report pages are self-contained (inline CSS and SVG, no script): their policy allows no script at all.
+REPORT_HTML_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+                               "form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
+ReportId = Annotated[str, PathParam(pattern=_ID.pattern, description="a report id, as GET /api/v1/reports lists")]
 
 
 def reports_dir(settings: Settings) -> Path:
@@ -45,11 +54,12 @@ def list_reports(settings: SettingsDep) -> dict[str, Any]:
     return {"reports": items}
 
 
-@router.get("/{report_id}", summary="One report as JSON")
-def get_report(report_id: str, settings: SettingsDep) -> dict[str, Any]:
+@router.get("/{report_id}", summary="One report as JSON", responses=error_responses(404, 422))
+def get_report(report_id: ReportId, settings: SettingsDep) -> dict[str, Any]:
     return json.loads(_report_path(settings, report_id, ".json").read_text())
 
 
-@router.get("/{report_id}/html", response_class=HTMLResponse, summary="One report as a self-contained HTML page")
-def get_report_html(report_id: str, settings: SettingsDep) -> HTMLResponse:
-    return HTMLResponse(_report_path(settings, report_id, ".html").read_text())
+@router.get("/{report_id}/html", response_class=HTMLResponse, summary="One report as a self-contained HTML page",
+            responses=error_responses(404, 422))
+def get_report_html(report_id: ReportId, settings: SettingsDep) -> HTMLResponse:
+    return HTMLResponse(_report_path(settings, report_id, ".html").read_text(), headers=REPORT_HTML_HEADERS)

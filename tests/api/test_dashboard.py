@@ -9,6 +9,7 @@ ARTIFACTS = REPO_ROOT / "test-artifacts"
 
 def test_dashboard_shows_merged_series_top_pages_and_status(settings, stack, browser):
     import httpx
+    from playwright.sync_api import expect
 
     base = f"http://{settings.api.host}:{settings.api.port}"
     status = httpx.get(f"{base}/api/v1/status", timeout=30).json()
@@ -22,10 +23,11 @@ def test_dashboard_shows_merged_series_top_pages_and_status(settings, stack, bro
     busiest = page.locator("#top tbody tr a").first
     url = busiest.get_attribute("data-url")
     busiest.click()
-    page.wait_for_function(f"document.getElementById('url').value === {url!r}")
-    page.wait_for_function("[...document.querySelectorAll('#chart rect')].some(r => +r.getAttribute('height') > 0)",
-                           timeout=60_000)
-    page.wait_for_function("document.getElementById('st-version').textContent !== '–'", timeout=60_000)
+    # Waits through selectors: the page's Content-Security-Policy refuses the eval behind a string wait_for_function.
+    expect(page.locator("#url")).to_have_value(url)
+    expect(page.locator("#chart")).to_have_attribute("data-url", url, timeout=60_000)
+    page.wait_for_selector('#chart rect:not([height="0"])', state="attached", timeout=60_000)
+    expect(page.locator("#st-version")).not_to_have_text("–", timeout=60_000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
