@@ -20,6 +20,8 @@ from ingest.truth import distinct_events
 from infra.stack import Stack
 from speed_layer.realtime_cleanup import delete_absorbed
 from tests.ingest.helpers import send, wait_cutoff_past
+from tests.polling import wait_for
+from tests.speed.realtime import planned_offsets
 
 HOUR = 3_600
 
@@ -98,6 +100,39 @@ def parts(settings, sent: list[SentRecord]) -> tuple[int, int]:
     return batch, speed
 
 
+def top_problems(rows: list[dict], totals: dict[str, int], limit: int) -> list[str]:
+    """What is wrong with a top-pages answer, given the true totals of the test's own URLs (other
+    traffic shares the window: a URL of ours may be missing only if it ranks below the last row)."""
+    values = [r["value"] for r in rows]
+    problems = [] if values == sorted(values, reverse=True) else [f"rows not ranked by value: {values[:10]}…"]
+    problems += [f"{r['url']}: value {r['value']} != batch {r['batch']} + speed {r['speed']}"
+                 for r in rows if r["value"] != r["batch"] + r["speed"]]
+    floor = values[-1] if len(rows) == limit else 0
+    shown = {r["url"]: r["value"] for r in rows}
+    for url, total in totals.items():
+        if url in shown and shown[url] != total:
+            problems.append(f"{url}: top pages says {shown[url]}, truth {total}")
+        elif url not in shown and total > floor:
+            problems.append(f"{url} ({total} views) is missing; the list ends at {floor}")
+    return problems
+
+
+def batch_part(sent: list[SentRecord], url: str, cutoff_ms: int) -> dict[int, int]:
+    """{hour bucket: page views} of `url` over the events first ingested before `cutoff_ms`: what
+    the batch views of that cutoff hold."""
+    out: dict[int, int] = defaultdict(int)
+    for e in distinct_events(sent):
+        if e["url"] == url and e["event_type"] == "page_view" and e["ingest_time_ms"] < cutoff_ms:
+            out[e["event_time"] // 1000 // HOUR * HOUR] += 1
+    return dict(out)
+
+
+def unavailable_component(body: dict) -> str | None:
+    """The component a 503 body names (at the top level, or inside `detail`)."""
+    detail = body.get("detail")
+    return body.get("component") or (detail.get("component") if isinstance(detail, dict) else None)
+
+
 def batch_past(settings, spark, sent: list[SentRecord]):
     """Run a batch whose cutoff is past every record of `sent`."""
     wait_cutoff_past(settings, sent)
@@ -109,13 +144,19 @@ def prefix() -> str:
     return f"/e2e-{uuid.uuid4().hex[:8]}"
 
 
+@pytest.fixture(scope="module")
+def traffic() -> list[SentRecord]:
+    """What the first test sent (and batched, in part): the outage test checks its batch part."""
+    return []
+
+
 def workload(settings, prefix: str, seed: int) -> list[SentRecord]:
     return send(settings, GeneratorConfig(seed=seed, count=2_500, pages=25, url_prefix=prefix, late_fraction=0.15,
                                           late_min_s=2 * HOUR, late_max_s=30 * HOUR, duplicate_fraction=0.05,
                                           invalid_fraction=0.03))
 
 
-def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, prefix):
+def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, prefix, traffic):
     first = workload(settings, prefix, int(time.time()))
     wait_exact(settings, first)
     batch_before, speed_before = parts(settings, first)
@@ -134,6 +175,7 @@ def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, p
     assert speed_after == 0, "every record of the workload is below the new cutoff"
 
     second = workload(settings, prefix, int(time.time()) + 1)
+    traffic.extend(first + second)
     wait_exact(settings, first + second)
     batch_mixed, speed_mixed = parts(settings, first + second)
     assert batch_mixed > 0 and speed_mixed > 0, "answers now mix both layers"
@@ -153,31 +195,43 @@ def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, p
     top = httpx.get(f"{api(settings)}/api/v1/views/top_pages",
                     params={"granularity": "hour", "start": start, "end": end, "limit": 100}, timeout=30).json()
     views, _ = truth(first + second)
-    ours = {r["url"]: r["value"] for r in top["rows"] if r["url"].startswith(prefix)}
     totals = {u: sum(b.values()) for u, b in views.items()}
-    for u, value in ours.items():
-        assert value == totals[u]
+    assert any(r["url"] in totals for r in top["rows"]), "our busiest pages rank among the top 100 of the window"
+    assert top_problems(top["rows"], totals, 100) == []
 
 
-def test_with_cassandra_stopped_the_api_never_answers_wrongly(settings, stack, prefix):
+def test_with_cassandra_stopped_the_api_never_answers_wrongly(settings, stack, prefix, traffic):
     """...and the speed layer rides the outage out: what arrived meanwhile is counted once it is back."""
     marker = completeness.latest(settings)
     assert marker is not None
+    assert traffic, "the first test of this module sends the traffic this one reads"
+    views, _ = truth(traffic)
+    busiest = max(views, key=lambda u: sum(views[u].values()))
+    start, end = window(traffic)
     cassandra = Stack(settings, ["cassandra"])
     url = f"{prefix}/"
     speed_pid = next(s.pid for s in stack.status() if s.name == "speed-layer")
     try:
         cassandra.down()
         during = workload(settings, f"{prefix}-outage", int(time.time()) + 2)
-        time.sleep(3 * settings.speed.trigger_s)  # micro-batches with rows to write meet the outage
-        resp = merged(settings, url, "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z")
-        assert resp.status_code == 503
-        assert resp.json()["detail"]["component"] == "cassandra"
-        partial = merged(settings, url, "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z", partial="true")
-        assert partial.status_code == 200
+        earliest: dict[int, int] = {}
+        for r in during:
+            earliest[r.partition] = min(earliest.get(r.partition, r.offset), r.offset)
+        wait_for(lambda: any(planned_offsets(settings).get(p, 0) > o for p, o in earliest.items()),
+                 "the speed layer to start a micro-batch with records sent during the outage", timeout_s=120)
+        resp = merged(settings, busiest, start, end)
+        assert resp.status_code == 503, resp.text
+        assert unavailable_component(resp.json()) == "cassandra", resp.text
+        # The partial answer is exactly the batch part: the truth of what was ingested before the
+        # cutoff it names, nothing from the speed layer.
+        partial = merged(settings, busiest, start, end, partial="true")
+        assert partial.status_code == 200, partial.text
         body = partial.json()
         assert body["provenance"]["complete"] is False and body["provenance"]["unavailable"] == ["cassandra"]
-        assert all(b["speed"] == 0 for b in body["series"])
+        assert all(b["speed"] == 0 and b["value"] == b["batch"] for b in body["series"]), body["series"]
+        expected = batch_part(traffic, busiest, epoch(body["provenance"]["cutoff"]) * 1000)
+        assert expected, "the batch views hold part of the traffic"
+        assert {epoch(b["bucket"]): b["value"] for b in body["series"] if b["value"]} == expected
         health = httpx.get(f"{api(settings)}/health", timeout=60).json()
         assert health["components"]["cassandra"]["state"] == "down"
     finally:
