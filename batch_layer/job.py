@@ -6,8 +6,9 @@
    archived), compute every view at every granularity from its declaration.
 3. Write each view into new HBase tables for version N (batched puts from the Spark tasks),
    verify them against the computation (row count and value checksum per table),
-4. then move the pointer (version, cutoff, run id, stats) in one atomic put, and drop versions
-   beyond the retention.
+4. then move the pointer entries of the views it recomputed (table, version, cutoff, run id,
+   stats) with one compare-and-set against the pointer as the run read it in step 1 — another run
+   that swapped meanwhile makes this one fail, changing nothing — and apply retention.
 
 Run: `lambdactl batch` or `spark-submit batch_layer/job.py [--cutoff ISO] [--views a,b] [--force]`.
 """
@@ -27,6 +28,7 @@ import psutil
 
 from batch_layer import layout
 from batch_layer.hbase_writer import TableStats, VerificationError, create_table, verify_table, write_partitions
+from batch_layer.pointer import CutoffError, PointerMoved, advance, behind, check_unmoved
 from batch_layer.versions import Pointer, VersionStore
 from definitions.settings import Settings, get_settings
 from definitions.views import View, load_views
@@ -34,10 +36,6 @@ from ingest import completeness
 from ingest.master import read_master
 
 log = logging.getLogger("lambda.batch")
-
-
-class CutoffError(RuntimeError):
-    """The requested cutoff cannot be served (not covered by the master dataset, or behind serving)."""
 
 
 @dataclass
@@ -51,8 +49,10 @@ class BatchResult:
     seconds: float = 0.0
 
 
-def choose_cutoff(settings: Settings, requested_ms: int | None, current: Pointer | None) -> int:
-    """The cutoff of this run: aligned to an ingest bucket and covered by the completeness marker."""
+def choose_cutoff(settings: Settings, requested_ms: int | None, current: Pointer | None,
+                  views: list[str] | None = None) -> int:
+    """The cutoff of a run of `views` (default: every view the pointer names): aligned to an ingest
+    bucket, covered by the completeness marker, and not behind the cutoff any of them serves at."""
     bucket_ms = settings.ingest_bucket_s * 1000
     marker = completeness.latest(settings)
     covered = marker.complete_before_ms if marker is not None else None
@@ -66,8 +66,9 @@ def choose_cutoff(settings: Settings, requested_ms: int | None, current: Pointer
         if requested_ms > covered:
             raise CutoffError(f"cutoff {iso(requested_ms)} is not covered: the master dataset is complete only below {iso(covered)}")
         cutoff = requested_ms
-    if current is not None and cutoff < current.cutoff_ms:
-        raise CutoffError(f"cutoff {iso(cutoff)} is behind the serving version's cutoff {iso(current.cutoff_ms)}")
+    late = behind(current, views if views is not None else list(current.entries) if current else [], cutoff)
+    if late:
+        raise CutoffError(f"cutoff {iso(cutoff)} is behind what serves " + ", ".join(late))
     return cutoff
 
 
@@ -94,22 +95,22 @@ def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str]
     current = store.pointer()
     registry = load_views(settings)
     selected: list[View] = [registry[name] for name in views] if views else list(registry)
-    cutoff = choose_cutoff(settings, cutoff_ms, current)
+    names = [v.name for v in selected]
+    cutoff = choose_cutoff(settings, cutoff_ms, current, names)
     run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
-    if current is not None and cutoff == current.cutoff_ms and not force and set(v.name for v in selected) <= set(current.views):
-        log.info("version %d already serves cutoff %s: nothing to do (use --force to recompute)", current.version, iso(cutoff))
-        return BatchResult(current.version, cutoff, current.run_id, skipped="already at this cutoff")
+    if current is not None and not force and all(current.cutoff_of(n) == cutoff and current.entry(n) for n in names):
+        log.info("%s already served at cutoff %s: nothing to do (use --force to recompute)", ", ".join(names), iso(cutoff))
+        return BatchResult(current.entry(names[0]).version, cutoff, current.run_id, skipped="already at this cutoff")
 
     spark = spark or spark_session(settings, "lambda-batch", {"spark.driver.memory": settings.batch.driver_memory})
     version = store.allocate_version()
     me = psutil.Process()
-    # Views this run does not recompute keep serving from the previous version's tables.
-    served = dict(current.views) if current is not None and views else {}
-    served.update({v.name: layout.table_name(v, version) for v in selected})
+    # The swap moves only these views' entries (all of them, for a full run), and only if the
+    # pointer is still at the generation read above.
     store.record_run(version, state="writing", run_id=run_id, cutoff_ms=cutoff, started_ms=int(time.time() * 1000),
-                     views=[v.name for v in selected], serves=served, host=socket.gethostname(), pid=me.pid,
-                     pid_started_ms=int(me.create_time() * 1000),
-                     previous_cutoff_ms=current.cutoff_ms if current is not None else 0)
+                     views=names, full=not views, based_on=current.generation if current is not None else 0,
+                     host=socket.gethostname(), pid=me.pid, pid_started_ms=int(me.create_time() * 1000),
+                     previous_cutoff_ms=min(current.cutoff_of(n) for n in names) if current is not None else 0)
     log.info("run %s: version %d, cutoff %s, views %s", run_id, version, iso(cutoff), ", ".join(v.name for v in selected))
     try:
         events = deduplicated_events(spark, settings, cutoff).cache()
@@ -158,17 +159,23 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
 
 
 def swap_version(settings: Settings, version: int) -> Pointer:
-    """Move serving to a verified version (atomic), then apply retention."""
+    """Move the entries of the views a verified version recomputed to its tables — compare-and-set
+    against the pointer generation its run read (PointerMoved if another run swapped since) — then
+    apply retention."""
     store = VersionStore(settings)
     run = store.runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} cannot serve: its run is {run.get('state') if run else 'unknown'}")
     current = store.pointer()
-    if current is not None and run["cutoff_ms"] < current.cutoff_ms:
-        raise CutoffError(f"version {version} (cutoff {iso(run['cutoff_ms'])}) is behind the serving version "
-                          f"{current.version} (cutoff {iso(current.cutoff_ms)})")
-    pointer = Pointer(version, run["cutoff_ms"], run["run_id"], run["serves"], run.get("stats", {}))
-    store.swap(pointer)
+    if run["state"] != "verified":
+        if current is not None and all((e := current.entry(n)) and e.version == version for n in run["views"]):
+            store.retain(settings.batch.keep_versions)
+            return current  # it serves already: swapping it again changes nothing
+        raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
+    check_unmoved(current, run.get("based_on"), version)
+    pointer = advance(current, version=version, run_id=run["run_id"], cutoff_ms=run["cutoff_ms"], views=run["views"],
+                      full=bool(run.get("full")), stats=run.get("stats", {}), now_ms=int(time.time() * 1000))
+    store.swap(current, pointer)
     store.retain(settings.batch.keep_versions)
     return pointer
 
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_batch(settings, parse_cutoff(args.cutoff) if args.cutoff else None,
                            args.views.split(",") if args.views else None, args.force)
-    except CutoffError as exc:
+    except (CutoffError, PointerMoved) as exc:
         log.error("%s", exc)
         return 2
     if result.skipped:

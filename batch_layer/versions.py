@@ -1,9 +1,12 @@
 """Batch view versions in HBase: the version counter, run records, the pointer, retention.
 
-The pointer row is the only thing serving reads to choose a version. A run writes its own
-tables, verifies them, and only then moves the pointer with one single-row put (atomic in HBase):
-readers see the old version or the new one, never a mix. A run that dies leaves the pointer
-where it was; its tables are dropped by a later run's retention pass.
+The pointer row is the only thing serving reads to choose, per view, a table and its cutoff
+(batch_layer/pointer.py: the format and the rules). A run writes its own tables, verifies them, and
+only then moves the pointer with one HBase compare-and-set (Thrift1 `checkAndPut` on the pointer
+document's column): readers see the old entries or the new ones, never a mix, and of two runs
+that read the same pointer only the first to swap moves it — the other fails with PointerMoved and
+changes nothing. A run that dies leaves the pointer where it was; its tables are dropped by a later
+run's retention pass.
 """
 
 from __future__ import annotations
@@ -11,33 +14,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
 
 from batch_layer import layout
+from batch_layer.pointer import (DOC, CutoffError, Pointer, PointerFormatError, PointerMoved, ViewEntry, iso,
+                                 retention_plan, table_version, table_view)
 from definitions.clients import hbase_connection
 from definitions.settings import Settings
 
+__all__ = ["CutoffError", "Pointer", "PointerFormatError", "PointerMoved", "VersionStore", "ViewEntry"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Pointer:
-    version: int
-    cutoff_ms: int
-    run_id: str
-    views: dict[str, str] = field(default_factory=dict)  # view name -> table
-    stats: dict = field(default_factory=dict)
-    swapped_ms: int = 0
-
-    def to_columns(self) -> dict[bytes, bytes]:
-        doc = asdict(self)
-        return {f"p:{k}".encode(): json.dumps(v).encode() for k, v in doc.items()}
-
-    @classmethod
-    def from_columns(cls, data: dict[bytes, bytes]) -> "Pointer":
-        doc = {k.decode()[2:]: json.loads(v) for k, v in data.items() if k.startswith(b"p:")}
-        return cls(**{k: doc[k] for k in ("version", "cutoff_ms", "run_id", "views", "stats", "swapped_ms") if k in doc})
-
 
 class VersionStore:
     """Reads and moves the pointer, records runs, allocates versions, drops old tables."""
@@ -80,49 +66,66 @@ class VersionStore:
         finally:
             conn.close()
 
-    def swap(self, pointer: Pointer) -> None:
-        """Move serving to `pointer`'s version: one atomic single-row put."""
-        previous = self.pointer()
+    def compare_and_set(self, expected: Pointer | None, new: Pointer) -> None:
+        """Store `new` if the pointer row still holds exactly what `expected` was read from (no
+        pointer document at all when `expected` is None or of the single-cutoff format); else raise
+        PointerMoved and change nothing. One HBase checkAndPut: atomic on the server."""
+        from Hbase_thrift import Mutation  # the IDL happybase loads declares checkAndPut
+
         conn = hbase_connection(self.settings)
         try:
-            pointer = Pointer(**{**asdict(pointer), "swapped_ms": int(time.time() * 1000)})
-            self._meta(conn).put(layout.POINTER_ROW, pointer.to_columns())
+            meta = self._meta(conn)
+            swapped = conn.client.checkAndPut(meta.name, layout.POINTER_ROW, DOC,
+                                              expected.stored if expected is not None else None,
+                                              Mutation(column=DOC, value=new.to_doc()), {})
+            if not swapped:
+                data = meta.row(layout.POINTER_ROW)
+                now = Pointer.from_columns(data) if data else None
+                found = "no pointer" if now is None else (
+                    f"generation {now.generation}: version {now.version} (run {now.run_id or '?'}) swapped at "
+                    f"{iso(now.swapped_ms)}")
+                raise PointerMoved(f"the pointer moved since this run read it: version {new.version} expected "
+                                   f"generation {expected.generation if expected else 0}, found {found}. Nothing was "
+                                   f"changed; run the batch again to recompute on top of the pointer as it is now.")
+            # For readers still running the single-cutoff code; nothing new reads these columns.
+            meta.put(layout.POINTER_ROW, new.legacy_columns())
         finally:
             conn.close()
-        self.record_run(pointer.version, state="live", swapped_ms=pointer.swapped_ms)
-        if previous is not None and previous.version != pointer.version:
-            self.record_run(previous.version, state="retired")
-        log.info("pointer moved to version %d (cutoff %d)", pointer.version, pointer.cutoff_ms)
 
-    def retain(self, keep: int, grace_ms: int = 3_600_000) -> list[str]:
-        """Keep the tables of the `keep` newest versions that served (the live one included);
-        drop every other view table, except those of a run started within `grace_ms` that may
-        still be writing."""
+    def swap(self, current: Pointer | None, new: Pointer) -> None:
+        """Move serving from `current` (as read) to `new`, then record which runs serve."""
+        self.compare_and_set(current, new)
+        self.record_run(new.version, state="live", swapped_ms=new.swapped_ms)
+        for version in (current.versions() if current is not None else set()) - new.versions():
+            self.record_run(version, state="retired")
+        moved = sorted(name for name, e in new.entries.items() if e.version == new.version)
+        cutoff = new.entry(moved[0]).cutoff_ms if moved else 0
+        log.info("pointer generation %d: version %d serves %s below %s", new.generation, new.version,
+                 ", ".join(moved), iso(cutoff))
+
+    def retain(self, keep: int, grace_ms: int | None = None) -> list[str]:
+        """Per view keep the tables of the `keep` newest versions that served (the serving one
+        included); never drop a table the pointer names or one a run in flight may be writing or
+        about to swap (started within `grace_ms`, default `batch.retention_grace_s`); drop every
+        other table of this store's views."""
+        if grace_ms is None:
+            grace_ms = self.settings.batch.retention_grace_s * 1000
         current = self.pointer()
         runs = self.runs()
-        served = sorted((v for v, r in runs.items() if r.get("state") in ("live", "retired")), reverse=True)
-        kept = set(served[:keep]) | ({current.version} if current else set())
-        now_ms = time.time() * 1000
-        # Only tables this store made: <view>_v<N> for a view some run wrote.
-        ours = {name for run in runs.values() for name in run.get("views", [])}
         conn = hbase_connection(self.settings)
         dropped = []
         try:
-            for raw in conn.tables():  # names relative to the namespace
-                name = raw.decode()
-                version = _version_of(name)
-                if version is None or version in kept or name.rpartition("_v")[0] not in ours:
-                    continue
-                run = runs.get(version, {})
-                if run.get("state") == "writing" and now_ms - run.get("started_ms", 0) < grace_ms and _may_run(run):
-                    continue
+            tables = [raw.decode() for raw in conn.tables()]  # names relative to the namespace
+            for name in retention_plan(current, runs, tables, keep, time.time() * 1000, grace_ms, _may_run):
                 conn.delete_table(name, disable=True)
                 dropped.append(name)
-            for version in served[keep:]:
-                if version not in kept:
-                    self.record_run(version, state="dropped")
         finally:
             conn.close()
+        ours = {name for run in runs.values() for name in run.get("views", [])}
+        remaining = {table_version(t) for t in set(tables) - set(dropped) if table_view(t) in ours}
+        for version, run in runs.items():
+            if run.get("state") in ("live", "retired") and version not in remaining:
+                self.record_run(version, state="dropped")
         if dropped:
             log.info("dropped old view tables: %s", ", ".join(dropped))
         return dropped
@@ -140,8 +143,3 @@ def _may_run(run: dict) -> bool:
         return abs(psutil.Process(run["pid"]).create_time() * 1000 - run.get("pid_started_ms", 0)) < 2_000
     except psutil.Error:
         return False
-
-
-def _version_of(table: str) -> int | None:
-    head, sep, tail = table.rpartition("_v")
-    return int(tail) if sep and head and tail.isdigit() else None

@@ -1,8 +1,10 @@
 """lambda_batch_recompute: scheduled batch recomputation, and on demand from the Airflow UI.
 
 wait for completeness → recompute (write + verify a new version) → verify again → swap the
-pointer → accuracy report → clean absorbed realtime rows. Serving moves only at the swap, so a
-failed run leaves it on the previous version; rerunning a cutoff that already serves is a no-op.
+pointer entries of the recomputed views → accuracy report → clean absorbed realtime rows. Serving
+moves only at the swap, so a failed run leaves it on the previous version; rerunning a cutoff that
+already serves is a no-op. The swap is a compare-and-set against the pointer as the recompute task
+read it: if a manual `lambdactl batch` swapped meanwhile, this run's swap fails and changes nothing.
 The logic lives in the platform (`lambdactl batch ...`); this file only wires the steps.
 """
 
@@ -68,6 +70,8 @@ def lambda_batch_recompute():
         """The archiver's completeness must cover the cutoff (retried until it does)."""
         p = _params()
         args = ["batch", "--plan"] + (["--cutoff", p["cutoff"]] if p["cutoff"] else [])
+        if p["views"]:
+            args += ["--views", ",".join(p["views"])]
         if p["mode"] == "full_recompute":
             args.append("--force")
         try:

@@ -134,8 +134,12 @@ class BatchSettings(_Section):
     driver_memory: str = "1g"
     # How often the batch views are recomputed (the Airflow schedule).
     interval_s: int = Field(3_600, ge=60)
-    # Versions that served, kept (the live one included) for rollback; older tables are dropped.
+    # Per view, versions that served, kept (the serving one included) for rollback; older tables
+    # are dropped — never a table the pointer names.
     keep_versions: int = Field(3, ge=1)
+    # Retention leaves the tables of a run in flight (writing, or verified and not swapped yet)
+    # alone for this long after it started; a killed run's tables go at the first swap after it.
+    retention_grace_s: int = Field(3_600, ge=0)
     put_batch_size: int = Field(2_000, ge=1)
 
 

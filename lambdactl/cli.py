@@ -62,12 +62,14 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def format_status(rows) -> str:
-    lines = [f"{'SERVICE':<15} {'STATE':<10} {'PID':>7} {'RSS MiB':>8} {'UP':>7}  DETAIL"]
+    lines = [f"{'SERVICE':<15} {'STATE':<10} {'PID':>7} {'RSS MiB':>8} {'UP':>7} {'RESTARTS':>8}  DETAIL"]
     for r in rows:
         state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
         pid = str(r.pid) if r.pid else "-"
         uptime = f"{r.uptime_s:.0f}s" if r.running else "-"
-        lines.append(f"{r.name:<15} {state:<10} {pid:>7} {r.rss_mb:>8.0f} {uptime:>7}  {r.detail}")
+        restarts = str(r.restarts) if r.name not in ("supervisor",) else ""
+        detail = r.detail if not r.restart_detail or r.restart_detail == r.detail else f"{r.detail}; {r.restart_detail}"
+        lines.append(f"{r.name:<15} {state:<10} {pid:>7} {r.rss_mb:>8.0f} {uptime:>7} {restarts:>8}  {detail}")
     total = sum(r.rss_mb for r in rows)
     lines.append(f"{'total':<15} {'':<10} {'':>7} {total:>8.0f}")
     return "\n".join(lines) + "\n"
@@ -130,15 +132,18 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     """Run a batch recomputation, or one of its steps (what the Airflow DAG's tasks call)."""
     from batch_layer.hbase_writer import VerificationError
     from batch_layer.job import CutoffError, choose_cutoff, iso, parse_cutoff, run_batch, swap_version, verify_version
-    from batch_layer.versions import VersionStore
+    from batch_layer.versions import PointerMoved, VersionStore
+    from definitions.views import load_views
 
     cutoff = parse_cutoff(args.cutoff) if args.cutoff else None
     try:
         if args.plan:
             current = VersionStore(settings).pointer()
-            planned = choose_cutoff(settings, cutoff, current)
-            fresh = current is None or planned > current.cutoff_ms
-            _emit({"cutoff": iso(planned), "cutoff_ms": planned, "new": fresh,
+            names = args.views.split(",") if args.views else load_views(settings).names()
+            planned = choose_cutoff(settings, cutoff, current, names)
+            # new when some view of the run would move past the cutoff it serves at
+            fresh = current is None or any(current.entry(n) is None or current.cutoff_of(n) < planned for n in names)
+            _emit({"cutoff": iso(planned), "cutoff_ms": planned, "new": fresh, "views": names,
                    "serving_version": current.version if current else None})
             return 0 if fresh or args.force else 3
         if args.verify is not None:
@@ -147,18 +152,20 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
             return 0
         if args.swap is not None:
             pointer = swap_version(settings, args.swap)
-            _emit({"version": pointer.version, "cutoff": iso(pointer.cutoff_ms), "swapped": True})
+            moved = {n: e.cutoff_ms for n, e in pointer.entries.items() if e.version == args.swap}
+            _emit({"version": args.swap, "cutoff": iso(max(moved.values(), default=0)), "views": sorted(moved),
+                   "swapped": True})
             return 0
         result = run_batch(settings, cutoff, args.views.split(",") if args.views else None, args.force,
                            swap=not args.no_swap)
-    except (CutoffError, VerificationError) as exc:
+    except (CutoffError, VerificationError, PointerMoved) as exc:
         log.error("batch refused: %s", exc)
         return 2
     if result.skipped:
         _say(f"nothing to do: version {result.version} already serves cutoff {iso(result.cutoff_ms)}")
     else:
         verb = "now serves" if not args.no_swap else "is written and verified, not yet serving,"
-        _say(f"version {result.version} {verb} every view below {iso(result.cutoff_ms)} "
+        _say(f"version {result.version} {verb} {', '.join(result.tables)} below {iso(result.cutoff_ms)} "
              f"({result.events:,} distinct events, {result.seconds:.0f}s)")
         for name, stats in result.tables.items():
             _say(f"  {name}: {stats.rows:,} rows, {stats.cells:,} cells, checksum {stats.checksum:,}")
@@ -209,10 +216,13 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     if pointer is None:
         _say("no batch version serves yet: every realtime row is still needed")
         return 0
-    cleanup = delete_absorbed(settings, pointer.cutoff_ms // 1000)
-    _say(f"realtime clean-up below the serving cutoff of version {pointer.version}: {cleanup.summary()}")
+    # Each view's rows below the cutoff its own batch table covers; a view no table serves keeps all.
+    cutoffs = pointer.cleanup_cutoffs_s()
+    cleanup = delete_absorbed(settings, cutoffs)
+    _say(f"realtime clean-up below each view's serving cutoff: {cleanup.summary()}")
     if args.json:
-        _emit({"version": pointer.version, "cutoff_s": cleanup.cutoff_s, "rows_below_cutoff": cleanup.rows_below_cutoff,
+        _emit({"version": pointer.version, "cutoffs_s": cutoffs, "cutoff_s": cleanup.cutoff_s,
+               "rows_below_cutoff": cleanup.rows_below_cutoff,
                "deletions": cleanup.deletions, "complete": cleanup.complete,
                "unreadable": [u.describe() for u in cleanup.unreadable]})
     return 0
@@ -297,16 +307,20 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
     batch = sub.add_parser("batch", help="recompute the batch views now")
     batch.add_argument("--cutoff", help="ISO time on an ingest-bucket boundary (default: the last complete one)")
-    batch.add_argument("--views", help="comma-separated view names (default: all)")
-    batch.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
+    batch.add_argument("--views", help="comma-separated view names (default: all); only these views' pointer "
+                                       "entries move, the others keep their version and cutoff")
+    batch.add_argument("--force", action="store_true", help="recompute even if the views are served at this cutoff")
     batch.add_argument("--json", action="store_true", help="also print the result as JSON on stdout")
     batch.add_argument("--no-report", action="store_true", help="skip the accuracy report after the swap")
     steps = batch.add_mutually_exclusive_group()
     steps.add_argument("--plan", action="store_true",
-                       help="only print the cutoff a run would use; exit 3 if it is not newer than the serving one")
+                       help="only print the cutoff a run would use; exit 3 if no view of the run would move past "
+                            "the cutoff it is served at")
     steps.add_argument("--no-swap", action="store_true", help="write and verify a new version, leave serving as it is")
     steps.add_argument("--verify", type=int, metavar="VERSION", help="check a written version's tables again")
-    steps.add_argument("--swap", type=int, metavar="VERSION", help="move serving to a verified version")
+    steps.add_argument("--swap", type=int, metavar="VERSION",
+                       help="move the pointer entries of a verified version's views to it (compare-and-set: "
+                            "refused if another run swapped since this one read the pointer)")
     batch.set_defaults(func=cmd_batch)
     report = sub.add_parser("report", help="build (--version N) or list speed-vs-batch accuracy reports")
     report.add_argument("--version", type=int, help="the batch version whose ingest window to report on")

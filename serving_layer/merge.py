@@ -1,7 +1,8 @@
 """The merge rule, as pure functions (no stores): the heart of the platform.
 
 answer(key, event bucket) = batch_N(key, event bucket) + Σ realtime(key, event bucket, ingest bucket)
-over ingest buckets ≥ T, where N is the serving batch version and T its cutoff (ingest time).
+over ingest buckets ≥ T, where N and T are the view's own batch version and the cutoff (ingest time)
+its table covers: views are recomputed separately, so two views may be served at different cutoffs.
 Additive views add; distinct views union their HyperLogLog sketches.
 
 Every merged bucket keeps its provenance: the batch part and the speed part.

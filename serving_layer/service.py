@@ -1,7 +1,9 @@
 """The serving layer: one merged answer per query, from HBase (batch) and Cassandra (speed).
 
-Each query reads the pointer once (version N, cutoff T), the batch view of version N from HBase
-and the realtime rows of ingest buckets ≥ T from Cassandra, then merges (serving_layer.merge).
+Each query reads the pointer once and takes the queried view's own entry — the table of version N
+that serves it and the cutoff T that table covers (views are recomputed separately, so each has its
+own N and T) — reads that table from HBase and the view's realtime rows of ingest buckets ≥ T from
+Cassandra, then merges (serving_layer.merge).
 A store that cannot be read raises StoreUnavailable naming it; with `allow_partial`, an answer
 without the speed part is returned instead, flagged incomplete. Never a silently wrong number.
 """
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from batch_layer import layout
+from batch_layer.pointer import NO_SOURCE, ViewSource
 from batch_layer.versions import Pointer
 from definitions.settings import Settings
 from definitions.views import GRANULARITIES, View, key_text, load_views
@@ -26,8 +29,11 @@ SPEED_BUCKET_RECHECK_S = 60.0  # how often the speed layer's ingest-bucket size 
 
 
 class StoreUnavailable(RuntimeError):
+    """A store cannot be read. Its text names only the component, so it can be shown to a user;
+    `detail` (the driver's message: hosts, ports, Java exceptions) is for the log."""
+
     def __init__(self, component: str, detail: str) -> None:
-        super().__init__(f"{component} cannot be read: {detail}")
+        super().__init__(f"{component} cannot be read")
         self.component = component
         self.detail = detail
 
@@ -145,20 +151,22 @@ class ServingLayer:
         pointer = Pointer.from_columns(data) if data else None
         if pointer is not None:
             bucket_s = self.speed_bucket_s()
-            if pointer.cutoff_ms % (bucket_s * 1000):
-                # A cutoff inside one of the speed layer's ingest buckets would split that bucket
-                # between the layers: no exact answer could be given.
-                raise StoreUnavailable("hbase", f"batch version {pointer.version} has cutoff {pointer.cutoff_ms} ms, "
-                                                f"not on a boundary of the speed layer's {bucket_s}s ingest buckets")
+            for name, entry in sorted(pointer.entries.items()):
+                if entry.cutoff_ms % (bucket_s * 1000):
+                    # A cutoff inside one of the speed layer's ingest buckets would split that bucket
+                    # between the layers: no exact answer could be given.
+                    raise StoreUnavailable("hbase", f"batch version {entry.version} of {name} has cutoff "
+                                                    f"{entry.cutoff_ms} ms, not on a boundary of the speed layer's "
+                                                    f"{bucket_s}s ingest buckets")
         return pointer
 
     # --- batch part ----------------------------------------------------------------------------
 
-    def _batch_series(self, pointer: Pointer | None, view: View, granularity: str, keys: Sequence[str],
+    def _batch_series(self, source: ViewSource, view: View, granularity: str, keys: Sequence[str],
                       buckets: list[int]) -> dict[int, BatchCell]:
-        if pointer is None or view.name not in pointer.views or not buckets:
+        if source.table is None or not buckets:
             return {}
-        table = pointer.views[view.name]
+        table = source.table
         start, stop = layout.scan_range(view, granularity, keys, buckets[0], buckets[-1] + 1)
         def read(conn):
             out = {}
@@ -169,13 +177,13 @@ class ServingLayer:
 
         return self._hbase(read)
 
-    def _batch_top(self, pointer: Pointer | None, view: View, granularity: str, buckets: list[int]) -> dict[str, int]:
-        if pointer is None or view.name not in pointer.views or not buckets:
+    def _batch_top(self, source: ViewSource, view: View, granularity: str, buckets: list[int]) -> dict[str, int]:
+        if source.table is None or not buckets:
             return {}
         start, stop = layout.scan_range(view, granularity, (), buckets[0], buckets[-1] + 1)
         def read(conn):
             totals: dict[str, int] = {}
-            for _, data in conn.table(pointer.views[view.name]).scan(row_start=start, row_stop=stop, batch_size=100):
+            for _, data in conn.table(source.table).scan(row_start=start, row_stop=stop, batch_size=100):
                 for column, value in data.items():
                     key = key_text(layout.decode_key(column[2:]))
                     totals[key] = totals.get(key, 0) + layout.decode_int(value)
@@ -214,9 +222,10 @@ class ServingLayer:
         key_values = [keys[k] for k in view.keys]
         buckets = buckets_between(start_s, end_s, granularity)
         pointer = self.pointer()
-        cutoff_ms = pointer.cutoff_ms if pointer else 0
-        provenance = Provenance(pointer.version if pointer else None, cutoff_ms)
-        batch = self._batch_series(pointer, view, granularity, key_values, buckets)
+        source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
+        cutoff_ms = source.cutoff_ms
+        provenance = Provenance(source.version, cutoff_ms)
+        batch = self._batch_series(source, view, granularity, key_values, buckets)
         try:
             realtime = self._speed(lambda r: r.series(view.name, granularity, key_text(key_values), buckets,
                                                       cutoff_ms // 1000, with_sketches=view.aggregation == "distinct"))
@@ -224,7 +233,7 @@ class ServingLayer:
         except StoreUnavailable as exc:
             if not allow_partial:
                 raise
-            log.warning("answering %s without the speed part: %s", view.name, exc)
+            log.warning("answering %s without the speed part: %s: %s", view.name, exc, exc.detail)
             speed = {}
             provenance.complete = False
             provenance.unavailable.append(exc.component)
@@ -237,9 +246,10 @@ class ServingLayer:
             allow_partial: bool = False) -> TopAnswer:
         buckets = buckets_between(start_s, end_s, granularity)
         pointer = self.pointer()
-        cutoff_ms = pointer.cutoff_ms if pointer else 0
-        provenance = Provenance(pointer.version if pointer else None, cutoff_ms)
-        batch = self._batch_top(pointer, view, granularity, buckets)
+        source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
+        cutoff_ms = source.cutoff_ms
+        provenance = Provenance(source.version, cutoff_ms)
+        batch = self._batch_top(source, view, granularity, buckets)
         speed: dict[str, int] = {}
         try:
             per_bucket = self._speed(lambda r: r.bucket(view.name, granularity, buckets, cutoff_ms // 1000))

@@ -1,17 +1,20 @@
-"""Deleting the realtime rows that the serving batch version has absorbed.
+"""Deleting the realtime rows that the serving batch tables have absorbed.
 
-The merge never reads realtime rows of ingest buckets below the serving cutoff, and every row
-expires by TTL anyway: deleting them after a batch swap only keeps the tables small. So the
-clean-up must never be a reason for a batch run to fail. It reads the rows below the cutoff token
-range by token range (speed_layer/token_scan.py), issues one range deletion per (view key, event
-bucket) in `realtime_by_key` and per event bucket in `realtime_by_bucket`, and reports what it
-could not read (for instance a range holding more tombstones than Cassandra will scan) instead of
-stopping: rows there stay until their TTL, unread.
+Every view is served from its own batch table with its own cutoff, and the merge never reads a
+view's realtime rows of ingest buckets below that view's cutoff; every row expires by TTL anyway:
+deleting them after a batch swap only keeps the tables small. So the clean-up must never be a
+reason for a batch run to fail. It is given a cutoff per view (a view without one keeps every row)
+and reads the rows below the highest of them token range by token range
+(speed_layer/token_scan.py), keeps those below their own view's cutoff, issues one range deletion
+per (view key, event bucket) in `realtime_by_key` and per event bucket in `realtime_by_bucket`,
+and reports what it could not read (for instance a range holding more tombstones than Cassandra
+will scan) instead of stopping: rows there stay until their TTL, unread.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from definitions.clients import cassandra_cluster
@@ -30,7 +33,8 @@ TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 @dataclass
 class Cleanup:
-    cutoff_s: int
+    cutoff_s: int  # the smallest cutoff deleted below
+    cutoffs: dict[str, int] | None = None  # per view; None: every view below cutoff_s
     rows_below_cutoff: int = 0
     deletions: int = 0
     unreadable: list[Unreadable] = field(default_factory=list)
@@ -49,10 +53,15 @@ class Cleanup:
         return text
 
 
-def delete_absorbed(settings: Settings, cutoff_s: int) -> Cleanup:
-    """Delete realtime rows of ingest buckets below `cutoff_s`. Only call after the batch swap to a
-    version whose cutoff is at least `cutoff_s`."""
-    result = Cleanup(cutoff_s)
+def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int]) -> Cleanup:
+    """Delete realtime rows of ingest buckets below their view's cutoff (seconds): `cutoffs` maps a
+    view to the cutoff of the batch table serving it; an int is one cutoff for every view. Only
+    call with cutoffs the serving batch tables cover."""
+    per_view = dict(cutoffs) if isinstance(cutoffs, Mapping) else None
+    top = max(per_view.values(), default=0) if per_view is not None else int(cutoffs)
+    result = Cleanup(min(per_view.values(), default=0) if per_view is not None else top, per_view)
+    if top <= 0:
+        return result
     cluster = cassandra_cluster(settings, timeout_s=30)
     try:
         session = cluster.connect(settings.cassandra.keyspace)
@@ -60,14 +69,18 @@ def delete_absorbed(settings: Settings, cutoff_s: int) -> Cleanup:
             names = partition_key + clustering
             delete = session.prepare(
                 f"DELETE FROM {table} WHERE " + " AND ".join(f"{c} = ?" for c in names) + " AND ingest_bucket < ?")
-            for rows in scan(session, table, partition_key, ", ".join(names), "ingest_bucket < ?", (cutoff_s,),
-                             unreadable=result.unreadable):
-                targets = {tuple(getattr(row, c) for c in names) for row in rows}
-                execute_with_retries(session, delete, [(*t, cutoff_s) for t in targets], concurrency=32, give_up_after_s=60,
-                                     what=f"{table} deletions")
-                result.rows_below_cutoff += len(rows)
+            for rows in scan(session, table, partition_key, ", ".join(names + ("ingest_bucket",)), "ingest_bucket < ?",
+                             (top,), unreadable=result.unreadable):
+                below = [row for row in rows
+                         if per_view is None or row.ingest_bucket < per_view.get(row.view_name, -1)]
+                targets = {tuple(getattr(row, c) for c in names) for row in below}
+                cutoff_of = (lambda t: top) if per_view is None else (lambda t: per_view[t[0]])
+                execute_with_retries(session, delete, [(*t, cutoff_of(t)) for t in targets], concurrency=32,
+                                     give_up_after_s=60, what=f"{table} deletions")
+                result.rows_below_cutoff += len(below)
                 result.deletions += len(targets)
     finally:
         cluster.shutdown()
-    (log.info if result.complete else log.warning)("realtime clean-up below %d: %s", cutoff_s, result.summary())
+    where = f"{top}" if per_view is None else ", ".join(f"{v} {c}" for v, c in sorted(per_view.items()))
+    (log.info if result.complete else log.warning)("realtime clean-up below %s: %s", where, result.summary())
     return result

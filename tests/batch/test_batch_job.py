@@ -15,6 +15,7 @@ from datasketches import hll_sketch
 
 from batch_layer import layout
 from batch_layer.job import CutoffError, choose_cutoff, run_batch
+from batch_layer.pointer import table_version, table_view
 from batch_layer.versions import VersionStore
 from definitions.clients import hbase_connection
 from definitions.views import load_views
@@ -152,17 +153,24 @@ def test_a_view_added_by_declaration_alone_is_computed_and_stored(bsettings, bat
 
 
 def test_old_versions_are_dropped_beyond_retention(bsettings, batch_run):
+    """Per view: the table serving it and its newest served versions (keep_versions in all) stay,
+    besides runs still in flight; nothing the pointer names is ever dropped."""
     store = VersionStore(bsettings)
     store.retain(bsettings.batch.keep_versions)
     runs = store.runs()
-    served = sorted((v for v, r in runs.items() if r.get("state") in ("live", "retired")), reverse=True)
+    pointer = store.pointer()
     conn = hbase_connection(bsettings)
     try:
         tables = {t.decode() for t in conn.tables()}
     finally:
         conn.close()
-    versions_with_tables = {int(t.rsplit("_v", 1)[1]) for t in tables if "_v" in t and t.rsplit("_v", 1)[1].isdigit()}
-    assert versions_with_tables <= set(served[: bsettings.batch.keep_versions]) | {store.pointer().version}
+    assert pointer.tables() <= tables
+    in_flight = {v for v, r in runs.items() if r.get("state") in ("writing", "verified")}
+    for view in load_views(bsettings).names():
+        served = sorted((v for v, r in runs.items() if r.get("state") in ("live", "retired") and view in r.get("views", [])
+                         and v != pointer.entry(view).version), reverse=True)
+        allowed = {pointer.entry(view).version, *served[: bsettings.batch.keep_versions - 1], *in_flight}
+        assert {table_version(t) for t in tables if table_view(t) == view} <= allowed, view
 
 
 def test_write_verify_and_swap_as_separate_steps(bsettings, batch_run, spark):
@@ -173,7 +181,8 @@ def test_write_verify_and_swap_as_separate_steps(bsettings, batch_run, spark):
 
     store = VersionStore(bsettings)
     before = store.pointer()
-    written = run_batch(bsettings, cutoff_ms=before.cutoff_ms, force=True, spark=spark, swap=False)
+    cutoff = max(before.cutoff_of(name) for name in load_views(bsettings).names())
+    written = run_batch(bsettings, cutoff_ms=cutoff, force=True, spark=spark, swap=False)
     assert store.pointer() == before, "a written, unswapped version does not serve"
     assert set(verify_version(bsettings, written.version)) == set(load_views(bsettings).names())
     done = subprocess.run([sys.executable, "-m", "lambdactl.cli", "batch", "--swap", str(written.version)],
@@ -182,6 +191,7 @@ def test_write_verify_and_swap_as_separate_steps(bsettings, batch_run, spark):
     assert done.returncode == 0, done.stderr
     assert _json.loads(done.stdout)["version"] == written.version
     after = store.pointer()
-    assert after.version == written.version and after.cutoff_ms == before.cutoff_ms
+    assert after.version == written.version and after.cutoff_ms == cutoff
+    assert {e.version for e in after.entries.values()} == {written.version}, "a full run moves every view"
     with pytest.raises(Exception, match="cannot serve"):
         swap_version(bsettings, written.version + 1000)

@@ -1,0 +1,252 @@
+"""The pointer to the serving batch views, and the rules that move it — pure functions, no store.
+
+The pointer holds, **per view**, the table that serves it, that table's version and the cutoff T it
+covers (plus the run that wrote it and its figures). A run that recomputes some views moves only
+those views' entries; the others keep theirs. Serving merges each view with its own T, the realtime
+clean-up deletes each view's rows below its own T, and retention never drops a table an entry names.
+
+Stored in the meta table's pointer row as one JSON document in one column (`p:doc`), so that moving
+it is one HBase compare-and-set (Thrift1 `checkAndPut` checks and puts one column): every move
+increments `generation`, a run records the generation it read when it planned its cutoff, and its
+swap succeeds only if the pointer still holds those exact bytes — otherwise it fails with
+`PointerMoved` and changes nothing.
+
+Rows written before per-view cutoffs (one version, one cutoff for every view: columns `p:version`,
+`p:cutoff_ms`, `p:views`, ...) are still read: every view in them has that cutoff. The same legacy
+columns are written after every move (the smallest cutoff, the tables), for processes still
+running older code; nothing new reads them while `p:doc` exists.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+DOC = b"p:doc"
+FORMAT = 2
+LEGACY_FIELDS = ("version", "cutoff_ms", "run_id", "views", "stats", "swapped_ms")
+SERVED_STATES = ("live", "retired")  # a run in one of these states had its tables named by the pointer
+
+
+class CutoffError(RuntimeError):
+    """The requested cutoff cannot be served (not covered by the master dataset, or behind serving)."""
+
+
+class PointerMoved(CutoffError):
+    """Another writer moved the pointer after this run read it: this run's swap changed nothing (a
+    CutoffError: the cutoff was planned against a pointer that is no longer there)."""
+
+
+class PointerFormatError(ValueError):
+    """The stored pointer row cannot be read."""
+
+
+@dataclass(frozen=True)
+class ViewEntry:
+    """What serves one view: its table, that table's version and the cutoff the table covers."""
+
+    table: str
+    version: int
+    cutoff_ms: int
+    run_id: str = ""
+    swapped_ms: int = 0
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ViewSource:
+    """What a query of one view reads: the batch table (None: no batch part yet), its version, and
+    the cutoff below which realtime rows are not read."""
+
+    table: str | None
+    version: int | None
+    cutoff_ms: int
+
+
+NO_SOURCE = ViewSource(None, None, 0)
+
+
+@dataclass(frozen=True)
+class Pointer:
+    entries: Mapping[str, ViewEntry] = field(default_factory=dict)
+    version: int = 0  # the version of the run that last moved the pointer
+    run_id: str = ""
+    stats: dict = field(default_factory=dict)  # that run's figures
+    swapped_ms: int = 0
+    generation: int = 0  # +1 at every move
+    # The `p:doc` bytes this pointer was read from (None: the row had no such column): what a
+    # compare-and-set against this pointer expects to find.
+    stored: bytes | None = field(default=None, compare=False, repr=False)
+
+    # --- per view --------------------------------------------------------------------------------
+
+    def entry(self, view: str) -> ViewEntry | None:
+        return self.entries.get(view)
+
+    def source(self, view: str) -> ViewSource:
+        entry = self.entries.get(view)
+        return NO_SOURCE if entry is None else ViewSource(entry.table, entry.version, entry.cutoff_ms)
+
+    def cutoff_of(self, view: str) -> int:
+        """The cutoff a view is served at; 0 when no batch table serves it (every realtime row counts)."""
+        entry = self.entries.get(view)
+        return entry.cutoff_ms if entry is not None else 0
+
+    @property
+    def views(self) -> dict[str, str]:
+        """{view: table} of every entry."""
+        return {name: e.table for name, e in self.entries.items()}
+
+    @property
+    def cutoff_ms(self) -> int:
+        """The smallest cutoff of any view: below it every view is answered from batch tables."""
+        return min((e.cutoff_ms for e in self.entries.values()), default=0)
+
+    def tables(self) -> set[str]:
+        return {e.table for e in self.entries.values()}
+
+    def versions(self) -> set[int]:
+        return {e.version for e in self.entries.values()}
+
+    def cleanup_cutoffs_s(self) -> dict[str, int]:
+        """{view: cutoff in seconds} below which each view's realtime rows are absorbed by the table
+        that serves it. A view with no entry is absent: none of its rows may go."""
+        return {name: e.cutoff_ms // 1000 for name, e in self.entries.items()}
+
+    # --- storage ---------------------------------------------------------------------------------
+
+    def to_doc(self) -> bytes:
+        doc = {"format": FORMAT, "generation": self.generation, "version": self.version, "run_id": self.run_id,
+               "swapped_ms": self.swapped_ms, "stats": self.stats,
+               "views": {name: {"table": e.table, "version": e.version, "cutoff_ms": e.cutoff_ms, "run_id": e.run_id,
+                                "swapped_ms": e.swapped_ms, "stats": e.stats}
+                         for name, e in sorted(self.entries.items())}}
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+    def legacy_columns(self) -> dict[bytes, bytes]:
+        """The single-cutoff columns older readers understand (the smallest cutoff: no older reader
+        skips a realtime row a view still needs)."""
+        doc = {"version": self.version, "cutoff_ms": self.cutoff_ms, "run_id": self.run_id, "views": self.views,
+               "stats": self.stats, "swapped_ms": self.swapped_ms}
+        return {f"p:{k}".encode(): json.dumps(v).encode() for k, v in doc.items()}
+
+    @classmethod
+    def from_columns(cls, data: Mapping[bytes, bytes]) -> "Pointer":
+        """Read a pointer row: the per-view document, or else the single-cutoff format."""
+        raw = data.get(DOC)
+        if raw is not None:
+            return cls.from_doc(raw)
+        legacy = {k.decode()[2:]: json.loads(v) for k, v in data.items() if k.startswith(b"p:")}
+        missing = [k for k in ("version", "cutoff_ms", "views") if k not in legacy]
+        if missing:
+            raise PointerFormatError(f"pointer row has neither {DOC.decode()} nor the columns {missing}")
+        version, cutoff = int(legacy["version"]), int(legacy["cutoff_ms"])
+        run_id, swapped = str(legacy.get("run_id", "")), int(legacy.get("swapped_ms", 0))
+        entries = {name: ViewEntry(table, table_version(table) or version, cutoff, run_id, swapped)
+                   for name, table in legacy["views"].items()}
+        return cls(entries, version, run_id, dict(legacy.get("stats") or {}), swapped, generation=0, stored=None)
+
+    @classmethod
+    def from_doc(cls, raw: bytes) -> "Pointer":
+        try:
+            doc = json.loads(raw)
+            entries = {name: ViewEntry(str(e["table"]), int(e["version"]), int(e["cutoff_ms"]), str(e.get("run_id", "")),
+                                       int(e.get("swapped_ms", 0)), dict(e.get("stats") or {}))
+                       for name, e in doc["views"].items()}
+            return cls(entries, int(doc["version"]), str(doc.get("run_id", "")), dict(doc.get("stats") or {}),
+                       int(doc.get("swapped_ms", 0)), int(doc["generation"]), stored=bytes(raw))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise PointerFormatError(f"pointer document {DOC.decode()} cannot be read: {type(exc).__name__}: {exc}") from exc
+
+
+def table_version(table: str) -> int | None:
+    """N of a table named `<view>_v<N>`."""
+    head, sep, tail = table.rpartition("_v")
+    return int(tail) if sep and head and tail.isdigit() else None
+
+
+def table_view(table: str) -> str | None:
+    head, sep, tail = table.rpartition("_v")
+    return head if sep and head and tail.isdigit() else None
+
+
+def table_name(view: str, version: int) -> str:
+    return f"{view}_v{version}"
+
+
+# --- moving the pointer ------------------------------------------------------------------------------
+
+
+def behind(current: Pointer | None, views: Iterable[str], cutoff_ms: int) -> list[str]:
+    """The views among `views` whose serving cutoff is past `cutoff_ms` (a run at it would go back)."""
+    if current is None:
+        return []
+    return [f"{name} (version {e.version}, cutoff {iso(e.cutoff_ms)})" for name in views
+            if (e := current.entry(name)) is not None and e.cutoff_ms > cutoff_ms]
+
+
+def advance(current: Pointer | None, *, version: int, run_id: str, cutoff_ms: int, views: Iterable[str],
+            full: bool, stats: dict, now_ms: int) -> Pointer:
+    """The pointer after run `version` (cutoff `cutoff_ms`) recomputed `views`: their entries name its
+    tables; every other view keeps its entry — unless the run was `full` (every declared view), which
+    also drops entries of views no longer declared. A view's cutoff never goes back."""
+    views = list(views)
+    late = behind(current, views, cutoff_ms)
+    if late:
+        raise CutoffError(f"version {version} (cutoff {iso(cutoff_ms)}) is behind what serves " + ", ".join(late))
+    entries = {} if full or current is None else dict(current.entries)
+    tables = stats.get("tables", {}) if isinstance(stats, dict) else {}
+    for name in views:
+        entries[name] = ViewEntry(table_name(name, version), version, cutoff_ms, run_id, now_ms,
+                                  {"events": stats.get("events"), **tables.get(name, {})} if stats else {})
+    return Pointer(entries, version, run_id, stats, now_ms, (current.generation if current else 0) + 1)
+
+
+def check_unmoved(current: Pointer | None, based_on: int | None, version: int) -> None:
+    """Raise PointerMoved unless the pointer is still at the generation run `version` read."""
+    now = current.generation if current is not None else 0
+    if based_on is None or based_on != now:
+        moved = "nothing" if current is None else (
+            f"generation {now}: version {current.version} (run {current.run_id or '?'}) swapped at "
+            f"{iso(current.swapped_ms)}")
+        read = "an unknown generation (a run recorded by older code)" if based_on is None else f"generation {based_on}"
+        raise PointerMoved(f"the pointer moved since this run read it: version {version} was planned against "
+                           f"{read}, the pointer now holds {moved}. Nothing was changed; run the batch again "
+                           f"to recompute on top of the pointer as it is now.")
+
+
+def run_tables(version: int, run: Mapping) -> set[str]:
+    return {table_name(name, version) for name in run.get("views", [])}
+
+
+# --- retention -------------------------------------------------------------------------------------
+
+
+def retention_plan(pointer: Pointer | None, runs: Mapping[int, Mapping], tables: Iterable[str], keep: int,
+                   now_ms: float, grace_ms: float, may_run: Callable[[Mapping], bool]) -> list[str]:
+    """The tables retention may drop: tables of this store (`<view>_v<N>` for a view some run
+    wrote) except
+    - every table the pointer names (any view's entry),
+    - the tables of runs in flight: "writing" and possibly alive (`may_run`) or "verified" and not
+      yet swapped, both started within `grace_ms`,
+    - per view, its `keep` newest versions that served (live or retired), the one serving included."""
+    protected = set(pointer.tables()) if pointer is not None else set()
+    for version, run in runs.items():
+        recent = now_ms - run.get("started_ms", 0) < grace_ms
+        if recent and (run.get("state") == "verified" or (run.get("state") == "writing" and may_run(run))):
+            protected |= run_tables(version, run)
+    ours = {name for run in runs.values() for name in run.get("views", [])}
+    if pointer is not None:
+        ours |= set(pointer.entries)
+    for view in ours:
+        entry = pointer.entry(view) if pointer is not None else None
+        served = sorted((v for v, r in runs.items() if r.get("state") in SERVED_STATES and view in r.get("views", [])
+                         and (entry is None or v != entry.version)), reverse=True)
+        protected |= {table_name(view, v) for v in served[: keep - (entry is not None)]}
+    return sorted(t for t in tables if table_view(t) in ours and t not in protected)
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

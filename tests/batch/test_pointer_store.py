@@ -1,0 +1,208 @@
+"""The pointer in the real HBase: compare-and-set and retention.
+
+Each test works on a meta table of its own and on views whose names only it uses, so neither the
+platform's pointer nor its tables are touched (retention only considers the views its own runs
+wrote). Runs are recorded as the batch job records them, with small tables of their own; the swaps
+go through `swap_version`, as `lambdactl batch --swap` does."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from batch_layer.hbase_writer import create_table
+from batch_layer.job import swap_version
+from batch_layer.pointer import DOC, Pointer, advance, table_name
+from batch_layer.versions import PointerMoved, VersionStore
+from definitions.clients import hbase_connection
+
+T0 = 1_800_000_000_000
+STEP = 60_000
+
+
+@pytest.fixture
+def own(settings, stack, unique):
+    """Settings with a meta table of this test's own (keep_versions=2) and three view names."""
+    mine = settings.model_copy(update={
+        "hbase": settings.hbase.model_copy(update={"meta_table": f"meta_t{unique}"}),
+        "batch": settings.batch.model_copy(update={"keep_versions": 2})})
+    conn = hbase_connection(mine)
+    try:
+        conn.create_table(mine.hbase.meta_table, {"p": dict(max_versions=1)})
+    finally:
+        conn.close()
+    views = [f"t{unique}{x}" for x in "abc"]
+    yield mine, views
+    conn = hbase_connection(mine)
+    try:
+        for raw in conn.tables():
+            if raw.decode() == mine.hbase.meta_table or raw.decode().startswith(f"t{unique}"):
+                conn.delete_table(raw.decode(), disable=True)
+    finally:
+        conn.close()
+
+
+def tables(settings) -> set[str]:
+    conn = hbase_connection(settings)
+    try:
+        return {t.decode() for t in conn.tables()}
+    finally:
+        conn.close()
+
+
+def pointer_row(settings) -> dict:
+    conn = hbase_connection(settings)
+    try:
+        return conn.table(settings.hbase.meta_table).row(b"pointer")
+    finally:
+        conn.close()
+
+
+def written(settings, views: list[str], cutoff_ms: int, full: bool = False, **extra) -> int:
+    """A run as the batch job leaves it before the swap: planned against the pointer as it is now,
+    tables written, state "verified"."""
+    store = VersionStore(settings)
+    current = store.pointer()
+    version = store.allocate_version()
+    for view in views:
+        create_table(settings, table_name(view, version))
+    fields = dict(state="verified", run_id=f"run-{version}", cutoff_ms=cutoff_ms, started_ms=int(time.time() * 1000),
+                  views=views, full=full, based_on=current.generation if current else 0,
+                  stats={"events": version, "tables": {v: {"rows": 0, "cells": 0, "checksum": 0} for v in views}})
+    fields.update(extra)
+    store.record_run(version, **fields)
+    return version
+
+
+def test_of_two_runs_that_read_the_same_pointer_the_second_to_swap_fails_and_changes_nothing(own):
+    settings, (a, b, c) = own
+    store = VersionStore(settings)
+    first = written(settings, [a, b, c], T0, full=True)
+    swap_version(settings, first)
+    manual = written(settings, [a], T0 + STEP)  # a manual run and a DAG run read generation 1 ...
+    dag = written(settings, [b], T0 + 2 * STEP)
+    swap_version(settings, manual)  # ... the manual run swaps first
+    before = pointer_row(settings)
+    with pytest.raises(PointerMoved, match="the pointer moved since this run read it") as lost:
+        swap_version(settings, dag)
+    assert "generation 1" in str(lost.value) and "generation 2" in str(lost.value)
+    assert pointer_row(settings) == before, "the losing swap changed nothing"
+    assert store.runs()[dag]["state"] == "verified"
+    assert table_name(b, dag) in tables(settings), "a run in flight keeps its tables"
+    pointer = store.pointer()
+    assert (pointer.entry(a).version, pointer.entry(b).version, pointer.entry(c).version) == (manual, first, first)
+    assert (pointer.cutoff_of(a), pointer.cutoff_of(b)) == (T0 + STEP, T0)
+
+    # The same through the command line the DAG's swap task calls: exit 2, the reason on stderr.
+    again = written(settings, [b], T0 + 2 * STEP)
+    swap_version(settings, written(settings, [c], T0 + 3 * STEP))
+    before = pointer_row(settings)
+    env = dict(os.environ, LAMBDA_HBASE__META_TABLE=settings.hbase.meta_table,
+               LAMBDA_INGEST_BUCKET_S=str(settings.ingest_bucket_s))
+    done = subprocess.run([sys.executable, "-m", "lambdactl.cli", "batch", "--swap", str(again)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 2 and "the pointer moved since this run read it" in done.stderr, done.stderr[-2000:]
+    assert pointer_row(settings) == before
+
+
+def test_racing_writers_one_wins_the_compare_and_set(own):
+    settings, (a, b, _) = own
+    store = VersionStore(settings)
+    swap_version(settings, written(settings, [a, b], T0, full=True))
+    for round_ in range(5):
+        current = store.pointer()
+        writers = 8
+        barrier = threading.Barrier(writers)
+        outcomes: list = [None] * writers
+
+        def write(i: int) -> None:
+            new = advance(current, version=1_000 * (round_ + 1) + i, run_id=f"w{i}", cutoff_ms=T0 + (round_ + 1) * STEP,
+                          views=[a], full=False, stats={}, now_ms=int(time.time() * 1000))
+            barrier.wait()
+            try:
+                store.compare_and_set(current, new)
+                outcomes[i] = new
+            except PointerMoved as exc:
+                outcomes[i] = exc
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        winners = [o for o in outcomes if isinstance(o, Pointer)]
+        assert len(winners) == 1, outcomes
+        assert all(isinstance(o, PointerMoved) for o in outcomes if o is not winners[0])
+        assert store.pointer() == winners[0]
+        assert store.pointer().generation == current.generation + 1
+
+
+def test_a_pointer_row_of_the_single_cutoff_format_is_read_and_moved_once(own):
+    settings, (a, b, _) = own
+    store = VersionStore(settings)
+    old = written(settings, [a, b], T0, state="live")
+    legacy = Pointer.from_doc(advance(None, version=old, run_id="old", cutoff_ms=T0, views=[a, b], full=True, stats={},
+                                      now_ms=T0).to_doc()).legacy_columns()
+    conn = hbase_connection(settings)
+    try:
+        conn.table(settings.hbase.meta_table).put(b"pointer", legacy)  # as the single-cutoff code wrote it
+    finally:
+        conn.close()
+    read = store.pointer()
+    assert read.generation == 0 and read.stored is None
+    assert read.cutoff_of(a) == read.cutoff_of(b) == T0 and read.entry(a).version == old
+    one, two = written(settings, [a], T0 + STEP), written(settings, [b], T0 + STEP)
+    swap_version(settings, one)
+    with pytest.raises(PointerMoved):
+        swap_version(settings, two)
+    row = pointer_row(settings)
+    assert DOC in row
+    moved = store.pointer()
+    assert (moved.entry(a).version, moved.entry(b).version) == (one, old)
+    assert (moved.cutoff_of(a), moved.cutoff_of(b)) == (T0 + STEP, T0)
+
+
+def test_retention_beyond_k_versions_with_partial_runs_keeps_every_named_table(own):
+    settings, (a, b, c) = own
+    store = VersionStore(settings)
+    full = written(settings, [a, b, c], T0, full=True)
+    swap_version(settings, full)
+    partial_a = []
+    for i in range(1, 6):  # five runs of view a alone: more than keep_versions (2)
+        partial_a.append(written(settings, [a], T0 + i * STEP))
+        swap_version(settings, partial_a[-1])
+        pointer = store.pointer()
+        assert pointer.tables() <= tables(settings), f"after run {i} of {a}, a table the pointer names is gone"
+    b_run = written(settings, [b], T0 + 6 * STEP)
+    swap_version(settings, b_run)
+    present = tables(settings)
+    pointer = store.pointer()
+    assert pointer.tables() <= present
+    assert {table_name(a, v) for v in partial_a[-2:]} <= present, f"{a}: its 2 newest versions stay"
+    assert not {table_name(a, v) for v in [full, *partial_a[:-2]]} & present, f"{a}: older versions are dropped"
+    assert {table_name(b, b_run), table_name(b, full)} <= present, f"{b}: the serving and the previous version"
+    assert table_name(c, full) in present, f"{c} still serves from the first run, five versions later"
+    runs = store.runs()
+    assert runs[full]["state"] == "live" and runs[partial_a[0]]["state"] == "dropped"
+
+    # A run still writing keeps its tables; one whose process is gone, or that failed, does not.
+    me = psutil.Process()
+    alive = written(settings, [a], T0 + 7 * STEP, state="writing", host=socket.gethostname(), pid=me.pid,
+                    pid_started_ms=int(me.create_time() * 1000))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = written(settings, [a], T0 + 7 * STEP, state="writing", host=socket.gethostname(), pid=gone.pid,
+                   pid_started_ms=int(time.time() * 1000) - 10_000)
+    failed = written(settings, [b], T0 + 7 * STEP, state="failed")
+    stale = written(settings, [c], T0 + 7 * STEP, started_ms=int(time.time() * 1000) - 2 * 3_600_000)
+    dropped = store.retain(settings.batch.keep_versions)
+    assert table_name(a, alive) not in dropped and table_name(a, alive) in tables(settings)
+    assert {table_name(a, dead), table_name(b, failed), table_name(c, stale)} <= set(dropped)
+    assert store.pointer().tables() <= tables(settings)
