@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from batch_layer.job import run_batch
-from batch_layer.versions import VersionStore
+from batch_layer.versions import PointerMoved, VersionStore
 from ingest import completeness
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
@@ -133,10 +133,16 @@ def unavailable_component(body: dict) -> str | None:
     return body.get("component") or (detail.get("component") if isinstance(detail, dict) else None)
 
 
-def batch_past(settings, spark, sent: list[SentRecord]):
-    """Run a batch whose cutoff is past every record of `sent`."""
+def batch_past(settings, spark, sent: list[SentRecord], attempts: int = 3):
+    """Run a batch whose cutoff is past every record of `sent` (again, if another run's swap won
+    the pointer's compare-and-set meanwhile)."""
     wait_cutoff_past(settings, sent)
-    return run_batch(settings, spark=spark)
+    for attempt in range(attempts):
+        try:
+            return run_batch(settings, spark=spark)
+        except PointerMoved:
+            if attempt == attempts - 1:
+                raise
 
 
 @pytest.fixture(scope="module")
