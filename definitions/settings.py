@@ -212,6 +212,8 @@ class ApiSettings(_Section):
     max_concurrent_queries: int = Field(8, ge=1)
     query_queue_s: float = Field(2.0, ge=0)
     hbase_pool_size: int = Field(8, ge=1)
+    # How long a query waits for a free pooled HBase connection before HBase counts as unavailable.
+    hbase_pool_wait_s: float = Field(5.0, gt=0)
     health_timeout_s: float = 60
 
 

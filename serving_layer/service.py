@@ -198,7 +198,7 @@ class ServingLayer:
         the pool, so one failure is retried before HBase is declared unreadable."""
         for attempt in range(1, attempts + 1):
             try:
-                with self._pool().connection() as conn:
+                with self._pool().connection(timeout=self.settings.api.hbase_pool_wait_s) as conn:
                     return read(conn)
             except Exception as exc:
                 if attempt == attempts:
