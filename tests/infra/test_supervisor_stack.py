@@ -66,7 +66,7 @@ def _tagged(state_dir: Path) -> list[psutil.Process]:
 def isolated(tmp_path):
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
-    env.update(LAMBDA_STATE_DIR=str(tmp_path / "state"), LAMBDA_API__PORT=str(port),
+    env.update(LAMBDA_ENVIRONMENT="development", LAMBDA_STATE_DIR=str(tmp_path / "state"), LAMBDA_API__PORT=str(port),
                LAMBDA_STACK__MANAGED_SERVICES='["api"]', LAMBDA_STACK__RESTART_MAX="2")
     stack = Isolated(tmp_path / "state", port, env)
     yield stack
