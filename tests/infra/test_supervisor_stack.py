@@ -18,9 +18,9 @@ import psutil
 import pytest
 
 from definitions.settings import Settings
-from infra.process import STATE_TAG
 from infra.restarts import restart_report
 from infra.supervision import socket_path
+from tests.infra.test_stack_manager import _tagged
 from tests.polling import wait_for
 
 LAMBDACTL = Path(sys.executable).parent / "lambdactl"
@@ -49,17 +49,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _tagged(state_dir: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(STATE_TAG) == str(state_dir):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.fixture
