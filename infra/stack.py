@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 # What a dying service's log says, and what to tell a person about it.
 _DIAGNOSES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Address already in use|BindException|Failed to bind|port is already in use", re.I), "a port it needs is already in use"),
+    (re.compile(r"cannot assign requested address|Cannot assign requested address", re.I), "the host it is set to listen on is not an address of this machine"),
     (re.compile(r"OutOfMemoryError|Cannot allocate memory|insufficient memory", re.I), "out of memory: raise its heap in settings or free memory"),
     (re.compile(r"ConfigurationException|Invalid yaml|Invalid configuration|ConfigException|IllegalArgumentException: .*conf", re.I), "bad configuration"),
     (re.compile(r"ClassNotFoundException|NoClassDefFoundError|Could not find or load main class", re.I), "missing classes: run `make setup` to resolve the jars"),

@@ -119,13 +119,15 @@ def test_a_killed_api_comes_back_by_itself_and_a_restart_loop_is_given_up(isolat
 
 
 def test_up_fails_naming_a_job_that_keeps_dying(isolated):
-    # Outside development the API refuses to start with the default token: it exits at once, every time.
-    isolated.env["LAMBDA_ENVIRONMENT"] = "production"
+    # 192.0.2.1 (TEST-NET-1, RFC 5737) is never an address of this machine: the API cannot bind it
+    # and exits at once, every time the supervisor starts it.
+    isolated.env["LAMBDA_API__HOST"] = "192.0.2.1"
     up = isolated.ctl("up")
     assert up.returncode == 2, up.stderr[-3000:]
     assert "api: keeps dying: the supervisor gave up after 2 restart(s)" in up.stderr, up.stderr[-3000:]
-    assert "last exit: exit status 2" in up.stderr
-    assert "refusing to start" in up.stderr, "the job's last error lines are shown"
+    assert "last exit: exit status 1" in up.stderr, up.stderr[-3000:]
+    assert "likely cause: the host it is set to listen on is not an address of this machine" in up.stderr
+    assert "cannot assign requested address" in up.stderr, "the job's last error lines are shown"
     assert "gave up" in isolated.status()["api"]["detail"]
 
 
