@@ -11,10 +11,11 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date
 
 from api.errors import ApiError
 from definitions.settings import ApiSettings
+from definitions.times import iso_s as iso
 from definitions.views import GRANULARITIES, View
 
 DEFAULT_SPAN_BUCKETS = 48
@@ -34,10 +35,6 @@ class Window:
     start_s: int
     end_s: int
     buckets: int
-
-
-def iso(seconds: int | float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _shown(text: str) -> str:

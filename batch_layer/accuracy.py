@@ -394,7 +394,7 @@ def compare(settings: Settings, views: list[View], realtime: RealtimeSnapshot, b
             start_ms: int, end_ms: int, key_filter: KeyFilter | None = None) -> tuple[dict[str, list[Cell]], dict]:
     """Cells of both sides, matched, filtered and attributed; per view. Plus what was left out."""
     by_name = {v.name: v for v in views}
-    ttl_floor = int(time.time()) - settings.speed.ttl_s + TTL_MARGIN_S
+    ttl_floor = int(time.time()) - settings.realtime_ttl_s + TTL_MARGIN_S
     lo, hi = start_ms // 1000, end_ms // 1000
     skipped = {"expired_ingest_buckets": set(), "filtered_cells": 0}
     out: dict[str, list[Cell]] = {v.name: [] for v in views}

@@ -27,10 +27,23 @@ from datetime import datetime, timezone
 import psutil
 
 from batch_layer import layout
-from batch_layer.hbase_writer import TableStats, VerificationError, create_table, verify_table, write_partitions
-from batch_layer.pointer import CutoffError, PointerMoved, advance, behind, check_unmoved
+from batch_layer.hbase_writer import (
+    TableStats,
+    VerificationError,
+    create_table,
+    verify_table,
+    write_partitions,
+)
+from batch_layer.pointer import (
+    CutoffError,
+    PointerMoved,
+    advance,
+    behind,
+    check_unmoved,
+)
 from batch_layer.versions import Pointer, VersionStore
 from definitions.settings import Settings, get_settings
+from definitions.times import iso_ms as iso
 from definitions.views import View, load_views
 from ingest import completeness
 from ingest.master import read_master
@@ -178,10 +191,6 @@ def swap_version(settings: Settings, version: int) -> Pointer:
     store.swap(current, pointer)
     store.retain(settings.batch.keep_versions)
     return pointer
-
-
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_cutoff(text: str) -> int:

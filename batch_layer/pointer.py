@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+
+from definitions.times import iso_ms as iso
 
 DOC = b"p:doc"
 FORMAT = 2
@@ -248,5 +249,3 @@ def retention_plan(pointer: Pointer | None, runs: Mapping[int, Mapping], tables:
     return sorted(t for t in tables if table_view(t) in ours and t not in protected)
 
 
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -153,10 +153,13 @@ class SpeedSettings(_Section):
     # one to two windows, longer while no traffic moves the watermark), and aggregation state of
     # older ingest buckets is dropped.
     dedupe_window_s: int = Field(600, ge=1)
-    # Realtime rows expire by themselves after this long: far beyond any plausible batch delay,
-    # so a row is never lost before a batch has absorbed it (the cleanup after each batch swap
-    # deletes absorbed rows much sooner).
-    ttl_s: int = Field(3 * 86_400, ge=3_600)
+    # Realtime rows expire by themselves this long after they are written, so a platform whose
+    # batch runs stopped does not grow without bound (the cleanup after each batch swap deletes
+    # absorbed rows much sooner). Unset: derived from the batch schedule with a wide margin
+    # (Settings.realtime_ttl_s). Answers that need rows older than ttl − stale_margin_s say
+    # `complete: false` and why (serving_layer.staleness): never a silently short count.
+    ttl_s: int | None = Field(None, ge=3_600)
+    stale_margin_s: int = Field(3_600, ge=0)
     # gc_grace_seconds of the realtime tables: how long deletion and expiry tombstones stay before a
     # compaction may purge them (Cassandra's default is 10 days). Rows here are never read below
     # the serving cutoff, so a deletion missed by a replica is harmless; a short grace keeps reads
@@ -296,12 +299,19 @@ class Settings(BaseSettings):
     views: ViewSettings = ViewSettings()
     stack: StackSettings = StackSettings()
 
+    @property
+    def realtime_ttl_s(self) -> int:
+        """How long realtime rows live: speed.ttl_s, or by default three days and at least ten batch
+        intervals, so many scheduled runs in a row can fail before a row could expire unabsorbed."""
+        return self.speed.ttl_s if self.speed.ttl_s is not None else max(3 * 86_400, 10 * self.batch.interval_s)
+
     @model_validator(mode="after")
     def _realtime_rows_outlive_batches(self) -> "Settings":
-        floor = 2 * self.batch.interval_s + 3_600
-        if self.speed.ttl_s < floor:
-            raise ValueError(f"speed.ttl_s ({self.speed.ttl_s}s) must be at least two batch intervals plus an hour "
-                             f"({floor}s): realtime rows must outlive any plausible batch delay")
+        floor = 2 * self.batch.interval_s + self.speed.stale_margin_s + 3_600
+        if self.realtime_ttl_s < floor:
+            raise ValueError(f"speed.ttl_s ({self.realtime_ttl_s}s) must be at least two batch intervals plus "
+                             f"speed.stale_margin_s plus an hour ({floor}s): realtime rows must outlive any "
+                             "plausible batch delay")
         if self.ingest_bucket_s > self.batch.interval_s:
             raise ValueError("ingest_bucket_s must not exceed batch.interval_s")
         return self

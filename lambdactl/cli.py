@@ -56,9 +56,33 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     rows = Stack(settings).status(probe=True)
     if args.json:
         sys.stdout.write(json.dumps([row.__dict__ for row in rows], indent=2) + "\n")
-    else:
-        sys.stdout.write(format_status(rows))
-    return 0 if all(r.healthy for r in rows) else 1
+        return 0 if all(r.healthy for r in rows) else 1
+    sys.stdout.write(format_status(rows))
+    stale = False
+    if any(r.name == "hbase-thrift" and r.healthy for r in rows):
+        lines, stale = view_lines(settings)
+        sys.stdout.write("\n".join(lines) + "\n")
+    return 0 if all(r.healthy for r in rows) and not stale else 1
+
+
+def view_lines(settings: Settings) -> tuple[list[str], bool]:
+    """What `status` says of each view's batch part: version, cutoff, and staleness in words."""
+    from definitions.times import iso_ms
+    from serving_layer.service import ServingLayer, StoreUnavailable
+
+    serving = ServingLayer(settings)
+    try:
+        states = serving.view_states()
+    except StoreUnavailable as exc:
+        return [f"views: the batch views' pointer cannot be read ({exc.component})"], False
+    finally:
+        serving.close()
+    lines = [f"\n{'VIEW':<30} {'BATCH':>5}  {'CUTOFF':<20}  STATE"]
+    for s in states:
+        version = str(s.version) if s.version is not None else "-"
+        cutoff = iso_ms(s.cutoff_ms) if s.cutoff_ms else "-"
+        lines.append(f"{s.name:<30} {version:>5}  {cutoff:<20}  {s.stale or 'complete'}")
+    return lines, any(s.stale for s in states)
 
 
 def format_status(rows) -> str:

@@ -22,10 +22,12 @@ from batch_layer.versions import Pointer
 from definitions.settings import Settings
 from definitions.views import GRANULARITIES, View, key_text, load_views
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
+from serving_layer.staleness import Horizon, stale_reason
+from speed_layer.checkpoint_marker import Marker
 
 log = logging.getLogger(__name__)
 
-SPEED_BUCKET_RECHECK_S = 60.0  # how often the speed layer's ingest-bucket size is read again
+SPEED_MARKER_RECHECK_S = 60.0  # how often the speed layer's checkpoint marker is read again
 
 
 class StoreUnavailable(RuntimeError):
@@ -44,6 +46,19 @@ class Provenance:
     cutoff_ms: int
     complete: bool = True
     unavailable: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # why not complete, one sentence each
+
+    def incomplete(self, reason: str) -> None:
+        self.complete = False
+        self.reasons.append(reason)
+
+
+@dataclass(frozen=True)
+class ViewState:
+    name: str
+    version: int | None
+    cutoff_ms: int
+    stale: str | None  # why its answers may be missing counts (serving_layer.staleness), or None
 
 
 @dataclass
@@ -82,7 +97,7 @@ class ServingLayer:
         self._realtime = None
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
-        self._speed_bucket: tuple[int, float] | None = None  # (seconds, when read)
+        self._speed_marker: tuple[Marker | None, float] | None = None  # (marker, when read)
 
     # --- store access --------------------------------------------------------------------------
 
@@ -121,27 +136,41 @@ class ServingLayer:
     def close(self) -> None:
         self._reset_realtime()
 
-    def speed_bucket_s(self) -> int:
-        """The ingest-bucket size the speed layer keys realtime rows by (the marker beside its
-        checkpoint on HDFS), read again every minute. This service's own setting before the speed
-        layer's first start; while HDFS cannot be read, the last size read (logged)."""
-        from speed_layer.checkpoint_marker import read_bucket_s
+    def speed_marker(self) -> Marker | None:
+        """The speed layer's checkpoint marker (its ingest-bucket size and first start), read again
+        every minute; None before the speed layer's first start. While HDFS cannot be read, the last
+        marker read (logged)."""
+        from speed_layer.checkpoint_marker import read_marker
 
         now = time.monotonic()
-        cached = self._speed_bucket
-        if cached is not None and now - cached[1] < SPEED_BUCKET_RECHECK_S:
+        cached = self._speed_marker
+        if cached is not None and now - cached[1] < SPEED_MARKER_RECHECK_S:
             return cached[0]
         try:
-            size = read_bucket_s(self.settings) or self.settings.ingest_bucket_s
+            marker = read_marker(self.settings)
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
-            size = cached[0] if cached is not None else self.settings.ingest_bucket_s
-            log.warning("cannot read the speed layer's ingest-bucket size from HDFS (%s: %s); using %ss",
-                        type(exc).__name__, exc, size)
-        if size != self.settings.ingest_bucket_s and (cached is None or cached[0] != size):
+            marker = cached[0] if cached is not None else None
+            log.warning("cannot read the speed layer's checkpoint marker from HDFS (%s: %s); using %s",
+                        type(exc).__name__, exc, marker)
+        if marker is not None and marker.ingest_bucket_s != self.settings.ingest_bucket_s and (
+                cached is None or cached[0] != marker):
             log.warning("the speed layer keys realtime rows by %ss ingest buckets, this service's setting says "
-                        "%ss: cutoffs are checked against the speed layer's", size, self.settings.ingest_bucket_s)
-        self._speed_bucket = (size, now)
-        return size
+                        "%ss: cutoffs are checked against the speed layer's", marker.ingest_bucket_s,
+                        self.settings.ingest_bucket_s)
+        self._speed_marker = (marker, now)
+        return marker
+
+    def speed_bucket_s(self) -> int:
+        """The ingest-bucket size the speed layer keys realtime rows by; this service's own setting
+        before the speed layer's first start."""
+        marker = self.speed_marker()
+        return marker.ingest_bucket_s if marker is not None else self.settings.ingest_bucket_s
+
+    def stale_reason(self, view: str, source: ViewSource) -> str | None:
+        """Why answers of `view` may be missing counts now (serving_layer.staleness), or None."""
+        marker = self.speed_marker()
+        return stale_reason(view, source.version, source.cutoff_ms, marker.started_ms if marker else None,
+                            self.now_s(), Horizon.from_settings(self.settings))
 
     def pointer(self) -> Pointer | None:
         def read(conn):
@@ -224,7 +253,7 @@ class ServingLayer:
         pointer = self.pointer()
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
         cutoff_ms = source.cutoff_ms
-        provenance = Provenance(source.version, cutoff_ms)
+        provenance = self._provenance(view, source)
         batch = self._batch_series(source, view, granularity, key_values, buckets)
         try:
             realtime = self._speed(lambda r: r.series(view.name, granularity, key_text(key_values), buckets,
@@ -235,8 +264,8 @@ class ServingLayer:
                 raise
             log.warning("answering %s without the speed part: %s: %s", view.name, exc, exc.detail)
             speed = {}
-            provenance.complete = False
             provenance.unavailable.append(exc.component)
+            provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
         merged = merge_additive(buckets, batch, speed) if view.additive else merge_distinct(buckets, batch, speed)
         self.provenance_counts["batch"] += len(batch)
         self.provenance_counts["speed"] += len(speed)
@@ -248,7 +277,7 @@ class ServingLayer:
         pointer = self.pointer()
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
         cutoff_ms = source.cutoff_ms
-        provenance = Provenance(source.version, cutoff_ms)
+        provenance = self._provenance(view, source)
         batch = self._batch_top(source, view, granularity, buckets)
         speed: dict[str, int] = {}
         try:
@@ -259,9 +288,26 @@ class ServingLayer:
         except StoreUnavailable as exc:
             if not allow_partial:
                 raise
-            provenance.complete = False
             provenance.unavailable.append(exc.component)
+            provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
         return TopAnswer(view, granularity, start_s, end_s, merge_top(batch, speed, limit), provenance)
+
+    def view_states(self) -> list[ViewState]:
+        """Each declared view's batch version, cutoff and staleness (raises StoreUnavailable when the
+        pointer cannot be read)."""
+        pointer = self.pointer()
+        out = []
+        for view in self.views:
+            source = pointer.source(view.name) if pointer else NO_SOURCE
+            out.append(ViewState(view.name, source.version, source.cutoff_ms, self.stale_reason(view.name, source)))
+        return out
+
+    def _provenance(self, view: View, source: ViewSource) -> Provenance:
+        provenance = Provenance(source.version, source.cutoff_ms)
+        reason = self.stale_reason(view.name, source)
+        if reason is not None:
+            provenance.incomplete(reason)
+        return provenance
 
     def now_s(self) -> int:
         return int(time.time())

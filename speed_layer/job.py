@@ -107,10 +107,14 @@ def check_checkpoint_settings(settings: Settings) -> None:
     with another one (its windows would be wrong), and record the size of a new checkpoint."""
     from speed_layer import checkpoint_marker
 
-    made_with = checkpoint_marker.read_bucket_s(settings)
-    if made_with is None:
-        checkpoint_marker.write_bucket_s(settings)
-    elif made_with != settings.ingest_bucket_s:
+    marker = checkpoint_marker.read_marker(settings)
+    made_with = None if marker is None else marker.ingest_bucket_s
+    if marker is None:
+        checkpoint_marker.write_marker(settings)
+    elif marker.started_ms is None and made_with == settings.ingest_bucket_s:
+        # A marker from before start times were recorded: it was written at the first start.
+        checkpoint_marker.write_marker(settings, checkpoint_marker.file_written_ms(settings))
+    if made_with is not None and made_with != settings.ingest_bucket_s:
         raise SystemExit(
             f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with ingest_bucket_s="
             f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "

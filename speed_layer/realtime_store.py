@@ -8,7 +8,7 @@ Two tables serve every declared view (definitions/views.py):
   every key of an event bucket together, for top-N queries of `by_bucket` views.
 
 Rows hold absolute values for their (key, event bucket, ingest bucket): a replayed micro-batch
-writes the same values again. Every row carries the table's TTL (settings.speed.ttl_s).
+writes the same values again. Every row carries the table's TTL (settings.realtime_ttl_s).
 
 Deletes (speed_layer/realtime_cleanup.py) and expired rows leave tombstones, which reads scan until
 `gc_grace_seconds` has passed and a compaction has purged them. Rows here are ephemeral (never read
@@ -37,7 +37,7 @@ def table_options(settings: Settings) -> dict[str, object]:
     """What `ensure_schema` keeps in line with settings on both tables."""
     grace = settings.speed.gc_grace_s
     return {
-        "default_time_to_live": settings.speed.ttl_s,
+        "default_time_to_live": settings.realtime_ttl_s,
         "gc_grace_seconds": grace,
         "compaction": {"class": "org.apache.cassandra.db.compaction.SizeTieredCompactionStrategy",
                        "unchecked_tombstone_compaction": "true",

@@ -36,8 +36,11 @@ MAX_LIMIT = 100
 class ProvenanceBody(BaseModel):
     batch_version: int | None = Field(description="the batch views' version merged (none before the first batch run)")
     cutoff: str | None = Field(description="its cutoff (ingest time): realtime rows at or after it were added")
-    complete: bool = Field(description="false when a store could not be read and `partial` was asked for")
+    complete: bool = Field(description="false when counts may be missing: a store could not be read and `partial` "
+                                       "was asked for, or batch runs stopped so long that realtime rows the answer "
+                                       "needs may have expired (see `reasons`)")
     unavailable: list[str] = Field(description="the stores left out of a partial answer")
+    reasons: list[str] = Field(description="why the answer is not complete, one sentence each; empty when complete")
 
 
 class SeriesPoint(BaseModel):
@@ -158,7 +161,7 @@ async def run_query(request: Request, fn, *args, **kwargs):
 
 def provenance(p) -> dict[str, Any]:
     return {"batch_version": p.version, "cutoff": iso(p.cutoff_ms / 1000) if p.cutoff_ms else None,
-            "complete": p.complete, "unavailable": p.unavailable}
+            "complete": p.complete, "unavailable": p.unavailable, "reasons": p.reasons}
 
 
 def series_body(answer: SeriesAnswer, start_s: int, end_s: int) -> dict[str, Any]:

@@ -113,6 +113,8 @@ async function loadSeries() {
     const pv = await getJSON(`/api/v1/views/page_views?url=${url}&${range}`);
     const complete = pv.provenance && pv.provenance.complete;
     $("pv-total").textContent = `— ${fmt(pv.total)} in the window${complete ? "" : " (incomplete)"}`;
+    const reasons = pv.provenance && Array.isArray(pv.provenance.reasons) ? pv.provenance.reasons : [];
+    $("pv-error").textContent = complete ? "" : reasons.map(text).join(" ");
     drawSeries(pv, shown);
   } catch (e) { $("pv-error").textContent = e.message; $("chart").replaceChildren(); delete $("chart").dataset.url; }
   try {

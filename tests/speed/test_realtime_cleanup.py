@@ -45,7 +45,7 @@ def test_tables_follow_ttl_gc_grace_and_compaction_settings(own):
     ks = mine.cassandra.keyspace
     for table in (BY_KEY, BY_BUCKET):
         row = _options(session, ks, table)
-        assert (row.default_time_to_live, row.gc_grace_seconds) == (mine.speed.ttl_s, mine.speed.gc_grace_s)
+        assert (row.default_time_to_live, row.gc_grace_seconds) == (mine.realtime_ttl_s, mine.speed.gc_grace_s)
         assert row.compaction["unchecked_tombstone_compaction"] == "true"
     changed = _settings(mine, ks, ttl_s=5 * 86_400, gc_grace_s=600)
     ensure_schema(changed, session)

@@ -1,0 +1,15 @@
+"""How the platform writes a moment for people and JSON: ISO 8601, UTC, whole seconds, `Z`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def iso_s(seconds: int | float) -> str:
+    """Epoch seconds → `2026-01-01T00:00:00Z`."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch milliseconds → `2026-01-01T00:00:00Z`."""
+    return iso_s(ms / 1000)

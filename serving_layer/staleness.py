@@ -1,0 +1,48 @@
+"""When a merged answer can no longer be exact because realtime rows it needs may have expired.
+
+Realtime rows live `Settings.realtime_ttl_s` after they are written. An answer for a view needs
+the rows of every ingest bucket at or after the view's batch cutoff T; none of them was written
+before T (a row's ingest time is at or before its write time) nor before the speed layer first
+started writing (the checkpoint marker's start). So the oldest row an answer needs was written no
+earlier than S = max(T, start), and none can have expired while now < S + ttl. From
+S + ttl − stale_margin_s on, the answer says `complete: false` and why, whatever its numbers are:
+batch runs have stopped for too long and only a run that moves the cutoff makes answers whole
+again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from definitions.settings import Settings
+from definitions.times import iso_ms, iso_s
+
+
+@dataclass(frozen=True)
+class Horizon:
+    ttl_s: int
+    margin_s: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Horizon:
+        return cls(settings.realtime_ttl_s, settings.speed.stale_margin_s)
+
+
+def stale_reason(view: str, version: int | None, cutoff_ms: int, speed_started_ms: int | None, now_s: float,
+                 horizon: Horizon) -> str | None:
+    """Why answers of `view` may be missing counts, or None when every realtime row they need is
+    still within its TTL. `speed_started_ms` None: the speed layer never started, no rows to lose."""
+    if speed_started_ms is None:
+        return None
+    oldest_ms = max(cutoff_ms, speed_started_ms)
+    expiry_s = oldest_ms / 1000 + horizon.ttl_s
+    if now_s < expiry_s - horizon.margin_s:
+        return None
+    if version is None:
+        covered = f"no batch run has computed {view} yet, so its answers rest on realtime rows alone"
+    else:
+        covered = f"the batch view of {view} (version {version}) covers events ingested before {iso_ms(cutoff_ms)}"
+    state = "have expired" if now_s >= expiry_s else "expire"
+    return (f"stale: {covered}; realtime rows written since {iso_ms(oldest_ms)} {state} {horizon.ttl_s}s after "
+            f"they are written (from {iso_s(expiry_s)}), so counts may be missing: run a batch "
+            "(`lambdactl batch`) to make answers complete again")
