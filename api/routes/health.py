@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from api.deps import ServingDep, SettingsDep
 from api.window import iso
@@ -27,6 +27,9 @@ class ComponentHealth(BaseModel):
 class HealthBody(BaseModel):
     status: str
     components: dict[str, ComponentHealth]
+    restarts: dict[str, dict[str, Any]] = Field(
+        description="per supervised process: state, restarts within the budget's window and in all, the last "
+                    "exit's time and reason (exit status or signal), whether the supervisor gave up")
 
 
 def _probe(name: str, fn, settings) -> dict[str, Any]:
@@ -42,6 +45,7 @@ def _probe(name: str, fn, settings) -> dict[str, Any]:
             responses={200: {"model": HealthBody}})
 def health(settings: SettingsDep) -> dict[str, Any]:
     from infra import health as probes
+    from infra.restarts import restart_report
 
     checks = {
         "kafka": probes.kafka,
@@ -53,8 +57,14 @@ def health(settings: SettingsDep) -> dict[str, Any]:
     }
     with ThreadPoolExecutor(len(checks)) as pool:
         results = dict(zip(checks, pool.map(lambda item: _probe(*item, settings), checks.items())))
-    return {"status": "ok" if all(r["state"] == "ok" for r in results.values()) else "degraded",
-            "components": results}
+    try:
+        restarts = {name: {k: v for k, v in row.items() if k != "log_tail"}
+                    for name, row in restart_report(settings).items()}
+    except Exception as exc:  # an unreadable status file must not turn health into a 500
+        log.warning("health: the supervisor's restart status cannot be read: %s: %s", type(exc).__name__, exc)
+        restarts = {}
+    healthy = all(r["state"] == "ok" for r in results.values()) and not any(r["gave_up"] for r in restarts.values())
+    return {"status": "ok" if healthy else "degraded", "components": results, "restarts": restarts}
 
 
 @router.get("/api/v1/status", summary="Batch version, cutoff, speed-layer lag, freshness")
@@ -72,6 +82,10 @@ def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
             "swapped": iso(pointer.swapped_ms / 1000) if pointer.swapped_ms else None,
             "cutoff_age_s": round(now - pointer.cutoff_ms / 1000), "views": pointer.views,
             "events": pointer.stats.get("events")}
+        states = serving.view_states()
+        body["views"] = {s.name: {"batch_version": s.version, "cutoff": iso(s.cutoff_ms / 1000) if s.cutoff_ms else None,
+                                  "stale": s.stale} for s in states}
+        body["stale_views"] = [s.name for s in states if s.stale]
     except StoreUnavailable as exc:
         log.warning("status: %s cannot be read: %s", exc.component, exc.detail)
         body["batch"] = {"error": f"{exc.component} cannot be read", "component": exc.component}

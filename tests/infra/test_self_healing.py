@@ -80,3 +80,12 @@ def test_killed_processes_come_back_by_themselves_and_answers_stay_exact(setting
     after = send(settings, GeneratorConfig(seed=int(time.time()) + 1, count=1_000, pages=25, url_prefix=config.url_prefix))
     wait_until_exact(settings, result["sent"] + after)
     assert all(running <= BACK_WITHIN_S for running, _ in took.values()), took
+
+    # /health says what the supervisor did, in the same words (no log lines: they may name hosts).
+    import httpx
+
+    health = httpx.get(f"http://{settings.api.host}:{settings.api.port}/health", timeout=30).json()
+    for name in took:
+        row = health["restarts"][name]
+        assert row["last_reason"] == "terminated by SIGKILL" and row["restarts_total"] >= 1, row
+        assert row["state"] == "RUNNING" and not row["gave_up"] and "log_tail" not in row, row
