@@ -262,6 +262,10 @@ class StackSettings(_Section):
     restart_backoff_max_s: float = Field(60.0, gt=0)
     # Seconds a started process must stay up before the supervisor calls it running.
     start_s: int = Field(5, ge=0)
+    # A streaming job none of whose micro-batches finished for this long is reported stuck
+    # (unhealthy, with how far behind Kafka it was) by `lambdactl status`, `up` and /health: its
+    # queries fire at least every few seconds (the archiver's ticks), so silence means a hang.
+    stuck_after_s: float = Field(300, gt=0)
     # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at
     # this size, keeping this many older files beside it.
     log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024)

@@ -91,10 +91,10 @@ def archiver(settings: Settings) -> str:
     import time
 
     from ingest.archiver import DLQ_QUERY, JOB, MASTER_QUERY
-    from ingest.streaming_progress import read_progress, require_running
+    from ingest.streaming_progress import read_progress, require_progressing
 
     state = read_progress(settings, JOB)
-    require_running(state, (MASTER_QUERY, DLQ_QUERY))
+    require_progressing(state, (MASTER_QUERY, DLQ_QUERY), settings.stack.stuck_after_s)
     done = (state.get("completeness") or {}).get("complete_before_ms")
     totals = state.get("totals", {})
     behind = state["queries"].get(MASTER_QUERY, {}).get("rows_behind")
@@ -106,11 +106,11 @@ def archiver(settings: Settings) -> str:
 
 def speed_layer(settings: Settings) -> str:
     """The speed layer's query runs; its rates, batch duration, state size and lag behind Kafka."""
-    from ingest.streaming_progress import read_progress, require_running
+    from ingest.streaming_progress import read_progress, require_progressing
     from speed_layer.job import JOB, QUERY
 
     state = read_progress(settings, JOB)
-    require_running(state, (QUERY,))
+    require_progressing(state, (QUERY,), settings.stack.stuck_after_s)
     q = state["queries"][QUERY]
     if "batch_id" not in q:
         return "query running, first batch not finished yet"

@@ -333,7 +333,7 @@ class Stack:
                     detail = service.check(self.settings)
                     healthy = True
                 except Exception as exc:  # report, never raise, from status
-                    detail = f"unhealthy: {type(exc).__name__}: {exc}"
+                    detail = str(exc) if str(exc).startswith("stuck: ") else f"unhealthy: {type(exc).__name__}: {exc}"
             rss = self.supervisor.rss_bytes(service.name) / 2**20
             result.append(ServiceStatus(service.name, True, proc.pid, rss, healthy, detail,
                                         time.time() - proc.create_time(), count, why))

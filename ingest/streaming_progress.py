@@ -70,6 +70,7 @@ class ProgressFile:
         summary = {
             "active": True,
             "batch_id": p.batchId,
+            "reported_ms": int(time.time() * 1000),  # when this batch finished (p.timestamp: when it began)
             "timestamp": p.timestamp,
             "input_rows": p.numInputRows,
             "input_rows_per_s": p.inputRowsPerSecond,
@@ -135,6 +136,29 @@ def read_progress(settings: Settings, job: str) -> dict:
     if not psutil.pid_exists(int(state.get("pid") or 0)):
         raise RuntimeError("progress file is from a process that no longer runs")
     return state
+
+
+class Stuck(RuntimeError):
+    """A running query none of whose micro-batches finished for too long."""
+
+
+def require_progressing(state: dict, queries: tuple[str, ...], stuck_after_s: float, now_ms: int | None = None) -> None:
+    """Raise naming the first query that is not running, or none of whose micro-batches finished
+    within `stuck_after_s` (since its last one, or since the job started): stuck behind its input."""
+    require_running(state, queries)
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    for name in queries:
+        query = state["queries"][name]
+        # reported_ms: this query's last batch; updated_ms: any write (files of jobs started before reported_ms)
+        since_ms = (query.get("reported_ms") or (state.get("updated_ms") if "batch_id" in query else None)
+                    or state.get("started_ms") or now_ms)
+        silent_s = (now_ms - since_ms) / 1000
+        if silent_s > stuck_after_s:
+            behind = query.get("rows_behind")
+            last = (f"its last one (batch {query['batch_id']}) was {behind:,} records behind Kafka"
+                    if "batch_id" in query and behind is not None else "none has finished since it started")
+            raise Stuck(f"stuck: query {name} has finished no micro-batch for {silent_s:.0f} s "
+                               f"(more than stack.stuck_after_s={stuck_after_s:.0f}); {last}")
 
 
 def require_running(state: dict, queries: tuple[str, ...]) -> None:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from api.deps import ServingDep, SettingsDep
 from api.window import iso
+from ingest.streaming_progress import Stuck
 from serving_layer.service import StoreUnavailable
 
 log = logging.getLogger("lambda.api")
@@ -36,6 +37,9 @@ def _probe(name: str, fn, settings) -> dict[str, Any]:
     started = time.monotonic()
     try:
         return {"state": "ok", "detail": fn(settings), "ms": round((time.monotonic() - started) * 1000)}
+    except Stuck as exc:  # running but not progressing: say how long and how far behind (no addresses in it)
+        log.warning("health: %s is %s", name, exc)
+        return {"state": "stuck", "detail": str(exc)}
     except Exception as exc:  # report every failure as the component's state; the why goes to the log
         log.warning("health: %s is down: %s: %s", name, type(exc).__name__, exc)
         return {"state": "down", "detail": f"{name} does not answer (the API's log says why)"}
