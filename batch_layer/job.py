@@ -47,6 +47,7 @@ from definitions.times import iso_ms as iso
 from definitions.views import View, load_views
 from ingest import completeness
 from ingest.master import read_master
+from stores import checkpoints
 
 log = logging.getLogger("lambda.batch")
 
@@ -66,6 +67,13 @@ def choose_cutoff(settings: Settings, requested_ms: int | None, current: Pointer
                   views: list[str] | None = None) -> int:
     """The cutoff of a run of `views` (default: every view the pointer names): aligned to an ingest
     bucket, covered by the completeness marker, and not behind the cutoff any of them serves at."""
+    speed = checkpoints.read_marker(settings)
+    if speed is not None and speed.ingest_bucket_s != settings.ingest_bucket_s:
+        # A cutoff off the speed layer's grid would split one of its ingest buckets between the
+        # layers: the serving layer would refuse the version (503) instead of answering.
+        raise CutoffError(f"the speed layer keys realtime rows by {speed.ingest_bucket_s}s ingest buckets, this run's "
+                          f"settings say ingest_bucket_s={settings.ingest_bucket_s}: run with the stack's persisted "
+                          "settings (`lambdactl config` shows them)")
     bucket_ms = settings.ingest_bucket_s * 1000
     marker = completeness.latest(settings)
     covered = marker.complete_before_ms if marker is not None else None

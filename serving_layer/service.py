@@ -23,7 +23,7 @@ from definitions.settings import Settings
 from definitions.views import GRANULARITIES, View, key_text, load_views
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.staleness import Horizon, stale_reason
-from speed_layer.checkpoint_marker import Marker
+from stores.checkpoints import Marker
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class ServingLayer:
         """The speed layer's checkpoint marker (its ingest-bucket size and first start), read again
         every minute; None before the speed layer's first start. While HDFS cannot be read, the last
         marker read (logged)."""
-        from speed_layer.checkpoint_marker import read_marker
+        from stores.checkpoints import read_marker
 
         now = time.monotonic()
         cached = self._speed_marker

@@ -105,15 +105,15 @@ class BatchWriter:
 def check_checkpoint_settings(settings: Settings) -> None:
     """The aggregation state depends on the ingest bucket size: refuse to resume a checkpoint made
     with another one (its windows would be wrong), and record the size of a new checkpoint."""
-    from speed_layer import checkpoint_marker
+    from stores import checkpoints
 
-    marker = checkpoint_marker.read_marker(settings)
+    marker = checkpoints.read_marker(settings)
     made_with = None if marker is None else marker.ingest_bucket_s
     if marker is None:
-        checkpoint_marker.write_marker(settings)
+        checkpoints.write_marker(settings)
     elif marker.started_ms is None and made_with == settings.ingest_bucket_s:
         # A marker from before start times were recorded: it was written at the first start.
-        checkpoint_marker.write_marker(settings, checkpoint_marker.file_written_ms(settings))
+        checkpoints.write_marker(settings, checkpoints.file_written_ms(settings))
     if made_with is not None and made_with != settings.ingest_bucket_s:
         raise SystemExit(
             f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with ingest_bucket_s="

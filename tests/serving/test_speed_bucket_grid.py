@@ -11,7 +11,7 @@ import pytest
 from batch_layer.versions import VersionStore
 from definitions.webhdfs import WebHdfs
 from serving_layer.service import ServingLayer, StoreUnavailable
-from speed_layer.checkpoint_marker import marker_path, read_bucket_s
+from stores.checkpoints import marker_path, read_bucket_s
 
 
 @pytest.fixture
@@ -71,3 +71,13 @@ def test_before_the_speed_layers_first_start_the_own_setting_applies(settings, c
         assert service.pointer().cutoff_ms == cutoff_s * 1000
     finally:
         service.close()
+
+
+def test_a_batch_run_with_another_bucket_than_the_speed_layers_is_refused_before_it_computes(settings, stack):
+    from batch_layer.job import CutoffError, choose_cutoff
+
+    other = settings.model_copy(update={"ingest_bucket_s": settings.ingest_bucket_s * 2})
+    with pytest.raises(CutoffError) as refused:
+        choose_cutoff(other, None, VersionStore(settings).pointer())
+    assert (f"the speed layer keys realtime rows by {settings.ingest_bucket_s}s ingest buckets, this run's settings "
+            f"say ingest_bucket_s={settings.ingest_bucket_s * 2}") in str(refused.value)

@@ -17,7 +17,7 @@ from definitions.settings import Settings
 from definitions.times import iso_s
 from definitions.webhdfs import WebHdfs
 from serving_layer.service import ServingLayer
-from speed_layer.checkpoint_marker import marker_path, read_marker, write_marker
+from stores.checkpoints import marker_path, read_marker, write_marker
 
 VIEW = "page_views"
 

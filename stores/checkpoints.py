@@ -1,4 +1,4 @@
-"""The speed layer's record of its checkpoint: the ingest-bucket size it was made with, and when
+"""The speed layer's checkpoint marker: the ingest-bucket size it was made with, and when
 the speed layer first started writing realtime rows with it.
 
 Realtime rows are keyed by ingest buckets of that size, so it decides which batch cutoffs the
