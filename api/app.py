@@ -25,8 +25,10 @@ from serving_layer.service import ServingLayer
 log = logging.getLogger("lambda.api")
 STATIC = Path(__file__).resolve().parent / "static"
 # The dashboard (/ and /static/*) runs only its own files: no inline script or style, no other origin.
-DASHBOARD_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                 "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+DASHBOARD_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 class InsecureSettings(RuntimeError):
@@ -38,7 +40,8 @@ def check_settings(settings: Settings) -> None:
     if settings.environment != "development" and settings.api.token.get_secret_value() == DEFAULT_TOKEN:
         raise InsecureSettings(
             f"environment is {settings.environment!r} but api.token is the development default: "
-            "set LAMBDA_API__TOKEN to a secret")
+            "set LAMBDA_API__TOKEN to a secret"
+        )
 
 
 class _LazyProducer:
@@ -54,8 +57,9 @@ class _LazyProducer:
 
         with self.lock:
             if self.producer is None:
-                self.producer = KafkaProducer(bootstrap_servers=self.settings.kafka.bootstrap, acks="all",
-                                              client_id="lambda-api", linger_ms=5)
+                self.producer = KafkaProducer(
+                    bootstrap_servers=self.settings.kafka.bootstrap, acks="all", client_id="lambda-api", linger_ms=5
+                )
             return self.producer
 
     def close(self) -> None:
@@ -85,8 +89,12 @@ def create_app(settings: Settings) -> FastAPI:
     )
     errors.install(app)
     if settings.api.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.api.cors_origins, allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"])
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.api.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
 
     @app.middleware("http")
     async def measure(request: Request, call_next):
@@ -95,7 +103,8 @@ def create_app(settings: Settings) -> FastAPI:
         route = request.scope.get("route")
         path = getattr(route, "path", "unmatched")
         request.app.state.metrics.latency.labels(path, request.method, str(response.status_code)).observe(
-            time.perf_counter() - started)
+            time.perf_counter() - started
+        )
         return response
 
     app.include_router(health.router)

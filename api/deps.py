@@ -30,14 +30,18 @@ def get_metrics(request: Request) -> ApiMetrics:
     return request.app.state.metrics
 
 
-async def require_token(request: Request,
-                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def require_token(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
     """The bearer token, checked from the headers alone: before any request body is read."""
     expected = request.app.state.settings.api.token.get_secret_value()
     given = credentials.credentials if credentials is not None else ""
     if not secrets.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode()):
-        raise ApiError(401, "a valid bearer token is required: send `Authorization: Bearer <token>`",
-                       headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401,
+            "a valid bearer token is required: send `Authorization: Bearer <token>`",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 async def read_body(request: Request, cap: int) -> bytes:

@@ -54,8 +54,15 @@ class ErrorBody(BaseModel):
 class ApiError(Exception):
     """An answer other than success; the handler renders it as an ErrorBody."""
 
-    def __init__(self, status: int, detail: str, *, errors: list[dict[str, Any]] | None = None,
-                 component: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        component: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
@@ -85,8 +92,12 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     for code in codes:
         out[code] = {"description": DESCRIPTIONS[code], "content": {"application/json": {"schema": {"$ref": _REF}}}}
         if code == 429:
-            out[code]["headers"] = {"Retry-After": {"description": "seconds to wait before asking again",
-                                                    "schema": {"type": "integer", "minimum": 1}}}
+            out[code]["headers"] = {
+                "Retry-After": {
+                    "description": "seconds to wait before asking again",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            }
         if code == 401:
             out[code]["headers"] = {"WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}}
     return out
@@ -135,8 +146,14 @@ def _clean(value: Any) -> Any:
     return _text(value)
 
 
-def error_response(status: int, detail: str, *, errors: list[dict[str, Any]] | None = None,
-                   component: str | None = None, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    detail: str,
+    *,
+    errors: list[dict[str, Any]] | None = None,
+    component: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     body: dict[str, Any] = {"detail": _text(detail)}
     if errors:
         body["errors"] = _clean(errors[:MAX_ERRORS])

@@ -8,15 +8,28 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 class ApiMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.latency = Histogram("lambda_api_request_seconds", "API request latency", ["route", "method", "status"],
-                                 registry=self.registry,
-                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-        self.merged_buckets = Counter("lambda_merge_buckets_total", "merged buckets by the part that contributed",
-                                      ["view", "part"], registry=self.registry)
-        self.store_errors = Counter("lambda_store_errors_total", "store read failures", ["component"], registry=self.registry)
-        self.partial_answers = Counter("lambda_partial_answers_total", "answers flagged complete=false", ["view"],
-                                       registry=self.registry)
-        self.events_accepted = Counter("lambda_ingest_events_total", "events accepted by POST /api/v1/events",
-                                       registry=self.registry)
-        self.events_rejected = Counter("lambda_ingest_rejected_total", "events rejected by POST /api/v1/events",
-                                       registry=self.registry)
+        self.latency = Histogram(
+            "lambda_api_request_seconds",
+            "API request latency",
+            ["route", "method", "status"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.merged_buckets = Counter(
+            "lambda_merge_buckets_total",
+            "merged buckets by the part that contributed",
+            ["view", "part"],
+            registry=self.registry,
+        )
+        self.store_errors = Counter(
+            "lambda_store_errors_total", "store read failures", ["component"], registry=self.registry
+        )
+        self.partial_answers = Counter(
+            "lambda_partial_answers_total", "answers flagged complete=false", ["view"], registry=self.registry
+        )
+        self.events_accepted = Counter(
+            "lambda_ingest_events_total", "events accepted by POST /api/v1/events", registry=self.registry
+        )
+        self.events_rejected = Counter(
+            "lambda_ingest_rejected_total", "events rejected by POST /api/v1/events", registry=self.registry
+        )

@@ -38,7 +38,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from definitions.events import FIELD_NAMES
@@ -47,7 +47,7 @@ from definitions.views import GRANULARITIES, HLL_LG_K, View, key_text, load_view
 
 log = logging.getLogger("lambda.accuracy")
 
-HLL_BOUND = 1.04 / math.sqrt(2 ** HLL_LG_K)  # relative standard error of a sketch: 1.625 % at lg_k = 12
+HLL_BOUND = 1.04 / math.sqrt(2**HLL_LG_K)  # relative standard error of a sketch: 1.625 % at lg_k = 12
 SKETCH_TOLERANCE = 3.0  # a distinct cell's error within this many bounds is the sketch's own
 LATE_AFTER_S = 3_600  # an event is late when its event time is more than this before its ingest time
 CAUSES = ("duplicates_beyond_window", "accepted_by_one_layer", "sketch_approximation", "late_events", "unexplained")
@@ -75,7 +75,9 @@ class RealtimeSnapshot:
     unreadable: list = field(default_factory=list)  # token_scan.Unreadable: ranges whose rows are missing
 
 
-def read_realtime(settings: Settings, start_ms: int, end_ms: int | None = None, views: Iterable[View] | None = None) -> RealtimeSnapshot:
+def read_realtime(
+    settings: Settings, start_ms: int, end_ms: int | None = None, views: Iterable[View] | None = None
+) -> RealtimeSnapshot:
     """Every realtime row of the declared views whose ingest bucket is in [start_ms, end_ms).
 
     A filtered scan of both realtime tables (ALLOW FILTERING on ingest_bucket), token range by
@@ -96,8 +98,16 @@ def read_realtime(settings: Settings, start_ms: int, end_ms: int | None = None, 
     try:
         session = cluster.connect(settings.cassandra.keyspace)
         tables = (
-            (BY_KEY, ("view_name", "granularity", "key"), "view_name, granularity, key, event_bucket, ingest_bucket, value, sketch"),
-            (BY_BUCKET, ("view_name", "granularity", "event_bucket"), "view_name, granularity, key, event_bucket, ingest_bucket, value"),
+            (
+                BY_KEY,
+                ("view_name", "granularity", "key"),
+                "view_name, granularity, key, event_bucket, ingest_bucket, value, sketch",
+            ),
+            (
+                BY_BUCKET,
+                ("view_name", "granularity", "event_bucket"),
+                "view_name, granularity, key, event_bucket, ingest_bucket, value",
+            ),
         )
         for table, partition_key, columns in tables:
             for rows in scan(session, table, partition_key, columns, bounds, params, unreadable=snapshot.unreadable):
@@ -109,7 +119,9 @@ def read_realtime(settings: Settings, start_ms: int, end_ms: int | None = None, 
                     sketch = getattr(row, "sketch", None)
                     if view.aggregation == "distinct" and sketch is not None:
                         value = hll_sketch.deserialize(bytes(sketch)).get_estimate()
-                    snapshot.cells[(row.view_name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = value
+                    snapshot.cells[(row.view_name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = (
+                        value
+                    )
                     snapshot.rows += 1
     finally:
         cluster.shutdown()
@@ -146,8 +158,9 @@ def kafka_offsets_at(settings: Settings, ingest_ms: int) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 
     topic = settings.kafka.events_topic
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False,
-                             client_id="lambda-accuracy")
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False, client_id="lambda-accuracy"
+    )
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
         found = consumer.offsets_for_times({tp: ingest_ms for tp in parts})
@@ -166,9 +179,12 @@ def wait_for_speed_layer(settings: Settings, ingest_ms: int, timeout_s: float = 
         committed = speed_layer_position(settings)
         done = committed is not None and all(committed.get(p, -1) >= off for p, off in needed.items())
         if done or time.monotonic() - started >= timeout_s:
-            return {"caught_up": bool(done), "waited_s": round(time.monotonic() - started, 1),
-                    "needed_offsets": {str(k): v for k, v in needed.items()},
-                    "committed_offsets": {str(k): v for k, v in (committed or {}).items()}}
+            return {
+                "caught_up": bool(done),
+                "waited_s": round(time.monotonic() - started, 1),
+                "needed_offsets": {str(k): v for k, v in needed.items()},
+                "committed_offsets": {str(k): v for k, v in (committed or {}).items()},
+            }
         time.sleep(2)
 
 
@@ -185,7 +201,9 @@ class BatchCell:
     late_records: int = 0
 
 
-def batch_cells(settings: Settings, spark, views: list[View], start_ms: int, end_ms: int) -> tuple[dict[CellId, BatchCell], dict]:
+def batch_cells(
+    settings: Settings, spark, views: list[View], start_ms: int, end_ms: int
+) -> tuple[dict[CellId, BatchCell], dict]:
     """Exact cells of the window from the master dataset, with Spark; and figures about its records."""
     from pyspark.sql import functions as F
 
@@ -203,11 +221,22 @@ def batch_cells(settings: Settings, spark, views: list[View], start_ms: int, end
     # later copy: `recount` when it arrived more than the de-duplication window after the last copy
     # the speed layer counted (the first, or the last recount), else dropped by both layers.
     ids = in_window.select("event_id").distinct()
-    copies = before_end.select("event_id", "ingest_time", "kafka_partition", "kafka_offset").join(ids, "event_id", "left_semi")
+    copies = before_end.select("event_id", "ingest_time", "kafka_partition", "kafka_offset").join(
+        ids, "event_id", "left_semi"
+    )
     chains = (
         copies.groupBy("event_id")
-        .agg(F.array_sort(F.collect_list(F.struct(F.unix_micros("ingest_time").alias("t"), F.col("kafka_partition").alias("p"),
-                                                  F.col("kafka_offset").alias("o")))).alias("c"))
+        .agg(
+            F.array_sort(
+                F.collect_list(
+                    F.struct(
+                        F.unix_micros("ingest_time").alias("t"),
+                        F.col("kafka_partition").alias("p"),
+                        F.col("kafka_offset").alias("o"),
+                    )
+                )
+            ).alias("c")
+        )
         .where(F.size("c") > 1)
     )
     marked_type = "array<struct<p:int,o:bigint,gap_us:bigint,recount:boolean>>"
@@ -216,30 +245,46 @@ def batch_cells(settings: Settings, spark, views: list[View], start_ms: int, end
         gap = x["t"] - acc["ref"]
         beyond = gap > F.lit(window_us)
         mark = F.struct(x["p"].alias("p"), x["o"].alias("o"), gap.alias("gap_us"), beyond.alias("recount"))
-        return F.struct(F.when(beyond, x["t"]).otherwise(acc["ref"]).alias("ref"),
-                        F.concat(acc["out"], F.array(mark)).alias("out"))
+        return F.struct(
+            F.when(beyond, x["t"]).otherwise(acc["ref"]).alias("ref"), F.concat(acc["out"], F.array(mark)).alias("out")
+        )
 
     start = F.struct(F.col("c")[0]["t"].alias("ref"), F.array().cast(marked_type).alias("out"))
-    later = (
-        chains.select(F.explode(F.aggregate(F.slice("c", 2, F.size("c") - 1), start, step)["out"]).alias("x"))
-        .select(F.col("x.p").alias("kafka_partition"), F.col("x.o").alias("kafka_offset"), "x.gap_us", "x.recount")
-    )
+    later = chains.select(
+        F.explode(F.aggregate(F.slice("c", 2, F.size("c") - 1), start, step)["out"]).alias("x")
+    ).select(F.col("x.p").alias("kafka_partition"), F.col("x.o").alias("kafka_offset"), "x.gap_us", "x.recount")
     tagged = (
         in_window.join(later, ["kafka_partition", "kafka_offset"], "left")
-        .withColumn("status", F.when(F.col("recount").isNull(), "first").when(F.col("recount"), "recount").otherwise("dropped"))
-        .withColumn("late", (F.unix_micros("ingest_time") - F.unix_micros("event_time")) > F.lit(LATE_AFTER_S * 1_000_000))
+        .withColumn(
+            "status", F.when(F.col("recount").isNull(), "first").when(F.col("recount"), "recount").otherwise("dropped")
+        )
+        .withColumn(
+            "late", (F.unix_micros("ingest_time") - F.unix_micros("event_time")) > F.lit(LATE_AFTER_S * 1_000_000)
+        )
         .withColumn("ingest_bucket", (F.floor(F.unix_seconds("ingest_time") / bucket_s) * bucket_s).cast("bigint"))
         .select(*FIELD_NAMES, "ingest_time", "ingest_bucket", "status", "late", "gap_us")
         .cache()
     )
     began = time.monotonic()
     try:
-        figures = {"master_records_in_window": 0, "first_copies": 0, "duplicate_copies_within_window": 0,
-                   "duplicate_copies_beyond_window": 0, "late_records": 0,
-                   "beyond_window_gap_s": {"min": None, "max": None}}
-        names = {"first": "first_copies", "dropped": "duplicate_copies_within_window", "recount": "duplicate_copies_beyond_window"}
-        for row in tagged.groupBy("status", "late").agg(F.count(F.lit(1)).alias("n"), F.min("gap_us").alias("lo"),
-                                                        F.max("gap_us").alias("hi")).collect():
+        figures = {
+            "master_records_in_window": 0,
+            "first_copies": 0,
+            "duplicate_copies_within_window": 0,
+            "duplicate_copies_beyond_window": 0,
+            "late_records": 0,
+            "beyond_window_gap_s": {"min": None, "max": None},
+        }
+        names = {
+            "first": "first_copies",
+            "dropped": "duplicate_copies_within_window",
+            "recount": "duplicate_copies_beyond_window",
+        }
+        for row in (
+            tagged.groupBy("status", "late")
+            .agg(F.count(F.lit(1)).alias("n"), F.min("gap_us").alias("lo"), F.max("gap_us").alias("hi"))
+            .collect()
+        ):
             figures["master_records_in_window"] += row.n
             figures[names[row.status]] += row.n
             if row.late and row.status != "dropped":
@@ -249,8 +294,12 @@ def batch_cells(settings: Settings, spark, views: list[View], start_ms: int, end
                 gaps["min"] = min(x for x in (gaps["min"], row.lo / 1e6) if x is not None)
                 gaps["max"] = max(x for x in (gaps["max"], row.hi / 1e6) if x is not None)
         log.info("window records tagged in %.1fs: %s", time.monotonic() - began, figures)
-        frames = [frame for view in views for granularity in view.granularities
-                  for frame in _view_parts(view, granularity, tagged)]
+        frames = [
+            frame
+            for view in views
+            for granularity in view.granularities
+            for frame in _view_parts(view, granularity, tagged)
+        ]
         cells: dict[CellId, BatchCell] = {}
         if frames:
             union = frames[0]
@@ -280,12 +329,16 @@ def _view_parts(view: View, granularity: str, tagged) -> list:
 
     def shaped(frame, part: str, by_status: bool = True):
         return frame.select(
-            F.lit(view.name).alias("view"), F.lit(granularity).alias("granularity"),
+            F.lit(view.name).alias("view"),
+            F.lit(granularity).alias("granularity"),
             F.array(*[F.col(k).cast("string") for k in view.keys]).alias("key"),
-            "event_bucket", "ingest_bucket", F.lit(part).alias("part"),
+            "event_bucket",
+            "ingest_bucket",
+            F.lit(part).alias("part"),
             (F.col("status") if by_status else F.lit(None).cast("string")).alias("status"),
             (F.col("late") if by_status else F.lit(None).cast("boolean")).alias("late"),
-            F.col("value").cast("double").alias("value"))
+            F.col("value").cast("double").alias("value"),
+        )
 
     extra = ["ingest_bucket", "status", "late"]
     counter = replace(view, aggregation="count", column=None, layout="by_key")  # the same cells, counting records
@@ -295,7 +348,9 @@ def _view_parts(view: View, granularity: str, tagged) -> list:
     elif view.aggregation == "distinct":
         status = F.col("status")
         for part, rows in (("batch", tagged.where(status == "first")), ("expected", tagged.where(status != "dropped"))):
-            parts.append(shaped(view.compute(rows, granularity, ["ingest_bucket"]).drop("sketch"), part, by_status=False))
+            parts.append(
+                shaped(view.compute(rows, granularity, ["ingest_bucket"]).drop("sketch"), part, by_status=False)
+            )
     return parts
 
 
@@ -390,8 +445,15 @@ def attribute(view: View, cell: Cell) -> None:
     cell.parts = parts
 
 
-def compare(settings: Settings, views: list[View], realtime: RealtimeSnapshot, batch: dict[CellId, BatchCell],
-            start_ms: int, end_ms: int, key_filter: KeyFilter | None = None) -> tuple[dict[str, list[Cell]], dict]:
+def compare(
+    settings: Settings,
+    views: list[View],
+    realtime: RealtimeSnapshot,
+    batch: dict[CellId, BatchCell],
+    start_ms: int,
+    end_ms: int,
+    key_filter: KeyFilter | None = None,
+) -> tuple[dict[str, list[Cell]], dict]:
     """Cells of both sides, matched, filtered and attributed; per view. Plus what was left out."""
     by_name = {v.name: v for v in views}
     ttl_floor = int(time.time()) - settings.realtime_ttl_s + TTL_MARGIN_S
@@ -467,7 +529,9 @@ def granularity_figures(view: View, cells: list[Cell]) -> dict:
         "cells": n,
         "exact_cells": exact,
         "exact_share": _r(exact / n) if n else None,
-        "exact_share_after_duplicates": _r(sum(1 for c in cells if _exact_after_duplicates(view, c)) / n) if n else None,
+        "exact_share_after_duplicates": _r(sum(1 for c in cells if _exact_after_duplicates(view, c)) / n)
+        if n
+        else None,
         "mean_abs_error": _r(sum(errors) / n) if n else 0.0,
         "max_abs_error": _r(max(errors)) if n else 0.0,
         "mape_percent": _r(100 * sum(pct) / len(pct)) if pct else 0.0,
@@ -479,16 +543,31 @@ def granularity_figures(view: View, cells: list[Cell]) -> dict:
         "duplicate_copies_beyond_window": sum(c.batch.recounts for c in cells),
         "duplicate_copies_within_window": sum(c.batch.dropped for c in cells),
         "beyond_window_candidates_not_recounted": _r(sum(c.not_recounted for c in cells)),
-        "late": {"cells": len(late), "records": sum(c.batch.late_records for c in late),
-                 "cells_exact_after_duplicates": sum(1 for c in late if _exact_after_duplicates(view, c)),
-                 "error": causes["late_events"]["amount"]},
+        "late": {
+            "cells": len(late),
+            "records": sum(c.batch.late_records for c in late),
+            "cells_exact_after_duplicates": sum(1 for c in late if _exact_after_duplicates(view, c)),
+            "error": causes["late_events"]["amount"],
+        },
         "causes": causes,
         "error_histogram": [{"bin": label, "cells": count} for (_, label), count in zip(ERROR_BINS, histogram)],
-        "drift_over_time": [{"ingest_bucket": b, "time": _iso(b * 1000), "speed": _r(t[0]), "batch": _r(t[1]),
-                             "drift": _r(t[0] - t[1]), "abs_error": _r(t[2]), "cells": t[3], "duplicates": _r(t[4])}
-                            for b, t in sorted(over_time.items())],
+        "drift_over_time": [
+            {
+                "ingest_bucket": b,
+                "time": _iso(b * 1000),
+                "speed": _r(t[0]),
+                "batch": _r(t[1]),
+                "drift": _r(t[0] - t[1]),
+                "abs_error": _r(t[2]),
+                "cells": t[3],
+                "duplicates": _r(t[4]),
+            }
+            for b, t in sorted(over_time.items())
+        ],
         "worst_keys": _worst_keys(view, cells),
-        "worst_cells": [_cell_doc(c) for c in sorted(cells, key=lambda c: -abs(c.diff))[:15] if significant(c.diff, view.additive)],
+        "worst_cells": [
+            _cell_doc(c) for c in sorted(cells, key=lambda c: -abs(c.diff))[:15] if significant(c.diff, view.additive)
+        ],
         "scatter": _scatter(view, cells),
     }
     if view.aggregation == "distinct":
@@ -498,8 +577,7 @@ def granularity_figures(view: View, cells: list[Cell]) -> dict:
 
 def hll_figures(cells: list[Cell]) -> dict:
     """The sketch's relative error against the exact count of what it saw (first copies and recounts)."""
-    rel = [(c.speed - c.batch.expected) / c.batch.expected for c in cells
-           if c.speed_present and c.batch.expected > 0]
+    rel = [(c.speed - c.batch.expected) / c.batch.expected for c in cells if c.speed_present and c.batch.expected > 0]
     sizes = {"1–9": [], "10–99": [], "100–999": [], "≥1000": []}
     for c in cells:
         if c.speed_present and c.batch.expected > 0:
@@ -523,33 +601,65 @@ def hll_figures(cells: list[Cell]) -> dict:
         "rms_relative_error": _r(math.sqrt(sum(r * r for r in rel) / n), 6) if n else 0.0,
         "max_abs_relative_error": _r(max(abs(r) for r in rel), 6) if n else 0.0,
         "histogram": [{"bin": label, "cells": count} for label, count in zip(labels, counts)],
-        "by_size": {label: {"cells": len(v), "rms_relative_error": _r(math.sqrt(sum(r * r for r in v) / len(v)), 6) if v else None}
-                    for label, v in sizes.items()},
+        "by_size": {
+            label: {
+                "cells": len(v),
+                "rms_relative_error": _r(math.sqrt(sum(r * r for r in v) / len(v)), 6) if v else None,
+            }
+            for label, v in sizes.items()
+        },
     }
 
 
 def _cell_doc(c: Cell) -> dict:
-    return {"granularity": c.granularity, "key": json.loads(c.key), "event_bucket": _iso(c.event_bucket * 1000),
-            "ingest_bucket": _iso(c.ingest_bucket * 1000), "speed": _r(c.speed), "batch": _r(c.batch.batch),
-            "diff": _r(c.diff), "causes": {k: _r(v) for k, v in c.parts.items()},
-            "recounts": c.batch.recounts, "late_records": c.batch.late_records}
+    return {
+        "granularity": c.granularity,
+        "key": json.loads(c.key),
+        "event_bucket": _iso(c.event_bucket * 1000),
+        "ingest_bucket": _iso(c.ingest_bucket * 1000),
+        "speed": _r(c.speed),
+        "batch": _r(c.batch.batch),
+        "diff": _r(c.diff),
+        "causes": {k: _r(v) for k, v in c.parts.items()},
+        "recounts": c.batch.recounts,
+        "late_records": c.batch.late_records,
+    }
 
 
 def _worst_keys(view: View, cells: list[Cell], limit: int = 10) -> list[dict]:
     keys: dict[str, dict] = {}
     for c in cells:
-        k = keys.setdefault(c.key, {"key": json.loads(c.key), "cells": 0, "abs_error": 0.0, "max_abs_error": 0.0,
-                                    "drift": 0.0, "causes": defaultdict(float)})
+        k = keys.setdefault(
+            c.key,
+            {
+                "key": json.loads(c.key),
+                "cells": 0,
+                "abs_error": 0.0,
+                "max_abs_error": 0.0,
+                "drift": 0.0,
+                "causes": defaultdict(float),
+            },
+        )
         k["cells"] += 1
         k["abs_error"] += abs(c.diff)
         k["max_abs_error"] = max(k["max_abs_error"], abs(c.diff))
         k["drift"] += c.diff
         for cause, amount in c.parts.items():
             k["causes"][cause] += amount
-    ranked = sorted((k for k in keys.values() if significant(k["abs_error"], view.additive)),
-                    key=lambda k: (-k["abs_error"], str(k["key"])))[:limit]
-    return [{**k, "abs_error": _r(k["abs_error"]), "max_abs_error": _r(k["max_abs_error"]), "drift": _r(k["drift"]),
-             "causes": {c: _r(v) for c, v in k["causes"].items()}} for k in ranked]
+    ranked = sorted(
+        (k for k in keys.values() if significant(k["abs_error"], view.additive)),
+        key=lambda k: (-k["abs_error"], str(k["key"])),
+    )[:limit]
+    return [
+        {
+            **k,
+            "abs_error": _r(k["abs_error"]),
+            "max_abs_error": _r(k["max_abs_error"]),
+            "drift": _r(k["drift"]),
+            "causes": {c: _r(v) for c, v in k["causes"].items()},
+        }
+        for k in ranked
+    ]
 
 
 def _scatter(view: View, cells: list[Cell]) -> list[list[float]]:
@@ -561,8 +671,10 @@ def _scatter(view: View, cells: list[Cell]) -> list[list[float]]:
     room = MAX_SCATTER - len(differing)
     step = max(1, math.ceil(len(same) / room)) if room > 0 else len(same) + 1
     same.sort(key=lambda c: (c.batch.batch, c.key, c.event_bucket, c.ingest_bucket))
-    return [[_r(c.batch.batch, 2), _r(c.speed, 2), 1 if significant(c.diff, view.additive) else 0]
-            for c in differing + same[::step]]
+    return [
+        [_r(c.batch.batch, 2), _r(c.speed, 2), 1 if significant(c.diff, view.additive) else 0]
+        for c in differing + same[::step]
+    ]
 
 
 def view_report(view: View, cells: list[Cell]) -> dict:
@@ -571,8 +683,14 @@ def view_report(view: View, cells: list[Cell]) -> dict:
     finest = min(view.granularities, key=lambda g: GRANULARITIES[g])
     differing = sorted((c for c in cells if significant(c.diff, view.additive)), key=lambda c: -abs(c.diff))
     return {
-        "name": view.name, "keys": list(view.keys), "aggregation": view.aggregation, "column": view.column,
-        "layout": view.layout, "additive": view.additive, "description": view.description, "finest": finest,
+        "name": view.name,
+        "keys": list(view.keys),
+        "aggregation": view.aggregation,
+        "column": view.column,
+        "layout": view.layout,
+        "additive": view.additive,
+        "description": view.description,
+        "finest": finest,
         "granularities": granularities,
         "differences": [_cell_doc(c) for c in differing[:MAX_DIFFERENCES]],
         "differences_total": len(differing),
@@ -582,7 +700,9 @@ def view_report(view: View, cells: list[Cell]) -> dict:
 def view_summary(view: View, details: dict) -> dict:
     """The short per-view line: at the finest granularity; cell counts of the causes over all of them."""
     fine = details["granularities"][details["finest"]]
-    cells_by_cause = {cause: sum(g["causes"][cause]["cells"] for g in details["granularities"].values()) for cause in CAUSES}
+    cells_by_cause = {
+        cause: sum(g["causes"][cause]["cells"] for g in details["granularities"].values()) for cause in CAUSES
+    }
     summary = {
         "granularity": details["finest"],
         "cells": fine["cells"],
@@ -605,9 +725,18 @@ def view_summary(view: View, details: dict) -> dict:
 # --- the report -----------------------------------------------------------------------------------
 
 
-def build_report(settings: Settings, spark, previous_cutoff_ms: int, cutoff_ms: int, version: int | None, run_id: str,
-                 key_filter: KeyFilter | None = None, realtime: RealtimeSnapshot | None = None,
-                 batch: tuple[dict[CellId, BatchCell], dict] | None = None, wait_for_speed_s: float = 180.0) -> dict:
+def build_report(
+    settings: Settings,
+    spark,
+    previous_cutoff_ms: int,
+    cutoff_ms: int,
+    version: int | None,
+    run_id: str,
+    key_filter: KeyFilter | None = None,
+    realtime: RealtimeSnapshot | None = None,
+    batch: tuple[dict[CellId, BatchCell], dict] | None = None,
+    wait_for_speed_s: float = 180.0,
+) -> dict:
     """Compare the speed layer with the batch layer over the ingest window [previous_cutoff_ms, cutoff_ms).
 
     `key_filter(view, key values)` keeps only matching keys (for tests sharing the stack with other
@@ -623,10 +752,13 @@ def build_report(settings: Settings, spark, previous_cutoff_ms: int, cutoff_ms: 
     if not 0 <= previous_cutoff_ms <= cutoff_ms:
         raise ValueError("the window must run forward from a non-negative previous cutoff")
     started = time.monotonic()
-    created = datetime.now(timezone.utc)
+    created = datetime.now(UTC)
     views = list(load_views(settings))
-    speed = wait_for_speed_layer(settings, cutoff_ms, wait_for_speed_s) if realtime is None else {
-        "caught_up": None, "snapshot_read": _iso(realtime.read_ms)}
+    speed = (
+        wait_for_speed_layer(settings, cutoff_ms, wait_for_speed_s)
+        if realtime is None
+        else {"caught_up": None, "snapshot_read": _iso(realtime.read_ms)}
+    )
     if realtime is None:
         realtime = read_realtime(settings, previous_cutoff_ms, cutoff_ms, views)
     elif realtime.start_ms > previous_cutoff_ms or (realtime.end_ms is not None and realtime.end_ms < cutoff_ms):
@@ -635,37 +767,64 @@ def build_report(settings: Settings, spark, previous_cutoff_ms: int, cutoff_ms: 
     cells, skipped = compare(settings, views, realtime, exact, previous_cutoff_ms, cutoff_ms, key_filter)
     details = {view.name: view_report(view, cells[view.name]) for view in views}
     summary = {view.name: view_summary(view, details[view.name]) for view in views}
-    problems = [f"{name}: {s['cells_by_cause'][cause]} cell(s) {cause.replace('_', ' ')}"
-                for name, s in summary.items() for cause in ("accepted_by_one_layer", "late_events", "unexplained")
-                if s["cells_by_cause"][cause]]
+    problems = [
+        f"{name}: {s['cells_by_cause'][cause]} cell(s) {cause.replace('_', ' ')}"
+        for name, s in summary.items()
+        for cause in ("accepted_by_one_layer", "late_events", "unexplained")
+        if s["cells_by_cause"][cause]
+    ]
     if speed.get("caught_up") is False:
         problems.insert(0, "the speed layer had not processed the whole window when its rows were read")
     if realtime.unreadable:
-        problems.insert(0, f"{len(realtime.unreadable)} token range(s) of the realtime tables could not be read: "
-                           "their rows count as missing from the speed side (" + "; ".join(
-                               u.describe() for u in realtime.unreadable[:3]) + ")")
+        problems.insert(
+            0,
+            f"{len(realtime.unreadable)} token range(s) of the realtime tables could not be read: "
+            "their rows count as missing from the speed side ("
+            + "; ".join(u.describe() for u in realtime.unreadable[:3])
+            + ")",
+        )
     report = {
         "id": report_id(created, run_id),
         "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "window": {"start": _iso(previous_cutoff_ms), "end": _iso(cutoff_ms), "start_ms": previous_cutoff_ms, "end_ms": cutoff_ms},
+        "window": {
+            "start": _iso(previous_cutoff_ms),
+            "end": _iso(cutoff_ms),
+            "start_ms": previous_cutoff_ms,
+            "end_ms": cutoff_ms,
+        },
         "version": version,
         "run_id": run_id,
         "ok": not problems,
         "problems": problems,
         "summary": summary,
-        "settings": {"ingest_bucket_s": settings.ingest_bucket_s, "dedupe_window_s": settings.speed.dedupe_window_s,
-                     "hll_lg_k": HLL_LG_K, "hll_bound": _r(HLL_BOUND, 6), "sketch_tolerance": SKETCH_TOLERANCE,
-                     "late_after_s": LATE_AFTER_S},
+        "settings": {
+            "ingest_bucket_s": settings.ingest_bucket_s,
+            "dedupe_window_s": settings.speed.dedupe_window_s,
+            "hll_lg_k": HLL_LG_K,
+            "hll_bound": _r(HLL_BOUND, 6),
+            "sketch_tolerance": SKETCH_TOLERANCE,
+            "late_after_s": LATE_AFTER_S,
+        },
         "speed_layer": speed,
-        "inputs": {**inputs, "realtime_rows_read": realtime.rows, "realtime_read": _iso(realtime.read_ms),
-                   "realtime_unreadable": [u.describe() for u in realtime.unreadable],
-                   "skipped_expired_ingest_buckets": skipped["expired_ingest_buckets"],
-                   "filtered_out_cells": skipped["filtered_cells"], "key_filter": key_filter is not None},
+        "inputs": {
+            **inputs,
+            "realtime_rows_read": realtime.rows,
+            "realtime_read": _iso(realtime.read_ms),
+            "realtime_unreadable": [u.describe() for u in realtime.unreadable],
+            "skipped_expired_ingest_buckets": skipped["expired_ingest_buckets"],
+            "filtered_out_cells": skipped["filtered_cells"],
+            "key_filter": key_filter is not None,
+        },
         "views": details,
         "seconds": round(time.monotonic() - started, 1),
     }
-    log.info("accuracy report %s over %s – %s: %s", report["id"], report["window"]["start"], report["window"]["end"],
-             "; ".join(f"{n} exact {s['exact_share']} drift {s['drift']}" for n, s in summary.items()))
+    log.info(
+        "accuracy report %s over %s – %s: %s",
+        report["id"],
+        report["window"]["start"],
+        report["window"]["end"],
+        "; ".join(f"{n} exact {s['exact_share']} drift {s['drift']}" for n, s in summary.items()),
+    )
     return report
 
 
@@ -720,11 +879,11 @@ def latest_reports(settings: Settings, n: int = 10) -> list[dict]:
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _date(ms: int) -> date:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).date()
+    return datetime.fromtimestamp(ms / 1000, UTC).date()
 
 
 def report_for_version(settings: Settings, spark, version: int | None = None) -> dict:
@@ -742,10 +901,15 @@ def report_for_version(settings: Settings, spark, version: int | None = None) ->
         raise RuntimeError(f"no run recorded for version {version}")
     previous = run.get("previous_cutoff_ms")
     if previous is None:  # runs recorded before the previous cutoff was kept: the newest earlier cutoff
-        earlier = [r["cutoff_ms"] for v, r in store.runs().items()
-                   if v < version and r.get("state") in ("live", "retired", "dropped") and "cutoff_ms" in r]
+        earlier = [
+            r["cutoff_ms"]
+            for v, r in store.runs().items()
+            if v < version and r.get("state") in ("live", "retired", "dropped") and "cutoff_ms" in r
+        ]
         previous = max((c for c in earlier if c <= run["cutoff_ms"]), default=0)
-    return build_report(settings, spark, int(previous), int(run["cutoff_ms"]), version, run.get("run_id", f"v{version}"))
+    return build_report(
+        settings, spark, int(previous), int(run["cutoff_ms"]), version, run.get("run_id", f"v{version}")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -771,7 +935,9 @@ def main(argv: list[str] | None = None) -> int:
         paths = store_report(settings, report, render_html(report))
     finally:
         spark.stop()
-    sys.stdout.write(json.dumps({"id": report["id"], "ok": report["ok"], "problems": report["problems"], **paths}) + "\n")
+    sys.stdout.write(
+        json.dumps({"id": report["id"], "ok": report["ok"], "problems": report["problems"], **paths}) + "\n"
+    )
     return 0
 
 

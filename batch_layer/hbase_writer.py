@@ -21,7 +21,7 @@ class TableStats:
     cells: int = 0
     checksum: int = 0
 
-    def __add__(self, other: "TableStats") -> "TableStats":
+    def __add__(self, other: TableStats) -> TableStats:
         return TableStats(self.rows + other.rows, self.cells + other.cells, self.checksum + other.checksum)
 
 
@@ -55,8 +55,11 @@ def write_partitions(settings: Settings, table: str, view: View, granularity: st
 
     computed = computed.cache()
     try:
-        agg = computed.agg(F.count(F.lit(1)).alias("cells"), F.sum("value").alias("checksum"),
-                           F.countDistinct("event_bucket").alias("buckets")).first()
+        agg = computed.agg(
+            F.count(F.lit(1)).alias("cells"),
+            F.sum("value").alias("checksum"),
+            F.countDistinct("event_bucket").alias("buckets"),
+        ).first()
         cells, checksum = int(agg["cells"]), int(agg["checksum"] or 0)
         rows = cells if view.layout == "by_key" else int(agg["buckets"])
         computed.foreachPartition(functools.partial(_write_partition, settings, table, view, granularity))

@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psutil
 
@@ -63,17 +63,20 @@ class BatchResult:
     seconds: float = 0.0
 
 
-def choose_cutoff(settings: Settings, requested_ms: int | None, current: Pointer | None,
-                  views: list[str] | None = None) -> int:
+def choose_cutoff(
+    settings: Settings, requested_ms: int | None, current: Pointer | None, views: list[str] | None = None
+) -> int:
     """The cutoff of a run of `views` (default: every view the pointer names): aligned to an ingest
     bucket, covered by the completeness marker, and not behind the cutoff any of them serves at."""
     speed = checkpoints.read_marker(settings)
     if speed is not None and speed.ingest_bucket_s != settings.ingest_bucket_s:
         # A cutoff off the speed layer's grid would split one of its ingest buckets between the
         # layers: the serving layer would refuse the version (503) instead of answering.
-        raise CutoffError(f"the speed layer keys realtime rows by {speed.ingest_bucket_s}s ingest buckets, this run's "
-                          f"settings say ingest_bucket_s={settings.ingest_bucket_s}: run with the stack's persisted "
-                          "settings (`lambdactl config` shows them)")
+        raise CutoffError(
+            f"the speed layer keys realtime rows by {speed.ingest_bucket_s}s ingest buckets, this run's "
+            f"settings say ingest_bucket_s={settings.ingest_bucket_s}: run with the stack's persisted "
+            "settings (`lambdactl config` shows them)"
+        )
     bucket_ms = settings.ingest_bucket_s * 1000
     marker = completeness.latest(settings)
     covered = marker.complete_before_ms if marker is not None else None
@@ -83,9 +86,13 @@ def choose_cutoff(settings: Settings, requested_ms: int | None, current: Pointer
         cutoff = covered - covered % bucket_ms
     else:
         if requested_ms % bucket_ms:
-            raise CutoffError(f"cutoff {iso(requested_ms)} is not on an ingest-bucket boundary ({settings.ingest_bucket_s}s)")
+            raise CutoffError(
+                f"cutoff {iso(requested_ms)} is not on an ingest-bucket boundary ({settings.ingest_bucket_s}s)"
+            )
         if requested_ms > covered:
-            raise CutoffError(f"cutoff {iso(requested_ms)} is not covered: the master dataset is complete only below {iso(covered)}")
+            raise CutoffError(
+                f"cutoff {iso(requested_ms)} is not covered: the master dataset is complete only below {iso(covered)}"
+            )
         cutoff = requested_ms
     late = behind(current, views if views is not None else list(current.entries) if current else [], cutoff)
     if late:
@@ -98,7 +105,7 @@ def deduplicated_events(spark, settings: Settings, cutoff_ms: int):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    cutoff = datetime.fromtimestamp(cutoff_ms / 1000, timezone.utc)
+    cutoff = datetime.fromtimestamp(cutoff_ms / 1000, UTC)
     master = read_master(spark, settings).where(
         (F.col("ingest_date") <= F.lit(cutoff.date())) & (F.col("ingest_time") < F.lit(cutoff.replace(tzinfo=None)))
     )
@@ -106,8 +113,14 @@ def deduplicated_events(spark, settings: Settings, cutoff_ms: int):
     return master.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
 
 
-def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str] | None = None,
-              force: bool = False, spark=None, swap: bool = True) -> BatchResult:
+def run_batch(
+    settings: Settings,
+    cutoff_ms: int | None = None,
+    views: list[str] | None = None,
+    force: bool = False,
+    spark=None,
+    swap: bool = True,
+) -> BatchResult:
     """Plan the cutoff, write and verify version N, then (unless `swap` is False) move the pointer to it."""
     from definitions.spark import spark_session
 
@@ -118,9 +131,11 @@ def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str]
     selected: list[View] = [registry[name] for name in views] if views else list(registry)
     names = [v.name for v in selected]
     cutoff = choose_cutoff(settings, cutoff_ms, current, names)
-    run_id = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     if current is not None and not force and all(current.cutoff_of(n) == cutoff and current.entry(n) for n in names):
-        log.info("%s already served at cutoff %s: nothing to do (use --force to recompute)", ", ".join(names), iso(cutoff))
+        log.info(
+            "%s already served at cutoff %s: nothing to do (use --force to recompute)", ", ".join(names), iso(cutoff)
+        )
         return BatchResult(current.entry(names[0]).version, cutoff, current.run_id, skipped="already at this cutoff")
 
     spark = spark or spark_session(settings, "lambda-batch", {"spark.driver.memory": settings.batch.driver_memory})
@@ -128,11 +143,23 @@ def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str]
     me = psutil.Process()
     # The swap moves only these views' entries (all of them, for a full run), and only if the
     # pointer is still at the generation read above.
-    store.record_run(version, state="writing", run_id=run_id, cutoff_ms=cutoff, started_ms=int(time.time() * 1000),
-                     views=names, full=not views, based_on=current.generation if current is not None else 0,
-                     host=socket.gethostname(), pid=me.pid, pid_started_ms=int(me.create_time() * 1000),
-                     previous_cutoff_ms=min(current.cutoff_of(n) for n in names) if current is not None else 0)
-    log.info("run %s: version %d, cutoff %s, views %s", run_id, version, iso(cutoff), ", ".join(v.name for v in selected))
+    store.record_run(
+        version,
+        state="writing",
+        run_id=run_id,
+        cutoff_ms=cutoff,
+        started_ms=int(time.time() * 1000),
+        views=names,
+        full=not views,
+        based_on=current.generation if current is not None else 0,
+        host=socket.gethostname(),
+        pid=me.pid,
+        pid_started_ms=int(me.create_time() * 1000),
+        previous_cutoff_ms=min(current.cutoff_of(n) for n in names) if current is not None else 0,
+    )
+    log.info(
+        "run %s: version %d, cutoff %s, views %s", run_id, version, iso(cutoff), ", ".join(v.name for v in selected)
+    )
     try:
         events = deduplicated_events(spark, settings, cutoff).cache()
         n_events = events.count()
@@ -149,10 +176,15 @@ def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str]
                 log.info("%s/%s: %d cells written", view.name, granularity, stats.cells)
             verify_table(settings, name, view, expected)
             tables[view.name] = expected
-            log.info("%s verified: %d rows, %d cells, checksum %d", name, expected.rows, expected.cells, expected.checksum)
+            log.info(
+                "%s verified: %d rows, %d cells, checksum %d", name, expected.rows, expected.cells, expected.checksum
+            )
         events.unpersist()
-        stats = {"events": n_events, "tables": {k: vars(t) for k, t in tables.items()},
-                 "seconds": round(time.monotonic() - started, 1)}
+        stats = {
+            "events": n_events,
+            "tables": {k: vars(t) for k, t in tables.items()},
+            "seconds": round(time.monotonic() - started, 1),
+        }
         store.record_run(version, state="verified", stats=stats)
     except BaseException:
         store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
@@ -160,8 +192,14 @@ def run_batch(settings: Settings, cutoff_ms: int | None = None, views: list[str]
     if swap:
         swap_version(settings, version)
     elapsed = time.monotonic() - started
-    log.info("run %s done in %.1fs: version %d %s cutoff %s", run_id, elapsed, version,
-             "serves" if swap else "is written and verified (not swapped) for", iso(cutoff))
+    log.info(
+        "run %s done in %.1fs: version %d %s cutoff %s",
+        run_id,
+        elapsed,
+        version,
+        "serves" if swap else "is written and verified (not swapped) for",
+        iso(cutoff),
+    )
     return BatchResult(version, cutoff, run_id, tables=tables, events=n_events, seconds=elapsed)
 
 
@@ -194,8 +232,16 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             return current  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
     check_unmoved(current, run.get("based_on"), version)
-    pointer = advance(current, version=version, run_id=run["run_id"], cutoff_ms=run["cutoff_ms"], views=run["views"],
-                      full=bool(run.get("full")), stats=run.get("stats", {}), now_ms=int(time.time() * 1000))
+    pointer = advance(
+        current,
+        version=version,
+        run_id=run["run_id"],
+        cutoff_ms=run["cutoff_ms"],
+        views=run["views"],
+        full=bool(run.get("full")),
+        stats=run.get("stats", {}),
+        now_ms=int(time.time() * 1000),
+    )
     store.swap(current, pointer)
     store.retain(settings.batch.keep_versions)
     return pointer
@@ -204,7 +250,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
 def parse_cutoff(text: str) -> int:
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 
@@ -219,8 +265,12 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
     try:
-        result = run_batch(settings, parse_cutoff(args.cutoff) if args.cutoff else None,
-                           args.views.split(",") if args.views else None, args.force)
+        result = run_batch(
+            settings,
+            parse_cutoff(args.cutoff) if args.cutoff else None,
+            args.views.split(",") if args.views else None,
+            args.force,
+        )
     except (CutoffError, PointerMoved) as exc:
         log.error("%s", exc)
         return 2
@@ -231,4 +281,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

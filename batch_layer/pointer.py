@@ -119,22 +119,42 @@ class Pointer:
     # --- storage ---------------------------------------------------------------------------------
 
     def to_doc(self) -> bytes:
-        doc = {"format": FORMAT, "generation": self.generation, "version": self.version, "run_id": self.run_id,
-               "swapped_ms": self.swapped_ms, "stats": self.stats,
-               "views": {name: {"table": e.table, "version": e.version, "cutoff_ms": e.cutoff_ms, "run_id": e.run_id,
-                                "swapped_ms": e.swapped_ms, "stats": e.stats}
-                         for name, e in sorted(self.entries.items())}}
+        doc = {
+            "format": FORMAT,
+            "generation": self.generation,
+            "version": self.version,
+            "run_id": self.run_id,
+            "swapped_ms": self.swapped_ms,
+            "stats": self.stats,
+            "views": {
+                name: {
+                    "table": e.table,
+                    "version": e.version,
+                    "cutoff_ms": e.cutoff_ms,
+                    "run_id": e.run_id,
+                    "swapped_ms": e.swapped_ms,
+                    "stats": e.stats,
+                }
+                for name, e in sorted(self.entries.items())
+            },
+        }
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def legacy_columns(self) -> dict[bytes, bytes]:
         """The single-cutoff columns older readers understand (the smallest cutoff: no older reader
         skips a realtime row a view still needs)."""
-        doc = {"version": self.version, "cutoff_ms": self.cutoff_ms, "run_id": self.run_id, "views": self.views,
-               "stats": self.stats, "swapped_ms": self.swapped_ms}
+        doc = {
+            "version": self.version,
+            "cutoff_ms": self.cutoff_ms,
+            "run_id": self.run_id,
+            "views": self.views,
+            "stats": self.stats,
+            "swapped_ms": self.swapped_ms,
+        }
         return {f"p:{k}".encode(): json.dumps(v).encode() for k, v in doc.items()}
 
     @classmethod
-    def from_columns(cls, data: Mapping[bytes, bytes]) -> "Pointer":
+    def from_columns(cls, data: Mapping[bytes, bytes]) -> Pointer:
         """Read a pointer row: the per-view document, or else the single-cutoff format."""
         raw = data.get(DOC)
         if raw is not None:
@@ -145,21 +165,40 @@ class Pointer:
             raise PointerFormatError(f"pointer row has neither {DOC.decode()} nor the columns {missing}")
         version, cutoff = int(legacy["version"]), int(legacy["cutoff_ms"])
         run_id, swapped = str(legacy.get("run_id", "")), int(legacy.get("swapped_ms", 0))
-        entries = {name: ViewEntry(table, table_version(table) or version, cutoff, run_id, swapped)
-                   for name, table in legacy["views"].items()}
+        entries = {
+            name: ViewEntry(table, table_version(table) or version, cutoff, run_id, swapped)
+            for name, table in legacy["views"].items()
+        }
         return cls(entries, version, run_id, dict(legacy.get("stats") or {}), swapped, generation=0, stored=None)
 
     @classmethod
-    def from_doc(cls, raw: bytes) -> "Pointer":
+    def from_doc(cls, raw: bytes) -> Pointer:
         try:
             doc = json.loads(raw)
-            entries = {name: ViewEntry(str(e["table"]), int(e["version"]), int(e["cutoff_ms"]), str(e.get("run_id", "")),
-                                       int(e.get("swapped_ms", 0)), dict(e.get("stats") or {}))
-                       for name, e in doc["views"].items()}
-            return cls(entries, int(doc["version"]), str(doc.get("run_id", "")), dict(doc.get("stats") or {}),
-                       int(doc.get("swapped_ms", 0)), int(doc["generation"]), stored=bytes(raw))
+            entries = {
+                name: ViewEntry(
+                    str(e["table"]),
+                    int(e["version"]),
+                    int(e["cutoff_ms"]),
+                    str(e.get("run_id", "")),
+                    int(e.get("swapped_ms", 0)),
+                    dict(e.get("stats") or {}),
+                )
+                for name, e in doc["views"].items()
+            }
+            return cls(
+                entries,
+                int(doc["version"]),
+                str(doc.get("run_id", "")),
+                dict(doc.get("stats") or {}),
+                int(doc.get("swapped_ms", 0)),
+                int(doc["generation"]),
+                stored=bytes(raw),
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise PointerFormatError(f"pointer document {DOC.decode()} cannot be read: {type(exc).__name__}: {exc}") from exc
+            raise PointerFormatError(
+                f"pointer document {DOC.decode()} cannot be read: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def table_version(table: str) -> int | None:
@@ -184,12 +223,24 @@ def behind(current: Pointer | None, views: Iterable[str], cutoff_ms: int) -> lis
     """The views among `views` whose serving cutoff is past `cutoff_ms` (a run at it would go back)."""
     if current is None:
         return []
-    return [f"{name} (version {e.version}, cutoff {iso(e.cutoff_ms)})" for name in views
-            if (e := current.entry(name)) is not None and e.cutoff_ms > cutoff_ms]
+    return [
+        f"{name} (version {e.version}, cutoff {iso(e.cutoff_ms)})"
+        for name in views
+        if (e := current.entry(name)) is not None and e.cutoff_ms > cutoff_ms
+    ]
 
 
-def advance(current: Pointer | None, *, version: int, run_id: str, cutoff_ms: int, views: Iterable[str],
-            full: bool, stats: dict, now_ms: int) -> Pointer:
+def advance(
+    current: Pointer | None,
+    *,
+    version: int,
+    run_id: str,
+    cutoff_ms: int,
+    views: Iterable[str],
+    full: bool,
+    stats: dict,
+    now_ms: int,
+) -> Pointer:
     """The pointer after run `version` (cutoff `cutoff_ms`) recomputed `views`: their entries name its
     tables; every other view keeps its entry — unless the run was `full` (every declared view), which
     also drops entries of views no longer declared. A view's cutoff never goes back."""
@@ -200,8 +251,14 @@ def advance(current: Pointer | None, *, version: int, run_id: str, cutoff_ms: in
     entries = {} if full or current is None else dict(current.entries)
     tables = stats.get("tables", {}) if isinstance(stats, dict) else {}
     for name in views:
-        entries[name] = ViewEntry(table_name(name, version), version, cutoff_ms, run_id, now_ms,
-                                  {"events": stats.get("events"), **tables.get(name, {})} if stats else {})
+        entries[name] = ViewEntry(
+            table_name(name, version),
+            version,
+            cutoff_ms,
+            run_id,
+            now_ms,
+            {"events": stats.get("events"), **tables.get(name, {})} if stats else {},
+        )
     return Pointer(entries, version, run_id, stats, now_ms, (current.generation if current else 0) + 1)
 
 
@@ -209,13 +266,20 @@ def check_unmoved(current: Pointer | None, based_on: int | None, version: int) -
     """Raise PointerMoved unless the pointer is still at the generation run `version` read."""
     now = current.generation if current is not None else 0
     if based_on is None or based_on != now:
-        moved = "nothing" if current is None else (
-            f"generation {now}: version {current.version} (run {current.run_id or '?'}) swapped at "
-            f"{iso(current.swapped_ms)}")
+        moved = (
+            "nothing"
+            if current is None
+            else (
+                f"generation {now}: version {current.version} (run {current.run_id or '?'}) swapped at "
+                f"{iso(current.swapped_ms)}"
+            )
+        )
         read = "an unknown generation (a run recorded by older code)" if based_on is None else f"generation {based_on}"
-        raise PointerMoved(f"the pointer moved since this run read it: version {version} was planned against "
-                           f"{read}, the pointer now holds {moved}. Nothing was changed; run the batch again "
-                           f"to recompute on top of the pointer as it is now.")
+        raise PointerMoved(
+            f"the pointer moved since this run read it: version {version} was planned against "
+            f"{read}, the pointer now holds {moved}. Nothing was changed; run the batch again "
+            f"to recompute on top of the pointer as it is now."
+        )
 
 
 def run_tables(version: int, run: Mapping) -> set[str]:
@@ -225,8 +289,15 @@ def run_tables(version: int, run: Mapping) -> set[str]:
 # --- retention -------------------------------------------------------------------------------------
 
 
-def retention_plan(pointer: Pointer | None, runs: Mapping[int, Mapping], tables: Iterable[str], keep: int,
-                   now_ms: float, grace_ms: float, may_run: Callable[[Mapping], bool]) -> list[str]:
+def retention_plan(
+    pointer: Pointer | None,
+    runs: Mapping[int, Mapping],
+    tables: Iterable[str],
+    keep: int,
+    now_ms: float,
+    grace_ms: float,
+    may_run: Callable[[Mapping], bool],
+) -> list[str]:
     """The tables retention may drop: tables of this store (`<view>_v<N>` for a view some run
     wrote) except
     - every table the pointer names (any view's entry),
@@ -243,9 +314,15 @@ def retention_plan(pointer: Pointer | None, runs: Mapping[int, Mapping], tables:
         ours |= set(pointer.entries)
     for view in ours:
         entry = pointer.entry(view) if pointer is not None else None
-        served = sorted((v for v, r in runs.items() if r.get("state") in SERVED_STATES and view in r.get("views", [])
-                         and (entry is None or v != entry.version)), reverse=True)
+        served = sorted(
+            (
+                v
+                for v, r in runs.items()
+                if r.get("state") in SERVED_STATES
+                and view in r.get("views", [])
+                and (entry is None or v != entry.version)
+            ),
+            reverse=True,
+        )
         protected |= {table_name(view, v) for v in served[: keep - (entry is not None)]}
     return sorted(t for t in tables if table_view(t) in ours and t not in protected)
-
-

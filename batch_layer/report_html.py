@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+from datetime import UTC
 
 CAUSE_LABELS = {
     "duplicates_beyond_window": "duplicates beyond the window",
@@ -120,12 +121,12 @@ def _ticks(top: float, n: int = 4) -> list[float]:
 
 def _log_ticks(peak: float) -> list[float]:
     """0, 1, 10, 100 … up to a log10(1 + n) peak."""
-    return [0.0] + [10.0 ** i for i in range(0, 12) if math.log10(1 + 10 ** i) <= peak + 1e-9]
+    return [0.0] + [10.0**i for i in range(0, 12) if math.log10(1 + 10**i) <= peak + 1e-9]
 
 
 def _sqrt_ticks(peak: float) -> list[float]:
     """Round values spread evenly on a square-root scale up to `peak`."""
-    nice = sorted(m * 10 ** e for e in range(0, 10) for m in (1, 2, 5))
+    nice = sorted(m * 10**e for e in range(0, 10) for m in (1, 2, 5))
     out = [0.0]
     for frac in (0.04, 0.16, 0.36, 0.64, 1.0):  # evenly spaced after the square root
         target = peak * frac
@@ -136,12 +137,22 @@ def _sqrt_ticks(peak: float) -> list[float]:
 
 
 def _svg(width: int, height: int, body: str, label: str) -> str:
-    return (f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="{esc(label)}" '
-            f'preserveAspectRatio="xMidYMid meet">{body}</svg>')
+    return (
+        f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="{esc(label)}" '
+        f'preserveAspectRatio="xMidYMid meet">{body}</svg>'
+    )
 
 
-def bar_chart(labels: Sequence[str], values: Sequence[float], label: str, color: str = "#2f6fb0",
-              log: bool = False, highlight: Sequence[bool] | None = None, width: int = 560, height: int = 230) -> str:
+def bar_chart(
+    labels: Sequence[str],
+    values: Sequence[float],
+    label: str,
+    color: str = "#2f6fb0",
+    log: bool = False,
+    highlight: Sequence[bool] | None = None,
+    width: int = 560,
+    height: int = 230,
+) -> str:
     """Vertical bars; `log` uses a log10(1 + n) scale so a few large bins do not hide small ones."""
     left, right, top, bottom = 46, 10, 14, 44
     w, h = width - left - right, height - top - bottom
@@ -163,14 +174,20 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], label: str, color:
         bh = h * scale(v) / top_v if top_v else 0
         x = left + i * slot + slot * 0.12
         fill = CAUSE_COLORS["unexplained"] if highlight and highlight[i] and v else color
-        parts.append(f'<rect x="{x:.1f}" y="{top + h - bh:.1f}" width="{slot * 0.76:.1f}" height="{max(bh, 0):.1f}" '
-                     f'fill="{fill}" rx="2"><title>{esc(lab)}: {esc(num(v))}</title></rect>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{top + h - bh:.1f}" width="{slot * 0.76:.1f}" height="{max(bh, 0):.1f}" '
+            f'fill="{fill}" rx="2"><title>{esc(lab)}: {esc(num(v))}</title></rect>'
+        )
         if v:
-            parts.append(f'<text x="{x + slot * 0.38:.1f}" y="{top + h - bh - 3:.1f}" font-size="10" '
-                         f'text-anchor="middle">{esc(num(v))}</text>')
+            parts.append(
+                f'<text x="{x + slot * 0.38:.1f}" y="{top + h - bh - 3:.1f}" font-size="10" '
+                f'text-anchor="middle">{esc(num(v))}</text>'
+            )
         if n <= 12 or i % math.ceil(n / 12) == 0:
-            parts.append(f'<text x="{x + slot * 0.38:.1f}" y="{top + h + 14}" font-size="10.5" '
-                         f'text-anchor="middle">{esc(lab)}</text>')
+            parts.append(
+                f'<text x="{x + slot * 0.38:.1f}" y="{top + h + 14}" font-size="10.5" '
+                f'text-anchor="middle">{esc(lab)}</text>'
+            )
     parts.append(f'<line x1="{left}" x2="{left + w}" y1="{top + h}" y2="{top + h}" stroke="#8a93a3"/>')
     return _svg(width, height, "".join(parts), label)
 
@@ -187,15 +204,23 @@ def scatter_chart(points: Sequence[Sequence[float]], label: str, width: int = 56
         parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eef0f3"/>')
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + h}" stroke="#eef0f3"/>')
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="10.5" text-anchor="end">{esc(num(t, 1))}</text>')
-        parts.append(f'<text x="{x:.1f}" y="{top + h + 14}" font-size="10.5" text-anchor="middle">{esc(num(t, 1))}</text>')
-    parts.append(f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top}" stroke="#9aa2b1" stroke-dasharray="4 3"/>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{top + h + 14}" font-size="10.5" text-anchor="middle">{esc(num(t, 1))}</text>'
+        )
+    parts.append(
+        f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top}" stroke="#9aa2b1" stroke-dasharray="4 3"/>'
+    )
     for b, sp, differs in sorted(points, key=lambda p: p[2]):
         x, y = left + w * s(b), top + h - h * s(sp)
         color, r, op = (CAUSE_COLORS["unexplained"], 3.2, 0.85) if differs else ("#2f6fb0", 2.4, 0.35)
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{color}" fill-opacity="{op}"/>')
-    parts.append(f'<text x="{left + w / 2}" y="{height - 6}" font-size="11" text-anchor="middle">batch value (√ scale)</text>')
-    parts.append(f'<text x="12" y="{top + h / 2}" font-size="11" text-anchor="middle" '
-                 f'transform="rotate(-90 12 {top + h / 2})">speed value</text>')
+    parts.append(
+        f'<text x="{left + w / 2}" y="{height - 6}" font-size="11" text-anchor="middle">batch value (√ scale)</text>'
+    )
+    parts.append(
+        f'<text x="12" y="{top + h / 2}" font-size="11" text-anchor="middle" '
+        f'transform="rotate(-90 12 {top + h / 2})">speed value</text>'
+    )
     return _svg(width, height, "".join(parts), label)
 
 
@@ -210,11 +235,22 @@ def fill_buckets(series: Sequence[dict], bucket_s: int, window: dict | None = No
     if (last - first) // bucket_s + 1 > limit:
         return list(series)
     have = {d["ingest_bucket"]: d for d in series}
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return [have.get(b) or {"ingest_bucket": b, "time": datetime.fromtimestamp(b, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                            "speed": 0, "batch": 0, "drift": 0, "abs_error": 0, "cells": 0, "duplicates": 0}
-            for b in range(first, last + 1, bucket_s)]
+    return [
+        have.get(b)
+        or {
+            "ingest_bucket": b,
+            "time": datetime.fromtimestamp(b, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "speed": 0,
+            "batch": 0,
+            "drift": 0,
+            "abs_error": 0,
+            "cells": 0,
+            "duplicates": 0,
+        }
+        for b in range(first, last + 1, bucket_s)
+    ]
 
 
 def drift_chart(series: Sequence[dict], label: str, width: int = 1140, height: int = 220) -> str:
@@ -231,7 +267,9 @@ def drift_chart(series: Sequence[dict], label: str, width: int = 1140, height: i
     parts = []
     for t in (lo_v, (lo_v + hi_v) / 2, hi_v, 0.0):
         y = y_of(t)
-        parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="{"#8a93a3" if t == 0 else "#eef0f3"}"/>')
+        parts.append(
+            f'<line x1="{left}" x2="{left + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="{"#8a93a3" if t == 0 else "#eef0f3"}"/>'
+        )
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="10.5" text-anchor="end">{esc(num(t, 1))}</text>')
     n = max(len(series), 1)
     slot = w / n
@@ -239,18 +277,27 @@ def drift_chart(series: Sequence[dict], label: str, width: int = 1140, height: i
         x = left + i * slot
         bw = max(slot * 0.8, 1.0)
         y0, y1 = y_of(0), y_of(d["drift"])
-        color = "#e08a2c" if d["drift"] and abs(d["drift"] - d.get("duplicates", 0)) < 0.5 else (
-            "#3b82c4" if d["drift"] else "#cfd5de")
+        color = (
+            "#e08a2c"
+            if d["drift"] and abs(d["drift"] - d.get("duplicates", 0)) < 0.5
+            else ("#3b82c4" if d["drift"] else "#cfd5de")
+        )
         height_px = max(abs(y1 - y0), 1.0 if d["cells"] else 0.0)
-        parts.append(f'<rect x="{x + slot * 0.1:.1f}" y="{min(y0, y1):.1f}" width="{bw:.1f}" height="{height_px:.1f}" fill="{color}">'
-                     f'<title>{esc(d["time"])}: drift {esc(num(d["drift"]))}, duplicates {esc(num(d.get("duplicates", 0)))}, '
-                     f'{esc(num(d["cells"]))} cells</title></rect>')
+        parts.append(
+            f'<rect x="{x + slot * 0.1:.1f}" y="{min(y0, y1):.1f}" width="{bw:.1f}" height="{height_px:.1f}" fill="{color}">'
+            f"<title>{esc(d['time'])}: drift {esc(num(d['drift']))}, duplicates {esc(num(d.get('duplicates', 0)))}, "
+            f"{esc(num(d['cells']))} cells</title></rect>"
+        )
     step = max(1, math.ceil(n / 10))
     for i in range(0, len(series), step):
         x = left + i * slot + slot / 2
-        parts.append(f'<text x="{x:.1f}" y="{top + h + 16}" font-size="10.5" text-anchor="middle">'
-                     f'{esc(series[i]["time"][11:16])}</text>')
-    parts.append(f'<text x="{left + w / 2}" y="{height - 3}" font-size="11" text-anchor="middle">ingest bucket (UTC)</text>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{top + h + 16}" font-size="10.5" text-anchor="middle">'
+            f"{esc(series[i]['time'][11:16])}</text>"
+        )
+    parts.append(
+        f'<text x="{left + w / 2}" y="{height - 3}" font-size="11" text-anchor="middle">ingest bucket (UTC)</text>'
+    )
     return _svg(width, height, "".join(parts), label)
 
 
@@ -266,24 +313,34 @@ def hll_chart(hll: dict, label: str, width: int = 560, height: int = 250) -> str
     x_of = lambda v: left + slot * (1 + (v + 4) * 2)  # noqa: E731
     parts = []
     for k, shade in ((3, "#fbf3e6"), (2, "#f3f0e0"), (1, "#e6f4ec")):
-        parts.append(f'<rect x="{x_of(-k):.1f}" y="{top}" width="{x_of(k) - x_of(-k):.1f}" height="{h}" fill="{shade}"/>')
+        parts.append(
+            f'<rect x="{x_of(-k):.1f}" y="{top}" width="{x_of(k) - x_of(-k):.1f}" height="{h}" fill="{shade}"/>'
+        )
         for sgn in (-1, 1):
-            parts.append(f'<text x="{x_of(sgn * k):.1f}" y="{top - 6}" font-size="10" text-anchor="middle">{"+" if sgn > 0 else "−"}{k}×</text>')
+            parts.append(
+                f'<text x="{x_of(sgn * k):.1f}" y="{top - 6}" font-size="10" text-anchor="middle">{"+" if sgn > 0 else "−"}{k}×</text>'
+            )
     peak = max([math.log10(1 + v) for v in values] + [1e-9])
     for t in _log_ticks(peak):
         y = top + h - h * math.log10(1 + t) / peak
-        parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ffffff" stroke-opacity="0.7"/>')
+        parts.append(
+            f'<line x1="{left}" x2="{left + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ffffff" stroke-opacity="0.7"/>'
+        )
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="10.5" text-anchor="end">{esc(num(t, 0))}</text>')
     for i, v in enumerate(values):
         bh = h * math.log10(1 + v) / peak
         x = left + i * slot + slot * 0.1
-        parts.append(f'<rect x="{x:.1f}" y="{top + h - bh:.1f}" width="{slot * 0.8:.1f}" height="{bh:.1f}" fill="#3b82c4">'
-                     f'<title>{esc(bins[i]["bin"])} × bound: {esc(num(v))} cells</title></rect>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{top + h - bh:.1f}" width="{slot * 0.8:.1f}" height="{bh:.1f}" fill="#3b82c4">'
+            f"<title>{esc(bins[i]['bin'])} × bound: {esc(num(v))} cells</title></rect>"
+        )
     for v in range(-4, 5, 2):
         parts.append(f'<text x="{x_of(v):.1f}" y="{top + h + 14}" font-size="10.5" text-anchor="middle">{v:+d}</text>')
     parts.append(f'<line x1="{left}" x2="{left + w}" y1="{top + h}" y2="{top + h}" stroke="#8a93a3"/>')
-    parts.append(f'<text x="{left + w / 2}" y="{height - 6}" font-size="11" text-anchor="middle">'
-                 f'relative error ÷ bound {100 * hll["bound"]:.3f} % (cells, log scale)</text>')
+    parts.append(
+        f'<text x="{left + w / 2}" y="{height - 6}" font-size="11" text-anchor="middle">'
+        f"relative error ÷ bound {100 * hll['bound']:.3f} % (cells, log scale)</text>"
+    )
     return _svg(width, height, "".join(parts), label)
 
 
@@ -299,8 +356,12 @@ def cause_chart(summary: dict, label: str, width: int = 1140) -> str:
         for cause in CAUSE_LABELS:
             cells = s["cells_by_cause"][cause]
             bw = (width - left - right) * cells / peak
-            parts.append(f'<text x="{left - 8}" y="{y + 12}" font-size="11.5" text-anchor="end">{esc(CAUSE_LABELS[cause])}</text>')
-            parts.append(f'<rect x="{left}" y="{y + 2}" width="{max(bw, 0.0):.1f}" height="{row_h - 5}" fill="{CAUSE_COLORS[cause]}" rx="2"/>')
+            parts.append(
+                f'<text x="{left - 8}" y="{y + 12}" font-size="11.5" text-anchor="end">{esc(CAUSE_LABELS[cause])}</text>'
+            )
+            parts.append(
+                f'<rect x="{left}" y="{y + 2}" width="{max(bw, 0.0):.1f}" height="{row_h - 5}" fill="{CAUSE_COLORS[cause]}" rx="2"/>'
+            )
             parts.append(f'<text x="{left + bw + 6:.1f}" y="{y + 12}" font-size="11">{esc(num(cells))} cells</text>')
             y += row_h
         parts.append(f'<line x1="0" x2="{width}" y1="{y + 3}" y2="{y + 3}" stroke="#eef0f3"/>')
@@ -311,23 +372,37 @@ def cause_chart(summary: dict, label: str, width: int = 1140) -> str:
 # --- page -----------------------------------------------------------------------------------------
 
 
-SHORT_CAUSES = {"duplicates_beyond_window": "duplicates beyond window", "accepted_by_one_layer": "one layer only",
-                "sketch_approximation": "sketch", "late_events": "late events", "unexplained": "unexplained"}
+SHORT_CAUSES = {
+    "duplicates_beyond_window": "duplicates beyond window",
+    "accepted_by_one_layer": "one layer only",
+    "sketch_approximation": "sketch",
+    "late_events": "late events",
+    "unexplained": "unexplained",
+}
 
 
 def _summary_table(report: dict) -> str:
-    head = ("<tr><th class=l>view</th><th>cells</th><th>exact</th><th>exact after duplicates</th>"
-            "<th>mean |err|</th><th>max |err|</th><th>MAPE</th><th>drift</th>"
-            + "".join(f"<th>{esc(SHORT_CAUSES[c])}</th>" for c in CAUSE_LABELS) + "<th>ok</th></tr>")
+    head = (
+        "<tr><th class=l>view</th><th>cells</th><th>exact</th><th>exact after duplicates</th>"
+        "<th>mean |err|</th><th>max |err|</th><th>MAPE</th><th>drift</th>"
+        + "".join(f"<th>{esc(SHORT_CAUSES[c])}</th>" for c in CAUSE_LABELS)
+        + "<th>ok</th></tr>"
+    )
     rows = []
     for name, s in report["summary"].items():
-        causes = "".join(f"<td>{signed(s['causes'][c])}</td>" if c != "late_events" else
-                         f"<td>{_measured(s['causes'][c], s['cells_by_cause'][c])}</td>" for c in CAUSE_LABELS)
+        causes = "".join(
+            f"<td>{signed(s['causes'][c])}</td>"
+            if c != "late_events"
+            else f"<td>{_measured(s['causes'][c], s['cells_by_cause'][c])}</td>"
+            for c in CAUSE_LABELS
+        )
         ok = '<span class="good">✓</span>' if s["ok"] else '<span class="bad">✗</span>'
-        rows.append(f"<tr><td class=l><b>{esc(name)}</b><br><span class=note>at {esc(s['granularity'])}</span></td><td>{num(s['cells'])}</td>"
-                    f"<td>{pct(s['exact_share'])}</td><td>{pct(s['exact_share_after_duplicates'])}</td>"
-                    f"<td>{num(s['mean_abs_error'], 3)}</td><td>{num(s['max_abs_error'])}</td><td>{num(s['mape_percent'], 3)} %</td>"
-                    f"<td>{signed(s['drift'])}</td>{causes}<td>{ok}</td></tr>")
+        rows.append(
+            f"<tr><td class=l><b>{esc(name)}</b><br><span class=note>at {esc(s['granularity'])}</span></td><td>{num(s['cells'])}</td>"
+            f"<td>{pct(s['exact_share'])}</td><td>{pct(s['exact_share_after_duplicates'])}</td>"
+            f"<td>{num(s['mean_abs_error'], 3)}</td><td>{num(s['max_abs_error'])}</td><td>{num(s['mape_percent'], 3)} %</td>"
+            f"<td>{signed(s['drift'])}</td>{causes}<td>{ok}</td></tr>"
+        )
     return f"<div class=scroll><table>{head}{''.join(rows)}</table></div>"
 
 
@@ -338,14 +413,18 @@ def _measured(amount, cells) -> str:
 
 
 def _cause_table(report: dict) -> str:
-    head = "<tr><th class=l>cause</th>" + "".join(f"<th>{esc(v).replace('_', '_<wbr>')}</th>" for v in report["summary"]) + "<th class=l>how it is measured</th></tr>"
+    head = (
+        "<tr><th class=l>cause</th>"
+        + "".join(f"<th>{esc(v).replace('_', '_<wbr>')}</th>" for v in report["summary"])
+        + "<th class=l>how it is measured</th></tr>"
+    )
     how = {
         "duplicates_beyond_window": f"copies arriving more than {report['settings']['dedupe_window_s']} s after the last copy "
-                                    "the speed layer counted: it counts them again, the batch does not",
+        "the speed layer counted: it counts them again, the batch does not",
         "accepted_by_one_layer": "cells present in one layer only, duplicates aside (both layers run the same validator: expect 0)",
         "sketch_approximation": f"distinct views: sketch error within {report['settings']['sketch_tolerance']:g}× the HLL bound",
         "late_events": "what remains in cells holding events more than an hour late: the speed layer keys by ingest bucket, "
-                       "so lateness must cause no error",
+        "so lateness must cause no error",
         "unexplained": "anything else",
     }
     rows = []
@@ -354,12 +433,16 @@ def _cause_table(report: dict) -> str:
         for s in report["summary"].values():
             amount, n = s["causes"][cause], s["cells_by_cause"][cause]
             if cause == "late_events":
-                detail = f'{_measured(amount, n)}<div class="note">{esc(num(s["late_cells"]))} late cells compared</div>'
+                detail = (
+                    f'{_measured(amount, n)}<div class="note">{esc(num(s["late_cells"]))} late cells compared</div>'
+                )
             else:
                 detail = f"{signed(amount)}<div class='note'>{esc(num(n))} cells</div>"
             cells.append(f"<td>{detail}</td>")
         dot = f'<span class="pill" style="background:{CAUSE_COLORS[cause]}">&nbsp;</span>'
-        rows.append(f"<tr><td class=l>{dot} {esc(label)}</td>{''.join(cells)}<td class='l note' style='white-space:normal;min-width:230px'>{esc(how[cause])}</td></tr>")
+        rows.append(
+            f"<tr><td class=l>{dot} {esc(label)}</td>{''.join(cells)}<td class='l note' style='white-space:normal;min-width:230px'>{esc(how[cause])}</td></tr>"
+        )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -369,9 +452,13 @@ def _worst_keys(rows: list[dict]) -> str:
     body = "".join(
         f"<tr><td class='l key' title='{esc(key_label(r['key']))}'>{esc(key_label(r['key']))}</td><td>{num(r['cells'])}</td>"
         f"<td>{num(r['abs_error'])}</td><td>{num(r['max_abs_error'])}</td><td>{signed(r['drift'])}</td>"
-        f"<td class=l>{_causes_inline(r['causes'])}</td></tr>" for r in rows)
-    return ("<table><tr><th class=l>key</th><th>cells</th><th>Σ |err|</th><th>max |err|</th><th>drift</th>"
-            f"<th class=l>causes</th></tr>{body}</table>")
+        f"<td class=l>{_causes_inline(r['causes'])}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<table><tr><th class=l>key</th><th>cells</th><th>Σ |err|</th><th>max |err|</th><th>drift</th>"
+        f"<th class=l>causes</th></tr>{body}</table>"
+    )
 
 
 def _worst_cells(rows: list[dict]) -> str:
@@ -382,52 +469,64 @@ def _worst_cells(rows: list[dict]) -> str:
         f"<td>{esc(r['event_bucket'][5:16].replace('T', ' '))}</td><td>{esc(r['ingest_bucket'][11:16])}</td>"
         f"<td>{num(r['batch'])}</td><td>{num(r['speed'])}</td><td>{signed(r['diff'])}</td>"
         f"<td>{num(r['recounts'])}</td><td>{num(r['late_records'])}</td><td class=l>{_causes_inline(r['causes'])}</td></tr>"
-        for r in rows)
-    return ("<table><tr><th class=l>key</th><th>gran.</th><th>event bucket</th><th>ingest</th><th>batch</th><th>speed</th>"
-            f"<th>diff</th><th>recounts</th><th>late</th><th class=l>causes</th></tr>{body}</table>")
+        for r in rows
+    )
+    return (
+        "<table><tr><th class=l>key</th><th>gran.</th><th>event bucket</th><th>ingest</th><th>batch</th><th>speed</th>"
+        f"<th>diff</th><th>recounts</th><th>late</th><th class=l>causes</th></tr>{body}</table>"
+    )
 
 
 def _causes_inline(causes: dict) -> str:
     if not causes:
         return '<span class="zero">–</span>'
-    return " ".join(f'<span class="pill" style="background:{CAUSE_COLORS.get(c, "#777")}">{esc(CAUSE_LABELS.get(c, c))} '
-                    f'{esc(num(v))}</span>' for c, v in causes.items())
+    return " ".join(
+        f'<span class="pill" style="background:{CAUSE_COLORS.get(c, "#777")}">{esc(CAUSE_LABELS.get(c, c))} '
+        f"{esc(num(v))}</span>"
+        for c, v in causes.items()
+    )
 
 
 def _granularity_table(view: dict) -> str:
     rows = []
     for g, f in view["granularities"].items():
         late = f["late"]
-        rows.append(f"<tr><td class=l>{esc(g)}</td><td>{num(f['cells'])}</td><td>{pct(f['exact_share'])}</td>"
-                    f"<td>{pct(f['exact_share_after_duplicates'])}</td><td>{num(f['mean_abs_error'], 3)}</td>"
-                    f"<td>{num(f['max_abs_error'])}</td><td>{num(f['mape_percent'], 3)} %</td><td>{num(f['speed_total'])}</td>"
-                    f"<td>{num(f['batch_total'])}</td><td>{signed(f['drift'])}</td><td>{num(f['speed_only_cells'])} / "
-                    f"{num(f['batch_only_cells'])}</td><td>{num(late['cells'])} ({num(late['records'])} events)</td>"
-                    f"<td>{_measured(late['error'], f['causes']['late_events']['cells'])}</td></tr>")
-    return ("<div class=scroll><table><tr><th class=l>granularity</th><th>cells</th><th>exact</th><th>after duplicates</th><th>mean |err|</th>"
-            "<th>max |err|</th><th>MAPE</th><th>Σ speed</th><th>Σ batch</th><th>drift</th><th>speed-only / batch-only</th>"
-            f"<th>late cells</th><th>late-event error</th></tr>{''.join(rows)}</table></div>")
+        rows.append(
+            f"<tr><td class=l>{esc(g)}</td><td>{num(f['cells'])}</td><td>{pct(f['exact_share'])}</td>"
+            f"<td>{pct(f['exact_share_after_duplicates'])}</td><td>{num(f['mean_abs_error'], 3)}</td>"
+            f"<td>{num(f['max_abs_error'])}</td><td>{num(f['mape_percent'], 3)} %</td><td>{num(f['speed_total'])}</td>"
+            f"<td>{num(f['batch_total'])}</td><td>{signed(f['drift'])}</td><td>{num(f['speed_only_cells'])} / "
+            f"{num(f['batch_only_cells'])}</td><td>{num(late['cells'])} ({num(late['records'])} events)</td>"
+            f"<td>{_measured(late['error'], f['causes']['late_events']['cells'])}</td></tr>"
+        )
+    return (
+        "<div class=scroll><table><tr><th class=l>granularity</th><th>cells</th><th>exact</th><th>after duplicates</th><th>mean |err|</th>"
+        "<th>max |err|</th><th>MAPE</th><th>Σ speed</th><th>Σ batch</th><th>drift</th><th>speed-only / batch-only</th>"
+        f"<th>late cells</th><th>late-event error</th></tr>{''.join(rows)}</table></div>"
+    )
 
 
 def _hll_section(view: dict, fine: dict) -> str:
     hll = fine["hll"]
-    by_size = "".join(f"<tr><td class=l>{esc(label)}</td><td>{num(v['cells'])}</td><td>{_percent(v['rms_relative_error'], 3)}</td></tr>"
-                      for label, v in hll["by_size"].items())
+    by_size = "".join(
+        f"<tr><td class=l>{esc(label)}</td><td>{num(v['cells'])}</td><td>{_percent(v['rms_relative_error'], 3)}</td></tr>"
+        for label, v in hll["by_size"].items()
+    )
     return f"""
-      <h3>HyperLogLog relative error ({esc(fine_name(view))}) — bound 1.04/√{2 ** hll['lg_k']} = {100 * hll['bound']:.3f} %</h3>
+      <h3>HyperLogLog relative error ({esc(fine_name(view))}) — bound 1.04/√{2 ** hll["lg_k"]} = {100 * hll["bound"]:.3f} %</h3>
       <div class="grid">
         <div class="chart"><div class="t">Relative error of the speed layer's sketches</div>
           <div class="s">against the exact distinct count of the copies the speed layer saw; shaded: ±1×, ±2×, ±3× the bound</div>
           {hll_chart(hll, f"{view['name']} HLL relative error")}</div>
         <div class="card" style="margin:0">
           <div class="kv">
-            <div><span>cells with a sketch</span>{num(hll['cells'])}</div>
-            <div><span>within 1× bound</span>{pct(hll['within_1x'])}</div>
-            <div><span>within 2× bound</span>{pct(hll['within_2x'])}</div>
-            <div><span>within 3× bound</span>{pct(hll['within_3x'])}</div>
-            <div><span>mean relative error</span>{100 * hll['mean_relative_error']:.4f} %</div>
-            <div><span>RMS relative error</span>{100 * hll['rms_relative_error']:.4f} %</div>
-            <div><span>max |relative error|</span>{100 * hll['max_abs_relative_error']:.3f} %</div>
+            <div><span>cells with a sketch</span>{num(hll["cells"])}</div>
+            <div><span>within 1× bound</span>{pct(hll["within_1x"])}</div>
+            <div><span>within 2× bound</span>{pct(hll["within_2x"])}</div>
+            <div><span>within 3× bound</span>{pct(hll["within_3x"])}</div>
+            <div><span>mean relative error</span>{100 * hll["mean_relative_error"]:.4f} %</div>
+            <div><span>RMS relative error</span>{100 * hll["rms_relative_error"]:.4f} %</div>
+            <div><span>max |relative error|</span>{100 * hll["max_abs_relative_error"]:.3f} %</div>
           </div>
           <h3>By exact count</h3>
           <table><tr><th class=l>distinct values</th><th>cells</th><th>RMS relative error</th></tr>{by_size}</table>
@@ -455,25 +554,40 @@ def _view_section(view: dict, bucket_s: int, window: dict | None = None) -> str:
     else:
         charts = f"""
       <div class="grid">
-        <div class="chart"><div class="t">Error histogram</div><div class="s">cells by |speed − batch| ({esc(view['finest'])}, log scale)</div>
-          {bar_chart([h['bin'] for h in hist], [h['cells'] for h in hist], f'{name} error histogram', log=True,
-                     highlight=[i > 0 for i in range(len(hist))])}</div>
+        <div class="chart"><div class="t">Error histogram</div><div class="s">cells by |speed − batch| ({
+            esc(view["finest"])
+        }, log scale)</div>
+          {
+            bar_chart(
+                [h["bin"] for h in hist],
+                [h["cells"] for h in hist],
+                f"{name} error histogram",
+                log=True,
+                highlight=[i > 0 for i in range(len(hist))],
+            )
+        }</div>
         <div class="chart"><div class="t">Speed versus batch</div><div class="s">one point per cell; red: cells that differ</div>
-          {scatter_chart(fine['scatter'], f'{name} speed versus batch')}</div>
+          {scatter_chart(fine["scatter"], f"{name} speed versus batch")}</div>
       </div>
       <div class="chart" style="margin-top:14px"><div class="t">Drift over time</div>
-        <div class="s">Σ speed − Σ batch per ingest bucket ({esc(view['finest'])}); orange: entirely duplicates beyond the window</div>
-        {drift_chart(fill_buckets(fine['drift_over_time'], bucket_s, window), f'{name} drift over time')}
-        {'' if any(d['drift'] for d in fine['drift_over_time']) else '<p class="note">No drift in any ingest bucket.</p>'}</div>"""
+        <div class="s">Σ speed − Σ batch per ingest bucket ({
+            esc(view["finest"])
+        }); orange: entirely duplicates beyond the window</div>
+        {drift_chart(fill_buckets(fine["drift_over_time"], bucket_s, window), f"{name} drift over time")}
+        {
+            ""
+            if any(d["drift"] for d in fine["drift_over_time"])
+            else '<p class="note">No drift in any ingest bucket.</p>'
+        }</div>"""
     hll = _hll_section(view, fine) if "hll" in fine else ""
     return f"""
     <section class="card" id="view-{esc(name)}">
-      <h2 style="margin-top:0">{esc(name)} <span class="note">keys ({esc(keys)}) · {esc(agg)} · {esc(view['layout'])}</span></h2>
+      <h2 style="margin-top:0">{esc(name)} <span class="note">keys ({esc(keys)}) · {esc(agg)} · {esc(view["layout"])}</span></h2>
       {_granularity_table(view)}
       {charts}
       {hll}
-      <h3>Worst keys ({esc(view['finest'])})</h3>{_worst_keys(fine['worst_keys'])}
-      <h3>Worst cells ({esc(view['finest'])})</h3>{_worst_cells(fine['worst_cells'])}
+      <h3>Worst keys ({esc(view["finest"])})</h3>{_worst_keys(fine["worst_keys"])}
+      <h3>Worst cells ({esc(view["finest"])})</h3>{_worst_cells(fine["worst_cells"])}
     </section>"""
 
 
@@ -483,13 +597,19 @@ def render_html(report: dict) -> str:
     speed = report.get("speed_layer", {})
     inputs = report.get("inputs", {})
     if report.get("ok"):
-        banner = ('<div class="banner ok">Every difference between the layers is explained: duplicates beyond the '
-                  'de-duplication window and the sketches\' approximation only.</div>')
+        banner = (
+            '<div class="banner ok">Every difference between the layers is explained: duplicates beyond the '
+            "de-duplication window and the sketches' approximation only.</div>"
+        )
     else:
         items = "".join(f"<li>{esc(p)}</li>" for p in report.get("problems", []))
         banner = f'<div class="banner bad">Differences that are not explained<ul>{items}</ul></div>'
     caught = speed.get("caught_up")
-    caught_text = ("yes" if caught else "NO — rows may be missing") if caught is not None else "snapshot read " + esc(speed.get("snapshot_read", ""))
+    caught_text = (
+        ("yes" if caught else "NO — rows may be missing")
+        if caught is not None
+        else "snapshot read " + esc(speed.get("snapshot_read", ""))
+    )
     kv = [
         ("records ingested in the window", num(inputs.get("master_records_in_window"))),
         ("first copies (what the batch counts)", num(inputs.get("first_copies"))),
@@ -504,18 +624,20 @@ def render_html(report: dict) -> str:
         kv.append(("cells outside the key filter", num(inputs.get("filtered_out_cells"))))
     kv_html = "".join(f"<div><span>{esc(k)}</span>{v}</div>" for k, v in kv)
     st = report.get("settings", {})
-    sections = "".join(_view_section(v, int(report.get("settings", {}).get("ingest_bucket_s") or 0), window)
-                       for v in report["views"].values())
+    sections = "".join(
+        _view_section(v, int(report.get("settings", {}).get("ingest_bucket_s") or 0), window)
+        for v in report["views"].values()
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Accuracy report {esc(report['id'])}</title><style>{CSS}</style></head>
+<title>Accuracy report {esc(report["id"])}</title><style>{CSS}</style></head>
 <body><main>
   <h1>Accuracy report: speed layer versus batch layer</h1>
-  <div class="meta">ingest window <b>{esc(window['start'])}</b> → <b>{esc(window['end'])}</b> ·
-    batch version <b>{esc(report.get('version') if report.get('version') is not None else '–')}</b> · run <b>{esc(report.get('run_id'))}</b> ·
-    created {esc(report.get('created'))} · report {esc(report['id'])}<br>
-    ingest buckets {esc(st.get('ingest_bucket_s'))} s · de-duplication window {esc(st.get('dedupe_window_s'))} s ·
-    HLL lg k {esc(st.get('hll_lg_k'))} (bound {100 * st.get('hll_bound', 0):.3f} %) · late means more than {esc(st.get('late_after_s'))} s</div>
+  <div class="meta">ingest window <b>{esc(window["start"])}</b> → <b>{esc(window["end"])}</b> ·
+    batch version <b>{esc(report.get("version") if report.get("version") is not None else "–")}</b> · run <b>{esc(report.get("run_id"))}</b> ·
+    created {esc(report.get("created"))} · report {esc(report["id"])}<br>
+    ingest buckets {esc(st.get("ingest_bucket_s"))} s · de-duplication window {esc(st.get("dedupe_window_s"))} s ·
+    HLL lg k {esc(st.get("hll_lg_k"))} (bound {100 * st.get("hll_bound", 0):.3f} %) · late means more than {esc(st.get("late_after_s"))} s</div>
   {banner}
   <div class="card"><div class="kv">{kv_html}</div></div>
   <h2>Summary per view</h2>
@@ -525,7 +647,7 @@ def render_html(report: dict) -> str:
   <h2>Where the differences come from</h2>
   <div class="card">{_cause_table(report)}
     <div class="chart" style="margin-top:12px"><div class="t">Cells per cause, all granularities</div>
-    {cause_chart(report['summary'], 'cells per cause')}</div></div>
+    {cause_chart(report["summary"], "cells per cause")}</div></div>
   {sections}
 </main></body></html>
 """

@@ -16,14 +16,25 @@ import logging
 import time
 
 from batch_layer import layout
-from batch_layer.pointer import (DOC, CutoffError, Pointer, PointerFormatError, PointerMoved, ViewEntry, iso,
-                                 retention_plan, table_version, table_view)
+from batch_layer.pointer import (
+    DOC,
+    CutoffError,
+    Pointer,
+    PointerFormatError,
+    PointerMoved,
+    ViewEntry,
+    iso,
+    retention_plan,
+    table_version,
+    table_view,
+)
 from definitions.clients import hbase_connection
 from definitions.settings import Settings
 
 __all__ = ["CutoffError", "Pointer", "PointerFormatError", "PointerMoved", "VersionStore", "ViewEntry"]
 
 log = logging.getLogger(__name__)
+
 
 class VersionStore:
     """Reads and moves the pointer, records runs, allocates versions, drops old tables."""
@@ -52,7 +63,9 @@ class VersionStore:
     def record_run(self, version: int, **fields) -> None:
         conn = hbase_connection(self.settings)
         try:
-            self._meta(conn).put(layout.run_row(version), {f"p:{k}".encode(): json.dumps(v).encode() for k, v in fields.items()})
+            self._meta(conn).put(
+                layout.run_row(version), {f"p:{k}".encode(): json.dumps(v).encode() for k, v in fields.items()}
+            )
         finally:
             conn.close()
 
@@ -75,18 +88,30 @@ class VersionStore:
         conn = hbase_connection(self.settings)
         try:
             meta = self._meta(conn)
-            swapped = conn.client.checkAndPut(meta.name, layout.POINTER_ROW, DOC,
-                                              expected.stored if expected is not None else None,
-                                              Mutation(column=DOC, value=new.to_doc()), {})
+            swapped = conn.client.checkAndPut(
+                meta.name,
+                layout.POINTER_ROW,
+                DOC,
+                expected.stored if expected is not None else None,
+                Mutation(column=DOC, value=new.to_doc()),
+                {},
+            )
             if not swapped:
                 data = meta.row(layout.POINTER_ROW)
                 now = Pointer.from_columns(data) if data else None
-                found = "no pointer" if now is None else (
-                    f"generation {now.generation}: version {now.version} (run {now.run_id or '?'}) swapped at "
-                    f"{iso(now.swapped_ms)}")
-                raise PointerMoved(f"the pointer moved since this run read it: version {new.version} expected "
-                                   f"generation {expected.generation if expected else 0}, found {found}. Nothing was "
-                                   f"changed; run the batch again to recompute on top of the pointer as it is now.")
+                found = (
+                    "no pointer"
+                    if now is None
+                    else (
+                        f"generation {now.generation}: version {now.version} (run {now.run_id or '?'}) swapped at "
+                        f"{iso(now.swapped_ms)}"
+                    )
+                )
+                raise PointerMoved(
+                    f"the pointer moved since this run read it: version {new.version} expected "
+                    f"generation {expected.generation if expected else 0}, found {found}. Nothing was "
+                    f"changed; run the batch again to recompute on top of the pointer as it is now."
+                )
             # For readers still running the single-cutoff code; nothing new reads these columns.
             meta.put(layout.POINTER_ROW, new.legacy_columns())
         finally:
@@ -100,8 +125,13 @@ class VersionStore:
             self.record_run(version, state="retired")
         moved = sorted(name for name, e in new.entries.items() if e.version == new.version)
         cutoff = new.entry(moved[0]).cutoff_ms if moved else 0
-        log.info("pointer generation %d: version %d serves %s below %s", new.generation, new.version,
-                 ", ".join(moved), iso(cutoff))
+        log.info(
+            "pointer generation %d: version %d serves %s below %s",
+            new.generation,
+            new.version,
+            ", ".join(moved),
+            iso(cutoff),
+        )
 
     def retain(self, keep: int, grace_ms: int | None = None) -> list[str]:
         """Per view keep the tables of the `keep` newest versions that served (the serving one

@@ -29,15 +29,14 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+from figures import emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
 
 from definitions.events import SCHEMA_VERSION, format_time
 from definitions.settings import Settings, get_settings
-
-from figures import emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
 
 log = logging.getLogger("bench.api")
 
@@ -50,6 +49,7 @@ ROUTES: dict[str, str] = {
 }
 HEALTH = {"health": "/health"}
 
+
 def base_url(settings: Settings, port: int | None = None) -> str:
     host = settings.api.host
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -58,6 +58,7 @@ def base_url(settings: Settings, port: int | None = None) -> str:
 
 
 # --- 1. latency under load --------------------------------------------------------------------------
+
 
 def load_route(base: str, path: str, clients: int, duration: float, max_requests: int) -> dict:
     latencies: list[list[float]] = [[] for _ in range(clients)]
@@ -126,14 +127,32 @@ def load_route(base: str, path: str, clients: int, duration: float, max_requests
 
 # --- 2. freshness end to end ---------------------------------------------------------------------
 
+
 def probe_event(url: str, user: str) -> dict:
-    return {"event_id": str(uuid.uuid4()), "event_time": format_time(datetime.now(timezone.utc)), "user_id": user,
-            "url": url, "event_type": "page_view", "referrer": None, "country": "US", "device": "desktop",
-            "schema_version": SCHEMA_VERSION}
+    return {
+        "event_id": str(uuid.uuid4()),
+        "event_time": format_time(datetime.now(UTC)),
+        "user_id": user,
+        "url": url,
+        "event_type": "page_view",
+        "referrer": None,
+        "country": "US",
+        "device": "desktop",
+        "schema_version": SCHEMA_VERSION,
+    }
 
 
-def freshness(settings: Settings, base: str, run: str, probes: int, interval: float, poll: float, timeout: float,
-              via: str, give_up_s: float = 30.0) -> dict:
+def freshness(
+    settings: Settings,
+    base: str,
+    run: str,
+    probes: int,
+    interval: float,
+    poll: float,
+    timeout: float,
+    via: str,
+    give_up_s: float = 30.0,
+) -> dict:
     token = settings.api.token.get_secret_value()
     user = f"bench-api-{run}"
     sent: list[dict] = []
@@ -141,8 +160,9 @@ def freshness(settings: Settings, base: str, run: str, probes: int, interval: fl
     if via == "kafka":
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, client_id="lambda-bench-api", acks="all",
-                                 linger_ms=0, retries=5)
+        producer = KafkaProducer(
+            bootstrap_servers=settings.kafka.bootstrap, client_id="lambda-bench-api", acks="all", linger_ms=0, retries=5
+        )
     client = httpx.Client(base_url=base, timeout=30.0)
     pool = ThreadPoolExecutor(4)
 
@@ -177,8 +197,11 @@ def freshness(settings: Settings, base: str, run: str, probes: int, interval: fl
                 probe = {"url": url, "sent_s": time.time()}
                 try:
                     if producer is not None:
-                        md = producer.send(settings.kafka.events_topic, key=user.encode(),
-                                           value=json.dumps(event, separators=(",", ":")).encode()).get(timeout=30)
+                        md = producer.send(
+                            settings.kafka.events_topic,
+                            key=user.encode(),
+                            value=json.dumps(event, separators=(",", ":")).encode(),
+                        ).get(timeout=30)
                         probe["acked_s"] = md.timestamp / 1000
                     else:
                         resp = client.post("/api/v1/events", json=[event], headers={"Authorization": f"Bearer {token}"})
@@ -196,8 +219,10 @@ def freshness(settings: Settings, base: str, run: str, probes: int, interval: fl
             elif len(sent) >= probes:
                 break
             if now - last_ok["t"] > give_up_s:
-                raise RuntimeError(f"no successful answer from GET page_views for {give_up_s:.0f}s; last error: "
-                                   f"{next((p['last_error'] for p in reversed(sent) if 'last_error' in p), '?')}")
+                raise RuntimeError(
+                    f"no successful answer from GET page_views for {give_up_s:.0f}s; last error: "
+                    f"{next((p['last_error'] for p in reversed(sent) if 'last_error' in p), '?')}"
+                )
             if now >= next_log:
                 log.info("freshness: %d probes sent, %d visible", len(sent), sum(1 for p in sent if p.get("visible_s")))
                 next_log += 10
@@ -232,42 +257,62 @@ def freshness(settings: Settings, base: str, run: str, probes: int, interval: fl
 def report(result: dict) -> str:
     lines = []
     if result.get("routes"):
-        lines.append(f"Query API latency under load ({result['duration_s']:.0f} s per route and client count, "
-                     f"httpx clients in threads on the same machine):")
-        lines.append(f"{'route':<30} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-                     f"{'ok':>7} {'errors':>7}")
+        lines.append(
+            f"Query API latency under load ({result['duration_s']:.0f} s per route and client count, "
+            f"httpx clients in threads on the same machine):"
+        )
+        lines.append(
+            f"{'route':<30} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+            f"{'ok':>7} {'errors':>7}"
+        )
         for r in result["routes"]:
             errors = sum(r["errors"].values())
-            lines.append(f"{r['route']:<30} {r['clients']:>7} {fmt(r['requests_per_s'], 1):>8} "
-                         f"{fmt(r['p50_ms'], 1):>8} {fmt(r['p90_ms'], 1):>8} {fmt(r['p99_ms'], 1):>8} {fmt(r['max_ms'], 0):>8} "
-                         f"{r['ok']:>7,} {errors:>7,}")
+            lines.append(
+                f"{r['route']:<30} {r['clients']:>7} {fmt(r['requests_per_s'], 1):>8} "
+                f"{fmt(r['p50_ms'], 1):>8} {fmt(r['p90_ms'], 1):>8} {fmt(r['p99_ms'], 1):>8} {fmt(r['max_ms'], 0):>8} "
+                f"{r['ok']:>7,} {errors:>7,}"
+            )
             for kind, count in r["errors"].items():
                 lines.append(f"{'':<30} {count:,} x {kind}: {r['error_samples'].get(kind, '')[:200]}")
     f = result.get("freshness")
     if f:
         how = "POST /api/v1/events acknowledged" if f["via"] == "api" else "Kafka LogAppendTime"
-        lines.append(f"Freshness end to end ({how} -> GET page_views?granularity=minute counts it), {f['probes']} probes "
-                     f"every {f['probe_interval_s']} s, polled every {f['poll_interval_s']} s:")
-        lines.append(f"  p50 {fmt(f['p50_s'], 2)} s   p95 {fmt(f['p95_s'], 2)} s   p99 {fmt(f['p99_s'], 2)} s   "
-                     f"(min {fmt(f['min_s'], 2)}, max {fmt(f['max_s'], 2)}; {f['visible']}/{f['probes']} visible"
-                     + (f"; POST p50 {fmt(f['post_p50_ms'], 1)} ms" if f["post_p50_ms"] is not None else "")
-                     + (f"; {f['poll_errors']} poll errors" if f["poll_errors"] else "") + ")")
+        lines.append(
+            f"Freshness end to end ({how} -> GET page_views?granularity=minute counts it), {f['probes']} probes "
+            f"every {f['probe_interval_s']} s, polled every {f['poll_interval_s']} s:"
+        )
+        lines.append(
+            f"  p50 {fmt(f['p50_s'], 2)} s   p95 {fmt(f['p95_s'], 2)} s   p99 {fmt(f['p99_s'], 2)} s   "
+            f"(min {fmt(f['min_s'], 2)}, max {fmt(f['max_s'], 2)}; {f['visible']}/{f['probes']} visible"
+            + (f"; POST p50 {fmt(f['post_p50_ms'], 1)} ms" if f["post_p50_ms"] is not None else "")
+            + (f"; {f['poll_errors']} poll errors" if f["poll_errors"] else "")
+            + ")"
+        )
     for name, error in result.get("errors", {}).items():
         lines.append(f"{name}: FAILED: {error}")
     if result.get("api_ingest_bucket_s") != result.get("settings_ingest_bucket_s"):
-        lines.append(f"WARNING: the API runs with ingest_bucket_s={result.get('api_ingest_bucket_s')}, the benchmark's "
-                     f"settings say {result.get('settings_ingest_bucket_s')}")
+        lines.append(
+            f"WARNING: the API runs with ingest_bucket_s={result.get('api_ingest_bucket_s')}, the benchmark's "
+            f"settings say {result.get('settings_ingest_bucket_s')}"
+        )
     if result.get("api_batch_error"):
         lines.append(f"WARNING: the API's /api/v1/status reports: {result['api_batch_error']}")
     lines.append(f"(load average {', '.join(f'{x:.1f}' for x in result['load_average'])} on {os.cpu_count()} cores)")
     return "\n".join(lines) + "\n"
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int_list, default=[8], help="concurrent clients, comma-separated list (e.g. 1,8)")
+    parser.add_argument(
+        "--clients", type=int_list, default=[8], help="concurrent clients, comma-separated list (e.g. 1,8)"
+    )
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per route and client count")
-    parser.add_argument("--max-requests", type=int, default=1_000_000, help="upper bound of requests per client and route")
-    parser.add_argument("--routes", default=",".join(ROUTES), help=f"comma-separated among {', '.join([*ROUTES, *HEALTH])}")
+    parser.add_argument(
+        "--max-requests", type=int, default=1_000_000, help="upper bound of requests per client and route"
+    )
+    parser.add_argument(
+        "--routes", default=",".join(ROUTES), help=f"comma-separated among {', '.join([*ROUTES, *HEALTH])}"
+    )
     parser.add_argument("--with-health", action="store_true", help="also load /health (it probes every store)")
     parser.add_argument("--probes", type=int, default=20, help="freshness probes; 0 skips the freshness test")
     parser.add_argument("--probe-interval", type=float, default=1.0)
@@ -301,8 +346,11 @@ def main() -> int:
         return 2
     result["api_ingest_bucket_s"] = api_status.get("ingest_bucket_s")
     if result["api_ingest_bucket_s"] != settings.ingest_bucket_s:
-        log.warning("the API runs with ingest_bucket_s=%s, these settings say %s: its view answers may be refused",
-                    result["api_ingest_bucket_s"], settings.ingest_bucket_s)
+        log.warning(
+            "the API runs with ingest_bucket_s=%s, these settings say %s: its view answers may be refused",
+            result["api_ingest_bucket_s"],
+            settings.ingest_bucket_s,
+        )
     result["settings_ingest_bucket_s"] = settings.ingest_bucket_s
     batch = api_status.get("batch") or {}
     result["api_batch_error"] = batch.get("error")
@@ -313,8 +361,15 @@ def main() -> int:
             try:
                 row = {"route": name, **load_route(base, known[name], clients, args.duration, args.max_requests)}
                 result["routes"].append(row)
-                log.info("%s, %d clients: %.1f req/s, p50 %s ms, p99 %s ms, %d errors", name, clients,
-                         row["requests_per_s"] or 0, fmt(row["p50_ms"], 1), fmt(row["p99_ms"], 1), sum(row["errors"].values()))
+                log.info(
+                    "%s, %d clients: %.1f req/s, p50 %s ms, p99 %s ms, %d errors",
+                    name,
+                    clients,
+                    row["requests_per_s"] or 0,
+                    fmt(row["p50_ms"], 1),
+                    fmt(row["p99_ms"], 1),
+                    sum(row["errors"].values()),
+                )
                 if not row["ok"]:
                     status = 1
             except Exception as exc:
@@ -326,8 +381,16 @@ def main() -> int:
         run = f"{int(time.time())}-{os.getpid()}"
         try:
             log.info("freshness: %d probes via %s, one every %.1fs", args.probes, args.probe_via, args.probe_interval)
-            result["freshness"] = freshness(settings, base, run, args.probes, args.probe_interval, args.poll_interval,
-                                            args.probe_timeout, args.probe_via)
+            result["freshness"] = freshness(
+                settings,
+                base,
+                run,
+                args.probes,
+                args.probe_interval,
+                args.poll_interval,
+                args.probe_timeout,
+                args.probe_via,
+            )
             if not result["freshness"]["visible"]:
                 status = 1
         except Exception as exc:

@@ -36,9 +36,11 @@ import os
 import statistics
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest import mock
+
+from figures import emit, int_list  # bench/ itself: the scripts run as files
 
 from batch_layer import job, layout
 from batch_layer.hbase_writer import TableStats, create_table, verify_table, write_partitions
@@ -47,15 +49,13 @@ from definitions.settings import Settings, get_settings
 from definitions.views import BUILT_IN, GRANULARITIES, PAGE_VIEWS, UNIQUE_VISITORS, View
 from ingest.generator import _COUNTRIES, _DEVICES, _REFERRERS, _TYPE_WEIGHTS, page_urls
 
-from figures import emit, int_list  # bench/ itself: the scripts run as files
-
 log = logging.getLogger("bench.batch")
 
 # --- the synthetic master dataset ------------------------------------------------------------------
 
 # Bump when the generated data changes, so that stale copies under --data-dir are rebuilt.
 DATA_VERSION = 1
-START = datetime(2025, 1, 6, tzinfo=timezone.utc)  # first ingest time; fixed, so the data is too
+START = datetime(2025, 1, 6, tzinfo=UTC)  # first ingest time; fixed, so the data is too
 SPAN_S = 2 * 86_400  # ingest (and event) times spread over two days
 URLS = 500
 ZIPF_S = 1.1
@@ -108,19 +108,29 @@ def synthetic_master(spark, rows: int):
     partitions = max(2, SPAN_S // 3600)  # about one ingest hour per task: one or two files per directory
     base = spark.range(0, rows, 1, numPartitions=partitions)
     events = (
-        base.withColumn("src", F.expr(
-            f"CASE WHEN id >= {DUPLICATE_WINDOW} AND {_uniform('id', 1)} < {DUPLICATE_FRACTION} "
-            f"THEN id - 1 - cast(floor({_uniform('id', 2)} * {DUPLICATE_WINDOW}) AS BIGINT) ELSE id END"))
+        base.withColumn(
+            "src",
+            F.expr(
+                f"CASE WHEN id >= {DUPLICATE_WINDOW} AND {_uniform('id', 1)} < {DUPLICATE_FRACTION} "
+                f"THEN id - 1 - cast(floor({_uniform('id', 2)} * {DUPLICATE_WINDOW}) AS BIGINT) ELSE id END"
+            ),
+        )
         .withColumn("user", F.expr(f"cast(floor({_uniform('src', 3)} * {USERS}) AS INT)"))
         .select(
-            F.expr(f"concat_ws('-', substr({hex_a}, 1, 8), substr({hex_a}, 9, 4), substr({hex_a}, 13, 4), "
-                   f"substr({hex_b}, 1, 4), substr({hex_b}, 5, 12))").alias("event_id"),
-            F.expr(f"timestamp_millis(cast(floor(({start_us} + cast(src * {step_us!r}D AS BIGINT) - {delay_us}) / 1000) AS BIGINT))").alias("event_time"),
+            F.expr(
+                f"concat_ws('-', substr({hex_a}, 1, 8), substr({hex_a}, 9, 4), substr({hex_a}, 13, 4), "
+                f"substr({hex_b}, 1, 4), substr({hex_b}, 5, 12))"
+            ).alias("event_id"),
+            F.expr(
+                f"timestamp_millis(cast(floor(({start_us} + cast(src * {step_us!r}D AS BIGINT) - {delay_us}) / 1000) AS BIGINT))"
+            ).alias("event_time"),
             F.expr("concat('u-', user)").alias("user_id"),
             F.expr(f"element_at(array({', '.join(repr(u) for u in urls)}), {rank})").alias("url"),
             F.expr(event_type).alias("event_type"),
-            F.expr(f"CASE WHEN {_uniform('src', 8)} < 0.2 THEN element_at(array({', '.join(repr(r) for r in referrers)}), "
-                   f"cast(floor({_uniform('src', 9)} * {len(referrers)}) AS INT) + 1) END").alias("referrer"),
+            F.expr(
+                f"CASE WHEN {_uniform('src', 8)} < 0.2 THEN element_at(array({', '.join(repr(r) for r in referrers)}), "
+                f"cast(floor({_uniform('src', 9)} * {len(referrers)}) AS INT) + 1) END"
+            ).alias("referrer"),
             F.expr(country).alias("country"),
             F.expr(device).alias("device"),
             F.lit(1).cast("int").alias("schema_version"),
@@ -162,6 +172,7 @@ def cutoff_ms() -> int:
 
 # --- Spark: the batch job's computation ------------------------------------------------------------
 
+
 def spark_events(spark, settings: Settings, url: str):
     """`job.deduplicated_events` over the local copy, cached and counted as run_batch does."""
     with mock.patch.object(job, "read_master", lambda spark, settings: spark.read.parquet(url)):
@@ -175,8 +186,11 @@ def computed_stats(view: View, computed) -> TableStats:
 
     computed = computed.cache()
     try:
-        agg = computed.agg(F.count(F.lit(1)).alias("cells"), F.sum("value").alias("checksum"),
-                           F.countDistinct("event_bucket").alias("buckets")).first()
+        agg = computed.agg(
+            F.count(F.lit(1)).alias("cells"),
+            F.sum("value").alias("checksum"),
+            F.countDistinct("event_bucket").alias("buckets"),
+        ).first()
         cells = int(agg["cells"])
         return TableStats(cells if view.layout == "by_key" else int(agg["buckets"]), cells, int(agg["checksum"] or 0))
     finally:
@@ -195,16 +209,26 @@ def spark_recompute(spark, settings: Settings, url: str) -> dict:
     finally:
         events.unpersist(blocking=True)
     total = time.monotonic() - started
-    return {"seconds": total, "dedup_seconds": dedup_s, "views_seconds": total - dedup_s, "events": distinct, "stats": stats}
+    return {
+        "seconds": total,
+        "dedup_seconds": dedup_s,
+        "views_seconds": total - dedup_s,
+        "events": distinct,
+        "stats": stats,
+    }
 
 
 # --- DuckDB: the same computation ------------------------------------------------------------------
 
+
 def duckdb_sql(view: View, granularity: str) -> str:
     """The view at one granularity, reduced to (rows, cells, checksum) as computed_stats does."""
     size = GRANULARITIES[granularity]
-    value = {"count": "count(*)", "sum": f"CAST(sum({view.column}) AS BIGINT)",
-             "distinct": f"count(DISTINCT {view.column})"}[view.aggregation]
+    value = {
+        "count": "count(*)",
+        "sum": f"CAST(sum({view.column}) AS BIGINT)",
+        "distinct": f"count(DISTINCT {view.column})",
+    }[view.aggregation]
     where = " AND ".join([f"({view.where})" if view.where else "TRUE", *[f"{k} IS NOT NULL" for k in view.keys]])
     rows = "count(*)" if view.layout == "by_key" else "count(DISTINCT event_bucket)"
     return (
@@ -215,7 +239,7 @@ def duckdb_sql(view: View, granularity: str) -> str:
 
 
 def duckdb_recompute(con, folder: Path) -> dict:
-    cutoff = datetime.fromtimestamp(cutoff_ms() / 1000, timezone.utc)
+    cutoff = datetime.fromtimestamp(cutoff_ms() / 1000, UTC)
     started = time.monotonic()
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE events AS
@@ -232,10 +256,17 @@ def duckdb_recompute(con, folder: Path) -> dict:
             stats[f"{view.name}/{granularity}"] = TableStats(int(rows), int(cells), int(checksum))
     total = time.monotonic() - started
     con.execute("DROP TABLE events")
-    return {"seconds": total, "dedup_seconds": dedup_s, "views_seconds": total - dedup_s, "events": distinct, "stats": stats}
+    return {
+        "seconds": total,
+        "dedup_seconds": dedup_s,
+        "views_seconds": total - dedup_s,
+        "events": distinct,
+        "stats": stats,
+    }
 
 
 # --- HBase load -----------------------------------------------------------------------------------
+
 
 def drop_table(settings: Settings, name: str) -> None:
     conn = hbase_connection(settings)
@@ -250,8 +281,14 @@ def with_put_batch_size(settings: Settings, size: int) -> Settings:
     return settings.model_copy(update={"batch": settings.batch.model_copy(update={"put_batch_size": size})})
 
 
-def load_view(settings: Settings, name: str, view: View, computed: dict, verify: bool,
-              granularities: tuple[str, ...] | None = None) -> tuple[int, float]:
+def load_view(
+    settings: Settings,
+    name: str,
+    view: View,
+    computed: dict,
+    verify: bool,
+    granularities: tuple[str, ...] | None = None,
+) -> tuple[int, float]:
     """Write `view` (every granularity by default) into a fresh table `name`, then drop it; (cells, seconds)."""
     create_table(settings, name)
     try:
@@ -290,8 +327,16 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
                     name = layout.table_name(f"bench_{view.name}", stamp + 1 + r * len(batch_sizes) + n)
                     cells, seconds = load_view(tuned, name, view, computed, verify)
                     samples[batch_size][view.name].append((cells, seconds))
-                    log.info("round %d, put batch %d: %s, %d cells in %.1fs = %.0f cells/s%s", r + 1, batch_size, name,
-                             cells, seconds, cells / seconds, " (verified)" if verify else "")
+                    log.info(
+                        "round %d, put batch %d: %s, %d cells in %.1fs = %.0f cells/s%s",
+                        r + 1,
+                        batch_size,
+                        name,
+                        cells,
+                        seconds,
+                        cells / seconds,
+                        " (verified)" if verify else "",
+                    )
     finally:
         for frame in computed.values():
             frame.unpersist()
@@ -301,61 +346,103 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
         for view in views:
             cells = samples[batch_size][view.name][0][0]
             seconds = statistics.median(s for _, s in samples[batch_size][view.name])
-            trial["views"][view.name] = {"cells": cells, "seconds": seconds, "cells_per_s": cells / seconds,
-                                         "runs_s": [s for _, s in samples[batch_size][view.name]]}
+            trial["views"][view.name] = {
+                "cells": cells,
+                "seconds": seconds,
+                "cells_per_s": cells / seconds,
+                "runs_s": [s for _, s in samples[batch_size][view.name]],
+            }
         trial["cells"] = sum(v["cells"] for v in trial["views"].values())
         trial["seconds"] = sum(v["seconds"] for v in trial["views"].values())
         trial["cells_per_s"] = trial["cells"] / trial["seconds"]
         trials.append(trial)
     fastest = max(trials, key=lambda t: t["cells_per_s"])
-    return {"events": distinct, "rounds": rounds, "verified": verify, "trials": trials, "fastest_put_batch_size": fastest["put_batch_size"],
-            "default_put_batch_size": settings.batch.put_batch_size}
+    return {
+        "events": distinct,
+        "rounds": rounds,
+        "verified": verify,
+        "trials": trials,
+        "fastest_put_batch_size": fastest["put_batch_size"],
+        "default_put_batch_size": settings.batch.put_batch_size,
+    }
 
 
 # --- main -----------------------------------------------------------------------------------------
 def report(result: dict) -> str:
-    lines = [f"Batch recompute (Spark {result['spark_master']}, {result['shuffle_partitions']} shuffle partitions, "
-             f"driver {result['driver_memory']}; DuckDB {result['duckdb_version']}, {result['duckdb_threads']} threads; "
-             f"medians of {result['runs']} run(s)):",
-             f"{'records':>12} {'distinct':>12} {'spark s':>9} {'dedup s':>8} {'duckdb s':>9} {'ratio':>7} {'spark s/M':>10} {'load':>5}"]
+    lines = [
+        f"Batch recompute (Spark {result['spark_master']}, {result['shuffle_partitions']} shuffle partitions, "
+        f"driver {result['driver_memory']}; DuckDB {result['duckdb_version']}, {result['duckdb_threads']} threads; "
+        f"medians of {result['runs']} run(s)):",
+        f"{'records':>12} {'distinct':>12} {'spark s':>9} {'dedup s':>8} {'duckdb s':>9} {'ratio':>7} {'spark s/M':>10} {'load':>5}",
+    ]
     for row in result["sizes"]:
-        lines.append(f"{row['records']:>12,} {row['distinct_events']:>12,} {row['spark_s']:>9.1f} {row['spark_dedup_s']:>8.1f} "
-                     f"{row['duckdb_s']:>9.2f} {row['spark_over_duckdb']:>6.1f}x {row['spark_s_per_million']:>10.2f} "
-                     f"{max(row['load_average_1m']):>5.1f}")
+        lines.append(
+            f"{row['records']:>12,} {row['distinct_events']:>12,} {row['spark_s']:>9.1f} {row['spark_dedup_s']:>8.1f} "
+            f"{row['duckdb_s']:>9.2f} {row['spark_over_duckdb']:>6.1f}x {row['spark_s_per_million']:>10.2f} "
+            f"{max(row['load_average_1m']):>5.1f}"
+        )
     if "spark_marginal_s_per_million" in result:
-        lines.append(f"Spark marginal cost (least-squares slope over sizes): {result['spark_marginal_s_per_million']:.2f} s per "
-                     f"million records, intercept {result['spark_intercept_s']:.1f} s")
-    lines.append("(dedup s: the part of spark s spent de-duplicating; load: highest 1-min load average seen around the runs, "
-                 f"{os.cpu_count()} cores)")
-    lines.append("Spark and DuckDB produced identical figures (rows, cells, sum of values) for every view and granularity "
-                 "(DuckDB computes no HLL sketch for unique_visitors)"
-                 if result["results_match"] else "WARNING: Spark and DuckDB figures differ (see the JSON output)")
+        lines.append(
+            f"Spark marginal cost (least-squares slope over sizes): {result['spark_marginal_s_per_million']:.2f} s per "
+            f"million records, intercept {result['spark_intercept_s']:.1f} s"
+        )
+    lines.append(
+        "(dedup s: the part of spark s spent de-duplicating; load: highest 1-min load average seen around the runs, "
+        f"{os.cpu_count()} cores)"
+    )
+    lines.append(
+        "Spark and DuckDB produced identical figures (rows, cells, sum of values) for every view and granularity "
+        "(DuckDB computes no HLL sketch for unique_visitors)"
+        if result["results_match"]
+        else "WARNING: Spark and DuckDB figures differ (see the JSON output)"
+    )
     hbase = result.get("hbase")
     if hbase:
-        lines.append(f"HBase load via write_partitions ({hbase['records']:,} records, {hbase['events']:,} distinct; "
-                     "page_views + unique_visitors, every granularity; default put_batch_size "
-                     f"{hbase['default_put_batch_size']}):")
-        lines.append(f"{'put_batch_size':>14} {'cells':>9} {'seconds':>8} {'cells/s':>9} {'page_views/s':>13} {'unique_visitors/s':>18}")
+        lines.append(
+            f"HBase load via write_partitions ({hbase['records']:,} records, {hbase['events']:,} distinct; "
+            "page_views + unique_visitors, every granularity; default put_batch_size "
+            f"{hbase['default_put_batch_size']}):"
+        )
+        lines.append(
+            f"{'put_batch_size':>14} {'cells':>9} {'seconds':>8} {'cells/s':>9} {'page_views/s':>13} {'unique_visitors/s':>18}"
+        )
         for t in hbase["trials"]:
-            lines.append(f"{t['put_batch_size']:>14,} {t['cells']:>9,} {t['seconds']:>8.1f} {t['cells_per_s']:>9,.0f} "
-                         f"{t['views']['page_views']['cells_per_s']:>13,.0f} {t['views']['unique_visitors']['cells_per_s']:>18,.0f}")
-        lines.append(f"fastest: put_batch_size {hbase['fastest_put_batch_size']:,} (seconds: write_partitions, median of "
-                     f"{hbase['rounds']} round(s)" + ("; each table scanned back and verified, untimed)" if hbase["verified"] else ")"))
+            lines.append(
+                f"{t['put_batch_size']:>14,} {t['cells']:>9,} {t['seconds']:>8.1f} {t['cells_per_s']:>9,.0f} "
+                f"{t['views']['page_views']['cells_per_s']:>13,.0f} {t['views']['unique_visitors']['cells_per_s']:>18,.0f}"
+            )
+        lines.append(
+            f"fastest: put_batch_size {hbase['fastest_put_batch_size']:,} (seconds: write_partitions, median of "
+            f"{hbase['rounds']} round(s)"
+            + ("; each table scanned back and verified, untimed)" if hbase["verified"] else ")")
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int_list, default=int_list("1000000,5000000,10000000"),
-                        help="master dataset sizes in records, comma-separated")
+    parser.add_argument(
+        "--sizes",
+        type=int_list,
+        default=int_list("1000000,5000000,10000000"),
+        help="master dataset sizes in records, comma-separated",
+    )
     parser.add_argument("--runs", type=int, default=1, help="timed runs per size and engine (median reported)")
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/lambda-bench-batch"),
-                        help="where the synthetic datasets are kept (reused across invocations)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("/tmp/lambda-bench-batch"),
+        help="where the synthetic datasets are kept (reused across invocations)",
+    )
     parser.add_argument("--hbase-size", type=int, default=1_000_000, help="dataset size for the HBase load; 0 skips it")
     parser.add_argument("--put-batch-sizes", type=int_list, default=int_list("500,2000,10000"))
     parser.add_argument("--hbase-runs", type=int, default=1, help="rounds over the put batch sizes (median reported)")
-    parser.add_argument("--warmup", type=int, default=20_000,
-                        help="records of an untimed first recompute that warms up both engines; 0 skips it")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=20_000,
+        help="records of an untimed first recompute that warms up both engines; 0 skips it",
+    )
     parser.add_argument("--no-verify", action="store_true", help="skip scanning the HBase tables back")
     parser.add_argument("--driver-memory", default="3g")
     parser.add_argument("--duckdb-memory", default="6GB")
@@ -397,42 +484,62 @@ def main() -> int:
             for i in range(args.runs):
                 sparks.append(spark_recompute(spark, settings, url))
                 loads.append(os.getloadavg()[0])
-                log.info("%d records, spark run %d: %.1fs (%.1fs de-duplication, %d distinct)", size, i + 1,
-                         sparks[-1]["seconds"], sparks[-1]["dedup_seconds"], sparks[-1]["events"])
+                log.info(
+                    "%d records, spark run %d: %.1fs (%.1fs de-duplication, %d distinct)",
+                    size,
+                    i + 1,
+                    sparks[-1]["seconds"],
+                    sparks[-1]["dedup_seconds"],
+                    sparks[-1]["events"],
+                )
                 ducks.append(duckdb_recompute(con, args.data_dir / str(size)))
                 loads.append(os.getloadavg()[0])
-                log.info("%d records, duckdb run %d: %.2fs (%.2fs de-duplication, %d distinct)", size, i + 1,
-                         ducks[-1]["seconds"], ducks[-1]["dedup_seconds"], ducks[-1]["events"])
+                log.info(
+                    "%d records, duckdb run %d: %.2fs (%.2fs de-duplication, %d distinct)",
+                    size,
+                    i + 1,
+                    ducks[-1]["seconds"],
+                    ducks[-1]["dedup_seconds"],
+                    ducks[-1]["events"],
+                )
             mismatched = sorted(k for k in sparks[0]["stats"] if sparks[0]["stats"][k] != ducks[0]["stats"].get(k))
             if mismatched or sparks[0]["events"] != ducks[0]["events"]:
                 result["results_match"] = False
                 log.warning("%d records: Spark and DuckDB differ on %s", size, mismatched or "the distinct event count")
             spark_s = statistics.median(r["seconds"] for r in sparks)
             duck_s = statistics.median(r["seconds"] for r in ducks)
-            result["sizes"].append({
-                "records": size,
-                "distinct_events": sparks[0]["events"],
-                "spark_s": spark_s,
-                "spark_dedup_s": statistics.median(r["dedup_seconds"] for r in sparks),
-                "spark_views_s": statistics.median(r["views_seconds"] for r in sparks),
-                "spark_runs_s": [r["seconds"] for r in sparks],
-                "duckdb_s": duck_s,
-                "duckdb_dedup_s": statistics.median(r["dedup_seconds"] for r in ducks),
-                "duckdb_runs_s": [r["seconds"] for r in ducks],
-                "spark_over_duckdb": spark_s / duck_s,
-                "spark_s_per_million": spark_s / (size / 1e6),
-                "duckdb_s_per_million": duck_s / (size / 1e6),
-                "load_average_1m": loads,
-                "views": {k: {"spark": vars(v), "duckdb": vars(ducks[0]["stats"].get(k, TableStats()))}
-                          for k, v in sparks[0]["stats"].items()},
-            })
+            result["sizes"].append(
+                {
+                    "records": size,
+                    "distinct_events": sparks[0]["events"],
+                    "spark_s": spark_s,
+                    "spark_dedup_s": statistics.median(r["dedup_seconds"] for r in sparks),
+                    "spark_views_s": statistics.median(r["views_seconds"] for r in sparks),
+                    "spark_runs_s": [r["seconds"] for r in sparks],
+                    "duckdb_s": duck_s,
+                    "duckdb_dedup_s": statistics.median(r["dedup_seconds"] for r in ducks),
+                    "duckdb_runs_s": [r["seconds"] for r in ducks],
+                    "spark_over_duckdb": spark_s / duck_s,
+                    "spark_s_per_million": spark_s / (size / 1e6),
+                    "duckdb_s_per_million": duck_s / (size / 1e6),
+                    "load_average_1m": loads,
+                    "views": {
+                        k: {"spark": vars(v), "duckdb": vars(ducks[0]["stats"].get(k, TableStats()))}
+                        for k, v in sparks[0]["stats"].items()
+                    },
+                }
+            )
         if len(result["sizes"]) >= 2:
-            fit = statistics.linear_regression([r["records"] / 1e6 for r in result["sizes"]], [r["spark_s"] for r in result["sizes"]])
+            fit = statistics.linear_regression(
+                [r["records"] / 1e6 for r in result["sizes"]], [r["spark_s"] for r in result["sizes"]]
+            )
             result["spark_marginal_s_per_million"], result["spark_intercept_s"] = fit.slope, fit.intercept
         if args.hbase_size:
             url = ensure_dataset(spark, args.data_dir, args.hbase_size)
-            result["hbase"] = {"records": args.hbase_size,
-                               **hbase_load(spark, settings, url, args.put_batch_sizes, args.hbase_runs, not args.no_verify)}
+            result["hbase"] = {
+                "records": args.hbase_size,
+                **hbase_load(spark, settings, url, args.put_batch_sizes, args.hbase_runs, not args.no_verify),
+            }
     finally:
         con.close()
         spark.stop()

@@ -41,17 +41,25 @@ def measure(mode: str, rows: int, concurrency: int, port: int) -> dict:
         cluster = cassandra_cluster(settings, timeout_s=30)
         try:
             session = cluster.connect()
-            session.execute("CREATE KEYSPACE bench WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}")
-            session.execute("CREATE TABLE bench.realtime (view_name text, key text, event_bucket bigint, "
-                            "ingest_bucket bigint, value bigint, PRIMARY KEY ((view_name, key), event_bucket, ingest_bucket))")
-            insert = session.prepare("INSERT INTO bench.realtime (view_name, key, event_bucket, ingest_bucket, value) "
-                                     "VALUES (?, ?, ?, ?, ?)")
-            args = [("page_views", f"/p/{i % 5_000}", 1_700_000_000 + (i // 5_000) * 60, 1_700_000_000, i)
-                    for i in range(rows)]
+            session.execute(
+                "CREATE KEYSPACE bench WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"
+            )
+            session.execute(
+                "CREATE TABLE bench.realtime (view_name text, key text, event_bucket bigint, "
+                "ingest_bucket bigint, value bigint, PRIMARY KEY ((view_name, key), event_bucket, ingest_bucket))"
+            )
+            insert = session.prepare(
+                "INSERT INTO bench.realtime (view_name, key, event_bucket, ingest_bucket, value) VALUES (?, ?, ?, ?, ?)"
+            )
+            args = [
+                ("page_views", f"/p/{i % 5_000}", 1_700_000_000 + (i // 5_000) * 60, 1_700_000_000, i)
+                for i in range(rows)
+            ]
             execute_concurrent_with_args(session, insert, args[:2_000], concurrency=concurrency)  # warm-up
             started = time.perf_counter()
-            results = execute_concurrent_with_args(session, insert, args, concurrency=concurrency,
-                                                   raise_on_first_error=True)
+            results = execute_concurrent_with_args(
+                session, insert, args, concurrency=concurrency, raise_on_first_error=True
+            )
             elapsed = time.perf_counter() - started
             assert all(ok for ok, _ in results)
             latencies = []
@@ -62,8 +70,14 @@ def measure(mode: str, rows: int, concurrency: int, port: int) -> dict:
         finally:
             cluster.shutdown()
             stack.down()
-    return {"mode": mode, "rows": rows, "concurrency": concurrency, "rows_per_s": rows / elapsed,
-            "single_write_ms_p50": statistics.median(latencies), "single_write_ms_p99": percentile(latencies, 99)}
+    return {
+        "mode": mode,
+        "rows": rows,
+        "concurrency": concurrency,
+        "rows_per_s": rows / elapsed,
+        "single_write_ms_p50": statistics.median(latencies),
+        "single_write_ms_p99": percentile(latencies, 99),
+    }
 
 
 def main() -> int:
@@ -79,12 +93,16 @@ def main() -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     results = [measure(mode, args.rows, args.concurrency, args.port) for mode in args.modes.split(",")]
     periodic = next((r for r in results if r["mode"] == "periodic"), None)
-    lines = [f"Cassandra commit log modes: {args.rows:,} realtime rows, {args.concurrency} writes in flight\n",
-             f"{'mode':<10} {'rows/s':>10} {'vs periodic':>12} {'1 write p50 ms':>15} {'p99 ms':>8}\n"]
+    lines = [
+        f"Cassandra commit log modes: {args.rows:,} realtime rows, {args.concurrency} writes in flight\n",
+        f"{'mode':<10} {'rows/s':>10} {'vs periodic':>12} {'1 write p50 ms':>15} {'p99 ms':>8}\n",
+    ]
     for r in results:
         ratio = r["rows_per_s"] / periodic["rows_per_s"] if periodic else None
-        lines.append(f"{r['mode']:<10} {fmt(r['rows_per_s']):>10} {fmt(ratio, 2):>12} "
-                     f"{fmt(r['single_write_ms_p50'], 2):>15} {fmt(r['single_write_ms_p99'], 2):>8}\n")
+        lines.append(
+            f"{r['mode']:<10} {fmt(r['rows_per_s']):>10} {fmt(ratio, 2):>12} "
+            f"{fmt(r['single_write_ms_p50'], 2):>15} {fmt(r['single_write_ms_p99'], 2):>8}\n"
+        )
     emit({"benchmark": "cassandra_commitlog", "results": results}, "".join(lines), args.json)
     return 0
 

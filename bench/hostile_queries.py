@@ -32,24 +32,31 @@ from pathlib import Path
 
 import httpx
 import psutil
+from figures import emit, fmt  # bench/ itself: the scripts run as files
 
 from definitions.settings import Settings, get_settings
-
-from figures import emit, fmt  # bench/ itself: the scripts run as files
 
 log = logging.getLogger("bench.hostile")
 
 CENTURY = {"start": "1926-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}
 CENTURY_PAGE_VIEWS = ("/api/v1/views/page_views", {"url": "/", "granularity": "minute", **CENTURY})
 ABSURD = [
-    ("/api/v1/views/page_views", {"url": "/", "granularity": "minute", "start": "0001-01-01T00:00:00Z",
-                                  "end": "9999-12-31T23:59:59Z"}),
-    ("/api/v1/views/page_views", {"url": "/", "granularity": "hour", "start": "1969-12-31T00:00:00Z",
-                                  "end": "1970-01-01T01:00:00Z"}),
-    ("/api/v1/views/top_pages", {"granularity": "minute", "start": "0001-01-01T00:00:00+14:00",
-                                 "end": "9999-12-31T23:59:59-14:00"}),
-    ("/api/v1/views/page_views", {"url": "/", "granularity": "day", "start": "2026-01-01T00:00:00Z",
-                                  "end": "9999-01-01T00:00:00Z"}),
+    (
+        "/api/v1/views/page_views",
+        {"url": "/", "granularity": "minute", "start": "0001-01-01T00:00:00Z", "end": "9999-12-31T23:59:59Z"},
+    ),
+    (
+        "/api/v1/views/page_views",
+        {"url": "/", "granularity": "hour", "start": "1969-12-31T00:00:00Z", "end": "1970-01-01T01:00:00Z"},
+    ),
+    (
+        "/api/v1/views/top_pages",
+        {"granularity": "minute", "start": "0001-01-01T00:00:00+14:00", "end": "9999-12-31T23:59:59-14:00"},
+    ),
+    (
+        "/api/v1/views/page_views",
+        {"url": "/", "granularity": "day", "start": "2026-01-01T00:00:00Z", "end": "9999-01-01T00:00:00Z"},
+    ),
 ]
 
 
@@ -89,12 +96,20 @@ def century_requests(base: str) -> list[tuple[str, dict]]:
 def normal_query(base: str) -> tuple[str, dict]:
     """Page views of one URL over the last hour, by minute: the busiest URL of the hour, else "/"."""
     now = int(time.time())
-    window = {"start": time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(now - 3_600)),
-              "end": time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(now + 60))}
+    window = {
+        "start": time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(now - 3_600)),
+        "end": time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime(now + 60)),
+    }
     url = "/"
     try:
-        rows = httpx.get(f"{base}/api/v1/views/top_pages", params={"granularity": "minute", "limit": 1, **window},
-                         timeout=60).json().get("rows") or []
+        rows = (
+            httpx.get(
+                f"{base}/api/v1/views/top_pages", params={"granularity": "minute", "limit": 1, **window}, timeout=60
+            )
+            .json()
+            .get("rows")
+            or []
+        )
         url = rows[0]["url"] if rows else url
     except (httpx.HTTPError, ValueError, KeyError):
         pass
@@ -174,8 +189,10 @@ def server_seconds(base: str) -> dict[tuple[str, str], tuple[float, float]]:
     text = httpx.get(f"{base}/metrics", timeout=30).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in ("lambda_api_request_seconds_count", "lambda_api_request_seconds_sum") \
-                    and sample.labels.get("method") == "GET":
+            if (
+                sample.name in ("lambda_api_request_seconds_count", "lambda_api_request_seconds_sum")
+                and sample.labels.get("method") == "GET"
+            ):
                 key = (sample.labels["route"], sample.labels["status"])
                 slot = out.setdefault(key, [0.0, 0.0])
                 slot[0 if sample.name.endswith("_count") else 1] += sample.value
@@ -202,8 +219,12 @@ def stats(latencies: list[float]) -> dict:
 def run(base: str, pid: int, args) -> dict:
     normal = normal_query(base)
     process = psutil.Process(pid)
-    result: dict = {"base_url": base, "pid": pid, "normal_query": {"path": normal[0], **normal[1]},
-                    "rss_before_mb": process.memory_info().rss / 2**20}
+    result: dict = {
+        "base_url": base,
+        "pid": pid,
+        "normal_query": {"path": normal[0], **normal[1]},
+        "rss_before_mb": process.memory_info().rss / 2**20,
+    }
 
     baseline = Repeater(base, normal)
     baseline.start()
@@ -232,19 +253,31 @@ def run(base: str, pid: int, args) -> dict:
     sampler.join()
 
     century = [s for name, _, s in answers[: args.concurrency * args.waves]]
-    result.update({
-        "waves": args.waves, "requests_per_wave": len(hostile), "attack_s": attack_s,
-        "hostile": {**stats([s for _, _, s in answers]), "statuses": dict(Counter(str(st) for _, st, _ in answers))},
-        "century_page_views": stats(century),
-        "hostile_by_route": {name: dict(Counter(str(st) for n, st, _ in answers if n == name))
-                             for name in sorted({n for n, _, _ in answers})},
-        "over_1s": sum(1 for _, _, s in answers if s > 1.0),
-        "server_mean_ms_4xx": server_mean_ms(metrics_before, metrics_after, "4"),
-        "api_cpu_s": cpu_s, "api_cpu_ms_per_request": cpu_s * 1000 / max(1, len(answers) + len(under.latencies)),
-        "normal_under_attack": {**stats(under.latencies), "statuses": dict(under.statuses)},
-        "rss_peak_mb": max(sampler.samples, default=0) / 2**20, "rss_samples": len(sampler.samples),
-        "api_alive": psutil.pid_exists(pid), "load_average": os.getloadavg(),
-    })
+    result.update(
+        {
+            "waves": args.waves,
+            "requests_per_wave": len(hostile),
+            "attack_s": attack_s,
+            "hostile": {
+                **stats([s for _, _, s in answers]),
+                "statuses": dict(Counter(str(st) for _, st, _ in answers)),
+            },
+            "century_page_views": stats(century),
+            "hostile_by_route": {
+                name: dict(Counter(str(st) for n, st, _ in answers if n == name))
+                for name in sorted({n for n, _, _ in answers})
+            },
+            "over_1s": sum(1 for _, _, s in answers if s > 1.0),
+            "server_mean_ms_4xx": server_mean_ms(metrics_before, metrics_after, "4"),
+            "api_cpu_s": cpu_s,
+            "api_cpu_ms_per_request": cpu_s * 1000 / max(1, len(answers) + len(under.latencies)),
+            "normal_under_attack": {**stats(under.latencies), "statuses": dict(under.statuses)},
+            "rss_peak_mb": max(sampler.samples, default=0) / 2**20,
+            "rss_samples": len(sampler.samples),
+            "api_alive": psutil.pid_exists(pid),
+            "load_average": os.getloadavg(),
+        }
+    )
     return result
 
 
@@ -293,14 +326,24 @@ def main() -> int:
     with httpx.Client(base_url=base, timeout=args.probe_timeout) as client:
         status, seconds = timed(client, path, params)
     if not isinstance(status, int) or not 400 <= status < 500:
-        log.error("one century query was not refused within %ss (got %s after %.1fs): this API does not bound "
-                  "queries; not sending it %d more", args.probe_timeout, status, seconds, args.concurrency)
+        log.error(
+            "one century query was not refused within %ss (got %s after %.1fs): this API does not bound "
+            "queries; not sending it %d more",
+            args.probe_timeout,
+            status,
+            seconds,
+            args.concurrency,
+        )
         return 2
     log.info("probe refused with %s in %.1f ms; %d waves of %d", status, seconds * 1000, args.waves, args.concurrency)
     result = run(base, pid, args)
     emit(result, report(result), args.json)
-    ok = result["api_alive"] and result["over_1s"] == 0 and result["rss_peak_mb"] < 1024 \
+    ok = (
+        result["api_alive"]
+        and result["over_1s"] == 0
+        and result["rss_peak_mb"] < 1024
         and all(s.startswith("4") for s in result["hostile"]["statuses"])
+    )
     return 0 if ok else 1
 
 

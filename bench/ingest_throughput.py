@@ -31,9 +31,9 @@ from kafka.admin import NewTopic
 from definitions.clients import kafka_admin
 from definitions.settings import Settings, get_settings
 from definitions.webhdfs import WebHdfs
+from infra.stack import Stack
 from ingest import completeness
 from ingest.generator import GeneratorConfig, produce
-from infra.stack import Stack
 
 log = logging.getLogger("bench.ingest")
 
@@ -41,8 +41,9 @@ log = logging.getLogger("bench.ingest")
 def make_topic(settings: Settings, name: str) -> None:
     admin = kafka_admin(settings)
     try:
-        admin.create_topics([NewTopic(name, settings.kafka.partitions, 1,
-                                      topic_configs={"message.timestamp.type": "LogAppendTime"})])
+        admin.create_topics(
+            [NewTopic(name, settings.kafka.partitions, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})]
+        )
     finally:
         admin.close()
 
@@ -89,12 +90,23 @@ def archiver_rate(settings: Settings, count: int) -> dict:
             LAMBDA_ARCHIVER__COMPLETENESS_PATH=f"{root}/completeness",
             LAMBDA_ARCHIVER__CHECKPOINT_DIR=f"{root}/checkpoints",
         )
-        bench_settings = Settings(state_dir=Path(state), kafka={**settings.kafka.model_dump(), "events_topic": topic},
-                                  archiver={**settings.archiver.model_dump(), "master_path": f"{root}/master",
-                                            "completeness_path": f"{root}/completeness",
-                                            "checkpoint_dir": f"{root}/checkpoints"})
-        proc = subprocess.Popen([sys.executable, "-m", "ingest.archiver"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        bench_settings = Settings(
+            state_dir=Path(state),
+            kafka={**settings.kafka.model_dump(), "events_topic": topic},
+            archiver={
+                **settings.archiver.model_dump(),
+                "master_path": f"{root}/master",
+                "completeness_path": f"{root}/completeness",
+                "checkpoint_dir": f"{root}/checkpoints",
+            },
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ingest.archiver"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         progress = Path(state) / "run" / "archiver.progress.json"
         first_batch = None
         try:
@@ -109,8 +121,13 @@ def archiver_rate(settings: Settings, count: int) -> dict:
                     totals = json.loads(progress.read_text()).get("totals", {})
                     if totals.get("events", 0) + totals.get("records", 0) >= count:
                         elapsed = time.monotonic() - (first_batch or time.monotonic())
-                        return {"records": count, "seconds": elapsed, "rate": count / elapsed,
-                                "archived": totals.get("events"), "dead_lettered": totals.get("records")}
+                        return {
+                            "records": count,
+                            "seconds": elapsed,
+                            "rate": count / elapsed,
+                            "archived": totals.get("events"),
+                            "dead_lettered": totals.get("records"),
+                        }
                 time.sleep(1)
             raise RuntimeError("the benchmark archiver did not drain the topic in 30 minutes")
         finally:

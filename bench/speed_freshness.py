@@ -34,8 +34,10 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+
+from figures import emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
 
 from definitions.clients import cassandra_cluster
 from definitions.events import SCHEMA_VERSION, format_time
@@ -47,15 +49,19 @@ from ingest.streaming_progress import read_progress
 from speed_layer.job import JOB, QUERY
 from speed_layer.realtime_store import BY_KEY
 
-from figures import emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
-
 log = logging.getLogger("bench.speed")
 
 
 def summary(values: list[float]) -> dict:
-    return {"count": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
-            "p99": percentile(values, 99), "min": min(values) if values else None,
-            "max": max(values) if values else None, "mean": statistics.fmean(values) if values else None}
+    return {
+        "count": len(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+        "mean": statistics.fmean(values) if values else None,
+    }
 
 
 class Background:
@@ -72,7 +78,7 @@ class Background:
         except BaseException as exc:  # reported by the caller
             self.error = exc
 
-    def start(self) -> "Background":
+    def start(self) -> Background:
         self.thread.start()
         return self
 
@@ -84,14 +90,16 @@ class Background:
 
 # --- lag: Kafka end offsets vs the speed layer's committed offsets ---------------------------------
 
+
 class LagProbe:
     def __init__(self, settings: Settings) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
         self.settings = settings
         self.topic = settings.kafka.events_topic
-        self.consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False,
-                                      client_id="lambda-bench-speed")
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False, client_id="lambda-bench-speed"
+        )
         partitions = self.consumer.partitions_for_topic(self.topic) or set(range(settings.kafka.partitions))
         self.partitions = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         self.fs = WebHdfs(settings)
@@ -137,6 +145,7 @@ def speed_progress(settings: Settings) -> dict | None:
 
 # --- 1. freshness ----------------------------------------------------------------------------------
 
+
 @dataclass
 class Probe:
     index: int
@@ -153,7 +162,7 @@ class Probe:
 def probe_event(url: str, user: str) -> bytes:
     event = {
         "event_id": str(uuid.uuid4()),
-        "event_time": format_time(datetime.now(timezone.utc)),
+        "event_time": format_time(datetime.now(UTC)),
         "user_id": user,
         "url": url,
         "event_type": "page_view",
@@ -165,18 +174,26 @@ def probe_event(url: str, user: str) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
-def freshness(settings: Settings, run: str, rate: float, duration: float, interval: float, poll: float,
-              timeout: float) -> dict:
+def freshness(
+    settings: Settings, run: str, rate: float, duration: float, interval: float, poll: float, timeout: float
+) -> dict:
     from kafka import KafkaProducer
 
     cluster = cassandra_cluster(settings, timeout_s=10)
     session = cluster.connect()
-    query = session.prepare(f"SELECT key, value FROM {settings.cassandra.keyspace}.{BY_KEY} WHERE view_name = 'page_views' AND granularity = 'minute' "
-                            "AND key IN ?")
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, client_id="lambda-bench-probe", acks="all",
-                             linger_ms=0, retries=5)
-    background = Background(settings, GeneratorConfig(seed=int(time.time()) % 100_000, count=int(rate * duration),
-                                                      rate=rate, url_prefix=f"/bench-bg-{run}")).start()
+    query = session.prepare(
+        f"SELECT key, value FROM {settings.cassandra.keyspace}.{BY_KEY} WHERE view_name = 'page_views' AND granularity = 'minute' "
+        "AND key IN ?"
+    )
+    producer = KafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap, client_id="lambda-bench-probe", acks="all", linger_ms=0, retries=5
+    )
+    background = Background(
+        settings,
+        GeneratorConfig(
+            seed=int(time.time()) % 100_000, count=int(rate * duration), rate=rate, url_prefix=f"/bench-bg-{run}"
+        ),
+    ).start()
     probes: list[Probe] = []
     user = f"bench-probe-{run}"
     lock = threading.Lock()
@@ -223,8 +240,12 @@ def freshness(settings: Settings, run: str, rate: float, duration: float, interv
                 break
             if now >= next_log:
                 visible = [p.visible_s - p.appended_ms / 1000 for p in probes if p.visible_s and p.appended_ms]
-                log.info("freshness: %d probes sent, %d visible (median so far %s s)", len(probes), len(visible),
-                         fmt(percentile(visible, 50), 2))
+                log.info(
+                    "freshness: %d probes sent, %d visible (median so far %s s)",
+                    len(probes),
+                    len(visible),
+                    fmt(percentile(visible, 50), 2),
+                )
                 next_log += 10.0
             time.sleep(max(0.0, poll - (time.monotonic() - now)))
         producer.flush(10)
@@ -257,6 +278,7 @@ def freshness(settings: Settings, run: str, rate: float, duration: float, interv
 
 
 # --- 2. sustained rate -----------------------------------------------------------------------------
+
 
 def least_squares_slope(points: list[tuple[float, float]]) -> float | None:
     if len(points) < 3:
@@ -291,9 +313,17 @@ def rate_step(settings: Settings, lag: LagProbe, run: str, rate: int, duration: 
         samples.append(s)
         progress = speed_progress(settings)
         if progress and progress.get("batch_id") is not None and progress.get("timestamp", "") >= _iso(started):
-            batches[progress["batch_id"]] = {k: progress.get(k) for k in
-                                             ("timestamp", "input_rows", "input_rows_per_s", "processed_rows_per_s",
-                                              "batch_ms", "rows_behind")}
+            batches[progress["batch_id"]] = {
+                k: progress.get(k)
+                for k in (
+                    "timestamp",
+                    "input_rows",
+                    "input_rows_per_s",
+                    "processed_rows_per_s",
+                    "batch_ms",
+                    "rows_behind",
+                )
+            }
         background.thread.join(timeout=1.0)
     background.join()
     produce_end = time.time()
@@ -302,9 +332,10 @@ def rate_step(settings: Settings, lag: LagProbe, run: str, rate: int, duration: 
     drained_s = wait_drained(lag, end_at_stop, drain_timeout)
     progress = speed_progress(settings)
     if progress and progress.get("batch_id") is not None and progress.get("timestamp", "") >= _iso(started):
-        batches[progress["batch_id"]] = {k: progress.get(k) for k in
-                                         ("timestamp", "input_rows", "input_rows_per_s", "processed_rows_per_s",
-                                          "batch_ms", "rows_behind")}
+        batches[progress["batch_id"]] = {
+            k: progress.get(k)
+            for k in ("timestamp", "input_rows", "input_rows_per_s", "processed_rows_per_s", "batch_ms", "rows_behind")
+        }
     elapsed = produce_end - started
     offered = report.rate if report else 0.0
     # The lag just after a commit (a trough of the saw-tooth) is what arrived while that batch
@@ -323,7 +354,9 @@ def rate_step(settings: Settings, lag: LagProbe, run: str, rate: int, duration: 
         # with every batch), as the lag it adds over the step's duration.
         growth = round(slope * elapsed)
         if growth > tolerance:
-            reasons.append(f"lag after commits grew by {growth:,} records over the step (trend; tolerance {tolerance:,.0f})")
+            reasons.append(
+                f"lag after commits grew by {growth:,} records over the step (trend; tolerance {tolerance:,.0f})"
+            )
     else:
         reasons.append(f"only {len(commits)} batch(es) committed during the {elapsed:.0f}s step")
     if drained_s is None:
@@ -382,12 +415,16 @@ def batch_cost_fit(steps: list[dict]) -> dict | None:
         return None
     if fit.slope <= 0:
         return {"batches": len(points), "fixed_ms": fit.intercept, "per_row_ms": fit.slope, "ceiling_rows_per_s": None}
-    return {"batches": len(points), "fixed_ms": fit.intercept, "per_row_ms": fit.slope,
-            "ceiling_rows_per_s": 1000 / fit.slope}
+    return {
+        "batches": len(points),
+        "fixed_ms": fit.intercept,
+        "per_row_ms": fit.slope,
+        "ceiling_rows_per_s": 1000 / fit.slope,
+    }
 
 
 def _iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def sustained_rates(settings: Settings, run: str, rates: list[int], duration: float, drain_timeout: float) -> dict:
@@ -402,10 +439,15 @@ def sustained_rates(settings: Settings, run: str, rates: list[int], duration: fl
             log.info("rate step %d records/s for %.0fs", rate, duration)
             step = rate_step(settings, lag, run, rate, duration, drain_timeout)
             steps.append(step)
-            log.info("step %d/s: offered %.0f/s, processed %s/s (Spark), lag after commits %s, drained after %s s: %s",
-                     rate, step["offered_rate"], fmt(step["processed_rows_per_s"]), step["lag_after_commits"],
-                     fmt(step["drained_after_s"], 1),
-                     "sustained" if step["sustained"] else "NOT sustained: " + "; ".join(step["not_sustained_because"]))
+            log.info(
+                "step %d/s: offered %.0f/s, processed %s/s (Spark), lag after commits %s, drained after %s s: %s",
+                rate,
+                step["offered_rate"],
+                fmt(step["processed_rows_per_s"]),
+                step["lag_after_commits"],
+                fmt(step["drained_after_s"], 1),
+                "sustained" if step["sustained"] else "NOT sustained: " + "; ".join(step["not_sustained_because"]),
+            )
             if not step["sustained"]:
                 break
     finally:
@@ -431,44 +473,65 @@ def report(result: dict) -> str:
     f = result.get("freshness")
     if f:
         s = f["freshness_from_append_s"]
-        lines.append(f"Speed-layer freshness (Kafka LogAppendTime -> count visible in Cassandra {BY_KEY}), "
-                     f"{f['probes']} probes every {f['probe_interval_s']} s among {fmt(f['background_rate_achieved'])} records/s "
-                     f"of background traffic for {f['duration_s']:.0f} s (trigger {result['trigger_s']} s):")
-        lines.append(f"  p50 {fmt(s['p50'], 2)} s   p95 {fmt(s['p95'], 2)} s   p99 {fmt(s['p99'], 2)} s   "
-                     f"(min {fmt(s['min'], 2)}, max {fmt(s['max'], 2)}; {f['visible']}/{f['probes']} probes visible, "
-                     f"poll every {f['poll_interval_s']} s)")
+        lines.append(
+            f"Speed-layer freshness (Kafka LogAppendTime -> count visible in Cassandra {BY_KEY}), "
+            f"{f['probes']} probes every {f['probe_interval_s']} s among {fmt(f['background_rate_achieved'])} records/s "
+            f"of background traffic for {f['duration_s']:.0f} s (trigger {result['trigger_s']} s):"
+        )
+        lines.append(
+            f"  p50 {fmt(s['p50'], 2)} s   p95 {fmt(s['p95'], 2)} s   p99 {fmt(s['p99'], 2)} s   "
+            f"(min {fmt(s['min'], 2)}, max {fmt(s['max'], 2)}; {f['visible']}/{f['probes']} probes visible, "
+            f"poll every {f['poll_interval_s']} s)"
+        )
         a = f["produce_ack_s"]
-        lines.append(f"  (probe send -> broker ack p50 {fmt(a['p50'], 3)} s; freshness from send() p50 "
-                     f"{fmt(f['freshness_from_send_s']['p50'], 2)} s)")
+        lines.append(
+            f"  (probe send -> broker ack p50 {fmt(a['p50'], 3)} s; freshness from send() p50 "
+            f"{fmt(f['freshness_from_send_s']['p50'], 2)} s)"
+        )
     r = result.get("rates")
     if r:
-        lines.append(f"Speed-layer input rate steps of {r['step_duration_s']:.0f} s (trigger {r['trigger_s']} s, "
-                     f"maxOffsetsPerTrigger {r['max_offsets_per_trigger']:,}):")
-        lines.append(f"{'target/s':>9} {'offered/s':>10} {'processed/s':>12} {'committed/s':>12} {'batch ms':>9} "
-                     f"{'lag after commits':>26} {'lag max':>8} {'rows_behind':>12} {'drained s':>10}  verdict")
+        lines.append(
+            f"Speed-layer input rate steps of {r['step_duration_s']:.0f} s (trigger {r['trigger_s']} s, "
+            f"maxOffsetsPerTrigger {r['max_offsets_per_trigger']:,}):"
+        )
+        lines.append(
+            f"{'target/s':>9} {'offered/s':>10} {'processed/s':>12} {'committed/s':>12} {'batch ms':>9} "
+            f"{'lag after commits':>26} {'lag max':>8} {'rows_behind':>12} {'drained s':>10}  verdict"
+        )
         for s in r["steps"]:
             after = s["lag_after_commits"]
             shown = " ".join(_short(x) for x in (after if len(after) <= 5 else [*after[:2], None, *after[-2:]]))
-            lines.append(f"{s['target_rate']:>9,} {s['offered_rate']:>10,.0f} {fmt(s['processed_rows_per_s']):>12} "
-                         f"{fmt(s['committed_rows_per_s']):>12} {fmt(s['batch_ms_median']):>9} {shown or '-':>26} "
-                         f"{fmt(s['lag_max']):>8} {fmt(s['rows_behind_max']):>12} {fmt(s['drained_after_s'], 1):>10}  "
-                         + ("sustained" if s["sustained"] else "NOT sustained: " + "; ".join(s["not_sustained_because"])))
+            lines.append(
+                f"{s['target_rate']:>9,} {s['offered_rate']:>10,.0f} {fmt(s['processed_rows_per_s']):>12} "
+                f"{fmt(s['committed_rows_per_s']):>12} {fmt(s['batch_ms_median']):>9} {shown or '-':>26} "
+                f"{fmt(s['lag_max']):>8} {fmt(s['rows_behind_max']):>12} {fmt(s['drained_after_s'], 1):>10}  "
+                + ("sustained" if s["sustained"] else "NOT sustained: " + "; ".join(s["not_sustained_because"]))
+            )
         if r["not_run"]:
             lines.append(f"  not run (a lower rate was not sustained): {', '.join(map(str, r['not_run']))}")
         best = r["highest_sustained_target_rate"]
-        lines.append(f"highest sustained rate: {fmt(best)} records/s" + (
-            f" (offered {fmt(r['highest_sustained_offered_rate'])}/s)" if best else " (none of the steps)")
-            + (f"; not sustained at {r['first_unsustained_target_rate']:,}/s" if r["first_unsustained_target_rate"] else
-               "; every step sustained (the limit is higher)"))
+        lines.append(
+            f"highest sustained rate: {fmt(best)} records/s"
+            + (f" (offered {fmt(r['highest_sustained_offered_rate'])}/s)" if best else " (none of the steps)")
+            + (
+                f"; not sustained at {r['first_unsustained_target_rate']:,}/s"
+                if r["first_unsustained_target_rate"]
+                else "; every step sustained (the limit is higher)"
+            )
+        )
         fit = r.get("batch_cost_fit")
         if fit:
-            lines.append(f"batch cost fit over {fit['batches']} batches: {fit['fixed_ms']:,.0f} ms + {fit['per_row_ms'] * 1000:,.1f} us "
-                         f"per record -> rate ceiling ~{fmt(fit['ceiling_rows_per_s'])} records/s (batches grow without "
-                         "bound as the rate nears it)")
-        lines.append("(processed/s: Spark's processedRowsPerSecond over the step's batches (rows / busy time); committed/s: "
-                     "offsets committed per second; lag: Kafka end offsets - the speed layer's committed offsets, just after "
-                     "each commit (k = thousands); rows_behind: the progress file's figure, non-zero only when a batch is "
-                     "capped by maxOffsetsPerTrigger)")
+            lines.append(
+                f"batch cost fit over {fit['batches']} batches: {fit['fixed_ms']:,.0f} ms + {fit['per_row_ms'] * 1000:,.1f} us "
+                f"per record -> rate ceiling ~{fmt(fit['ceiling_rows_per_s'])} records/s (batches grow without "
+                "bound as the rate nears it)"
+            )
+        lines.append(
+            "(processed/s: Spark's processedRowsPerSecond over the step's batches (rows / busy time); committed/s: "
+            "offsets committed per second; lag: Kafka end offsets - the speed layer's committed offsets, just after "
+            "each commit (k = thousands); rows_behind: the progress file's figure, non-zero only when a batch is "
+            "capped by maxOffsetsPerTrigger)"
+        )
     for name, error in result.get("errors", {}).items():
         lines.append(f"{name}: FAILED: {error}")
     lines.append(f"(load average {', '.join(f'{x:.1f}' for x in result['load_average'])} on {os.cpu_count()} cores)")
@@ -480,17 +543,23 @@ def _short(value) -> str:
         return ".."
     return f"{value / 1000:.1f}k" if value >= 1000 else str(value)
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fresh-rate", type=float, default=200.0, help="background records/s during the freshness test")
+    parser.add_argument(
+        "--fresh-rate", type=float, default=200.0, help="background records/s during the freshness test"
+    )
     parser.add_argument("--fresh-duration", type=float, default=60.0, help="seconds of background traffic and probes")
     parser.add_argument("--probe-interval", type=float, default=0.5)
     parser.add_argument("--poll-interval", type=float, default=0.1)
     parser.add_argument("--probe-timeout", type=float, default=120.0, help="seconds a probe may take to become visible")
-    parser.add_argument("--rates", type=int_list, default=int_list("1000,2000,3000,4000,5000,6000"), help="records/s, comma-separated")
+    parser.add_argument(
+        "--rates", type=int_list, default=int_list("1000,2000,3000,4000,5000,6000"), help="records/s, comma-separated"
+    )
     parser.add_argument("--step-duration", type=float, default=60.0)
-    parser.add_argument("--drain-timeout", type=float, default=60.0,
-                        help="seconds the speed layer may take to catch up after a step")
+    parser.add_argument(
+        "--drain-timeout", type=float, default=60.0, help="seconds the speed layer may take to catch up after a step"
+    )
     parser.add_argument("--skip-freshness", action="store_true")
     parser.add_argument("--skip-rates", action="store_true")
     parser.add_argument("--json", type=Path)
@@ -505,16 +574,31 @@ def main() -> int:
         return 2
 
     run = f"{int(time.time())}-{os.getpid()}"
-    result: dict = {"run": run, "trigger_s": settings.speed.trigger_s, "ingest_bucket_s": settings.ingest_bucket_s,
-                    "errors": {}}
+    result: dict = {
+        "run": run,
+        "trigger_s": settings.speed.trigger_s,
+        "ingest_bucket_s": settings.ingest_bucket_s,
+        "errors": {},
+    }
     loads = [os.getloadavg()[0]]
     status = 0
     if not args.skip_freshness:
         try:
-            log.info("freshness: %.0f records/s background for %.0fs, a probe every %.1fs", args.fresh_rate,
-                     args.fresh_duration, args.probe_interval)
-            result["freshness"] = freshness(settings, run, args.fresh_rate, args.fresh_duration, args.probe_interval,
-                                            args.poll_interval, args.probe_timeout)
+            log.info(
+                "freshness: %.0f records/s background for %.0fs, a probe every %.1fs",
+                args.fresh_rate,
+                args.fresh_duration,
+                args.probe_interval,
+            )
+            result["freshness"] = freshness(
+                settings,
+                run,
+                args.fresh_rate,
+                args.fresh_duration,
+                args.probe_interval,
+                args.poll_interval,
+                args.probe_timeout,
+            )
         except Exception as exc:
             log.exception("freshness failed")
             result["errors"]["freshness"] = f"{type(exc).__name__}: {exc}"

@@ -70,11 +70,13 @@ def main() -> int:
     names = list(settings.stack.managed_services)
     rows = []
     for name in names:
-        rows.append({
-            "service": name,
-            "ready_s_median": statistics.median(r["ready_s"][name] for r in runs),
-            "rss_mb_median": statistics.median(r["rss_mb"][name] for r in runs),
-        })
+        rows.append(
+            {
+                "service": name,
+                "ready_s_median": statistics.median(r["ready_s"][name] for r in runs),
+                "rss_mb_median": statistics.median(r["rss_mb"][name] for r in runs),
+            }
+        )
     summary = {
         "runs": args.runs,
         "idle_s": args.idle,

@@ -54,11 +54,17 @@ def _params() -> dict:
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "execution_timeout": timedelta(hours=2)},
     params={
-        "mode": Param("next_cutoff", enum=["next_cutoff", "full_recompute"],
-                      description="next_cutoff: only when a newer cutoff is covered; "
-                                  "full_recompute: recompute every view from the whole master dataset even at the same cutoff"),
-        "cutoff": Param("", type="string",
-                        description="explicit ISO cutoff on an ingest-bucket boundary (empty: the last complete one)"),
+        "mode": Param(
+            "next_cutoff",
+            enum=["next_cutoff", "full_recompute"],
+            description="next_cutoff: only when a newer cutoff is covered; "
+            "full_recompute: recompute every view from the whole master dataset even at the same cutoff",
+        ),
+        "cutoff": Param(
+            "",
+            type="string",
+            description="explicit ISO cutoff on an ingest-bucket boundary (empty: the last complete one)",
+        ),
         "views": Param([], type="array", description="view names to recompute (empty: all)"),
     },
     tags=["lambda"],

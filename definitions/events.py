@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from definitions.settings import EventLimits
@@ -29,7 +29,9 @@ MAX_REASON_CHARS = 300
 TICK_KEY = b"\x00lambda-tick"
 
 _COUNTRY = re.compile(r"^[A-Z]{2}$", re.ASCII)
-_ISO_TIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})$")
+_ISO_TIME = re.compile(
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})$"
+)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -47,10 +49,18 @@ class Field:
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("event_id", "string", True, 64, doc="unique id of the event; a re-sent event keeps it",
-          limit_setting="max_event_id_chars"),
+    Field(
+        "event_id",
+        "string",
+        True,
+        64,
+        doc="unique id of the event; a re-sent event keeps it",
+        limit_setting="max_event_id_chars",
+    ),
     Field("event_time", "timestamp", True, 40, doc="when it happened, ISO-8601 with a zone (producer clock)"),
-    Field("user_id", "string", True, 128, doc="the visitor; also the Kafka record key", limit_setting="max_user_id_chars"),
+    Field(
+        "user_id", "string", True, 128, doc="the visitor; also the Kafka record key", limit_setting="max_user_id_chars"
+    ),
     Field("url", "string", True, 2048, doc="the page path, starting with '/'", limit_setting="max_url_chars"),
     Field("event_type", "string", True, 32, EVENT_TYPES, doc="what happened"),
     Field("referrer", "string", False, 2048, doc="where the visitor came from", limit_setting="max_referrer_chars"),
@@ -81,13 +91,13 @@ def parse_time(text: str) -> datetime:
     # Python's parser accepts at most 6 fractional digits.
     fixed = re.sub(r"\.(\d{6})\d+", r".\1", fixed)
     try:
-        return datetime.fromisoformat(fixed).astimezone(timezone.utc)
+        return datetime.fromisoformat(fixed).astimezone(UTC)
     except (ValueError, OverflowError):  # month 13, year 1 at +14:00, …
         raise ValueError(f"not a valid time: {text[:40]!r}") from None
 
 
 def format_time(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def nesting_depth(data: bytes | str) -> int:
@@ -138,8 +148,9 @@ def parse_json(data: bytes | str, max_depth: int) -> Any:
         raise InvalidEvent(f"malformed JSON: {exc.__class__.__name__}: {str(exc)[:80]}") from None
 
 
-def validate(raw: bytes | str | None, ingest_time_ms: int | None = None,
-             limits: EventLimits | None = None) -> dict[str, Any]:
+def validate(
+    raw: bytes | str | None, ingest_time_ms: int | None = None, limits: EventLimits | None = None
+) -> dict[str, Any]:
     """The event as a typed dict (event_time as epoch milliseconds), or InvalidEvent with the reason.
 
     A total function: for any input it returns an event or raises InvalidEvent, never another
@@ -164,8 +175,9 @@ def validate(raw: bytes | str | None, ingest_time_ms: int | None = None,
         raise InvalidEvent(f"unprocessable record: {type(exc).__name__}") from None
 
 
-def verdict(raw: bytes | str | None, ingest_time_ms: int | None = None,
-            limits: EventLimits | None = None) -> tuple[dict[str, Any] | None, str | None]:
+def verdict(
+    raw: bytes | str | None, ingest_time_ms: int | None = None, limits: EventLimits | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
     """(event, None) for a valid record, (None, reason) for any other: never raises."""
     try:
         return validate(raw, ingest_time_ms, limits), None
@@ -207,9 +219,9 @@ def _validate_document(doc: Any, ingest_time_ms: int | None, limits: EventLimits
         raise InvalidEvent(f"unsupported schema_version: {str(version)[:20]} (this platform reads {SCHEMA_VERSION})")
     if not event["url"].startswith("/"):
         raise InvalidEvent("bad url: must be a path starting with '/'")
-    reference_ms = ingest_time_ms if ingest_time_ms is not None else int(datetime.now(timezone.utc).timestamp() * 1000)
+    reference_ms = ingest_time_ms if ingest_time_ms is not None else int(datetime.now(UTC).timestamp() * 1000)
     if event["event_time"] < limits.min_event_time_s * 1000:
-        floor = datetime.fromtimestamp(limits.min_event_time_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        floor = datetime.fromtimestamp(limits.min_event_time_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         raise InvalidEvent(f"absurd event_time: before {floor}")
     if event["event_time"] > reference_ms + limits.max_future_s * 1000:
         raise InvalidEvent(f"absurd event_time: more than {limits.max_future_s}s after ingest time")
@@ -236,7 +248,9 @@ def _check_field(field: Field, value: Any, limits: EventLimits) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidEvent(f"invalid Unicode: {field.name} holds a lone surrogate, not a Unicode scalar value") from None
+            raise InvalidEvent(
+                f"invalid Unicode: {field.name} holds a lone surrogate, not a Unicode scalar value"
+            ) from None
     if _CONTROL.search(value):
         raise InvalidEvent(f"control character: {field.name} holds a control character")
     if field.choices and value not in field.choices:
@@ -253,6 +267,7 @@ def _check_field(field: Field, value: Any, limits: EventLimits) -> Any:
 
 
 # --- Spark side ---------------------------------------------------------------------------------
+
 
 def event_struct_ddl() -> str:
     """The validated event as a Spark struct DDL, derived from FIELDS (event_time as epoch ms)."""

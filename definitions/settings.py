@@ -246,7 +246,15 @@ class ViewSettings(_Section):
 class StackSettings(_Section):
     # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
     managed_services: list[str] = [
-        "kafka", "hdfs-namenode", "hdfs-datanode", "hbase", "hbase-thrift", "cassandra", "archiver", "speed-layer", "api",
+        "kafka",
+        "hdfs-namenode",
+        "hdfs-datanode",
+        "hbase",
+        "hbase-thrift",
+        "cassandra",
+        "archiver",
+        "speed-layer",
+        "api",
         "airflow",
     ]
     java_home: str = ""
@@ -310,18 +318,20 @@ class Settings(BaseSettings):
         return self.speed.ttl_s if self.speed.ttl_s is not None else max(3 * 86_400, 10 * self.batch.interval_s)
 
     @model_validator(mode="after")
-    def _realtime_rows_outlive_batches(self) -> "Settings":
+    def _realtime_rows_outlive_batches(self) -> Settings:
         floor = 2 * self.batch.interval_s + self.speed.stale_margin_s + 3_600
         if self.realtime_ttl_s < floor:
-            raise ValueError(f"speed.ttl_s ({self.realtime_ttl_s}s) must be at least two batch intervals plus "
-                             f"speed.stale_margin_s plus an hour ({floor}s): realtime rows must outlive any "
-                             "plausible batch delay")
+            raise ValueError(
+                f"speed.ttl_s ({self.realtime_ttl_s}s) must be at least two batch intervals plus "
+                f"speed.stale_margin_s plus an hour ({floor}s): realtime rows must outlive any "
+                "plausible batch delay"
+            )
         if self.ingest_bucket_s > self.batch.interval_s:
             raise ValueError("ingest_bucket_s must not exceed batch.interval_s")
         return self
 
     @model_validator(mode="after")
-    def _absolute_paths(self) -> "Settings":
+    def _absolute_paths(self) -> Settings:
         for name in ("state_dir", "jars_dir"):
             value = getattr(self, name)
             if not value.is_absolute():

@@ -74,7 +74,9 @@ def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
+        )
     return out
 
 
@@ -84,7 +86,9 @@ def read_persisted(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(path.read_text())
     except ValueError as exc:
-        raise SettingsConflict(f"the persisted settings {path} are not valid JSON ({exc}); fix or remove the file") from None
+        raise SettingsConflict(
+            f"the persisted settings {path} are not valid JSON ({exc}); fix or remove the file"
+        ) from None
     if not isinstance(doc, dict):
         raise SettingsConflict(f"the persisted settings {path} do not hold a JSON object; fix or remove the file")
     return doc
@@ -114,7 +118,8 @@ def load() -> Settings:
         raise SettingsConflict(
             f"refusing to run: {'; '.join(found)} ({path}). The platform's data was written with the persisted "
             "value: leave the setting out (or set it to that value) to use it; to change it, follow "
-            "'Changing a data-shaping setting' in docs/operations.md.")
+            "'Changing a data-shaping setting' in docs/operations.md."
+        )
     return Settings(**_merge(persisted, given))
 
 

@@ -53,7 +53,7 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
     return conf
 
 
-def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> "SparkSession":
+def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> SparkSession:
     import os
 
     from pyspark.sql import SparkSession

@@ -53,7 +53,9 @@ class View:
             raise ValueError(f"view {self.name}: count takes no column")
         bad = [g for g in self.granularities if g not in GRANULARITIES]
         if bad or not self.granularities:
-            raise ValueError(f"view {self.name}: granularities must be among {list(GRANULARITIES)}, got {list(self.granularities)}")
+            raise ValueError(
+                f"view {self.name}: granularities must be among {list(GRANULARITIES)}, got {list(self.granularities)}"
+            )
 
     @property
     def additive(self) -> bool:
@@ -61,10 +63,10 @@ class View:
 
     # --- Spark derivation ---------------------------------------------------------------------
 
-    def filtered(self, events: "DataFrame") -> "DataFrame":
+    def filtered(self, events: DataFrame) -> DataFrame:
         return events.where(self.where) if self.where else events
 
-    def aggregates(self, exact: bool = True) -> list["Column"]:
+    def aggregates(self, exact: bool = True) -> list[Column]:
         """The aggregate columns: `value` (count/sum/exact distinct count), `sketch` for distinct views.
 
         Streaming aggregation cannot count distinct values exactly; the speed layer asks for
@@ -81,7 +83,9 @@ class View:
             return [F.countDistinct(F.col(self.column)).alias("value"), sketch]
         return [sketch]
 
-    def compute(self, events: "DataFrame", granularity: str, extra_keys: Iterable[str] = (), exact: bool = True) -> "DataFrame":
+    def compute(
+        self, events: DataFrame, granularity: str, extra_keys: Iterable[str] = (), exact: bool = True
+    ) -> DataFrame:
         """Aggregate `events` into this view at one granularity.
 
         Columns: the view's keys, `event_bucket` (bucket start, epoch seconds), any `extra_keys`
@@ -95,10 +99,12 @@ class View:
         return self.filtered(events).where(_keys_present(self.keys)).groupBy(*groups).agg(*self.aggregates(exact))
 
 
-CELL_DDL = "view STRING, granularity STRING, key ARRAY<STRING>, event_bucket BIGINT, measure BIGINT, distinct_value STRING"
+CELL_DDL = (
+    "view STRING, granularity STRING, key ARRAY<STRING>, event_bucket BIGINT, measure BIGINT, distinct_value STRING"
+)
 
 
-def cells(view: "View") -> list["Column"]:
+def cells(view: View) -> list[Column]:
     """The view's cells of one event, one per granularity, as structs (CELL_DDL); null when the
     event is not in the view. The speed layer explodes the cells of every view and aggregates
     them all in one stateful query: count → count(1), sum → sum(measure), distinct → a sketch
@@ -116,8 +122,12 @@ def cells(view: "View") -> list["Column"]:
             F.lit(granularity).alias("granularity"),
             F.array(*[F.col(k).cast("string") for k in view.keys]).alias("key"),
             (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint").alias("event_bucket"),
-            (F.col(view.column).cast("bigint") if view.aggregation == "sum" else F.lit(None).cast("bigint")).alias("measure"),
-            (F.col(view.column).cast("string") if view.aggregation == "distinct" else F.lit(None).cast("string")).alias("distinct_value"),
+            (F.col(view.column).cast("bigint") if view.aggregation == "sum" else F.lit(None).cast("bigint")).alias(
+                "measure"
+            ),
+            (F.col(view.column).cast("string") if view.aggregation == "distinct" else F.lit(None).cast("string")).alias(
+                "distinct_value"
+            ),
         )
         out.append(F.when(in_view, cell))
     return out
@@ -130,7 +140,7 @@ def key_text(values) -> str:
     return json.dumps([None if v is None else str(v) for v in values], ensure_ascii=False, separators=(",", ":"))
 
 
-def _keys_present(keys: Iterable[str]) -> "Column":
+def _keys_present(keys: Iterable[str]) -> Column:
     """Rows whose key columns are all set: an event without a value for a key is not in the view."""
     from functools import reduce
 

@@ -22,7 +22,7 @@ class WebHdfs:
     def close(self) -> None:
         self.client.close()
 
-    def __enter__(self) -> "WebHdfs":
+    def __enter__(self) -> WebHdfs:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -42,30 +42,32 @@ def environment(settings: Settings) -> dict[str, str]:
     home = airflow_home(settings)
     database = a.database_url.get_secret_value() or f"sqlite:///{home / 'airflow.db'}"
     env = dict(os.environ)
-    env.update({
-        "PATH": f"{a.venv / 'bin'}:{env.get('PATH', '')}",
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__PARALLELISM": str(a.parallelism),
-        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(a.parallelism),
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{a.admin_user}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url(settings)}/execution/",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
-        "AIRFLOW__API__HOST": a.host,
-        "AIRFLOW__API__PORT": str(a.port),
-        "AIRFLOW__API__BASE_URL": base_url(settings),
-        "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
-        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
-        # The DAG's tasks call the platform's command line in the platform's virtualenv.
-        "LAMBDA_PLATFORM_BIN": str(Path(sys.executable).parent),
-        "LAMBDA_INGEST_BUCKET_S": str(settings.ingest_bucket_s),
-        "LAMBDA_BATCH__INTERVAL_S": str(settings.batch.interval_s),
-        "LAMBDA_API_URL": f"http://{settings.api.host}:{settings.api.port}",
-    })
+    env.update(
+        {
+            "PATH": f"{a.venv / 'bin'}:{env.get('PATH', '')}",
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": str(a.parallelism),
+            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(a.parallelism),
+            "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{a.admin_user}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url(settings)}/execution/",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,
+            "AIRFLOW__API__HOST": a.host,
+            "AIRFLOW__API__PORT": str(a.port),
+            "AIRFLOW__API__BASE_URL": base_url(settings),
+            "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            # The DAG's tasks call the platform's command line in the platform's virtualenv.
+            "LAMBDA_PLATFORM_BIN": str(Path(sys.executable).parent),
+            "LAMBDA_INGEST_BUCKET_S": str(settings.ingest_bucket_s),
+            "LAMBDA_BATCH__INTERVAL_S": str(settings.batch.interval_s),
+            "LAMBDA_API_URL": f"http://{settings.api.host}:{settings.api.port}",
+        }
+    )
     return env
 
 
@@ -73,7 +75,9 @@ def prepare_home(settings: Settings) -> None:
     home = airflow_home(settings)
     home.mkdir(parents=True, exist_ok=True)
     passwords = home / "passwords.json"
-    write_private(passwords, json.dumps({settings.airflow.admin_user: settings.airflow.admin_password.get_secret_value()}))
+    write_private(
+        passwords, json.dumps({settings.airflow.admin_user: settings.airflow.admin_password.get_secret_value()})
+    )
 
 
 def check_installed(settings: Settings) -> Path:
@@ -86,8 +90,10 @@ def check_installed(settings: Settings) -> Path:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     settings = get_settings()
-    if settings.environment != "development" and \
-            settings.airflow.admin_password.get_secret_value() == DEFAULT_AIRFLOW_PASSWORD:
+    if (
+        settings.environment != "development"
+        and settings.airflow.admin_password.get_secret_value() == DEFAULT_AIRFLOW_PASSWORD
+    ):
         log.error("refusing to start: set LAMBDA_AIRFLOW__ADMIN_PASSWORD outside development")
         return 2
     executable = check_installed(settings)
@@ -111,8 +117,9 @@ class AirflowClient:
     def token(self) -> str:
         if self._token is None:
             a = self.settings.airflow
-            resp = self.http.post("/auth/token", json={"username": a.admin_user,
-                                                       "password": a.admin_password.get_secret_value()})
+            resp = self.http.post(
+                "/auth/token", json={"username": a.admin_user, "password": a.admin_password.get_secret_value()}
+            )
             resp.raise_for_status()
             self._token = resp.json()["access_token"]
         return self._token

@@ -41,7 +41,8 @@ def ensure_topics(settings: Settings) -> list[str]:
         wanted = topic_configs(settings)
         new = [
             NewTopic(name, num_partitions=settings.kafka.partitions, replication_factor=1, topic_configs=configs)
-            for name, configs in wanted.items() if name not in existing
+            for name, configs in wanted.items()
+            if name not in existing
         ]
         if new:
             admin.create_topics(new, validate_only=False)
@@ -95,12 +96,24 @@ def create_namespace(settings: Settings) -> None:
     conf = HBASE.dirs(settings).conf
     jars = settings.jars_dir / HBASE.jar_group
     done = subprocess.run(
-        [str(java.executable), "-Xmx256m", "-cp", f"{conf}:{jars}/*", str(JAVA_DIR / "CreateNamespace.java"), settings.hbase.namespace],
-        capture_output=True, text=True, timeout=180,
+        [
+            str(java.executable),
+            "-Xmx256m",
+            "-cp",
+            f"{conf}:{jars}/*",
+            str(JAVA_DIR / "CreateNamespace.java"),
+            settings.hbase.namespace,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     if done.returncode != 0:
-        raise StackError("hbase", f"could not create namespace {settings.hbase.namespace!r}",
-                         "\n".join((done.stdout + done.stderr).splitlines()[-20:]))
+        raise StackError(
+            "hbase",
+            f"could not create namespace {settings.hbase.namespace!r}",
+            "\n".join((done.stdout + done.stderr).splitlines()[-20:]),
+        )
     log.info("%s", done.stdout.strip())
 
 

@@ -98,10 +98,16 @@ def archiver(settings: Settings) -> str:
     done = (state.get("completeness") or {}).get("complete_before_ms")
     totals = state.get("totals", {})
     behind = state["queries"].get(MASTER_QUERY, {}).get("rows_behind")
-    lag = f"master dataset complete up to {time.time() - done / 1000:.0f} s ago" if done else "completeness not yet known"
-    backlog = f"{behind:,} records behind Kafka" if behind is not None else "backlog not measured yet (no batch finished)"
-    return (f"queries running, {lag}, {backlog}; "
-            f"archived {totals.get('events', 0):,} events, dead-lettered {totals.get('records', 0):,} records since start")
+    lag = (
+        f"master dataset complete up to {time.time() - done / 1000:.0f} s ago" if done else "completeness not yet known"
+    )
+    backlog = (
+        f"{behind:,} records behind Kafka" if behind is not None else "backlog not measured yet (no batch finished)"
+    )
+    return (
+        f"queries running, {lag}, {backlog}; "
+        f"archived {totals.get('events', 0):,} events, dead-lettered {totals.get('records', 0):,} records since start"
+    )
 
 
 def speed_layer(settings: Settings) -> str:
@@ -117,9 +123,11 @@ def speed_layer(settings: Settings) -> str:
     totals = state.get("totals", {})
     behind = q.get("rows_behind")
     backlog = f"{behind:,} records behind Kafka" if behind is not None else "backlog not measured yet"
-    return (f"micro-batch {q['batch_id']}: {q['input_rows_per_s'] or 0:,.0f} records/s in, "
-            f"{q['processed_rows_per_s'] or 0:,.0f} records/s processed, {(q['batch_ms'] or 0) / 1000:.1f} s per batch, "
-            f"{q['state_rows'] or 0:,} state rows, {backlog}; invalid skipped {totals.get('invalid_skipped', 0):,} since start")
+    return (
+        f"micro-batch {q['batch_id']}: {q['input_rows_per_s'] or 0:,.0f} records/s in, "
+        f"{q['processed_rows_per_s'] or 0:,.0f} records/s processed, {(q['batch_ms'] or 0) / 1000:.1f} s per batch, "
+        f"{q['state_rows'] or 0:,} state rows, {backlog}; invalid skipped {totals.get('invalid_skipped', 0):,} since start"
+    )
 
 
 def api(settings: Settings) -> str:

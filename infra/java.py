@@ -36,7 +36,10 @@ def find_java(java_home: str = "") -> JavaRuntime:
     if on_path:
         candidates.append(Path(on_path))
     if not candidates:
-        raise StackError("java", "no java found: install a JDK 17 (apt-get install openjdk-17-jdk-headless) or set LAMBDA_STACK__JAVA_HOME")
+        raise StackError(
+            "java",
+            "no java found: install a JDK 17 (apt-get install openjdk-17-jdk-headless) or set LAMBDA_STACK__JAVA_HOME",
+        )
     seen: list[str] = []
     for path in candidates:
         if not path.exists():

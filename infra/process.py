@@ -46,7 +46,9 @@ class ProcessSupervisor:
     def log_file(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
-    def start(self, name: str, command: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None) -> ProcessRecord:
+    def start(
+        self, name: str, command: Sequence[str], cwd: Path, env: Mapping[str, str] | None = None
+    ) -> ProcessRecord:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cwd.mkdir(parents=True, exist_ok=True)
@@ -210,7 +212,11 @@ def ports_in_use(host: str, ports: Iterable[int]) -> dict[int, str]:
 
 def _listening(port: int) -> list:
     try:
-        return [c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port]
+        return [
+            c
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        ]
     except psutil.Error:
         return []
 

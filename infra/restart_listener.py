@@ -50,8 +50,15 @@ def exit_reason(supervisord_log: Path, name: str, now: float, max_age_s: float =
 class Listener:
     """The restart policy, driven by supervisord's events; `rpc` is supervisord's XML-RPC proxy."""
 
-    def __init__(self, state_dir: Path, budget: Budget, programs: Iterable[str], rpc: Any,
-                 log_lines: int = 20, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        budget: Budget,
+        programs: Iterable[str],
+        rpc: Any,
+        log_lines: int = 20,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.state_dir = state_dir
         self.log_dir = state_dir / "logs"
         self.budget = budget
@@ -116,8 +123,13 @@ class Listener:
             self._decide(name, entry, now)
         elif state in ("STOPPING", "STOPPED") and entry.get("next_restart_at"):
             entry["next_restart_at"] = None  # stopped on purpose: no restart pending any more
-        entry["state"] = "restarting" if entry.get("next_restart_at") else \
-            "gave up" if entry.get("gave_up_at") and state in ("EXITED", "FATAL") else state
+        entry["state"] = (
+            "restarting"
+            if entry.get("next_restart_at")
+            else "gave up"
+            if entry.get("gave_up_at") and state in ("EXITED", "FATAL")
+            else state
+        )
         entry["since"] = now
         self.save()
 
@@ -125,8 +137,12 @@ class Listener:
         reason = exit_reason(self.log_dir / "supervisord.log", name, now) or self._rpc_reason(name)
         ran = now - entry["started_at"] if entry.get("started_at") else None
         tail = tail_file(self.log_dir / f"{name}.log", self.log_lines).splitlines()
-        entry["last_exit"] = {"at": now, "reason": reason, "uptime_s": None if ran is None else round(ran, 1),
-                              "log_tail": tail}
+        entry["last_exit"] = {
+            "at": now,
+            "reason": reason,
+            "uptime_s": None if ran is None else round(ran, 1),
+            "log_tail": tail,
+        }
         entry["pid"] = None
         if pid:
             self._end_group(name, pid)
@@ -155,15 +171,30 @@ class Listener:
         delay = self.budget.delay(entry.get("recent", []), now)
         if delay is None:
             entry.update(gave_up_at=now, next_restart_at=None)
-            log.error("%s exited (%s)%s: restart loop, giving up (%s; `lambdactl up` tries again). "
-                      "Last lines of its log:\n%s", name, last.get("reason"), ran, self.budget.describe(), tail)
+            log.error(
+                "%s exited (%s)%s: restart loop, giving up (%s; `lambdactl up` tries again). "
+                "Last lines of its log:\n%s",
+                name,
+                last.get("reason"),
+                ran,
+                self.budget.describe(),
+                tail,
+            )
             return
         entry["recent"] = [*self.budget.recent(entry.get("recent", []), now), now]
         entry["restarts"] = entry.get("restarts", 0) + 1
         entry["restarts_total"] = entry.get("restarts_total", 0) + 1
         entry["next_restart_at"] = now + delay
-        log.warning("%s exited (%s)%s: restarting in %.0fs (restart %d, %s). Last lines of its log:\n%s",
-                    name, last.get("reason"), ran, delay, len(entry["recent"]), self.budget.describe(), tail)
+        log.warning(
+            "%s exited (%s)%s: restarting in %.0fs (restart %d, %s). Last lines of its log:\n%s",
+            name,
+            last.get("reason"),
+            ran,
+            delay,
+            len(entry["recent"]),
+            self.budget.describe(),
+            tail,
+        )
 
     # --- restarts ----------------------------------------------------------------------------
 
@@ -256,10 +287,20 @@ def main(argv: list[str] | None = None) -> int:
     from supervisor import childutils
 
     budget = Budget(args.max_restarts, args.window_s, args.backoff_s, args.backoff_max_s)
-    listener = Listener(args.state_dir, budget, [p for p in args.programs.split(",") if p],
-                        childutils.getRPCInterface(os.environ), args.log_lines)
-    log.info("watching %s: %s, backoff %.0fs doubling to %.0fs", ", ".join(sorted(listener.programs)),
-             budget.describe(), budget.backoff_s, budget.backoff_max_s)
+    listener = Listener(
+        args.state_dir,
+        budget,
+        [p for p in args.programs.split(",") if p],
+        childutils.getRPCInterface(os.environ),
+        args.log_lines,
+    )
+    log.info(
+        "watching %s: %s, backoff %.0fs doubling to %.0fs",
+        ", ".join(sorted(listener.programs)),
+        budget.describe(),
+        budget.backoff_s,
+        budget.backoff_max_s,
+    )
     listener.serve(sys.stdin.buffer, sys.stdout.buffer)
     return 0
 

@@ -42,7 +42,7 @@ class Budget:
     backoff_max_s: float
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "Budget":
+    def from_settings(cls, settings: Settings) -> Budget:
         s = settings.stack
         return cls(s.restart_max, s.restart_window_s, s.restart_backoff_s, s.restart_backoff_max_s)
 
@@ -55,7 +55,7 @@ class Budget:
         made = len(self.recent(restarts, now))
         if made >= self.max_restarts:
             return None
-        return min(self.backoff_max_s, self.backoff_s * 2.0 ** made)
+        return min(self.backoff_max_s, self.backoff_s * 2.0**made)
 
     def describe(self) -> str:
         return f"at most {self.max_restarts} restarts within {self.window_s:.0f}s"
@@ -64,17 +64,17 @@ class Budget:
 def new_entry() -> dict[str, Any]:
     """What the listener keeps about one process."""
     return {
-        "state": "unknown",     # supervisord's state name, or "restarting" / "gave up"
+        "state": "unknown",  # supervisord's state name, or "restarting" / "gave up"
         "pid": None,
-        "since": None,          # when it entered `state` (epoch seconds)
-        "restarts": 0,          # restarts the supervisor made since this process was last started by hand
-        "restarts_total": 0,    # restarts the supervisor made since it started
-        "recent": [],           # times of the restarts that count against the budget
-        "started_at": None,      # when it was last started (by hand or by a restart)
+        "since": None,  # when it entered `state` (epoch seconds)
+        "restarts": 0,  # restarts the supervisor made since this process was last started by hand
+        "restarts_total": 0,  # restarts the supervisor made since it started
+        "recent": [],  # times of the restarts that count against the budget
+        "started_at": None,  # when it was last started (by hand or by a restart)
         "last_restart_at": None,
         "next_restart_at": None,
         "gave_up_at": None,
-        "last_exit": None,      # {"at", "reason", "uptime_s", "log_tail"}
+        "last_exit": None,  # {"at", "reason", "uptime_s", "log_tail"}
     }
 
 
@@ -115,8 +115,10 @@ def summary(entry: dict[str, Any], now: float | None = None) -> str:
     last = entry.get("last_exit") or {}
     reason = last.get("reason")
     if entry.get("gave_up_at"):
-        return (f"gave up {now - entry['gave_up_at']:.0f}s ago after {entry.get('restarts', 0)} restart(s) "
-                f"(restart loop); last exit: {reason}")
+        return (
+            f"gave up {now - entry['gave_up_at']:.0f}s ago after {entry.get('restarts', 0)} restart(s) "
+            f"(restart loop); last exit: {reason}"
+        )
     if entry.get("next_restart_at"):
         return f"restarting in {max(0.0, entry['next_restart_at'] - now):.0f}s after: {reason}"
     if entry.get("restarts_total"):
@@ -149,8 +151,9 @@ def restart_report(settings: Settings, with_log: bool = False) -> dict[str, dict
             "last_exit": _iso(last.get("at")),
             "last_reason": last.get("reason"),
             "gave_up": bool(entry.get("gave_up_at")),
-            "next_restart_in_s": (round(max(0.0, entry["next_restart_at"] - now), 1)
-                                  if entry.get("next_restart_at") else None),
+            "next_restart_in_s": (
+                round(max(0.0, entry["next_restart_at"] - now), 1) if entry.get("next_restart_at") else None
+            ),
             "summary": summary(entry, now),
         }
         if with_log:

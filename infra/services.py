@@ -27,9 +27,20 @@ JAVA_DIR = Path(__file__).resolve().parent / "java"
 _HADOOP_OPENS = [
     f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
     for pkg in (
-        "java.io", "java.lang", "java.lang.reflect", "java.math", "java.net", "java.nio", "java.text",
-        "java.util", "java.util.concurrent", "java.util.zip", "sun.nio.ch", "sun.security.util",
-        "sun.security.x509", "jdk.internal.ref",
+        "java.io",
+        "java.lang",
+        "java.lang.reflect",
+        "java.math",
+        "java.net",
+        "java.nio",
+        "java.text",
+        "java.util",
+        "java.util.concurrent",
+        "java.util.zip",
+        "sun.nio.ch",
+        "sun.security.util",
+        "sun.security.x509",
+        "jdk.internal.ref",
     )
 ]
 _HBASE_FLAGS = [
@@ -72,7 +83,13 @@ _CASSANDRA_FLAGS = [
     "--add-opens=jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
 ]
 # Small JVM footprint for every service on a shared 2-core machine.
-_COMMON_JVM = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k", "-XX:MaxMetaspaceSize=256m", "-Djava.net.preferIPv4Stack=true"]
+_COMMON_JVM = [
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Xss512k",
+    "-XX:MaxMetaspaceSize=256m",
+    "-Djava.net.preferIPv4Stack=true",
+]
 
 
 @dataclass(frozen=True)
@@ -117,8 +134,15 @@ class Service:
         classpath = ":".join([str(dirs.conf), f"{jars}/*", *self.extra_classpath])
         heap = f"{self.heap_mb(settings)}m"
         return [
-            str(java.executable), f"-Xms{heap}", f"-Xmx{heap}", *_COMMON_JVM,
-            *self.jvm_flags(settings, dirs), "-cp", classpath, self.main_class, *self.args(dirs),
+            str(java.executable),
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            *_COMMON_JVM,
+            *self.jvm_flags(settings, dirs),
+            "-cp",
+            classpath,
+            self.main_class,
+            *self.args(dirs),
         ]
 
     def check_jars(self, settings: Settings) -> None:
@@ -146,18 +170,41 @@ def _run_once(service: str, marker: Path, command: list[str], cwd: Path) -> None
 
 # --- Kafka -----------------------------------------------------------------------------------
 
+
 def _render_kafka(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
     k = settings.kafka
-    render_template("kafka/server.properties", dirs.conf / "server.properties", host=k.host, port=k.port,
-                    controller_port=k.controller_port, data_dir=dirs.data, partitions=k.partitions,
-                    retention_hours=k.retention_hours)
+    render_template(
+        "kafka/server.properties",
+        dirs.conf / "server.properties",
+        host=k.host,
+        port=k.port,
+        controller_port=k.controller_port,
+        data_dir=dirs.data,
+        partitions=k.partitions,
+        retention_hours=k.retention_hours,
+    )
     render_template("kafka/log4j.properties", dirs.conf / "log4j.properties")
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=").replace("-", "k")
     jars = settings.jars_dir / KAFKA.jar_group
-    _run_once("kafka", dirs.data / "meta.properties",
-              [str(java.executable), "-Xmx256m", f"-Dlog4j.configuration=file:{dirs.conf / 'log4j.properties'}",
-               "-cp", f"{jars}/*", "kafka.tools.StorageTool", "format", "-t", cluster_id,
-               "-c", str(dirs.conf / "server.properties"), "-g"], dirs.root)
+    _run_once(
+        "kafka",
+        dirs.data / "meta.properties",
+        [
+            str(java.executable),
+            "-Xmx256m",
+            f"-Dlog4j.configuration=file:{dirs.conf / 'log4j.properties'}",
+            "-cp",
+            f"{jars}/*",
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(dirs.conf / "server.properties"),
+            "-g",
+        ],
+        dirs.root,
+    )
 
 
 KAFKA = Service(
@@ -169,7 +216,10 @@ KAFKA = Service(
     host=lambda s: s.kafka.host,
     render=_render_kafka,
     args=lambda d: [str(d.conf / "server.properties")],
-    jvm_flags=lambda s, d: [f"-Dlog4j.configuration=file:{d.conf / 'log4j.properties'}", f"-Dkafka.logs.dir={d.root / 'logs'}"],
+    jvm_flags=lambda s, d: [
+        f"-Dlog4j.configuration=file:{d.conf / 'log4j.properties'}",
+        f"-Dkafka.logs.dir={d.root / 'logs'}",
+    ],
     check=health.kafka,
     timeout_s=lambda s: s.kafka.health_timeout_s,
 )
@@ -177,12 +227,23 @@ KAFKA = Service(
 
 # --- HDFS ------------------------------------------------------------------------------------
 
+
 def _render_hdfs(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
     h = settings.hdfs
-    render_template("hadoop/core-site.xml", dirs.conf / "core-site.xml", host=h.host, port=h.port, tmp_dir=dirs.root / "tmp")
-    render_template("hadoop/hdfs-site.xml", dirs.conf / "hdfs-site.xml", host=h.host, http_port=h.http_port,
-                    name_dir=dirs.data / "name", data_dir=dirs.data / "data", datanode_port=h.datanode_port,
-                    datanode_http_port=h.datanode_http_port, datanode_ipc_port=h.datanode_ipc_port)
+    render_template(
+        "hadoop/core-site.xml", dirs.conf / "core-site.xml", host=h.host, port=h.port, tmp_dir=dirs.root / "tmp"
+    )
+    render_template(
+        "hadoop/hdfs-site.xml",
+        dirs.conf / "hdfs-site.xml",
+        host=h.host,
+        http_port=h.http_port,
+        name_dir=dirs.data / "name",
+        data_dir=dirs.data / "data",
+        datanode_port=h.datanode_port,
+        datanode_http_port=h.datanode_http_port,
+        datanode_ipc_port=h.datanode_ipc_port,
+    )
     render_template("hadoop/log4j.properties", dirs.conf / "log4j.properties")
     # The daemons' HTTP servers look up webapps/<name> on the classpath; the Maven jars do not
     # carry the distribution's static UI pages, and WebHDFS needs none of them.
@@ -193,9 +254,23 @@ def _render_hdfs(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> No
 def _render_namenode(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
     _render_hdfs(settings, dirs, java)
     jars = settings.jars_dir / NAMENODE.jar_group
-    _run_once("hdfs-namenode", dirs.data / "name" / "current" / "VERSION",
-              [str(java.executable), "-Xmx256m", *_HADOOP_OPENS, f"-Dhadoop.home.dir={dirs.root}",
-               "-cp", f"{dirs.conf}:{jars}/*", NAMENODE.main_class, "-format", "-nonInteractive", "-force"], dirs.root)
+    _run_once(
+        "hdfs-namenode",
+        dirs.data / "name" / "current" / "VERSION",
+        [
+            str(java.executable),
+            "-Xmx256m",
+            *_HADOOP_OPENS,
+            f"-Dhadoop.home.dir={dirs.root}",
+            "-cp",
+            f"{dirs.conf}:{jars}/*",
+            NAMENODE.main_class,
+            "-format",
+            "-nonInteractive",
+            "-force",
+        ],
+        dirs.root,
+    )
 
 
 def _hadoop_flags(settings: Settings, dirs: ServiceDirs) -> list[str]:
@@ -236,20 +311,35 @@ DATANODE = Service(
 
 # --- HBase -----------------------------------------------------------------------------------
 
+
 def _render_hbase(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
     b = settings.hbase
     rootdir = b.rootdir or f"file://{dirs.data / 'root'}"
-    render_template("hbase/hbase-site.xml", dirs.conf / "hbase-site.xml", host=b.host, rootdir=rootdir,
-                    tmp_dir=dirs.root / "tmp", zookeeper_port=b.zookeeper_port, zookeeper_dir=dirs.data / "zookeeper",
-                    master_port=b.master_port, master_info_port=b.master_info_port,
-                    regionserver_port=b.regionserver_port, regionserver_info_port=b.regionserver_info_port,
-                    thrift_port=b.thrift_port, thrift_info_port=b.thrift_info_port)
+    render_template(
+        "hbase/hbase-site.xml",
+        dirs.conf / "hbase-site.xml",
+        host=b.host,
+        rootdir=rootdir,
+        tmp_dir=dirs.root / "tmp",
+        zookeeper_port=b.zookeeper_port,
+        zookeeper_dir=dirs.data / "zookeeper",
+        master_port=b.master_port,
+        master_info_port=b.master_info_port,
+        regionserver_port=b.regionserver_port,
+        regionserver_info_port=b.regionserver_info_port,
+        thrift_port=b.thrift_port,
+        thrift_info_port=b.thrift_info_port,
+    )
     render_template("hbase/log4j2.properties", dirs.conf / "log4j2.properties")
 
 
 def _hbase_flags(settings: Settings, dirs: ServiceDirs) -> list[str]:
-    return [*_HBASE_FLAGS, f"-Dlog4j2.configurationFile={dirs.conf / 'log4j2.properties'}",
-            f"-Dhbase.log.dir={dirs.root / 'logs'}", f"-Dhadoop.home.dir={dirs.root}"]
+    return [
+        *_HBASE_FLAGS,
+        f"-Dlog4j2.configurationFile={dirs.conf / 'log4j2.properties'}",
+        f"-Dhbase.log.dir={dirs.root / 'logs'}",
+        f"-Dhadoop.home.dir={dirs.root}",
+    ]
 
 
 HBASE = Service(
@@ -257,9 +347,13 @@ HBASE = Service(
     jar_group="hbase",
     main_class="org.apache.hadoop.hbase.master.HMaster",
     heap_mb=lambda s: s.hbase.master_heap_mb,
-    ports=lambda s: {"zookeeper": s.hbase.zookeeper_port, "master": s.hbase.master_port,
-                     "master-info": s.hbase.master_info_port, "regionserver": s.hbase.regionserver_port,
-                     "regionserver-info": s.hbase.regionserver_info_port},
+    ports=lambda s: {
+        "zookeeper": s.hbase.zookeeper_port,
+        "master": s.hbase.master_port,
+        "master-info": s.hbase.master_info_port,
+        "regionserver": s.hbase.regionserver_port,
+        "regionserver-info": s.hbase.regionserver_info_port,
+    },
     host=lambda s: s.hbase.host,
     render=_render_hbase,
     args=lambda d: ["start"],
@@ -287,13 +381,22 @@ HBASE_THRIFT = Service(
 
 # --- Cassandra -------------------------------------------------------------------------------
 
+
 def _render_cassandra(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
     c = settings.cassandra
-    render_template("cassandra/cassandra.yaml", dirs.conf / "cassandra.yaml", host=c.hosts[0] if c.hosts else "127.0.0.1",
-                    port=c.port, storage_port=c.storage_port, data_dir=dirs.data / "data",
-                    commitlog_dir=dirs.data / "commitlog", saved_caches_dir=dirs.data / "saved_caches",
-                    hints_dir=dirs.data / "hints", cdc_raw_dir=dirs.data / "cdc_raw",
-                    commitlog_sync=commitlog_sync_yaml(c))
+    render_template(
+        "cassandra/cassandra.yaml",
+        dirs.conf / "cassandra.yaml",
+        host=c.hosts[0] if c.hosts else "127.0.0.1",
+        port=c.port,
+        storage_port=c.storage_port,
+        data_dir=dirs.data / "data",
+        commitlog_dir=dirs.data / "commitlog",
+        saved_caches_dir=dirs.data / "saved_caches",
+        hints_dir=dirs.data / "hints",
+        cdc_raw_dir=dirs.data / "cdc_raw",
+        commitlog_sync=commitlog_sync_yaml(c),
+    )
     render_template("cassandra/logback.xml", dirs.conf / "logback.xml")
 
 
@@ -312,12 +415,16 @@ def _cassandra_flags(settings: Settings, dirs: ServiceDirs) -> list[str]:
     if not jamm:
         raise StackError("cassandra", f"jamm agent jar missing from {jars}: run `make setup`")
     return [
-        f"-javaagent:{jamm[-1]}", *_CASSANDRA_FLAGS,
+        f"-javaagent:{jamm[-1]}",
+        *_CASSANDRA_FLAGS,
         f"-Dcassandra.config=file://{dirs.conf / 'cassandra.yaml'}",
         f"-Dlogback.configurationFile={dirs.conf / 'logback.xml'}",
-        f"-Dcassandra.storagedir={dirs.data}", f"-Dcassandra.logdir={dirs.root / 'logs'}",
-        "-Dcassandra-foreground=yes", "-Dcassandra.skip_wait_for_gossip_to_settle=0",
-        "-Dcassandra.load_ring_state=false", "-XX:MaxDirectMemorySize=256m",
+        f"-Dcassandra.storagedir={dirs.data}",
+        f"-Dcassandra.logdir={dirs.root / 'logs'}",
+        "-Dcassandra-foreground=yes",
+        "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        "-Dcassandra.load_ring_state=false",
+        "-XX:MaxDirectMemorySize=256m",
     ]
 
 
@@ -336,6 +443,7 @@ CASSANDRA = Service(
 )
 
 # --- The platform's own processes ----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class PlatformProcess:
@@ -401,7 +509,15 @@ AIRFLOW = PlatformProcess(
 )
 
 ALL: tuple[Service | PlatformProcess, ...] = (
-    KAFKA, NAMENODE, DATANODE, HBASE, HBASE_THRIFT, CASSANDRA, ARCHIVER, SPEED_LAYER, API, AIRFLOW,
+    KAFKA,
+    NAMENODE,
+    DATANODE,
+    HBASE,
+    HBASE_THRIFT,
+    CASSANDRA,
+    ARCHIVER,
+    SPEED_LAYER,
+    API,
+    AIRFLOW,
 )
 BY_NAME = {s.name: s for s in ALL}
-

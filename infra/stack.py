@@ -23,19 +23,41 @@ from infra.errors import StackError
 from infra.java import JavaRuntime, find_java
 from infra.process import STATE_TAG, ProcessSupervisor, port_owner
 from infra.restarts import Budget, read_status, restart_report, summary
-from infra.supervision import NAME as SUPERVISOR, Program, StackProcesses
+from infra.supervision import NAME as SUPERVISOR
+from infra.supervision import Program, StackProcesses
 
 log = logging.getLogger(__name__)
 
 # What a dying service's log says, and what to tell a person about it.
 _DIAGNOSES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"Address already in use|BindException|Failed to bind|port is already in use", re.I), "a port it needs is already in use"),
-    (re.compile(r"cannot assign requested address|Cannot assign requested address", re.I), "the host it is set to listen on is not an address of this machine"),
-    (re.compile(r"OutOfMemoryError|Cannot allocate memory|insufficient memory", re.I), "out of memory: raise its heap in settings or free memory"),
-    (re.compile(r"ConfigurationException|Invalid yaml|Invalid configuration|ConfigException|IllegalArgumentException: .*conf", re.I), "bad configuration"),
-    (re.compile(r"ClassNotFoundException|NoClassDefFoundError|Could not find or load main class", re.I), "missing classes: run `make setup` to resolve the jars"),
+    (
+        re.compile(r"Address already in use|BindException|Failed to bind|port is already in use", re.I),
+        "a port it needs is already in use",
+    ),
+    (
+        re.compile(r"cannot assign requested address|Cannot assign requested address", re.I),
+        "the host it is set to listen on is not an address of this machine",
+    ),
+    (
+        re.compile(r"OutOfMemoryError|Cannot allocate memory|insufficient memory", re.I),
+        "out of memory: raise its heap in settings or free memory",
+    ),
+    (
+        re.compile(
+            r"ConfigurationException|Invalid yaml|Invalid configuration|ConfigException|IllegalArgumentException: .*conf",
+            re.I,
+        ),
+        "bad configuration",
+    ),
+    (
+        re.compile(r"ClassNotFoundException|NoClassDefFoundError|Could not find or load main class", re.I),
+        "missing classes: run `make setup` to resolve the jars",
+    ),
     (re.compile(r"UnsupportedClassVersionError|Unsupported major.minor", re.I), "wrong Java version"),
-    (re.compile(r"InconsistentFSStateException|Incompatible clusterIDs|Invalid cluster.id", re.I), "stored data does not match this cluster: remove the service's data dir in the state dir"),
+    (
+        re.compile(r"InconsistentFSStateException|Incompatible clusterIDs|Invalid cluster.id", re.I),
+        "stored data does not match this cluster: remove the service's data dir in the state dir",
+    ),
 ]
 
 
@@ -65,7 +87,9 @@ class Stack:
         # Seconds each service took to become healthy in the last `up` (started services only).
         self.ready_after: dict[str, float] = {}
         # The platform's processes run under supervisord: every managed one is in its configuration.
-        self.programs = [s for s in svc.ALL if s.phase > 0 and (s.name in settings.stack.managed_services or s in self.services)]
+        self.programs = [
+            s for s in svc.ALL if s.phase > 0 and (s.name in settings.stack.managed_services or s in self.services)
+        ]
         self.supervisor = StackProcesses(settings, [p.name for p in self.programs])
         self.supervisord = self.supervisor.supervisord
 
@@ -77,16 +101,18 @@ class Stack:
         The stores come up first; on the whole stack they are then bootstrapped (topics, tables,
         keyspace) before the platform's own processes start.
         """
-        from definitions.settings_store import persist
-
         from definitions.settings import default_secrets
+        from definitions.settings_store import persist
 
         say = on_progress or (lambda msg: log.info("%s", msg))
         insecure = default_secrets(self.settings) if self.settings.environment != "development" else []
         if insecure and any(s.name in ("api", "airflow") for s in self.services):
-            raise StackError("settings", f"environment is {self.settings.environment!r} but {', '.join(insecure)} "
-                                         "still hold the development defaults: set them to secrets, or set "
-                                         "LAMBDA_ENVIRONMENT=development on a development machine")
+            raise StackError(
+                "settings",
+                f"environment is {self.settings.environment!r} but {', '.join(insecure)} "
+                "still hold the development defaults: set them to secrets, or set "
+                "LAMBDA_ENVIRONMENT=development on a development machine",
+            )
         self.settings.state_dir.mkdir(parents=True, exist_ok=True)
         say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}
@@ -132,8 +158,11 @@ class Stack:
                 except StackError as exc:
                     errors.append(exc)
         if errors:
-            raise errors[0] if len(errors) == 1 else StackError(
-                ", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
+            raise (
+                errors[0]
+                if len(errors) == 1
+                else StackError(", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
+            )
 
     def _up_supervised(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
         """The platform's processes, under supervisord: started once, then restarted by it when they exit."""
@@ -147,7 +176,9 @@ class Stack:
             if self.supervisor.pid_file(service.name).exists():
                 old = ProcessSupervisor.process(self.supervisor, service.name)
                 if old is not None:
-                    say(f"{service.name}: runs outside the supervisor (pid {old.pid}); restarting it under the supervisor")
+                    say(
+                        f"{service.name}: runs outside the supervisor (pid {old.pid}); restarting it under the supervisor"
+                    )
                 ProcessSupervisor.stop(self.supervisor, service.name, timeout)
         if not self.supervisord.running() and os.environ.get(STATE_TAG) != str(self.settings.state_dir):
             # Processes of a supervisor that died (killed, say) run on without it: end them first.
@@ -171,14 +202,26 @@ class Stack:
         for service in to_start:
             self._preflight(service)
         env = self._environment(java)
-        programs = [Program(p.name, self.prepare(p, java), p.dirs(self.settings).root,
-                            {"JAVA_HOME": env["JAVA_HOME"], "LAMBDA_STATE_DIR": env["LAMBDA_STATE_DIR"],
-                             STATE_TAG: str(self.settings.state_dir)}) for p in self.programs]
+        programs = [
+            Program(
+                p.name,
+                self.prepare(p, java),
+                p.dirs(self.settings).root,
+                {
+                    "JAVA_HOME": env["JAVA_HOME"],
+                    "LAMBDA_STATE_DIR": env["LAMBDA_STATE_DIR"],
+                    STATE_TAG: str(self.settings.state_dir),
+                },
+            )
+            for p in self.programs
+        ]
         how = self.supervisord.ensure(programs, env)
         if how != "unchanged":
             budget = Budget.from_settings(self.settings)
-            say(f"supervisor: {how} (pid {self.supervisor.record(SUPERVISOR).pid}); it restarts a process that exits, "
-                f"{budget.describe()}")
+            say(
+                f"supervisor: {how} (pid {self.supervisor.record(SUPERVISOR).pid}); it restarts a process that exits, "
+                f"{budget.describe()}"
+            )
         since = time.time()
         for service in to_start:
             self.supervisord.start(service.name)
@@ -209,19 +252,25 @@ class Stack:
             else:
                 last_error = f"{state or 'not started'}; {summary(entry)}"
             if time.monotonic() > deadline:
-                raise self._failure(service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last: {last_error})")
+                raise self._failure(
+                    service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last: {last_error})"
+                )
             time.sleep(1.0)
 
     def _loop_failure(self, service, entry: dict) -> StackError:
         last = entry.get("last_exit") or {}
         tail = "\n".join(last.get("log_tail", []))
         causes = [msg for pattern, msg in _DIAGNOSES if pattern.search(tail)]
-        return StackError(service.name, (
-            f"keeps dying: the supervisor gave up after {entry.get('restarts', 0)} restart(s) "
-            f"({Budget.from_settings(self.settings).describe()}); last exit: {last.get('reason')}"
-            + (f"; likely cause: {causes[0]}" if causes else "")
-            + f" (log: {self.supervisor.log_file(service.name)}; restarts: {self.settings.state_dir / 'logs' / 'restarts.log'})"),
-            tail)
+        return StackError(
+            service.name,
+            (
+                f"keeps dying: the supervisor gave up after {entry.get('restarts', 0)} restart(s) "
+                f"({Budget.from_settings(self.settings).describe()}); last exit: {last.get('reason')}"
+                + (f"; likely cause: {causes[0]}" if causes else "")
+                + f" (log: {self.supervisor.log_file(service.name)}; restarts: {self.settings.state_dir / 'logs' / 'restarts.log'})"
+            ),
+            tail,
+        )
 
     def _preflight(self, service: svc.Service) -> None:
         service.check_jars(self.settings)
@@ -229,7 +278,9 @@ class Stack:
         for label, port in service.ports(self.settings).items():
             owner = port_owner(host, port)
             if owner is not None:
-                raise StackError(service.name, f"cannot start: port {port} ({label}) on {host} is already in use by {owner}")
+                raise StackError(
+                    service.name, f"cannot start: port {port} ({label}) on {host} is already in use by {owner}"
+                )
 
     def _environment(self, java: JavaRuntime) -> dict[str, str]:
         # The stack's processes load the persisted settings of this state directory and nothing
@@ -241,9 +292,14 @@ class Stack:
     def _launch(self, service: svc.Service, java: JavaRuntime) -> None:
         from infra.store_logs import with_rolling_logs
 
-        command = with_rolling_logs(service.name, self.prepare(service, java), service.dirs(self.settings).conf,
-                                    self.supervisor.log_file(service.name), self.settings.stack.log_max_bytes,
-                                    self.settings.stack.log_backups)
+        command = with_rolling_logs(
+            service.name,
+            self.prepare(service, java),
+            service.dirs(self.settings).conf,
+            self.supervisor.log_file(service.name),
+            self.settings.stack.log_max_bytes,
+            self.settings.stack.log_backups,
+        )
         self.supervisor.start(service.name, command, cwd=service.dirs(self.settings).root, env=self._environment(java))
 
     def prepare(self, service: svc.Service, java: JavaRuntime) -> list[str]:
@@ -261,13 +317,17 @@ class Stack:
         while True:
             if self.supervisor.process(service.name) is None:
                 code = self.supervisor.exit_code(service.name)
-                raise self._failure(service, f"exited{'' if code is None else f' with code {code}'} before becoming healthy")
+                raise self._failure(
+                    service, f"exited{'' if code is None else f' with code {code}'} before becoming healthy"
+                )
             try:
                 return service.check(self.settings), time.monotonic() - started
             except Exception as exc:  # a probe may fail in any client-specific way while starting
                 last_error = f"{type(exc).__name__}: {exc}"
             if time.monotonic() > deadline:
-                raise self._failure(service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last probe: {last_error})")
+                raise self._failure(
+                    service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last probe: {last_error})"
+                )
             time.sleep(1.0)
 
     def _failure(self, service: svc.Service, what: str) -> StackError:
@@ -283,7 +343,9 @@ class Stack:
         timeout = self.settings.stack.stop_timeout_s
         outcome = {}
         # The platform's processes first (the supervisor must not restart them while the stores go).
-        running = {n for n, i in self.supervisord.all_info().items() if i["statename"] in ("RUNNING", "STARTING", "BACKOFF")}
+        running = {
+            n for n, i in self.supervisord.all_info().items() if i["statename"] in ("RUNNING", "STARTING", "BACKOFF")
+        }
         platform = [s.name for s in self.services if s.phase > 0]
         with self.supervisord.lock():
             if self.whole_stack:
@@ -298,9 +360,18 @@ class Stack:
                 outcome[name] = "stopped"
         with ThreadPoolExecutor(max_workers=max(1, len(self.services))) as pool:
             # Platform processes started before the supervisor still have pid files of their own.
-            stopped = dict(zip([s.name for s in self.services], pool.map(
-                lambda s: self.supervisor.pid_file(s.name).exists() and ProcessSupervisor.stop(self.supervisor, s.name, timeout),
-                self.services)))
+            stopped = dict(
+                zip(
+                    [s.name for s in self.services],
+                    pool.map(
+                        lambda s: (
+                            self.supervisor.pid_file(s.name).exists()
+                            and ProcessSupervisor.stop(self.supervisor, s.name, timeout)
+                        ),
+                        self.services,
+                    ),
+                )
+            )
         for name, ran in stopped.items():
             if ran:
                 outcome[name] = "stopped"
@@ -321,10 +392,16 @@ class Stack:
         for service in self.services:
             proc = self.supervisor.process(service.name)
             row = restarts.get(service.name, {}) if self.supervisor.supervised(service.name) else {}
-            count, why = row.get("restarts_total", 0), (row.get("summary", "") if row.get("restarts_total") or row.get("gave_up") else "")
+            count, why = (
+                row.get("restarts_total", 0),
+                (row.get("summary", "") if row.get("restarts_total") or row.get("gave_up") else ""),
+            )
             if proc is None:
-                detail = why or ("not running" if not self.supervisor.supervised(service.name) or self.supervisord.running()
-                                 else "not running (nor is the supervisor: run `lambdactl up`)")
+                detail = why or (
+                    "not running"
+                    if not self.supervisor.supervised(service.name) or self.supervisord.running()
+                    else "not running (nor is the supervisor: run `lambdactl up`)"
+                )
                 result.append(ServiceStatus(service.name, False, None, 0.0, False, detail, 0.0, count, why))
                 continue
             healthy, detail = False, ""
@@ -335,8 +412,11 @@ class Stack:
                 except Exception as exc:  # report, never raise, from status
                     detail = str(exc) if str(exc).startswith("stuck: ") else f"unhealthy: {type(exc).__name__}: {exc}"
             rss = self.supervisor.rss_bytes(service.name) / 2**20
-            result.append(ServiceStatus(service.name, True, proc.pid, rss, healthy, detail,
-                                        time.time() - proc.create_time(), count, why))
+            result.append(
+                ServiceStatus(
+                    service.name, True, proc.pid, rss, healthy, detail, time.time() - proc.create_time(), count, why
+                )
+            )
         if any(s.phase > 0 for s in self.services):
             result.append(self._supervisor_status())
         return result
@@ -345,11 +425,21 @@ class Stack:
         proc = ProcessSupervisor.process(self.supervisor, SUPERVISOR)
         budget = Budget.from_settings(self.settings)
         if proc is None:
-            return ServiceStatus(SUPERVISOR, False, None, 0.0, False,
-                                 "not running: nothing restarts a platform process that exits (run `lambdactl up`)")
+            return ServiceStatus(
+                SUPERVISOR,
+                False,
+                None,
+                0.0,
+                False,
+                "not running: nothing restarts a platform process that exits (run `lambdactl up`)",
+            )
         answers = self.supervisord.answering()
-        detail = (f"supervisord restarts the platform's processes, {budget.describe()}, backoff "
-                  f"{budget.backoff_s:.0f}s doubling to {budget.backoff_max_s:.0f}s" if answers else "supervisord does not answer")
+        detail = (
+            f"supervisord restarts the platform's processes, {budget.describe()}, backoff "
+            f"{budget.backoff_s:.0f}s doubling to {budget.backoff_max_s:.0f}s"
+            if answers
+            else "supervisord does not answer"
+        )
         try:
             rss = proc.memory_info().rss / 2**20
         except psutil.Error:

@@ -30,11 +30,20 @@ def log4j_rolling(console: str, log_file: Path, max_bytes: int, backups: int) ->
         raise ValueError("the log4j configuration has no log4j.rootLogger line")
     appenders = [a.strip() for a in root.group(1).split(",")[1:] if a.strip()]
     path = str(log_file).replace("\\", "\\\\")
-    lines = [console.rstrip("\n"), "", "# Written by `lambdactl up` (infra/store_logs.py): the console appenders roll by size."]
+    lines = [
+        console.rstrip("\n"),
+        "",
+        "# Written by `lambdactl up` (infra/store_logs.py): the console appenders roll by size.",
+    ]
     for name in appenders:
         prefix = f"log4j.appender.{name}"
-        lines += [f"{prefix}=org.apache.log4j.RollingFileAppender", f"{prefix}.File={path}", f"{prefix}.Append=true",
-                  f"{prefix}.MaxFileSize={max_bytes}", f"{prefix}.MaxBackupIndex={backups}"]
+        lines += [
+            f"{prefix}=org.apache.log4j.RollingFileAppender",
+            f"{prefix}.File={path}",
+            f"{prefix}.Append=true",
+            f"{prefix}.MaxFileSize={max_bytes}",
+            f"{prefix}.MaxBackupIndex={backups}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -54,9 +63,14 @@ def logback_rolling(console: str, log_file: Path, max_bytes: int, backups: int) 
         '    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">'
         f"<maxFileSize>{max_bytes}</maxFileSize></triggeringPolicy>\n"
         f"    <encoder><pattern>{pattern.group(1)}</pattern></encoder>\n"
-        "  </appender>")
-    out, count = re.subn(r'<appender name="STDOUT" class="ch\.qos\.logback\.core\.ConsoleAppender">.*?</appender>',
-                         lambda _: appender, console, flags=re.S)
+        "  </appender>"
+    )
+    out, count = re.subn(
+        r'<appender name="STDOUT" class="ch\.qos\.logback\.core\.ConsoleAppender">.*?</appender>',
+        lambda _: appender,
+        console,
+        flags=re.S,
+    )
     if count != 1:
         raise ValueError("the logback configuration has no ConsoleAppender named STDOUT")
     return out
@@ -68,7 +82,9 @@ def _insert_before_classpath(command: list[str], flag_prefix: str, flag: str) ->
     return [*out[:at], flag, *out[at:]]
 
 
-def with_rolling_logs(name: str, command: list[str], conf: Path, log_file: Path, max_bytes: int, backups: int) -> list[str]:
+def with_rolling_logs(
+    name: str, command: list[str], conf: Path, log_file: Path, max_bytes: int, backups: int
+) -> list[str]:
     """The store's command line, logging to `log_file` rotated by size; other commands as they are."""
     if name in _LOG4J:
         target = conf / f"log4j-{name}.properties"
@@ -77,5 +93,7 @@ def with_rolling_logs(name: str, command: list[str], conf: Path, log_file: Path,
     if name in _LOGBACK:
         target = conf / f"logback-{name}.xml"
         target.write_text(logback_rolling((conf / "logback.xml").read_text(), log_file, max_bytes, backups))
-        return _insert_before_classpath(command, "-Dlogback.configurationFile=", f"-Dlogback.configurationFile={target}")
+        return _insert_before_classpath(
+            command, "-Dlogback.configurationFile=", f"-Dlogback.configurationFile={target}"
+        )
     return command

@@ -31,9 +31,9 @@ from infra.errors import StackError
 from infra.process import ProcessRecord, ProcessSupervisor, tail_file
 from infra.restarts import supervisor_dir
 
-NAME = "supervisor"             # its pid file and stdout: run/supervisor.pid, logs/supervisor.log
-LISTENER = "lambda-restarts"    # the event listener's name in supervisord
-_MAX_SOCKET_PATH = 100          # AF_UNIX paths are limited to 107 bytes
+NAME = "supervisor"  # its pid file and stdout: run/supervisor.pid, logs/supervisor.log
+LISTENER = "lambda-restarts"  # the event listener's name in supervisord
+_MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to 107 bytes
 
 
 @dataclass(frozen=True)
@@ -131,8 +131,8 @@ def render_config(settings: Settings, programs: Sequence[Program]) -> str:
             f"command={_command(_stable_command(program.command))}",
             f"directory={_value(program.directory)}",
             f"environment={_environment(program.environment)}",
-            "autostart=false",      # `lambdactl up` starts the ones it is asked for
-            "autorestart=false",    # the listener restarts, with backoff and a budget
+            "autostart=false",  # `lambdactl up` starts the ones it is asked for
+            "autorestart=false",  # the listener restarts, with backoff and a budget
             f"startsecs={s.start_s}",
             "startretries=0",
             "stopsignal=TERM",
@@ -146,10 +146,21 @@ def render_config(settings: Settings, programs: Sequence[Program]) -> str:
             "",
         ]
     listener = [
-        python_executable(), "-m", "infra.restart_listener", "--state-dir", str(state),
-        "--programs", ",".join(p.name for p in programs), "--max-restarts", str(s.restart_max),
-        "--window-s", str(s.restart_window_s), "--backoff-s", str(s.restart_backoff_s),
-        "--backoff-max-s", str(s.restart_backoff_max_s),
+        python_executable(),
+        "-m",
+        "infra.restart_listener",
+        "--state-dir",
+        str(state),
+        "--programs",
+        ",".join(p.name for p in programs),
+        "--max-restarts",
+        str(s.restart_max),
+        "--window-s",
+        str(s.restart_window_s),
+        "--backoff-s",
+        str(s.restart_backoff_s),
+        "--backoff-max-s",
+        str(s.restart_backoff_max_s),
     ]
     lines += [
         f"[eventlistener:{LISTENER}]",
@@ -252,13 +263,22 @@ class Supervisord:
         if self.running():  # alive but not answering: start afresh
             self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
         conf.write_text(text)
-        self.procs.start(NAME, [python_executable(), "-m", "supervisor.supervisord", "-c", str(conf)],
-                         cwd=supervisor_dir(self.state_dir), env=dict(env))
+        self.procs.start(
+            NAME,
+            [python_executable(), "-m", "supervisor.supervisord", "-c", str(conf)],
+            cwd=supervisor_dir(self.state_dir),
+            env=dict(env),
+        )
         if not self._wait_answering(timeout_s):
-            tail = "\n".join(t for t in (self.procs.tail(NAME, 20),
-                                         tail_file(self.state_dir / "logs" / "supervisord.log", 20)) if t)
-            raise StackError(NAME, f"supervisord did not answer within {timeout_s:.0f}s "
-                                   f"(log: {self.state_dir / 'logs' / 'supervisord.log'})", tail)
+            tail = "\n".join(
+                t for t in (self.procs.tail(NAME, 20), tail_file(self.state_dir / "logs" / "supervisord.log", 20)) if t
+            )
+            raise StackError(
+                NAME,
+                f"supervisord did not answer within {timeout_s:.0f}s "
+                f"(log: {self.state_dir / 'logs' / 'supervisord.log'})",
+                tail,
+            )
         return "started"
 
     @contextmanager

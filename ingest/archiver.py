@@ -65,15 +65,19 @@ def build_queries(spark, settings: Settings):
         events.where(F.col("reason").isNotNull())
         .observe("dead_lettered", F.count(F.lit(1)).alias("records"))
         .select(
-            F.to_json(F.struct(F.col("kafka_partition").alias("partition"), F.col("kafka_offset").alias("offset"))).alias("key"),
-            F.to_json(F.struct(
-                "reason",
-                F.col("kafka_topic").alias("source_topic"),
-                F.col("kafka_partition").alias("source_partition"),
-                F.col("kafka_offset").alias("source_offset"),
-                F.date_format("ingest_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ingest_time"),
-                *dead_letter_raw(F.col("raw"), settings.events.max_dlq_raw_bytes),
-            )).alias("value"),
+            F.to_json(
+                F.struct(F.col("kafka_partition").alias("partition"), F.col("kafka_offset").alias("offset"))
+            ).alias("key"),
+            F.to_json(
+                F.struct(
+                    "reason",
+                    F.col("kafka_topic").alias("source_topic"),
+                    F.col("kafka_partition").alias("source_partition"),
+                    F.col("kafka_offset").alias("source_offset"),
+                    F.date_format("ingest_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ingest_time"),
+                    *dead_letter_raw(F.col("raw"), settings.events.max_dlq_raw_bytes),
+                )
+            ).alias("value"),
         )
     )
     dlq = (
@@ -137,8 +141,13 @@ def run(settings: Settings) -> int:
     stopping = stop_on_signal("the archiver's queries")
     master, dlq = build_queries(spark, settings)
     ticker.start()
-    log.info("archiving %s → %s (trigger %ss); dead letters → %s", settings.kafka.events_topic,
-             master_url(settings), settings.archiver.trigger_s, settings.kafka.dlq_topic)
+    log.info(
+        "archiving %s → %s (trigger %ss); dead letters → %s",
+        settings.kafka.events_topic,
+        master_url(settings),
+        settings.archiver.trigger_s,
+        settings.kafka.dlq_topic,
+    )
     try:
         return watch_queries((master, dlq), stopping)
     finally:

@@ -51,7 +51,7 @@ class Completeness:
         return json.dumps(doc, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Completeness":
+    def from_json(cls, text: str | bytes) -> Completeness:
         doc = json.loads(text)
         parts = {int(k): PartitionProgress(**v) for k, v in doc["partitions"].items()}
         return cls(doc["batch_id"], doc["written_ms"], parts, doc.get("expected_partitions", 0))
@@ -64,8 +64,12 @@ def record_timestamps(settings: Settings, offsets: dict[int, int], timeout_s: fl
     if not offsets:
         return {}
     topic = settings.kafka.events_topic
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False,
-                             client_id="lambda-completeness", max_poll_records=len(offsets) * 2)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka.bootstrap,
+        enable_auto_commit=False,
+        client_id="lambda-completeness",
+        max_poll_records=len(offsets) * 2,
+    )
     try:
         parts = {TopicPartition(topic, p): off for p, off in offsets.items()}
         consumer.assign(list(parts))

@@ -23,7 +23,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO
 
@@ -33,14 +33,38 @@ from definitions.settings import Settings
 log = logging.getLogger(__name__)
 
 INVALID_KINDS = (
-    "malformed_json", "missing_field", "mistyped_field", "absurd_timestamp", "oversized",
-    "bad_event_type", "unknown_field", "not_an_object",
+    "malformed_json",
+    "missing_field",
+    "mistyped_field",
+    "absurd_timestamp",
+    "oversized",
+    "bad_event_type",
+    "unknown_field",
+    "not_an_object",
 )
 _TYPE_WEIGHTS = {"page_view": 0.80, "click": 0.12, "add_to_cart": 0.05, "purchase": 0.02, "signup": 0.01}
 _DEVICES = (("mobile", 0.55), ("desktop", 0.38), ("tablet", 0.06), ("other", 0.01))
-_COUNTRIES = (("US", 0.30), ("DE", 0.12), ("GB", 0.10), ("FR", 0.08), ("IN", 0.10), ("BR", 0.07),
-              ("JP", 0.06), ("CA", 0.05), ("NL", 0.04), ("ES", 0.04), ("IT", 0.04))
-_REFERRERS = ("https://www.google.com/", "https://news.ycombinator.com/", "https://t.co/", "https://www.bing.com/", None, None)
+_COUNTRIES = (
+    ("US", 0.30),
+    ("DE", 0.12),
+    ("GB", 0.10),
+    ("FR", 0.08),
+    ("IN", 0.10),
+    ("BR", 0.07),
+    ("JP", 0.06),
+    ("CA", 0.05),
+    ("NL", 0.04),
+    ("ES", 0.04),
+    ("IT", 0.04),
+)
+_REFERRERS = (
+    "https://www.google.com/",
+    "https://news.ycombinator.com/",
+    "https://t.co/",
+    "https://www.bing.com/",
+    None,
+    None,
+)
 
 
 @dataclass(frozen=True)
@@ -146,14 +170,16 @@ class ClickstreamGenerator:
         self.config = config
         self.rng = random.Random(config.seed)
         self.urls = [config.url_prefix + u if config.url_prefix else u for u in page_urls(config.pages)]
-        self.pages = _Weighted(self.urls, [1.0 / (rank ** config.zipf_s) for rank in range(1, config.pages + 1)], self.rng)
+        self.pages = _Weighted(
+            self.urls, [1.0 / (rank**config.zipf_s) for rank in range(1, config.pages + 1)], self.rng
+        )
         self.types = _Weighted(_TYPE_WEIGHTS.keys(), _TYPE_WEIGHTS.values(), self.rng)
         devices = _Weighted([d for d, _ in _DEVICES], [w for _, w in _DEVICES], self.rng)
         countries = _Weighted([c for c, _ in _COUNTRIES], [w for _, w in _COUNTRIES], self.rng)
         self.user_traits = [(devices.pick(), countries.pick()) for _ in range(config.users)]
         self.sessions: list[list] = []  # [user index, pages left]
         self.recent: deque[Record] = deque(maxlen=config.duplicate_window)
-        self.start = config.start or datetime.now(timezone.utc)
+        self.start = config.start or datetime.now(UTC)
         self.sim_times = self._simulated_times() if config.span_s > 0 else None
 
     def _simulated_times(self) -> list[float]:
@@ -163,7 +189,7 @@ class ClickstreamGenerator:
         offsets = []
         while len(offsets) < c.count:
             t = self.rng.uniform(0, c.span_s)
-            hour = ((begin + timedelta(seconds=t)).hour + (begin + timedelta(seconds=t)).minute / 60.0)
+            hour = (begin + timedelta(seconds=t)).hour + (begin + timedelta(seconds=t)).minute / 60.0
             density = 1.0 + 0.7 * math.sin(2 * math.pi * (hour - 9.0) / 24.0)  # peak mid-afternoon, trough at night
             if self.rng.uniform(0, 1.7) <= density:
                 offsets.append(c.span_s - t)
@@ -192,7 +218,7 @@ class ClickstreamGenerator:
         if self.sim_times is not None:
             moment = self.start - timedelta(seconds=self.sim_times[index])
         else:
-            moment = datetime.now(timezone.utc)
+            moment = datetime.now(UTC)
         if late:
             moment -= timedelta(seconds=self.rng.uniform(self.config.late_min_s, self.config.late_max_s))
         return {
@@ -248,13 +274,16 @@ class ClickstreamGenerator:
                 kind, value = self._invalid(event)
                 yield Record(kind, key, value, None)
                 continue
-            record = Record("late" if late else "valid", key, json.dumps(event, separators=(",", ":")).encode(), event["event_id"])
+            record = Record(
+                "late" if late else "valid", key, json.dumps(event, separators=(",", ":")).encode(), event["event_id"]
+            )
             self.recent.append(record)
             yield record
 
 
-def produce(settings: Settings, config: GeneratorConfig, events_out: IO[str] | None = None,
-            progress_every: int = 0) -> SendReport:
+def produce(
+    settings: Settings, config: GeneratorConfig, events_out: IO[str] | None = None, progress_every: int = 0
+) -> SendReport:
     """Send the configured stream to Kafka; write one JSON line per sent record to `events_out`."""
     from kafka import KafkaProducer
 
@@ -276,8 +305,14 @@ def produce(settings: Settings, config: GeneratorConfig, events_out: IO[str] | N
         with lock:
             report.sent += 1
             if events_out is not None:
-                sent = SentRecord(record.kind, record.event_id, metadata.partition, metadata.offset,
-                                  metadata.timestamp, record.value.decode("utf-8", errors="replace"))
+                sent = SentRecord(
+                    record.kind,
+                    record.event_id,
+                    metadata.partition,
+                    metadata.offset,
+                    metadata.timestamp,
+                    record.value.decode("utf-8", errors="replace"),
+                )
                 events_out.write(json.dumps(asdict(sent)) + "\n")
 
     def on_error(exc: Exception) -> None:

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 SOURCE_COLUMNS = ("kafka_partition", "kafka_offset", "ingest_time")
 
 
-def kafka_stream(spark: "SparkSession", settings: Settings, max_offsets_per_trigger: "int | None" = None) -> "DataFrame":
+def kafka_stream(
+    spark: "SparkSession", settings: Settings, max_offsets_per_trigger: "int | None" = None
+) -> "DataFrame":
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka.bootstrap)
@@ -60,8 +62,7 @@ def validated_events(records: "DataFrame", limits: EventLimits) -> "DataFrame":
     checked = _validator(limits)(F.col("value"), F.unix_millis(F.col("timestamp"))).alias("v")
     is_tick = (F.col("key") == F.lit(TICK_KEY)) & (F.col("value").isNull() | (F.length("value") == 0))
     return (
-        records
-        .where(~F.coalesce(is_tick, F.lit(False)))
+        records.where(~F.coalesce(is_tick, F.lit(False)))
         .select(
             checked,
             F.col("value").alias("raw"),
@@ -76,6 +77,8 @@ def validated_events(records: "DataFrame", limits: EventLimits) -> "DataFrame":
                 (F.timestamp_millis(F.col("v.event_time")) if name == "event_time" else F.col(f"v.{name}")).alias(name)
                 for name in FIELD_NAMES
             ],
-            "raw", "kafka_topic", *SOURCE_COLUMNS,
+            "raw",
+            "kafka_topic",
+            *SOURCE_COLUMNS,
         )
     )

@@ -14,6 +14,6 @@ def master_url(settings: Settings) -> str:
     return f"{settings.hdfs.url}{settings.archiver.master_path}"
 
 
-def read_master(spark: "SparkSession", settings: Settings) -> "DataFrame":
+def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
     """The committed master dataset (the file sink's log hides files of unfinished batches)."""
     return spark.read.parquet(master_url(settings))

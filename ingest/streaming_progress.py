@@ -43,12 +43,19 @@ def rows_behind(progress) -> int | None:
 
 
 class ProgressFile:
-    def __init__(self, settings: Settings, job: str, hooks: dict[str, Hook] | None = None, extra: dict | None = None) -> None:
+    def __init__(
+        self, settings: Settings, job: str, hooks: dict[str, Hook] | None = None, extra: dict | None = None
+    ) -> None:
         self.path = progress_path(settings, job)
         self.hooks = hooks or {}
         self.lock = threading.Lock()
-        self.state: dict = {"pid": os.getpid(), "started_ms": int(time.time() * 1000), "queries": {}, "totals": {},
-                            **(extra or {})}
+        self.state: dict = {
+            "pid": os.getpid(),
+            "started_ms": int(time.time() * 1000),
+            "queries": {},
+            "totals": {},
+            **(extra or {}),
+        }
         self.names: dict[str, str] = {}
 
     def started(self, query_id: str, name: str) -> None:
@@ -150,19 +157,30 @@ def require_progressing(state: dict, queries: tuple[str, ...], stuck_after_s: fl
     for name in queries:
         query = state["queries"][name]
         # reported_ms: this query's last batch; updated_ms: any write (files of jobs started before reported_ms)
-        since_ms = (query.get("reported_ms") or (state.get("updated_ms") if "batch_id" in query else None)
-                    or state.get("started_ms") or now_ms)
+        since_ms = (
+            query.get("reported_ms")
+            or (state.get("updated_ms") if "batch_id" in query else None)
+            or state.get("started_ms")
+            or now_ms
+        )
         silent_s = (now_ms - since_ms) / 1000
         if silent_s > stuck_after_s:
             behind = query.get("rows_behind")
-            last = (f"its last one (batch {query['batch_id']}) was {behind:,} records behind Kafka"
-                    if "batch_id" in query and behind is not None else "none has finished since it started")
-            raise Stuck(f"stuck: query {name} has finished no micro-batch for {silent_s:.0f} s "
-                               f"(more than stack.stuck_after_s={stuck_after_s:.0f}); {last}")
+            last = (
+                f"its last one (batch {query['batch_id']}) was {behind:,} records behind Kafka"
+                if "batch_id" in query and behind is not None
+                else "none has finished since it started"
+            )
+            raise Stuck(
+                f"stuck: query {name} has finished no micro-batch for {silent_s:.0f} s "
+                f"(more than stack.stuck_after_s={stuck_after_s:.0f}); {last}"
+            )
 
 
 def require_running(state: dict, queries: tuple[str, ...]) -> None:
     for name in queries:
         query = state.get("queries", {}).get(name, {})
         if not query.get("active"):
-            raise RuntimeError(f"query {name} is not running" + (f": {query['error'][:300]}" if query.get("error") else ""))
+            raise RuntimeError(
+                f"query {name} is not running" + (f": {query['error'][:300]}" if query.get("error") else "")
+            )

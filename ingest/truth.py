@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from definitions.events import InvalidEvent, validate
 from ingest.generator import SentRecord
@@ -47,7 +47,7 @@ def page_view_truth(events: Iterable[dict], granularity: str = "hour") -> dict[s
         visitors[key].add(e["user_id"])
     out: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
     for (url, start), n in sorted(views.items()):
-        bucket = datetime.fromtimestamp(start / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        bucket = datetime.fromtimestamp(start / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         out[url][bucket] = {"page_views": n, "unique_visitors": len(visitors[(url, start)])}
     return dict(out)
 

@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC
 from pathlib import Path
 
 from definitions.settings import Settings, get_settings
@@ -124,17 +125,26 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from ingest.generator import GeneratorConfig, produce, read_sent
     from ingest.truth import write_truth
 
-    start = datetime.fromisoformat(args.start).astimezone(timezone.utc) if args.start else None
+    start = datetime.fromisoformat(args.start).astimezone(UTC) if args.start else None
     config = GeneratorConfig(
-        seed=args.seed, count=args.count, rate=args.rate, pages=args.pages, users=args.users,
-        span_s=args.span, start=start, late_fraction=args.late_fraction, late_min_s=args.late_min,
-        late_max_s=args.late_max, duplicate_fraction=args.duplicate_fraction,
-        invalid_fraction=args.invalid_fraction, topic=args.topic or "",
+        seed=args.seed,
+        count=args.count,
+        rate=args.rate,
+        pages=args.pages,
+        users=args.users,
+        span_s=args.span,
+        start=start,
+        late_fraction=args.late_fraction,
+        late_min_s=args.late_min,
+        late_max_s=args.late_max,
+        duplicate_fraction=args.duplicate_fraction,
+        invalid_fraction=args.invalid_fraction,
+        topic=args.topic or "",
     )
     events_out = args.events_out
     if args.truth_out and not events_out:
@@ -167,8 +177,15 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
             planned = choose_cutoff(settings, cutoff, current, names)
             # new when some view of the run would move past the cutoff it serves at
             fresh = current is None or any(current.entry(n) is None or current.cutoff_of(n) < planned for n in names)
-            _emit({"cutoff": iso(planned), "cutoff_ms": planned, "new": fresh, "views": names,
-                   "serving_version": current.version if current else None})
+            _emit(
+                {
+                    "cutoff": iso(planned),
+                    "cutoff_ms": planned,
+                    "new": fresh,
+                    "views": names,
+                    "serving_version": current.version if current else None,
+                }
+            )
             return 0 if fresh or args.force else 3
         if args.verify is not None:
             tables = verify_version(settings, args.verify)
@@ -177,11 +194,18 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
         if args.swap is not None:
             pointer = swap_version(settings, args.swap)
             moved = {n: e.cutoff_ms for n, e in pointer.entries.items() if e.version == args.swap}
-            _emit({"version": args.swap, "cutoff": iso(max(moved.values(), default=0)), "views": sorted(moved),
-                   "swapped": True})
+            _emit(
+                {
+                    "version": args.swap,
+                    "cutoff": iso(max(moved.values(), default=0)),
+                    "views": sorted(moved),
+                    "swapped": True,
+                }
+            )
             return 0
-        result = run_batch(settings, cutoff, args.views.split(",") if args.views else None, args.force,
-                           swap=not args.no_swap)
+        result = run_batch(
+            settings, cutoff, args.views.split(",") if args.views else None, args.force, swap=not args.no_swap
+        )
     except (CutoffError, VerificationError, PointerMoved) as exc:
         log.error("batch refused: %s", exc)
         return 2
@@ -189,8 +213,10 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
         _say(f"nothing to do: version {result.version} already serves cutoff {iso(result.cutoff_ms)}")
     else:
         verb = "now serves" if not args.no_swap else "is written and verified, not yet serving,"
-        _say(f"version {result.version} {verb} {', '.join(result.tables)} below {iso(result.cutoff_ms)} "
-             f"({result.events:,} distinct events, {result.seconds:.0f}s)")
+        _say(
+            f"version {result.version} {verb} {', '.join(result.tables)} below {iso(result.cutoff_ms)} "
+            f"({result.events:,} distinct events, {result.seconds:.0f}s)"
+        )
         for name, stats in result.tables.items():
             _say(f"  {name}: {stats.rows:,} rows, {stats.cells:,} cells, checksum {stats.checksum:,}")
         if not args.no_swap and not args.no_report:
@@ -200,8 +226,15 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
             except Exception:  # the batch itself is done and serving; say what failed
                 log.exception("the accuracy report failed; version %d serves all the same", result.version)
     if args.json:
-        _emit({"version": result.version, "cutoff": iso(result.cutoff_ms), "cutoff_ms": result.cutoff_ms,
-               "run_id": result.run_id, "skipped": result.skipped or None})
+        _emit(
+            {
+                "version": result.version,
+                "cutoff": iso(result.cutoff_ms),
+                "cutoff_ms": result.cutoff_ms,
+                "run_id": result.run_id,
+                "skipped": result.skipped or None,
+            }
+        )
     return 0
 
 
@@ -223,7 +256,9 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.spark import spark_session
 
     spark = spark_session(settings, "lambda-report", {"spark.driver.memory": settings.batch.driver_memory})
-    report = build_report(settings, spark, run.get("previous_cutoff_ms", 0), run["cutoff_ms"], args.version, run["run_id"])
+    report = build_report(
+        settings, spark, run.get("previous_cutoff_ms", 0), run["cutoff_ms"], args.version, run["run_id"]
+    )
     paths = store_report(settings, report, render_html(report))
     url = f"http://{settings.api.host}:{settings.api.port}/api/v1/reports/{report['id']}/html"
     _say(f"report {report['id']} for version {args.version}: {url} ({paths.get('json')})")
@@ -245,10 +280,17 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     cleanup = delete_absorbed(settings, cutoffs)
     _say(f"realtime clean-up below each view's serving cutoff: {cleanup.summary()}")
     if args.json:
-        _emit({"version": pointer.version, "cutoffs_s": cutoffs, "cutoff_s": cleanup.cutoff_s,
-               "rows_below_cutoff": cleanup.rows_below_cutoff,
-               "deletions": cleanup.deletions, "complete": cleanup.complete,
-               "unreadable": [u.describe() for u in cleanup.unreadable]})
+        _emit(
+            {
+                "version": pointer.version,
+                "cutoffs_s": cutoffs,
+                "cutoff_s": cleanup.cutoff_s,
+                "rows_below_cutoff": cleanup.rows_below_cutoff,
+                "deletions": cleanup.deletions,
+                "complete": cleanup.complete,
+                "unreadable": [u.describe() for u in cleanup.unreadable],
+            }
+        )
     return 0
 
 
@@ -300,7 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start the local stack and wait until every service is healthy").set_defaults(func=cmd_up)
-    sub.add_parser("bootstrap", help="create the topics, HBase tables and Cassandra keyspace the platform uses").set_defaults(func=cmd_bootstrap)
+    sub.add_parser(
+        "bootstrap", help="create the topics, HBase tables and Cassandra keyspace the platform uses"
+    ).set_defaults(func=cmd_bootstrap)
     sub.add_parser("down", help="stop every process of the local stack").set_defaults(func=cmd_down)
     status = sub.add_parser("status", help="each service's state, memory and health")
     status.add_argument("--json", action="store_true", help="machine-readable output")
@@ -316,8 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=42)
     gen.add_argument("--pages", type=int, default=500)
     gen.add_argument("--users", type=int, default=5_000)
-    gen.add_argument("--span", type=float, default=0.0,
-                     help="spread event times over this many seconds before --start, following a daily rhythm (0: live)")
+    gen.add_argument(
+        "--span",
+        type=float,
+        default=0.0,
+        help="spread event times over this many seconds before --start, following a daily rhythm (0: live)",
+    )
     gen.add_argument("--start", help="ISO time the simulated span ends at (default: now)")
     gen.add_argument("--late-fraction", type=float, default=0.0)
     gen.add_argument("--late-min", type=float, default=3_600.0, help="seconds")
@@ -325,26 +373,38 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--duplicate-fraction", type=float, default=0.0)
     gen.add_argument("--invalid-fraction", type=float, default=0.0)
     gen.add_argument("--topic", help="default: the events topic from settings")
-    gen.add_argument("--events-out", type=Path, help="write every sent record (kind, partition, offset, ingest time) as JSONL")
+    gen.add_argument(
+        "--events-out", type=Path, help="write every sent record (kind, partition, offset, ingest time) as JSONL"
+    )
     gen.add_argument("--truth-out", type=Path, help="write the ground-truth view values the valid events imply")
     gen.add_argument("--granularity", choices=["minute", "hour", "day"], default="hour")
     gen.set_defaults(func=cmd_generate)
     batch = sub.add_parser("batch", help="recompute the batch views now")
     batch.add_argument("--cutoff", help="ISO time on an ingest-bucket boundary (default: the last complete one)")
-    batch.add_argument("--views", help="comma-separated view names (default: all); only these views' pointer "
-                                       "entries move, the others keep their version and cutoff")
+    batch.add_argument(
+        "--views",
+        help="comma-separated view names (default: all); only these views' pointer "
+        "entries move, the others keep their version and cutoff",
+    )
     batch.add_argument("--force", action="store_true", help="recompute even if the views are served at this cutoff")
     batch.add_argument("--json", action="store_true", help="also print the result as JSON on stdout")
     batch.add_argument("--no-report", action="store_true", help="skip the accuracy report after the swap")
     steps = batch.add_mutually_exclusive_group()
-    steps.add_argument("--plan", action="store_true",
-                       help="only print the cutoff a run would use; exit 3 if no view of the run would move past "
-                            "the cutoff it is served at")
+    steps.add_argument(
+        "--plan",
+        action="store_true",
+        help="only print the cutoff a run would use; exit 3 if no view of the run would move past "
+        "the cutoff it is served at",
+    )
     steps.add_argument("--no-swap", action="store_true", help="write and verify a new version, leave serving as it is")
     steps.add_argument("--verify", type=int, metavar="VERSION", help="check a written version's tables again")
-    steps.add_argument("--swap", type=int, metavar="VERSION",
-                       help="move the pointer entries of a verified version's views to it (compare-and-set: "
-                            "refused if another run swapped since this one read the pointer)")
+    steps.add_argument(
+        "--swap",
+        type=int,
+        metavar="VERSION",
+        help="move the pointer entries of a verified version's views to it (compare-and-set: "
+        "refused if another run swapped since this one read the pointer)",
+    )
     batch.set_defaults(func=cmd_batch)
     report = sub.add_parser("report", help="build (--version N) or list speed-vs-batch accuracy reports")
     report.add_argument("--version", type=int, help="the batch version whose ingest window to report on")

@@ -27,11 +27,13 @@ def speed_line(speed: dict) -> str:
     if not speed.get("running"):
         return "not running yet (no progress reported)"
     rate, behind, fresh = speed.get("input_rows_per_s"), speed.get("records_behind"), speed.get("freshness_s")
-    return ", ".join([
-        f"{rate:,.0f} records/s in" if rate is not None else "input rate not measured yet",
-        f"{behind:,} records behind Kafka" if behind is not None else "backlog not measured yet",
-        f"last micro-batch {fresh:,.0f} s ago" if fresh is not None else "no micro-batch finished yet",
-    ])
+    return ", ".join(
+        [
+            f"{rate:,.0f} records/s in" if rate is not None else "input rate not measured yet",
+            f"{behind:,} records behind Kafka" if behind is not None else "backlog not measured yet",
+            f"last micro-batch {fresh:,.0f} s ago" if fresh is not None else "no micro-batch finished yet",
+        ]
+    )
 
 
 def _say(message: str) -> None:
@@ -50,9 +52,12 @@ def _hourly_window(events: list[dict]) -> tuple[str, str]:
 
 
 def _answer(settings: Settings, url: str, start: str, end: str) -> dict:
-    for attempt in range(5):
-        resp = httpx.get(f"{_api(settings)}/api/v1/views/page_views",
-                         params={"url": url, "granularity": "hour", "start": start, "end": end}, timeout=30)
+    for _attempt in range(5):
+        resp = httpx.get(
+            f"{_api(settings)}/api/v1/views/page_views",
+            params={"url": url, "granularity": "hour", "start": start, "end": end},
+            timeout=30,
+        )
         if resp.status_code != 503:
             break
         _say(f"    the API says a store is unavailable ({resp.json()['detail']}); asking again")
@@ -61,8 +66,13 @@ def _answer(settings: Settings, url: str, start: str, end: str) -> dict:
     body = resp.json()
     batch = sum(b["batch"] for b in body["series"])
     speed = sum(b["speed"] for b in body["series"])
-    return {"total": body["total"], "batch": batch, "speed": speed, "version": body["provenance"]["batch_version"],
-            "cutoff": body["provenance"]["cutoff"]}
+    return {
+        "total": body["total"],
+        "batch": batch,
+        "speed": speed,
+        "version": body["provenance"]["batch_version"],
+        "cutoff": body["provenance"]["cutoff"],
+    }
 
 
 def _show(settings: Settings, urls: list[str], truth: Counter, start: str, end: str, label: str) -> bool:
@@ -72,8 +82,10 @@ def _show(settings: Settings, urls: list[str], truth: Counter, start: str, end: 
         a = _answer(settings, url, start, end)
         ok = a["total"] == truth[url]
         exact &= ok
-        _say(f"  {url:<44} merged {a['total']:>6,} = batch {a['batch']:>6,} + speed {a['speed']:>6,}   "
-             f"truth {truth[url]:>6,} {'✓ exact' if ok else '… catching up'}")
+        _say(
+            f"  {url:<44} merged {a['total']:>6,} = batch {a['batch']:>6,} + speed {a['speed']:>6,}   "
+            f"truth {truth[url]:>6,} {'✓ exact' if ok else '… catching up'}"
+        )
     return exact
 
 
@@ -91,11 +103,21 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
     events_path = demo_dir / f"sent-{stamp}.jsonl"
     # The demo's site lives under its own path, so its answers can be checked against its own truth
     # however much other traffic the stack has seen.
-    config = GeneratorConfig(seed=int(time.time()), count=count, rate=rate, late_fraction=0.1, late_min_s=3_600,
-                             late_max_s=36 * 3_600, duplicate_fraction=0.03, invalid_fraction=0.02,
-                             url_prefix=f"/demo-{stamp}")
-    _say(f"2/6 streaming {count:,} clickstream records at {rate:,.0f}/s: 10 % hours late, 3 % re-sent duplicates, "
-         f"2 % invalid (what was sent: {events_path})")
+    config = GeneratorConfig(
+        seed=int(time.time()),
+        count=count,
+        rate=rate,
+        late_fraction=0.1,
+        late_min_s=3_600,
+        late_max_s=36 * 3_600,
+        duplicate_fraction=0.03,
+        invalid_fraction=0.02,
+        url_prefix=f"/demo-{stamp}",
+    )
+    _say(
+        f"2/6 streaming {count:,} clickstream records at {rate:,.0f}/s: 10 % hours late, 3 % re-sent duplicates, "
+        f"2 % invalid (what was sent: {events_path})"
+    )
     report_box: dict = {}
 
     def send() -> None:
@@ -112,8 +134,10 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
         _say(f"    speed layer: {speed_line(status.get('speed') or {})}")
     sender.join()
     report = report_box["report"]
-    _say(f"    sent {report.sent:,} records in {report.seconds:.0f}s ({report.rate:,.0f}/s): "
-         + ", ".join(f"{k} {v:,}" for k, v in sorted(report.by_kind.items())))
+    _say(
+        f"    sent {report.sent:,} records in {report.seconds:.0f}s ({report.rate:,.0f}/s): "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(report.by_kind.items()))
+    )
 
     sent = read_sent(events_path)
     events = distinct_events(sent)
@@ -160,7 +184,14 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
         _say(f"    the batch run failed: see the Airflow UI at {base_url(settings)}")
         return 1
 
-    exact = _show(settings, urls, truth, start, end, "6/6 the same answers after the batch run: still exact, now from the batch layer")
+    exact = _show(
+        settings,
+        urls,
+        truth,
+        start,
+        end,
+        "6/6 the same answers after the batch run: still exact, now from the batch layer",
+    )
     reports = httpx.get(f"{_api(settings)}/api/v1/reports", timeout=30).json()["reports"]
     _say("")
     _say(f"done in {time.monotonic() - started:.0f}s. Where to look:")

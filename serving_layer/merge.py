@@ -44,7 +44,9 @@ class MergedSeries:
     exact: bool = True
 
 
-def merge_additive(buckets: Iterable[int], batch: Mapping[int, BatchCell], speed: Mapping[int, SpeedCell]) -> MergedSeries:
+def merge_additive(
+    buckets: Iterable[int], batch: Mapping[int, BatchCell], speed: Mapping[int, SpeedCell]
+) -> MergedSeries:
     out = []
     for b in buckets:
         bv = batch[b].value if b in batch else 0
@@ -63,7 +65,9 @@ def union_estimate(sketches: Iterable[bytes]) -> float:
     return union.get_result().get_estimate()
 
 
-def merge_distinct(buckets: Iterable[int], batch: Mapping[int, BatchCell], speed: Mapping[int, SpeedCell]) -> MergedSeries:
+def merge_distinct(
+    buckets: Iterable[int], batch: Mapping[int, BatchCell], speed: Mapping[int, SpeedCell]
+) -> MergedSeries:
     """Per bucket: the batch's exact count when there is no speed part, else the union of the sketches.
     The total over the range is the union of every sketch (a visitor in two buckets counts once)."""
     out = []

@@ -108,8 +108,13 @@ class ServingLayer:
             if self._hbase_pool is None:
                 b = self.settings.hbase
                 self._hbase_pool = happybase.ConnectionPool(
-                    size=self.settings.api.hbase_pool_size, host=b.host, port=b.thrift_port, timeout=5_000,
-                    table_prefix=b.namespace, table_prefix_separator=":")
+                    size=self.settings.api.hbase_pool_size,
+                    host=b.host,
+                    port=b.thrift_port,
+                    timeout=5_000,
+                    table_prefix=b.namespace,
+                    table_prefix_separator=":",
+                )
             return self._hbase_pool
 
     def _reader(self):
@@ -150,13 +155,23 @@ class ServingLayer:
             marker = read_marker(self.settings)
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
             marker = cached[0] if cached is not None else None
-            log.warning("cannot read the speed layer's checkpoint marker from HDFS (%s: %s); using %s",
-                        type(exc).__name__, exc, marker)
-        if marker is not None and marker.ingest_bucket_s != self.settings.ingest_bucket_s and (
-                cached is None or cached[0] != marker):
-            log.warning("the speed layer keys realtime rows by %ss ingest buckets, this service's setting says "
-                        "%ss: cutoffs are checked against the speed layer's", marker.ingest_bucket_s,
-                        self.settings.ingest_bucket_s)
+            log.warning(
+                "cannot read the speed layer's checkpoint marker from HDFS (%s: %s); using %s",
+                type(exc).__name__,
+                exc,
+                marker,
+            )
+        if (
+            marker is not None
+            and marker.ingest_bucket_s != self.settings.ingest_bucket_s
+            and (cached is None or cached[0] != marker)
+        ):
+            log.warning(
+                "the speed layer keys realtime rows by %ss ingest buckets, this service's setting says "
+                "%ss: cutoffs are checked against the speed layer's",
+                marker.ingest_bucket_s,
+                self.settings.ingest_bucket_s,
+            )
         self._speed_marker = (marker, now)
         return marker
 
@@ -169,8 +184,14 @@ class ServingLayer:
     def stale_reason(self, view: str, source: ViewSource) -> str | None:
         """Why answers of `view` may be missing counts now (serving_layer.staleness), or None."""
         marker = self.speed_marker()
-        return stale_reason(view, source.version, source.cutoff_ms, marker.started_ms if marker else None,
-                            self.now_s(), Horizon.from_settings(self.settings))
+        return stale_reason(
+            view,
+            source.version,
+            source.cutoff_ms,
+            marker.started_ms if marker else None,
+            self.now_s(),
+            Horizon.from_settings(self.settings),
+        )
 
     def pointer(self) -> Pointer | None:
         def read(conn):
@@ -184,19 +205,24 @@ class ServingLayer:
                 if entry.cutoff_ms % (bucket_s * 1000):
                     # A cutoff inside one of the speed layer's ingest buckets would split that bucket
                     # between the layers: no exact answer could be given.
-                    raise StoreUnavailable("hbase", f"batch version {entry.version} of {name} has cutoff "
-                                                    f"{entry.cutoff_ms} ms, not on a boundary of the speed layer's "
-                                                    f"{bucket_s}s ingest buckets")
+                    raise StoreUnavailable(
+                        "hbase",
+                        f"batch version {entry.version} of {name} has cutoff "
+                        f"{entry.cutoff_ms} ms, not on a boundary of the speed layer's "
+                        f"{bucket_s}s ingest buckets",
+                    )
         return pointer
 
     # --- batch part ----------------------------------------------------------------------------
 
-    def _batch_series(self, source: ViewSource, view: View, granularity: str, keys: Sequence[str],
-                      buckets: list[int]) -> dict[int, BatchCell]:
+    def _batch_series(
+        self, source: ViewSource, view: View, granularity: str, keys: Sequence[str], buckets: list[int]
+    ) -> dict[int, BatchCell]:
         if source.table is None or not buckets:
             return {}
         table = source.table
         start, stop = layout.scan_range(view, granularity, keys, buckets[0], buckets[-1] + 1)
+
         def read(conn):
             out = {}
             for row, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000):
@@ -210,6 +236,7 @@ class ServingLayer:
         if source.table is None or not buckets:
             return {}
         start, stop = layout.scan_range(view, granularity, (), buckets[0], buckets[-1] + 1)
+
         def read(conn):
             totals: dict[str, int] = {}
             for _, data in conn.table(source.table).scan(row_start=start, row_stop=stop, batch_size=100):
@@ -246,8 +273,9 @@ class ServingLayer:
 
     # --- queries -------------------------------------------------------------------------------
 
-    def series(self, view: View, keys: dict[str, str], start_s: int, end_s: int, granularity: str,
-               allow_partial: bool = False) -> SeriesAnswer:
+    def series(
+        self, view: View, keys: dict[str, str], start_s: int, end_s: int, granularity: str, allow_partial: bool = False
+    ) -> SeriesAnswer:
         key_values = [keys[k] for k in view.keys]
         buckets = buckets_between(start_s, end_s, granularity)
         pointer = self.pointer()
@@ -256,8 +284,16 @@ class ServingLayer:
         provenance = self._provenance(view, source)
         batch = self._batch_series(source, view, granularity, key_values, buckets)
         try:
-            realtime = self._speed(lambda r: r.series(view.name, granularity, key_text(key_values), buckets,
-                                                      cutoff_ms // 1000, with_sketches=view.aggregation == "distinct"))
+            realtime = self._speed(
+                lambda r: r.series(
+                    view.name,
+                    granularity,
+                    key_text(key_values),
+                    buckets,
+                    cutoff_ms // 1000,
+                    with_sketches=view.aggregation == "distinct",
+                )
+            )
             speed = {b: SpeedCell(c.value, tuple(c.sketches or ())) for b, c in realtime.items()}
         except StoreUnavailable as exc:
             if not allow_partial:
@@ -271,8 +307,9 @@ class ServingLayer:
         self.provenance_counts["speed"] += len(speed)
         return SeriesAnswer(view, dict(zip(view.keys, key_values)), granularity, merged, provenance)
 
-    def top(self, view: View, start_s: int, end_s: int, granularity: str, limit: int,
-            allow_partial: bool = False) -> TopAnswer:
+    def top(
+        self, view: View, start_s: int, end_s: int, granularity: str, limit: int, allow_partial: bool = False
+    ) -> TopAnswer:
         buckets = buckets_between(start_s, end_s, granularity)
         pointer = self.pointer()
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff

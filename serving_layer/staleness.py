@@ -28,8 +28,9 @@ class Horizon:
         return cls(settings.realtime_ttl_s, settings.speed.stale_margin_s)
 
 
-def stale_reason(view: str, version: int | None, cutoff_ms: int, speed_started_ms: int | None, now_s: float,
-                 horizon: Horizon) -> str | None:
+def stale_reason(
+    view: str, version: int | None, cutoff_ms: int, speed_started_ms: int | None, now_s: float, horizon: Horizon
+) -> str | None:
     """Why answers of `view` may be missing counts, or None when every realtime row they need is
     still within its TTL. `speed_started_ms` None: the speed layer never started, no rows to lose."""
     if speed_started_ms is None:
@@ -43,6 +44,8 @@ def stale_reason(view: str, version: int | None, cutoff_ms: int, speed_started_m
     else:
         covered = f"the batch view of {view} (version {version}) covers events ingested before {iso_ms(cutoff_ms)}"
     state = "have expired" if now_s >= expiry_s else "expire"
-    return (f"stale: {covered}; realtime rows written since {iso_ms(oldest_ms)} {state} {horizon.ttl_s}s after "
-            f"they are written (from {iso_s(expiry_s)}), so counts may be missing: run a batch "
-            "(`lambdactl batch`) to make answers complete again")
+    return (
+        f"stale: {covered}; realtime rows written since {iso_ms(oldest_ms)} {state} {horizon.ttl_s}s after "
+        f"they are written (from {iso_s(expiry_s)}), so counts may be missing: run a batch "
+        "(`lambdactl batch`) to make answers complete again"
+    )

@@ -68,9 +68,15 @@ def aggregated_cells(spark, settings: Settings):
             F.hll_sketch_agg("c.distinct_value", HLL_LG_K).alias("sketch"),
         )
         .select(
-            "view", "granularity", "key", "event_bucket",
+            "view",
+            "granularity",
+            "key",
+            "event_bucket",
             F.unix_seconds(F.col("ingest_window.start")).alias("ingest_bucket"),
-            "n", "total", "sketch", F.hll_sketch_estimate("sketch").alias("estimate"),
+            "n",
+            "total",
+            "sketch",
+            F.hll_sketch_estimate("sketch").alias("estimate"),
         )
     )
 
@@ -95,8 +101,15 @@ class BatchWriter:
                 value = int(row["total"] or 0)
             else:
                 value = int(round(row["estimate"]))
-            cell = RealtimeRow(view.name, row["granularity"], key_text(row["key"]), row["event_bucket"], row["ingest_bucket"],
-                               int(value), bytes(row["sketch"]) if view.aggregation == "distinct" else None)
+            cell = RealtimeRow(
+                view.name,
+                row["granularity"],
+                key_text(row["key"]),
+                row["event_bucket"],
+                row["ingest_bucket"],
+                int(value),
+                bytes(row["sketch"]) if view.aggregation == "distinct" else None,
+            )
             (by_bucket if view.layout == "by_bucket" else by_key).append(cell)
         self.writer.write(by_key, by_bucket)
         log.info("batch %d: %d realtime rows upserted", batch_id, len(by_key) + len(by_bucket))
@@ -118,36 +131,48 @@ def check_checkpoint_settings(settings: Settings) -> None:
         raise SystemExit(
             f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with ingest_bucket_s="
             f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "
-            "and its marker (the speed layer then recomputes from the earliest Kafka offset)")
+            "and its marker (the speed layer then recomputes from the earliest Kafka offset)"
+        )
 
 
 def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     check_checkpoint_settings(settings)
-    spark = spark_session(settings, "lambda-speed-layer", {
-        "spark.driver.memory": settings.speed.driver_memory,
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    })
-    progress = ProgressFile(settings, JOB, extra={"ingest_bucket_s": settings.ingest_bucket_s,
-                                                 "dedupe_window_s": settings.speed.dedupe_window_s})
+    spark = spark_session(
+        settings,
+        "lambda-speed-layer",
+        {
+            "spark.driver.memory": settings.speed.driver_memory,
+            "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        },
+    )
+    progress = ProgressFile(
+        settings,
+        JOB,
+        extra={"ingest_bucket_s": settings.ingest_bucket_s, "dedupe_window_s": settings.speed.dedupe_window_s},
+    )
     spark.streams.addListener(progress.listener())
     stopping = stop_on_signal("the speed layer")
     writer = BatchWriter(settings)
     query = (
-        aggregated_cells(spark, settings).writeStream
-        .queryName(QUERY)
+        aggregated_cells(spark, settings)
+        .writeStream.queryName(QUERY)
         .outputMode("update")
         .foreachBatch(writer)
         .option("checkpointLocation", f"{settings.hdfs.url}{settings.speed.checkpoint_dir}")
         .trigger(processingTime=f"{settings.speed.trigger_s} seconds")
         .start()
     )
-    log.info("speed layer running: %s → Cassandra %s (trigger %ss, de-duplication window %ss, ingest bucket %ss)",
-             settings.kafka.events_topic, settings.cassandra.keyspace, settings.speed.trigger_s,
-             settings.speed.dedupe_window_s, settings.ingest_bucket_s)
+    log.info(
+        "speed layer running: %s → Cassandra %s (trigger %ss, de-duplication window %ss, ingest bucket %ss)",
+        settings.kafka.events_topic,
+        settings.cassandra.keyspace,
+        settings.speed.trigger_s,
+        settings.speed.dedupe_window_s,
+        settings.ingest_bucket_s,
+    )
     try:
         return watch_queries((query,), stopping)
     finally:

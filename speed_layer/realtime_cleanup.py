@@ -44,12 +44,13 @@ class Cleanup:
         return not self.unreadable
 
     def summary(self) -> str:
-        text = (f"{self.rows_below_cutoff:,} realtime rows below the cutoff, "
-                f"{self.deletions:,} range deletions issued")
+        text = f"{self.rows_below_cutoff:,} realtime rows below the cutoff, {self.deletions:,} range deletions issued"
         if self.unreadable:
-            text += (f"; {len(self.unreadable)} token range(s) could not be read and were left "
-                     f"(never read below the cutoff, they expire by TTL): "
-                     + "; ".join(u.describe() for u in self.unreadable[:5]))
+            text += (
+                f"; {len(self.unreadable)} token range(s) could not be read and were left "
+                f"(never read below the cutoff, they expire by TTL): "
+                + "; ".join(u.describe() for u in self.unreadable[:5])
+            )
         return text
 
 
@@ -68,15 +69,28 @@ def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int]) -> Cle
         for table, (partition_key, clustering) in TARGETS.items():
             names = partition_key + clustering
             delete = session.prepare(
-                f"DELETE FROM {table} WHERE " + " AND ".join(f"{c} = ?" for c in names) + " AND ingest_bucket < ?")
-            for rows in scan(session, table, partition_key, ", ".join(names + ("ingest_bucket",)), "ingest_bucket < ?",
-                             (top,), unreadable=result.unreadable):
-                below = [row for row in rows
-                         if per_view is None or row.ingest_bucket < per_view.get(row.view_name, -1)]
+                f"DELETE FROM {table} WHERE " + " AND ".join(f"{c} = ?" for c in names) + " AND ingest_bucket < ?"
+            )
+            for rows in scan(
+                session,
+                table,
+                partition_key,
+                ", ".join(names + ("ingest_bucket",)),
+                "ingest_bucket < ?",
+                (top,),
+                unreadable=result.unreadable,
+            ):
+                below = [row for row in rows if per_view is None or row.ingest_bucket < per_view.get(row.view_name, -1)]
                 targets = {tuple(getattr(row, c) for c in names) for row in below}
                 cutoff_of = (lambda t: top) if per_view is None else (lambda t: per_view[t[0]])
-                execute_with_retries(session, delete, [(*t, cutoff_of(t)) for t in targets], concurrency=32,
-                                     give_up_after_s=60, what=f"{table} deletions")
+                execute_with_retries(
+                    session,
+                    delete,
+                    [(*t, cutoff_of(t)) for t in targets],
+                    concurrency=32,
+                    give_up_after_s=60,
+                    what=f"{table} deletions",
+                )
                 result.rows_below_cutoff += len(below)
                 result.deletions += len(targets)
     finally:

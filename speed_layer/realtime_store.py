@@ -39,10 +39,13 @@ def table_options(settings: Settings) -> dict[str, object]:
     return {
         "default_time_to_live": settings.realtime_ttl_s,
         "gc_grace_seconds": grace,
-        "compaction": {"class": "org.apache.cassandra.db.compaction.SizeTieredCompactionStrategy",
-                       "unchecked_tombstone_compaction": "true",
-                       "tombstone_compaction_interval": str(max(grace, 60)),
-                       "max_threshold": "32", "min_threshold": "4"},
+        "compaction": {
+            "class": "org.apache.cassandra.db.compaction.SizeTieredCompactionStrategy",
+            "unchecked_tombstone_compaction": "true",
+            "tombstone_compaction_interval": str(max(grace, 60)),
+            "max_threshold": "32",
+            "min_threshold": "4",
+        },
     }
 
 
@@ -83,9 +86,14 @@ def ensure_schema(settings: Settings, session=None) -> None:
         for table in (BY_KEY, BY_BUCKET):
             row = session.execute(
                 "SELECT default_time_to_live, gc_grace_seconds, compaction FROM system_schema.tables "
-                "WHERE keyspace_name = %s AND table_name = %s", (ks, table)).one()
-            current = {"default_time_to_live": row.default_time_to_live, "gc_grace_seconds": row.gc_grace_seconds,
-                       "compaction": {k: row.compaction.get(k) for k in wanted["compaction"]}}
+                "WHERE keyspace_name = %s AND table_name = %s",
+                (ks, table),
+            ).one()
+            current = {
+                "default_time_to_live": row.default_time_to_live,
+                "gc_grace_seconds": row.gc_grace_seconds,
+                "compaction": {k: row.compaction.get(k) for k in wanted["compaction"]},
+            }
             if current != wanted:
                 log.info("aligning %s.%s with settings: %s", ks, table, wanted)
                 session.execute(f"ALTER TABLE {ks}.{table} WITH {_with(wanted)}")
@@ -94,8 +102,9 @@ def ensure_schema(settings: Settings, session=None) -> None:
             cluster.shutdown()
 
 
-def execute_with_retries(session, statement, params: Sequence[tuple], concurrency: int, give_up_after_s: float,
-                         what: str = "realtime writes") -> None:
+def execute_with_retries(
+    session, statement, params: Sequence[tuple], concurrency: int, give_up_after_s: float, what: str = "realtime writes"
+) -> None:
     """Execute `statement` once per parameter tuple, many in flight; retry the failed ones with
     backoff (up to 10 s apart) until `give_up_after_s` has passed, so a store that is restarting
     or briefly unreachable delays the work instead of failing it; then raise naming the error."""
@@ -106,19 +115,23 @@ def execute_with_retries(session, statement, params: Sequence[tuple], concurrenc
     while pending:
         attempt += 1
         try:
-            results = execute_concurrent_with_args(session, statement, pending, concurrency=concurrency,
-                                                   raise_on_first_error=False)
+            results = execute_concurrent_with_args(
+                session, statement, pending, concurrency=concurrency, raise_on_first_error=False
+            )
             failed = [p for p, (ok, _) in zip(pending, results) if not ok]
             error = next((result for ok, result in results if not ok), None)
         except Exception as exc:  # every host down: the driver may raise instead of listing failures
             failed, error = pending, exc
         if failed:
             if time.monotonic() >= deadline:
-                raise RuntimeError(f"{len(failed)} {what} still failing after {attempt} attempts in "
-                                   f"{give_up_after_s:.0f}s: {type(error).__name__}: {error}")
-            log.warning("%d %s failed (attempt %d): %s: %s; retrying", len(failed), what, attempt,
-                        type(error).__name__, error)
-            time.sleep(min(2 ** attempt, 10))
+                raise RuntimeError(
+                    f"{len(failed)} {what} still failing after {attempt} attempts in "
+                    f"{give_up_after_s:.0f}s: {type(error).__name__}: {error}"
+                )
+            log.warning(
+                "%d %s failed (attempt %d): %s: %s; retrying", len(failed), what, attempt, type(error).__name__, error
+            )
+            time.sleep(min(2**attempt, 10))
         pending = failed
 
 
@@ -143,20 +156,36 @@ class RealtimeWriter:
         ensure_schema(settings, self.session)
         self.by_key = self.session.prepare(
             f"INSERT INTO {BY_KEY} (view_name, granularity, key, event_bucket, ingest_bucket, value, sketch, updated_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        )
         self.by_bucket = self.session.prepare(
             f"INSERT INTO {BY_BUCKET} (view_name, granularity, event_bucket, ingest_bucket, key, value, updated_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)")
+            "VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
 
     def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow]) -> None:
         now = int(time.time() * 1000)
         work = [
-            (self.by_key, [(r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket, r.value, r.sketch, now) for r in by_key]),
-            (self.by_bucket, [(r.view, r.granularity, r.event_bucket, r.ingest_bucket, r.key, r.value, now) for r in by_bucket]),
+            (
+                self.by_key,
+                [
+                    (r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket, r.value, r.sketch, now)
+                    for r in by_key
+                ],
+            ),
+            (
+                self.by_bucket,
+                [(r.view, r.granularity, r.event_bucket, r.ingest_bucket, r.key, r.value, now) for r in by_bucket],
+            ),
         ]
         for statement, params in work:
-            execute_with_retries(self.session, statement, params, self.settings.speed.write_concurrency,
-                                 self.settings.speed.store_outage_s)
+            execute_with_retries(
+                self.session,
+                statement,
+                params,
+                self.settings.speed.write_concurrency,
+                self.settings.speed.store_outage_s,
+            )
 
     def close(self) -> None:
         self.cluster.shutdown()
@@ -190,19 +219,31 @@ class RealtimeReader:
         self.session = session
         self.series_stmt = session.prepare(
             f"SELECT event_bucket, ingest_bucket, value, sketch FROM {BY_KEY} "
-            "WHERE view_name = ? AND granularity = ? AND key = ? AND event_bucket IN ? AND ingest_bucket >= ?")
+            "WHERE view_name = ? AND granularity = ? AND key = ? AND event_bucket IN ? AND ingest_bucket >= ?"
+        )
         self.bucket_stmt = session.prepare(
             f"SELECT key, value FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? AND event_bucket = ? "
-            "AND ingest_bucket >= ?")
+            "AND ingest_bucket >= ?"
+        )
 
-    def series(self, view: str, granularity: str, key: str, buckets: Sequence[int], min_ingest_bucket: int,
-               with_sketches: bool = False) -> dict[int, RealtimeCell]:
+    def series(
+        self,
+        view: str,
+        granularity: str,
+        key: str,
+        buckets: Sequence[int],
+        min_ingest_bucket: int,
+        with_sketches: bool = False,
+    ) -> dict[int, RealtimeCell]:
         from cassandra.concurrent import execute_concurrent_with_args
 
-        params = [(view, granularity, key, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)]
+        params = [
+            (view, granularity, key, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)
+        ]
         out: dict[int, RealtimeCell] = {}
-        for ok, result in execute_concurrent_with_args(self.session, self.series_stmt, params, concurrency=16,
-                                                        raise_on_first_error=True):
+        for _ok, result in execute_concurrent_with_args(
+            self.session, self.series_stmt, params, concurrency=16, raise_on_first_error=True
+        ):
             for row in result:
                 cell = out.setdefault(row.event_bucket, RealtimeCell(sketches=[] if with_sketches else None))
                 cell.value += row.value
@@ -211,14 +252,18 @@ class RealtimeReader:
                     cell.sketches.append(bytes(row.sketch))
         return out
 
-    def bucket(self, view: str, granularity: str, buckets: Sequence[int], min_ingest_bucket: int) -> dict[int, dict[str, int]]:
+    def bucket(
+        self, view: str, granularity: str, buckets: Sequence[int], min_ingest_bucket: int
+    ) -> dict[int, dict[str, int]]:
         """{event bucket: {key: value summed over ingest buckets >= min}} for a by_bucket view."""
         from cassandra.concurrent import execute_concurrent_with_args
 
         params = [(view, granularity, b, min_ingest_bucket) for b in buckets]
         out: dict[int, dict[str, int]] = {}
-        results = execute_concurrent_with_args(self.session, self.bucket_stmt, params, concurrency=32, raise_on_first_error=True)
-        for bucket, (ok, result) in zip(buckets, results):
+        results = execute_concurrent_with_args(
+            self.session, self.bucket_stmt, params, concurrency=32, raise_on_first_error=True
+        )
+        for bucket, (_ok, result) in zip(buckets, results):
             for row in result:
                 keys = out.setdefault(bucket, {})
                 keys[row.key] = keys.get(row.key, 0) + row.value

@@ -47,8 +47,17 @@ def token_ranges(splits: int = SPLITS) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def scan(session, table: str, partition_key: Sequence[str], columns: str, where: str = "", params: Sequence = (),
-         unreadable: list[Unreadable] | None = None, splits: int = SPLITS, fetch_size: int = 5_000) -> Iterator[list]:
+def scan(
+    session,
+    table: str,
+    partition_key: Sequence[str],
+    columns: str,
+    where: str = "",
+    params: Sequence = (),
+    unreadable: list[Unreadable] | None = None,
+    splits: int = SPLITS,
+    fetch_size: int = 5_000,
+) -> Iterator[list]:
     """Yield the rows of `table` (`columns`, filtered by `where` with `params`) one token range at a
     time: each list is a whole range, read completely. Ranges that cannot be read are appended to
     `unreadable`; errors other than a failed or timed-out read (store down, bad query) raise."""

@@ -48,8 +48,10 @@ def read_bucket_s(settings: Settings) -> int | None:
 def write_marker(settings: Settings, started_ms: int | None = None) -> None:
     from definitions.webhdfs import WebHdfs
 
-    doc = {"ingest_bucket_s": settings.ingest_bucket_s,
-           "started_ms": started_ms if started_ms is not None else int(time.time() * 1000)}
+    doc = {
+        "ingest_bucket_s": settings.ingest_bucket_s,
+        "started_ms": started_ms if started_ms is not None else int(time.time() * 1000),
+    }
     with WebHdfs(settings) as fs:
         fs.write(marker_path(settings), json.dumps(doc).encode())
 

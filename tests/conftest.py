@@ -38,10 +38,16 @@ def stack(settings: Settings):
         from ingest.streaming_progress import read_progress
 
         running = read_progress(settings, "speed-layer")
-        for name, ours in (("ingest_bucket_s", settings.ingest_bucket_s), ("dedupe_window_s", settings.speed.dedupe_window_s)):
+        for name, ours in (
+            ("ingest_bucket_s", settings.ingest_bucket_s),
+            ("dedupe_window_s", settings.speed.dedupe_window_s),
+        ):
             if running.get(name) != ours:
-                pytest.exit(f"the stack's speed layer runs with {name}={running.get(name)}, the tests with {ours}: "
-                            "run `make down` and then `make test`", returncode=2)
+                pytest.exit(
+                    f"the stack's speed layer runs with {name}={running.get(name)}, the tests with {ours}: "
+                    "run `make down` and then `make test`",
+                    returncode=2,
+                )
     return stack
 
 
@@ -65,9 +71,19 @@ def browser():
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     assert executable, "Debian's chromium is installed by infra/setup.sh"
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = p.chromium.launch(
+            executable_path=executable,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         yield browser
         browser.close()
 

@@ -24,7 +24,9 @@ class RecomputeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["next_cutoff", "full_recompute"] = "next_cutoff"
-    cutoff: str = Field("", max_length=40, description="ISO cutoff on an ingest-bucket boundary; empty: the last complete one")
+    cutoff: str = Field(
+        "", max_length=40, description="ISO cutoff on an ingest-bucket boundary; empty: the last complete one"
+    )
     views: list[str] = Field(default_factory=list, max_length=100, description="views to recompute; empty: all")
 
 
@@ -46,23 +48,39 @@ def _trigger(settings: Settings, body: RecomputeRequest) -> str:
         client.close()
 
 
-@router.post("/recompute", status_code=202, summary="Trigger lambda_batch_recompute in Airflow; the run id",
-             response_model=None, responses={202: {"model": RecomputeStarted}, **error_responses(401, 413, 422, 503)},
-             openapi_extra={"requestBody": {"required": False, "content": {
-                 "application/json": {"schema": RecomputeRequest.model_json_schema()}}}})
+@router.post(
+    "/recompute",
+    status_code=202,
+    summary="Trigger lambda_batch_recompute in Airflow; the run id",
+    response_model=None,
+    responses={202: {"model": RecomputeStarted}, **error_responses(401, 413, 422, 503)},
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": RecomputeRequest.model_json_schema()}},
+        }
+    },
+)
 async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
     data = await read_body(request, settings.api.max_body_bytes)
     try:
         body = RecomputeRequest.model_validate_json(data) if data.strip() else RecomputeRequest()
     except ValidationError as exc:
         items = [{"loc": ["body", *e.get("loc", ())], "msg": e.get("msg", "invalid")} for e in exc.errors()]
-        raise ApiError(422, "body: " + "; ".join(f"{'.'.join(map(str, i['loc'][1:])) or 'body'}: {i['msg']}"
-                                                 for i in items[:5]), errors=items) from None
+        raise ApiError(
+            422,
+            "body: " + "; ".join(f"{'.'.join(map(str, i['loc'][1:])) or 'body'}: {i['msg']}" for i in items[:5]),
+            errors=items,
+        ) from None
     try:
         run_id = await run_in_threadpool(_trigger, settings, body)
     except Exception as exc:
         log.warning("triggering %s failed: %s: %s", settings.airflow.dag_id, type(exc).__name__, exc)
         raise ApiError(503, "Airflow did not accept the run; try again shortly", component="airflow") from None
     dag_id = settings.airflow.dag_id
-    return {"dag_id": dag_id, "dag_run_id": run_id, "conf": body.model_dump(),
-            "airflow_url": f"http://{settings.airflow.host}:{settings.airflow.port}/dags/{dag_id}/runs/{run_id}"}
+    return {
+        "dag_id": dag_id,
+        "dag_run_id": run_id,
+        "conf": body.model_dump(),
+        "airflow_url": f"http://{settings.airflow.host}:{settings.airflow.port}/dags/{dag_id}/runs/{run_id}",
+    }

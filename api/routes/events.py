@@ -73,24 +73,50 @@ def event_schema(settings: Settings) -> dict[str, Any]:
             if "enum" in schema and schema["enum"] is not None:
                 schema["enum"].append(None)
         properties[field.name] = {k: v for k, v in schema.items() if v is not None}
-    return {"type": "object", "properties": properties, "additionalProperties": False,
-            "required": [f.name for f in FIELDS if f.required],
-            "description": "an event (docs/events.md); its event_time at most "
-                           f"{settings.events.max_future_s}s ahead of now and not before "
-                           f"{settings.events.min_event_time_s} (epoch seconds)"}
+    return {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+        "required": [f.name for f in FIELDS if f.required],
+        "description": "an event (docs/events.md); its event_time at most "
+        f"{settings.events.max_future_s}s ahead of now and not before "
+        f"{settings.events.min_event_time_s} (epoch seconds)",
+    }
 
 
 def request_body_doc(settings: Settings) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "description": (
-        f"a JSON array of 1 to {settings.api.max_events_per_request} events, at most "
-        f"{settings.api.max_body_bytes} bytes; each at most {settings.events.max_record_bytes} bytes as JSON"),
-        "content": {"application/json": {"schema": {
-            "type": "array", "minItems": 1, "maxItems": settings.api.max_events_per_request,
-            "items": event_schema(settings)},
-            "example": [{"event_id": "3f1c6a52-0d7e-4c8e-9a57-2f1e1b0c9d11", "event_time": "2026-11-21T10:00:00.123Z",
-                         "user_id": "u-829", "url": "/products/42", "event_type": "page_view",
-                         "referrer": "https://example.com/", "country": "DE", "device": "mobile",
-                         "schema_version": 1}]}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "description": (
+                f"a JSON array of 1 to {settings.api.max_events_per_request} events, at most "
+                f"{settings.api.max_body_bytes} bytes; each at most {settings.events.max_record_bytes} bytes as JSON"
+            ),
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": settings.api.max_events_per_request,
+                        "items": event_schema(settings),
+                    },
+                    "example": [
+                        {
+                            "event_id": "3f1c6a52-0d7e-4c8e-9a57-2f1e1b0c9d11",
+                            "event_time": "2026-11-21T10:00:00.123Z",
+                            "user_id": "u-829",
+                            "url": "/products/42",
+                            "event_type": "page_view",
+                            "referrer": "https://example.com/",
+                            "country": "DE",
+                            "device": "mobile",
+                            "schema_version": 1,
+                        }
+                    ],
+                }
+            },
+        }
+    }
 
 
 def check_events(settings: Settings, data: bytes) -> list[tuple[bytes, bytes]]:
@@ -118,8 +144,9 @@ def check_events(settings: Settings, data: bytes) -> list[tuple[bytes, bytes]]:
             event = validate_document(doc, None, settings.events)
         except InvalidEvent as exc:
             event_id = doc.get("event_id") if isinstance(doc, dict) else None
-            errors.append({"index": index, "event_id": event_id if isinstance(event_id, str) else None,
-                           "error": exc.reason})
+            errors.append(
+                {"index": index, "event_id": event_id if isinstance(event_id, str) else None, "error": exc.reason}
+            )
             continue
         payloads.append((event["user_id"].encode(), raw))
     if errors:
@@ -137,10 +164,15 @@ def produce(request: Request, settings: Settings, payloads: list[tuple[bytes, by
 def events_router(settings: Settings) -> APIRouter:
     router = APIRouter(prefix="/api/v1", tags=["ingest"])
 
-    @router.post("/events", status_code=202, dependencies=[TokenDep], response_model=None,
-                 summary="Validate a batch of events and produce them to Kafka; 422 with per-record errors",
-                 responses={202: {"model": Accepted}, **error_responses(400, 401, 413, 422, 503)},
-                 openapi_extra=request_body_doc(settings))
+    @router.post(
+        "/events",
+        status_code=202,
+        dependencies=[TokenDep],
+        response_model=None,
+        summary="Validate a batch of events and produce them to Kafka; 422 with per-record errors",
+        responses={202: {"model": Accepted}, **error_responses(400, 401, 413, 422, 503)},
+        openapi_extra=request_body_doc(settings),
+    )
     async def post_events(request: Request) -> dict[str, Any]:
         metrics = request.app.state.metrics
         data = await read_body(request, settings.api.max_body_bytes)
@@ -154,10 +186,14 @@ def events_router(settings: Settings) -> APIRouter:
             positions = await run_in_threadpool(produce, request, settings, payloads)
         except Exception as exc:  # the driver's words (hosts, ports) go to the log only
             log.warning("events not acknowledged by Kafka: %s: %s", type(exc).__name__, exc)
-            raise ApiError(503, "events not acknowledged by Kafka; none may be assumed stored, send them again",
-                           component="kafka") from None
+            raise ApiError(
+                503, "events not acknowledged by Kafka; none may be assumed stored, send them again", component="kafka"
+            ) from None
         metrics.events_accepted.inc(len(payloads))
-        return {"accepted": len(payloads), "topic": settings.kafka.events_topic,
-                "positions": [{"partition": p.partition, "offset": p.offset} for p in positions]}
+        return {
+            "accepted": len(payloads),
+            "topic": settings.kafka.events_topic,
+            "positions": [{"partition": p.partition, "offset": p.offset} for p in positions],
+        }
 
     return router

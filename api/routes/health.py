@@ -30,7 +30,8 @@ class HealthBody(BaseModel):
     components: dict[str, ComponentHealth]
     restarts: dict[str, dict[str, Any]] = Field(
         description="per supervised process: state, restarts within the budget's window and in all, the last "
-                    "exit's time and reason (exit status or signal), whether the supervisor gave up")
+        "exit's time and reason (exit status or signal), whether the supervisor gave up"
+    )
 
 
 def _probe(name: str, fn, settings) -> dict[str, Any]:
@@ -45,8 +46,9 @@ def _probe(name: str, fn, settings) -> dict[str, Any]:
         return {"state": "down", "detail": f"{name} does not answer (the API's log says why)"}
 
 
-@router.get("/health", summary="200 with each component's state", response_model=None,
-            responses={200: {"model": HealthBody}})
+@router.get(
+    "/health", summary="200 with each component's state", response_model=None, responses={200: {"model": HealthBody}}
+)
 def health(settings: SettingsDep) -> dict[str, Any]:
     from infra import health as probes
     from infra.restarts import restart_report
@@ -62,8 +64,9 @@ def health(settings: SettingsDep) -> dict[str, Any]:
     with ThreadPoolExecutor(len(checks)) as pool:
         results = dict(zip(checks, pool.map(lambda item: _probe(*item, settings), checks.items())))
     try:
-        restarts = {name: {k: v for k, v in row.items() if k != "log_tail"}
-                    for name, row in restart_report(settings).items()}
+        restarts = {
+            name: {k: v for k, v in row.items() if k != "log_tail"} for name, row in restart_report(settings).items()
+        }
     except Exception as exc:  # an unreadable status file must not turn health into a 500
         log.warning("health: the supervisor's restart status cannot be read: %s: %s", type(exc).__name__, exc)
         restarts = {}
@@ -81,14 +84,28 @@ def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
     body: dict[str, Any] = {"time": iso(now), "ingest_bucket_s": settings.ingest_bucket_s}
     try:
         pointer = serving.pointer()
-        body["batch"] = None if pointer is None else {
-            "version": pointer.version, "cutoff": iso(pointer.cutoff_ms / 1000), "run_id": pointer.run_id,
-            "swapped": iso(pointer.swapped_ms / 1000) if pointer.swapped_ms else None,
-            "cutoff_age_s": round(now - pointer.cutoff_ms / 1000), "views": pointer.views,
-            "events": pointer.stats.get("events")}
+        body["batch"] = (
+            None
+            if pointer is None
+            else {
+                "version": pointer.version,
+                "cutoff": iso(pointer.cutoff_ms / 1000),
+                "run_id": pointer.run_id,
+                "swapped": iso(pointer.swapped_ms / 1000) if pointer.swapped_ms else None,
+                "cutoff_age_s": round(now - pointer.cutoff_ms / 1000),
+                "views": pointer.views,
+                "events": pointer.stats.get("events"),
+            }
+        )
         states = serving.view_states()
-        body["views"] = {s.name: {"batch_version": s.version, "cutoff": iso(s.cutoff_ms / 1000) if s.cutoff_ms else None,
-                                  "stale": s.stale} for s in states}
+        body["views"] = {
+            s.name: {
+                "batch_version": s.version,
+                "cutoff": iso(s.cutoff_ms / 1000) if s.cutoff_ms else None,
+                "stale": s.stale,
+            }
+            for s in states
+        }
         body["stale_views"] = [s.name for s in states if s.stale]
     except StoreUnavailable as exc:
         log.warning("status: %s cannot be read: %s", exc.component, exc.detail)
@@ -98,18 +115,25 @@ def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
         q = state["queries"].get(QUERY, {})
         last = q.get("timestamp")
         last_s = datetime_s(last) if last else None
-        body["speed"] = {"running": bool(q.get("active")), "last_batch": last, "records_behind": q.get("rows_behind"),
-                         "input_rows_per_s": q.get("input_rows_per_s"), "batch_ms": q.get("batch_ms"),
-                         "state_rows": q.get("state_rows"),
-                         "freshness_s": round(now - last_s, 1) if last_s else None}
+        body["speed"] = {
+            "running": bool(q.get("active")),
+            "last_batch": last,
+            "records_behind": q.get("rows_behind"),
+            "input_rows_per_s": q.get("input_rows_per_s"),
+            "batch_ms": q.get("batch_ms"),
+            "state_rows": q.get("state_rows"),
+            "freshness_s": round(now - last_s, 1) if last_s else None,
+        }
     except Exception as exc:  # its progress cannot be read (HDFS down, never started): say so
         log.warning("status: the speed layer's progress cannot be read: %s: %s", type(exc).__name__, exc)
         body["speed"] = {"running": False, "error": "the speed layer's progress cannot be read"}
     try:
         marker = completeness.latest(settings)
         done = marker.complete_before_ms if marker else None
-        body["master_dataset"] = {"complete_before": iso(done / 1000) if done else None,
-                                  "lag_s": round(now - done / 1000, 1) if done else None}
+        body["master_dataset"] = {
+            "complete_before": iso(done / 1000) if done else None,
+            "lag_s": round(now - done / 1000, 1) if done else None,
+        }
     except Exception as exc:  # HDFS down: say so
         log.warning("status: the master dataset's completeness cannot be read: %s: %s", type(exc).__name__, exc)
         body["master_dataset"] = {"error": "hdfs cannot be read", "component": "hdfs"}

@@ -20,7 +20,7 @@ _ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 # Report pages are self-contained (inline CSS and SVG, no script): their policy allows no script at all.
 REPORT_HTML_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
-                               "form-action 'none'; frame-ancestors 'none'",
+    "form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
 }
 ReportId = Annotated[str, PathParam(pattern=_ID.pattern, description="a report id, as GET /api/v1/reports lists")]
@@ -48,9 +48,16 @@ def list_reports(settings: SettingsDep) -> dict[str, Any]:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        items.append({"id": path.stem, "created": doc.get("created"), "window": doc.get("window"),
-                      "summary": doc.get("summary"), "json": f"/api/v1/reports/{path.stem}",
-                      "html": f"/api/v1/reports/{path.stem}/html"})
+        items.append(
+            {
+                "id": path.stem,
+                "created": doc.get("created"),
+                "window": doc.get("window"),
+                "summary": doc.get("summary"),
+                "json": f"/api/v1/reports/{path.stem}",
+                "html": f"/api/v1/reports/{path.stem}/html",
+            }
+        )
     return {"reports": items}
 
 
@@ -59,7 +66,11 @@ def get_report(report_id: ReportId, settings: SettingsDep) -> dict[str, Any]:
     return json.loads(_report_path(settings, report_id, ".json").read_text())
 
 
-@router.get("/{report_id}/html", response_class=HTMLResponse, summary="One report as a self-contained HTML page",
-            responses=error_responses(404, 422))
+@router.get(
+    "/{report_id}/html",
+    response_class=HTMLResponse,
+    summary="One report as a self-contained HTML page",
+    responses=error_responses(404, 422),
+)
 def get_report_html(report_id: ReportId, settings: SettingsDep) -> HTMLResponse:
     return HTMLResponse(_report_path(settings, report_id, ".html").read_text(), headers=REPORT_HTML_HEADERS)

@@ -36,9 +36,11 @@ MAX_LIMIT = 100
 class ProvenanceBody(BaseModel):
     batch_version: int | None = Field(description="the batch views' version merged (none before the first batch run)")
     cutoff: str | None = Field(description="its cutoff (ingest time): realtime rows at or after it were added")
-    complete: bool = Field(description="false when counts may be missing: a store could not be read and `partial` "
-                                       "was asked for, or batch runs stopped so long that realtime rows the answer "
-                                       "needs may have expired (see `reasons`)")
+    complete: bool = Field(
+        description="false when counts may be missing: a store could not be read and `partial` "
+        "was asked for, or batch runs stopped so long that realtime rows the answer "
+        "needs may have expired (see `reasons`)"
+    )
     unavailable: list[str] = Field(description="the stores left out of a partial answer")
     reasons: list[str] = Field(description="why the answer is not complete, one sentence each; empty when complete")
 
@@ -98,9 +100,13 @@ class ViewsBody(BaseModel):
 
 # --- parameters -----------------------------------------------------------------------------------
 
+
 def _time_param(what: str, example: str) -> Any:
-    return Query(description=f"{what}: an ISO-8601 (RFC 3339) time with a zone, like {TIME_EXAMPLE}",
-                 examples=[example], json_schema_extra={"format": "date-time", "pattern": TIME_PATTERN})
+    return Query(
+        description=f"{what}: an ISO-8601 (RFC 3339) time with a zone, like {TIME_EXAMPLE}",
+        examples=[example],
+        json_schema_extra={"format": "date-time", "pattern": TIME_PATTERN},
+    )
 
 
 def _common_params(view: View, settings: Settings) -> list[inspect.Parameter]:
@@ -108,17 +114,49 @@ def _common_params(view: View, settings: Settings) -> list[inspect.Parameter]:
     keyword = inspect.Parameter.KEYWORD_ONLY
     granularity = Literal[view.granularities]  # type: ignore[valid-type]
     return [
-        inspect.Parameter("granularity", keyword, default=view.granularities[0], annotation=Annotated[
-            granularity, Query(description=f"bucket size; the view is kept at {', '.join(view.granularities)}")]),
-        inspect.Parameter("start", keyword, default=None, annotation=Annotated[str, _time_param(
-            f"start of the window (default: {DEFAULT_SPAN_BUCKETS} buckets before end); at or after "
-            f"{iso(api.earliest_query_time_s)}, before end, at most {api.max_buckets} buckets before it",
-            "2026-11-21T10:00:00Z")]),
-        inspect.Parameter("end", keyword, default=None, annotation=Annotated[str, _time_param(
-            f"end of the window, exclusive (default: the end of the current bucket); at most "
-            f"{api.max_query_ahead_s}s after now", "2026-11-21T11:00:00Z")]),
-        inspect.Parameter("partial", keyword, default=False, annotation=Annotated[bool, Query(
-            description="answer without an unreadable store's part, flagged complete=false, instead of 503")]),
+        inspect.Parameter(
+            "granularity",
+            keyword,
+            default=view.granularities[0],
+            annotation=Annotated[
+                granularity, Query(description=f"bucket size; the view is kept at {', '.join(view.granularities)}")
+            ],
+        ),
+        inspect.Parameter(
+            "start",
+            keyword,
+            default=None,
+            annotation=Annotated[
+                str,
+                _time_param(
+                    f"start of the window (default: {DEFAULT_SPAN_BUCKETS} buckets before end); at or after "
+                    f"{iso(api.earliest_query_time_s)}, before end, at most {api.max_buckets} buckets before it",
+                    "2026-11-21T10:00:00Z",
+                ),
+            ],
+        ),
+        inspect.Parameter(
+            "end",
+            keyword,
+            default=None,
+            annotation=Annotated[
+                str,
+                _time_param(
+                    f"end of the window, exclusive (default: the end of the current bucket); at most "
+                    f"{api.max_query_ahead_s}s after now",
+                    "2026-11-21T11:00:00Z",
+                ),
+            ],
+        ),
+        inspect.Parameter(
+            "partial",
+            keyword,
+            default=False,
+            annotation=Annotated[
+                bool,
+                Query(description="answer without an unreadable store's part, flagged complete=false, instead of 503"),
+            ],
+        ),
     ]
 
 
@@ -129,13 +167,17 @@ def _key_param(name: str, settings: Settings) -> inspect.Parameter:
     setting = getattr(field, "limit_setting", "")
     max_len = int(getattr(settings.events, setting)) if setting else field.max_len
     kind: Any = Literal[field.choices] if field.choices else str  # type: ignore[valid-type]
-    query = Query(min_length=None if field.choices else 1, max_length=None if field.choices else (max_len or None),
-                  pattern=field.pattern.pattern if field.pattern is not None else None,
-                  description=f"the view's key {name}: {field.doc}")
+    query = Query(
+        min_length=None if field.choices else 1,
+        max_length=None if field.choices else (max_len or None),
+        pattern=field.pattern.pattern if field.pattern is not None else None,
+        description=f"the view's key {name}: {field.doc}",
+    )
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, query])
 
 
 # --- answering ------------------------------------------------------------------------------------
+
 
 async def run_query(request: Request, fn, *args, **kwargs):
     """Run a store query in a worker thread once one of the api.max_concurrent_queries slots is
@@ -147,9 +189,12 @@ async def run_query(request: Request, fn, *args, **kwargs):
         await state.query_slots.acquire()
         acquired = True
     if not acquired:
-        raise ApiError(429, f"the API is busy: {state.settings.api.max_concurrent_queries} queries are running "
-                            f"and none finished within {queue_s:g}s; try again shortly",
-                       headers={"Retry-After": str(max(1, math.ceil(queue_s)))})
+        raise ApiError(
+            429,
+            f"the API is busy: {state.settings.api.max_concurrent_queries} queries are running "
+            f"and none finished within {queue_s:g}s; try again shortly",
+            headers={"Retry-After": str(max(1, math.ceil(queue_s)))},
+        )
     try:
         return await run_in_threadpool(fn, *args, **kwargs)
     except StoreUnavailable as exc:
@@ -160,8 +205,13 @@ async def run_query(request: Request, fn, *args, **kwargs):
 
 
 def provenance(p) -> dict[str, Any]:
-    return {"batch_version": p.version, "cutoff": iso(p.cutoff_ms / 1000) if p.cutoff_ms else None,
-            "complete": p.complete, "unavailable": p.unavailable, "reasons": p.reasons}
+    return {
+        "batch_version": p.version,
+        "cutoff": iso(p.cutoff_ms / 1000) if p.cutoff_ms else None,
+        "complete": p.complete,
+        "unavailable": p.unavailable,
+        "reasons": p.reasons,
+    }
 
 
 def series_body(answer: SeriesAnswer, start_s: int, end_s: int) -> dict[str, Any]:
@@ -173,8 +223,13 @@ def series_body(answer: SeriesAnswer, start_s: int, end_s: int) -> dict[str, Any
         "start": iso(start_s),
         "end": iso(end_s),
         "series": [
-            {"bucket": iso(b.bucket), "value": round(b.value) if not distinct or b.exact else round(b.value, 1),
-             "batch": b.batch, "speed": round(b.speed, 1) if distinct else b.speed, "exact": b.exact}
+            {
+                "bucket": iso(b.bucket),
+                "value": round(b.value) if not distinct or b.exact else round(b.value, 1),
+                "batch": b.batch,
+                "speed": round(b.speed, 1) if distinct else b.speed,
+                "exact": b.exact,
+            }
             for b in answer.series.buckets
         ],
         "total": answer.series.total if not distinct or answer.series.exact else round(answer.series.total, 1),
@@ -188,8 +243,15 @@ def top_body(answer: TopAnswer, limit: int) -> dict[str, Any]:
     for key, value, batch, speed in answer.rows:
         values = json.loads(key)
         rows.append({**dict(zip(answer.view.keys, values)), "value": value, "batch": batch, "speed": speed})
-    return {"view": answer.view.name, "granularity": answer.granularity, "start": iso(answer.start),
-            "end": iso(answer.end), "limit": limit, "rows": rows, "provenance": provenance(answer.provenance)}
+    return {
+        "view": answer.view.name,
+        "granularity": answer.granularity,
+        "start": iso(answer.start),
+        "end": iso(answer.end),
+        "limit": limit,
+        "rows": rows,
+        "provenance": provenance(answer.provenance),
+    }
 
 
 def record(metrics, view: View, buckets, prov) -> None:
@@ -202,55 +264,97 @@ def record(metrics, view: View, buckets, prov) -> None:
 def series_endpoint(view: View, settings: Settings):
     async def endpoint(request: Request, **params: Any) -> dict[str, Any]:
         serving = request.app.state.serving
-        window = resolve_window(settings.api, view, params["granularity"], params["start"], params["end"],
-                                serving.now_s())
+        window = resolve_window(
+            settings.api, view, params["granularity"], params["start"], params["end"], serving.now_s()
+        )
         keys = {k: params[k] for k in view.keys}
-        answer = await run_query(request, serving.series, view, keys, window.start_s, window.end_s,
-                                 window.granularity, allow_partial=params["partial"])
+        answer = await run_query(
+            request,
+            serving.series,
+            view,
+            keys,
+            window.start_s,
+            window.end_s,
+            window.granularity,
+            allow_partial=params["partial"],
+        )
         record(request.app.state.metrics, view, answer.series.buckets, answer.provenance)
         return series_body(answer, window.start_s, window.end_s)
 
     params = [_key_param(k, settings) for k in view.keys] + _common_params(view, settings)
     endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request), *params])
+        [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request), *params]
+    )
     return endpoint
 
 
 def top_endpoint(view: View, settings: Settings):
     async def endpoint(request: Request, **params: Any) -> dict[str, Any]:
         serving = request.app.state.serving
-        window = resolve_window(settings.api, view, params["granularity"], params["start"], params["end"],
-                                serving.now_s())
-        answer = await run_query(request, serving.top, view, window.start_s, window.end_s, window.granularity,
-                                 params["limit"], allow_partial=params["partial"])
+        window = resolve_window(
+            settings.api, view, params["granularity"], params["start"], params["end"], serving.now_s()
+        )
+        answer = await run_query(
+            request,
+            serving.top,
+            view,
+            window.start_s,
+            window.end_s,
+            window.granularity,
+            params["limit"],
+            allow_partial=params["partial"],
+        )
         if not answer.provenance.complete:
             request.app.state.metrics.partial_answers.labels(view.name).inc()
         return top_body(answer, params["limit"])
 
-    limit = inspect.Parameter("limit", inspect.Parameter.KEYWORD_ONLY, default=10, annotation=Annotated[
-        int, Query(ge=1, le=MAX_LIMIT, description=f"how many rows, 1 to {MAX_LIMIT}")])
+    limit = inspect.Parameter(
+        "limit",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=10,
+        annotation=Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"how many rows, 1 to {MAX_LIMIT}")],
+    )
     params = _common_params(view, settings)
     endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request), *params, limit])
+        [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request), *params, limit]
+    )
     return endpoint
 
 
 # --- the router -----------------------------------------------------------------------------------
 
+
 def views_router(settings: Settings, registry: Registry) -> APIRouter:
     """GET /api/v1/views, one GET /api/v1/views/<name> per declared view, and a 404 naming the declared
     views for any other name."""
     router = APIRouter(prefix=PREFIX, tags=["views"])
-    listing = {"views": [
-        {"name": v.name, "keys": list(v.keys), "aggregation": v.aggregation, "column": v.column, "where": v.where,
-         "granularities": list(v.granularities), "layout": v.layout, "description": v.description}
-        for v in registry]}
+    listing = {
+        "views": [
+            {
+                "name": v.name,
+                "keys": list(v.keys),
+                "aggregation": v.aggregation,
+                "column": v.column,
+                "where": v.where,
+                "granularities": list(v.granularities),
+                "layout": v.layout,
+                "description": v.description,
+            }
+            for v in registry
+        ]
+    }
 
     async def list_views() -> dict[str, Any]:
         return listing
 
-    router.add_api_route("", list_views, methods=["GET"], summary="The declared views and their keys",
-                         response_model=None, responses={200: {"model": ViewsBody}})
+    router.add_api_route(
+        "",
+        list_views,
+        methods=["GET"],
+        summary="The declared views and their keys",
+        response_model=None,
+        responses={200: {"model": ViewsBody}},
+    )
     for view in registry:
         if view.layout == "by_bucket":
             endpoint, body = top_endpoint(view, settings), TopBody
@@ -259,9 +363,15 @@ def views_router(settings: Settings, registry: Registry) -> APIRouter:
             endpoint, body = series_endpoint(view, settings), SeriesBody
             summary = f"Merged {view.name} of one {', '.join(view.keys)}: series, total, provenance"
         endpoint.__name__ = f"view_{view.name}"
-        router.add_api_route(f"/{view.name}", endpoint, methods=["GET"], summary=summary,
-                             description=view.description, response_model=None,
-                             responses={200: {"model": body}, **error_responses(422, 429, 503)})
+        router.add_api_route(
+            f"/{view.name}",
+            endpoint,
+            methods=["GET"],
+            summary=summary,
+            description=view.description,
+            response_model=None,
+            responses={200: {"model": body}, **error_responses(422, 429, 503)},
+        )
 
     names = registry.names()
 

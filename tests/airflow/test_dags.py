@@ -55,13 +55,24 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     env = environment(settings)
     # A database that cannot exist: parsing must not need it.
     env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:////nonexistent/dir/airflow.db")
-    done = subprocess.run([str(settings.airflow.venv / "bin" / "python"), "-c", PARSE, str(DAGS_FOLDER)],
-                          env=env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [str(settings.airflow.venv / "bin" / "python"), "-c", PARSE, str(DAGS_FOLDER)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["errors"] == {}
     assert result["dags"]["lambda_batch_recompute"] == [
-        "wait_for_completeness", "recompute", "verify", "swap", "report", "clean_realtime"]
+        "wait_for_completeness",
+        "recompute",
+        "verify",
+        "swap",
+        "report",
+        "clean_realtime",
+    ]
     assert "3600" in result["schedule"] or "1:00:00" in result["schedule"]
 
 
@@ -87,9 +98,19 @@ def test_recompute_needs_the_token(settings, stack):
 
 
 def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(settings, stack):
-    sent = send(settings, GeneratorConfig(seed=int(time.time()), count=1_500, pages=15, url_prefix=f"/af-{uuid.uuid4().hex[:8]}",
-                                          late_fraction=0.1, late_min_s=3_600, late_max_s=20 * 3_600,
-                                          duplicate_fraction=0.05))
+    sent = send(
+        settings,
+        GeneratorConfig(
+            seed=int(time.time()),
+            count=1_500,
+            pages=15,
+            url_prefix=f"/af-{uuid.uuid4().hex[:8]}",
+            late_fraction=0.1,
+            late_min_s=3_600,
+            late_max_s=20 * 3_600,
+            duplicate_fraction=0.05,
+        ),
+    )
     expected_min_cutoff = wait_cutoff_past(settings, sent)
     before = VersionStore(settings).pointer()
 
@@ -102,8 +123,12 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     assert after.cutoff_ms >= expected_min_cutoff > max(r.ingest_time_ms for r in sent)
     wait_exact(settings, sent)
     reports = httpx.get(f"{api(settings)}/api/v1/reports", timeout=30).json()["reports"]
-    mine = [r for r in reports if r.get("window") and r["window"]["end"] == time.strftime(
-        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(after.cutoff_ms / 1000))]
+    mine = [
+        r
+        for r in reports
+        if r.get("window")
+        and r["window"]["end"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(after.cutoff_ms / 1000))
+    ]
     assert mine, "the run built the accuracy report of the window it absorbed"
     assert httpx.get(f"{api(settings)}{mine[0]['html']}", timeout=30).status_code == 200
 

@@ -44,6 +44,7 @@ def schema_valid_input_rejected_only_for_rules_outside_the_schema(ctx, response,
     except ValueError:
         body = None
     if not _breaks_only_unstatable_rules(body):
-        raise AssertionError(f"schema-valid input rejected for a rule the OpenAPI document could state: "
-                             f"{response.text[:500]}")
+        raise AssertionError(
+            f"schema-valid input rejected for a rule the OpenAPI document could state: {response.text[:500]}"
+        )
     return None

@@ -52,14 +52,36 @@ def run_schemathesis(settings, workdir: Path) -> tuple[dict, str]:
     config = workdir / "schemathesis.toml"
     config.write_text(CONFIG.format(base=base, max_examples=MAX_EXAMPLES))
     reports = workdir / "reports"
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.api.schemathesis_hooks",
-           "LAMBDA_SCHEMATHESIS_TOKEN": settings.api.token.get_secret_value(),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": "tests.api.schemathesis_hooks",
+        "LAMBDA_SCHEMATHESIS_TOKEN": settings.api.token.get_secret_value(),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
     cli = Path(sys.executable).parent / "schemathesis"
     proc = subprocess.run(
-        [str(cli), "--no-color", "--config-file", str(config), "run", f"{base}/openapi.json", "--checks", "all",
-         "--wait-for-schema", "30", "--report", "json", "--report-dir", str(reports)],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+        [
+            str(cli),
+            "--no-color",
+            "--config-file",
+            str(config),
+            "run",
+            f"{base}/openapi.json",
+            "--checks",
+            "all",
+            "--wait-for-schema",
+            "30",
+            "--report",
+            "json",
+            "--report-dir",
+            str(reports),
+        ],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     (found,) = reports.glob("*.json")
     return json.loads(found.read_text()), proc.stdout + proc.stderr
 

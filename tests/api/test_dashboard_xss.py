@@ -11,7 +11,7 @@ from __future__ import annotations
 import html.parser
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -64,13 +64,22 @@ def assert_no_inline_script(csp: str | None) -> dict[str, list[str]]:
 
 def send_hostile(settings, base: str, url: str, count: int) -> None:
     token = settings.api.token.get_secret_value()
-    now = format_time(datetime.now(timezone.utc))
-    events = [{"event_id": uuid.uuid4().hex, "event_time": now, "user_id": f"xss-{i % 97}", "url": url,
-               "event_type": "page_view", "schema_version": 1} for i in range(count)]
+    now = format_time(datetime.now(UTC))
+    events = [
+        {
+            "event_id": uuid.uuid4().hex,
+            "event_time": now,
+            "user_id": f"xss-{i % 97}",
+            "url": url,
+            "event_type": "page_view",
+            "schema_version": 1,
+        }
+        for i in range(count)
+    ]
     step = min(1_000, settings.api.max_events_per_request)
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
         for first in range(0, count, step):
-            answer = client.post("/api/v1/events", json=events[first:first + step])
+            answer = client.post("/api/v1/events", json=events[first : first + step])
             assert answer.status_code == 202, answer.text[:500]
 
 
@@ -226,14 +235,35 @@ def test_report_html_escapes_keys_from_events():
     from batch_layer import report_html
 
     payload = hostile_url("unit") + "<script>x()</script>'\"&"
-    rows = [{"key": [payload, "DE"], "cells": 1, "abs_error": 2, "max_abs_error": 2, "drift": 2,
-             "causes": {"unexplained": 2}}]
-    cells = [{**rows[0], "granularity": "minute", "event_bucket": "2026-01-01T10:00:00Z",
-              "ingest_bucket": "2026-01-01T10:00:00Z", "batch": 1, "speed": 3, "diff": 2, "recounts": 0,
-              "late_records": 0}]
-    parts = [report_html._worst_keys(rows), report_html._worst_cells(cells),
-             report_html.bar_chart([payload], [3], payload),
-             report_html.drift_chart([{"time": payload, "drift": 1, "cells": 1, "duplicates": 0}], payload)]
+    rows = [
+        {
+            "key": [payload, "DE"],
+            "cells": 1,
+            "abs_error": 2,
+            "max_abs_error": 2,
+            "drift": 2,
+            "causes": {"unexplained": 2},
+        }
+    ]
+    cells = [
+        {
+            **rows[0],
+            "granularity": "minute",
+            "event_bucket": "2026-01-01T10:00:00Z",
+            "ingest_bucket": "2026-01-01T10:00:00Z",
+            "batch": 1,
+            "speed": 3,
+            "diff": 2,
+            "recounts": 0,
+            "late_records": 0,
+        }
+    ]
+    parts = [
+        report_html._worst_keys(rows),
+        report_html._worst_cells(cells),
+        report_html.bar_chart([payload], [3], payload),
+        report_html.drift_chart([{"time": payload, "drift": 1, "cells": 1, "duplicates": 0}], payload),
+    ]
     for part in parts:
         parser = _Elements()
         parser.feed(part)

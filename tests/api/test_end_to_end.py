@@ -8,16 +8,17 @@ import calendar
 import time
 import uuid
 from collections import defaultdict
+from datetime import UTC
 
 import httpx
 import pytest
 
 from batch_layer.job import run_batch
 from batch_layer.versions import PointerMoved, VersionStore
+from infra.stack import Stack
 from ingest import completeness
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
-from infra.stack import Stack
 from speed_layer.realtime_cleanup import delete_absorbed
 from tests.ingest.helpers import send, wait_cutoff_past
 from tests.polling import wait_for
@@ -46,17 +47,20 @@ def truth(sent: list[SentRecord]) -> tuple[dict[str, dict[int, int]], dict[str, 
 
 
 def window(sent: list[SentRecord]) -> tuple[str, str]:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     times = [e["event_time"] // 1000 for e in distinct_events(sent)]
     start, end = min(times) // HOUR * HOUR, (max(times) // HOUR + 1) * HOUR
-    fmt = lambda s: datetime.fromtimestamp(s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    fmt = lambda s: datetime.fromtimestamp(s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
     return fmt(start), fmt(end)
 
 
 def merged(settings, url: str, start: str, end: str, view: str = "page_views", **extra) -> httpx.Response:
-    return httpx.get(f"{api(settings)}/api/v1/views/{view}",
-                     params={"url": url, "granularity": "hour", "start": start, "end": end, **extra}, timeout=30)
+    return httpx.get(
+        f"{api(settings)}/api/v1/views/{view}",
+        params={"url": url, "granularity": "hour", "start": start, "end": end, **extra},
+        timeout=30,
+    )
 
 
 def mismatches(settings, sent: list[SentRecord]) -> list[str]:
@@ -69,8 +73,7 @@ def mismatches(settings, sent: list[SentRecord]) -> list[str]:
             out.append(f"{url}: HTTP {resp.status_code} {resp.text[:200]}")
             continue
         body = resp.json()
-        got = {epoch(b["bucket"]): b["value"]
-               for b in body["series"] if b["value"]}
+        got = {epoch(b["bucket"]): b["value"] for b in body["series"] if b["value"]}
         if got != dict(buckets):
             out.append(f"{url}: merged {sorted(got.items())[:4]}… truth {sorted(buckets.items())[:4]}…")
         elif body["total"] != sum(buckets.values()):
@@ -105,8 +108,11 @@ def top_problems(rows: list[dict], totals: dict[str, int], limit: int) -> list[s
     traffic shares the window: a URL of ours may be missing only if it ranks below the last row)."""
     values = [r["value"] for r in rows]
     problems = [] if values == sorted(values, reverse=True) else [f"rows not ranked by value: {values[:10]}…"]
-    problems += [f"{r['url']}: value {r['value']} != batch {r['batch']} + speed {r['speed']}"
-                 for r in rows if r["value"] != r["batch"] + r["speed"]]
+    problems += [
+        f"{r['url']}: value {r['value']} != batch {r['batch']} + speed {r['speed']}"
+        for r in rows
+        if r["value"] != r["batch"] + r["speed"]
+    ]
     floor = values[-1] if len(rows) == limit else 0
     shown = {r["url"]: r["value"] for r in rows}
     for url, total in totals.items():
@@ -157,9 +163,20 @@ def traffic() -> list[SentRecord]:
 
 
 def workload(settings, prefix: str, seed: int) -> list[SentRecord]:
-    return send(settings, GeneratorConfig(seed=seed, count=2_500, pages=25, url_prefix=prefix, late_fraction=0.15,
-                                          late_min_s=2 * HOUR, late_max_s=30 * HOUR, duplicate_fraction=0.05,
-                                          invalid_fraction=0.03))
+    return send(
+        settings,
+        GeneratorConfig(
+            seed=seed,
+            count=2_500,
+            pages=25,
+            url_prefix=prefix,
+            late_fraction=0.15,
+            late_min_s=2 * HOUR,
+            late_max_s=30 * HOUR,
+            duplicate_fraction=0.05,
+            invalid_fraction=0.03,
+        ),
+    )
 
 
 def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, prefix, traffic):
@@ -198,8 +215,11 @@ def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, p
         else:
             assert abs(b["value"] - expected) <= max(1.0, 0.05 * expected), (b, expected)
 
-    top = httpx.get(f"{api(settings)}/api/v1/views/top_pages",
-                    params={"granularity": "hour", "start": start, "end": end, "limit": 100}, timeout=30).json()
+    top = httpx.get(
+        f"{api(settings)}/api/v1/views/top_pages",
+        params={"granularity": "hour", "start": start, "end": end, "limit": 100},
+        timeout=30,
+    ).json()
     views, _ = truth(first + second)
     totals = {u: sum(b.values()) for u, b in views.items()}
     assert any(r["url"] in totals for r in top["rows"]), "our busiest pages rank among the top 100 of the window"
@@ -223,8 +243,11 @@ def test_with_cassandra_stopped_the_api_never_answers_wrongly(settings, stack, p
         earliest: dict[int, int] = {}
         for r in during:
             earliest[r.partition] = min(earliest.get(r.partition, r.offset), r.offset)
-        wait_for(lambda: any(planned_offsets(settings).get(p, 0) > o for p, o in earliest.items()),
-                 "the speed layer to start a micro-batch with records sent during the outage", timeout_s=120)
+        wait_for(
+            lambda: any(planned_offsets(settings).get(p, 0) > o for p, o in earliest.items()),
+            "the speed layer to start a micro-batch with records sent during the outage",
+            timeout_s=120,
+        )
         resp = merged(settings, busiest, start, end)
         assert resp.status_code == 503, resp.text
         assert unavailable_component(resp.json()) == "cassandra", resp.text
@@ -244,5 +267,6 @@ def test_with_cassandra_stopped_the_api_never_answers_wrongly(settings, stack, p
         Stack(settings).up()
     assert merged(settings, url, "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z").status_code == 200
     wait_exact(settings, during)
-    assert next(s.pid for s in stack.status() if s.name == "speed-layer") == speed_pid, \
+    assert next(s.pid for s in stack.status() if s.name == "speed-layer") == speed_pid, (
         "the speed layer kept running through the outage (not restarted by `up`)"
+    )

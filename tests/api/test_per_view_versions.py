@@ -29,24 +29,46 @@ from tests.api.test_end_to_end import HOUR, api, epoch, merged, mismatches, top_
 from tests.ingest.helpers import send, wait_cutoff_past
 
 # The views each run recomputes: None is a full run.
-STEPS: list[list[str] | None] = [None, ["unique_visitors"], ["unique_visitors"], ["unique_visitors"],
-                                 ["page_views"], ["top_pages"], ["page_views_by_country_device"]]
+STEPS: list[list[str] | None] = [
+    None,
+    ["unique_visitors"],
+    ["unique_visitors"],
+    ["unique_visitors"],
+    ["page_views"],
+    ["top_pages"],
+    ["page_views_by_country_device"],
+]
 
 
 def workload(settings, prefix: str, seed: int) -> list[SentRecord]:
-    return send(settings, GeneratorConfig(seed=seed, count=1_500, pages=20, url_prefix=prefix, late_fraction=0.15,
-                                          late_min_s=2 * HOUR, late_max_s=30 * HOUR, duplicate_fraction=0.05,
-                                          invalid_fraction=0.03))
+    return send(
+        settings,
+        GeneratorConfig(
+            seed=seed,
+            count=1_500,
+            pages=20,
+            url_prefix=prefix,
+            late_fraction=0.15,
+            late_min_s=2 * HOUR,
+            late_max_s=30 * HOUR,
+            duplicate_fraction=0.05,
+            invalid_fraction=0.03,
+        ),
+    )
 
 
 def env(settings) -> dict[str, str]:
-    return dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(settings.ingest_bucket_s),
-                LAMBDA_SPEED__DEDUPE_WINDOW_S=str(settings.speed.dedupe_window_s))
+    return dict(
+        os.environ,
+        LAMBDA_INGEST_BUCKET_S=str(settings.ingest_bucket_s),
+        LAMBDA_SPEED__DEDUPE_WINDOW_S=str(settings.speed.dedupe_window_s),
+    )
 
 
 def lambdactl(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lambdactl.cli", *args], capture_output=True, text=True,
-                          timeout=900, env=env(settings))
+    return subprocess.run(
+        [sys.executable, "-m", "lambdactl.cli", *args], capture_output=True, text=True, timeout=900, env=env(settings)
+    )
 
 
 def problems(settings, sent: list[SentRecord]) -> list[str]:
@@ -65,16 +87,21 @@ def problems(settings, sent: list[SentRecord]) -> list[str]:
                 out.append(f"unique_visitors {url} {b['bucket']}: {b['value']} (exact), truth {expected}")
             elif not b["exact"] and abs(b["value"] - expected) > max(1.0, 0.05 * expected):
                 out.append(f"unique_visitors {url} {b['bucket']}: estimate {b['value']}, truth {expected}")
-    top = httpx.get(f"{api(settings)}/api/v1/views/top_pages",
-                    params={"granularity": "hour", "start": start, "end": end, "limit": 100}, timeout=30)
+    top = httpx.get(
+        f"{api(settings)}/api/v1/views/top_pages",
+        params={"granularity": "hour", "start": start, "end": end, "limit": 100},
+        timeout=30,
+    )
     if top.status_code != 200:
         out.append(f"top_pages: HTTP {top.status_code} {top.text[:200]}")
     else:
         totals = {u: sum(b.values()) for u, b in views.items()}
         out += [f"top_pages: {p}" for p in top_problems(top.json()["rows"], totals, 100)]
-    other = httpx.get(f"{api(settings)}/api/v1/views/page_views_by_country_device",
-                      params={"country": "DE", "device": "mobile", "granularity": "hour", "start": start, "end": end},
-                      timeout=30)
+    other = httpx.get(
+        f"{api(settings)}/api/v1/views/page_views_by_country_device",
+        params={"country": "DE", "device": "mobile", "granularity": "hour", "start": start, "end": end},
+        timeout=30,
+    )
     if other.status_code != 200:
         out.append(f"page_views_by_country_device: HTTP {other.status_code} {other.text[:200]}")
     return out
@@ -136,8 +163,9 @@ def test_partial_runs_of_each_view_keep_every_answer_exact(settings, stack, spar
         assert named <= tables_present(settings), f"{what}: the pointer names dropped tables"
 
 
-def test_of_two_runs_that_read_the_same_pointer_the_second_swap_fails_and_changes_nothing(settings, stack, spark,
-                                                                                          prefix):
+def test_of_two_runs_that_read_the_same_pointer_the_second_swap_fails_and_changes_nothing(
+    settings, stack, spark, prefix
+):
     for _ in range(3):  # the shared stack: another writer may move the pointer between our two runs
         first = run_batch(settings, views=["page_views"], force=True, spark=spark, swap=False)
         second = run_batch(settings, views=["page_views"], force=True, spark=spark, swap=False)

@@ -25,6 +25,7 @@ from tests.batch.hbase_read import read_table
 from tests.batch.truth import kafka_events, view_truth
 from tests.ingest.helpers import send, wait_cutoff_past
 
+
 @pytest.fixture(scope="module")
 def bsettings(settings):
     """The stack's settings: cutoffs must fall on the speed layer's ingest-bucket boundaries."""
@@ -38,8 +39,18 @@ def bucket_s(settings) -> int:
 @pytest.fixture(scope="module")
 def workload(bsettings, stack):
     """A workload with duplicates and events hours to days late, archived and past a cutoff."""
-    sent = send(bsettings, GeneratorConfig(seed=int(time.time()), count=4_000, late_fraction=0.15, late_min_s=3_600,
-                                           late_max_s=3 * 86_400, duplicate_fraction=0.05, invalid_fraction=0.03))
+    sent = send(
+        bsettings,
+        GeneratorConfig(
+            seed=int(time.time()),
+            count=4_000,
+            late_fraction=0.15,
+            late_min_s=3_600,
+            late_max_s=3 * 86_400,
+            duplicate_fraction=0.05,
+            invalid_fraction=0.03,
+        ),
+    )
     wait_cutoff_past(bsettings, sent, timeout_s=240 + bucket_s(bsettings))
     return sent
 
@@ -96,8 +107,14 @@ def test_killed_run_leaves_the_pointer_and_answers_unchanged(bsettings, batch_ru
     before = store.pointer()
     snapshot = {name: read_table(bsettings, table, load_views(bsettings)[name]) for name, table in before.views.items()}
     env = dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(bucket_s(bsettings)))
-    proc = subprocess.Popen([sys.executable, "-m", "batch_layer.job", "--force"], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "batch_layer.job", "--force"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     killed_version = None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -107,7 +124,9 @@ def test_killed_run_leaves_the_pointer_and_answers_unchanged(bsettings, batch_ru
             table = layout.table_name("page_views", killed_version)
             conn = hbase_connection(bsettings)
             try:
-                has_rows = table.encode() in conn.tables() and next(iter(conn.table(table).scan(limit=1)), None) is not None
+                has_rows = (
+                    table.encode() in conn.tables() and next(iter(conn.table(table).scan(limit=1)), None) is not None
+                )
             finally:
                 conn.close()
             if has_rows:
@@ -129,11 +148,13 @@ def test_killed_run_leaves_the_pointer_and_answers_unchanged(bsettings, batch_ru
 
 def test_a_view_added_by_declaration_alone_is_computed_and_stored(bsettings, batch_run, spark, tmp_path, monkeypatch):
     module = tmp_path / "team_views.py"
-    module.write_text(textwrap.dedent('''
+    module.write_text(
+        textwrap.dedent("""
         from definitions.views import View
         VIEWS = [View("signups_by_country", keys=("country",), aggregation="count",
                       where="event_type = 'signup'", granularities=("day",))]
-    '''))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     settings = bsettings.model_copy(update={"views": bsettings.views.model_copy(update={"modules": ["team_views"]})})
     result = run_batch(settings, cutoff_ms=batch_run.cutoff_ms, views=["signups_by_country"], force=True, spark=spark)
@@ -167,8 +188,16 @@ def test_old_versions_are_dropped_beyond_retention(bsettings, batch_run):
     assert pointer.tables() <= tables
     in_flight = {v for v, r in runs.items() if r.get("state") in ("writing", "verified")}
     for view in load_views(bsettings).names():
-        served = sorted((v for v, r in runs.items() if r.get("state") in ("live", "retired") and view in r.get("views", [])
-                         and v != pointer.entry(view).version), reverse=True)
+        served = sorted(
+            (
+                v
+                for v, r in runs.items()
+                if r.get("state") in ("live", "retired")
+                and view in r.get("views", [])
+                and v != pointer.entry(view).version
+            ),
+            reverse=True,
+        )
         allowed = {pointer.entry(view).version, *served[: bsettings.batch.keep_versions - 1], *in_flight}
         assert {table_version(t) for t in tables if table_view(t) == view} <= allowed, view
 
@@ -185,9 +214,13 @@ def test_write_verify_and_swap_as_separate_steps(bsettings, batch_run, spark):
     written = run_batch(bsettings, cutoff_ms=cutoff, force=True, spark=spark, swap=False)
     assert store.pointer() == before, "a written, unswapped version does not serve"
     assert set(verify_version(bsettings, written.version)) == set(load_views(bsettings).names())
-    done = subprocess.run([sys.executable, "-m", "lambdactl.cli", "batch", "--swap", str(written.version)],
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(bucket_s(bsettings))))
+    done = subprocess.run(
+        [sys.executable, "-m", "lambdactl.cli", "batch", "--swap", str(written.version)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(bucket_s(bsettings))),
+    )
     assert done.returncode == 0, done.stderr
     assert _json.loads(done.stdout)["version"] == written.version
     after = store.pointer()

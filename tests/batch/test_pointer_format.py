@@ -8,23 +8,46 @@ import json
 
 import pytest
 
-from batch_layer.pointer import (DOC, CutoffError, Pointer, PointerFormatError, PointerMoved, ViewEntry, advance,
-                                 check_unmoved, table_version)
+from batch_layer.pointer import (
+    DOC,
+    CutoffError,
+    Pointer,
+    PointerFormatError,
+    PointerMoved,
+    ViewEntry,
+    advance,
+    check_unmoved,
+    table_version,
+)
 
 T0 = 1_800_000_000_000
 MIN = 60_000
 
 
 def per_view() -> Pointer:
-    return Pointer({"page_views": ViewEntry("page_views_v1", 1, T0, "run-1", T0 + 5, {"events": 10}),
-                    "unique_visitors": ViewEntry("unique_visitors_v4", 4, T0 + 3 * MIN, "run-4", T0 + 3 * MIN + 5)},
-                   version=4, run_id="run-4", stats={"events": 12}, swapped_ms=T0 + 3 * MIN + 5, generation=4)
+    return Pointer(
+        {
+            "page_views": ViewEntry("page_views_v1", 1, T0, "run-1", T0 + 5, {"events": 10}),
+            "unique_visitors": ViewEntry("unique_visitors_v4", 4, T0 + 3 * MIN, "run-4", T0 + 3 * MIN + 5),
+        },
+        version=4,
+        run_id="run-4",
+        stats={"events": 12},
+        swapped_ms=T0 + 3 * MIN + 5,
+        generation=4,
+    )
 
 
 def old_row(version: int, cutoff_ms: int, views: dict[str, str]) -> dict[bytes, bytes]:
     """A pointer row exactly as the single-cutoff code wrote it (one JSON value per `p:` column)."""
-    doc = {"version": version, "cutoff_ms": cutoff_ms, "run_id": f"run-{version}", "views": views,
-           "stats": {"events": 99}, "swapped_ms": cutoff_ms + 7}
+    doc = {
+        "version": version,
+        "cutoff_ms": cutoff_ms,
+        "run_id": f"run-{version}",
+        "views": views,
+        "stats": {"events": 99},
+        "swapped_ms": cutoff_ms + 7,
+    }
     return {f"p:{k}".encode(): json.dumps(v).encode() for k, v in doc.items()}
 
 
@@ -48,8 +71,11 @@ def test_an_old_single_cutoff_row_gives_every_view_that_cutoff():
     assert pointer.stored is None and pointer.generation == 0
     assert pointer.version == 4 and pointer.run_id == "run-4" and pointer.stats == {"events": 99}
     assert {name: pointer.cutoff_of(name) for name in views} == dict.fromkeys(views, T0 + MIN)
-    assert {name: pointer.entry(name).version for name in views} == {"page_views": 1, "top_pages": 1,
-                                                                      "unique_visitors": 4}
+    assert {name: pointer.entry(name).version for name in views} == {
+        "page_views": 1,
+        "top_pages": 1,
+        "unique_visitors": 4,
+    }
     assert pointer.views == views and pointer.tables() == set(views.values())
 
 
@@ -68,12 +94,15 @@ def test_legacy_columns_tell_an_older_reader_the_smallest_cutoff_and_every_table
     assert seen_by_old_code.views == pointer.views
 
 
-@pytest.mark.parametrize("row", [
-    {DOC: b"{not json"},
-    {DOC: json.dumps({"format": 2, "views": {}}).encode()},  # no generation, no version
-    {DOC: json.dumps({"format": 2, "generation": 1, "version": 1, "views": {"v": {"table": "v_v1"}}}).encode()},
-    {b"p:run_id": b'"x"'},
-])
+@pytest.mark.parametrize(
+    "row",
+    [
+        {DOC: b"{not json"},
+        {DOC: json.dumps({"format": 2, "views": {}}).encode()},  # no generation, no version
+        {DOC: json.dumps({"format": 2, "generation": 1, "version": 1, "views": {"v": {"table": "v_v1"}}}).encode()},
+        {b"p:run_id": b'"x"'},
+    ],
+)
 def test_an_unreadable_row_is_a_clear_error(row):
     with pytest.raises(PointerFormatError, match="pointer"):
         Pointer.from_columns(row)
@@ -82,14 +111,31 @@ def test_an_unreadable_row_is_a_clear_error(row):
 def test_a_partial_run_moves_only_its_views_and_a_full_run_replaces_every_entry():
     current = per_view()
     stats = {"events": 20, "tables": {"page_views": {"rows": 3, "cells": 3, "checksum": 9}}}
-    partial = advance(current, version=7, run_id="run-7", cutoff_ms=T0 + 5 * MIN, views=["page_views"], full=False,
-                      stats=stats, now_ms=T0 + 6 * MIN)
+    partial = advance(
+        current,
+        version=7,
+        run_id="run-7",
+        cutoff_ms=T0 + 5 * MIN,
+        views=["page_views"],
+        full=False,
+        stats=stats,
+        now_ms=T0 + 6 * MIN,
+    )
     assert partial.generation == current.generation + 1 and partial.version == 7
-    assert partial.entry("page_views") == ViewEntry("page_views_v7", 7, T0 + 5 * MIN, "run-7", T0 + 6 * MIN,
-                                                    {"events": 20, "rows": 3, "cells": 3, "checksum": 9})
+    assert partial.entry("page_views") == ViewEntry(
+        "page_views_v7", 7, T0 + 5 * MIN, "run-7", T0 + 6 * MIN, {"events": 20, "rows": 3, "cells": 3, "checksum": 9}
+    )
     assert partial.entry("unique_visitors") == current.entry("unique_visitors")
-    full = advance(partial, version=8, run_id="run-8", cutoff_ms=T0 + 5 * MIN, views=["page_views", "top_pages"],
-                   full=True, stats={}, now_ms=T0 + 7 * MIN)
+    full = advance(
+        partial,
+        version=8,
+        run_id="run-8",
+        cutoff_ms=T0 + 5 * MIN,
+        views=["page_views", "top_pages"],
+        full=True,
+        stats={},
+        now_ms=T0 + 7 * MIN,
+    )
     assert set(full.entries) == {"page_views", "top_pages"}, "a full run drops entries of undeclared views"
     assert {e.version for e in full.entries.values()} == {8}
     first = advance(None, version=1, run_id="r", cutoff_ms=T0, views=["a"], full=False, stats={}, now_ms=T0)
@@ -98,10 +144,20 @@ def test_a_partial_run_moves_only_its_views_and_a_full_run_replaces_every_entry(
 
 def test_no_view_goes_back_to_an_earlier_cutoff():
     with pytest.raises(CutoffError, match="unique_visitors"):
-        advance(per_view(), version=9, run_id="r", cutoff_ms=T0 + MIN, views=["page_views", "unique_visitors"],
-                full=False, stats={}, now_ms=T0)
+        advance(
+            per_view(),
+            version=9,
+            run_id="r",
+            cutoff_ms=T0 + MIN,
+            views=["page_views", "unique_visitors"],
+            full=False,
+            stats={},
+            now_ms=T0,
+        )
     # a view behind the others may catch up to any cutoff past its own
-    advance(per_view(), version=9, run_id="r", cutoff_ms=T0 + MIN, views=["page_views"], full=False, stats={}, now_ms=T0)
+    advance(
+        per_view(), version=9, run_id="r", cutoff_ms=T0 + MIN, views=["page_views"], full=False, stats={}, now_ms=T0
+    )
 
 
 def test_a_swap_planned_against_another_generation_is_refused():

@@ -30,9 +30,12 @@ STEP = 60_000
 @pytest.fixture
 def own(settings, stack, unique):
     """Settings with a meta table of this test's own (keep_versions=2) and three view names."""
-    mine = settings.model_copy(update={
-        "hbase": settings.hbase.model_copy(update={"meta_table": f"meta_t{unique}"}),
-        "batch": settings.batch.model_copy(update={"keep_versions": 2})})
+    mine = settings.model_copy(
+        update={
+            "hbase": settings.hbase.model_copy(update={"meta_table": f"meta_t{unique}"}),
+            "batch": settings.batch.model_copy(update={"keep_versions": 2}),
+        }
+    )
     conn = hbase_connection(mine)
     try:
         conn.create_table(mine.hbase.meta_table, {"p": dict(max_versions=1)})
@@ -73,9 +76,16 @@ def written(settings, views: list[str], cutoff_ms: int, full: bool = False, **ex
     version = store.allocate_version()
     for view in views:
         create_table(settings, table_name(view, version))
-    fields = dict(state="verified", run_id=f"run-{version}", cutoff_ms=cutoff_ms, started_ms=int(time.time() * 1000),
-                  views=views, full=full, based_on=current.generation if current else 0,
-                  stats={"events": version, "tables": {v: {"rows": 0, "cells": 0, "checksum": 0} for v in views}})
+    fields = dict(
+        state="verified",
+        run_id=f"run-{version}",
+        cutoff_ms=cutoff_ms,
+        started_ms=int(time.time() * 1000),
+        views=views,
+        full=full,
+        based_on=current.generation if current else 0,
+        stats={"events": version, "tables": {v: {"rows": 0, "cells": 0, "checksum": 0} for v in views}},
+    )
     fields.update(extra)
     store.record_run(version, **fields)
     return version
@@ -104,10 +114,18 @@ def test_of_two_runs_that_read_the_same_pointer_the_second_to_swap_fails_and_cha
     again = written(settings, [b], T0 + 2 * STEP)
     swap_version(settings, written(settings, [c], T0 + 3 * STEP))
     before = pointer_row(settings)
-    env = dict(os.environ, LAMBDA_HBASE__META_TABLE=settings.hbase.meta_table,
-               LAMBDA_INGEST_BUCKET_S=str(settings.ingest_bucket_s))
-    done = subprocess.run([sys.executable, "-m", "lambdactl.cli", "batch", "--swap", str(again)], capture_output=True,
-                          text=True, timeout=120, env=env)
+    env = dict(
+        os.environ,
+        LAMBDA_HBASE__META_TABLE=settings.hbase.meta_table,
+        LAMBDA_INGEST_BUCKET_S=str(settings.ingest_bucket_s),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "lambdactl.cli", "batch", "--swap", str(again)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert done.returncode == 2 and "the pointer moved since this run read it" in done.stderr, done.stderr[-2000:]
     assert pointer_row(settings) == before
 
@@ -122,9 +140,17 @@ def test_racing_writers_one_wins_the_compare_and_set(own):
         barrier = threading.Barrier(writers)
         outcomes: list = [None] * writers
 
-        def write(i: int) -> None:
-            new = advance(current, version=1_000 * (round_ + 1) + i, run_id=f"w{i}", cutoff_ms=T0 + (round_ + 1) * STEP,
-                          views=[a], full=False, stats={}, now_ms=int(time.time() * 1000))
+        def write(i: int, current=current, round_=round_, barrier=barrier, outcomes=outcomes) -> None:
+            new = advance(
+                current,
+                version=1_000 * (round_ + 1) + i,
+                run_id=f"w{i}",
+                cutoff_ms=T0 + (round_ + 1) * STEP,
+                views=[a],
+                full=False,
+                stats={},
+                now_ms=int(time.time() * 1000),
+            )
             barrier.wait()
             try:
                 store.compare_and_set(current, new)
@@ -148,8 +174,9 @@ def test_a_pointer_row_of_the_single_cutoff_format_is_read_and_moved_once(own):
     settings, (a, b, _) = own
     store = VersionStore(settings)
     old = written(settings, [a, b], T0, state="live")
-    legacy = Pointer.from_doc(advance(None, version=old, run_id="old", cutoff_ms=T0, views=[a, b], full=True, stats={},
-                                      now_ms=T0).to_doc()).legacy_columns()
+    legacy = Pointer.from_doc(
+        advance(None, version=old, run_id="old", cutoff_ms=T0, views=[a, b], full=True, stats={}, now_ms=T0).to_doc()
+    ).legacy_columns()
     conn = hbase_connection(settings)
     try:
         conn.table(settings.hbase.meta_table).put(b"pointer", legacy)  # as the single-cutoff code wrote it
@@ -194,12 +221,26 @@ def test_retention_beyond_k_versions_with_partial_runs_keeps_every_named_table(o
 
     # A run still writing keeps its tables; one whose process is gone, or that failed, does not.
     me = psutil.Process()
-    alive = written(settings, [a], T0 + 7 * STEP, state="writing", host=socket.gethostname(), pid=me.pid,
-                    pid_started_ms=int(me.create_time() * 1000))
+    alive = written(
+        settings,
+        [a],
+        T0 + 7 * STEP,
+        state="writing",
+        host=socket.gethostname(),
+        pid=me.pid,
+        pid_started_ms=int(me.create_time() * 1000),
+    )
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    dead = written(settings, [a], T0 + 7 * STEP, state="writing", host=socket.gethostname(), pid=gone.pid,
-                   pid_started_ms=int(time.time() * 1000) - 10_000)
+    dead = written(
+        settings,
+        [a],
+        T0 + 7 * STEP,
+        state="writing",
+        host=socket.gethostname(),
+        pid=gone.pid,
+        pid_started_ms=int(time.time() * 1000) - 10_000,
+    )
     failed = written(settings, [b], T0 + 7 * STEP, state="failed")
     stale = written(settings, [c], T0 + 7 * STEP, started_ms=int(time.time() * 1000) - 2 * 3_600_000)
     dropped = store.retain(settings.batch.keep_versions)

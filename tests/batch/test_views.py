@@ -8,24 +8,55 @@ import pytest
 from pyspark.sql import Row
 from pyspark.testing import assertDataFrameEqual
 
-from definitions.views import BUILT_IN, PAGE_VIEWS, PAGE_VIEWS_BY_COUNTRY_DEVICE, TOP_PAGES, UNIQUE_VISITORS, Registry, View
+from definitions.views import (
+    BUILT_IN,
+    PAGE_VIEWS,
+    PAGE_VIEWS_BY_COUNTRY_DEVICE,
+    TOP_PAGES,
+    UNIQUE_VISITORS,
+    Registry,
+    View,
+)
 
 T0 = datetime(2026, 11, 20, 10, 0, 0)  # naive = UTC in the test session
-EVENT_SCHEMA = ("event_id STRING, event_time TIMESTAMP, user_id STRING, url STRING, event_type STRING, "
-                "referrer STRING, country STRING, device STRING, schema_version INT")
+EVENT_SCHEMA = (
+    "event_id STRING, event_time TIMESTAMP, user_id STRING, url STRING, event_type STRING, "
+    "referrer STRING, country STRING, device STRING, schema_version INT"
+)
 
 
-def ev(minute: int, url: str, user: str, kind: str = "page_view", country: str | None = "DE", device: str | None = "mobile",
-       second: int = 0) -> Row:
-    return Row(event_id=f"{url}-{user}-{minute}-{second}-{kind}", event_time=T0.replace(minute=minute, second=second),
-               user_id=user, url=url, event_type=kind, referrer=None, country=country, device=device, schema_version=1)
+def ev(
+    minute: int,
+    url: str,
+    user: str,
+    kind: str = "page_view",
+    country: str | None = "DE",
+    device: str | None = "mobile",
+    second: int = 0,
+) -> Row:
+    return Row(
+        event_id=f"{url}-{user}-{minute}-{second}-{kind}",
+        event_time=T0.replace(minute=minute, second=second),
+        user_id=user,
+        url=url,
+        event_type=kind,
+        referrer=None,
+        country=country,
+        device=device,
+        schema_version=1,
+    )
 
 
 @pytest.fixture(scope="module")
 def events(spark):
     rows = [
-        ev(0, "/", "u1"), ev(0, "/", "u1", second=30), ev(0, "/", "u2"), ev(1, "/", "u3"),
-        ev(0, "/a", "u1"), ev(0, "/a", "u1", kind="click"), ev(59, "/a", "u4", country=None),
+        ev(0, "/", "u1"),
+        ev(0, "/", "u1", second=30),
+        ev(0, "/", "u2"),
+        ev(1, "/", "u3"),
+        ev(0, "/a", "u1"),
+        ev(0, "/a", "u1", kind="click"),
+        ev(59, "/a", "u4", country=None),
     ]
     return spark.createDataFrame(rows, EVENT_SCHEMA)
 
@@ -39,7 +70,10 @@ def test_page_views_count_page_view_events_per_url_and_bucket(spark, events):
     )
     assertDataFrameEqual(got, expected)
     hourly = PAGE_VIEWS.compute(events, "hour").select("url", "event_bucket", "value")
-    assertDataFrameEqual(hourly, spark.createDataFrame([("/", base, 4), ("/a", base, 2)], "url STRING, event_bucket BIGINT, value BIGINT"))
+    assertDataFrameEqual(
+        hourly,
+        spark.createDataFrame([("/", base, 4), ("/a", base, 2)], "url STRING, event_bucket BIGINT, value BIGINT"),
+    )
 
 
 def test_unique_visitors_exact_and_sketch(spark, events):
@@ -71,11 +105,26 @@ def test_top_pages_is_page_views_laid_out_by_bucket(spark, events):
 
 
 def test_sum_view(spark):
-    view = View("purchases_per_device", keys=("device",), aggregation="sum", column="schema_version",
-                where="event_type = 'purchase'", granularities=("day",))
-    df = spark.createDataFrame([ev(1, "/c", "u1", kind="purchase"), ev(2, "/c", "u2", kind="purchase", device="desktop"),
-                                ev(3, "/c", "u3", kind="purchase")], EVENT_SCHEMA)
-    assert sorted(tuple(r) for r in view.compute(df, "day").select("device", "value").collect()) == [("desktop", 1), ("mobile", 2)]
+    view = View(
+        "purchases_per_device",
+        keys=("device",),
+        aggregation="sum",
+        column="schema_version",
+        where="event_type = 'purchase'",
+        granularities=("day",),
+    )
+    df = spark.createDataFrame(
+        [
+            ev(1, "/c", "u1", kind="purchase"),
+            ev(2, "/c", "u2", kind="purchase", device="desktop"),
+            ev(3, "/c", "u3", kind="purchase"),
+        ],
+        EVENT_SCHEMA,
+    )
+    assert sorted(tuple(r) for r in view.compute(df, "day").select("device", "value").collect()) == [
+        ("desktop", 1),
+        ("mobile", 2),
+    ]
 
 
 def test_declarations_are_checked():

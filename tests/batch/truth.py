@@ -17,8 +17,13 @@ from definitions.views import GRANULARITIES
 
 def kafka_events(settings, cutoff_ms: int) -> list[dict]:
     topic = settings.kafka.events_topic
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=3_000, max_poll_records=5_000, fetch_max_bytes=50 * 2**20)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka.bootstrap,
+        enable_auto_commit=False,
+        consumer_timeout_ms=3_000,
+        max_poll_records=5_000,
+        fetch_max_bytes=50 * 2**20,
+    )
     parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
     consumer.assign(parts)
     consumer.seek_to_beginning()

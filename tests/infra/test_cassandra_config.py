@@ -9,11 +9,14 @@ from infra.java import JavaRuntime
 from infra.services import CASSANDRA
 
 
-@pytest.mark.parametrize("mode, lines", [
-    ("batch", ["commitlog_sync: batch"]),
-    ("group", ["commitlog_sync: group", "commitlog_sync_group_window: 15ms"]),
-    ("periodic", ["commitlog_sync: periodic", "commitlog_sync_period: 10000ms"]),
-])
+@pytest.mark.parametrize(
+    "mode, lines",
+    [
+        ("batch", ["commitlog_sync: batch"]),
+        ("group", ["commitlog_sync: group", "commitlog_sync_group_window: 15ms"]),
+        ("periodic", ["commitlog_sync: periodic", "commitlog_sync_period: 10000ms"]),
+    ],
+)
 def test_commitlog_mode_is_rendered(tmp_path, mode, lines):
     settings = Settings(state_dir=tmp_path, cassandra=CassandraSettings(commitlog_sync=mode))
     dirs = CASSANDRA.dirs(settings)

@@ -38,8 +38,9 @@ def test_compose_file_parses_with_compose():
     docker_compose = shutil.which("docker-compose")
     assert docker_compose, "docker-compose (Debian package) is installed by infra/setup.sh"
     env = {**os.environ, "LAMBDA_API__TOKEN": "compose-config-check", "LAMBDA_AIRFLOW__ADMIN_PASSWORD": "check"}
-    done = subprocess.run([docker_compose, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True,
-                          timeout=60, env=env)
+    done = subprocess.run(
+        [docker_compose, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0, done.stderr
 
 

@@ -20,7 +20,9 @@ def test_create_batch_put_scan(settings, stack, unique):
     finally:
         conn.delete_table(table_name, disable=True)
         conn.close()
-    assert f"{settings.hbase.namespace}:{table_name}".encode() not in hbase_connection(settings, namespaced=False).tables()
+    assert (
+        f"{settings.hbase.namespace}:{table_name}".encode() not in hbase_connection(settings, namespaced=False).tables()
+    )
 
 
 def test_namespace_and_meta_table_exist(settings, stack):

@@ -29,8 +29,9 @@ def test_plain_up_restarts_a_killed_job_with_the_persisted_settings(settings, st
     os.killpg(job.pid, signal.SIGKILL)
     job.wait(30)
 
-    done = subprocess.run([str(LAMBDACTL), "up"], env=plain_shell(settings), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [str(LAMBDACTL), "up"], env=plain_shell(settings), cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     restarted = stack.supervisor.process("speed-layer")
     assert restarted is not None and restarted.pid != job.pid
@@ -43,9 +44,17 @@ def test_plain_up_restarts_a_killed_job_with_the_persisted_settings(settings, st
 def test_a_contradicting_setting_is_refused_and_nothing_changes(settings, stack, tmp_path):
     other = "3600" if settings.ingest_bucket_s != 3600 else "60"
     before = {name: stack.supervisor.process(name).pid for name in ("archiver", "speed-layer")}
-    done = subprocess.run([str(LAMBDACTL), "up"], env=plain_shell(settings, LAMBDA_INGEST_BUCKET_S=other),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(LAMBDACTL), "up"],
+        env=plain_shell(settings, LAMBDA_INGEST_BUCKET_S=other),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
-    assert f"ingest_bucket_s is {settings.ingest_bucket_s} in the persisted settings, this command says {other}" \
+    assert (
+        f"ingest_bucket_s is {settings.ingest_bucket_s} in the persisted settings, this command says {other}"
         in done.stderr
+    )
     assert {name: stack.supervisor.process(name).pid for name in before} == before

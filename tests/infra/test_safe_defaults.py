@@ -24,8 +24,13 @@ def test_up_refuses_default_secrets_before_starting_anything(tmp_path):
 
 
 def test_secrets_set_or_development_mode_pass_the_check():
-    secret = Settings(environment="production", api=ApiSettings(token=SecretStr("t0k3n")),
-                      airflow=AirflowSettings(admin_password=SecretStr("pw")))
+    secret = Settings(
+        environment="production",
+        api=ApiSettings(token=SecretStr("t0k3n")),
+        airflow=AirflowSettings(admin_password=SecretStr("pw")),
+    )
     assert default_secrets(secret) == []
-    assert default_secrets(Settings(environment="development")) == ["api.token (LAMBDA_API__TOKEN)",
-                                                                   "airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD)"]
+    assert default_secrets(Settings(environment="development")) == [
+        "api.token (LAMBDA_API__TOKEN)",
+        "airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD)",
+    ]

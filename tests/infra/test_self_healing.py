@@ -11,10 +11,10 @@ import threading
 import time
 import uuid
 
-from ingest.generator import GeneratorConfig
-from ingest.streaming_progress import read_progress
 from infra import services as svc
 from infra.restarts import restart_report
+from ingest.generator import GeneratorConfig
+from ingest.streaming_progress import read_progress
 from tests.ingest.helpers import send
 from tests.polling import wait_for
 from tests.speed.realtime import wait_until_exact
@@ -47,14 +47,24 @@ def _respawned(stack, name: str, old_pid: int):
 
 def _kill_and_time(settings, stack, name: str) -> tuple[float, float]:
     """Seconds from the kill until a new process runs, and until it is healthy."""
-    proc = wait_for(lambda: _healthy(settings, stack, name), f"{name} to be healthy before the kill", timeout_s=HEALTHY_WITHIN_S)
+    proc = wait_for(
+        lambda: _healthy(settings, stack, name), f"{name} to be healthy before the kill", timeout_s=HEALTHY_WITHIN_S
+    )
     os.kill(proc.pid, signal.SIGKILL)
     killed = time.monotonic()
-    wait_for(lambda: _respawned(stack, name, proc.pid), f"{name} to be running again by itself",
-             timeout_s=BACK_WITHIN_S, interval_s=0.2)
+    wait_for(
+        lambda: _respawned(stack, name, proc.pid),
+        f"{name} to be running again by itself",
+        timeout_s=BACK_WITHIN_S,
+        interval_s=0.2,
+    )
     running = time.monotonic() - killed
-    wait_for(lambda: _healthy(settings, stack, name, not_pid=proc.pid), f"{name} to be healthy again",
-             timeout_s=HEALTHY_WITHIN_S, interval_s=0.5)
+    wait_for(
+        lambda: _healthy(settings, stack, name, not_pid=proc.pid),
+        f"{name} to be healthy again",
+        timeout_s=HEALTHY_WITHIN_S,
+        interval_s=0.5,
+    )
     healthy = time.monotonic() - killed
     report = restart_report(settings)[name]
     assert report["last_reason"] == "terminated by SIGKILL" and report["restarts_total"] >= 1, report
@@ -68,8 +78,15 @@ def test_killed_processes_come_back_by_themselves_and_answers_stay_exact(setting
     took = {"api": _kill_and_time(settings, stack, "api")}
 
     # The speed layer is killed while traffic streams in.
-    config = GeneratorConfig(seed=int(time.time()), count=3_000, rate=300, pages=25,
-                             url_prefix=f"/heal-{uuid.uuid4().hex[:8]}", duplicate_fraction=0.05, late_fraction=0.1)
+    config = GeneratorConfig(
+        seed=int(time.time()),
+        count=3_000,
+        rate=300,
+        pages=25,
+        url_prefix=f"/heal-{uuid.uuid4().hex[:8]}",
+        duplicate_fraction=0.05,
+        late_fraction=0.1,
+    )
     result: dict = {}
     producer = threading.Thread(target=lambda: result.setdefault("sent", send(settings, config)))
     producer.start()
@@ -77,7 +94,9 @@ def test_killed_processes_come_back_by_themselves_and_answers_stay_exact(setting
     producer.join(300)
     took["archiver"] = _kill_and_time(settings, stack, "archiver")
 
-    after = send(settings, GeneratorConfig(seed=int(time.time()) + 1, count=1_000, pages=25, url_prefix=config.url_prefix))
+    after = send(
+        settings, GeneratorConfig(seed=int(time.time()) + 1, count=1_000, pages=25, url_prefix=config.url_prefix)
+    )
     wait_until_exact(settings, result["sent"] + after)
     assert all(running <= BACK_WITHIN_S for running, _ in took.values()), took
 

@@ -40,7 +40,9 @@ def test_env_overrides_nested_values(monkeypatch):
 
 def test_toml_file_is_read_and_env_wins(monkeypatch, tmp_path):
     config = tmp_path / "platform.toml"
-    config.write_text('ingest_bucket_s = 60\n[hdfs]\nhost = "namenode.example"\nport = 8020\n[kafka]\npartitions = 12\n')
+    config.write_text(
+        'ingest_bucket_s = 60\n[hdfs]\nhost = "namenode.example"\nport = 8020\n[kafka]\npartitions = 12\n'
+    )
     monkeypatch.setenv("LAMBDA_CONFIG", str(config))
     monkeypatch.setenv("LAMBDA_KAFKA__PARTITIONS", "6")
     s = Settings()

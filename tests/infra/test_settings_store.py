@@ -47,11 +47,14 @@ def test_a_relative_state_dir_is_resolved_once(monkeypatch, tmp_path):
     assert json.loads(path.read_text())["state_dir"] == str(tmp_path / "rel" / "state")
 
 
-@pytest.mark.parametrize("variable, value, setting", [
-    ("LAMBDA_INGEST_BUCKET_S", "3600", "ingest_bucket_s"),
-    ("LAMBDA_SPEED__DEDUPE_WINDOW_S", "600", "speed.dedupe_window_s"),
-    ("LAMBDA_VIEWS__MODULES", '["my_views"]', "views.modules"),
-])
+@pytest.mark.parametrize(
+    "variable, value, setting",
+    [
+        ("LAMBDA_INGEST_BUCKET_S", "3600", "ingest_bucket_s"),
+        ("LAMBDA_SPEED__DEDUPE_WINDOW_S", "600", "speed.dedupe_window_s"),
+        ("LAMBDA_VIEWS__MODULES", '["my_views"]', "views.modules"),
+    ],
+)
 def test_a_contradicting_data_shaping_setting_is_refused(monkeypatch, variable, value, setting):
     monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
     monkeypatch.setenv("LAMBDA_SPEED__DEDUPE_WINDOW_S", "120")

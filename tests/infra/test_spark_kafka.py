@@ -14,10 +14,17 @@ from definitions.clients import kafka_admin
 def test_stream_from_kafka_to_parquet_on_hdfs(settings, stack, spark, unique):
     topic = f"test-stream-{unique}"
     admin = kafka_admin(settings)
-    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1,
-                                  topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    admin.create_topics(
+        [
+            NewTopic(
+                topic, num_partitions=2, replication_factor=1, topic_configs={"message.timestamp.type": "LogAppendTime"}
+            )
+        ]
+    )
     admin.close()
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, value_serializer=lambda v: json.dumps(v).encode())
+    producer = KafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap, value_serializer=lambda v: json.dumps(v).encode()
+    )
     for i in range(300):
         producer.send(topic, key=f"k{i % 5}".encode(), value={"n": i})
     producer.flush()
@@ -33,7 +40,9 @@ def test_stream_from_kafka_to_parquet_on_hdfs(settings, stack, spark, unique):
         .select(
             F.col("key").cast("string").alias("key"),
             F.get_json_object(F.col("value").cast("string"), "$.n").cast("int").alias("n"),
-            "partition", "offset", "timestamp",
+            "partition",
+            "offset",
+            "timestamp",
         )
     )
     query = (

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -39,7 +38,8 @@ def test_log4j_console_appenders_become_size_rotated_files(template, tmp_path):
         assert props[f"log4j.appender.{name}.MaxBackupIndex"] == "4"
         assert props[f"log4j.appender.{name}.layout"] == "org.apache.log4j.PatternLayout", "the layout is kept"
     assert _properties(console).items() - props.items() == {
-        (f"log4j.appender.{n}", "org.apache.log4j.ConsoleAppender") for n in appenders}, "nothing else changes"
+        (f"log4j.appender.{n}", "org.apache.log4j.ConsoleAppender") for n in appenders
+    }, "nothing else changes"
 
 
 def test_logback_console_appender_becomes_a_size_rotated_file(tmp_path):
@@ -58,10 +58,25 @@ def test_only_the_stores_command_line_points_at_the_rolling_configuration(tmp_pa
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "log4j.properties").write_text((TEMPLATES / "kafka/log4j.properties").read_text())
-    command = ["java", "-Xmx1m", f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}", "-cp", "x", "kafka.Kafka", "a"]
+    command = [
+        "java",
+        "-Xmx1m",
+        f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
+        "-cp",
+        "x",
+        "kafka.Kafka",
+        "a",
+    ]
     rolled = with_rolling_logs("kafka", command, conf, tmp_path / "kafka.log", 20_000, 2)
-    assert rolled == ["java", "-Xmx1m", f"-Dlog4j.configuration=file:{conf / 'log4j-kafka.properties'}", "-cp", "x",
-                      "kafka.Kafka", "a"]
+    assert rolled == [
+        "java",
+        "-Xmx1m",
+        f"-Dlog4j.configuration=file:{conf / 'log4j-kafka.properties'}",
+        "-cp",
+        "x",
+        "kafka.Kafka",
+        "a",
+    ]
     assert (conf / "log4j-kafka.properties").is_file()
     api = ["python", "-m", "api.server"]
     assert with_rolling_logs("api", api, conf, tmp_path / "api.log", 20_000, 2) == api
@@ -81,7 +96,11 @@ def test_stores_started_by_the_stack_rotate_their_logs(settings, tmp_path):
         kafka={"port": _free_port(), "controller_port": _free_port(), "health_timeout_s": 120},
         hdfs={"port": _free_port(), "http_port": _free_port(), "health_timeout_s": 180},
         cassandra={"port": _free_port(), "storage_port": _free_port(), "health_timeout_s": 300},
-        stack={"managed_services": ["kafka", "hdfs-namenode", "cassandra"], "log_max_bytes": max_bytes, "log_backups": 2},
+        stack={
+            "managed_services": ["kafka", "hdfs-namenode", "cassandra"],
+            "log_max_bytes": max_bytes,
+            "log_backups": 2,
+        },
     )
     names = ["kafka", "hdfs-namenode", "cassandra"]
     stack = Stack(own, names)

@@ -23,8 +23,12 @@ def rows(settings) -> dict:
 @pytest.mark.parametrize("job", ["speed-layer", "archiver"])
 def test_status_calls_a_job_stuck_only_past_the_threshold(settings, stack, job):
     assert rows(settings)[job].healthy, "progressing with the default threshold"
-    row = wait_for(lambda: (r := rows(with_threshold(settings, 0.05))[job]) and not r.healthy and r,
-                   f"{job} to be silent for more than 0.05 s", timeout_s=30, interval_s=0.05)
+    row = wait_for(
+        lambda: (r := rows(with_threshold(settings, 0.05))[job]) and not r.healthy and r,
+        f"{job} to be silent for more than 0.05 s",
+        timeout_s=30,
+        interval_s=0.05,
+    )
     assert row.running and row.detail.startswith("stuck: query "), row.detail
     assert "has finished no micro-batch for" in row.detail and "stack.stuck_after_s=0" in row.detail
 
@@ -32,6 +36,7 @@ def test_status_calls_a_job_stuck_only_past_the_threshold(settings, stack, job):
 def test_health_shows_the_stuck_state_and_why(settings, stack):
     app = create_app(with_threshold(settings, 0.05))
     with TestClient(app) as client:
+
         def stuck():
             body = client.get("/health").json()
             return body if body["components"]["speed-layer"]["state"] == "stuck" else None

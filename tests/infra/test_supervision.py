@@ -23,10 +23,20 @@ def _settings(tmp_path: Path, **stack) -> Settings:
 
 
 def _programs(settings: Settings) -> list[Program]:
-    env = {"JAVA_HOME": "/usr/lib/jvm/x", "LAMBDA_STATE_DIR": str(settings.state_dir), STATE_TAG: str(settings.state_dir)}
-    return [Program("api", ["/venv/bin/python", "-m", "api.server"], settings.state_dir / "api", env),
-            Program("archiver", ["/venv/bin/python", "-m", "ingest.archiver", "--say", "50% done, it's fine"],
-                    settings.state_dir / "archiver", env)]
+    env = {
+        "JAVA_HOME": "/usr/lib/jvm/x",
+        "LAMBDA_STATE_DIR": str(settings.state_dir),
+        STATE_TAG: str(settings.state_dir),
+    }
+    return [
+        Program("api", ["/venv/bin/python", "-m", "api.server"], settings.state_dir / "api", env),
+        Program(
+            "archiver",
+            ["/venv/bin/python", "-m", "ingest.archiver", "--say", "50% done, it's fine"],
+            settings.state_dir / "archiver",
+            env,
+        ),
+    ]
 
 
 def _parsed(settings: Settings, text: str):
@@ -58,8 +68,11 @@ def test_config_is_read_by_supervisord_with_every_program_restarted_by_the_liste
         assert proc.stdout_logfile == str(logs / f"{name}.log")
         assert (proc.stdout_logfile_maxbytes, proc.stdout_logfile_backups) == (2**20, 3)
         assert proc.directory == str(settings.state_dir / name)
-        assert proc.environment == {"JAVA_HOME": "/usr/lib/jvm/x", "LAMBDA_STATE_DIR": str(settings.state_dir),
-                                    STATE_TAG: str(settings.state_dir)}
+        assert proc.environment == {
+            "JAVA_HOME": "/usr/lib/jvm/x",
+            "LAMBDA_STATE_DIR": str(settings.state_dir),
+            STATE_TAG: str(settings.state_dir),
+        }
     [archiver] = groups["archiver"].process_configs
     assert shlex.split(archiver.command)[-2:] == ["--say", "50% done, it's fine"], "quoted and %-escaped"
     [listener] = groups[LISTENER].process_configs
@@ -78,7 +91,9 @@ def test_a_percent_sign_in_the_state_dir_survives_supervisords_interpolation(tmp
     assert api.stdout_logfile == str(settings.state_dir / "logs" / "api.log")
     assert api.environment["LAMBDA_STATE_DIR"] == str(settings.state_dir)
     assert listener.stderr_logfile == str(settings.state_dir / "logs" / "restarts.log")
-    assert shlex.split(listener.command)[shlex.split(listener.command).index("--state-dir") + 1] == str(settings.state_dir)
+    assert shlex.split(listener.command)[shlex.split(listener.command).index("--state-dir") + 1] == str(
+        settings.state_dir
+    )
     assert options.logfile == str(settings.state_dir / "logs" / "supervisord.log")
 
 
@@ -148,7 +163,10 @@ def _listener(tmp_path: Path, budget: Budget, rpc=None) -> tuple[Listener, FakeS
 
 
 def _event(listener: Listener, state: str, **fields) -> None:
-    listener.handle(f"PROCESS_STATE_{state}", " ".join(f"{k}:{v}" for k, v in {"processname": "api", "groupname": "api", **fields}.items()))
+    listener.handle(
+        f"PROCESS_STATE_{state}",
+        " ".join(f"{k}:{v}" for k, v in {"processname": "api", "groupname": "api", **fields}.items()),
+    )
 
 
 def test_listener_restarts_with_backoff_and_gives_up_on_a_restart_loop(tmp_path):
@@ -167,8 +185,8 @@ def test_listener_restarts_with_backoff_and_gives_up_on_a_restart_loop(tmp_path)
     listener.run_due()
     assert rpc.started == ["api"]
     _event(listener, "STARTING", tries=0)  # the listener's own restart: the budget goes on
-    _event(listener, "BACKOFF", tries=1)   # died while starting …
-    _event(listener, "FATAL")              # … and supervisord gave up at once (startretries=0)
+    _event(listener, "BACKOFF", tries=1)  # died while starting …
+    _event(listener, "FATAL")  # … and supervisord gave up at once (startretries=0)
     assert listener.next_due() == clock.now + 2, "the second restart waits twice as long"
     clock.now += 2
     listener.run_due()
@@ -202,7 +220,9 @@ def test_a_stop_on_purpose_cancels_a_pending_restart(tmp_path):
 
 
 def test_a_restart_refused_by_supervisord_is_not_retried_but_a_lost_connection_is(tmp_path):
-    listener, rpc, clock = _listener(tmp_path, Budget(5, 600, 1, 60), FakeSupervisord(Fault(60, "ALREADY_STARTED: api")))
+    listener, rpc, clock = _listener(
+        tmp_path, Budget(5, 600, 1, 60), FakeSupervisord(Fault(60, "ALREADY_STARTED: api"))
+    )
     _event(listener, "EXITED", expected=0, pid=999_999_004)
     clock.now += 1
     listener.run_due()
@@ -218,9 +238,11 @@ def test_exit_reason_is_read_from_supervisords_log_when_recent(tmp_path):
     log = tmp_path / "supervisord.log"
     now = time.time()
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
-    log.write_text(f"{stamp},123 WARN exited: api (exit status 1; not expected)\n"
-                   f"{stamp},456 WARN exited: speed-layer (terminated by SIGKILL; not expected)\n"
-                   f"{stamp},789 INFO spawned: 'api' with pid 7\n")
+    log.write_text(
+        f"{stamp},123 WARN exited: api (exit status 1; not expected)\n"
+        f"{stamp},456 WARN exited: speed-layer (terminated by SIGKILL; not expected)\n"
+        f"{stamp},789 INFO spawned: 'api' with pid 7\n"
+    )
     assert exit_reason(log, "speed-layer", now) == "terminated by SIGKILL"
     assert exit_reason(log, "api", now) == "exit status 1"
     assert exit_reason(log, "api", now + 3600) is None, "an old line is not this exit's reason"

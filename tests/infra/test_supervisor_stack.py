@@ -34,8 +34,14 @@ class Isolated:
     env: dict[str, str]
 
     def ctl(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-        return subprocess.run([str(LAMBDACTL), *args], env=self.env, cwd=self.state_dir.parent, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            [str(LAMBDACTL), *args],
+            env=self.env,
+            cwd=self.state_dir.parent,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def status(self) -> dict[str, dict]:
         done = self.ctl("status", "--json", timeout=60)
@@ -55,8 +61,13 @@ def _free_port() -> int:
 def isolated(tmp_path):
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
-    env.update(LAMBDA_ENVIRONMENT="development", LAMBDA_STATE_DIR=str(tmp_path / "state"), LAMBDA_API__PORT=str(port),
-               LAMBDA_STACK__MANAGED_SERVICES='["api"]', LAMBDA_STACK__RESTART_MAX="2")
+    env.update(
+        LAMBDA_ENVIRONMENT="development",
+        LAMBDA_STATE_DIR=str(tmp_path / "state"),
+        LAMBDA_API__PORT=str(port),
+        LAMBDA_STACK__MANAGED_SERVICES='["api"]',
+        LAMBDA_STACK__RESTART_MAX="2",
+    )
     stack = Isolated(tmp_path / "state", port, env)
     yield stack
     stack.ctl("down", timeout=120)
@@ -92,6 +103,7 @@ def test_a_killed_api_comes_back_by_itself_and_a_restart_loop_is_given_up(isolat
 
     # Past the budget (2 restarts within the window): the supervisor gives up and says so.
     os.kill(row["pid"], signal.SIGKILL)
+
     def given_up():
         row = isolated.status()["api"]
         return row if not row["running"] and "gave up" in row["detail"] else None
@@ -137,6 +149,7 @@ def test_up_after_the_supervisor_was_killed_replaces_what_it_left(isolated):
     rows = isolated.status()
     supervisor, api = rows["supervisor"]["pid"], rows["api"]["pid"]
     os.kill(supervisor, signal.SIGKILL)
+
     def supervisor_gone():
         rows = isolated.status()
         return rows if not rows["supervisor"]["running"] else None

@@ -50,7 +50,9 @@ def wait_cutoff_past(settings: Settings, sent: list[SentRecord], timeout_s: floa
         cutoff = marker.complete_before_ms - marker.complete_before_ms % step
         if cutoff > newest:
             return cutoff
-        assert time.monotonic() < deadline, f"completeness did not pass the ingest bucket of {newest} within {timeout_s}s"
+        assert time.monotonic() < deadline, (
+            f"completeness did not pass the ingest bucket of {newest} within {timeout_s}s"
+        )
         time.sleep(2)
 
 
@@ -72,12 +74,16 @@ def archived_since(settings: Settings, start: dict[int, int]) -> int:
     marker = completeness.latest(settings)
     if marker is None:
         return 0
-    return sum(max(0, marker.partitions[p].next_offset - offset) for p, offset in start.items() if p in marker.partitions)
+    return sum(
+        max(0, marker.partitions[p].next_offset - offset) for p, offset in start.items() if p in marker.partitions
+    )
 
 
 def master_rows(spark, settings: Settings, sent: list[SentRecord]) -> list:
     """Master rows at the positions of `sent` (and only those)."""
-    positions = spark.createDataFrame([(r.partition, r.offset) for r in sent], "kafka_partition INT, kafka_offset BIGINT")
+    positions = spark.createDataFrame(
+        [(r.partition, r.offset) for r in sent], "kafka_partition INT, kafka_offset BIGINT"
+    )
     return read_master(spark, settings).join(positions, ["kafka_partition", "kafka_offset"]).collect()
 
 

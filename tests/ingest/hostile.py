@@ -14,8 +14,14 @@ from collections.abc import Iterator
 from definitions.events import TICK_KEY
 
 BASE = {
-    "event_id": "e-0", "event_time": "2026-11-17T08:00:00.123Z", "user_id": "u-1", "url": "/hostile",
-    "event_type": "page_view", "referrer": "https://example.com/", "country": "DE", "device": "mobile",
+    "event_id": "e-0",
+    "event_time": "2026-11-17T08:00:00.123Z",
+    "user_id": "u-1",
+    "url": "/hostile",
+    "event_type": "page_view",
+    "referrer": "https://example.com/",
+    "country": "DE",
+    "device": "mobile",
     "schema_version": 1,
 }
 
@@ -51,9 +57,19 @@ def _control(rng: random.Random) -> bytes:
 
 
 def _absurd_time(rng: random.Random) -> bytes:
-    when = rng.choice(["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "0000-01-01T00:00:00Z",
-                       "2026-13-45T25:61:61Z", "1969-12-31T23:59:59Z", "1999-12-31T23:59:59Z",
-                       "2026-11-17T08:00:00.1234567890123Z", "٢٠٢٦-11-17T08:00:00Z", "2026-11-17T08:00:00+99:99"])
+    when = rng.choice(
+        [
+            "0001-01-01T00:00:00+14:00",
+            "9999-12-31T23:59:59-14:00",
+            "0000-01-01T00:00:00Z",
+            "2026-13-45T25:61:61Z",
+            "1969-12-31T23:59:59Z",
+            "1999-12-31T23:59:59Z",
+            "2026-11-17T08:00:00.1234567890123Z",
+            "٢٠٢٦-11-17T08:00:00Z",
+            "2026-11-17T08:00:00+99:99",
+        ]
+    )
     return _dump(_event(rng, event_time=when))
 
 
@@ -115,16 +131,25 @@ def _subtle(rng: random.Random) -> bytes:
 
 
 KINDS = {
-    "nested": _nested, "surrogate": _surrogate, "control": _control, "absurd_time": _absurd_time,
-    "wrong_type": _wrong_type, "huge_number": _huge_number, "truncated": _truncated,
-    "invalid_utf8": _invalid_utf8, "giant": _giant, "encoding": _encoding, "subtle": _subtle,
+    "nested": _nested,
+    "surrogate": _surrogate,
+    "control": _control,
+    "absurd_time": _absurd_time,
+    "wrong_type": _wrong_type,
+    "huge_number": _huge_number,
+    "truncated": _truncated,
+    "invalid_utf8": _invalid_utf8,
+    "giant": _giant,
+    "encoding": _encoding,
+    "subtle": _subtle,
 }
 
 # The records of the confirmed defects, exactly as reported.
 CONFIRMED = {
     "nested_4000_bytes": ("[" * 2_000 + "]" * 2_000).encode(),
     "lone_surrogate_url": _dump(dict(BASE, event_id="confirmed-surrogate", url="PLACEHOLDER")).replace(
-        b"PLACEHOLDER", b"/\\ud800"),
+        b"PLACEHOLDER", b"/\\ud800"
+    ),
     "year_one_plus_14": _dump(dict(BASE, event_id="confirmed-year-one", event_time="0001-01-01T00:00:00+14:00")),
     "event_900_kb": _dump(dict(BASE, event_id="confirmed-900kb", referrer="https://x/?" + "x" * 900_000)),
 }

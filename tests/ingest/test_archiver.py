@@ -8,17 +8,24 @@ import os
 import signal
 import threading
 import time
-from datetime import timezone
+from datetime import UTC
 
 from kafka import KafkaConsumer, TopicPartition
 
 from definitions.events import parse_time
+from infra.stack import Stack
 from ingest import completeness
 from ingest.generator import INVALID_KINDS, GeneratorConfig
 from ingest.master import read_master
-from infra.stack import Stack
-from tests.ingest.helpers import (VALID_KINDS, archived_since, duplicated_positions, end_offsets, master_rows, send,
-                                  wait_archived)
+from tests.ingest.helpers import (
+    VALID_KINDS,
+    archived_since,
+    duplicated_positions,
+    end_offsets,
+    master_rows,
+    send,
+    wait_archived,
+)
 from tests.polling import wait_for
 
 EXPECTED_REASON = {
@@ -36,8 +43,12 @@ EXPECTED_REASON = {
 def dlq_records(settings, positions: set[tuple[int, int]], timeout_s: float = 60) -> dict[tuple[int, int], list[dict]]:
     """Dead letters whose source position is in `positions`, read from the start of `events.dlq`."""
     topic = settings.kafka.dlq_topic
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=5_000, value_deserializer=json.loads)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka.bootstrap,
+        enable_auto_commit=False,
+        consumer_timeout_ms=5_000,
+        value_deserializer=json.loads,
+    )
     parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
     consumer.assign(parts)
     consumer.seek_to_beginning()
@@ -67,8 +78,15 @@ def send_raw(settings, values: list[bytes | None]) -> list[tuple[int, int]]:
 
 
 def test_master_holds_exactly_the_valid_records_and_dlq_the_invalid(settings, stack, spark):
-    config = GeneratorConfig(seed=int(time.time()), count=3_000, late_fraction=0.1, late_min_s=3_600,
-                             late_max_s=3 * 86_400, duplicate_fraction=0.05, invalid_fraction=0.08)
+    config = GeneratorConfig(
+        seed=int(time.time()),
+        count=3_000,
+        late_fraction=0.1,
+        late_min_s=3_600,
+        late_max_s=3 * 86_400,
+        duplicate_fraction=0.05,
+        invalid_fraction=0.08,
+    )
     tombstone, garbage = send_raw(settings, [None, b"\xff\xfe\x00\x9c binary"])
     sent = send(settings, config)
     assert {r.kind for r in sent} >= set(INVALID_KINDS) | set(VALID_KINDS)
@@ -84,9 +102,14 @@ def test_master_holds_exactly_the_valid_records_and_dlq_the_invalid(settings, st
     assert dup_ids and all(sum(1 for row in rows if row.event_id == i) >= 2 for i in list(dup_ids)[:20])
     for pos, record in valid.items():
         row, doc = got[pos], json.loads(record.value)
-        assert (row.event_id, row.url, row.user_id, row.event_type) == (doc["event_id"], doc["url"], doc["user_id"], doc["event_type"])
+        assert (row.event_id, row.url, row.user_id, row.event_type) == (
+            doc["event_id"],
+            doc["url"],
+            doc["user_id"],
+            doc["event_type"],
+        )
         assert row.event_time == parse_time(doc["event_time"]).replace(tzinfo=None)
-        assert int(row.ingest_time.replace(tzinfo=timezone.utc).timestamp() * 1000) == record.ingest_time_ms
+        assert int(row.ingest_time.replace(tzinfo=UTC).timestamp() * 1000) == record.ingest_time_ms
         assert row.ingest_date == row.ingest_time.date() and row.ingest_hour == row.ingest_time.hour
 
     invalid = {(r.partition, r.offset): r for r in sent if r.kind in INVALID_KINDS}
@@ -103,14 +126,18 @@ def test_master_holds_exactly_the_valid_records_and_dlq_the_invalid(settings, st
 def test_kill_9_mid_stream_loses_nothing_and_writes_nothing_twice(settings, stack, spark):
     supervisor = stack.supervisor
     # A minute of traffic, so that the kill lands while it flows even when micro-batches are slow.
-    config = GeneratorConfig(seed=int(time.time()) + 1, count=12_000, rate=200, duplicate_fraction=0.02, invalid_fraction=0.02)
+    config = GeneratorConfig(
+        seed=int(time.time()) + 1, count=12_000, rate=200, duplicate_fraction=0.02, invalid_fraction=0.02
+    )
     result: dict = {}
     producer = threading.Thread(target=lambda: result.setdefault("sent", send(settings, config)))
     start = end_offsets(settings)
     producer.start()
     # Mid-stream: the archiver has committed records of this run (well beyond the tick records,
     # one per partition every few seconds) while the producer is still sending.
-    wait_for(lambda: archived_since(settings, start) >= 200, "the archiver to commit records of this run", timeout_s=120)
+    wait_for(
+        lambda: archived_since(settings, start) >= 200, "the archiver to commit records of this run", timeout_s=120
+    )
     assert producer.is_alive(), "the kill comes mid-stream: the producer is still sending"
     archiver = supervisor.process("archiver")
     assert archiver is not None
@@ -142,7 +169,8 @@ def test_completeness_never_claims_unarchived_records(settings, stack, spark):
         sent = result.get("sent")
         return sent is not None and all(
             r.partition in marker.partitions and marker.partitions[r.partition].complete_before_ms > r.ingest_time_ms
-            for r in sent)
+            for r in sent
+        )
 
     while time.monotonic() < deadline:
         marker = completeness.latest(settings)
@@ -160,7 +188,9 @@ def test_completeness_never_claims_unarchived_records(settings, stack, spark):
         for r in sent:
             progress = marker.partitions.get(r.partition)
             if progress is not None and r.ingest_time_ms < progress.complete_before_ms and r.kind in VALID_KINDS:
-                assert (r.partition, r.offset) in archived, f"marker {marker.batch_id} claims {r} but it is not archived"
+                assert (r.partition, r.offset) in archived, (
+                    f"marker {marker.batch_id} claims {r} but it is not archived"
+                )
                 checked += 1
     assert covers_run(observations[-1][0]), "the archiver caught up with the run"
     assert len(observations) >= 3 and checked > 0

@@ -45,7 +45,9 @@ def test_a_valid_event_is_typed():
 
 def test_event_time_is_parsed_to_epoch_ms_in_utc():
     got = validate(json.dumps(event(event_time="2026-11-17T09:00:00.5+01:00")), INGEST_MS)
-    assert got["event_time"] == validate(json.dumps(event(event_time="2026-11-17T08:00:00.500Z")), INGEST_MS)["event_time"]
+    assert (
+        got["event_time"] == validate(json.dumps(event(event_time="2026-11-17T08:00:00.500Z")), INGEST_MS)["event_time"]
+    )
 
 
 def test_optional_fields_may_be_absent_and_version_defaults():
@@ -58,13 +60,16 @@ def test_missing_required_field(name):
     assert reason(event(**{name: _DROP})) == f"missing field: {name}"
 
 
-@pytest.mark.parametrize("changes, expected", [
-    ({"user_id": 829}, "mistyped field: user_id must be a string, got int"),
-    ({"url": ["/"]}, "mistyped field: url must be a string, got list"),
-    ({"schema_version": "1"}, "mistyped field: schema_version must be an integer, got str"),
-    ({"schema_version": True}, "mistyped field: schema_version must be an integer, got bool"),
-    ({"event_time": 1700000000}, "mistyped field: event_time must be a string, got int"),
-])
+@pytest.mark.parametrize(
+    "changes, expected",
+    [
+        ({"user_id": 829}, "mistyped field: user_id must be a string, got int"),
+        ({"url": ["/"]}, "mistyped field: url must be a string, got list"),
+        ({"schema_version": "1"}, "mistyped field: schema_version must be an integer, got str"),
+        ({"schema_version": True}, "mistyped field: schema_version must be an integer, got bool"),
+        ({"event_time": 1700000000}, "mistyped field: event_time must be a string, got int"),
+    ],
+)
 def test_mistyped_fields(changes, expected):
     assert reason(event(**changes)) == expected
 

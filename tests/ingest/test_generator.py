@@ -5,14 +5,14 @@ from __future__ import annotations
 import collections
 import io
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from definitions.events import InvalidEvent, validate
 from ingest.generator import INVALID_KINDS, ClickstreamGenerator, GeneratorConfig, produce
 
-START = datetime(2026, 11, 20, 0, 0, tzinfo=timezone.utc)
+START = datetime(2026, 11, 20, 0, 0, tzinfo=UTC)
 
 
 def records(**kw):
@@ -90,8 +90,9 @@ def test_bad_knobs_are_refused():
 
 
 def test_produce_records_partition_offset_and_broker_timestamp(settings, stack, unique):
-    from definitions.clients import kafka_admin
     from kafka.admin import NewTopic
+
+    from definitions.clients import kafka_admin
 
     topic = f"test-gen-{unique}"
     admin = kafka_admin(settings)
@@ -103,7 +104,7 @@ def test_produce_records_partition_offset_and_broker_timestamp(settings, stack, 
     assert report.sent == 1_000 and report.failed == 0 and len(sent) == 1_000
     assert len({(s["partition"], s["offset"]) for s in sent}) == 1_000
     # LogAppendTime: the broker's stamp, close to now, not the producer's create time.
-    now_ms = datetime.now(timezone.utc).timestamp() * 1000
+    now_ms = datetime.now(UTC).timestamp() * 1000
     assert all(abs(s["ingest_time_ms"] - now_ms) < 120_000 for s in sent)
     assert report.rate > 0
 
@@ -112,8 +113,9 @@ def test_cli_generate_writes_events_and_truth(settings, stack, tmp_path, unique)
     import subprocess
     import sys
 
-    from definitions.clients import kafka_admin
     from kafka.admin import NewTopic
+
+    from definitions.clients import kafka_admin
     from ingest.generator import read_sent
 
     topic = f"test-cli-{unique}"
@@ -122,10 +124,33 @@ def test_cli_generate_writes_events_and_truth(settings, stack, tmp_path, unique)
     admin.close()
     truth_path = tmp_path / "truth.json"
     done = subprocess.run(
-        [sys.executable, "-m", "lambdactl.cli", "generate", "--count", "800", "--seed", "5", "--topic", topic,
-         "--duplicate-fraction", "0.1", "--invalid-fraction", "0.1", "--span", "7200",
-         "--start", "2026-11-20T12:00:00+00:00", "--truth-out", str(truth_path), "--granularity", "hour"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "lambdactl.cli",
+            "generate",
+            "--count",
+            "800",
+            "--seed",
+            "5",
+            "--topic",
+            topic,
+            "--duplicate-fraction",
+            "0.1",
+            "--invalid-fraction",
+            "0.1",
+            "--span",
+            "7200",
+            "--start",
+            "2026-11-20T12:00:00+00:00",
+            "--truth-out",
+            str(truth_path),
+            "--granularity",
+            "hour",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert "records in" in done.stderr and "/s)" in done.stderr
@@ -134,6 +159,8 @@ def test_cli_generate_writes_events_and_truth(settings, stack, tmp_path, unique)
     truth = json.loads(truth_path.read_text())
     distinct = {json.loads(r.value)["event_id"] for r in sent if r.kind in ("valid", "duplicate")}
     assert truth["events"] == len(distinct)
-    page_views = [json.loads(r.value) for r in sent if r.kind == "valid" and json.loads(r.value)["event_type"] == "page_view"]
+    page_views = [
+        json.loads(r.value) for r in sent if r.kind == "valid" and json.loads(r.value)["event_type"] == "page_view"
+    ]
     assert sum(c["page_views"] for buckets in truth["views"].values() for c in buckets.values()) == len(page_views)
     assert set(truth["views"]["/"]) <= {"2026-11-20T10:00:00Z", "2026-11-20T11:00:00Z"}

@@ -22,10 +22,12 @@ HOSTILE_COUNT = 10_000
 
 
 def produce_raw(settings, records) -> dict[tuple[int, int], tuple[str, bytes | None]]:
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all", linger_ms=20,
-                             max_request_size=2 * 1024 * 1024)
-    futures = [(kind, value, producer.send(settings.kafka.events_topic, key=key, value=value))
-               for kind, key, value in records]
+    producer = KafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap, acks="all", linger_ms=20, max_request_size=2 * 1024 * 1024
+    )
+    futures = [
+        (kind, value, producer.send(settings.kafka.events_topic, key=key, value=value)) for kind, key, value in records
+    ]
     producer.flush(60)
     positions = {}
     for kind, value, future in futures:
@@ -48,9 +50,19 @@ def test_hostile_records_stop_nothing_and_all_reach_the_dead_letter_topic(settin
     pids = job_pids(stack)
     hostile = produce_raw(settings, corpus(seed=int(time.time()), count=HOSTILE_COUNT))
     assert len(hostile) == HOSTILE_COUNT
-    sent = send(settings, GeneratorConfig(seed=int(time.time()) + 1, count=2_000, pages=20,
-                                          url_prefix=f"/hostile-{uuid.uuid4().hex[:8]}", duplicate_fraction=0.05,
-                                          late_fraction=0.1, late_min_s=3_600, late_max_s=86_400))
+    sent = send(
+        settings,
+        GeneratorConfig(
+            seed=int(time.time()) + 1,
+            count=2_000,
+            pages=20,
+            url_prefix=f"/hostile-{uuid.uuid4().hex[:8]}",
+            duplicate_fraction=0.05,
+            late_fraction=0.1,
+            late_min_s=3_600,
+            late_max_s=86_400,
+        ),
+    )
     assert all(r.kind in VALID_KINDS for r in sent)
 
     # The normal records come after the hostile ones in every partition: archived means both were read.
@@ -60,8 +72,9 @@ def test_hostile_records_stop_nothing_and_all_reach_the_dead_letter_topic(settin
 
     letters = dlq_records(settings, set(hostile), timeout_s=120)
     missing = set(hostile) - set(letters)
-    assert not missing, f"{len(missing)} hostile records are not in {settings.kafka.dlq_topic}, e.g. " + \
-        ", ".join(f"{hostile[p][0]}@{p}" for p in sorted(missing)[:5])
+    assert not missing, f"{len(missing)} hostile records are not in {settings.kafka.dlq_topic}, e.g. " + ", ".join(
+        f"{hostile[p][0]}@{p}" for p in sorted(missing)[:5]
+    )
     for position, found in letters.items():
         letter = found[0]
         assert letter["reason"], (hostile[position][0], letter)
@@ -92,8 +105,9 @@ def test_http_ingest_refuses_the_confirmed_records(settings, stack):
         response = httpx.post(f"{base}/api/v1/events", content=body, headers=headers, timeout=30)
         assert response.status_code == 422, (name, response.status_code, response.text)
         assert "accepted" not in response.json()
-    response = httpx.post(f"{base}/api/v1/events", content=b"[" + CONFIRMED["nested_4000_bytes"] + b"]",
-                          headers=headers, timeout=30)
+    response = httpx.post(
+        f"{base}/api/v1/events", content=b"[" + CONFIRMED["nested_4000_bytes"] + b"]", headers=headers, timeout=30
+    )
     assert 400 <= response.status_code < 500, response.text
     assert "too deeply nested" in response.text
     # An empty optional string means absent: the event is accepted, not its batch refused.

@@ -21,8 +21,10 @@ def test_a_query_that_reported_recently_is_progressing():
 def test_a_silent_query_is_stuck_naming_how_long_and_the_backlog():
     with pytest.raises(Stuck) as stuck:
         require_progressing(state(batch_id=7, reported_ms=NOW_MS - 301_000, rows_behind=12_345), ("q",), 300, NOW_MS)
-    assert str(stuck.value) == ("stuck: query q has finished no micro-batch for 301 s (more than "
-                                "stack.stuck_after_s=300); its last one (batch 7) was 12,345 records behind Kafka")
+    assert str(stuck.value) == (
+        "stuck: query q has finished no micro-batch for 301 s (more than "
+        "stack.stuck_after_s=300); its last one (batch 7) was 12,345 records behind Kafka"
+    )
 
 
 def test_a_query_that_never_finished_a_batch_counts_from_the_jobs_start():

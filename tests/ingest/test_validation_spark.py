@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from definitions.events import TICK_KEY
 from ingest.archiver import dead_letter_raw
@@ -14,7 +14,7 @@ from ingest.kafka_source import validated_events
 from tests.ingest.hostile import BASE, CONFIRMED, corpus
 
 KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
-INGESTED = datetime(2026, 11, 17, 9, 0, tzinfo=timezone.utc)
+INGESTED = datetime(2026, 11, 17, 9, 0, tzinfo=UTC)
 
 
 def kafka_frame(spark, values: list[tuple[bytes | None, bytes | None]]):
@@ -43,13 +43,19 @@ def test_a_dead_letter_fits_in_one_kafka_record(spark, settings):
     raw = CONFIRMED["event_900_kb"]
     keep = settings.events.max_dlq_raw_bytes
     frame = spark.createDataFrame([(raw,), (b"small",), (None,)], "raw BINARY")
-    envelopes = [json.loads(row.value) for row in
-                 frame.select(F.to_json(F.struct(*dead_letter_raw(F.col("raw"), keep))).alias("value")).collect()]
+    envelopes = [
+        json.loads(row.value)
+        for row in frame.select(F.to_json(F.struct(*dead_letter_raw(F.col("raw"), keep))).alias("value")).collect()
+    ]
 
     big, small, empty = envelopes
     assert big["raw_bytes"] == len(raw) and big["raw_truncated"] is True
     assert big["raw_sha256"] == hashlib.sha256(raw).hexdigest()
     assert len(json.dumps(big)) < 2 * keep, "the envelope of a 900 KB record is a few KB"
-    assert small == {"raw_base64": "c21hbGw=", "raw_bytes": 5, "raw_truncated": False,
-                     "raw_sha256": hashlib.sha256(b"small").hexdigest()}
+    assert small == {
+        "raw_base64": "c21hbGw=",
+        "raw_bytes": 5,
+        "raw_truncated": False,
+        "raw_sha256": hashlib.sha256(b"small").hexdigest(),
+    }
     assert empty == {"raw_truncated": False}

@@ -29,8 +29,11 @@ LIMITS = EventLimits()
 BIG = EventLimits(max_record_bytes=1_000_000)
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text()
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-                           max_leaves=20)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
 
 
 def check_verdict(raw, limits: EventLimits = LIMITS) -> tuple[dict | None, str | None]:
@@ -80,7 +83,7 @@ def test_any_object_gets_a_verdict(doc):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(min_value=1, max_value=200_000), st.sampled_from(["[", "{\"a\":"]))
+@given(st.integers(min_value=1, max_value=200_000), st.sampled_from(["[", '{"a":']))
 def test_nesting_is_refused_before_parsing(depth, opener):
     closer = "]" if opener == "[" else "}"
     raw = (opener * depth + "0" + closer * depth).encode()
@@ -92,8 +95,11 @@ def test_nesting_is_refused_before_parsing(depth, opener):
         assert reason.startswith("too deeply nested"), reason
 
 
-@given(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), st.text(max_size=5),
-       st.sampled_from(["url", "user_id", "event_id", "referrer"]))
+@given(
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    st.text(max_size=5),
+    st.sampled_from(["url", "user_id", "event_id", "referrer"]),
+)
 def test_lone_surrogates_are_refused(surrogate, around, field):
     # A lone surrogate (a high one followed by a low one would be a valid pair).
     value = ("/" if field == "url" else "") + around + surrogate + "x"
@@ -124,12 +130,15 @@ def test_every_record_of_the_hostile_corpus_is_refused_quickly():
     assert elapsed < 20, f"10,000 hostile records took {elapsed:.1f}s"
 
 
-@pytest.mark.parametrize("raw", [
-    ("[" * 500_000 + "]" * 500_000).encode()[:999_000],
-    json.dumps(dict(BASE, referrer="x" * 990_000)).encode(),
-    b'{"url": "' + b"\\ud800" * 150_000 + b'"}',
-    b"[" + b"1e999999," * 100_000 + b"1]",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        ("[" * 500_000 + "]" * 500_000).encode()[:999_000],
+        json.dumps(dict(BASE, referrer="x" * 990_000)).encode(),
+        b'{"url": "' + b"\\ud800" * 150_000 + b'"}',
+        b"[" + b"1e999999," * 100_000 + b"1]",
+    ],
+)
 def test_memory_is_bounded_by_the_record_size(raw):
     tracemalloc.start()
     try:
@@ -149,12 +158,17 @@ def test_empty_optional_strings_mean_absent():
 
 def test_limits_come_from_settings():
     strict = EventLimits(max_url_chars=16, max_record_bytes=512, min_event_time_s=1_790_000_000, max_future_s=0)
-    assert verdict(json.dumps(dict(BASE, url="/" + "a" * 20)), INGEST_MS, strict)[1] == \
-        "field too long: url has 21 characters, limit 16"
+    assert (
+        verdict(json.dumps(dict(BASE, url="/" + "a" * 20)), INGEST_MS, strict)[1]
+        == "field too long: url has 21 characters, limit 16"
+    )
     assert verdict(json.dumps(dict(BASE, event_time="2026-09-01T00:00:00Z")), INGEST_MS, strict)[1].startswith(
-        "absurd event_time: before 2026-09-21")
-    assert verdict(json.dumps(dict(BASE, event_time="2026-11-17T09:00:01Z")), INGEST_MS, strict)[1] == \
-        "absurd event_time: more than 0s after ingest time"
+        "absurd event_time: before 2026-09-21"
+    )
+    assert (
+        verdict(json.dumps(dict(BASE, event_time="2026-11-17T09:00:01Z")), INGEST_MS, strict)[1]
+        == "absurd event_time: more than 0s after ingest time"
+    )
     assert verdict(json.dumps(dict(BASE, referrer="x" * 600)), INGEST_MS, strict)[1].startswith("oversized")
 
 

@@ -55,15 +55,22 @@ def old_records(settings, spark, min_age_s: float, seed: int) -> list[tuple[int,
 
     master = read_master(spark, settings)
     single = master.groupBy("event_id").count().where("count = 1").select("event_id")
-    old = (master.where(F.col("ingest_time") < F.timestamp_millis(F.lit(int((time.time() - min_age_s) * 1000))))
-           .join(single, "event_id", "left_semi")
-           .withColumn("late", (F.unix_seconds("ingest_time") - F.unix_seconds("event_time")) > HOUR)
-           .withColumn("pick", F.hash("event_id", F.lit(seed))))
+    old = (
+        master.where(F.col("ingest_time") < F.timestamp_millis(F.lit(int((time.time() - min_age_s) * 1000))))
+        .join(single, "event_id", "left_semi")
+        .withColumn("late", (F.unix_seconds("ingest_time") - F.unix_seconds("event_time")) > HOUR)
+        .withColumn("pick", F.hash("event_id", F.lit(seed)))
+    )
     picks = []
-    for where, n in (("event_type = 'page_view' AND NOT late", 16), ("event_type = 'page_view' AND late", 8),
-                     ("event_type != 'page_view'", 6)):
-        picks += [(r.kafka_partition, r.kafka_offset)
-                  for r in old.where(where).orderBy("pick").limit(n).select("kafka_partition", "kafka_offset").collect()]
+    for where, n in (
+        ("event_type = 'page_view' AND NOT late", 16),
+        ("event_type = 'page_view' AND late", 8),
+        ("event_type != 'page_view'", 6),
+    ):
+        picks += [
+            (r.kafka_partition, r.kafka_offset)
+            for r in old.where(where).orderBy("pick").limit(n).select("kafka_partition", "kafka_offset").collect()
+        ]
     return picks
 
 
@@ -71,8 +78,12 @@ def raw_records(settings, positions: list[tuple[int, int]]) -> list:
     """The Kafka records (key and exact value bytes) at the given positions."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False,
-                             max_poll_records=1, client_id="lambda-test-resend")
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.kafka.bootstrap,
+        enable_auto_commit=False,
+        max_poll_records=1,
+        client_id="lambda-test-resend",
+    )
     out = []
     try:
         for partition, offset in positions:
@@ -103,8 +114,11 @@ def resend(settings, messages: list) -> list[SentRecord]:
         sent = []
         for m, future in futures:
             md = future.get(timeout=30)
-            sent.append(SentRecord("resend", json.loads(m.value)["event_id"], md.partition, md.offset, md.timestamp,
-                                   m.value.decode()))
+            sent.append(
+                SentRecord(
+                    "resend", json.loads(m.value)["event_id"], md.partition, md.offset, md.timestamp, m.value.decode()
+                )
+            )
         return sent
     finally:
         producer.close()
@@ -115,8 +129,18 @@ def wait_for_old_records(settings, spark, min_age_s: float, seed: int) -> list[t
     positions = old_records(settings, spark, min_age_s, seed)
     if len(positions) >= 20:
         return positions
-    seeded = send(settings, GeneratorConfig(seed=seed, count=400, pages=20, url_prefix=f"/acc-seed-{seed}", late_fraction=0.3,
-                                            late_min_s=2 * HOUR, late_max_s=5 * HOUR))
+    seeded = send(
+        settings,
+        GeneratorConfig(
+            seed=seed,
+            count=400,
+            pages=20,
+            url_prefix=f"/acc-seed-{seed}",
+            late_fraction=0.3,
+            late_min_s=2 * HOUR,
+            late_max_s=5 * HOUR,
+        ),
+    )
     wait_archived(settings, seeded)
     time.sleep(max(0.0, max(r.ingest_time_ms for r in seeded) / 1000 + min_age_s + 5 - time.time()))
     return old_records(settings, spark, min_age_s, seed)
@@ -150,9 +174,21 @@ def scenario(settings, stack, spark):
     assert len(positions) >= 20, "the master dataset holds too few old records to re-send"
     originals = raw_records(settings, positions)
 
-    clean = send(settings, GeneratorConfig(seed=seed, count=1_500, pages=20, users=300, url_prefix=prefix,
-                                           late_fraction=0.2, late_min_s=2 * HOUR, late_max_s=30 * HOUR,
-                                           duplicate_fraction=0.05, invalid_fraction=0.03))
+    clean = send(
+        settings,
+        GeneratorConfig(
+            seed=seed,
+            count=1_500,
+            pages=20,
+            users=300,
+            url_prefix=prefix,
+            late_fraction=0.2,
+            late_min_s=2 * HOUR,
+            late_max_s=30 * HOUR,
+            duplicate_fraction=0.05,
+            invalid_fraction=0.03,
+        ),
+    )
     resent = resend(settings, originals)
     again = resend(settings, originals[:1])  # seconds after the first re-send: within its window
     sent = clean + resent + again
@@ -164,11 +200,25 @@ def scenario(settings, stack, spark):
     resent_urls = {json.loads(r.value)["url"] for r in resent}
 
     def report(key_filter=None, realtime=snapshot):
-        return accuracy.build_report(settings, spark, previous, cutoff, result.version, result.run_id,
-                                     key_filter=key_filter, realtime=realtime, batch=batch)
+        return accuracy.build_report(
+            settings,
+            spark,
+            previous,
+            cutoff,
+            result.version,
+            result.run_id,
+            key_filter=key_filter,
+            realtime=realtime,
+            batch=batch,
+        )
 
     return {
-        "prefix": prefix, "clean": clean, "resent": resent, "again": again, "previous": previous, "cutoff": cutoff,
+        "prefix": prefix,
+        "clean": clean,
+        "resent": resent,
+        "again": again,
+        "previous": previous,
+        "cutoff": cutoff,
         "result": result,
         # the whole window, rows read by build_report itself (after waiting for the speed layer)
         "full": report(realtime=None),
@@ -199,19 +249,27 @@ def recount_cells(settings, resent: list[SentRecord]) -> Counter:
 
 def show(title: str, report: dict) -> None:
     """The report's headline figures on stdout (pytest -rP shows them)."""
-    print(f"{title}: window {report['window']['start']} – {report['window']['end']}, version {report['version']}, ok {report['ok']}")
+    print(
+        f"{title}: window {report['window']['start']} – {report['window']['end']}, version {report['version']}, ok {report['ok']}"
+    )
     for name, s in report["summary"].items():
         causes = ", ".join(f"{c} {v:g}" for c, v in s["causes"].items() if v or c == "late_events")
         hll = f", HLL within 3× bound {s['hll_within_3x_bound']}" if "hll_within_3x_bound" in s else ""
-        print(f"  {name}/{s['granularity']}: {s['cells']} cells, exact {s['exact_share']}, after duplicates "
-              f"{s['exact_share_after_duplicates']}, drift {s['drift']:g}, max |err| {s['max_abs_error']:g}; {causes}{hll}")
+        print(
+            f"  {name}/{s['granularity']}: {s['cells']} cells, exact {s['exact_share']}, after duplicates "
+            f"{s['exact_share_after_duplicates']}, drift {s['drift']:g}, max |err| {s['max_abs_error']:g}; {causes}{hll}"
+        )
 
 
 def differences(report: dict, view: str) -> Counter:
     doc = report["views"][view]
     assert doc["differences_total"] == len(doc["differences"])
-    return Counter({(view, d["granularity"], tuple(d["key"]), d["event_bucket"], d["ingest_bucket"]): d["diff"]
-                    for d in doc["differences"]})
+    return Counter(
+        {
+            (view, d["granularity"], tuple(d["key"]), d["event_bucket"], d["ingest_bucket"]): d["diff"]
+            for d in doc["differences"]
+        }
+    )
 
 
 # --- tests ------------------------------------------------------------------------------------------
@@ -260,8 +318,11 @@ def test_duplicates_beyond_the_window_show_exactly_their_overcount(settings, sce
     # the immediate second re-send of one event is within the window: the speed layer drops it
     assert scenario["again"][0].event_id == scenario["resent"][0].event_id
     resent_page_views = sum(1 for r in scenario["resent"] if json.loads(r.value)["event_type"] == "page_view")
-    late_resends = sum(1 for r in scenario["resent"]
-                       if r.ingest_time_ms - validate(r.value, r.ingest_time_ms)["event_time"] > HOUR * 1000)
+    late_resends = sum(
+        1
+        for r in scenario["resent"]
+        if r.ingest_time_ms - validate(r.value, r.ingest_time_ms)["event_time"] > HOUR * 1000
+    )
     assert late_resends >= 1, "some re-sent events are late ones"
 
     for name in URL_VIEWS:
@@ -294,8 +355,12 @@ def test_the_whole_window_is_reported(settings, scenario):
     report = scenario["full"]
     show("the whole window", report)
     print("  inputs:", {k: v for k, v in report["inputs"].items() if k != "beyond_window_gap_s"})
-    assert report["window"] == {"start": iso(scenario["previous"] // 1000), "end": iso(scenario["cutoff"] // 1000),
-                                "start_ms": scenario["previous"], "end_ms": scenario["cutoff"]}
+    assert report["window"] == {
+        "start": iso(scenario["previous"] // 1000),
+        "end": iso(scenario["cutoff"] // 1000),
+        "start_ms": scenario["previous"],
+        "end_ms": scenario["cutoff"],
+    }
     assert report["version"] == scenario["result"].version and report["run_id"] == scenario["result"].run_id
     assert report["speed_layer"]["caught_up"] is True
     assert set(report["summary"]) == set(load_views(settings).names())
@@ -317,12 +382,23 @@ def test_attribution_rules():
         return c.parts, c.not_recounted
 
     # additive: duplicates beyond the window explain exactly their recounts; the rest is named
-    assert cell(PAGE_VIEWS, 12, batch=10, expected=12, first_records=10, recounts=2) == ({"duplicates_beyond_window": 2}, 0)
-    assert cell(PAGE_VIEWS, 11, batch=10, expected=12, first_records=10, recounts=2) == ({"duplicates_beyond_window": 1}, 1)
+    assert cell(PAGE_VIEWS, 12, batch=10, expected=12, first_records=10, recounts=2) == (
+        {"duplicates_beyond_window": 2},
+        0,
+    )
+    assert cell(PAGE_VIEWS, 11, batch=10, expected=12, first_records=10, recounts=2) == (
+        {"duplicates_beyond_window": 1},
+        1,
+    )
     assert cell(PAGE_VIEWS, 15, batch=10, expected=12, first_records=10, recounts=2) == (
-        {"duplicates_beyond_window": 2, "unexplained": 3}, 0)
+        {"duplicates_beyond_window": 2, "unexplained": 3},
+        0,
+    )
     assert cell(PAGE_VIEWS, 9, batch=10, expected=10, first_records=10, late_records=4) == ({"late_events": -1}, 0)
-    assert cell(PAGE_VIEWS, 0, present=False, batch=3, expected=3, first_records=3) == ({"accepted_by_one_layer": -3}, 0)
+    assert cell(PAGE_VIEWS, 0, present=False, batch=3, expected=3, first_records=3) == (
+        {"accepted_by_one_layer": -3},
+        0,
+    )
     assert cell(PAGE_VIEWS, 4, batch=0, expected=0) == ({"accepted_by_one_layer": 4}, 0)
     assert cell(PAGE_VIEWS, 10, batch=10, expected=10, first_records=10, late_records=10) == ({}, 0)
     # distinct: the sketch's error within 3× the bound, beyond it named

@@ -17,7 +17,9 @@ def test_an_exhausted_pool_is_unavailable_after_the_wait():
     # since no request reaches it (every connection is taken).
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    settings = Settings(hbase=HBaseSettings(thrift_port=port), api=ApiSettings(hbase_pool_size=1, hbase_pool_wait_s=0.3))
+    settings = Settings(
+        hbase=HBaseSettings(thrift_port=port), api=ApiSettings(hbase_pool_size=1, hbase_pool_wait_s=0.3)
+    )
     serving = ServingLayer(settings)
     pool = serving._pool()
     taken = pool._acquire_connection()  # the only connection, held by "another request" (no server needed)

@@ -17,8 +17,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from batch_layer.pointer import (Pointer, PointerMoved, advance, check_unmoved, retention_plan, table_name,
-                                 table_version, table_view)
+from batch_layer.pointer import (
+    Pointer,
+    PointerMoved,
+    advance,
+    check_unmoved,
+    retention_plan,
+    table_name,
+    table_version,
+    table_view,
+)
 from serving_layer.merge import BatchCell, SpeedCell, merge_additive, merge_top
 
 INGEST_MS = 60_000
@@ -76,8 +84,13 @@ class Platform:
             self.now_ms += self.rng.randint(0, 20_000)
             late = self.rng.random() < 0.3
             event_time = self.now_ms // 1000 - (self.rng.randint(3_600, 2 * 86_400) if late else self.rng.randint(0, 5))
-            event = {"id": f"e{len(self.seen)}-{i}", "url": f"/p{self.rng.randint(0, 4)}",
-                     "user": f"u{self.rng.randint(0, 30)}", "event_time": event_time, "ingest_ms": self.now_ms}
+            event = {
+                "id": f"e{len(self.seen)}-{i}",
+                "url": f"/p{self.rng.randint(0, 4)}",
+                "user": f"u{self.rng.randint(0, 30)}",
+                "event_time": event_time,
+                "ingest_ms": self.now_ms,
+            }
             copies = [event] + ([{**event, "ingest_ms": self.now_ms + 1}] if self.rng.random() < 0.1 else [])
             for copy in copies:  # both layers keep the first copy of an id
                 if copy["id"] in self.seen:
@@ -108,10 +121,18 @@ class Platform:
         cutoff = floor + self.rng.randint(0, steps) * INGEST_MS if floor else self.covered_ms()
         version, self.next_version = self.next_version, self.next_version + 1
         for view in selected:
-            self.tables[table_name(view, version)] = aggregate(view, [e for e in self.events if e["ingest_ms"] < cutoff])
-        self.runs[version] = {"state": "verified", "views": selected, "full": views is None, "cutoff_ms": cutoff,
-                              "run_id": f"run-{version}", "based_on": current.generation if current else 0,
-                              "started_ms": self.now_ms}
+            self.tables[table_name(view, version)] = aggregate(
+                view, [e for e in self.events if e["ingest_ms"] < cutoff]
+            )
+        self.runs[version] = {
+            "state": "verified",
+            "views": selected,
+            "full": views is None,
+            "cutoff_ms": cutoff,
+            "run_id": f"run-{version}",
+            "based_on": current.generation if current else 0,
+            "started_ms": self.now_ms,
+        }
         return version
 
     def swap(self, version: int) -> Pointer:
@@ -119,8 +140,16 @@ class Platform:
         run = self.runs[version]
         current = self.pointer()
         check_unmoved(current, run["based_on"], version)
-        new = advance(current, version=version, run_id=run["run_id"], cutoff_ms=run["cutoff_ms"], views=run["views"],
-                      full=run["full"], stats={}, now_ms=self.now_ms)
+        new = advance(
+            current,
+            version=version,
+            run_id=run["run_id"],
+            cutoff_ms=run["cutoff_ms"],
+            views=run["views"],
+            full=run["full"],
+            stats={},
+            now_ms=self.now_ms,
+        )
         if not self.check_and_put(current.stored if current else None, new.to_doc()):
             raise PointerMoved("the pointer moved since this run read it")
         run["state"] = "live"
@@ -131,14 +160,17 @@ class Platform:
 
     def retain(self) -> list[str]:
         pointer = self.pointer()
-        dropped = retention_plan(pointer, self.runs, list(self.tables), self.keep, self.now_ms, 3_600_000,
-                                 may_run=lambda run: False)
+        dropped = retention_plan(
+            pointer, self.runs, list(self.tables), self.keep, self.now_ms, 3_600_000, may_run=lambda run: False
+        )
         assert not set(dropped) & pointer.tables(), "retention dropped a table the pointer names"
         for name in dropped:
             del self.tables[name]
         for view in VIEWS:
-            served = sorted((v for v, r in self.runs.items() if r["state"] in ("live", "retired") and view in r["views"]),
-                            reverse=True)[: self.keep]
+            served = sorted(
+                (v for v, r in self.runs.items() if r["state"] in ("live", "retired") and view in r["views"]),
+                reverse=True,
+            )[: self.keep]
             assert {table_name(view, v) for v in served} <= set(self.tables), f"{view}: a kept version was dropped"
         return dropped
 
@@ -158,20 +190,28 @@ class Platform:
         speed: dict = defaultdict(frozenset) if view == "visitors" else defaultdict(int)
         for (v, key, bucket, ib), value in self.realtime.items():
             if v == view and ib >= cutoff_s:
-                speed[(key, bucket)] = speed[(key, bucket)] | value if view == "visitors" else speed[(key, bucket)] + value
+                speed[(key, bucket)] = (
+                    speed[(key, bucket)] | value if view == "visitors" else speed[(key, bucket)] + value
+                )
         if view == "visitors":  # distinct: the union of the batch set and every realtime set
             return {k: len(batch.get(k, set()) | speed.get(k, frozenset())) for k in set(batch) | set(speed)}
         out = {}
         if view == "top_pages":  # per bucket, merge_top over keys
             for bucket in {b for _, b in set(batch) | set(speed)}:
-                rows = merge_top({k: v for (k, b), v in batch.items() if b == bucket},
-                                 {k: v for (k, b), v in speed.items() if b == bucket}, limit=1_000)
+                rows = merge_top(
+                    {k: v for (k, b), v in batch.items() if b == bucket},
+                    {k: v for (k, b), v in speed.items() if b == bucket},
+                    limit=1_000,
+                )
                 out.update({(k, bucket): value for k, value, _, _ in rows})
             return out
         for key in {k for k, _ in set(batch) | set(speed)}:
             buckets = sorted({b for k, b in set(batch) | set(speed) if k == key})
-            merged = merge_additive(buckets, {b: BatchCell(v) for (k, b), v in batch.items() if k == key},
-                                    {b: SpeedCell(v) for (k, b), v in speed.items() if k == key})
+            merged = merge_additive(
+                buckets,
+                {b: BatchCell(v) for (k, b), v in batch.items() if k == key},
+                {b: SpeedCell(v) for (k, b), v in speed.items() if k == key},
+            )
             out.update({(key, m.bucket): m.value for m in merged.buckets})
         return out
 
@@ -218,16 +258,19 @@ def test_every_view_stays_exact_through_partial_interleaved_runs_cleanup_and_ret
 def test_retention_keeps_in_flight_runs_and_named_tables_only_of_this_store():
     pointer = Pointer.from_doc(Pointer().to_doc())  # empty pointer
     p = advance(pointer, version=1, run_id="r1", cutoff_ms=60_000, views=["a", "b"], full=True, stats={}, now_ms=0)
-    runs = {1: {"state": "live", "views": ["a", "b"], "started_ms": 0},
-            2: {"state": "retired", "views": ["a"], "started_ms": 0},
-            3: {"state": "writing", "views": ["a"], "started_ms": 9_000_000, "pid": 1},
-            4: {"state": "writing", "views": ["a"], "started_ms": 9_000_000, "pid": 2},
-            5: {"state": "verified", "views": ["b"], "started_ms": 9_000_000},
-            6: {"state": "verified", "views": ["b"], "started_ms": 0},
-            7: {"state": "failed", "views": ["a"], "started_ms": 9_000_000}}
+    runs = {
+        1: {"state": "live", "views": ["a", "b"], "started_ms": 0},
+        2: {"state": "retired", "views": ["a"], "started_ms": 0},
+        3: {"state": "writing", "views": ["a"], "started_ms": 9_000_000, "pid": 1},
+        4: {"state": "writing", "views": ["a"], "started_ms": 9_000_000, "pid": 2},
+        5: {"state": "verified", "views": ["b"], "started_ms": 9_000_000},
+        6: {"state": "verified", "views": ["b"], "started_ms": 0},
+        7: {"state": "failed", "views": ["a"], "started_ms": 9_000_000},
+    }
     tables = ["a_v1", "b_v1", "a_v2", "a_v3", "a_v4", "b_v5", "b_v6", "a_v7", "meta", "someone_elses_v1"]
-    dropped = retention_plan(p, runs, tables, keep=1, now_ms=10_000_000, grace_ms=3_600_000,
-                             may_run=lambda run: run["pid"] == 1)
+    dropped = retention_plan(
+        p, runs, tables, keep=1, now_ms=10_000_000, grace_ms=3_600_000, may_run=lambda run: run["pid"] == 1
+    )
     # a_v2 served but beyond keep=1; a_v4's process is gone; b_v6 is verified but long ago; a_v7 failed
     assert dropped == ["a_v2", "a_v4", "a_v7", "b_v6"]
     assert all(table_view(t) and table_version(t) for t in dropped)

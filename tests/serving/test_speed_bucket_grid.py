@@ -79,5 +79,7 @@ def test_a_batch_run_with_another_bucket_than_the_speed_layers_is_refused_before
     other = settings.model_copy(update={"ingest_bucket_s": settings.ingest_bucket_s * 2})
     with pytest.raises(CutoffError) as refused:
         choose_cutoff(other, None, VersionStore(settings).pointer())
-    assert (f"the speed layer keys realtime rows by {settings.ingest_bucket_s}s ingest buckets, this run's settings "
-            f"say ingest_bucket_s={settings.ingest_bucket_s * 2}") in str(refused.value)
+    assert (
+        f"the speed layer keys realtime rows by {settings.ingest_bucket_s}s ingest buckets, this run's settings "
+        f"say ingest_bucket_s={settings.ingest_bucket_s * 2}"
+    ) in str(refused.value)

@@ -14,8 +14,9 @@ CUTOFF_MS = 1_800_000_000_000
 STARTED_MS = CUTOFF_MS - 5 * 86_400_000  # the speed layer began long before the cutoff
 
 
-def reason_at(now_s: float, cutoff_ms: int = CUTOFF_MS, version: int | None = 7,
-              started_ms: int | None = STARTED_MS) -> str | None:
+def reason_at(
+    now_s: float, cutoff_ms: int = CUTOFF_MS, version: int | None = 7, started_ms: int | None = STARTED_MS
+) -> str | None:
     return stale_reason("page_views", version, cutoff_ms, started_ms, now_s, HORIZON)
 
 
@@ -32,8 +33,9 @@ def test_an_answer_is_complete_until_the_margin_before_its_oldest_rows_could_exp
 def test_the_reason_names_the_view_its_version_cutoff_and_the_remedy():
     reason = reason_at(CUTOFF_MS / 1000 + HORIZON.ttl_s)
     assert reason is not None
-    assert reason.startswith("stale: the batch view of page_views (version 7) covers events ingested before "
-                             "2027-01-15T08:00:00Z")
+    assert reason.startswith(
+        "stale: the batch view of page_views (version 7) covers events ingested before 2027-01-15T08:00:00Z"
+    )
     assert "`lambdactl batch`" in reason and len(reason) < 400
 
 

@@ -61,8 +61,10 @@ def client(short_ttl: Settings) -> Iterator[TestClient]:
 
 
 def page_views(client: TestClient, start_s: int, end_s: int) -> dict:
-    resp = client.get(f"/api/v1/views/{VIEW}", params={
-        "url": "/", "granularity": "hour", "start": iso_s(start_s), "end": iso_s(end_s)})
+    resp = client.get(
+        f"/api/v1/views/{VIEW}",
+        params={"url": "/", "granularity": "hour", "start": iso_s(start_s), "end": iso_s(end_s)},
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()
 
@@ -82,14 +84,21 @@ def test_answers_turn_incomplete_with_the_reason_when_realtime_rows_could_expire
     assert stale["provenance"]["complete"] is False
     [reason] = stale["provenance"]["reasons"]
     assert reason.startswith("stale: ") and VIEW in reason and "`lambdactl batch`" in reason
-    assert [b["batch"] for b in stale["series"]] == [b["batch"] for b in fresh["series"]], \
+    assert [b["batch"] for b in stale["series"]] == [b["batch"] for b in fresh["series"]], (
         "the same stores are read: only the flag differs"
+    )
 
-    top = client.get("/api/v1/views/top_pages", params={"granularity": "hour", "start": iso_s(start), "end": iso_s(end)})
+    top = client.get(
+        "/api/v1/views/top_pages", params={"granularity": "hour", "start": iso_s(start), "end": iso_s(end)}
+    )
     assert top.status_code == 200, top.text
     serving.shift_s += 10 * 86_400  # long after every view's horizon
-    assert client.get("/api/v1/views/top_pages", params={
-        "granularity": "hour", "start": iso_s(start), "end": iso_s(end)}).json()["provenance"]["complete"] is False
+    assert (
+        client.get(
+            "/api/v1/views/top_pages", params={"granularity": "hour", "start": iso_s(start), "end": iso_s(end)}
+        ).json()["provenance"]["complete"]
+        is False
+    )
 
 
 def test_the_status_route_flags_stale_views(client, short_ttl):

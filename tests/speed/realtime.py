@@ -54,9 +54,14 @@ def counted(settings, urls: set[str]) -> int:
     cluster = cassandra_cluster(settings)
     try:
         session = cluster.connect(settings.cassandra.keyspace)
-        return sum(row.value for url in urls for row in session.execute(
-            f"SELECT value FROM {BY_KEY} WHERE view_name='page_views' AND granularity='minute' AND key=%s",
-            (key_text([url]),)))
+        return sum(
+            row.value
+            for url in urls
+            for row in session.execute(
+                f"SELECT value FROM {BY_KEY} WHERE view_name='page_views' AND granularity='minute' AND key=%s",
+                (key_text([url]),),
+            )
+        )
     finally:
         cluster.shutdown()
 
@@ -91,19 +96,32 @@ def realtime(settings, urls: set[str]) -> dict[tuple[str, str], dict[tuple[str, 
                     sketches: dict[int, hll_union] = {}
                     rows = session.execute(
                         f"SELECT event_bucket, value, sketch FROM {BY_KEY} WHERE view_name=%s AND granularity=%s AND key=%s",
-                        (view, granularity, key_text([url])))
+                        (view, granularity, key_text([url])),
+                    )
                     for row in rows:
                         k = (url, row.event_bucket)
                         if view == "unique_visitors":
-                            sketches.setdefault(row.event_bucket, hll_union(HLL_LG_K)).update(hll_sketch.deserialize(bytes(row.sketch)))
+                            sketches.setdefault(row.event_bucket, hll_union(HLL_LG_K)).update(
+                                hll_sketch.deserialize(bytes(row.sketch))
+                            )
                         else:
                             out[(view, granularity)][k] = out[(view, granularity)].get(k, 0) + row.value
                     for bucket, union in sketches.items():
                         out[(view, granularity)][(url, bucket)] = union.get_result().get_estimate()
             unreadable: list = []
-            rows = [row for part in scan(session, BY_BUCKET, ("view_name", "granularity", "event_bucket"),
-                                         "event_bucket, key, value", "view_name = 'top_pages' AND granularity = ?",
-                                         (granularity,), unreadable=unreadable) for row in part]
+            rows = [
+                row
+                for part in scan(
+                    session,
+                    BY_BUCKET,
+                    ("view_name", "granularity", "event_bucket"),
+                    "event_bucket, key, value",
+                    "view_name = 'top_pages' AND granularity = ?",
+                    (granularity,),
+                    unreadable=unreadable,
+                )
+                for row in part
+            ]
             assert not unreadable, [u.describe() for u in unreadable]
             wanted = {key_text([u]): u for u in urls}
             for row in rows:

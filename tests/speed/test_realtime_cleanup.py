@@ -18,9 +18,12 @@ POISON_TOMBSTONES = 110_000  # above Cassandra's tombstone_failure_threshold (10
 
 
 def _settings(settings, keyspace: str, **speed):
-    return settings.model_copy(update={
-        "cassandra": settings.cassandra.model_copy(update={"keyspace": keyspace}),
-        "speed": settings.speed.model_copy(update=speed)})
+    return settings.model_copy(
+        update={
+            "cassandra": settings.cassandra.model_copy(update={"keyspace": keyspace}),
+            "speed": settings.speed.model_copy(update=speed),
+        }
+    )
 
 
 @pytest.fixture
@@ -36,8 +39,11 @@ def own(settings, stack, unique):
 
 
 def _options(session, keyspace: str, table: str):
-    return session.execute("SELECT default_time_to_live, gc_grace_seconds, compaction FROM system_schema.tables "
-                           "WHERE keyspace_name = %s AND table_name = %s", (keyspace, table)).one()
+    return session.execute(
+        "SELECT default_time_to_live, gc_grace_seconds, compaction FROM system_schema.tables "
+        "WHERE keyspace_name = %s AND table_name = %s",
+        (keyspace, table),
+    ).one()
 
 
 def test_tables_follow_ttl_gc_grace_and_compaction_settings(own):
@@ -63,18 +69,28 @@ def test_cleanup_deletes_rows_below_the_cutoff_and_reports_what_it_cannot_read(o
     from cassandra.query import BatchStatement, BatchType
 
     mine, session = own
-    by_key = [RealtimeRow("page_views", "minute", f"/page-{k}", eb, ib, 1)
-              for k in range(40) for eb in (CUTOFF - 3_600, CUTOFF - 60) for ib in BELOW + ABOVE]
-    by_bucket = [RealtimeRow("top_pages", "minute", f"/page-{k}", eb, ib, 1)
-                 for k in range(5) for eb in range(CUTOFF - 600, CUTOFF, 60) for ib in BELOW + ABOVE]
+    by_key = [
+        RealtimeRow("page_views", "minute", f"/page-{k}", eb, ib, 1)
+        for k in range(40)
+        for eb in (CUTOFF - 3_600, CUTOFF - 60)
+        for ib in BELOW + ABOVE
+    ]
+    by_bucket = [
+        RealtimeRow("top_pages", "minute", f"/page-{k}", eb, ib, 1)
+        for k in range(5)
+        for eb in range(CUTOFF - 600, CUTOFF, 60)
+        for ib in BELOW + ABOVE
+    ]
     writer = RealtimeWriter(mine)
     writer.write(by_key, by_bucket)
     writer.close()
 
     # A partition whose rows below the cutoff sit behind more range tombstones than a read may scan.
     poison = ("page_views", "minute", "/poisoned")
-    delete = session.prepare(f"DELETE FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ? "
-                             "AND event_bucket = ? AND ingest_bucket < ?")
+    delete = session.prepare(
+        f"DELETE FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ? "
+        "AND event_bucket = ? AND ingest_bucket < ?"
+    )
     batches = []
     for start in range(0, POISON_TOMBSTONES, 500):  # one partition: each batch is a single mutation
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
@@ -83,8 +99,11 @@ def test_cleanup_deletes_rows_below_the_cutoff_and_reports_what_it_cannot_read(o
         batches.append(batch)
     for batch in batches:
         session.execute(batch)
-    session.execute(f"INSERT INTO {BY_KEY} (view_name, granularity, key, event_bucket, ingest_bucket, value) "
-                    "VALUES (%s, %s, %s, %s, %s, 1)", (*poison, 10 * POISON_TOMBSTONES, BELOW[0]))
+    session.execute(
+        f"INSERT INTO {BY_KEY} (view_name, granularity, key, event_bucket, ingest_bucket, value) "
+        "VALUES (%s, %s, %s, %s, %s, 1)",
+        (*poison, 10 * POISON_TOMBSTONES, BELOW[0]),
+    )
     # The partition cannot be read any more, not even for its token: hash its key as the driver routes it.
     poison_token = Murmur3Token.from_key(delete.bind((*poison, 0, CUTOFF)).routing_key).value
 
@@ -100,7 +119,9 @@ def test_cleanup_deletes_rows_below_the_cutoff_and_reports_what_it_cannot_read(o
     assert gap.end - gap.start <= 2**44, "the unreadable part is narrowed down to a sliver of the ring"
 
     def kept(rows):
-        return {(r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket) for r in rows if r.ingest_bucket >= CUTOFF}
+        return {
+            (r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket) for r in rows if r.ingest_bucket >= CUTOFF
+        }
 
     series = session.prepare(f"SELECT {COLUMNS} FROM {BY_KEY} WHERE view_name = ? AND granularity = ? AND key = ?")
     left = {tuple(r) for k in range(40) for r in session.execute(series, ("page_views", "minute", f"/page-{k}"))}

@@ -15,11 +15,19 @@ CUTOFFS = {"page_views": T - 60, "top_pages": T}  # unique_visitors: none
 
 def test_each_view_loses_only_its_rows_below_its_own_cutoff(own):  # noqa: F811
     mine, session = own
-    by_key = [RealtimeRow(view, "minute", f"/p{k}", eb, ib, 1)
-              for view in ("page_views", "unique_visitors") for k in range(6) for eb in (T - 3_600, T - 60)
-              for ib in INGEST]
-    by_bucket = [RealtimeRow("top_pages", "minute", f"/p{k}", eb, ib, 1)
-                 for k in range(3) for eb in (T - 600, T - 60) for ib in INGEST]
+    by_key = [
+        RealtimeRow(view, "minute", f"/p{k}", eb, ib, 1)
+        for view in ("page_views", "unique_visitors")
+        for k in range(6)
+        for eb in (T - 3_600, T - 60)
+        for ib in INGEST
+    ]
+    by_bucket = [
+        RealtimeRow("top_pages", "minute", f"/p{k}", eb, ib, 1)
+        for k in range(3)
+        for eb in (T - 600, T - 60)
+        for ib in INGEST
+    ]
     writer = RealtimeWriter(mine)
     writer.write(by_key, by_bucket)
     writer.close()

@@ -11,8 +11,8 @@ import time
 import uuid
 
 from definitions.events import parse_time
-from ingest.generator import GeneratorConfig, page_urls
 from infra.stack import Stack
+from ingest.generator import GeneratorConfig, page_urls
 from tests.ingest.helpers import send
 from tests.polling import wait_for
 from tests.speed.realtime import counted, counting_every_copy, truth, wait_until_exact
@@ -23,9 +23,20 @@ def prefix() -> str:
 
 
 def test_realtime_views_equal_truth_with_late_and_duplicate_events(settings, stack):
-    sent = send(settings, GeneratorConfig(seed=int(time.time()), count=3_000, pages=40, url_prefix=prefix(),
-                                          late_fraction=0.2, late_min_s=3 * 3_600, late_max_s=3 * 86_400,
-                                          duplicate_fraction=0.08, invalid_fraction=0.05))
+    sent = send(
+        settings,
+        GeneratorConfig(
+            seed=int(time.time()),
+            count=3_000,
+            pages=40,
+            url_prefix=prefix(),
+            late_fraction=0.2,
+            late_min_s=3 * 3_600,
+            late_max_s=3 * 86_400,
+            duplicate_fraction=0.08,
+            invalid_fraction=0.05,
+        ),
+    )
     got = wait_until_exact(settings, sent)
 
     late = [json.loads(r.value) for r in sent if r.kind == "late" and json.loads(r.value)["event_type"] == "page_view"]
@@ -45,8 +56,15 @@ def test_realtime_views_equal_truth_with_late_and_duplicate_events(settings, sta
 
 def test_kill_9_mid_stream_keeps_totals_exact(settings, stack):
     # A minute of traffic, so that the kill lands while it flows even when micro-batches are slow.
-    config = GeneratorConfig(seed=int(time.time()) + 7, count=12_000, rate=200, pages=30, url_prefix=prefix(),
-                             duplicate_fraction=0.05, late_fraction=0.1)
+    config = GeneratorConfig(
+        seed=int(time.time()) + 7,
+        count=12_000,
+        rate=200,
+        pages=30,
+        url_prefix=prefix(),
+        duplicate_fraction=0.05,
+        late_fraction=0.1,
+    )
     result: dict = {}
     producer = threading.Thread(target=lambda: result.setdefault("sent", send(settings, config)))
     urls = {config.url_prefix + u for u in page_urls(config.pages)}
