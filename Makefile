@@ -14,30 +14,47 @@ export LAMBDA_ENVIRONMENT ?= development
 LAMBDACTL = $(VENV)/bin/lambdactl
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test up down status bench clean
+.PHONY: help setup demo test unit lint types format up down status bench clean
 
-setup:
+help:  ## this list
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
+
+setup:  ## virtualenvs, service jars, system packages (idempotent)
 	bash infra/setup.sh
 
-demo: setup
+demo: setup  ## set everything up and run the demo
 	$(LAMBDACTL) demo
 
-test: setup
+test: setup  ## every test: unit, then integration against the real local stack (started if needed)
 	$(LAMBDACTL) up
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-up: setup
+unit: setup  ## the tests that need no service (tests/unit), in about a minute
+	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
+lint: setup  ## ruff lint and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+types: setup  ## mypy over the platform's packages
+	$(VENV)/bin/mypy
+
+format: setup  ## rewrite the code in the house format (ruff)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+up: setup  ## start the local stack
 	$(LAMBDACTL) up
 
-down:
+down:  ## stop the local stack
 	$(LAMBDACTL) down
 
-status:
+status:  ## every service, restarts, and each view's batch version and staleness
 	$(LAMBDACTL) status
 
-bench: setup
+bench: setup  ## the benchmarks in bench/ against the running stack
 	$(LAMBDACTL) up
 	$(VENV)/bin/python bench/run_all.py
 
-clean: down
+clean: down  ## stop the stack and delete its state
 	rm -rf .lambda/state

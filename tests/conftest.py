@@ -1,4 +1,7 @@
-"""Shared fixtures: the real local stack (brought up once, idempotently) and one Spark session."""
+"""Fixtures for both kinds of tests: the settings, one local Spark session, unique names.
+
+tests/unit/ needs no service (`make unit`); tests/integration/ runs against the real local stack
+(its conftest brings it up once, idempotently); `make test` runs both."""
 
 from __future__ import annotations
 
@@ -28,30 +31,6 @@ def settings() -> Settings:
 
 
 @pytest.fixture(scope="session")
-def stack(settings: Settings):
-    """The whole managed stack, healthy and bootstrapped. `up` is a no-op when it already runs."""
-    from infra.stack import Stack
-
-    stack = Stack(settings)
-    stack.up()
-    if "speed-layer" in settings.stack.managed_services:
-        from ingest.streaming_progress import read_progress
-
-        running = read_progress(settings, "speed-layer")
-        for name, ours in (
-            ("ingest_bucket_s", settings.ingest_bucket_s),
-            ("dedupe_window_s", settings.speed.dedupe_window_s),
-        ):
-            if running.get(name) != ours:
-                pytest.exit(
-                    f"the stack's speed layer runs with {name}={running.get(name)}, the tests with {ours}: "
-                    "run `make down` and then `make test`",
-                    returncode=2,
-                )
-    return stack
-
-
-@pytest.fixture(scope="session")
 def spark(settings: Settings):
     """One Spark session for the whole run (tests that touch HDFS also ask for `stack`)."""
     from definitions.spark import spark_session
@@ -59,33 +38,6 @@ def spark(settings: Settings):
     session = spark_session(settings, "lambda-tests", {"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """Headless Chromium (Debian's package, installed by infra/setup.sh) driven by Playwright."""
-    import shutil
-
-    from playwright.sync_api import sync_playwright
-
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert executable, "Debian's chromium is installed by infra/setup.sh"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=executable,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

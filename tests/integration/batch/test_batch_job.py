@@ -1,0 +1,230 @@
+"""The batch layer on the real stack: exact views in versioned HBase tables, an atomic swap,
+a killed run that changes nothing, idempotent reruns, views added by declaration alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from datasketches import hll_sketch
+
+from batch_layer import layout
+from batch_layer.job import CutoffError, choose_cutoff, run_batch
+from batch_layer.pointer import table_version, table_view
+from batch_layer.versions import VersionStore
+from definitions.clients import hbase_connection
+from definitions.views import load_views
+from ingest import completeness
+from ingest.generator import GeneratorConfig
+from tests.support.events import send, wait_cutoff_past
+from tests.support.hbase_read import read_table
+from tests.support.truth import kafka_events, view_truth
+
+
+@pytest.fixture(scope="module")
+def bsettings(settings):
+    """The stack's settings: cutoffs must fall on the speed layer's ingest-bucket boundaries."""
+    return settings
+
+
+def bucket_s(settings) -> int:
+    return settings.ingest_bucket_s
+
+
+@pytest.fixture(scope="module")
+def workload(bsettings, stack):
+    """A workload with duplicates and events hours to days late, archived and past a cutoff."""
+    sent = send(
+        bsettings,
+        GeneratorConfig(
+            seed=int(time.time()),
+            count=4_000,
+            late_fraction=0.15,
+            late_min_s=3_600,
+            late_max_s=3 * 86_400,
+            duplicate_fraction=0.05,
+            invalid_fraction=0.03,
+        ),
+    )
+    wait_cutoff_past(bsettings, sent, timeout_s=240 + bucket_s(bsettings))
+    return sent
+
+
+@pytest.fixture(scope="module")
+def batch_run(bsettings, workload, spark):
+    return run_batch(bsettings, spark=spark)
+
+
+def test_every_batch_view_equals_ground_truth(bsettings, batch_run):
+    pointer = VersionStore(bsettings).pointer()
+    assert pointer.version == batch_run.version and pointer.cutoff_ms == batch_run.cutoff_ms
+    events = kafka_events(bsettings, pointer.cutoff_ms)
+    assert batch_run.events == len(events)
+    registry = load_views(bsettings)
+    for view in registry:
+        table = pointer.views[view.name]
+        stored = read_table(bsettings, table, view)
+        for granularity in view.granularities:
+            truth = view_truth(view.name, events, granularity)
+            got = stored.get(granularity, {})
+            assert {k: v for k, (v, _) in got.items()} == truth, f"{view.name}/{granularity}"
+            if view.aggregation == "distinct":
+                for key, (exact, sketch) in got.items():
+                    estimate = hll_sketch.deserialize(sketch).get_estimate()
+                    assert abs(estimate - exact) <= max(1.0, 0.05 * exact), (key, exact, estimate)
+
+
+def test_late_and_duplicate_events_were_in_the_workload(workload):
+    kinds = {r.kind for r in workload}
+    assert {"late", "duplicate"} <= kinds
+
+
+def test_rerun_of_the_same_cutoff_is_a_no_op(bsettings, batch_run, spark):
+    again = run_batch(bsettings, cutoff_ms=batch_run.cutoff_ms, spark=spark)
+    assert again.skipped and again.version == batch_run.version
+    assert VersionStore(bsettings).pointer().version == batch_run.version
+
+
+def test_cutoff_not_covered_is_refused(bsettings, batch_run):
+    marker = completeness.latest(bsettings)
+    step = bucket_s(bsettings) * 1000
+    beyond = marker.complete_before_ms - marker.complete_before_ms % step + 100 * step
+    with pytest.raises(CutoffError, match="not covered"):
+        choose_cutoff(bsettings, beyond, VersionStore(bsettings).pointer())
+    with pytest.raises(CutoffError, match="boundary"):
+        choose_cutoff(bsettings, batch_run.cutoff_ms + 1, None)
+    with pytest.raises(CutoffError, match="behind"):
+        choose_cutoff(bsettings, batch_run.cutoff_ms - step, VersionStore(bsettings).pointer())
+
+
+def test_killed_run_leaves_the_pointer_and_answers_unchanged(bsettings, batch_run):
+    store = VersionStore(bsettings)
+    before = store.pointer()
+    snapshot = {name: read_table(bsettings, table, load_views(bsettings)[name]) for name, table in before.views.items()}
+    env = dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(bucket_s(bsettings)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "batch_layer.job", "--force"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    killed_version = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        writing = [v for v, r in store.runs().items() if r.get("state") == "writing" and r.get("pid") == proc.pid]
+        if writing:
+            killed_version = writing[0]
+            table = layout.table_name("page_views", killed_version)
+            conn = hbase_connection(bsettings)
+            try:
+                has_rows = (
+                    table.encode() in conn.tables() and next(iter(conn.table(table).scan(limit=1)), None) is not None
+                )
+            finally:
+                conn.close()
+            if has_rows:
+                break
+        time.sleep(0.5)
+    assert proc.poll() is None, f"the batch run ended before it could be killed: {proc.stderr.read()[-2000:]}"
+    assert killed_version is not None
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+    after = store.pointer()
+    assert after == before, "a killed run must not move the pointer"
+    for name, table in after.views.items():
+        assert read_table(bsettings, table, load_views(bsettings)[name]) == snapshot[name]
+    # The next retention pass drops the dead run's tables.
+    dropped = store.retain(bsettings.batch.keep_versions)
+    assert layout.table_name("page_views", killed_version) in dropped
+
+
+def test_a_view_added_by_declaration_alone_is_computed_and_stored(bsettings, batch_run, spark, tmp_path, monkeypatch):
+    module = tmp_path / "team_views.py"
+    module.write_text(
+        textwrap.dedent("""
+        from definitions.views import View
+        VIEWS = [View("signups_by_country", keys=("country",), aggregation="count",
+                      where="event_type = 'signup'", granularities=("day",))]
+    """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = bsettings.model_copy(update={"views": bsettings.views.model_copy(update={"modules": ["team_views"]})})
+    result = run_batch(settings, cutoff_ms=batch_run.cutoff_ms, views=["signups_by_country"], force=True, spark=spark)
+    pointer = VersionStore(settings).pointer()
+    assert pointer.version == result.version
+    assert pointer.views["signups_by_country"] == layout.table_name("signups_by_country", result.version)
+    assert pointer.views["page_views"] == layout.table_name("page_views", batch_run.version), "other views keep serving"
+    view = load_views(settings)["signups_by_country"]
+    stored = read_table(settings, pointer.views["signups_by_country"], view)["day"]
+    events = kafka_events(settings, pointer.cutoff_ms)
+    truth: dict = {}
+    for e in events:
+        if e["event_type"] == "signup" and e["country"]:
+            key = (e["country"], (e["event_time"] - e["event_time"] % 86_400_000) // 1000)
+            truth[key] = truth.get(key, 0) + 1
+    assert {k: v for k, (v, _) in stored.items()} == truth and truth
+
+
+def test_old_versions_are_dropped_beyond_retention(bsettings, batch_run):
+    """Per view: the table serving it and its newest served versions (keep_versions in all) stay,
+    besides runs still in flight; nothing the pointer names is ever dropped."""
+    store = VersionStore(bsettings)
+    store.retain(bsettings.batch.keep_versions)
+    runs = store.runs()
+    pointer = store.pointer()
+    conn = hbase_connection(bsettings)
+    try:
+        tables = {t.decode() for t in conn.tables()}
+    finally:
+        conn.close()
+    assert pointer.tables() <= tables
+    in_flight = {v for v, r in runs.items() if r.get("state") in ("writing", "verified")}
+    for view in load_views(bsettings).names():
+        served = sorted(
+            (
+                v
+                for v, r in runs.items()
+                if r.get("state") in ("live", "retired")
+                and view in r.get("views", [])
+                and v != pointer.entry(view).version
+            ),
+            reverse=True,
+        )
+        allowed = {pointer.entry(view).version, *served[: bsettings.batch.keep_versions - 1], *in_flight}
+        assert {table_version(t) for t in tables if table_view(t) == view} <= allowed, view
+
+
+def test_write_verify_and_swap_as_separate_steps(bsettings, batch_run, spark):
+    """The steps the Airflow DAG runs one by one: serving only moves at the swap."""
+    import json as _json
+
+    from batch_layer.job import swap_version, verify_version
+
+    store = VersionStore(bsettings)
+    before = store.pointer()
+    cutoff = max(before.cutoff_of(name) for name in load_views(bsettings).names())
+    written = run_batch(bsettings, cutoff_ms=cutoff, force=True, spark=spark, swap=False)
+    assert store.pointer() == before, "a written, unswapped version does not serve"
+    assert set(verify_version(bsettings, written.version)) == set(load_views(bsettings).names())
+    done = subprocess.run(
+        [sys.executable, "-m", "lambdactl.cli", "batch", "--swap", str(written.version)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, LAMBDA_INGEST_BUCKET_S=str(bucket_s(bsettings))),
+    )
+    assert done.returncode == 0, done.stderr
+    assert _json.loads(done.stdout)["version"] == written.version
+    after = store.pointer()
+    assert after.version == written.version and after.cutoff_ms == cutoff
+    assert {e.version for e in after.entries.values()} == {written.version}, "a full run moves every view"
+    with pytest.raises(Exception, match="cannot serve"):
+        swap_version(bsettings, written.version + 1000)

@@ -1,0 +1,166 @@
+"""A throwaway stack of its own (a temporary state dir, the API alone on a free port, no store):
+the supervisor brings a killed API back by itself, gives up on a restart loop with a clear status,
+`lambdactl up` fails naming a job that keeps dying, and `down` leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from definitions.settings import Settings
+from infra.restarts import restart_report
+from infra.supervision import socket_path
+from tests.integration.infra.test_stack_manager import _tagged
+from tests.support.polling import wait_for
+
+LAMBDACTL = Path(sys.executable).parent / "lambdactl"
+BACK_WITHIN_S = 30
+
+
+@dataclass
+class Isolated:
+    state_dir: Path
+    port: int
+    env: dict[str, str]
+
+    def ctl(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(LAMBDACTL), *args],
+            env=self.env,
+            cwd=self.state_dir.parent,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def status(self) -> dict[str, dict]:
+        done = self.ctl("status", "--json", timeout=60)
+        return {row["name"]: row for row in json.loads(done.stdout)}
+
+    def settings(self) -> Settings:
+        return Settings(state_dir=self.state_dir)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def isolated(tmp_path):
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAMBDA_")}
+    env.update(
+        LAMBDA_ENVIRONMENT="development",
+        LAMBDA_STATE_DIR=str(tmp_path / "state"),
+        LAMBDA_API__PORT=str(port),
+        LAMBDA_STACK__MANAGED_SERVICES='["api"]',
+        LAMBDA_STACK__RESTART_MAX="2",
+    )
+    stack = Isolated(tmp_path / "state", port, env)
+    yield stack
+    stack.ctl("down", timeout=120)
+    for proc in _tagged(stack.state_dir):  # never leave a process of this test behind, whatever failed
+        proc.kill()
+
+
+def _back(stack: Isolated, old_pid: int):
+    row = stack.status()["api"]
+    return row if row["healthy"] and row["pid"] not in (None, old_pid) else None
+
+
+def _kill_and_wait(stack: Isolated) -> tuple[dict, float]:
+    pid = stack.status()["api"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    row = wait_for(lambda: _back(stack, pid), "the API to be back by itself", timeout_s=BACK_WITHIN_S, interval_s=0.5)
+    return row, time.monotonic() - killed
+
+
+def test_a_killed_api_comes_back_by_itself_and_a_restart_loop_is_given_up(isolated):
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    rows = isolated.status()
+    assert rows["api"]["healthy"] and rows["supervisor"]["healthy"], rows
+
+    row, took = _kill_and_wait(isolated)
+    print(f"API back {took:.1f}s after kill -9 (restart 1)")
+    assert row["restarts"] == 1 and "terminated by SIGKILL" in row["restart_detail"], row
+    row, took = _kill_and_wait(isolated)
+    print(f"API back {took:.1f}s after kill -9 (restart 2)")
+    assert row["restarts"] == 2
+
+    # Past the budget (2 restarts within the window): the supervisor gives up and says so.
+    os.kill(row["pid"], signal.SIGKILL)
+
+    def given_up():
+        row = isolated.status()["api"]
+        return row if not row["running"] and "gave up" in row["detail"] else None
+
+    gave_up = wait_for(given_up, "the supervisor to give up on the API", timeout_s=BACK_WITHIN_S, interval_s=0.5)
+    assert "restart loop" in gave_up["detail"] and "terminated by SIGKILL" in gave_up["detail"]
+    assert isolated.ctl("status", timeout=60).returncode == 1
+    report = restart_report(isolated.settings())["api"]
+    assert report["gave_up"] and report["restarts"] == 2 and report["last_reason"] == "terminated by SIGKILL"
+    assert "log_tail" not in report
+
+    # `up` tries it again, with a fresh budget.
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert isolated.status()["api"]["healthy"]
+    report = restart_report(isolated.settings())["api"]
+    assert not report["gave_up"] and report["restarts"] == 0 and report["restarts_total"] == 2
+
+    down = isolated.ctl("down", timeout=120)
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert _tagged(isolated.state_dir) == [], "down leaves no process of the stack behind"
+    assert not socket_path(isolated.state_dir).exists()
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", isolated.port)) != 0
+
+
+def test_up_fails_naming_a_job_that_keeps_dying(isolated):
+    # 192.0.2.1 (TEST-NET-1, RFC 5737) is never an address of this machine: the API cannot bind it
+    # and exits at once, every time the supervisor starts it.
+    isolated.env["LAMBDA_API__HOST"] = "192.0.2.1"
+    up = isolated.ctl("up")
+    assert up.returncode == 2, up.stderr[-3000:]
+    assert "api: keeps dying: the supervisor gave up after 2 restart(s)" in up.stderr, up.stderr[-3000:]
+    assert "last exit: exit status 1" in up.stderr, up.stderr[-3000:]
+    assert "likely cause: the host it is set to listen on is not an address of this machine" in up.stderr
+    assert "cannot assign requested address" in up.stderr, "the job's last error lines are shown"
+    assert "gave up" in isolated.status()["api"]["detail"]
+
+
+def test_up_after_the_supervisor_was_killed_replaces_what_it_left(isolated):
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    rows = isolated.status()
+    supervisor, api = rows["supervisor"]["pid"], rows["api"]["pid"]
+    os.kill(supervisor, signal.SIGKILL)
+
+    def supervisor_gone():
+        rows = isolated.status()
+        return rows if not rows["supervisor"]["running"] else None
+
+    rows = wait_for(supervisor_gone, "the status to show the supervisor gone", timeout_s=30)
+    assert rows["supervisor"]["healthy"] is False and "not running" in rows["supervisor"]["detail"]
+    assert psutil.pid_exists(api), "its API runs on, unsupervised"
+
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert "ended 1 process(es) it had left behind" in up.stderr
+    rows = isolated.status()
+    assert rows["api"]["healthy"] and rows["api"]["pid"] != api and rows["supervisor"]["healthy"]
+    assert not psutil.pid_exists(api) or psutil.Process(api).status() == psutil.STATUS_ZOMBIE

@@ -1,0 +1,135 @@
+"""The rule of the house, read from every import of the platform's code (no services).
+
+Layers meet only in `definitions/` (contracts) and `stores/` (the one place each store is spoken
+to): `ingest`, `batch_layer`, `speed_layer`, `serving_layer` and `reports` import only those (reports
+may also use the serving layer); `api` may use `serving_layer` and `reports`; `infra` only
+`definitions` and `stores`; `definitions` nothing of the project; `lambdactl`, `dags` and `bench`
+compose everything.
+
+PENDING lists the crossings that predate the rule and are being moved into stores/: the test fails
+on any crossing not listed, and on a listed one that no longer exists (so the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGES = (
+    "definitions",
+    "stores",
+    "ingest",
+    "batch_layer",
+    "speed_layer",
+    "serving_layer",
+    "reports",
+    "api",
+    "infra",
+    "lambdactl",
+    "dags",
+    "bench",
+)
+CONTRACTS = {"definitions", "stores"}
+ALLOWED: dict[str, set[str]] = {
+    "definitions": set(),
+    "stores": {"definitions"},
+    "ingest": CONTRACTS,
+    "batch_layer": CONTRACTS,
+    "speed_layer": CONTRACTS,
+    "serving_layer": CONTRACTS,
+    "reports": CONTRACTS | {"serving_layer"},
+    "api": CONTRACTS | {"serving_layer", "reports"},
+    "infra": CONTRACTS,
+    "lambdactl": set(PACKAGES),
+    "dags": set(PACKAGES),
+    "bench": set(PACKAGES),
+}
+
+# (importing file, imported module): crossings that predate the rule, each to be moved into stores/.
+PENDING: set[tuple[str, str]] = {
+    ("api/routes/admin.py", "infra.airflow"),
+    ("api/routes/health.py", "infra.health"),
+    ("api/routes/health.py", "infra.restarts"),
+    ("api/routes/health.py", "ingest.completeness"),
+    ("api/routes/health.py", "ingest.streaming_progress"),
+    ("api/routes/health.py", "speed_layer.job"),
+    ("batch_layer/accuracy.py", "ingest.master"),
+    ("batch_layer/accuracy.py", "speed_layer.realtime_store"),
+    ("batch_layer/accuracy.py", "speed_layer.token_scan"),
+    ("batch_layer/job.py", "ingest.completeness"),
+    ("batch_layer/job.py", "ingest.master"),
+    ("infra/bootstrap.py", "speed_layer.realtime_store"),
+    ("infra/health.py", "ingest.archiver"),
+    ("infra/health.py", "ingest.streaming_progress"),
+    ("infra/health.py", "speed_layer.job"),
+    ("serving_layer/service.py", "batch_layer.layout"),
+    ("serving_layer/service.py", "batch_layer.pointer"),
+    ("serving_layer/service.py", "batch_layer.versions"),
+    ("serving_layer/service.py", "speed_layer.realtime_store"),
+    ("speed_layer/job.py", "ingest.kafka_source"),
+    ("speed_layer/job.py", "ingest.streaming_progress"),
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (function-level imports included)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module in PACKAGES:  # `from ingest import completeness`: the module is ingest.completeness
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            else:
+                found.add(node.module)
+    return found
+
+
+def crossings(root: Path = ROOT) -> set[tuple[str, str]]:
+    out = set()
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            own = package
+            for module in imports_of(path):
+                top = module.split(".")[0]
+                if top in PACKAGES and top != own and top not in ALLOWED[own]:
+                    out.add((str(path.relative_to(root)), module))
+    return out
+
+
+def test_no_layer_imports_another_layer():
+    found = crossings()
+    new = sorted(found - PENDING)
+    assert not new, "imports that break the house rules (layers meet in definitions/ and stores/):\n" + "\n".join(
+        f"  {f} imports {m}" for f, m in new
+    )
+
+
+def test_the_pending_list_only_shrinks():
+    gone = sorted(PENDING - crossings())
+    assert not gone, "these crossings are gone: remove them from PENDING\n" + "\n".join(f"  {f} {m}" for f, m in gone)
+
+
+@pytest.mark.parametrize(
+    ("package", "statement", "allowed"),
+    [
+        ("serving_layer", "from batch_layer import layout", False),
+        ("speed_layer", "import ingest.kafka_source", False),
+        ("infra", "from speed_layer.realtime_store import ensure_schema", False),
+        ("definitions", "from stores import checkpoints", False),
+        ("api", "from serving_layer.service import ServingLayer", True),
+        ("batch_layer", "from stores.checkpoints import read_marker", True),
+        ("lambdactl", "from batch_layer.job import run_batch", True),
+    ],
+)
+def test_the_check_sees_a_forbidden_import_anywhere_in_a_file(tmp_path, package, statement, allowed):
+    module = tmp_path / package / "added.py"
+    module.parent.mkdir()
+    module.write_text(f"def later():\n    {statement}\n")
+    for other in PACKAGES:
+        (tmp_path / other).mkdir(exist_ok=True)
+    assert (not crossings(tmp_path)) == allowed

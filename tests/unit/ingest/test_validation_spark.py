@@ -1,0 +1,61 @@
+"""The jobs' per-record path in Spark (local session, no service): every hostile record of the corpus
+gets a verdict in the same query as valid ones, nothing fails the query, and a dead letter of any
+record fits in one Kafka record."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+
+from definitions.events import TICK_KEY
+from ingest.archiver import dead_letter_raw
+from ingest.kafka_source import validated_events
+from tests.support.hostile import BASE, CONFIRMED, corpus
+
+KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+INGESTED = datetime(2026, 11, 17, 9, 0, tzinfo=UTC)
+
+
+def kafka_frame(spark, values: list[tuple[bytes | None, bytes | None]]):
+    rows = [(key, value, "events", 0, offset, INGESTED) for offset, (key, value) in enumerate(values)]
+    return spark.createDataFrame(rows, KAFKA_DDL)
+
+
+def test_hostile_records_get_reasons_beside_valid_ones(spark, settings):
+    hostile = [(key, value) for _, key, value in corpus(seed=11, count=2_000)]
+    valid = [(b"u-1", json.dumps(dict(BASE, event_id=f"ok-{i}", url=f"/ok/{i}")).encode()) for i in range(50)]
+    tick = [(TICK_KEY, b"")]
+    frame = validated_events(kafka_frame(spark, hostile + valid + tick), settings.events)
+    rows = frame.select("kafka_offset", "reason", "url").collect()
+
+    by_offset = {row.kafka_offset: row for row in rows}
+    assert len(rows) == len(hostile) + len(valid), "every record but the tick gets exactly one verdict"
+    assert len(hostile) + len(valid) not in by_offset, "the tick record is dropped"
+    assert all(by_offset[i].reason for i in range(len(hostile))), "every hostile record has a reason"
+    assert [by_offset[len(hostile) + i].reason for i in range(len(valid))] == [None] * len(valid)
+    assert by_offset[len(hostile)].url == "/ok/0"
+
+
+def test_a_dead_letter_fits_in_one_kafka_record(spark, settings):
+    from pyspark.sql import functions as F
+
+    raw = CONFIRMED["event_900_kb"]
+    keep = settings.events.max_dlq_raw_bytes
+    frame = spark.createDataFrame([(raw,), (b"small",), (None,)], "raw BINARY")
+    envelopes = [
+        json.loads(row.value)
+        for row in frame.select(F.to_json(F.struct(*dead_letter_raw(F.col("raw"), keep))).alias("value")).collect()
+    ]
+
+    big, small, empty = envelopes
+    assert big["raw_bytes"] == len(raw) and big["raw_truncated"] is True
+    assert big["raw_sha256"] == hashlib.sha256(raw).hexdigest()
+    assert len(json.dumps(big)) < 2 * keep, "the envelope of a 900 KB record is a few KB"
+    assert small == {
+        "raw_base64": "c21hbGw=",
+        "raw_bytes": 5,
+        "raw_truncated": False,
+        "raw_sha256": hashlib.sha256(b"small").hexdigest(),
+    }
+    assert empty == {"raw_truncated": False}
