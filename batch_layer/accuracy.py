@@ -88,7 +88,7 @@ def read_realtime(
 
     from definitions.clients import cassandra_cluster
     from speed_layer.realtime_store import BY_BUCKET, BY_KEY
-    from speed_layer.token_scan import scan
+    from stores.realtime_scan import scan
 
     registry = {v.name: v for v in (views if views is not None else load_views(settings))}
     snapshot = RealtimeSnapshot(start_ms, end_ms, int(time.time() * 1000))
@@ -207,7 +207,7 @@ def batch_cells(
     """Exact cells of the window from the master dataset, with Spark; and figures about its records."""
     from pyspark.sql import functions as F
 
-    from ingest.master import read_master
+    from stores.master import read_master
 
     bucket_s = settings.ingest_bucket_s
     window_us = settings.speed.dedupe_window_s * 1_000_000

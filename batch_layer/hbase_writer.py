@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from batch_layer import layout
 from definitions.clients import hbase_connection
 from definitions.settings import Settings
 from definitions.views import View
+from stores import batch_layout as layout
 
 
 class VerificationError(RuntimeError):

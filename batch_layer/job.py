@@ -26,7 +26,6 @@ from datetime import UTC, datetime
 
 import psutil
 
-from batch_layer import layout
 from batch_layer.hbase_writer import (
     TableStats,
     VerificationError,
@@ -34,20 +33,20 @@ from batch_layer.hbase_writer import (
     verify_table,
     write_partitions,
 )
-from batch_layer.pointer import (
+from batch_layer.versions import Pointer, VersionStore
+from definitions.settings import Settings, get_settings
+from definitions.times import iso_ms as iso
+from definitions.views import View, load_views
+from stores import batch_layout as layout
+from stores import checkpoints, completeness
+from stores.master import read_master
+from stores.pointer import (
     CutoffError,
     PointerMoved,
     advance,
     behind,
     check_unmoved,
 )
-from batch_layer.versions import Pointer, VersionStore
-from definitions.settings import Settings, get_settings
-from definitions.times import iso_ms as iso
-from definitions.views import View, load_views
-from ingest import completeness
-from ingest.master import read_master
-from stores import checkpoints
 
 log = logging.getLogger("lambda.batch")
 

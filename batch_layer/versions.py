@@ -1,7 +1,7 @@
 """Batch view versions in HBase: the version counter, run records, the pointer, retention.
 
 The pointer row is the only thing serving reads to choose, per view, a table and its cutoff
-(batch_layer/pointer.py: the format and the rules). A run writes its own tables, verifies them, and
+(stores/pointer.py: the format and the rules). A run writes its own tables, verifies them, and
 only then moves the pointer with one HBase compare-and-set (Thrift1 `checkAndPut` on the pointer
 document's column): readers see the old entries or the new ones, never a mix, and of two runs
 that read the same pointer only the first to swap moves it — the other fails with PointerMoved and
@@ -15,8 +15,10 @@ import json
 import logging
 import time
 
-from batch_layer import layout
-from batch_layer.pointer import (
+from definitions.clients import hbase_connection
+from definitions.settings import Settings
+from stores import batch_layout as layout
+from stores.pointer import (
     DOC,
     CutoffError,
     Pointer,
@@ -28,8 +30,6 @@ from batch_layer.pointer import (
     table_version,
     table_view,
 )
-from definitions.clients import hbase_connection
-from definitions.settings import Settings
 
 __all__ = ["CutoffError", "Pointer", "PointerFormatError", "PointerMoved", "VersionStore", "ViewEntry"]
 

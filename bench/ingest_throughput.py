@@ -32,8 +32,8 @@ from definitions.clients import kafka_admin
 from definitions.settings import Settings, get_settings
 from definitions.webhdfs import WebHdfs
 from infra.stack import Stack
-from ingest import completeness
 from ingest.generator import GeneratorConfig, produce
+from stores import completeness
 
 log = logging.getLogger("bench.ingest")
 

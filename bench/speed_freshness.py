@@ -45,9 +45,9 @@ from definitions.settings import Settings, get_settings
 from definitions.views import key_text
 from definitions.webhdfs import WebHdfs
 from ingest.generator import GeneratorConfig, SendReport, produce
-from ingest.streaming_progress import read_progress
 from speed_layer.job import JOB, QUERY
 from speed_layer.realtime_store import BY_KEY
+from stores.progress import read_progress
 
 log = logging.getLogger("bench.speed")
 

@@ -91,7 +91,7 @@ def archiver(settings: Settings) -> str:
     import time
 
     from ingest.archiver import DLQ_QUERY, JOB, MASTER_QUERY
-    from ingest.streaming_progress import read_progress, require_progressing
+    from stores.progress import read_progress, require_progressing
 
     state = read_progress(settings, JOB)
     require_progressing(state, (MASTER_QUERY, DLQ_QUERY), settings.stack.stuck_after_s)
@@ -112,8 +112,8 @@ def archiver(settings: Settings) -> str:
 
 def speed_layer(settings: Settings) -> str:
     """The speed layer's query runs; its rates, batch duration, state size and lag behind Kafka."""
-    from ingest.streaming_progress import read_progress, require_progressing
     from speed_layer.job import JOB, QUERY
+    from stores.progress import read_progress, require_progressing
 
     state = read_progress(settings, JOB)
     require_progressing(state, (QUERY,), settings.stack.stuck_after_s)

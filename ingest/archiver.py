@@ -7,7 +7,7 @@ Two Structured Streaming queries in one Spark application:
 - `archiver-dlq`: invalid records, with the reason, the source partition/offset and the raw bytes
   (cut to `events.max_dlq_raw_bytes`, with their size and SHA-256), produced to `events.dlq`
   (at-least-once; the source position identifies a record).
-After each committed master batch, a completeness marker is published (ingest.completeness).
+After each committed master batch, a completeness marker is published (stores.completeness).
 
 Run: `python -m ingest.archiver` (`lambdactl up` does). Nothing starts at import time.
 """
@@ -21,11 +21,11 @@ import time
 
 from definitions.events import FIELD_NAMES
 from definitions.settings import Settings, get_settings
-from ingest import completeness
 from ingest.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
-from ingest.master import master_url
-from ingest.streaming_progress import ProgressFile
 from ingest.ticker import Ticker
+from stores import completeness
+from stores.master import master_url
+from stores.progress import ProgressFile
 
 log = logging.getLogger("lambda.archiver")
 

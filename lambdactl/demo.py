@@ -154,7 +154,7 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
     newest = max(r.ingest_time_ms for r in sent)
     step = settings.ingest_bucket_s * 1000
     _say(f"4/6 waiting until the master dataset is complete past the next {settings.ingest_bucket_s}s ingest bucket")
-    from ingest import completeness
+    from stores import completeness
 
     while True:
         marker = completeness.latest(settings)

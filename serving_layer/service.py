@@ -16,14 +16,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from batch_layer import layout
-from batch_layer.pointer import NO_SOURCE, ViewSource
 from batch_layer.versions import Pointer
 from definitions.settings import Settings
 from definitions.views import GRANULARITIES, View, key_text, load_views
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.staleness import Horizon, stale_reason
+from stores import batch_layout as layout
 from stores.checkpoints import Marker
+from stores.pointer import NO_SOURCE, ViewSource
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, key_text, load_views
 from definitions.views import cells as view_cells
 from ingest.kafka_source import kafka_stream, validated_events
-from ingest.streaming_progress import ProgressFile
 from speed_layer.realtime_store import RealtimeRow, RealtimeWriter
+from stores.progress import ProgressFile
 
 log = logging.getLogger("lambda.speed")
 

@@ -5,7 +5,7 @@ view's realtime rows of ingest buckets below that view's cutoff; every row expir
 deleting them after a batch swap only keeps the tables small. So the clean-up must never be a
 reason for a batch run to fail. It is given a cutoff per view (a view without one keeps every row)
 and reads the rows below the highest of them token range by token range
-(speed_layer/token_scan.py), keeps those below their own view's cutoff, issues one range deletion
+(stores/realtime_scan.py), keeps those below their own view's cutoff, issues one range deletion
 per (view key, event bucket) in `realtime_by_key` and per event bucket in `realtime_by_bucket`,
 and reports what it could not read (for instance a range holding more tombstones than Cassandra
 will scan) instead of stopping: rows there stay until their TTL, unread.
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from definitions.clients import cassandra_cluster
 from definitions.settings import Settings
 from speed_layer.realtime_store import BY_BUCKET, BY_KEY, execute_with_retries
-from speed_layer.token_scan import Unreadable, scan
+from stores.realtime_scan import Unreadable, scan
 
 log = logging.getLogger(__name__)
 

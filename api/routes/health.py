@@ -12,8 +12,8 @@ from pydantic import BaseModel, Field
 
 from api.deps import ServingDep, SettingsDep
 from api.window import iso
-from ingest.streaming_progress import Stuck
 from serving_layer.service import StoreUnavailable
+from stores.progress import Stuck
 
 log = logging.getLogger("lambda.api")
 router = APIRouter(tags=["status"])
@@ -76,9 +76,9 @@ def health(settings: SettingsDep) -> dict[str, Any]:
 
 @router.get("/api/v1/status", summary="Batch version, cutoff, speed-layer lag, freshness")
 def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
-    from ingest import completeness
-    from ingest.streaming_progress import read_progress
     from speed_layer.job import JOB, QUERY
+    from stores import completeness
+    from stores.progress import read_progress
 
     now = time.time()
     body: dict[str, Any] = {"time": iso(now), "ingest_bucket_s": settings.ingest_bucket_s}

@@ -15,7 +15,7 @@ def stack(settings: Settings):
     stack = Stack(settings)
     stack.up()
     if "speed-layer" in settings.stack.managed_services:
-        from ingest.streaming_progress import read_progress
+        from stores.progress import read_progress
 
         running = read_progress(settings, "speed-layer")
         for name, ours in (

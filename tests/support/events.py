@@ -7,9 +7,9 @@ import json
 import time
 
 from definitions.settings import Settings
-from ingest import completeness
 from ingest.generator import GeneratorConfig, SentRecord, produce
-from ingest.master import read_master
+from stores import completeness
+from stores.master import read_master
 
 VALID_KINDS = ("valid", "late", "duplicate")
 

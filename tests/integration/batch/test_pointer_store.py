@@ -19,9 +19,9 @@ import pytest
 
 from batch_layer.hbase_writer import create_table
 from batch_layer.job import swap_version
-from batch_layer.pointer import DOC, Pointer, advance, table_name
 from batch_layer.versions import PointerMoved, VersionStore
 from definitions.clients import hbase_connection
+from stores.pointer import DOC, Pointer, advance, table_name
 
 T0 = 1_800_000_000_000
 STEP = 60_000

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from definitions.settings import REPO_ROOT
-from ingest.streaming_progress import read_progress
+from stores.progress import read_progress
 
 LAMBDACTL = Path(sys.executable).parent / "lambdactl"
 

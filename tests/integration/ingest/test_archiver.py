@@ -14,9 +14,9 @@ from kafka import KafkaConsumer, TopicPartition
 
 from definitions.events import parse_time
 from infra.stack import Stack
-from ingest import completeness
 from ingest.generator import INVALID_KINDS, GeneratorConfig
-from ingest.master import read_master
+from stores import completeness
+from stores.master import read_master
 from tests.support.events import (
     VALID_KINDS,
     archived_since,

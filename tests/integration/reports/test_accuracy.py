@@ -51,7 +51,7 @@ def old_records(settings, spark, min_age_s: float, seed: int) -> list[tuple[int,
     event: ordinary page views, page views that were late already, and a few other event types."""
     from pyspark.sql import functions as F
 
-    from ingest.master import read_master
+    from stores.master import read_master
 
     master = read_master(spark, settings)
     single = master.groupBy("event_id").count().where("count = 1").select("event_id")

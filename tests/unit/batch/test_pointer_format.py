@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from batch_layer.pointer import (
+from stores.pointer import (
     DOC,
     CutoffError,
     Pointer,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.streaming_progress import Stuck, require_progressing
+from stores.progress import Stuck, require_progressing
 
 NOW_MS = 1_800_000_000_000
 

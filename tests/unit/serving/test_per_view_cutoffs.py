@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from batch_layer.pointer import (
+from serving_layer.merge import BatchCell, SpeedCell, merge_additive, merge_top
+from stores.pointer import (
     Pointer,
     PointerMoved,
     advance,
@@ -27,7 +28,6 @@ from batch_layer.pointer import (
     table_version,
     table_view,
 )
-from serving_layer.merge import BatchCell, SpeedCell, merge_additive, merge_top
 
 INGEST_MS = 60_000
 BUCKET_S = 3_600
