@@ -81,14 +81,14 @@ def resolve_window(
     problems = []
     start_s = parse_time(start, "start") if start is not None else None
     end_s = parse_time(end, "end") if end is not None else None
-    if start_s is not None and not earliest <= start_s <= latest:
+    if start is not None and start_s is not None and not earliest <= start_s <= latest:
         problems.append(
             (
                 "start",
                 f"start: {_shown(start)} is outside the times this API answers for, {iso(earliest)} to {iso(latest)}",
             )
         )
-    if end_s is not None and not earliest < end_s <= latest:
+    if end is not None and end_s is not None and not earliest < end_s <= latest:
         problems.append(
             (
                 "end",

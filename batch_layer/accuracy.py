@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 from definitions.events import FIELD_NAMES
 from definitions.settings import Settings
@@ -267,7 +268,7 @@ def batch_cells(
     )
     began = time.monotonic()
     try:
-        figures = {
+        figures: dict[str, Any] = {
             "master_records_in_window": 0,
             "first_copies": 0,
             "duplicate_copies_within_window": 0,
@@ -453,12 +454,13 @@ def compare(
     start_ms: int,
     end_ms: int,
     key_filter: KeyFilter | None = None,
-) -> tuple[dict[str, list[Cell]], dict]:
+) -> tuple[dict[str, list[Cell]], dict[str, int]]:
     """Cells of both sides, matched, filtered and attributed; per view. Plus what was left out."""
     by_name = {v.name: v for v in views}
     ttl_floor = int(time.time()) - settings.realtime_ttl_s + TTL_MARGIN_S
     lo, hi = start_ms // 1000, end_ms // 1000
-    skipped = {"expired_ingest_buckets": set(), "filtered_cells": 0}
+    expired_ingest_buckets: set[int] = set()
+    filtered_cells = 0
     out: dict[str, list[Cell]] = {v.name: [] for v in views}
     for cell_id in set(batch) | set(realtime.cells):
         name, granularity, key, event_bucket, ingest_bucket = cell_id
@@ -466,10 +468,10 @@ def compare(
         if view is None or granularity not in view.granularities or not lo <= ingest_bucket < hi:
             continue
         if ingest_bucket < ttl_floor:
-            skipped["expired_ingest_buckets"].add(ingest_bucket)
+            expired_ingest_buckets.add(ingest_bucket)
             continue
         if key_filter is not None and not key_filter(view, tuple(json.loads(key))):
-            skipped["filtered_cells"] += 1
+            filtered_cells += 1
             continue
         b = batch.get(cell_id, BatchCell())
         present = cell_id in realtime.cells
@@ -478,8 +480,7 @@ def compare(
         cell = Cell(name, granularity, key, event_bucket, ingest_bucket, realtime.cells.get(cell_id, 0.0), present, b)
         attribute(view, cell)
         out[name].append(cell)
-    skipped["expired_ingest_buckets"] = len(skipped["expired_ingest_buckets"])
-    return out, skipped
+    return out, {"expired_ingest_buckets": len(expired_ingest_buckets), "filtered_cells": filtered_cells}
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -511,8 +512,8 @@ def granularity_figures(view: View, cells: list[Cell]) -> dict:
             if significant(amount, view.additive) or cause == "duplicates_beyond_window":
                 causes[cause]["cells"] += 1
             causes[cause]["amount"] += amount
-    for figures in causes.values():
-        figures["amount"] = _r(figures["amount"])
+    for cause_figures in causes.values():
+        cause_figures["amount"] = _r(cause_figures["amount"])
     late = [c for c in cells if c.batch.late_records]
     histogram = [0] * len(ERROR_BINS)
     for err in errors:
@@ -525,7 +526,7 @@ def granularity_figures(view: View, cells: list[Cell]) -> dict:
         t[2] += abs(c.diff)
         t[3] += 1
         t[4] += c.parts.get("duplicates_beyond_window", 0.0)
-    figures = {
+    figures: dict[str, Any] = {
         "cells": n,
         "exact_cells": exact,
         "exact_share": _r(exact / n) if n else None,
@@ -578,7 +579,7 @@ def granularity_figures(view: View, cells: list[Cell]) -> dict:
 def hll_figures(cells: list[Cell]) -> dict:
     """The sketch's relative error against the exact count of what it saw (first copies and recounts)."""
     rel = [(c.speed - c.batch.expected) / c.batch.expected for c in cells if c.speed_present and c.batch.expected > 0]
-    sizes = {"1–9": [], "10–99": [], "100–999": [], "≥1000": []}
+    sizes: dict[str, list[float]] = {"1–9": [], "10–99": [], "100–999": [], "≥1000": []}
     for c in cells:
         if c.speed_present and c.batch.expected > 0:
             e = c.batch.expected
@@ -783,7 +784,7 @@ def build_report(
             + "; ".join(u.describe() for u in realtime.unreadable[:3])
             + ")",
         )
-    report = {
+    report: dict[str, Any] = {
         "id": report_id(created, run_id),
         "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "window": {

@@ -135,7 +135,7 @@ def run_batch(
         log.info(
             "%s already served at cutoff %s: nothing to do (use --force to recompute)", ", ".join(names), iso(cutoff)
         )
-        return BatchResult(current.entry(names[0]).version, cutoff, current.run_id, skipped="already at this cutoff")
+        return BatchResult(current.entries[names[0]].version, cutoff, current.run_id, skipped="already at this cutoff")
 
     spark = spark or spark_session(settings, "lambda-batch", {"spark.driver.memory": settings.batch.driver_memory})
     version = store.allocate_version()
@@ -179,12 +179,12 @@ def run_batch(
                 "%s verified: %d rows, %d cells, checksum %d", name, expected.rows, expected.cells, expected.checksum
             )
         events.unpersist()
-        stats = {
+        run_stats = {
             "events": n_events,
             "tables": {k: vars(t) for k, t in tables.items()},
             "seconds": round(time.monotonic() - started, 1),
         }
-        store.record_run(version, state="verified", stats=stats)
+        store.record_run(version, state="verified", stats=run_stats)
     except BaseException:
         store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
         raise

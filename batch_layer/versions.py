@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 
 from definitions.clients import hbase_connection
 from definitions.settings import Settings
@@ -124,7 +125,7 @@ class VersionStore:
         for version in (current.versions() if current is not None else set()) - new.versions():
             self.record_run(version, state="retired")
         moved = sorted(name for name, e in new.entries.items() if e.version == new.version)
-        cutoff = new.entry(moved[0]).cutoff_ms if moved else 0
+        cutoff = new.entries[moved[0]].cutoff_ms if moved else 0
         log.info(
             "pointer generation %d: version %d serves %s below %s",
             new.generation,
@@ -161,7 +162,7 @@ class VersionStore:
         return dropped
 
 
-def _may_run(run: dict) -> bool:
+def _may_run(run: Mapping) -> bool:
     """Whether the process of a run in state "writing" may still be alive."""
     import socket
 

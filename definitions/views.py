@@ -61,6 +61,13 @@ class View:
     def additive(self) -> bool:
         return self.aggregation in ("count", "sum")
 
+    @property
+    def measured_column(self) -> str:
+        """The column a sum or distinct view aggregates (__post_init__ ensures they have one)."""
+        if self.column is None:
+            raise ValueError(f"view {self.name}: {self.aggregation} has no column")
+        return self.column
+
     # --- Spark derivation ---------------------------------------------------------------------
 
     def filtered(self, events: DataFrame) -> DataFrame:
@@ -77,10 +84,10 @@ class View:
         if self.aggregation == "count":
             return [F.count(F.lit(1)).alias("value")]
         if self.aggregation == "sum":
-            return [F.sum(F.col(self.column)).cast("bigint").alias("value")]
-        sketch = F.hll_sketch_agg(F.col(self.column), HLL_LG_K).alias("sketch")
+            return [F.sum(F.col(self.measured_column)).cast("bigint").alias("value")]
+        sketch = F.hll_sketch_agg(F.col(self.measured_column), HLL_LG_K).alias("sketch")
         if exact:
-            return [F.countDistinct(F.col(self.column)).alias("value"), sketch]
+            return [F.countDistinct(F.col(self.measured_column)).alias("value"), sketch]
         return [sketch]
 
     def compute(
@@ -122,12 +129,14 @@ def cells(view: View) -> list[Column]:
             F.lit(granularity).alias("granularity"),
             F.array(*[F.col(k).cast("string") for k in view.keys]).alias("key"),
             (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint").alias("event_bucket"),
-            (F.col(view.column).cast("bigint") if view.aggregation == "sum" else F.lit(None).cast("bigint")).alias(
-                "measure"
-            ),
-            (F.col(view.column).cast("string") if view.aggregation == "distinct" else F.lit(None).cast("string")).alias(
-                "distinct_value"
-            ),
+            (
+                F.col(view.measured_column).cast("bigint") if view.aggregation == "sum" else F.lit(None).cast("bigint")
+            ).alias("measure"),
+            (
+                F.col(view.measured_column).cast("string")
+                if view.aggregation == "distinct"
+                else F.lit(None).cast("string")
+            ).alias("distinct_value"),
         )
         out.append(F.when(in_view, cell))
     return out

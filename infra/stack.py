@@ -141,7 +141,8 @@ class Stack:
             for service in to_start:
                 self._launch(service, java)
                 outcome[service.name] = "started"
-                say(f"{service.name}: started (pid {self.supervisor.record(service.name).pid})")
+                record = self.supervisor.record(service.name)
+                say(f"{service.name}: started (pid {record.pid if record else '?'})")
         self._await_all(members, outcome, say, self._await_healthy)
 
     def _await_all(self, members: list, outcome: dict[str, str], say: Callable[[str], None], wait) -> None:
@@ -218,8 +219,9 @@ class Stack:
         how = self.supervisord.ensure(programs, env)
         if how != "unchanged":
             budget = Budget.from_settings(self.settings)
+            record = self.supervisor.record(SUPERVISOR)
             say(
-                f"supervisor: {how} (pid {self.supervisor.record(SUPERVISOR).pid}); it restarts a process that exits, "
+                f"supervisor: {how} (pid {record.pid if record else '?'}); it restarts a process that exits, "
                 f"{budget.describe()}"
             )
         since = time.time()
@@ -302,7 +304,7 @@ class Stack:
         )
         self.supervisor.start(service.name, command, cwd=service.dirs(self.settings).root, env=self._environment(java))
 
-    def prepare(self, service: svc.Service, java: JavaRuntime) -> list[str]:
+    def prepare(self, service: svc.Service | svc.PlatformProcess, java: JavaRuntime) -> list[str]:
         """Render the service's configuration (and format its storage once); its command line."""
         dirs = service.dirs(self.settings)
         dirs.conf.mkdir(parents=True, exist_ok=True)

@@ -186,7 +186,7 @@ class ClickstreamGenerator:
         """Offsets (seconds before start) of `count` events following a daily rhythm, ascending in time."""
         c = self.config
         begin = self.start - timedelta(seconds=c.span_s)
-        offsets = []
+        offsets: list[float] = []
         while len(offsets) < c.count:
             t = self.rng.uniform(0, c.span_s)
             hour = (begin + timedelta(seconds=t)).hour + (begin + timedelta(seconds=t)).minute / 60.0

@@ -41,7 +41,8 @@ def _validator(limits: "EventLimits"):
 
     empty = {name: None for name in FIELD_NAMES}
 
-    @pandas_udf(VALIDATION_DDL)
+    # pyspark's stubs lack the type-hinted form `pandas_udf(returnType)` (Spark >= 3.0), used here.
+    @pandas_udf(VALIDATION_DDL)  # type: ignore[call-overload]
     def validate_records(values: pd.Series, ingest_ms: pd.Series) -> pd.DataFrame:
         rows = []
         for raw, ingest in zip(values, ingest_ms):

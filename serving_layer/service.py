@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from batch_layer.versions import Pointer
 from definitions.settings import Settings
@@ -24,6 +25,9 @@ from serving_layer.staleness import Horizon, stale_reason
 from stores import batch_layout as layout
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
+
+if TYPE_CHECKING:
+    from speed_layer.realtime_store import RealtimeReader
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +98,7 @@ class ServingLayer:
         self.settings = settings
         self.views = load_views(settings)
         self._hbase_pool = None
-        self._realtime = None
+        self._realtime: RealtimeReader | None = None
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
         self._speed_marker: tuple[Marker | None, float] | None = None  # (marker, when read)

@@ -92,7 +92,8 @@ class BatchWriter:
     def __call__(self, batch_df, batch_id: int) -> None:
         if self.writer is None:
             self.writer = RealtimeWriter(self.settings)
-        by_key, by_bucket = [], []
+        by_key: list[RealtimeRow] = []
+        by_bucket: list[RealtimeRow] = []
         for row in batch_df.toLocalIterator():
             view = self.registry[row["view"]]
             if view.aggregation == "count":

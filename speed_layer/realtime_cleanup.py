@@ -58,9 +58,14 @@ def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int]) -> Cle
     """Delete realtime rows of ingest buckets below their view's cutoff (seconds): `cutoffs` maps a
     view to the cutoff of the batch table serving it; an int is one cutoff for every view. Only
     call with cutoffs the serving batch tables cover."""
-    per_view = dict(cutoffs) if isinstance(cutoffs, Mapping) else None
-    top = max(per_view.values(), default=0) if per_view is not None else int(cutoffs)
-    result = Cleanup(min(per_view.values(), default=0) if per_view is not None else top, per_view)
+    per_view: dict[str, int] | None
+    if isinstance(cutoffs, Mapping):
+        per_view = dict(cutoffs)
+        top, lowest = max(per_view.values(), default=0), min(per_view.values(), default=0)
+    else:
+        per_view = None
+        top = lowest = int(cutoffs)
+    result = Cleanup(lowest, per_view)
     if top <= 0:
         return result
     cluster = cassandra_cluster(settings, timeout_s=30)

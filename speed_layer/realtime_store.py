@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from definitions.clients import cassandra_cluster
 from definitions.settings import Settings
@@ -33,7 +34,13 @@ BY_KEY = "realtime_by_key"
 BY_BUCKET = "realtime_by_bucket"
 
 
-def table_options(settings: Settings) -> dict[str, object]:
+class TableOptions(TypedDict):
+    default_time_to_live: int
+    gc_grace_seconds: int
+    compaction: dict[str, str]
+
+
+def table_options(settings: Settings) -> TableOptions:
     """What `ensure_schema` keeps in line with settings on both tables."""
     grace = settings.speed.gc_grace_s
     return {
@@ -49,7 +56,7 @@ def table_options(settings: Settings) -> dict[str, object]:
     }
 
 
-def _with(options: dict[str, object]) -> str:
+def _with(options: Mapping[str, object]) -> str:
     def literal(value: object) -> str:
         if isinstance(value, dict):
             return "{" + ", ".join(f"'{k}': '{v}'" for k, v in value.items()) + "}"
@@ -76,9 +83,10 @@ def schema(settings: Settings) -> list[str]:
 
 def ensure_schema(settings: Settings, session=None) -> None:
     """Create the realtime tables; bring their TTL, gc grace and compaction in line with settings."""
-    own = session is None
-    cluster = cassandra_cluster(settings) if own else None
-    session = session or cluster.connect()
+    cluster = None  # ours to shut down when no session was given
+    if session is None:
+        cluster = cassandra_cluster(settings)
+        session = cluster.connect()
     try:
         for statement in schema(settings):
             session.execute(statement)
@@ -98,7 +106,7 @@ def ensure_schema(settings: Settings, session=None) -> None:
                 log.info("aligning %s.%s with settings: %s", ks, table, wanted)
                 session.execute(f"ALTER TABLE {ks}.{table} WITH {_with(wanted)}")
     finally:
-        if own:
+        if cluster is not None:
             cluster.shutdown()
 
 
@@ -165,7 +173,7 @@ class RealtimeWriter:
 
     def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow]) -> None:
         now = int(time.time() * 1000)
-        work = [
+        work: list[tuple[Any, Sequence[tuple[Any, ...]]]] = [
             (
                 self.by_key,
                 [
@@ -212,7 +220,7 @@ class RealtimeReader:
 
     def __init__(self, settings: Settings, session=None) -> None:
         self.settings = settings
-        self.cluster = None
+        self.cluster: Any | None = None  # shut down by close(); set when this reader owns the cluster
         if session is None:
             self.cluster = cassandra_cluster(settings)
             session = self.cluster.connect(settings.cassandra.keyspace)
@@ -248,7 +256,7 @@ class RealtimeReader:
                 cell = out.setdefault(row.event_bucket, RealtimeCell(sketches=[] if with_sketches else None))
                 cell.value += row.value
                 cell.ingest_buckets += 1
-                if with_sketches and row.sketch is not None:
+                if cell.sketches is not None and row.sketch is not None:  # a list exactly when with_sketches
                     cell.sketches.append(bytes(row.sketch))
         return out
 

@@ -62,7 +62,7 @@ def health(settings: SettingsDep) -> dict[str, Any]:
         "speed-layer": probes.speed_layer,
     }
     with ThreadPoolExecutor(len(checks)) as pool:
-        results = dict(zip(checks, pool.map(lambda item: _probe(*item, settings), checks.items())))
+        results = dict(zip(checks, pool.map(lambda item: _probe(item[0], item[1], settings), checks.items())))
     try:
         restarts = {
             name: {k: v for k, v in row.items() if k != "log_tail"} for name, row in restart_report(settings).items()

@@ -112,7 +112,7 @@ def _time_param(what: str, example: str) -> Any:
 def _common_params(view: View, settings: Settings) -> list[inspect.Parameter]:
     api = settings.api
     keyword = inspect.Parameter.KEYWORD_ONLY
-    granularity = Literal[view.granularities]  # type: ignore[valid-type]
+    granularity: Any = Literal[view.granularities]  # built at run time from the view's declaration
     return [
         inspect.Parameter(
             "granularity",
@@ -166,7 +166,7 @@ def _key_param(name: str, settings: Settings) -> inspect.Parameter:
     field = next(f for f in FIELDS if f.name == name)
     setting = getattr(field, "limit_setting", "")
     max_len = int(getattr(settings.events, setting)) if setting else field.max_len
-    kind: Any = Literal[field.choices] if field.choices else str  # type: ignore[valid-type]
+    kind: Any = Literal[field.choices] if field.choices else str
     query = Query(
         min_length=None if field.choices else 1,
         max_length=None if field.choices else (max_len or None),
@@ -355,6 +355,7 @@ def views_router(settings: Settings, registry: Registry) -> APIRouter:
         response_model=None,
         responses={200: {"model": ViewsBody}},
     )
+    body: type[BaseModel]
     for view in registry:
         if view.layout == "by_bucket":
             endpoint, body = top_endpoint(view, settings), TopBody
