@@ -88,7 +88,7 @@ def read_realtime(
     from datasketches import hll_sketch
 
     from definitions.clients import cassandra_cluster
-    from speed_layer.realtime_store import BY_BUCKET, BY_KEY
+    from stores.realtime import BY_BUCKET, BY_KEY
     from stores.realtime_scan import scan
 
     registry = {v.name: v for v in (views if views is not None else load_views(settings))}
@@ -889,7 +889,7 @@ def _date(ms: int) -> date:
 
 def report_for_version(settings: Settings, spark, version: int | None = None) -> dict:
     """The report of a batch version's window: [its run's previous cutoff, its cutoff)."""
-    from batch_layer.versions import VersionStore
+    from stores.batch_views import VersionStore
 
     store = VersionStore(settings)
     if version is None:

@@ -33,12 +33,12 @@ from batch_layer.hbase_writer import (
     verify_table,
     write_partitions,
 )
-from batch_layer.versions import Pointer, VersionStore
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
 from definitions.views import View, load_views
 from stores import batch_layout as layout
 from stores import checkpoints, completeness
+from stores.batch_views import Pointer, VersionStore
 from stores.master import read_master
 from stores.pointer import (
     CutoffError,

@@ -46,8 +46,8 @@ from definitions.views import key_text
 from definitions.webhdfs import WebHdfs
 from ingest.generator import GeneratorConfig, SendReport, produce
 from speed_layer.job import JOB, QUERY
-from speed_layer.realtime_store import BY_KEY
 from stores.progress import read_progress
+from stores.realtime import BY_KEY
 
 log = logging.getLogger("bench.speed")
 

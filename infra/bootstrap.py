@@ -126,7 +126,7 @@ def ensure_keyspace(settings: Settings) -> None:
             f"CREATE KEYSPACE IF NOT EXISTS {c.keyspace} WITH replication = "
             f"{{'class': 'SimpleStrategy', 'replication_factor': {c.replication_factor}}}"
         )
-        from speed_layer.realtime_store import ensure_schema
+        from stores.realtime import ensure_schema
 
         ensure_schema(settings, session)
     finally:

@@ -28,7 +28,8 @@ from typing import Any, BinaryIO
 from xmlrpc.client import Fault
 
 from infra.process import tail_file
-from infra.restarts import Budget, new_entry, read_status, write_status
+from infra.restarts import Budget
+from stores.restarts import new_entry, read_status, write_status
 
 log = logging.getLogger("lambda.restarts")
 

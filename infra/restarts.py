@@ -1,37 +1,17 @@
-"""The restart policy of the platform's processes, and what the supervisor reports about restarts.
+"""The restart policy of the platform's processes (see stores.restarts for the status file).
 
 supervisord runs the platform's processes (infra/supervision.py); its own `autorestart` restarts
 at once and without limit, so restarts are decided here instead, by the event listener
 (infra/restart_listener.py): after an exit, wait `restart_backoff_s`, doubled for every restart
 already made within `restart_window_s` (at most `restart_backoff_max_s`); once `restart_max`
 restarts were made within the window, the next exit is a restart loop and the process is given up.
-
-The listener keeps what it knows in one JSON file, `<state_dir>/supervisor/restarts.json`
-(replaced atomically, written by the listener only); `restart_report` reads it for `lambdactl
-status` and the API's /health.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from definitions.settings import Settings
-
-FILE_NAME = "restarts.json"
-
-
-def supervisor_dir(state_dir: Path) -> Path:
-    return state_dir / "supervisor"
-
-
-def status_path(state_dir: Path) -> Path:
-    return supervisor_dir(state_dir) / FILE_NAME
 
 
 @dataclass(frozen=True)
@@ -59,104 +39,3 @@ class Budget:
 
     def describe(self) -> str:
         return f"at most {self.max_restarts} restarts within {self.window_s:.0f}s"
-
-
-def new_entry() -> dict[str, Any]:
-    """What the listener keeps about one process."""
-    return {
-        "state": "unknown",  # supervisord's state name, or "restarting" / "gave up"
-        "pid": None,
-        "since": None,  # when it entered `state` (epoch seconds)
-        "restarts": 0,  # restarts the supervisor made since this process was last started by hand
-        "restarts_total": 0,  # restarts the supervisor made since it started
-        "recent": [],  # times of the restarts that count against the budget
-        "started_at": None,  # when it was last started (by hand or by a restart)
-        "last_restart_at": None,
-        "next_restart_at": None,
-        "gave_up_at": None,
-        "last_exit": None,  # {"at", "reason", "uptime_s", "log_tail"}
-    }
-
-
-def read_status(state_dir: Path) -> dict[str, Any]:
-    """The listener's file, or an empty document when there is none (or it cannot be read)."""
-    try:
-        doc = json.loads(status_path(state_dir).read_text())
-    except (OSError, ValueError):
-        return {"processes": {}}
-    if not isinstance(doc, dict) or not isinstance(doc.get("processes"), dict):
-        return {"processes": {}}
-    return doc
-
-
-def write_status(state_dir: Path, doc: dict[str, Any]) -> None:
-    """Replace the file atomically: a reader sees the old document or the new one."""
-    target = status_path(state_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".restarts-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(doc, handle, indent=1, sort_keys=True)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def summary(entry: dict[str, Any], now: float | None = None) -> str:
-    """One line for a person: the restarts of a process and the last reason."""
-    now = time.time() if now is None else now
-    last = entry.get("last_exit") or {}
-    reason = last.get("reason")
-    if entry.get("gave_up_at"):
-        return (
-            f"gave up {now - entry['gave_up_at']:.0f}s ago after {entry.get('restarts', 0)} restart(s) "
-            f"(restart loop); last exit: {reason}"
-        )
-    if entry.get("next_restart_at"):
-        return f"restarting in {max(0.0, entry['next_restart_at'] - now):.0f}s after: {reason}"
-    if entry.get("restarts_total"):
-        ago = now - (entry.get("last_restart_at") or now)
-        return f"restarted {entry['restarts_total']}x, last {ago:.0f}s ago after: {reason}"
-    return "no restarts"
-
-
-def restart_report(settings: Settings, with_log: bool = False) -> dict[str, dict[str, Any]]:
-    """Per supervised process: its state, restarts and the last reason, from the listener's file.
-
-    {"api": {"state": "RUNNING", "restarts": 1, "restarts_total": 1, "last_restart": "2026-…Z",
-             "last_reason": "terminated by SIGKILL", "gave_up": False, "next_restart_in_s": None,
-             "summary": "restarted 1x, last 12s ago after: terminated by SIGKILL"}, …}
-
-    The reason is the exit status or signal only. `with_log` adds the last lines of the process's
-    log (`log_tail`), for operators: never put those in an HTTP answer (they may name hosts, ports
-    or carry tracebacks). An empty dict when the supervisor has reported nothing yet.
-    """
-    now = time.time()
-    doc = read_status(settings.state_dir)
-    out = {}
-    for name, entry in sorted(doc["processes"].items()):
-        last = entry.get("last_exit") or {}
-        row = {
-            "state": entry.get("state", "unknown"),
-            "restarts": int(entry.get("restarts", 0)),
-            "restarts_total": int(entry.get("restarts_total", 0)),
-            "last_restart": _iso(entry.get("last_restart_at")),
-            "last_exit": _iso(last.get("at")),
-            "last_reason": last.get("reason"),
-            "gave_up": bool(entry.get("gave_up_at")),
-            "next_restart_in_s": (
-                round(max(0.0, entry["next_restart_at"] - now), 1) if entry.get("next_restart_at") else None
-            ),
-            "summary": summary(entry, now),
-        }
-        if with_log:
-            row["log_tail"] = last.get("log_tail", [])
-        out[name] = row
-    return out

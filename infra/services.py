@@ -16,9 +16,9 @@ from pathlib import Path
 from string import Template
 
 from definitions.settings import Settings
-from infra import health
 from infra.errors import StackError
 from infra.java import JavaRuntime
+from stores import health
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 JAVA_DIR = Path(__file__).resolve().parent / "java"

@@ -22,9 +22,10 @@ from infra import services as svc
 from infra.errors import StackError
 from infra.java import JavaRuntime, find_java
 from infra.process import STATE_TAG, ProcessSupervisor, port_owner
-from infra.restarts import Budget, read_status, restart_report, summary
+from infra.restarts import Budget
 from infra.supervision import NAME as SUPERVISOR
 from infra.supervision import Program, StackProcesses
+from stores.restarts import read_status, restart_report, summary
 
 log = logging.getLogger(__name__)
 

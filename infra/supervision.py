@@ -29,7 +29,7 @@ import psutil
 from definitions.settings import REPO_ROOT, Settings
 from infra.errors import StackError
 from infra.process import ProcessRecord, ProcessSupervisor, tail_file
-from infra.restarts import supervisor_dir
+from stores.restarts import supervisor_dir
 
 NAME = "supervisor"  # its pid file and stdout: run/supervisor.pid, logs/supervisor.log
 LISTENER = "lambda-restarts"  # the event listener's name in supervisord

@@ -19,19 +19,20 @@ import logging
 import sys
 import time
 
+from definitions import jobs
 from definitions.events import FIELD_NAMES
 from definitions.settings import Settings, get_settings
-from ingest.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
 from ingest.ticker import Ticker
 from stores import completeness
+from stores.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
 from stores.master import master_url
 from stores.progress import ProgressFile
 
 log = logging.getLogger("lambda.archiver")
 
-JOB = "archiver"
-MASTER_QUERY = "archiver-master"
-DLQ_QUERY = "archiver-dlq"
+JOB = jobs.ARCHIVER
+MASTER_QUERY = jobs.ARCHIVER_MASTER_QUERY
+DLQ_QUERY = jobs.ARCHIVER_DLQ_QUERY
 PARTITION_COLUMNS = ("ingest_date", "ingest_hour")
 
 

@@ -166,8 +166,8 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     """Run a batch recomputation, or one of its steps (what the Airflow DAG's tasks call)."""
     from batch_layer.hbase_writer import VerificationError
     from batch_layer.job import CutoffError, choose_cutoff, iso, parse_cutoff, run_batch, swap_version, verify_version
-    from batch_layer.versions import PointerMoved, VersionStore
     from definitions.views import load_views
+    from stores.batch_views import PointerMoved, VersionStore
 
     cutoff = parse_cutoff(args.cutoff) if args.cutoff else None
     try:
@@ -242,7 +242,7 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     """Build the accuracy report of a batch version's ingest window, or list the reports."""
     from batch_layer.accuracy import build_report, latest_reports, store_report
     from batch_layer.report_html import render_html
-    from batch_layer.versions import VersionStore
+    from stores.batch_views import VersionStore
 
     if args.version is None:
         for report in latest_reports(settings, args.limit):
@@ -268,8 +268,8 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
-    from batch_layer.versions import VersionStore
     from speed_layer.realtime_cleanup import delete_absorbed
+    from stores.batch_views import VersionStore
 
     pointer = VersionStore(settings).pointer()
     if pointer is None:

@@ -90,8 +90,8 @@ def _show(settings: Settings, urls: list[str], truth: Counter, start: str, end: 
 
 
 def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> int:
-    from infra.airflow import AirflowClient, base_url
     from infra.stack import Stack
+    from stores.airflow import AirflowClient, base_url
 
     started = time.monotonic()
     _say("1/6 bringing the whole stack up (Kafka, HDFS, HBase, Cassandra, archiver, speed layer, API, Airflow)")

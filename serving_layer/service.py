@@ -17,17 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from batch_layer.versions import Pointer
 from definitions.settings import Settings
 from definitions.views import GRANULARITIES, View, key_text, load_views
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.staleness import Horizon, stale_reason
 from stores import batch_layout as layout
+from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
 
 if TYPE_CHECKING:
-    from speed_layer.realtime_store import RealtimeReader
+    from stores.realtime import RealtimeReader
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class ServingLayer:
             return self._hbase_pool
 
     def _reader(self):
-        from speed_layer.realtime_store import RealtimeReader
+        from stores.realtime import RealtimeReader
 
         with self._lock:
             if self._realtime is None:

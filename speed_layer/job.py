@@ -19,17 +19,18 @@ from __future__ import annotations
 import logging
 import sys
 
+from definitions import jobs
 from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, key_text, load_views
 from definitions.views import cells as view_cells
-from ingest.kafka_source import kafka_stream, validated_events
-from speed_layer.realtime_store import RealtimeRow, RealtimeWriter
+from stores.kafka_source import kafka_stream, validated_events
 from stores.progress import ProgressFile
+from stores.realtime import RealtimeRow, RealtimeWriter
 
 log = logging.getLogger("lambda.speed")
 
-JOB = "speed-layer"
-QUERY = "speed-views"
+JOB = jobs.SPEED_LAYER
+QUERY = jobs.SPEED_QUERY
 
 
 def aggregated_cells(spark, settings: Settings):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from definitions.clients import cassandra_cluster
 from definitions.settings import Settings
-from speed_layer.realtime_store import BY_BUCKET, BY_KEY, execute_with_retries
+from stores.realtime import BY_BUCKET, BY_KEY, execute_with_retries
 from stores.realtime_scan import Unreadable, scan
 
 log = logging.getLogger(__name__)

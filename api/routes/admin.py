@@ -38,7 +38,7 @@ class RecomputeStarted(BaseModel):
 
 
 def _trigger(settings: Settings, body: RecomputeRequest) -> str:
-    from infra.airflow import AirflowClient
+    from stores.airflow import AirflowClient
 
     client = AirflowClient(settings, timeout_s=15)
     try:

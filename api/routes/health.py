@@ -50,8 +50,8 @@ def _probe(name: str, fn, settings) -> dict[str, Any]:
     "/health", summary="200 with each component's state", response_model=None, responses={200: {"model": HealthBody}}
 )
 def health(settings: SettingsDep) -> dict[str, Any]:
-    from infra import health as probes
-    from infra.restarts import restart_report
+    from stores import health as probes
+    from stores.restarts import restart_report
 
     checks = {
         "kafka": probes.kafka,
@@ -76,7 +76,8 @@ def health(settings: SettingsDep) -> dict[str, Any]:
 
 @router.get("/api/v1/status", summary="Batch version, cutoff, speed-layer lag, freshness")
 def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
-    from speed_layer.job import JOB, QUERY
+    from definitions.jobs import SPEED_LAYER as JOB
+    from definitions.jobs import SPEED_QUERY as QUERY
     from stores import completeness
     from stores.progress import read_progress
 

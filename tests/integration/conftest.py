@@ -63,8 +63,8 @@ def served_version(settings: Settings, stack, spark):
     """A batch version the pointer serves: the stack's current one, or one made now (a little traffic,
     archived past a cutoff, one full batch run), so no test depends on another having run first."""
     from batch_layer.job import run_batch
-    from batch_layer.versions import VersionStore
     from ingest.generator import GeneratorConfig
+    from stores.batch_views import VersionStore
     from tests.support.events import send, wait_cutoff_past
 
     pointer = VersionStore(settings).pointer()

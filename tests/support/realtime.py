@@ -13,7 +13,7 @@ from definitions.events import parse_time
 from definitions.views import GRANULARITIES, HLL_LG_K, key_text
 from ingest.generator import SentRecord
 from ingest.truth import distinct_events
-from speed_layer.realtime_store import BY_BUCKET, BY_KEY
+from stores.realtime import BY_BUCKET, BY_KEY
 from stores.realtime_scan import scan
 
 URL_VIEWS = ("page_views", "unique_visitors", "top_pages")

@@ -12,9 +12,10 @@ import uuid
 import httpx
 import pytest
 
-from batch_layer.versions import VersionStore
-from infra.airflow import DAGS_FOLDER, AirflowClient, environment
+from infra.airflow import DAGS_FOLDER, environment
 from ingest.generator import GeneratorConfig
+from stores.airflow import AirflowClient
+from stores.batch_views import VersionStore
 from tests.integration.api.test_end_to_end import wait_exact
 from tests.support.events import send, wait_cutoff_past
 

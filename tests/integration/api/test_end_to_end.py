@@ -14,12 +14,12 @@ import httpx
 import pytest
 
 from batch_layer.job import run_batch
-from batch_layer.versions import PointerMoved, VersionStore
 from infra.stack import Stack
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
 from speed_layer.realtime_cleanup import delete_absorbed
 from stores import completeness
+from stores.batch_views import PointerMoved, VersionStore
 from tests.support.events import send, wait_cutoff_past
 from tests.support.polling import wait_for
 from tests.support.realtime import planned_offsets

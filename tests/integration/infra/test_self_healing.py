@@ -12,9 +12,9 @@ import time
 import uuid
 
 from infra import services as svc
-from infra.restarts import restart_report
 from ingest.generator import GeneratorConfig
 from stores.progress import read_progress
+from stores.restarts import restart_report
 from tests.support.events import send
 from tests.support.polling import wait_for
 from tests.support.realtime import wait_until_exact

@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from definitions.settings import Settings
-from infra.restarts import restart_report
 from infra.supervision import socket_path
+from stores.restarts import restart_report
 from tests.integration.infra.test_stack_manager import _tagged
 from tests.support.polling import wait_for
 

@@ -25,13 +25,13 @@ import pytest
 from batch_layer import accuracy
 from batch_layer.job import CutoffError, choose_cutoff, run_batch
 from batch_layer.report_html import render_html
-from batch_layer.versions import VersionStore
 from definitions.events import parse_time, validate
 from definitions.settings import REPO_ROOT
 from definitions.views import GRANULARITIES, load_views
 from definitions.webhdfs import WebHdfs
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
+from stores.batch_views import VersionStore
 from tests.support.events import send, wait_archived, wait_cutoff_past
 
 HOUR = 3_600

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from batch_layer.versions import VersionStore
 from definitions.webhdfs import WebHdfs
 from serving_layer.service import ServingLayer, StoreUnavailable
+from stores.batch_views import VersionStore
 from stores.checkpoints import marker_path, read_bucket_s
 
 

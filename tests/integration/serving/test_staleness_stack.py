@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from batch_layer.versions import VersionStore
 from definitions.settings import Settings
 from definitions.times import iso_s
 from definitions.webhdfs import WebHdfs
 from serving_layer.service import ServingLayer
+from stores.batch_views import VersionStore
 from stores.checkpoints import marker_path, read_marker, write_marker
 
 VIEW = "page_views"

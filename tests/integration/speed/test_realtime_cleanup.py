@@ -10,7 +10,7 @@ import pytest
 from definitions.clients import cassandra_cluster
 from infra.bootstrap import ensure_keyspace
 from speed_layer.realtime_cleanup import delete_absorbed
-from speed_layer.realtime_store import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, ensure_schema
+from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, ensure_schema
 
 CUTOFF = 1_800_000_000
 BELOW, ABOVE = (CUTOFF - 120, CUTOFF - 60), (CUTOFF, CUTOFF + 60)

@@ -5,9 +5,6 @@ to): `ingest`, `batch_layer`, `speed_layer`, `serving_layer` and `reports` impor
 may also use the serving layer); `api` may use `serving_layer` and `reports`; `infra` only
 `definitions` and `stores`; `definitions` nothing of the project; `lambdactl`, `dags` and `bench`
 compose everything.
-
-PENDING lists the crossings that predate the rule and are being moved into stores/: the test fails
-on any crossing not listed, and on a listed one that no longer exists (so the list only shrinks).
 """
 
 from __future__ import annotations
@@ -48,21 +45,6 @@ ALLOWED: dict[str, set[str]] = {
     "bench": set(PACKAGES),
 }
 
-# (importing file, imported module): crossings that predate the rule, each to be moved into stores/.
-PENDING: set[tuple[str, str]] = {
-    ("api/routes/admin.py", "infra.airflow"),
-    ("api/routes/health.py", "infra.health"),
-    ("api/routes/health.py", "infra.restarts"),
-    ("api/routes/health.py", "speed_layer.job"),
-    ("batch_layer/accuracy.py", "speed_layer.realtime_store"),
-    ("infra/bootstrap.py", "speed_layer.realtime_store"),
-    ("infra/health.py", "ingest.archiver"),
-    ("infra/health.py", "speed_layer.job"),
-    ("serving_layer/service.py", "batch_layer.versions"),
-    ("serving_layer/service.py", "speed_layer.realtime_store"),
-    ("speed_layer/job.py", "ingest.kafka_source"),
-}
-
 
 def imports_of(path: Path) -> set[str]:
     """Every module a file imports, at any depth (function-level imports included)."""
@@ -92,16 +74,10 @@ def crossings(root: Path = ROOT) -> set[tuple[str, str]]:
 
 
 def test_no_layer_imports_another_layer():
-    found = crossings()
-    new = sorted(found - PENDING)
+    new = sorted(crossings())
     assert not new, "imports that break the house rules (layers meet in definitions/ and stores/):\n" + "\n".join(
         f"  {f} imports {m}" for f, m in new
     )
-
-
-def test_the_pending_list_only_shrinks():
-    gone = sorted(PENDING - crossings())
-    assert not gone, "these crossings are gone: remove them from PENDING\n" + "\n".join(f"  {f} {m}" for f, m in gone)
 
 
 @pytest.mark.parametrize(

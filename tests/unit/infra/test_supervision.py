@@ -14,8 +14,9 @@ from definitions.settings import Settings
 from infra.errors import StackError
 from infra.process import STATE_TAG
 from infra.restart_listener import Listener, exit_reason
-from infra.restarts import Budget, read_status, restart_report
+from infra.restarts import Budget
 from infra.supervision import LISTENER, Program, render_config, socket_path
+from stores.restarts import read_status, restart_report
 
 
 def _settings(tmp_path: Path, **stack) -> Settings:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from definitions.events import TICK_KEY
 from ingest.archiver import dead_letter_raw
-from ingest.kafka_source import validated_events
+from stores.kafka_source import validated_events
 from tests.support.hostile import BASE, CONFIRMED, corpus
 
 KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"

@@ -90,7 +90,9 @@ def archiver(settings: Settings) -> str:
     """The archiver's queries run (its listener reports them), and how far the master dataset is complete."""
     import time
 
-    from ingest.archiver import DLQ_QUERY, JOB, MASTER_QUERY
+    from definitions.jobs import ARCHIVER as JOB
+    from definitions.jobs import ARCHIVER_DLQ_QUERY as DLQ_QUERY
+    from definitions.jobs import ARCHIVER_MASTER_QUERY as MASTER_QUERY
     from stores.progress import read_progress, require_progressing
 
     state = read_progress(settings, JOB)
@@ -112,7 +114,8 @@ def archiver(settings: Settings) -> str:
 
 def speed_layer(settings: Settings) -> str:
     """The speed layer's query runs; its rates, batch duration, state size and lag behind Kafka."""
-    from speed_layer.job import JOB, QUERY
+    from definitions.jobs import SPEED_LAYER as JOB
+    from definitions.jobs import SPEED_QUERY as QUERY
     from stores.progress import read_progress, require_progressing
 
     state = read_progress(settings, JOB)
@@ -138,6 +141,6 @@ def api(settings: Settings) -> str:
 
 
 def airflow(settings: Settings) -> str:
-    from infra.airflow import health as airflow_health
+    from stores.airflow import health as airflow_health
 
     return airflow_health(settings)

@@ -1,0 +1,86 @@
+"""Airflow's REST API, as the platform uses it: trigger and follow runs of its DAG, and whether
+Airflow answers. The one place the platform speaks to Airflow (infra.airflow starts it)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from definitions.settings import Settings
+
+
+def base_url(settings: Settings) -> str:
+    return f"http://{settings.airflow.host}:{settings.airflow.port}"
+
+
+class AirflowClient:
+    """The bits of Airflow's REST API (v2) the platform uses."""
+
+    def __init__(self, settings: Settings, timeout_s: float = 30) -> None:
+        self.settings = settings
+        self.http = httpx.Client(base_url=base_url(settings), timeout=timeout_s)
+        self._token: str | None = None
+
+    def close(self) -> None:
+        self.http.close()
+
+    def token(self) -> str:
+        if self._token is None:
+            a = self.settings.airflow
+            resp = self.http.post(
+                "/auth/token", json={"username": a.admin_user, "password": a.admin_password.get_secret_value()}
+            )
+            resp.raise_for_status()
+            self._token = resp.json()["access_token"]
+        return self._token
+
+    def _call(self, method: str, path: str, **kwargs) -> dict:
+        resp = self.http.request(method, path, headers={"Authorization": f"Bearer {self.token()}"}, **kwargs)
+        if resp.status_code >= 400:
+            raise RuntimeError(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}")
+        return resp.json() if resp.content else {}
+
+    def dag(self, dag_id: str) -> dict:
+        return self._call("GET", f"/api/v2/dags/{dag_id}")
+
+    def unpause(self, dag_id: str) -> None:
+        self._call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
+
+    def pause(self, dag_id: str) -> None:
+        self._call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": True})
+
+    def trigger(self, dag_id: str, conf: dict) -> str:
+        run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        return run["dag_run_id"]
+
+    def run(self, dag_id: str, run_id: str) -> dict:
+        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+
+    def wait(self, dag_id: str, run_id: str, timeout_s: float = 900) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self.run(dag_id, run_id)
+            if run["state"] in ("success", "failed"):
+                return run
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"DAG run {run_id} still {run['state']} after {timeout_s:.0f}s")
+            time.sleep(3)
+
+
+def health(settings: Settings) -> str:
+    """Airflow's API answers, a token is granted, and the platform's DAG is parsed."""
+    client = AirflowClient(settings, timeout_s=10)
+    try:
+        resp = client.http.get("/api/v2/monitor/health")
+        resp.raise_for_status()
+        states = {k: v.get("status") for k, v in resp.json().items() if isinstance(v, dict)}
+        if states.get("metadatabase") != "healthy" or states.get("scheduler") != "healthy":
+            raise RuntimeError(f"not healthy yet: {states}")
+        dag = client.dag(settings.airflow.dag_id)
+        return f"Airflow answers on {base_url(settings)}; {dag['dag_id']} parsed, {'paused' if dag['is_paused'] else 'active'}"
+    finally:
+        client.close()
