@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from definitions.logs import configure_from
 from definitions.settings import get_settings
 
 
@@ -13,16 +14,14 @@ def main() -> int:
 
     from api.app import InsecureSettings, create_app
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "cassandra", "httpx", "happybase", "thriftpy2"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
+    configure_from("api", settings)
     try:
         app = create_app(settings)
     except InsecureSettings as exc:
         logging.getLogger("lambda.api").error("refusing to start: %s", exc)
         return 2
-    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_level="info", access_log=False)
+    uvicorn.run(app, host=settings.api.host, port=settings.api.port, log_config=None, access_log=False)
     return 0
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from definitions.events import FIELD_NAMES
+from definitions.logs import configure_from
 from definitions.settings import Settings
 from definitions.views import GRANULARITIES, HLL_LG_K, View, key_text, load_views
 
@@ -923,10 +924,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous-cutoff-ms", type=int, help="window start (with --cutoff-ms: an explicit window)")
     parser.add_argument("--cutoff-ms", type=int, help="window end")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "py4j", "httpx", "cassandra", "happybase", "thriftpy2"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
+    configure_from("accuracy-report", settings)
     spark = spark_session(settings, "lambda-accuracy", {"spark.driver.memory": settings.batch.driver_memory})
     try:
         if args.cutoff_ms is not None:

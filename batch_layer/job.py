@@ -33,6 +33,7 @@ from batch_layer.hbase_writer import (
     verify_table,
     write_partitions,
 )
+from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
 from definitions.views import View, load_views
@@ -139,6 +140,7 @@ def run_batch(
 
     spark = spark or spark_session(settings, "lambda-batch", {"spark.driver.memory": settings.batch.driver_memory})
     version = store.allocate_version()
+    bind(run=run_id, version=version)  # every later line of this process names the run
     me = psutil.Process()
     # The swap moves only these views' entries (all of them, for a full run), and only if the
     # pointer is still at the generation read above.
@@ -259,10 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--views", help="comma-separated view names (default: all)")
     parser.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "py4j", "httpx", "happybase", "thriftpy2"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
+    configure_from("batch", settings)
     try:
         result = run_batch(
             settings,

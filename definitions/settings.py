@@ -280,6 +280,13 @@ class StackSettings(_Section):
     log_backups: int = Field(5, ge=1)
 
 
+class LoggingSettings(_Section):
+    """How every process of the platform logs (definitions/logs.py)."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAMBDA_",
@@ -310,6 +317,7 @@ class Settings(BaseSettings):
     airflow: AirflowSettings = AirflowSettings()
     views: ViewSettings = ViewSettings()
     stack: StackSettings = StackSettings()
+    logging: LoggingSettings = LoggingSettings()
 
     @property
     def realtime_ttl_s(self) -> int:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from definitions.files import write_private
+from definitions.logs import configure_from
 from definitions.settings import DEFAULT_AIRFLOW_PASSWORD, REPO_ROOT, Settings, get_settings
 from stores.airflow import base_url
 
@@ -82,8 +83,8 @@ def check_installed(settings: Settings) -> Path:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     settings = get_settings()
+    configure_from("airflow", settings)
     if (
         settings.environment != "development"
         and settings.airflow.admin_password.get_secret_value() == DEFAULT_AIRFLOW_PASSWORD

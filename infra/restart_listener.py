@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from xmlrpc.client import Fault
 
+from definitions.logs import configure
 from infra.process import tail_file
 from infra.restarts import Budget
 from stores.restarts import new_entry, read_status, write_status
@@ -284,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backoff-max-s", type=float, required=True)
     parser.add_argument("--log-lines", type=int, default=20)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    configure("restart-listener")
     from supervisor import childutils
 
     budget = Budget(args.max_restarts, args.window_s, args.backoff_s, args.backoff_max_s)

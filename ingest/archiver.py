@@ -21,6 +21,7 @@ import time
 
 from definitions import jobs
 from definitions.events import FIELD_NAMES
+from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from ingest.ticker import Ticker
 from stores import completeness
@@ -157,10 +158,9 @@ def run(settings: Settings) -> int:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "py4j", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    return run(get_settings())
+    settings = get_settings()
+    configure_from("archiver", settings)
+    return run(settings)
 
 
 if __name__ == "__main__":

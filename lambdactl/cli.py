@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC
 from pathlib import Path
 
+from definitions.logs import configure
 from definitions.settings import Settings, get_settings
 from infra.errors import StackError
 
@@ -430,14 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    for noisy in ("kafka", "cassandra", "httpx", "happybase", "thriftpy2", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING if not args.verbose else logging.DEBUG)
+    configure("lambdactl", "DEBUG" if args.verbose else "INFO", "short")
     from definitions.settings_store import SettingsConflict
 
     try:

@@ -20,6 +20,7 @@ import logging
 import sys
 
 from definitions import jobs
+from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, key_text, load_views
 from definitions.views import cells as view_cells
@@ -184,10 +185,9 @@ def run(settings: Settings) -> int:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "py4j", "httpx", "cassandra"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    return run(get_settings())
+    settings = get_settings()
+    configure_from("speed-layer", settings)
+    return run(settings)
 
 
 if __name__ == "__main__":

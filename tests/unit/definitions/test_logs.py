@@ -1,0 +1,73 @@
+"""One logging set-up: every line names the component, and the batch run and version once bound."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from definitions import logs
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logs.bind(run=None, version=None)
+
+
+def test_text_lines_name_the_component_and_the_bound_run():
+    out = io.StringIO()
+    logs.configure("batch", "INFO", "text", stream=out)
+    logging.getLogger("lambda.batch").info("planning %s", "v7")
+    logs.bind(run="20261123T220000-abc123", version=7)
+    logging.getLogger("lambda.batch").warning("swapped")
+    first, second = out.getvalue().splitlines()
+    assert first.endswith(" INFO batch lambda.batch run=- version=-: planning v7") and first[19] == "Z"
+    assert second.endswith(" WARNING batch lambda.batch run=20261123T220000-abc123 version=7: swapped")
+
+
+def test_json_lines_are_one_object_each():
+    out = io.StringIO()
+    logs.configure("speed-layer", "INFO", "json", stream=out)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("lambda.speed").exception("batch %d failed", 3)
+    doc = json.loads(out.getvalue().splitlines()[0])
+    assert {k: doc[k] for k in ("level", "component", "logger", "run", "version", "message")} == {
+        "level": "ERROR",
+        "component": "speed-layer",
+        "logger": "lambda.speed",
+        "run": "-",
+        "version": "-",
+        "message": "batch 3 failed",
+    }
+    assert "ValueError: boom" in doc["exception"]
+
+
+def test_configure_replaces_the_handler_and_quiets_the_drivers():
+    out = io.StringIO()
+    logs.configure("api", "INFO", "text", stream=io.StringIO())
+    logs.configure("api", "INFO", "text", stream=out)
+    ours = [h for h in logging.getLogger().handlers if any(isinstance(f, logs._Context) for f in h.filters)]
+    assert len(ours) == 1
+    logging.getLogger("kafka.conn").info("chatter")
+    logging.getLogger("cassandra.cluster").warning("a real problem")
+    assert "chatter" not in out.getvalue() and "a real problem" in out.getvalue()
+
+
+def test_the_level_and_format_come_from_settings():
+    from definitions.settings import Settings
+
+    out = io.StringIO()
+    settings = Settings(logging={"level": "WARNING", "format": "json"})
+    logs.configure_from("archiver", settings, stream=out)
+    logging.getLogger("x").info("hidden")
+    logging.getLogger("x").warning("shown")
+    assert [json.loads(line)["message"] for line in out.getvalue().splitlines()] == ["shown"]
