@@ -53,13 +53,11 @@ class _LazyProducer:
         self.producer = None
 
     def __call__(self):
-        from kafka import KafkaProducer
+        from stores import kafka
 
         with self.lock:
             if self.producer is None:
-                self.producer = KafkaProducer(
-                    bootstrap_servers=self.settings.kafka.bootstrap, acks="all", client_id="lambda-api", linger_ms=5
-                )
+                self.producer = kafka.producer(self.settings, "lambda-api", linger_ms=5)
             return self.producer
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ from definitions.events import FIELD_NAMES
 from definitions.logs import configure_from
 from definitions.settings import Settings
 from definitions.views import GRANULARITIES, HLL_LG_K, View, key_text, load_views
+from stores.kafka import offsets_at
 
 log = logging.getLogger("lambda.accuracy")
 
@@ -88,7 +89,7 @@ def read_realtime(
     """
     from datasketches import hll_sketch
 
-    from definitions.clients import cassandra_cluster
+    from stores.clients import cassandra_cluster
     from stores.realtime import BY_BUCKET, BY_KEY
     from stores.realtime_scan import scan
 
@@ -134,7 +135,7 @@ def speed_layer_position(settings: Settings) -> dict[int, int] | None:
     """Per partition of topic `events`, the next offset after the speed layer's last committed
     micro-batch (read from its checkpoint on HDFS); None before its first commit. A committed
     micro-batch has written its realtime rows (foreachBatch runs before the commit)."""
-    from definitions.webhdfs import WebHdfs
+    from stores.webhdfs import WebHdfs
 
     root = settings.speed.checkpoint_dir.rstrip("/")
     with WebHdfs(settings) as fs:
@@ -154,27 +155,9 @@ def speed_layer_position(settings: Settings) -> dict[int, int] | None:
     return None
 
 
-def kafka_offsets_at(settings: Settings, ingest_ms: int) -> dict[int, int]:
-    """Per partition, the first offset whose ingest time is at or after `ingest_ms` (the end
-    offset when there is none yet): every record before the time lies below it."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    topic = settings.kafka.events_topic
-    consumer = KafkaConsumer(
-        bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False, client_id="lambda-accuracy"
-    )
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        found = consumer.offsets_for_times({tp: ingest_ms for tp in parts})
-        ends = consumer.end_offsets(parts)
-        return {tp.partition: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in parts}
-    finally:
-        consumer.close()
-
-
 def wait_for_speed_layer(settings: Settings, ingest_ms: int, timeout_s: float = 180.0) -> dict:
     """Wait until the speed layer has committed every record ingested before `ingest_ms`."""
-    needed = kafka_offsets_at(settings, ingest_ms)
+    needed = offsets_at(settings, ingest_ms)
     started = time.monotonic()
     committed = None
     while True:
@@ -843,7 +826,7 @@ def reports_dir(settings: Settings) -> Path:
 def store_report(settings: Settings, report: dict, html: str) -> dict:
     """Write `<id>.json` and `<id>.html` under state_dir/reports (what the API serves) and a copy on
     HDFS under /lambda/reports/; their paths."""
-    from definitions.webhdfs import WebHdfs
+    from stores.webhdfs import WebHdfs
 
     rid = report["id"]
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", rid):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from definitions.clients import hbase_connection
 from definitions.settings import Settings
 from definitions.views import View
 from stores import batch_layout as layout
+from stores.clients import hbase_connection
 
 
 class VerificationError(RuntimeError):

@@ -44,11 +44,11 @@ from figures import emit, int_list  # bench/ itself: the scripts run as files
 
 from batch_layer import job
 from batch_layer.hbase_writer import TableStats, create_table, verify_table, write_partitions
-from definitions.clients import hbase_connection
 from definitions.settings import Settings, get_settings
 from definitions.views import BUILT_IN, GRANULARITIES, PAGE_VIEWS, UNIQUE_VISITORS, View
 from ingest.generator import _COUNTRIES, _DEVICES, _REFERRERS, _TYPE_WEIGHTS, page_urls
 from stores import batch_layout as layout
+from stores.clients import hbase_connection
 
 log = logging.getLogger("bench.batch")
 

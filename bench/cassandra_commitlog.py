@@ -21,9 +21,9 @@ from pathlib import Path
 
 from figures import emit, fmt, percentile
 
-from definitions.clients import cassandra_cluster
 from definitions.settings import get_settings
 from infra.stack import Stack
+from stores.clients import cassandra_cluster
 
 log = logging.getLogger("bench.cassandra_commitlog")
 MODES = ("batch", "group", "periodic")

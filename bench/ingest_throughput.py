@@ -28,12 +28,12 @@ from pathlib import Path
 
 from kafka.admin import NewTopic
 
-from definitions.clients import kafka_admin
 from definitions.settings import Settings, get_settings
-from definitions.webhdfs import WebHdfs
 from infra.stack import Stack
 from ingest.generator import GeneratorConfig, produce
 from stores import completeness
+from stores.clients import kafka_admin
+from stores.webhdfs import WebHdfs
 
 log = logging.getLogger("bench.ingest")
 

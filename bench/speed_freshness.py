@@ -39,15 +39,15 @@ from pathlib import Path
 
 from figures import emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
 
-from definitions.clients import cassandra_cluster
 from definitions.events import SCHEMA_VERSION, format_time
 from definitions.settings import Settings, get_settings
 from definitions.views import key_text
-from definitions.webhdfs import WebHdfs
 from ingest.generator import GeneratorConfig, SendReport, produce
 from speed_layer.job import JOB, QUERY
+from stores.clients import cassandra_cluster
 from stores.progress import read_progress
 from stores.realtime import BY_KEY
+from stores.webhdfs import WebHdfs
 
 log = logging.getLogger("bench.speed")
 

@@ -11,61 +11,16 @@ from __future__ import annotations
 import logging
 import subprocess
 
-from definitions.clients import cassandra_cluster, hbase_connection, kafka_admin
 from definitions.settings import Settings
 from infra.errors import StackError
 from infra.java import find_java
 from infra.services import HBASE, JAVA_DIR
+from stores.clients import cassandra_cluster, hbase_connection
+from stores.kafka import ensure_topics
 
 log = logging.getLogger(__name__)
 
-TIMESTAMP_TYPE = "LogAppendTime"
 META_FAMILIES = {"p": dict(max_versions=1)}
-
-
-def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
-    retention_ms = str(settings.kafka.retention_hours * 3600 * 1000)
-    return {
-        settings.kafka.events_topic: {"message.timestamp.type": TIMESTAMP_TYPE, "retention.ms": retention_ms},
-        settings.kafka.dlq_topic: {"message.timestamp.type": TIMESTAMP_TYPE, "retention.ms": retention_ms},
-    }
-
-
-def ensure_topics(settings: Settings) -> list[str]:
-    """Create missing topics and correct the timestamp type of existing ones; the topics created."""
-    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
-
-    admin = kafka_admin(settings, client_id="lambdactl-bootstrap")
-    try:
-        existing = set(admin.list_topics())
-        wanted = topic_configs(settings)
-        new = [
-            NewTopic(name, num_partitions=settings.kafka.partitions, replication_factor=1, topic_configs=configs)
-            for name, configs in wanted.items()
-            if name not in existing
-        ]
-        if new:
-            admin.create_topics(new, validate_only=False)
-            log.info("created topics %s", ", ".join(t.name for t in new))
-        for name in wanted.keys() & existing:
-            described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
-            current = _topic_config(described, "message.timestamp.type")
-            if current != TIMESTAMP_TYPE:
-                log.warning("topic %s has message.timestamp.type=%s; setting %s", name, current, TIMESTAMP_TYPE)
-                admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs=wanted[name])])
-        return [t.name for t in new]
-    finally:
-        admin.close()
-
-
-def _topic_config(described, key: str) -> str | None:
-    for response in described:
-        for resource in response.resources:
-            # (error_code, error_message, resource_type, resource_name, config_entries)
-            for entry in resource[4]:
-                if entry[0] == key:
-                    return entry[1]
-    return None
 
 
 def ensure_hbase_meta(settings: Settings) -> bool:

@@ -122,7 +122,7 @@ def completeness_hook(settings: Settings, partitions: int):
 
 
 def topic_partitions(settings: Settings) -> int:
-    from definitions.clients import kafka_admin
+    from stores.clients import kafka_admin
 
     admin = kafka_admin(settings)
     try:

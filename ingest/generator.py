@@ -285,13 +285,12 @@ def produce(
     settings: Settings, config: GeneratorConfig, events_out: IO[str] | None = None, progress_every: int = 0
 ) -> SendReport:
     """Send the configured stream to Kafka; write one JSON line per sent record to `events_out`."""
-    from kafka import KafkaProducer
+    from stores import kafka
 
     topic = config.topic or settings.kafka.events_topic
-    producer = KafkaProducer(
-        bootstrap_servers=settings.kafka.bootstrap,
-        client_id="lambda-generator",
-        acks="all",
+    producer = kafka.producer(
+        settings,
+        "lambda-generator",
         linger_ms=20,
         batch_size=256 * 1024,
         max_request_size=2 * 1024 * 1024,

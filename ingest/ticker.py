@@ -25,10 +25,10 @@ class Ticker(threading.Thread):
         self.sent = 0
 
     def run(self) -> None:
-        from kafka import KafkaProducer
+        from stores import kafka
 
         topic = self.settings.kafka.events_topic
-        producer = KafkaProducer(bootstrap_servers=self.settings.kafka.bootstrap, client_id="lambda-ticker", acks="all")
+        producer = kafka.producer(self.settings, "lambda-ticker")
         try:
             while not self.stopped.is_set():
                 try:

@@ -106,19 +106,11 @@ class ServingLayer:
     # --- store access --------------------------------------------------------------------------
 
     def _pool(self):
-        import happybase
+        from stores.clients import hbase_pool
 
         with self._lock:
             if self._hbase_pool is None:
-                b = self.settings.hbase
-                self._hbase_pool = happybase.ConnectionPool(
-                    size=self.settings.api.hbase_pool_size,
-                    host=b.host,
-                    port=b.thrift_port,
-                    timeout=5_000,
-                    table_prefix=b.namespace,
-                    table_prefix_separator=":",
-                )
+                self._hbase_pool = hbase_pool(self.settings, self.settings.api.hbase_pool_size, timeout_s=5)
             return self._hbase_pool
 
     def _reader(self):
@@ -126,7 +118,7 @@ class ServingLayer:
 
         with self._lock:
             if self._realtime is None:
-                from definitions.clients import cassandra_cluster
+                from stores.clients import cassandra_cluster
 
                 cluster = cassandra_cluster(self.settings, timeout_s=5)
                 self._realtime = RealtimeReader(self.settings, cluster.connect(self.settings.cassandra.keyspace))

@@ -17,8 +17,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from definitions.clients import cassandra_cluster
 from definitions.settings import Settings
+from stores.clients import cassandra_cluster
 from stores.realtime import BY_BUCKET, BY_KEY, execute_with_retries
 from stores.realtime_scan import Unreadable, scan
 

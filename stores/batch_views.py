@@ -16,9 +16,9 @@ import logging
 import time
 from collections.abc import Mapping
 
-from definitions.clients import hbase_connection
 from definitions.settings import Settings
 from stores import batch_layout as layout
+from stores.clients import hbase_connection
 from stores.pointer import (
     DOC,
     CutoffError,

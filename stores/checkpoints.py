@@ -29,7 +29,7 @@ def marker_path(settings: Settings) -> str:
 def read_marker(settings: Settings) -> Marker | None:
     """The speed layer's checkpoint marker; None before its first start.
     Raises WebHdfsError (or an httpx error) when HDFS cannot be read."""
-    from definitions.webhdfs import WebHdfs
+    from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
         data = fs.read(marker_path(settings))
@@ -46,7 +46,7 @@ def read_bucket_s(settings: Settings) -> int | None:
 
 
 def write_marker(settings: Settings, started_ms: int | None = None) -> None:
-    from definitions.webhdfs import WebHdfs
+    from stores.webhdfs import WebHdfs
 
     doc = {
         "ingest_bucket_s": settings.ingest_bucket_s,
@@ -58,7 +58,7 @@ def write_marker(settings: Settings, started_ms: int | None = None) -> None:
 
 def file_written_ms(settings: Settings) -> int:
     """When the marker file was last written, by HDFS's clock (its modification time)."""
-    from definitions.webhdfs import WebHdfs
+    from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
         return int(fs.status(marker_path(settings))["modificationTime"])

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from definitions.settings import Settings
-from definitions.webhdfs import WebHdfs
+from stores.webhdfs import WebHdfs
 
 log = logging.getLogger(__name__)
 

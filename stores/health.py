@@ -9,9 +9,9 @@ import uuid
 
 import httpx
 
-from definitions.clients import cassandra_cluster, hbase_connection, kafka_admin, quiet
 from definitions.settings import Settings
-from definitions.webhdfs import WebHdfs
+from stores.clients import cassandra_cluster, hbase_connection, kafka_admin, quiet
+from stores.webhdfs import WebHdfs
 
 PROBE_TIMEOUT_S = 5.0
 

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from definitions.clients import cassandra_cluster
 from definitions.settings import Settings
+from stores.clients import cassandra_cluster
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from definitions.clients import hbase_connection
 from definitions.views import View
 from stores import batch_layout as layout
+from stores.clients import hbase_connection
 
 
 def read_table(settings, table: str, view: View) -> dict[str, dict[tuple, tuple[int, bytes | None]]]:

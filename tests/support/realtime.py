@@ -8,11 +8,11 @@ from collections import defaultdict
 
 from datasketches import hll_sketch, hll_union
 
-from definitions.clients import cassandra_cluster
 from definitions.events import parse_time
 from definitions.views import GRANULARITIES, HLL_LG_K, key_text
 from ingest.generator import SentRecord
 from ingest.truth import distinct_events
+from stores.clients import cassandra_cluster
 from stores.realtime import BY_BUCKET, BY_KEY
 from stores.realtime_scan import scan
 
@@ -69,7 +69,7 @@ def counted(settings, urls: set[str]) -> int:
 def planned_offsets(settings) -> dict[int, int]:
     """{partition: end offset} of the newest micro-batch the speed layer has planned for topic `events`:
     Spark writes it to the checkpoint's offset log before the batch runs (empty before the first)."""
-    from definitions.webhdfs import WebHdfs
+    from stores.webhdfs import WebHdfs
 
     offsets_dir = f"{settings.speed.checkpoint_dir.rstrip('/')}/offsets"
     with WebHdfs(settings) as fs:

@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 from batch_layer.job import run_batch, swap_version
-from definitions.clients import hbase_connection
 from ingest.generator import GeneratorConfig, SentRecord
 from stores.batch_views import PointerMoved, VersionStore
+from stores.clients import hbase_connection
 from tests.integration.api.test_end_to_end import (
     HOUR,
     api,

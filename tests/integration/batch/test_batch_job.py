@@ -14,12 +14,12 @@ import pytest
 from datasketches import hll_sketch
 
 from batch_layer.job import CutoffError, choose_cutoff, run_batch
-from definitions.clients import hbase_connection
 from definitions.views import load_views
 from ingest.generator import GeneratorConfig
 from stores import batch_layout as layout
 from stores import completeness
 from stores.batch_views import VersionStore
+from stores.clients import hbase_connection
 from stores.pointer import table_version, table_view
 from tests.support.events import send, wait_cutoff_past
 from tests.support.hbase_read import read_table

@@ -19,8 +19,8 @@ import pytest
 
 from batch_layer.hbase_writer import create_table
 from batch_layer.job import swap_version
-from definitions.clients import hbase_connection
 from stores.batch_views import PointerMoved, VersionStore
+from stores.clients import hbase_connection
 from stores.pointer import DOC, Pointer, advance, table_name
 
 T0 = 1_800_000_000_000

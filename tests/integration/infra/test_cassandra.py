@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cassandra.concurrent import execute_concurrent_with_args
 
-from definitions.clients import cassandra_cluster
+from stores.clients import cassandra_cluster
 
 
 def test_prepared_insert_and_select(settings, stack, unique):

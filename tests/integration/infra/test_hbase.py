@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from definitions.clients import hbase_connection
+from stores.clients import hbase_connection
 
 
 def test_create_batch_put_scan(settings, stack, unique):

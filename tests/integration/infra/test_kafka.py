@@ -7,7 +7,7 @@ import json
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from definitions.clients import kafka_admin
+from stores.clients import kafka_admin
 
 
 def test_keyed_records_round_trip(settings, stack, unique):

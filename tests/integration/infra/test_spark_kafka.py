@@ -8,7 +8,7 @@ from kafka import KafkaProducer
 from kafka.admin import NewTopic
 from pyspark.sql import functions as F
 
-from definitions.clients import kafka_admin
+from stores.clients import kafka_admin
 
 
 def test_stream_from_kafka_to_parquet_on_hdfs(settings, stack, spark, unique):

@@ -92,7 +92,7 @@ def test_bad_knobs_are_refused():
 def test_produce_records_partition_offset_and_broker_timestamp(settings, stack, unique):
     from kafka.admin import NewTopic
 
-    from definitions.clients import kafka_admin
+    from stores.clients import kafka_admin
 
     topic = f"test-gen-{unique}"
     admin = kafka_admin(settings)
@@ -115,8 +115,8 @@ def test_cli_generate_writes_events_and_truth(settings, stack, tmp_path, unique)
 
     from kafka.admin import NewTopic
 
-    from definitions.clients import kafka_admin
     from ingest.generator import read_sent
+    from stores.clients import kafka_admin
 
     topic = f"test-cli-{unique}"
     admin = kafka_admin(settings)

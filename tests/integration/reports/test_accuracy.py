@@ -28,10 +28,10 @@ from batch_layer.report_html import render_html
 from definitions.events import parse_time, validate
 from definitions.settings import REPO_ROOT
 from definitions.views import GRANULARITIES, load_views
-from definitions.webhdfs import WebHdfs
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
 from stores.batch_views import VersionStore
+from stores.webhdfs import WebHdfs
 from tests.support.events import send, wait_archived, wait_cutoff_past
 
 HOUR = 3_600

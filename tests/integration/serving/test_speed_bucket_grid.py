@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from definitions.webhdfs import WebHdfs
 from serving_layer.service import ServingLayer, StoreUnavailable
 from stores.batch_views import VersionStore
 from stores.checkpoints import marker_path, read_bucket_s
+from stores.webhdfs import WebHdfs
 
 
 @pytest.fixture

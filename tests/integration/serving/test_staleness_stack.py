@@ -14,10 +14,10 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from definitions.settings import Settings
 from definitions.times import iso_s
-from definitions.webhdfs import WebHdfs
 from serving_layer.service import ServingLayer
 from stores.batch_views import VersionStore
 from stores.checkpoints import marker_path, read_marker, write_marker
+from stores.webhdfs import WebHdfs
 
 VIEW = "page_views"
 

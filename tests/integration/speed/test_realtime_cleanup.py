@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from definitions.clients import cassandra_cluster
 from infra.bootstrap import ensure_keyspace
 from speed_layer.realtime_cleanup import delete_absorbed
+from stores.clients import cassandra_cluster
 from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, ensure_schema
 
 CUTOFF = 1_800_000_000

@@ -4,7 +4,8 @@ Layers meet only in `definitions/` (contracts) and `stores/` (the one place each
 to): `ingest`, `batch_layer`, `speed_layer`, `serving_layer` and `reports` import only those (reports
 may also use the serving layer); `api` may use `serving_layer` and `reports`; `infra` only
 `definitions` and `stores`; `definitions` nothing of the project; `lambdactl`, `dags` and `bench`
-compose everything.
+compose everything. Only `stores/` imports the stores' client libraries (kafka-python,
+happybase, cassandra-driver).
 """
 
 from __future__ import annotations
@@ -78,6 +79,37 @@ def test_no_layer_imports_another_layer():
     assert not new, "imports that break the house rules (layers meet in definitions/ and stores/):\n" + "\n".join(
         f"  {f} imports {m}" for f, m in new
     )
+
+
+# The client libraries of the stores: only stores/ imports them (bench/ measures them directly).
+STORE_CLIENTS = ("kafka", "happybase", "cassandra")
+
+
+def client_imports(root: Path = ROOT) -> set[tuple[str, str]]:
+    out = set()
+    for package in PACKAGES:
+        if package in ("stores", "bench"):
+            continue
+        for path in sorted((root / package).rglob("*.py")):
+            for module in imports_of(path):
+                if module.split(".")[0] in STORE_CLIENTS:
+                    out.add((str(path.relative_to(root)), module))
+    return out
+
+
+def test_only_stores_speak_to_a_store():
+    found = sorted(client_imports())
+    assert not found, "store clients imported outside stores/ (add what you need to a stores/ module):\n" + "\n".join(
+        f"  {f} imports {m}" for f, m in found
+    )
+
+
+def test_the_client_check_sees_a_driver_imported_in_a_layer(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+    (tmp_path / "serving_layer" / "added.py").write_text("def later():\n    import happybase\n")
+    (tmp_path / "stores" / "added.py").write_text("import happybase\nfrom cassandra.cluster import Cluster\n")
+    assert client_imports(tmp_path) == {("serving_layer/added.py", "happybase")}
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,21 @@ def hbase_connection(settings: Settings, timeout_s: float = 10.0, namespaced: bo
     return happybase.Connection(b.host, b.thrift_port, timeout=int(timeout_s * 1000), **kwargs)
 
 
+def hbase_pool(settings: Settings, size: int, timeout_s: float = 10.0):
+    """A happybase connection pool of `size`; table names relative to the platform's namespace."""
+    import happybase
+
+    b = settings.hbase
+    return happybase.ConnectionPool(
+        size=size,
+        host=b.host,
+        port=b.thrift_port,
+        timeout=int(timeout_s * 1000),
+        table_prefix=b.namespace,
+        table_prefix_separator=":",
+    )
+
+
 def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy

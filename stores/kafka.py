@@ -1,0 +1,98 @@
+"""Kafka as the platform uses it: producers, consumers and the admin client built from settings,
+and the platform's topics (`events`, with LogAppendTime so a record's timestamp is its ingest time,
+and the dead-letter topic). Spark's reading of `events` is in stores/kafka_source.py."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from definitions.settings import Settings
+from stores.clients import kafka_admin
+
+log = logging.getLogger(__name__)
+
+TIMESTAMP_TYPE = "LogAppendTime"
+
+
+def producer(settings: Settings, client_id: str, **options: Any):
+    """A KafkaProducer to the platform's brokers; every write acknowledged by all in-sync replicas
+    unless `options` says otherwise."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, client_id=client_id, **{"acks": "all", **options})
+
+
+def consumer(settings: Settings, client_id: str, **options: Any):
+    """A KafkaConsumer to the platform's brokers that commits nothing unless `options` says so."""
+    from kafka import KafkaConsumer
+
+    return KafkaConsumer(
+        bootstrap_servers=settings.kafka.bootstrap, client_id=client_id, **{"enable_auto_commit": False, **options}
+    )
+
+
+def partition(topic: str, number: int):
+    """A kafka-python TopicPartition."""
+    from kafka import TopicPartition
+
+    return TopicPartition(topic, number)
+
+
+def offsets_at(settings: Settings, ingest_ms: int) -> dict[int, int]:
+    """Per partition of `events`, the first offset whose ingest time is at or after `ingest_ms` (the
+    end offset when there is none yet): every record before the time lies below it."""
+    topic = settings.kafka.events_topic
+    client = consumer(settings, "lambda-accuracy")
+    try:
+        parts = [partition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
+        found = client.offsets_for_times({tp: ingest_ms for tp in parts})
+        ends = client.end_offsets(parts)
+        return {tp.partition: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in parts}
+    finally:
+        client.close()
+
+
+def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
+    retention_ms = str(settings.kafka.retention_hours * 3600 * 1000)
+    return {
+        settings.kafka.events_topic: {"message.timestamp.type": TIMESTAMP_TYPE, "retention.ms": retention_ms},
+        settings.kafka.dlq_topic: {"message.timestamp.type": TIMESTAMP_TYPE, "retention.ms": retention_ms},
+    }
+
+
+def ensure_topics(settings: Settings) -> list[str]:
+    """Create missing topics and correct the timestamp type of existing ones; the topics created."""
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+    admin = kafka_admin(settings, client_id="lambdactl-bootstrap")
+    try:
+        existing = set(admin.list_topics())
+        wanted = topic_configs(settings)
+        new = [
+            NewTopic(name, num_partitions=settings.kafka.partitions, replication_factor=1, topic_configs=configs)
+            for name, configs in wanted.items()
+            if name not in existing
+        ]
+        if new:
+            admin.create_topics(new, validate_only=False)
+            log.info("created topics %s", ", ".join(t.name for t in new))
+        for name in wanted.keys() & existing:
+            described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+            current = _topic_config(described, "message.timestamp.type")
+            if current != TIMESTAMP_TYPE:
+                log.warning("topic %s has message.timestamp.type=%s; setting %s", name, current, TIMESTAMP_TYPE)
+                admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs=wanted[name])])
+        return [t.name for t in new]
+    finally:
+        admin.close()
+
+
+def _topic_config(described, key: str) -> str | None:
+    for response in described:
+        for resource in response.resources:
+            # (error_code, error_message, resource_type, resource_name, config_entries)
+            for entry in resource[4]:
+                if entry[0] == key:
+                    return entry[1]
+    return None
