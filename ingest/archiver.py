@@ -27,7 +27,7 @@ from ingest.ticker import Ticker
 from stores import completeness
 from stores.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
 from stores.master import master_url
-from stores.progress import ProgressFile
+from stores.progress import ProgressFile, source_offsets
 
 log = logging.getLogger("lambda.archiver")
 
@@ -112,8 +112,8 @@ def completeness_hook(settings: Settings, partitions: int):
     """After each committed master batch: publish the completeness marker, keep it in the progress file."""
 
     def publish(p) -> dict:
-        end = json.loads(p.sources[0].endOffset).get(settings.kafka.events_topic, {})
-        parts = completeness.progress_from_end_offsets(settings, {int(k): int(v) for k, v in end.items()})
+        end = source_offsets(p.sources[0].endOffset).get(settings.kafka.events_topic, {})
+        parts = completeness.progress_from_end_offsets(settings, end)
         marker = completeness.Completeness(p.batchId, int(time.time() * 1000), parts, partitions)
         completeness.publish(settings, marker)
         return {"completeness": json.loads(marker.to_json())}

@@ -12,9 +12,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from definitions.events import InvalidEvent, validate
+from definitions.views import GRANULARITIES
 from ingest.generator import SentRecord
-
-BUCKETS = {"minute": 60, "hour": 3_600, "day": 86_400}
 
 
 def distinct_events(sent: Iterable[SentRecord]) -> list[dict]:
@@ -36,7 +35,7 @@ def distinct_events(sent: Iterable[SentRecord]) -> list[dict]:
 
 def page_view_truth(events: Iterable[dict], granularity: str = "hour") -> dict[str, dict[str, dict[str, int]]]:
     """{url: {bucket start (ISO): {"page_views": n, "unique_visitors": n}}} over page_view events."""
-    size_ms = BUCKETS[granularity] * 1000
+    size_ms = GRANULARITIES[granularity] * 1000
     views: dict[tuple[str, int], int] = defaultdict(int)
     visitors: dict[tuple[str, int], set[str]] = defaultdict(set)
     for e in events:

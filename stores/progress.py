@@ -27,18 +27,28 @@ def progress_path(settings: Settings, job: str) -> Path:
     return settings.state_dir / "run" / f"{job}.progress.json"
 
 
+def source_offsets(text: str | None) -> dict[str, dict[int, int]]:
+    """A Kafka source's offsets as Spark reports them (`{"topic": {"0": 12, ...}}`), parsed:
+    {topic: {partition: offset}}. Raises ValueError on anything else."""
+    try:
+        doc = json.loads(text or "{}")
+        return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in doc.items()}
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"not Kafka source offsets: {text!r:.100}") from exc
+
+
 def rows_behind(progress) -> int | None:
     """How many records the query's last batch left unread in Kafka (latest − end offsets)."""
     total = 0
     for source in progress.sources or ():
         try:
-            end = json.loads(source.endOffset or "{}")
-            latest = json.loads(source.latestOffset or "{}")
-        except (TypeError, ValueError):
+            end = source_offsets(source.endOffset)
+            latest = source_offsets(source.latestOffset)
+        except ValueError:
             return None
         for topic, parts in latest.items():
             for partition, offset in parts.items():
-                total += max(0, int(offset) - int(end.get(topic, {}).get(partition, offset)))
+                total += max(0, offset - end.get(topic, {}).get(partition, offset))
     return total
 
 
