@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 
 from definitions.settings import Settings
 from stores.clients import cassandra_cluster
-from stores.realtime import BY_BUCKET, BY_KEY, execute_with_retries
+from stores.realtime import BY_BUCKET, BY_KEY, TABLES, execute_with_retries
 from stores.realtime_scan import Unreadable, scan
 
 log = logging.getLogger(__name__)
 
 # table → (partition key, clustering columns a deletion names before `ingest_bucket < cutoff`)
 TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    BY_KEY: (("view_name", "granularity", "key"), ("event_bucket",)),
-    BY_BUCKET: (("view_name", "granularity", "event_bucket"), ()),
+    name: (TABLES[name].partition_key, TABLES[name].before("ingest_bucket")) for name in (BY_KEY, BY_BUCKET)
 }
 
 

@@ -65,20 +65,70 @@ def _with(options: Mapping[str, object]) -> str:
     return " AND ".join(f"{name} = {literal(value)}" for name, value in options.items())
 
 
+@dataclass(frozen=True)
+class TableSpec:
+    """One realtime table, declared once: its schema, its writer's statement and the keys the
+    clean-up and the reports read by all come from here."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (column, CQL type), in insert order
+    partition_key: tuple[str, ...]
+    clustering: tuple[str, ...]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+    def create(self, keyspace: str, options: str) -> str:
+        columns = ", ".join(f"{name} {kind}" for name, kind in self.columns)
+        key = f"(({', '.join(self.partition_key)}), {', '.join(self.clustering)})"
+        return f"CREATE TABLE IF NOT EXISTS {keyspace}.{self.name} ({columns}, PRIMARY KEY {key}) WITH {options}"
+
+    def insert(self) -> str:
+        names = self.column_names
+        return f"INSERT INTO {self.name} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
+
+    def before(self, column: str) -> tuple[str, ...]:
+        """The clustering columns that come before `column` (a deletion names them, then a range on it)."""
+        return self.clustering[: self.clustering.index(column)]
+
+
+TABLES: dict[str, TableSpec] = {
+    BY_KEY: TableSpec(
+        BY_KEY,
+        (
+            ("view_name", "text"),
+            ("granularity", "text"),
+            ("key", "text"),
+            ("event_bucket", "bigint"),
+            ("ingest_bucket", "bigint"),
+            ("value", "bigint"),
+            ("sketch", "blob"),
+            ("updated_ms", "bigint"),
+        ),
+        partition_key=("view_name", "granularity", "key"),
+        clustering=("event_bucket", "ingest_bucket"),
+    ),
+    BY_BUCKET: TableSpec(
+        BY_BUCKET,
+        (
+            ("view_name", "text"),
+            ("granularity", "text"),
+            ("event_bucket", "bigint"),
+            ("ingest_bucket", "bigint"),
+            ("key", "text"),
+            ("value", "bigint"),
+            ("updated_ms", "bigint"),
+        ),
+        partition_key=("view_name", "granularity", "event_bucket"),
+        clustering=("ingest_bucket", "key"),
+    ),
+}
+
+
 def schema(settings: Settings) -> list[str]:
     ks, options = settings.cassandra.keyspace, _with(table_options(settings))
-    return [
-        f"""CREATE TABLE IF NOT EXISTS {ks}.{BY_KEY} (
-            view_name text, granularity text, key text, event_bucket bigint, ingest_bucket bigint,
-            value bigint, sketch blob, updated_ms bigint,
-            PRIMARY KEY ((view_name, granularity, key), event_bucket, ingest_bucket)
-        ) WITH {options}""",
-        f"""CREATE TABLE IF NOT EXISTS {ks}.{BY_BUCKET} (
-            view_name text, granularity text, event_bucket bigint, ingest_bucket bigint, key text,
-            value bigint, updated_ms bigint,
-            PRIMARY KEY ((view_name, granularity, event_bucket), ingest_bucket, key)
-        ) WITH {options}""",
-    ]
+    return [spec.create(ks, options) for spec in TABLES.values()]
 
 
 def ensure_schema(settings: Settings, session=None) -> None:
@@ -162,14 +212,8 @@ class RealtimeWriter:
         self.cluster = cassandra_cluster(settings, timeout_s=30)
         self.session = self.cluster.connect(settings.cassandra.keyspace)
         ensure_schema(settings, self.session)
-        self.by_key = self.session.prepare(
-            f"INSERT INTO {BY_KEY} (view_name, granularity, key, event_bucket, ingest_bucket, value, sketch, updated_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        )
-        self.by_bucket = self.session.prepare(
-            f"INSERT INTO {BY_BUCKET} (view_name, granularity, event_bucket, ingest_bucket, key, value, updated_ms) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)"
-        )
+        self.by_key = self.session.prepare(TABLES[BY_KEY].insert())
+        self.by_bucket = self.session.prepare(TABLES[BY_BUCKET].insert())
 
     def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow]) -> None:
         now = int(time.time() * 1000)

@@ -1,0 +1,31 @@
+"""The realtime tables are declared once (stores.realtime.TABLES): schema, writer and clean-up keys
+all come from the declaration (no services)."""
+
+from __future__ import annotations
+
+from definitions.settings import Settings
+from speed_layer.realtime_cleanup import TARGETS
+from stores.realtime import BY_BUCKET, BY_KEY, TABLES, schema
+
+
+def test_schema_declares_each_table_with_its_primary_key():
+    by_key, by_bucket = schema(Settings())
+    assert "realtime_by_key (view_name text, granularity text, key text, event_bucket bigint" in by_key
+    assert "PRIMARY KEY ((view_name, granularity, key), event_bucket, ingest_bucket)) WITH" in by_key
+    assert "sketch blob" in by_key and "sketch" not in by_bucket
+    assert "PRIMARY KEY ((view_name, granularity, event_bucket), ingest_bucket, key)) WITH" in by_bucket
+    assert "default_time_to_live = 259200" in by_key
+
+
+def test_the_writer_binds_every_column_in_declared_order():
+    statement = TABLES[BY_KEY].insert()
+    assert statement == (
+        "INSERT INTO realtime_by_key (view_name, granularity, key, event_bucket, ingest_bucket, value, sketch, "
+        "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    assert TABLES[BY_BUCKET].insert().count("?") == len(TABLES[BY_BUCKET].columns) == 7
+
+
+def test_the_clean_up_deletes_by_the_declared_keys():
+    assert TARGETS[BY_KEY] == (("view_name", "granularity", "key"), ("event_bucket",))
+    assert TARGETS[BY_BUCKET] == (("view_name", "granularity", "event_bucket"), ())
