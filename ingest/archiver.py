@@ -24,7 +24,7 @@ from definitions.events import FIELD_NAMES
 from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from ingest.ticker import Ticker
-from stores import completeness
+from stores import completeness, health
 from stores.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
 from stores.master import master_url
 from stores.progress import ProgressFile, source_offsets
@@ -135,6 +135,7 @@ def topic_partitions(settings: Settings) -> int:
 def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
+    health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode})
     partitions = topic_partitions(settings)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
     progress = ProgressFile(settings, JOB, {MASTER_QUERY: completeness_hook(settings, partitions)})

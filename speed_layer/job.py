@@ -24,6 +24,7 @@ from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, key_text, load_views
 from definitions.views import cells as view_cells
+from stores import health
 from stores.kafka_source import kafka_stream, validated_events
 from stores.progress import ProgressFile
 from stores.realtime import RealtimeRow, RealtimeWriter
@@ -141,6 +142,7 @@ def check_checkpoint_settings(settings: Settings) -> None:
 def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
+    health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode, "cassandra": health.cassandra})
     check_checkpoint_settings(settings)
     spark = spark_session(
         settings,

@@ -5,7 +5,10 @@ A probe returns a short description of what answered, or raises with why it did 
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
+from collections.abc import Callable
 
 import httpx
 
@@ -14,6 +17,43 @@ from stores.clients import cassandra_cluster, hbase_connection, kafka_admin, qui
 from stores.webhdfs import WebHdfs
 
 PROBE_TIMEOUT_S = 5.0
+log = logging.getLogger(__name__)
+
+
+def wait_until_up(
+    settings: Settings,
+    probes: dict[str, Callable[[Settings], str]],
+    log_every_s: float = 30.0,
+    poll_s: float = 5.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> float:
+    """Block until every probe answers; the seconds waited. A job that starts while one of its
+    stores is down waits here, saying which one every `log_every_s`, instead of exiting (the
+    supervisor would give up on a process that dies at once, again and again)."""
+    started = clock()
+    last_said = None
+    while True:
+        down = {}
+        for name, probe in probes.items():
+            try:
+                probe(settings)
+            except Exception as exc:  # any failure means not up yet: say which and why, then wait
+                down[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        waited = clock() - started
+        if not down:
+            if waited > 0:
+                log.info("%s answer after %.0f s", ", ".join(probes), waited)
+            return waited
+        if last_said is None or clock() - last_said >= log_every_s:
+            log.warning(
+                "waiting for %s (%.0f s so far): %s",
+                ", ".join(down),
+                waited,
+                "; ".join(f"{k}: {v}" for k, v in down.items()),
+            )
+            last_said = clock()
+        sleep(poll_s)
 
 
 def kafka(settings: Settings) -> str:
