@@ -56,6 +56,9 @@ class HdfsSettings(_Section):
     datanode_port: int = 9866
     datanode_http_port: int = 9864
     datanode_ipc_port: int = 9867
+    # The user WebHDFS requests act as; empty: the operating-system user of the process, as Spark's
+    # HDFS client does (simple authentication).
+    user: str = ""
     namenode_heap_mb: int = 384
     datanode_heap_mb: int = 256
     health_timeout_s: float = 120

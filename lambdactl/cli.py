@@ -241,26 +241,23 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     """Build the accuracy report of a batch version's ingest window, or list the reports."""
-    from batch_layer.accuracy import build_report, latest_reports, store_report
-    from batch_layer.report_html import render_html
-    from stores.batch_views import VersionStore
+    from reports.build import NoWindow, produce, window_for_version
+    from reports.storage import list_reports
 
     if args.version is None:
-        for report in latest_reports(settings, args.limit):
-            window = report.get("window", {})
-            _say(f"{report['id']}: {window.get('start')} → {window.get('end')} (version {report.get('version')})")
+        for rid, report in list_reports(settings, args.limit):
+            window = report.get("window") or {}
+            _say(f"{rid}: {window.get('start')} → {window.get('end')} (version {report.get('version')})")
         return 0
-    run = VersionStore(settings).runs().get(args.version)
-    if run is None or "cutoff_ms" not in run:
-        log.error("no batch run recorded for version %s", args.version)
+    try:
+        window = window_for_version(settings, args.version)
+    except NoWindow as exc:
+        log.error("%s", exc)
         return 2
     from definitions.spark import spark_session
 
     spark = spark_session(settings, "lambda-report", {"spark.driver.memory": settings.batch.driver_memory})
-    report = build_report(
-        settings, spark, run.get("previous_cutoff_ms", 0), run["cutoff_ms"], args.version, run["run_id"]
-    )
-    paths = store_report(settings, report, render_html(report))
+    report, paths = produce(settings, spark, window)
     url = f"http://{settings.api.host}:{settings.api.port}/api/v1/reports/{report['id']}/html"
     _say(f"report {report['id']} for version {args.version}: {url} ({paths.get('json')})")
     if args.json:

@@ -28,7 +28,7 @@ def marker_path(settings: Settings) -> str:
 
 def read_marker(settings: Settings) -> Marker | None:
     """The speed layer's checkpoint marker; None before its first start.
-    Raises WebHdfsError (or an httpx error) when HDFS cannot be read."""
+    Raises WebHdfsError when HDFS cannot be read."""
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:

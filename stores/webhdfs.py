@@ -1,11 +1,17 @@
-"""A small WebHDFS client: what Python processes need of HDFS without starting a JVM.
+"""HDFS over WebHDFS, for Python processes that should not start a JVM: health probes, the
+archiver's completeness markers, the speed layer's checkpoint marker, `lambdactl status`.
 
-Used for health probes, the archiver's completeness markers and `lambdactl status`.
+A thin adapter over the maintained `hdfs` package (HdfsCLI): absolute paths only, a missing file
+reads as None and a missing directory lists as empty, every other failure is a WebHdfsError naming
+the operation and the path (never a traceback of the library's).
 """
 
 from __future__ import annotations
 
-import httpx
+from typing import Any
+
+import requests
+from hdfs import HdfsError, InsecureClient
 
 from definitions.settings import Settings
 
@@ -14,79 +20,88 @@ class WebHdfsError(RuntimeError):
     pass
 
 
+def _missing(exc: HdfsError) -> bool:
+    return getattr(exc, "exception", None) == "FileNotFoundException"
+
+
 class WebHdfs:
     def __init__(self, settings: Settings, timeout_s: float = 10.0) -> None:
-        self.base = settings.hdfs.webhdfs
-        self.client = httpx.Client(timeout=timeout_s)
+        h = settings.hdfs
+        self.session = requests.Session()
+        self.client = InsecureClient(
+            f"http://{h.host}:{h.http_port}", user=h.user or None, timeout=timeout_s, session=self.session
+        )
 
     def close(self) -> None:
-        self.client.close()
+        self.session.close()
 
     def __enter__(self) -> WebHdfs:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _url(self, path: str, op: str, **params: str) -> str:
+    def _call(self, op: str, path: str, fn, *args: Any, **kwargs: Any):
         if not path.startswith("/"):
             raise ValueError(f"WebHDFS paths are absolute: {path!r}")
-        query = "&".join([f"op={op}", *(f"{k}={v}" for k, v in params.items())])
-        return f"{self.base}{path}?{query}"
+        try:
+            return fn(path, *args, **kwargs)
+        except HdfsError as exc:
+            raise WebHdfsError(f"{op} {path}: {str(exc)[:300]}") from exc
+        except requests.RequestException as exc:
+            raise WebHdfsError(f"{op} {path}: {type(exc).__name__}") from exc
 
     def write(self, path: str, data: bytes, overwrite: bool = True) -> None:
         """Create a file (namenode redirect, then the datanode write)."""
-        created = self.client.put(self._url(path, "CREATE", overwrite=str(overwrite).lower()))
-        if created.status_code != 307:
-            raise WebHdfsError(f"CREATE {path}: {created.status_code} {_remote_error(created)}")
-        written = self.client.put(created.headers["location"], content=data)
-        if written.status_code != 201:
-            raise WebHdfsError(f"write {path}: {written.status_code} {_remote_error(written)}")
+        self._call("CREATE", path, self.client.write, data=data, overwrite=overwrite)
 
     def read(self, path: str) -> bytes | None:
         """A file's bytes, or None when it does not exist."""
-        resp = self.client.get(self._url(path, "OPEN"), follow_redirects=True)
-        if resp.status_code == 404:
-            return None
-        if resp.status_code != 200:
-            raise WebHdfsError(f"OPEN {path}: {resp.status_code} {_remote_error(resp)}")
-        return resp.content
+
+        def read(p: str) -> bytes | None:
+            try:
+                with self.client.read(p) as reader:
+                    return reader.read()
+            except HdfsError as exc:
+                if _missing(exc):
+                    return None
+                raise
+
+        return self._call("OPEN", path, read)
 
     def rename(self, source: str, destination: str) -> bool:
-        resp = self.client.put(self._url(source, "RENAME", destination=destination))
-        if resp.status_code != 200:
-            raise WebHdfsError(f"RENAME {source}: {resp.status_code} {_remote_error(resp)}")
-        return bool(resp.json().get("boolean"))
+        """Move a file; False when HDFS refuses (the destination exists, its parent is missing)."""
+
+        def rename(p: str) -> bool:
+            try:
+                self.client.rename(p, destination)
+                return True
+            except HdfsError as exc:
+                if str(exc).startswith("Unable to rename"):
+                    return False
+                raise
+
+        return self._call("RENAME", source, rename)
 
     def mkdirs(self, path: str) -> None:
-        resp = self.client.put(self._url(path, "MKDIRS"))
-        if resp.status_code != 200:
-            raise WebHdfsError(f"MKDIRS {path}: {resp.status_code} {_remote_error(resp)}")
+        self._call("MKDIRS", path, self.client.makedirs)
 
     def delete(self, path: str, recursive: bool = False) -> bool:
-        resp = self.client.delete(self._url(path, "DELETE", recursive=str(recursive).lower()))
-        if resp.status_code != 200:
-            raise WebHdfsError(f"DELETE {path}: {resp.status_code} {_remote_error(resp)}")
-        return bool(resp.json().get("boolean"))
+        """True when something was deleted, False when nothing was there."""
+        return bool(self._call("DELETE", path, self.client.delete, recursive=recursive))
 
     def list(self, path: str) -> list[str]:
         """Names in a directory; empty when it does not exist."""
-        resp = self.client.get(self._url(path, "LISTSTATUS"))
-        if resp.status_code == 404:
-            return []
-        if resp.status_code != 200:
-            raise WebHdfsError(f"LISTSTATUS {path}: {resp.status_code} {_remote_error(resp)}")
-        return sorted(s["pathSuffix"] for s in resp.json()["FileStatuses"]["FileStatus"])
+
+        def names(p: str) -> list[str]:
+            try:
+                return sorted(self.client.list(p))
+            except HdfsError as exc:
+                if _missing(exc):
+                    return []
+                raise
+
+        return self._call("LISTSTATUS", path, names)
 
     def status(self, path: str) -> dict:
-        resp = self.client.get(self._url(path, "GETFILESTATUS"))
-        if resp.status_code != 200:
-            raise WebHdfsError(f"GETFILESTATUS {path}: {resp.status_code} {_remote_error(resp)}")
-        return resp.json()["FileStatus"]
-
-
-def _remote_error(resp: httpx.Response) -> str:
-    try:
-        return resp.json()["RemoteException"]["message"][:300]
-    except (ValueError, KeyError, TypeError):
-        return resp.text[:300]
+        return self._call("GETFILESTATUS", path, self.client.status)

@@ -1,10 +1,9 @@
-"""Accuracy reports: speed layer versus batch layer (JSON, with an HTML page alongside)."""
+"""Accuracy reports: speed layer versus batch layer (JSON, with an HTML page alongside).
+
+Stored, listed and read back by reports.storage, the one place reports live."""
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException
@@ -13,57 +12,49 @@ from fastapi.responses import HTMLResponse
 
 from api.deps import SettingsDep
 from api.errors import error_responses
-from definitions.settings import Settings
+from reports import storage
 
 router = APIRouter(prefix="/api/v1/reports", tags=["reports"])
-_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 # Report pages are self-contained (inline CSS and SVG, no script): their policy allows no script at all.
 REPORT_HTML_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
     "form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
 }
-ReportId = Annotated[str, PathParam(pattern=_ID.pattern, description="a report id, as GET /api/v1/reports lists")]
+ReportId = Annotated[
+    str, PathParam(pattern=storage.ID_PATTERN, description="a report id, as GET /api/v1/reports lists")
+]
 
 
-def reports_dir(settings: Settings) -> Path:
-    return settings.state_dir / "reports"
-
-
-def _report_path(settings: Settings, report_id: str, suffix: str) -> Path:
-    if not _ID.match(report_id):
-        raise HTTPException(422, f"bad report id {report_id!r}")
-    path = reports_dir(settings) / f"{report_id}{suffix}"
-    if not path.is_file():
-        raise HTTPException(404, f"no report {report_id!r}")
-    return path
+def _stored(read, *args):
+    try:
+        return read(*args)
+    except storage.InvalidReportId as exc:
+        raise HTTPException(422, str(exc)) from None
+    except storage.ReportNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
 
 
 @router.get("", summary="The accuracy reports, newest first")
 def list_reports(settings: SettingsDep) -> dict[str, Any]:
-    folder = reports_dir(settings)
-    items = []
-    for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        items.append(
+    return {
+        "reports": [
             {
-                "id": path.stem,
+                "id": rid,
                 "created": doc.get("created"),
                 "window": doc.get("window"),
                 "summary": doc.get("summary"),
-                "json": f"/api/v1/reports/{path.stem}",
-                "html": f"/api/v1/reports/{path.stem}/html",
+                "json": f"/api/v1/reports/{rid}",
+                "html": f"/api/v1/reports/{rid}/html",
             }
-        )
-    return {"reports": items}
+            for rid, doc in storage.list_reports(settings)
+        ]
+    }
 
 
 @router.get("/{report_id}", summary="One report as JSON", responses=error_responses(404, 422))
 def get_report(report_id: ReportId, settings: SettingsDep) -> dict[str, Any]:
-    return json.loads(_report_path(settings, report_id, ".json").read_text())
+    return _stored(storage.read_report, settings, report_id)
 
 
 @router.get(
@@ -73,4 +64,4 @@ def get_report(report_id: ReportId, settings: SettingsDep) -> dict[str, Any]:
     responses=error_responses(404, 422),
 )
 def get_report_html(report_id: ReportId, settings: SettingsDep) -> HTMLResponse:
-    return HTMLResponse(_report_path(settings, report_id, ".html").read_text(), headers=REPORT_HTML_HEADERS)
+    return HTMLResponse(_stored(storage.read_report_html, settings, report_id), headers=REPORT_HTML_HEADERS)

@@ -140,3 +140,47 @@ def test_a_failing_batch_task_leaves_serving_where_it_was(settings, stack):
     assert run["state"] == "failed"
     assert states["recompute"] == "failed" and states["swap"] in ("upstream_failed", None)
     assert VersionStore(settings).pointer() == before
+
+
+def test_a_manual_run_beside_a_dag_run_loses_the_swap_and_changes_nothing(settings, stack):
+    """An operator's `lambdactl batch --no-swap` and a DAG run read the same pointer; the DAG swaps
+    first. The manual swap is then refused naming why, the pointer stays where the DAG put it, and
+    answers stay exact."""
+    import json
+    import sys
+
+    sent = send(
+        settings, GeneratorConfig(seed=int(time.time()), count=600, pages=8, url_prefix=f"/mix-{uuid.uuid4().hex[:8]}")
+    )
+    wait_cutoff_past(settings, sent)
+    env = {
+        "LAMBDA_INGEST_BUCKET_S": str(settings.ingest_bucket_s),
+        "LAMBDA_SPEED__DEDUPE_WINDOW_S": str(settings.speed.dedupe_window_s),
+    }
+
+    def lambdactl(*args: str) -> subprocess.CompletedProcess:
+        import os
+
+        return subprocess.run(
+            [sys.executable, "-m", "lambdactl.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, **env},
+        )
+
+    manual = lambdactl("batch", "--views", "page_views", "--force", "--no-swap", "--json")
+    assert manual.returncode == 0, manual.stderr[-2000:]
+    manual_version = json.loads(manual.stdout.strip().splitlines()[-1])["version"]
+
+    run, states = run_to_the_end(settings, {"mode": "full_recompute", "views": ["page_views"]}, timeout_s=1_200)
+    assert run["state"] == "success", states
+    store = VersionStore(settings)
+    after_dag = store.pointer()
+    assert after_dag.entry("page_views").version > manual_version, "the DAG's run serves page_views"
+
+    late = lambdactl("batch", "--swap", str(manual_version))
+    assert late.returncode == 2, late.stderr[-2000:]
+    assert "the pointer moved since this run read it" in late.stderr
+    assert store.pointer() == after_dag, "the refused swap changed nothing"
+    wait_exact(settings, sent)

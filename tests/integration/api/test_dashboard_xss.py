@@ -232,7 +232,7 @@ class _Elements(html.parser.HTMLParser):
 
 def test_report_html_escapes_keys_from_events():
     """Unit: the report's tables and charts put event data (url keys) into HTML and SVG only escaped."""
-    from batch_layer import report_html
+    from reports import charts, render
 
     payload = hostile_url("unit") + "<script>x()</script>'\"&"
     rows = [
@@ -259,10 +259,10 @@ def test_report_html_escapes_keys_from_events():
         }
     ]
     parts = [
-        report_html._worst_keys(rows),
-        report_html._worst_cells(cells),
-        report_html.bar_chart([payload], [3], payload),
-        report_html.drift_chart([{"time": payload, "drift": 1, "cells": 1, "duplicates": 0}], payload),
+        render.worst_keys_table(rows),
+        render.worst_cells_table(cells),
+        charts.bar_chart([payload], [3], payload),
+        charts.drift_chart([{"time": payload, "drift": 1, "cells": 1, "duplicates": 0}], payload),
     ]
     for part in parts:
         parser = _Elements()

@@ -14,6 +14,7 @@ over [previous cutoff, new cutoff) is checked against what was sent, computed he
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -22,14 +23,16 @@ from collections import Counter
 import httpx
 import pytest
 
-from batch_layer import accuracy
 from batch_layer.job import CutoffError, choose_cutoff, run_batch
-from batch_layer.report_html import render_html
 from definitions.events import parse_time, validate
 from definitions.settings import REPO_ROOT
 from definitions.views import GRANULARITIES, load_views
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
+from reports import build, read, storage
+from reports.attribute import attribute
+from reports.cells import BatchCell, Cell
+from reports.render import render_html
 from stores.batch_views import VersionStore
 from stores.webhdfs import WebHdfs
 from tests.support.events import send, wait_archived, wait_cutoff_past
@@ -153,9 +156,9 @@ def batch_window(settings, spark, sent: list[SentRecord]):
     for attempt in range(3):
         wait_cutoff_past(settings, sent)
         cutoff = choose_cutoff(settings, None, VersionStore(settings).pointer())
-        speed = accuracy.wait_for_speed_layer(settings, cutoff, timeout_s=240)
+        speed = read.wait_for_speed_layer(settings, cutoff, timeout_s=240)
         assert speed["caught_up"], f"the speed layer did not reach the cutoff: {speed}"
-        snapshot = accuracy.read_realtime(settings, 0, cutoff)
+        snapshot = read.read_realtime(settings, 0, cutoff)
         try:
             return cutoff, run_batch(settings, cutoff_ms=cutoff, spark=spark), snapshot
         except CutoffError:  # another run moved serving past this cutoff meanwhile: plan again
@@ -196,21 +199,16 @@ def scenario(settings, stack, spark):
     assert cutoff > max(r.ingest_time_ms for r in sent) and previous <= min(r.ingest_time_ms for r in sent)
 
     views = list(load_views(settings))
-    batch = accuracy.batch_cells(settings, spark, views, previous, cutoff)
+    batch = read.batch_cells(settings, spark, views, previous, cutoff)
     resent_urls = {json.loads(r.value)["url"] for r in resent}
 
-    def report(key_filter=None, realtime=snapshot):
-        return accuracy.build_report(
-            settings,
-            spark,
-            previous,
-            cutoff,
-            result.version,
-            result.run_id,
-            key_filter=key_filter,
-            realtime=realtime,
-            batch=batch,
-        )
+    def report(keep=None, realtime=snapshot):
+        """The report of the window, as build.build_report makes it; with `keep`, of the cells of this
+        test's own keys only (the stack's other traffic shares the window)."""
+        comparison = build.compare_window(settings, spark, previous, cutoff, realtime=realtime, batch=batch)
+        if keep is not None:
+            comparison = only_keys(comparison, keep)
+        return build.assemble(settings, comparison, result.version, result.run_id)
 
     return {
         "prefix": prefix,
@@ -225,6 +223,17 @@ def scenario(settings, stack, spark):
         "clean_report": report(lambda view, key: "url" in view.keys and key[view.keys.index("url")].startswith(prefix)),
         "dup_report": report(lambda view, key: "url" in view.keys and key[view.keys.index("url")] in resent_urls),
     }
+
+
+def only_keys(comparison: build.Comparison, keep) -> build.Comparison:
+    """The comparison with only the cells whose key `keep(view, key values)` accepts (before any
+    figure is computed from them)."""
+    views = {v.name: v for v in comparison.views}
+    cells = {
+        name: [c for c in cells if keep(views[name], tuple(json.loads(c.key)))]
+        for name, cells in comparison.cells.items()
+    }
+    return dataclasses.replace(comparison, cells=cells)
 
 
 # --- what the sent records imply, computed here -------------------------------------------------
@@ -377,8 +386,8 @@ def test_attribution_rules():
     from definitions.views import PAGE_VIEWS, UNIQUE_VISITORS
 
     def cell(view, speed, present=True, **batch):
-        c = accuracy.Cell(view.name, "minute", '["/x"]', 0, 0, speed, present, accuracy.BatchCell(**batch))
-        accuracy.attribute(view, c)
+        c = Cell(view.name, "minute", '["/x"]', 0, 0, speed, present, BatchCell(**batch))
+        attribute(view, c)
         return c.parts, c.not_recounted
 
     # additive: duplicates beyond the window explain exactly their recounts; the rest is named
@@ -416,13 +425,15 @@ def test_attribution_rules():
 def test_the_report_is_stored_locally_and_on_hdfs_and_served(settings, scenario):
     report = scenario["full"]
     html = render_html(report)
-    paths = accuracy.store_report(settings, report, html)
+    paths = storage.store_report(settings, report, html)
     assert json.loads(open(paths["json"]).read())["id"] == report["id"]
     assert open(paths["html"]).read() == html
     with WebHdfs(settings) as fs:
-        assert json.loads(fs.read(f"{accuracy.HDFS_DIR}/{report['id']}.json"))["id"] == report["id"]
-        assert fs.read(f"{accuracy.HDFS_DIR}/{report['id']}.html").decode() == html
-    assert report["id"] in [r["id"] for r in accuracy.latest_reports(settings, 20)]
+        assert json.loads(fs.read(f"{storage.HDFS_DIR}/{report['id']}.json"))["id"] == report["id"]
+        assert fs.read(f"{storage.HDFS_DIR}/{report['id']}.html").decode() == html
+    assert report["id"] in [r.report["id"] for r in storage.list_reports(settings, 20)]
+    assert storage.read_report(settings, report["id"]) == json.loads(json.dumps(report, default=str))
+    assert storage.read_report_html(settings, report["id"]) == html
     api = f"http://{settings.api.host}:{settings.api.port}/api/v1/reports"
     listed = httpx.get(api, timeout=30).json()["reports"]
     assert report["id"] in [r["id"] for r in listed]
@@ -451,7 +462,10 @@ def test_the_html_report_renders_in_chromium(settings, scenario, browser):
         assert section.locator("svg").count() >= 3, f"{name}: error histogram, scatter plot, drift over time"
     assert page.locator("svg[aria-label='unique_visitors HLL relative error']").count() == 1
     assert page.locator("svg[aria-label='cells per cause']").count() == 1
-    assert page.locator("svg circle").count() > 10, "the scatter plots have points"
+    # matplotlib draws a scatter plot's points in the group named after the chart: one <path> each,
+    # or, for many points, one <use> each of a marker defined once
+    points = "svg g[id^='scatter-points-'] > path, svg g[id^='scatter-points-'] use"
+    assert page.locator(points).count() > 10, "the scatter plots have points"
     assert page.get_by_text("measured 0").count() >= len(views), "late events shown as a measured zero"
     assert page.locator("section#view-page_views").get_by_text("duplicates beyond the window").count() >= 1
     assert (ARTIFACTS / "report.png").stat().st_size > 50_000

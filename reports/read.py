@@ -1,0 +1,312 @@
+"""The two sides of a report, read from the stores.
+
+- speed: the realtime rows the speed layer holds in Cassandra (stores.realtime, scanned token
+  range by token range with stores.realtime_scan); for distinct views the estimate of the row's
+  HyperLogLog sketch;
+- batch: the exact value of every cell recomputed with Spark from the master dataset
+  (stores.master), from the records ingested in the window that are the first copy of their
+  event_id over the WHOLE master dataset (the batch layer's de-duplication), bucketed by ingest
+  bucket as the speed layer does; with, per cell, the copies the speed layer counts again.
+
+And the wait for the speed layer: until its last committed micro-batch is past every Kafka record
+(stores.kafka.offsets_at) ingested before the window's end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import UTC, date, datetime
+from typing import Any
+
+from definitions.events import FIELD_NAMES
+from definitions.settings import Settings
+from definitions.views import View, key_text, load_views
+from reports.cells import LATE_AFTER_S, BatchCell, CellId, RealtimeSnapshot
+from stores.kafka import offsets_at
+from stores.progress import source_offsets
+
+log = logging.getLogger("lambda.accuracy")
+
+
+# --- the speed side -------------------------------------------------------------------------------
+
+
+def read_realtime(
+    settings: Settings, start_ms: int, end_ms: int | None = None, views: Iterable[View] | None = None
+) -> RealtimeSnapshot:
+    """Every realtime row of the declared views whose ingest bucket is in [start_ms, end_ms).
+
+    A filtered scan of both realtime tables (ALLOW FILTERING on ingest_bucket), token range by
+    token range: a range that cannot be read is recorded in `unreadable`, not fatal.
+    Distinct views: the sketch's estimate.
+    """
+    from datasketches import hll_sketch
+
+    from stores.clients import cassandra_cluster
+    from stores.realtime import BY_BUCKET, BY_KEY
+    from stores.realtime_scan import scan
+
+    registry = {v.name: v for v in (views if views is not None else load_views(settings))}
+    snapshot = RealtimeSnapshot(start_ms, end_ms, int(time.time() * 1000))
+    bounds = "ingest_bucket >= ?" + (" AND ingest_bucket < ?" if end_ms is not None else "")
+    params = (start_ms // 1000,) + ((end_ms // 1000,) if end_ms is not None else ())
+    cluster = cassandra_cluster(settings, timeout_s=120)
+    try:
+        session = cluster.connect(settings.cassandra.keyspace)
+        tables = (
+            (
+                BY_KEY,
+                ("view_name", "granularity", "key"),
+                "view_name, granularity, key, event_bucket, ingest_bucket, value, sketch",
+            ),
+            (
+                BY_BUCKET,
+                ("view_name", "granularity", "event_bucket"),
+                "view_name, granularity, key, event_bucket, ingest_bucket, value",
+            ),
+        )
+        for table, partition_key, columns in tables:
+            for rows in scan(session, table, partition_key, columns, bounds, params, unreadable=snapshot.unreadable):
+                for row in rows:
+                    view = registry.get(row.view_name)
+                    if view is None or (view.layout == "by_bucket") != (table == BY_BUCKET):
+                        continue
+                    value = float(row.value or 0)
+                    sketch = getattr(row, "sketch", None)
+                    if view.aggregation == "distinct" and sketch is not None:
+                        value = hll_sketch.deserialize(bytes(sketch)).get_estimate()
+                    snapshot.cells[(row.view_name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = (
+                        value
+                    )
+                    snapshot.rows += 1
+    finally:
+        cluster.shutdown()
+    return snapshot
+
+
+def speed_layer_position(settings: Settings) -> dict[int, int] | None:
+    """Per partition of topic `events`, the next offset after the speed layer's last committed
+    micro-batch (read from its checkpoint on HDFS); None before its first commit. A committed
+    micro-batch has written its realtime rows (foreachBatch runs before the commit)."""
+    from stores.webhdfs import WebHdfs
+
+    root = settings.speed.checkpoint_dir.rstrip("/")
+    with WebHdfs(settings) as fs:
+        commits = [int(name) for name in fs.list(f"{root}/commits") if name.isdigit()]
+        if not commits:
+            return None
+        raw = fs.read(f"{root}/offsets/{max(commits)}")
+    if raw is None:
+        return None
+    for line in raw.decode().splitlines()[2:]:  # "v1", the batch metadata, then one line per source
+        try:
+            offsets = source_offsets(line)
+        except ValueError:
+            continue
+        if settings.kafka.events_topic in offsets:
+            return offsets[settings.kafka.events_topic]
+    return None
+
+
+def wait_for_speed_layer(settings: Settings, ingest_ms: int, timeout_s: float = 180.0) -> dict:
+    """Wait until the speed layer has committed every record ingested before `ingest_ms`."""
+    needed = offsets_at(settings, ingest_ms)
+    started = time.monotonic()
+    committed = None
+    while True:
+        committed = speed_layer_position(settings)
+        done = committed is not None and all(committed.get(p, -1) >= off for p, off in needed.items())
+        if done or time.monotonic() - started >= timeout_s:
+            return {
+                "caught_up": bool(done),
+                "waited_s": round(time.monotonic() - started, 1),
+                "needed_offsets": {str(k): v for k, v in needed.items()},
+                "committed_offsets": {str(k): v for k, v in (committed or {}).items()},
+            }
+        time.sleep(2)
+
+
+# --- the batch side -------------------------------------------------------------------------------
+
+
+def batch_cells(
+    settings: Settings, spark, views: list[View], start_ms: int, end_ms: int
+) -> tuple[dict[CellId, BatchCell], dict]:
+    """Exact cells of the window from the master dataset, with Spark; and figures about its records."""
+    from pyspark.sql import functions as F
+
+    from stores.master import read_master
+
+    bucket_s = settings.ingest_bucket_s
+    window_us = settings.speed.dedupe_window_s * 1_000_000
+    start_ts, end_ts = F.timestamp_millis(F.lit(start_ms)), F.timestamp_millis(F.lit(end_ms))
+    master = read_master(spark, settings)
+    before_end = master.where((F.col("ingest_date") <= F.lit(_date(end_ms))) & (F.col("ingest_time") < end_ts))
+    in_window = before_end.where((F.col("ingest_date") >= F.lit(_date(start_ms))) & (F.col("ingest_time") >= start_ts))
+
+    # Every copy (before the window's end) of the events ingested in the window, as one sorted chain
+    # per event_id — the batch's order: ingest time, partition, offset. Folding the chain marks each
+    # later copy: `recount` when it arrived more than the de-duplication window after the last copy
+    # the speed layer counted (the first, or the last recount), else dropped by both layers.
+    ids = in_window.select("event_id").distinct()
+    copies = before_end.select("event_id", "ingest_time", "kafka_partition", "kafka_offset").join(
+        ids, "event_id", "left_semi"
+    )
+    chains = (
+        copies.groupBy("event_id")
+        .agg(
+            F.array_sort(
+                F.collect_list(
+                    F.struct(
+                        F.unix_micros("ingest_time").alias("t"),
+                        F.col("kafka_partition").alias("p"),
+                        F.col("kafka_offset").alias("o"),
+                    )
+                )
+            ).alias("c")
+        )
+        .where(F.size("c") > 1)
+    )
+    marked_type = "array<struct<p:int,o:bigint,gap_us:bigint,recount:boolean>>"
+
+    def step(acc, x):
+        gap = x["t"] - acc["ref"]
+        beyond = gap > F.lit(window_us)
+        mark = F.struct(x["p"].alias("p"), x["o"].alias("o"), gap.alias("gap_us"), beyond.alias("recount"))
+        return F.struct(
+            F.when(beyond, x["t"]).otherwise(acc["ref"]).alias("ref"), F.concat(acc["out"], F.array(mark)).alias("out")
+        )
+
+    start = F.struct(F.col("c")[0]["t"].alias("ref"), F.array().cast(marked_type).alias("out"))
+    later = chains.select(
+        F.explode(F.aggregate(F.slice("c", 2, F.size("c") - 1), start, step)["out"]).alias("x")
+    ).select(F.col("x.p").alias("kafka_partition"), F.col("x.o").alias("kafka_offset"), "x.gap_us", "x.recount")
+    tagged = (
+        in_window.join(later, ["kafka_partition", "kafka_offset"], "left")
+        .withColumn(
+            "status", F.when(F.col("recount").isNull(), "first").when(F.col("recount"), "recount").otherwise("dropped")
+        )
+        .withColumn(
+            "late", (F.unix_micros("ingest_time") - F.unix_micros("event_time")) > F.lit(LATE_AFTER_S * 1_000_000)
+        )
+        .withColumn("ingest_bucket", (F.floor(F.unix_seconds("ingest_time") / bucket_s) * bucket_s).cast("bigint"))
+        .select(*FIELD_NAMES, "ingest_time", "ingest_bucket", "status", "late", "gap_us")
+        .cache()
+    )
+    began = time.monotonic()
+    try:
+        figures: dict[str, Any] = {
+            "master_records_in_window": 0,
+            "first_copies": 0,
+            "duplicate_copies_within_window": 0,
+            "duplicate_copies_beyond_window": 0,
+            "late_records": 0,
+            "beyond_window_gap_s": {"min": None, "max": None},
+        }
+        names = {
+            "first": "first_copies",
+            "dropped": "duplicate_copies_within_window",
+            "recount": "duplicate_copies_beyond_window",
+        }
+        for row in (
+            tagged.groupBy("status", "late")
+            .agg(F.count(F.lit(1)).alias("n"), F.min("gap_us").alias("lo"), F.max("gap_us").alias("hi"))
+            .collect()
+        ):
+            figures["master_records_in_window"] += row.n
+            figures[names[row.status]] += row.n
+            if row.late and row.status != "dropped":
+                figures["late_records"] += row.n
+            if row.status == "recount":
+                gaps = figures["beyond_window_gap_s"]
+                gaps["min"] = min(x for x in (gaps["min"], row.lo / 1e6) if x is not None)
+                gaps["max"] = max(x for x in (gaps["max"], row.hi / 1e6) if x is not None)
+        log.info("window records tagged in %.1fs: %s", time.monotonic() - began, figures)
+        frames = [
+            frame
+            for view in views
+            for granularity in view.granularities
+            for frame in _view_parts(view, granularity, tagged)
+        ]
+        cells: dict[CellId, BatchCell] = {}
+        if frames:
+            union = frames[0]
+            for frame in frames[1:]:
+                union = union.unionByName(frame)
+            aggregation = {v.name: v.aggregation for v in views}
+            for row in union.collect():
+                cell_id = (row.view, row.granularity, key_text(row.key), row.event_bucket, row.ingest_bucket)
+                cell = cells.setdefault(cell_id, BatchCell())
+                fold(cell, aggregation[row.view], row.part, row.status, row.late, row.value or 0)
+        log.info("%d batch cells computed in %.1fs", len(cells), time.monotonic() - began)
+    finally:
+        tagged.unpersist()
+    return cells, figures
+
+
+def _view_parts(view: View, granularity: str, tagged) -> list:
+    """One view at one granularity, keyed by ingest bucket as well, each part derived from the
+    view's declaration (View.compute, the batch layer's own derivation), without joins:
+
+    - "count": records per cell, by status (first / recount / dropped) and lateness;
+    - "value": for sum views, the sum per cell by status and lateness (count views: the count is the value);
+    - "batch" / "expected": for distinct views, the exact distinct count of the first copies, and of
+      the first copies with the recounts (what the speed layer's sketch saw).
+    """
+    from pyspark.sql import functions as F
+
+    def shaped(frame, part: str, by_status: bool = True):
+        return frame.select(
+            F.lit(view.name).alias("view"),
+            F.lit(granularity).alias("granularity"),
+            F.array(*[F.col(k).cast("string") for k in view.keys]).alias("key"),
+            "event_bucket",
+            "ingest_bucket",
+            F.lit(part).alias("part"),
+            (F.col("status") if by_status else F.lit(None).cast("string")).alias("status"),
+            (F.col("late") if by_status else F.lit(None).cast("boolean")).alias("late"),
+            F.col("value").cast("double").alias("value"),
+        )
+
+    extra = ["ingest_bucket", "status", "late"]
+    counter = replace(view, aggregation="count", column=None, layout="by_key")  # the same cells, counting records
+    parts = [shaped(counter.compute(tagged, granularity, extra), "count")]
+    if view.aggregation == "sum":
+        parts.append(shaped(view.compute(tagged, granularity, extra), "value"))
+    elif view.aggregation == "distinct":
+        status = F.col("status")
+        for part, rows in (("batch", tagged.where(status == "first")), ("expected", tagged.where(status != "dropped"))):
+            parts.append(
+                shaped(view.compute(rows, granularity, ["ingest_bucket"]).drop("sketch"), part, by_status=False)
+            )
+    return parts
+
+
+def fold(cell: BatchCell, aggregation: str, part: str, status: str | None, late: bool | None, value: float) -> None:
+    """Add one row of `_view_parts` (a part of a cell, by status and lateness) to the cell."""
+    if part == "count":
+        n = int(value)
+        if status == "first":
+            cell.first_records += n
+        elif status == "recount":
+            cell.recounts += n
+        else:
+            cell.dropped += n
+        if late and status != "dropped":
+            cell.late_records += n
+    if (part == "count" and aggregation == "count") or part == "value":
+        if status == "first":
+            cell.batch += value
+        if status in ("first", "recount"):
+            cell.expected += value
+    elif part == "batch":
+        cell.batch = value
+    elif part == "expected":
+        cell.expected = value
+
+
+def _date(ms: int) -> date:
+    return datetime.fromtimestamp(ms / 1000, UTC).date()

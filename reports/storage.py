@@ -1,0 +1,101 @@
+"""Where reports live: the one place they are stored, listed and read back.
+
+`<state_dir>/reports/<id>.json` and `<id>.html` (what the API serves and `lambdactl report` lists),
+with a copy of both on HDFS under /lambda/reports/. An id is [A-Za-z0-9_.-]{1,100} (reports.build
+makes them sortable by creation); anything else is refused before a path is made of it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from definitions.settings import Settings
+
+HDFS_DIR = "/lambda/reports"
+ID_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
+_ID = re.compile(ID_PATTERN)
+
+
+class InvalidReportId(ValueError):
+    """Not a report id: never looked up."""
+
+
+class ReportNotFound(LookupError):
+    """No report stored under this id."""
+
+
+class StoredReport(NamedTuple):
+    id: str
+    report: dict
+
+
+def reports_dir(settings: Settings) -> Path:
+    return settings.state_dir / "reports"
+
+
+def check_id(report_id: str) -> str:
+    if not isinstance(report_id, str) or not _ID.fullmatch(report_id):
+        raise InvalidReportId(f"bad report id {report_id!r}")
+    return report_id
+
+
+def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
+    """Write `<id>.json` and `<id>.html` under state_dir/reports (what the API serves) and a copy on
+    HDFS under /lambda/reports/; their paths."""
+    from stores.webhdfs import WebHdfs
+
+    rid = check_id(report["id"])
+    folder = reports_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    payload = {".json": json.dumps(report, indent=1, sort_keys=False, default=str).encode(), ".html": html.encode()}
+    paths: dict[str, str] = {}
+    for suffix, data in payload.items():
+        target = folder / f"{rid}{suffix}"
+        tmp = folder / f".{rid}{suffix}.tmp"
+        tmp.write_bytes(data)
+        tmp.replace(target)  # the API never reads a half-written file
+        paths[suffix[1:]] = str(target)
+    with WebHdfs(settings, timeout_s=30) as fs:
+        fs.mkdirs(HDFS_DIR)
+        for suffix, data in payload.items():
+            fs.write(f"{HDFS_DIR}/{rid}{suffix}", data)
+            paths[f"hdfs_{suffix[1:]}"] = f"{settings.hdfs.url}{HDFS_DIR}/{rid}{suffix}"
+    return paths
+
+
+def list_reports(settings: Settings, limit: int | None = None) -> list[StoredReport]:
+    """The stored reports (full documents), newest first; at most `limit`. Unreadable ones are skipped."""
+    folder = reports_dir(settings)
+    out: list[StoredReport] = []
+    for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
+        if limit is not None and len(out) >= limit:
+            break
+        if not _ID.fullmatch(path.stem):
+            continue
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            out.append(StoredReport(path.stem, doc))
+    return out
+
+
+def _path(settings: Settings, report_id: str, suffix: str) -> Path:
+    path = reports_dir(settings) / f"{check_id(report_id)}{suffix}"
+    if not path.is_file():
+        raise ReportNotFound(f"no report {report_id!r}")
+    return path
+
+
+def read_report(settings: Settings, report_id: str) -> dict:
+    """A stored report's document. Raises InvalidReportId, ReportNotFound."""
+    return json.loads(_path(settings, report_id, ".json").read_text())
+
+
+def read_report_html(settings: Settings, report_id: str) -> str:
+    """A stored report's HTML page. Raises InvalidReportId, ReportNotFound."""
+    return _path(settings, report_id, ".html").read_text()

@@ -1,0 +1,99 @@
+"""Matching the two sides of a window, the tolerance of a sketch and the figures (no service)."""
+
+from __future__ import annotations
+
+import pytest
+
+from definitions.views import PAGE_VIEWS, UNIQUE_VISITORS
+from reports.cells import HLL_BOUND, SKETCH_TOLERANCE, BatchCell, significant, tolerance
+from reports.compare import granularity_figures, match_cells, view_report, view_summary
+from tests.unit.reports.conftest import HOSTILE, T0, cell_id
+
+MINUTE = 60
+
+
+def test_the_tolerance_of_a_sketch_is_three_bounds_and_at_least_half_a_value():
+    assert HLL_BOUND == pytest.approx(0.01625)
+    assert tolerance(1000) == pytest.approx(SKETCH_TOLERANCE * HLL_BOUND * 1000) == pytest.approx(48.75)
+    assert tolerance(0) == tolerance(5) == 0.5, "small cells: the estimate must round to the exact count"
+    assert significant(0.001, additive=True) and not significant(0, additive=True)
+    assert not significant(0.49, additive=False) and significant(0.5, additive=False)
+
+
+def window(buckets: int = 10) -> tuple[int, int]:
+    return T0 * 1000, (T0 + buckets * MINUTE) * 1000
+
+
+def test_cells_are_matched_within_the_window_and_above_the_ttl_floor():
+    inside = cell_id("page_views", "minute", ["/a"], T0 + MINUTE)
+    before = cell_id("page_views", "minute", ["/a"], T0 - MINUTE)
+    after = cell_id("page_views", "minute", ["/a"], T0 + 10 * MINUTE)
+    expired = cell_id("page_views", "minute", ["/b"], T0)
+    speed_only = cell_id("page_views", "minute", ["/c"], T0 + 2 * MINUTE)
+    dropped_only = cell_id("page_views", "minute", ["/d"], T0 + 3 * MINUTE)
+    other_granularity = cell_id("page_views_by_country_device", "minute", ["DE", "mobile"], T0)
+    batch = {
+        inside: BatchCell(5, 5, 5),
+        before: BatchCell(1, 1, 1),
+        after: BatchCell(1, 1, 1),
+        expired: BatchCell(1, 1, 1),
+        dropped_only: BatchCell(dropped=3),  # copies both layers drop: no cell on either side
+    }
+    realtime = {inside: 5.0, speed_only: 2.0, other_granularity: 1.0}
+    cells, skipped = match_cells([PAGE_VIEWS], realtime, batch, *window(), ttl_floor_s=T0 + 1)
+    assert skipped == {"expired_ingest_buckets": 1}
+    got = {(c.key, c.ingest_bucket): c for c in cells["page_views"]}
+    assert set(got) == {('["/a"]', T0 + MINUTE), ('["/c"]', T0 + 2 * MINUTE)}
+    a, c = got[('["/a"]', T0 + MINUTE)], got[('["/c"]', T0 + 2 * MINUTE)]
+    assert a.diff == 0 and a.parts == {} and a.speed_present and a.batch_present
+    assert c.diff == 2 and c.parts == {"accepted_by_one_layer": 2} and not c.batch_present
+
+
+def test_figures_of_a_view_count_exact_cells_drift_and_causes():
+    cells_ids = [cell_id("page_views", "minute", [f"/p{i}"], T0 + i * MINUTE) for i in range(4)]
+    batch = {cid: BatchCell(10, 10, 10) for cid in cells_ids}
+    batch[cells_ids[0]] = BatchCell(10, 12, 10, recounts=2)  # re-sent beyond the window: the speed layer counts 12
+    batch[cells_ids[1]] = BatchCell(10, 10, 10, late_records=3)
+    realtime = {cid: 10.0 for cid in cells_ids}
+    realtime[cells_ids[0]] = 12.0
+    realtime[cells_ids[1]] = 9.0  # one short in a cell holding late events
+    cells, _ = match_cells([PAGE_VIEWS], realtime, batch, *window(), ttl_floor_s=0)
+    f = granularity_figures(PAGE_VIEWS, cells["page_views"])
+    assert f["cells"] == 4 and f["exact_cells"] == 2 and f["exact_share"] == 0.5
+    assert f["exact_share_after_duplicates"] == 0.75
+    assert f["drift"] == 1 and f["speed_total"] == 41 and f["batch_total"] == 40
+    assert f["causes"]["duplicates_beyond_window"] == {"cells": 1, "amount": 2.0}
+    assert f["causes"]["late_events"] == {"cells": 1, "amount": -1.0}
+    assert f["late"] == {"cells": 1, "records": 3, "cells_exact_after_duplicates": 0, "error": -1.0}
+    assert [h["cells"] for h in f["error_histogram"]][:3] == [2, 1, 1], "errors 0, 0, 1 and 2"
+    assert [d["drift"] for d in f["drift_over_time"]] == [2, -1, 0, 0]
+    assert f["worst_keys"][0]["key"] == ["/p0"] and f["worst_keys"][0]["causes"] == {"duplicates_beyond_window": 2}
+    assert len(f["scatter"]) == 4 and sum(p[2] for p in f["scatter"]) == 2
+
+    details = view_report(PAGE_VIEWS, cells["page_views"])
+    assert details["finest"] == "minute" and details["differences_total"] == 2
+    summary = view_summary(PAGE_VIEWS, {**details, "granularities": {"minute": f}})
+    assert summary["drift"] == 1 and summary["cells_by_cause"]["late_events"] == 1
+    assert not summary["ok"], "a late-event error is a problem"
+
+
+def test_distinct_views_report_the_sketch_error_against_its_bound():
+    ids = [cell_id("unique_visitors", "minute", [f"/p{i}"], T0 + i * MINUTE) for i in range(3)]
+    batch = {cid: BatchCell(1000, 1000, 1000) for cid in ids}
+    realtime = {ids[0]: 1000.0, ids[1]: 1010.0, ids[2]: 990.0}
+    cells, _ = match_cells([UNIQUE_VISITORS], realtime, batch, *window(), ttl_floor_s=0)
+    f = granularity_figures(UNIQUE_VISITORS, cells["unique_visitors"])
+    assert f["causes"]["sketch_approximation"]["cells"] == 2 and f["causes"]["unexplained"]["cells"] == 0
+    assert f["hll"]["cells"] == 3 and f["hll"]["within_1x"] == 1.0
+    assert f["hll"]["max_abs_relative_error"] == pytest.approx(0.01)
+
+
+def test_the_assembled_document_has_the_reports_shape(settings, report):
+    assert report["id"].endswith("-run-__img_src_x_onerror_alert_1") and report["version"] == 7
+    assert set(report) >= {"id", "created", "window", "ok", "problems", "summary", "settings", "inputs", "views"}
+    assert report["window"]["start"] == "2026-01-01T10:00:00Z" and report["window"]["start_ms"] == T0 * 1000
+    assert report["inputs"]["skipped_expired_ingest_buckets"] == 0 and report["inputs"]["realtime_rows_read"] > 0
+    assert report["summary"]["page_views"]["causes"]["duplicates_beyond_window"] == 2
+    assert report["ok"], report["problems"]
+    differing = report["views"]["page_views"]["differences"]
+    assert differing and {tuple(d["key"]) for d in differing} == {(HOSTILE,)}

@@ -1,0 +1,109 @@
+"""Storage: one place stores, lists and reads back reports, for the CLI, the API and the build
+(HDFS replaced by an in-memory stand-in; no service)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from reports import storage
+
+
+class MemoryHdfs:
+    files: dict[str, bytes] = {}
+    dirs: set[str] = set()
+
+    def __init__(self, settings, timeout_s: float = 10.0) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def mkdirs(self, path: str) -> None:
+        self.dirs.add(path)
+
+    def write(self, path: str, data: bytes, overwrite: bool = True) -> None:
+        self.files[path] = data
+
+
+@pytest.fixture
+def local(settings, tmp_path, monkeypatch):
+    MemoryHdfs.files, MemoryHdfs.dirs = {}, set()
+    monkeypatch.setattr("stores.webhdfs.WebHdfs", MemoryHdfs)
+    return settings.model_copy(update={"state_dir": tmp_path})
+
+
+def doc(rid: str, **extra) -> dict:
+    return {"id": rid, "created": "2026-01-01T10:00:00Z", "window": {"start": "a", "end": "b"}, "summary": {}, **extra}
+
+
+def test_a_report_stored_is_listed_and_read_back_by_id(local):
+    older, newer = doc("20260101T100000Z-v1", version=1), doc("20260101T110000Z-v2", version=2)
+    paths = storage.store_report(local, older, "<p>older</p>")
+    storage.store_report(local, newer, "<p>newer</p>")
+    assert paths["json"] == str(local.state_dir / "reports" / "20260101T100000Z-v1.json")
+    assert json.loads(open(paths["json"]).read()) == older and open(paths["html"]).read() == "<p>older</p>"
+    assert paths["hdfs_json"].endswith(f"{storage.HDFS_DIR}/20260101T100000Z-v1.json")
+    assert MemoryHdfs.dirs == {storage.HDFS_DIR}
+    assert json.loads(MemoryHdfs.files[f"{storage.HDFS_DIR}/20260101T110000Z-v2.json"]) == newer
+    assert MemoryHdfs.files[f"{storage.HDFS_DIR}/20260101T110000Z-v2.html"] == b"<p>newer</p>"
+
+    listed = storage.list_reports(local)
+    assert [r.id for r in listed] == [newer["id"], older["id"]], "newest first"
+    assert listed[0].report == newer
+    assert [r.id for r in storage.list_reports(local, 1)] == [newer["id"]]
+    assert storage.read_report(local, older["id"]) == older
+    assert storage.read_report_html(local, newer["id"]) == "<p>newer</p>"
+    assert not list((local.state_dir / "reports").glob(".*.tmp")), "written whole, then renamed"
+
+
+def test_unreadable_files_are_not_listed(local):
+    folder = storage.reports_dir(local)
+    folder.mkdir(parents=True)
+    (folder / "20260101T100000Z-broken.json").write_text("{not json")
+    (folder / "20260101T100001Z-list.json").write_text("[1, 2]")
+    (folder / "probe.html").write_text("<p>an html page alone is never listed</p>")
+    storage.store_report(local, doc("20260101T090000Z-ok"), "<p>ok</p>")
+    assert [r.id for r in storage.list_reports(local)] == ["20260101T090000Z-ok"]
+    assert storage.read_report_html(local, "probe") == "<p>an html page alone is never listed</p>"
+
+
+@pytest.mark.parametrize("bad", ["../etc/passwd", "a/b", "", "x" * 101, "id with space", "ok\n", "é"])
+def test_invalid_ids_are_refused_before_any_path_is_made(local, bad):
+    with pytest.raises(storage.InvalidReportId):
+        storage.read_report(local, bad)
+    with pytest.raises(storage.InvalidReportId):
+        storage.read_report_html(local, bad)
+    with pytest.raises(storage.InvalidReportId):
+        storage.store_report(local, doc(bad), "")
+    assert not MemoryHdfs.files
+
+
+def test_unknown_ids_are_not_found(local):
+    with pytest.raises(storage.ReportNotFound):
+        storage.read_report(local, "20260101T100000Z-none")
+    with pytest.raises(storage.ReportNotFound):
+        storage.read_report_html(local, "20260101T100000Z-none")
+
+
+def test_the_api_serves_what_storage_holds(local):
+    from api.app import create_app
+
+    storage.store_report(local, doc("20260101T100000Z-v1", version=1), "<p>page</p>")
+    with TestClient(create_app(local), raise_server_exceptions=False) as client:
+        listed = client.get("/api/v1/reports").json()["reports"]
+        assert [r["id"] for r in listed] == ["20260101T100000Z-v1"]
+        assert listed[0]["html"] == "/api/v1/reports/20260101T100000Z-v1/html"
+        assert client.get("/api/v1/reports/20260101T100000Z-v1").json()["version"] == 1
+        page = client.get("/api/v1/reports/20260101T100000Z-v1/html")
+        assert page.status_code == 200 and page.text == "<p>page</p>"
+        assert "script-src" not in page.headers["content-security-policy"]
+        assert client.get("/api/v1/reports/20260101T100000Z-none").status_code == 404
+        assert client.get("/api/v1/reports/20260101T100000Z-none/html").status_code == 404
+        assert client.get("/api/v1/reports/bad id").status_code == 422
+        assert client.get("/api/v1/reports/bad%20id/html").status_code == 422
