@@ -25,8 +25,8 @@ from definitions.events import FIELD_NAMES
 from definitions.settings import Settings
 from definitions.views import View, key_text, load_views
 from reports.cells import LATE_AFTER_S, BatchCell, CellId, RealtimeSnapshot
+from stores.checkpoints import speed_layer_position
 from stores.kafka import offsets_at
-from stores.progress import source_offsets
 
 log = logging.getLogger("lambda.accuracy")
 
@@ -85,30 +85,6 @@ def read_realtime(
     finally:
         cluster.shutdown()
     return snapshot
-
-
-def speed_layer_position(settings: Settings) -> dict[int, int] | None:
-    """Per partition of topic `events`, the next offset after the speed layer's last committed
-    micro-batch (read from its checkpoint on HDFS); None before its first commit. A committed
-    micro-batch has written its realtime rows (foreachBatch runs before the commit)."""
-    from stores.webhdfs import WebHdfs
-
-    root = settings.speed.checkpoint_dir.rstrip("/")
-    with WebHdfs(settings) as fs:
-        commits = [int(name) for name in fs.list(f"{root}/commits") if name.isdigit()]
-        if not commits:
-            return None
-        raw = fs.read(f"{root}/offsets/{max(commits)}")
-    if raw is None:
-        return None
-    for line in raw.decode().splitlines()[2:]:  # "v1", the batch metadata, then one line per source
-        try:
-            offsets = source_offsets(line)
-        except ValueError:
-            continue
-        if settings.kafka.events_topic in offsets:
-            return offsets[settings.kafka.events_topic]
-    return None
 
 
 def wait_for_speed_layer(settings: Settings, ingest_ms: int, timeout_s: float = 180.0) -> dict:

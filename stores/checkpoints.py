@@ -1,5 +1,6 @@
-"""The speed layer's checkpoint marker: the ingest-bucket size it was made with, and when
-the speed layer first started writing realtime rows with it.
+"""The speed layer's checkpoint on HDFS: its marker (the ingest-bucket size it was made with, and when
+the speed layer first started writing realtime rows with it), and the position of its last
+committed micro-batch in Spark's checkpoint layout (`commits/N`, `offsets/N`).
 
 Realtime rows are keyed by ingest buckets of that size, so it decides which batch cutoffs the
 merge can use exactly (a cutoff inside a bucket would split it between the layers). The start time
@@ -62,3 +63,28 @@ def file_written_ms(settings: Settings) -> int:
 
     with WebHdfs(settings) as fs:
         return int(fs.status(marker_path(settings))["modificationTime"])
+
+
+def speed_layer_position(settings: Settings) -> dict[int, int] | None:
+    """Per partition of topic `events`, the next offset after the speed layer's last committed
+    micro-batch (read from its checkpoint on HDFS); None before its first commit. A committed
+    micro-batch has written its realtime rows (foreachBatch runs before the commit)."""
+    from stores.progress import source_offsets
+    from stores.webhdfs import WebHdfs
+
+    root = settings.speed.checkpoint_dir.rstrip("/")
+    with WebHdfs(settings) as fs:
+        commits = [int(name) for name in fs.list(f"{root}/commits") if name.isdigit()]
+        if not commits:
+            return None
+        raw = fs.read(f"{root}/offsets/{max(commits)}")
+    if raw is None:
+        return None
+    for line in raw.decode().splitlines()[2:]:  # "v1", the batch metadata, then one line per source
+        try:
+            offsets = source_offsets(line)
+        except ValueError:
+            continue
+        if settings.kafka.events_topic in offsets:
+            return offsets[settings.kafka.events_topic]
+    return None
