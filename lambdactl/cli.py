@@ -14,12 +14,11 @@ from pathlib import Path
 from definitions.logs import configure
 from definitions.settings import Settings, get_settings
 from infra.errors import StackError
+from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
+from lambdactl.output import _say
+from lambdactl.status import cmd_status
 
 log = logging.getLogger("lambdactl")
-
-
-def _say(message: str) -> None:
-    log.info("%s", message)
 
 
 def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
@@ -50,55 +49,6 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
     if not any(what == "stopped" for what in outcome.values()):
         _say("nothing was running")
     return 0
-
-
-def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.stack import Stack
-
-    rows = Stack(settings).status(probe=True)
-    if args.json:
-        sys.stdout.write(json.dumps([row.__dict__ for row in rows], indent=2) + "\n")
-        return 0 if all(r.healthy for r in rows) else 1
-    sys.stdout.write(format_status(rows))
-    stale = False
-    if any(r.name == "hbase-thrift" and r.healthy for r in rows):
-        lines, stale = view_lines(settings)
-        sys.stdout.write("\n".join(lines) + "\n")
-    return 0 if all(r.healthy for r in rows) and not stale else 1
-
-
-def view_lines(settings: Settings) -> tuple[list[str], bool]:
-    """What `status` says of each view's batch part: version, cutoff, and staleness in words."""
-    from definitions.times import iso_ms
-    from serving_layer.service import ServingLayer, StoreUnavailable
-
-    serving = ServingLayer(settings)
-    try:
-        states = serving.view_states()
-    except StoreUnavailable as exc:
-        return [f"views: the batch views' pointer cannot be read ({exc.component})"], False
-    finally:
-        serving.close()
-    lines = [f"\n{'VIEW':<30} {'BATCH':>5}  {'CUTOFF':<20}  STATE"]
-    for s in states:
-        version = str(s.version) if s.version is not None else "-"
-        cutoff = iso_ms(s.cutoff_ms) if s.cutoff_ms else "-"
-        lines.append(f"{s.name:<30} {version:>5}  {cutoff:<20}  {s.stale or 'complete'}")
-    return lines, any(s.stale for s in states)
-
-
-def format_status(rows) -> str:
-    lines = [f"{'SERVICE':<15} {'STATE':<10} {'PID':>7} {'RSS MiB':>8} {'UP':>7} {'RESTARTS':>8}  DETAIL"]
-    for r in rows:
-        state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
-        pid = str(r.pid) if r.pid else "-"
-        uptime = f"{r.uptime_s:.0f}s" if r.running else "-"
-        restarts = str(r.restarts) if r.name not in ("supervisor",) else ""
-        detail = r.detail if not r.restart_detail or r.restart_detail == r.detail else f"{r.detail}; {r.restart_detail}"
-        lines.append(f"{r.name:<15} {state:<10} {pid:>7} {r.rss_mb:>8.0f} {uptime:>7} {restarts:>8}  {detail}")
-    total = sum(r.rss_mb for r in rows)
-    lines.append(f"{'total':<15} {'':<10} {'':>7} {total:>8.0f}")
-    return "\n".join(lines) + "\n"
 
 
 def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
@@ -161,139 +111,6 @@ def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
         write_truth(read_sent(events_out), args.granularity, args.truth_out)
         _say(f"ground truth ({args.granularity} buckets): {args.truth_out}")
     return 0 if report.failed == 0 else 1
-
-
-def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
-    """Run a batch recomputation, or one of its steps (what the Airflow DAG's tasks call)."""
-    from batch_layer.hbase_writer import VerificationError
-    from batch_layer.job import CutoffError, choose_cutoff, iso, parse_cutoff, run_batch, swap_version, verify_version
-    from definitions.views import load_views
-    from stores.batch_views import PointerMoved, VersionStore
-
-    cutoff = parse_cutoff(args.cutoff) if args.cutoff else None
-    try:
-        if args.plan:
-            current = VersionStore(settings).pointer()
-            names = args.views.split(",") if args.views else load_views(settings).names()
-            planned = choose_cutoff(settings, cutoff, current, names)
-            # new when some view of the run would move past the cutoff it serves at
-            fresh = current is None or any(current.entry(n) is None or current.cutoff_of(n) < planned for n in names)
-            _emit(
-                {
-                    "cutoff": iso(planned),
-                    "cutoff_ms": planned,
-                    "new": fresh,
-                    "views": names,
-                    "serving_version": current.version if current else None,
-                }
-            )
-            return 0 if fresh or args.force else 3
-        if args.verify is not None:
-            tables = verify_version(settings, args.verify)
-            _emit({"version": args.verify, "verified": {k: vars(v) for k, v in tables.items()}})
-            return 0
-        if args.swap is not None:
-            pointer = swap_version(settings, args.swap)
-            moved = {n: e.cutoff_ms for n, e in pointer.entries.items() if e.version == args.swap}
-            _emit(
-                {
-                    "version": args.swap,
-                    "cutoff": iso(max(moved.values(), default=0)),
-                    "views": sorted(moved),
-                    "swapped": True,
-                }
-            )
-            return 0
-        result = run_batch(
-            settings, cutoff, args.views.split(",") if args.views else None, args.force, swap=not args.no_swap
-        )
-    except (CutoffError, VerificationError, PointerMoved) as exc:
-        log.error("batch refused: %s", exc)
-        return 2
-    if result.skipped:
-        _say(f"nothing to do: version {result.version} already serves cutoff {iso(result.cutoff_ms)}")
-    else:
-        verb = "now serves" if not args.no_swap else "is written and verified, not yet serving,"
-        _say(
-            f"version {result.version} {verb} {', '.join(result.tables)} below {iso(result.cutoff_ms)} "
-            f"({result.events:,} distinct events, {result.seconds:.0f}s)"
-        )
-        for name, stats in result.tables.items():
-            _say(f"  {name}: {stats.rows:,} rows, {stats.cells:,} cells, checksum {stats.checksum:,}")
-        if not args.no_swap and not args.no_report:
-            # The accuracy report of the window this run absorbed (the DAG runs it as its own task).
-            try:
-                cmd_report(settings, argparse.Namespace(version=result.version, limit=0, json=False))
-            except Exception:  # the batch itself is done and serving; say what failed
-                log.exception("the accuracy report failed; version %d serves all the same", result.version)
-    if args.json:
-        _emit(
-            {
-                "version": result.version,
-                "cutoff": iso(result.cutoff_ms),
-                "cutoff_ms": result.cutoff_ms,
-                "run_id": result.run_id,
-                "skipped": result.skipped or None,
-            }
-        )
-    return 0
-
-
-def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
-    """Build the accuracy report of a batch version's ingest window, or list the reports."""
-    from reports.build import NoWindow, produce, window_for_version
-    from reports.storage import list_reports
-
-    if args.version is None:
-        for rid, report in list_reports(settings, args.limit):
-            window = report.get("window") or {}
-            _say(f"{rid}: {window.get('start')} → {window.get('end')} (version {report.get('version')})")
-        return 0
-    try:
-        window = window_for_version(settings, args.version)
-    except NoWindow as exc:
-        log.error("%s", exc)
-        return 2
-    from definitions.spark import spark_session
-
-    spark = spark_session(settings, "lambda-report", {"spark.driver.memory": settings.batch.driver_memory})
-    report, paths = produce(settings, spark, window)
-    url = f"http://{settings.api.host}:{settings.api.port}/api/v1/reports/{report['id']}/html"
-    _say(f"report {report['id']} for version {args.version}: {url} ({paths.get('json')})")
-    if args.json:
-        _emit({"id": report["id"], "url": url, **paths})
-    return 0
-
-
-def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
-    from speed_layer.realtime_cleanup import delete_absorbed
-    from stores.batch_views import VersionStore
-
-    pointer = VersionStore(settings).pointer()
-    if pointer is None:
-        _say("no batch version serves yet: every realtime row is still needed")
-        return 0
-    # Each view's rows below the cutoff its own batch table covers; a view no table serves keeps all.
-    cutoffs = pointer.cleanup_cutoffs_s()
-    cleanup = delete_absorbed(settings, cutoffs)
-    _say(f"realtime clean-up below each view's serving cutoff: {cleanup.summary()}")
-    if args.json:
-        _emit(
-            {
-                "version": pointer.version,
-                "cutoffs_s": cutoffs,
-                "cutoff_s": cleanup.cutoff_s,
-                "rows_below_cutoff": cleanup.rows_below_cutoff,
-                "deletions": cleanup.deletions,
-                "complete": cleanup.complete,
-                "unreadable": [u.describe() for u in cleanup.unreadable],
-            }
-        )
-    return 0
-
-
-def _emit(doc: dict) -> None:
-    sys.stdout.write(json.dumps(doc) + "\n")
 
 
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:

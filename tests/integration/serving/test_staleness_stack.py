@@ -112,7 +112,7 @@ def test_the_status_route_flags_stale_views(client, short_ttl):
 
 
 def test_lambdactl_status_names_a_stale_view(short_ttl, monkeypatch):
-    from lambdactl.cli import view_lines
+    from lambdactl.status import view_lines
 
     lines, stale = view_lines(short_ttl)
     assert not stale and any(line.startswith(VIEW) and line.endswith("complete") for line in lines), lines
