@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-NOISY = ("kafka", "cassandra", "happybase", "thriftpy2", "py4j", "httpx", "httpcore")
+NOISY = ("kafka", "cassandra", "happybase", "thriftpy2", "py4j", "httpx", "httpcore", "hdfs")
 
 _fields: dict[str, Any] = {"component": "-", "run": "-", "version": "-"}
 _installed: logging.Handler | None = None

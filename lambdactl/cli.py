@@ -258,6 +258,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StackError as exc:
         log.error("%s", exc)
         return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a store that does not answer, or a fault: one line, the traceback with -v
+        if args.verbose:
+            raise
+        log.error(
+            "%s failed: %s: %s (is the stack up? `lambdactl status`; -v shows the traceback)",
+            args.command,
+            type(exc).__name__,
+            str(exc)[:500],
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -119,3 +119,23 @@ def test_a_broken_persisted_file_is_a_clear_error(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SettingsConflict, match="not valid JSON"):
         load()
+
+
+def test_a_store_that_does_not_answer_is_one_clear_line_not_a_traceback(monkeypatch, tmp_path, caplog):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("LAMBDA_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LAMBDA_HDFS__HTTP_PORT", str(port))
+    from definitions.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert main(["batch", "--plan"]) == 1
+    finally:
+        get_settings.cache_clear()
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert line.startswith("batch failed: WebHdfsError: ") and "lambdactl status" in line
+    assert "Traceback" not in caplog.text
