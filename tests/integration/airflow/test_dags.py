@@ -17,6 +17,7 @@ from ingest.generator import GeneratorConfig
 from stores.airflow import AirflowClient
 from stores.batch_views import VersionStore
 from tests.integration.api.test_end_to_end import wait_exact
+from tests.support.cli import lambdactl
 from tests.support.events import send, wait_cutoff_past
 
 PARSE = textwrap.dedent("""
@@ -147,29 +148,12 @@ def test_a_manual_run_beside_a_dag_run_loses_the_swap_and_changes_nothing(settin
     first. The manual swap is then refused naming why, the pointer stays where the DAG put it, and
     answers stay exact."""
     import json
-    import sys
 
     sent = send(
         settings, GeneratorConfig(seed=int(time.time()), count=600, pages=8, url_prefix=f"/mix-{uuid.uuid4().hex[:8]}")
     )
     wait_cutoff_past(settings, sent)
-    env = {
-        "LAMBDA_INGEST_BUCKET_S": str(settings.ingest_bucket_s),
-        "LAMBDA_SPEED__DEDUPE_WINDOW_S": str(settings.speed.dedupe_window_s),
-    }
-
-    def lambdactl(*args: str) -> subprocess.CompletedProcess:
-        import os
-
-        return subprocess.run(
-            [sys.executable, "-m", "lambdactl.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env={**os.environ, **env},
-        )
-
-    manual = lambdactl("batch", "--views", "page_views", "--force", "--no-swap", "--json")
+    manual = lambdactl(settings, "batch", "--views", "page_views", "--force", "--no-swap", "--json")
     assert manual.returncode == 0, manual.stderr[-2000:]
     manual_version = json.loads(manual.stdout.strip().splitlines()[-1])["version"]
 
@@ -179,7 +163,7 @@ def test_a_manual_run_beside_a_dag_run_loses_the_swap_and_changes_nothing(settin
     after_dag = store.pointer()
     assert after_dag.entry("page_views").version > manual_version, "the DAG's run serves page_views"
 
-    late = lambdactl("batch", "--swap", str(manual_version))
+    late = lambdactl(settings, "batch", "--swap", str(manual_version))
     assert late.returncode == 2, late.stderr[-2000:]
     assert "the pointer moved since this run read it" in late.stderr
     assert store.pointer() == after_dag, "the refused swap changed nothing"

@@ -12,9 +12,6 @@ asked again once the supervisor has it back (an answer that arrives is always ch
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 
@@ -36,6 +33,7 @@ from tests.integration.api.test_end_to_end import (
     wait_exact,
     window,
 )
+from tests.support.cli import lambdactl
 from tests.support.events import send, wait_cutoff_past
 
 # The views each run recomputes: None is a full run.
@@ -64,20 +62,6 @@ def workload(settings, prefix: str, seed: int) -> list[SentRecord]:
             duplicate_fraction=0.05,
             invalid_fraction=0.03,
         ),
-    )
-
-
-def env(settings) -> dict[str, str]:
-    return dict(
-        os.environ,
-        LAMBDA_INGEST_BUCKET_S=str(settings.ingest_bucket_s),
-        LAMBDA_SPEED__DEDUPE_WINDOW_S=str(settings.speed.dedupe_window_s),
-    )
-
-
-def lambdactl(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "lambdactl.cli", *args], capture_output=True, text=True, timeout=900, env=env(settings)
     )
 
 

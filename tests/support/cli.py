@@ -1,0 +1,21 @@
+"""Running `lambdactl` as an operator would, in a subprocess with the stack's data-shaping settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def env(settings) -> dict[str, str]:
+    return dict(
+        os.environ,
+        LAMBDA_INGEST_BUCKET_S=str(settings.ingest_bucket_s),
+        LAMBDA_SPEED__DEDUPE_WINDOW_S=str(settings.speed.dedupe_window_s),
+    )
+
+
+def lambdactl(settings, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lambdactl.cli", *args], capture_output=True, text=True, timeout=900, env=env(settings)
+    )
