@@ -246,6 +246,9 @@ class ViewSettings(_Section):
     modules: list[str] = []
 
 
+AIRFLOW_COMPANIONS = ("airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+
+
 class StackSettings(_Section):
     # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
     managed_services: list[str] = [
@@ -259,6 +262,9 @@ class StackSettings(_Section):
         "speed-layer",
         "api",
         "airflow",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
     ]
     java_home: str = ""
     stop_timeout_s: float = 30
@@ -281,6 +287,16 @@ class StackSettings(_Section):
     # this size, keeping this many older files beside it.
     log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024)
     log_backups: int = Field(5, ge=1)
+
+    @model_validator(mode="after")
+    def _airflow_whole(self) -> StackSettings:
+        """Airflow runs as four programs (API server `airflow`, scheduler, DAG processor, triggerer):
+        a list naming `airflow` (as lists written before the split do) manages all four."""
+        if "airflow" in self.managed_services:
+            for part in AIRFLOW_COMPANIONS:
+                if part not in self.managed_services:
+                    self.managed_services.append(part)
+        return self
 
 
 class LoggingSettings(_Section):

@@ -1,20 +1,29 @@
 """Airflow 3 for the platform: its environment, its launcher, and a small REST client.
 
-Airflow lives in its own virtualenv (settings.airflow.venv, made by infra/airflow/setup.sh from
-infra/airflow/requirements.lock) because its pins clash with the platform's. It runs as
-`airflow standalone` with SQLite in AIRFLOW_HOME by default (any SQLAlchemy URL from settings),
-the repository's dags/ folder, and the simple auth manager with the password from settings.
-Its tasks call the platform through `lambdactl` in the platform's virtualenv.
+Airflow lives in its own virtualenv (settings.airflow.venv, made by infra/setup.sh from
+infra/airflow_env/requirements.lock) because its pins clash with the platform's. Its four
+components (API server, scheduler, DAG processor, triggerer) run as four programs of the
+supervisor, so one that dies is restarted on its own (under `airflow standalone` a dead child
+stayed dead while its parent ran on). SQLite in AIRFLOW_HOME by default (any SQLAlchemy URL from
+settings), the LocalExecutor, the repository's dags/ folder, and the simple auth manager with the
+password from settings. Its tasks call the platform through `lambdactl` in the platform's virtualenv.
 
-`python -m infra.airflow` (what `lambdactl up` runs) prepares AIRFLOW_HOME and execs Airflow.
+`python -m infra.airflow COMPONENT` (what `lambdactl up` runs, one program per component)
+prepares AIRFLOW_HOME and execs that component. The API server's program first brings the
+database schema up to date (`airflow db migrate`, idempotent); the others wait until it is
+(`airflow db check-migrations`). `python -m infra.airflow standalone` runs all four in one
+process tree, for a container that runs Airflow as one service.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from definitions.files import write_private
@@ -43,6 +52,7 @@ def environment(settings: Settings) -> dict[str, str]:
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(a.parallelism),
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(a.parallelism),
             "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
@@ -82,9 +92,16 @@ def check_installed(settings: Settings) -> Path:
     return executable
 
 
-def main() -> int:
+# The components `python -m infra.airflow` runs, each as its own program (`airflow <component>`).
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.airflow", description="run one of Airflow's components")
+    parser.add_argument("component", nargs="?", default="api-server", choices=(*COMPONENTS, "standalone"))
+    component = parser.parse_args(argv).component
     settings = get_settings()
-    configure_from("airflow", settings)
+    configure_from("airflow" if component == "api-server" else f"airflow-{component}", settings)
     if (
         settings.environment != "development"
         and settings.airflow.admin_password.get_secret_value() == DEFAULT_AIRFLOW_PASSWORD
@@ -93,8 +110,29 @@ def main() -> int:
         return 2
     executable = check_installed(settings)
     prepare_home(settings)
-    log.info("starting Airflow on %s (home %s, dags %s)", base_url(settings), airflow_home(settings), DAGS_FOLDER)
-    os.execve(str(executable), [str(executable), "standalone"], environment(settings))
+    env = environment(settings)
+    if component in ("api-server", "standalone"):
+        step = [str(executable), "db", "migrate"]
+    else:  # the API server's program migrates; wait for it rather than race it
+        step = [
+            str(executable),
+            "db",
+            "check-migrations",
+            "--migration-wait-timeout",
+            str(int(settings.airflow.health_timeout_s)),
+        ]
+    done = subprocess.run(step, env=env, check=False)
+    if done.returncode != 0:
+        log.error("`airflow %s` failed (exit %d): see the lines above", " ".join(step[1:]), done.returncode)
+        return 1
+    log.info(
+        "starting Airflow's %s (%s, home %s, dags %s)",
+        component,
+        base_url(settings),
+        airflow_home(settings),
+        DAGS_FOLDER,
+    )
+    os.execve(str(executable), [str(executable), component], env)
     return 0  # not reached
 
 

@@ -1,6 +1,7 @@
 """The services of the local stack, in start order: the stores (infra/store_services.py, each a
 JVM with its configuration rendered from infra/templates) and the platform's own processes (the
-archiver, the speed layer, the API, Airflow), run by the supervisor. Also re-exports what the stack
+archiver, the speed layer, the API, and Airflow's API server, scheduler, DAG processor and
+triggerer), run by the supervisor. Also re-exports what the stack
 manager and the tests use of infra/service_base.py and infra/store_services.py.
 """
 
@@ -32,6 +33,7 @@ class PlatformProcess:
     host: Callable[[Settings], str] = lambda s: "127.0.0.1"
     needs_spark: bool = True
     phase: int = 1
+    args: tuple[str, ...] = ()
 
     def dirs(self, settings: Settings) -> ServiceDirs:
         return ServiceDirs(settings.state_dir / self.name)
@@ -40,7 +42,7 @@ class PlatformProcess:
         dirs.root.mkdir(parents=True, exist_ok=True)
 
     def command(self, settings: Settings, java: JavaRuntime) -> list[str]:
-        return [sys.executable, "-m", self.module]
+        return [sys.executable, "-m", self.module, *self.args]
 
     def check_jars(self, settings: Settings) -> None:
         if self.needs_spark:
@@ -74,14 +76,32 @@ API = PlatformProcess(
 )
 
 AIRFLOW = PlatformProcess(
-    name="airflow",
+    name="airflow",  # Airflow's API server (and UI); it also brings Airflow's database schema up to date
     module="infra.airflow",
+    args=("api-server",),
     check=health.airflow,
     timeout_s=lambda s: s.airflow.health_timeout_s,
     ports=lambda s: {"api": s.airflow.port},
     host=lambda s: s.airflow.host,
     needs_spark=False,
 )
+
+
+def _airflow_component(component: str) -> PlatformProcess:
+    """Airflow's scheduler, DAG processor or triggerer: a program of its own, restarted on its own."""
+    return PlatformProcess(
+        name=f"airflow-{component}",
+        module="infra.airflow",
+        args=(component,),
+        check=health.airflow_component(component),
+        timeout_s=lambda s: s.airflow.health_timeout_s,
+        needs_spark=False,
+    )
+
+
+AIRFLOW_SCHEDULER = _airflow_component("scheduler")
+AIRFLOW_DAG_PROCESSOR = _airflow_component("dag-processor")
+AIRFLOW_TRIGGERER = _airflow_component("triggerer")
 
 ALL: tuple[Service | PlatformProcess, ...] = (
     KAFKA,
@@ -94,5 +114,8 @@ ALL: tuple[Service | PlatformProcess, ...] = (
     SPEED_LAYER,
     API,
     AIRFLOW,
+    AIRFLOW_SCHEDULER,
+    AIRFLOW_DAG_PROCESSOR,
+    AIRFLOW_TRIGGERER,
 )
 BY_NAME = {s.name: s for s in ALL}

@@ -188,21 +188,6 @@ class Stack:
             if killed:
                 say(f"the supervisor was not running: ended {killed} process(es) it had left behind")
         java = find_java(self.settings.stack.java_home)
-        info = self.supervisord.all_info()
-        known = read_status(self.settings.state_dir)["processes"]
-        to_start = []
-        for service in members:
-            state = info.get(service.name, {}).get("statename")
-            entry = known.get(service.name, {})
-            if state in ("RUNNING", "STARTING", "BACKOFF"):
-                outcome[service.name] = "already running"
-            elif entry.get("next_restart_at") and state in ("EXITED", "FATAL"):
-                outcome[service.name] = "restarting"  # the supervisor restarts it in a moment
-                say(f"{service.name}: {summary(entry)}")
-            else:
-                to_start.append(service)
-        for service in to_start:
-            self._preflight(service)
         env = self._environment(java)
         programs = [
             Program(
@@ -225,6 +210,22 @@ class Stack:
                 f"supervisor: {how} (pid {record.pid if record else '?'}); it restarts a process that exits, "
                 f"{budget.describe()}"
             )
+        # Read after the update: a program whose command changed was stopped by it, and starts again here.
+        info = self.supervisord.all_info()
+        known = read_status(self.settings.state_dir)["processes"]
+        to_start = []
+        for service in members:
+            state = info.get(service.name, {}).get("statename")
+            entry = known.get(service.name, {})
+            if state in ("RUNNING", "STARTING", "BACKOFF"):
+                outcome[service.name] = "already running"
+            elif entry.get("next_restart_at") and state in ("EXITED", "FATAL"):
+                outcome[service.name] = "restarting"  # the supervisor restarts it in a moment
+                say(f"{service.name}: {summary(entry)}")
+            else:
+                to_start.append(service)
+        for service in to_start:
+            self._preflight(service)
         since = time.time()
         for service in to_start:
             self.supervisord.start(service.name)

@@ -48,14 +48,15 @@ def view_lines(settings: Settings) -> tuple[list[str], bool]:
 
 
 def format_status(rows) -> str:
-    lines = [f"{'SERVICE':<15} {'STATE':<10} {'PID':>7} {'RSS MiB':>8} {'UP':>7} {'RESTARTS':>8}  DETAIL"]
+    w = max([len("SERVICE"), *(len(r.name) for r in rows)])
+    lines = [f"{'SERVICE':<{w}} {'STATE':<10} {'PID':>7} {'RSS MiB':>8} {'UP':>7} {'RESTARTS':>8}  DETAIL"]
     for r in rows:
         state = "healthy" if r.healthy else ("unhealthy" if r.running else "stopped")
         pid = str(r.pid) if r.pid else "-"
         uptime = f"{r.uptime_s:.0f}s" if r.running else "-"
         restarts = str(r.restarts) if r.name not in ("supervisor",) else ""
         detail = r.detail if not r.restart_detail or r.restart_detail == r.detail else f"{r.detail}; {r.restart_detail}"
-        lines.append(f"{r.name:<15} {state:<10} {pid:>7} {r.rss_mb:>8.0f} {uptime:>7} {restarts:>8}  {detail}")
+        lines.append(f"{r.name:<{w}} {state:<10} {pid:>7} {r.rss_mb:>8.0f} {uptime:>7} {restarts:>8}  {detail}")
     total = sum(r.rss_mb for r in rows)
-    lines.append(f"{'total':<15} {'':<10} {'':>7} {total:>8.0f}")
+    lines.append(f"{'total':<{w}} {'':<10} {'':>7} {total:>8.0f}")
     return "\n".join(lines) + "\n"

@@ -184,3 +184,14 @@ def airflow(settings: Settings) -> str:
     from stores.airflow import health as airflow_health
 
     return airflow_health(settings)
+
+
+def airflow_component(component: str) -> Callable[[Settings], str]:
+    """The probe of one of Airflow's components (scheduler, dag-processor, triggerer)."""
+
+    def probe(settings: Settings) -> str:
+        from stores.airflow import component_health
+
+        return component_health(settings, component)
+
+    return probe

@@ -23,6 +23,9 @@ SERVICE_MAP = {
     "speed-layer": "speed-layer",
     "api": "api",
     "airflow": "airflow",
+    "airflow-scheduler": "airflow-scheduler",
+    "airflow-dag-processor": "airflow-dag-processor",
+    "airflow-triggerer": "airflow-triggerer",
 }
 
 
@@ -70,6 +73,13 @@ def test_compose_runs_every_local_service_on_the_same_ports():
 
 def test_compose_runs_platform_services_with_the_platforms_own_launcher():
     compose = yaml.safe_load(COMPOSE.read_text())["services"]
-    for name in ("hbase", "hbase-thrift", "archiver", "speed-layer", "api", "airflow"):
+    for name in (
+        "hbase",
+        "hbase-thrift",
+        "archiver",
+        "speed-layer",
+        "api",
+        *(n for n in SERVICE_MAP if "airflow" in n),
+    ):
         assert compose[name]["command"] == ["run", name]
         assert compose[name]["image"] == "lambda-platform:local"

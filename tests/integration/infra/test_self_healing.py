@@ -108,3 +108,53 @@ def test_killed_processes_come_back_by_themselves_and_answers_stay_exact(setting
         row = health["restarts"][name]
         assert row["last_reason"] == "terminated by SIGKILL" and row["restarts_total"] >= 1, row
         assert row["state"] == "RUNNING" and not row["gave_up"] and "log_tail" not in row, row
+
+
+def _heartbeat_after(settings, component: str, moment: float) -> str | None:
+    """The component's last heartbeat as Airflow reports it, once it is later than `moment` (epoch s)."""
+    from datetime import datetime
+
+    import httpx
+
+    from stores.airflow import COMPONENTS, base_url
+
+    try:
+        entry = httpx.get(f"{base_url(settings)}/api/v2/monitor/health", timeout=10).json()[COMPONENTS[component]]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+    beat = next((v for k, v in entry.items() if k.endswith("heartbeat")), None)
+    if entry.get("status") != "healthy" or not beat or datetime.fromisoformat(beat).timestamp() <= moment:
+        return None
+    return beat
+
+
+def test_killed_airflow_components_come_back_by_themselves(settings, stack):
+    """Airflow's API server and scheduler are programs of their own: each killed one comes back
+    alone (under `airflow standalone` a dead component stayed dead while its parent ran on), the
+    new scheduler heartbeats, and nothing the killed one started is left behind."""
+    import psutil
+
+    for name in ("airflow", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
+        assert stack.supervisor.supervised(name), f"{name} runs under the supervisor (run `lambdactl up` once)"
+    scheduler = stack.supervisor.process("airflow-scheduler")
+    assert scheduler is not None
+    children = scheduler.children(recursive=True)
+    assert children, "the scheduler runs its executor's workers"
+    killed_at = time.time()
+    running, healthy = _kill_and_time(settings, stack, "airflow-scheduler")
+    assert running <= BACK_WITHIN_S, running
+    wait_for(
+        lambda: _heartbeat_after(settings, "scheduler", killed_at),
+        "the new scheduler's heartbeat",
+        timeout_s=HEALTHY_WITHIN_S,
+    )
+    gone = wait_for(
+        lambda: all(not c.is_running() or c.status() == psutil.STATUS_ZOMBIE for c in children),
+        "the killed scheduler's workers to be ended",
+        timeout_s=BACK_WITHIN_S,
+    )
+    assert gone
+    running, healthy = _kill_and_time(settings, stack, "airflow")
+    assert running <= BACK_WITHIN_S, running
+    other = stack.supervisor.process("airflow-triggerer")
+    assert other is not None and other.is_running(), "the other components ran on"

@@ -164,3 +164,20 @@ def test_up_after_the_supervisor_was_killed_replaces_what_it_left(isolated):
     rows = isolated.status()
     assert rows["api"]["healthy"] and rows["api"]["pid"] != api and rows["supervisor"]["healthy"]
     assert not psutil.pid_exists(api) or psutil.Process(api).status() == psutil.STATUS_ZOMBIE
+
+
+def test_up_with_a_setting_that_changes_a_program_restarts_it_and_waits_for_it(isolated):
+    """A setting that changes how the supervisor runs a program (here the size its log rotates at)
+    makes the next `up` replace that program: it runs again, healthy, in the new form. (The
+    supervisor's update stops a changed program; `up` used to then wait for it in vain.)"""
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    before = isolated.status()["api"]["pid"]
+    isolated.env["LAMBDA_STACK__LOG_MAX_BYTES"] = str(3 * 2**20)
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert "supervisor: updated" in up.stderr, up.stderr[-3000:]
+    row = isolated.status()["api"]
+    assert row["healthy"] and row["pid"] not in (None, before), row
+    conf = (isolated.state_dir / "supervisor" / "supervisord.conf").read_text()
+    assert f"stdout_logfile_maxbytes={3 * 2**20}" in conf

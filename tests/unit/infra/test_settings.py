@@ -68,3 +68,13 @@ def test_missing_config_file_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv("LAMBDA_CONFIG", str(tmp_path / "nope.toml"))
     with pytest.raises(FileNotFoundError, match="nope.toml"):
         Settings()
+
+
+def test_managing_airflow_manages_all_four_of_its_programs():
+    from definitions.settings import AIRFLOW_COMPANIONS
+
+    older = Settings(_env_file=None, stack={"managed_services": ["kafka", "airflow"]})
+    assert older.stack.managed_services == ["kafka", "airflow", *AIRFLOW_COMPANIONS]
+    assert not set(AIRFLOW_COMPANIONS) & set(
+        Settings(_env_file=None, stack={"managed_services": ["api"]}).stack.managed_services
+    )
