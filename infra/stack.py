@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ import psutil
 
 from definitions.settings import Settings
 from infra import services as svc
+from infra.diagnoses import likely_causes
 from infra.errors import StackError
 from infra.java import JavaRuntime, find_java
 from infra.process import STATE_TAG, ProcessSupervisor, port_owner
@@ -28,38 +28,6 @@ from infra.supervision import Program, StackProcesses
 from stores.restarts import read_status, restart_report, summary
 
 log = logging.getLogger(__name__)
-
-# What a dying service's log says, and what to tell a person about it.
-_DIAGNOSES: list[tuple[re.Pattern[str], str]] = [
-    (
-        re.compile(r"Address already in use|BindException|Failed to bind|port is already in use", re.I),
-        "a port it needs is already in use",
-    ),
-    (
-        re.compile(r"cannot assign requested address|Cannot assign requested address", re.I),
-        "the host it is set to listen on is not an address of this machine",
-    ),
-    (
-        re.compile(r"OutOfMemoryError|Cannot allocate memory|insufficient memory", re.I),
-        "out of memory: raise its heap in settings or free memory",
-    ),
-    (
-        re.compile(
-            r"ConfigurationException|Invalid yaml|Invalid configuration|ConfigException|IllegalArgumentException: .*conf",
-            re.I,
-        ),
-        "bad configuration",
-    ),
-    (
-        re.compile(r"ClassNotFoundException|NoClassDefFoundError|Could not find or load main class", re.I),
-        "missing classes: run `make setup` to resolve the jars",
-    ),
-    (re.compile(r"UnsupportedClassVersionError|Unsupported major.minor", re.I), "wrong Java version"),
-    (
-        re.compile(r"InconsistentFSStateException|Incompatible clusterIDs|Invalid cluster.id", re.I),
-        "stored data does not match this cluster: remove the service's data dir in the state dir",
-    ),
-]
 
 
 @dataclass
@@ -264,7 +232,7 @@ class Stack:
     def _loop_failure(self, service, entry: dict) -> StackError:
         last = entry.get("last_exit") or {}
         tail = "\n".join(last.get("log_tail", []))
-        causes = [msg for pattern, msg in _DIAGNOSES if pattern.search(tail)]
+        causes = likely_causes(tail)
         return StackError(
             service.name,
             (
@@ -336,7 +304,7 @@ class Stack:
 
     def _failure(self, service: svc.Service, what: str) -> StackError:
         tail = self.supervisor.tail(service.name, 40)
-        causes = [msg for pattern, msg in _DIAGNOSES if pattern.search(tail)]
+        causes = likely_causes(tail)
         reason = what + (f"; likely cause: {causes[0]}" if causes else "")
         return StackError(service.name, f"{reason} (log: {self.supervisor.log_file(service.name)})", tail)
 

@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 
+from definitions import jobs
 from infra import services as svc
 from ingest.generator import GeneratorConfig
 from stores.progress import read_progress
@@ -23,6 +24,8 @@ BACK_WITHIN_S = 30
 # A Spark job is healthy once its new driver has started its queries and reported progress:
 # Spark's own start-up, tens of seconds on a busy 2-core machine.
 HEALTHY_WITHIN_S = 300
+# The query whose first finished micro-batch shows a restarted Spark job progressing.
+PROGRESSING = {"speed-layer": jobs.SPEED_QUERY, "archiver": jobs.ARCHIVER_MASTER_QUERY}
 
 
 def _healthy(settings, stack, name: str, not_pid: int | None = None):
@@ -68,8 +71,26 @@ def _kill_and_time(settings, stack, name: str) -> tuple[float, float]:
     healthy = time.monotonic() - killed
     report = restart_report(settings)[name]
     assert report["last_reason"] == "terminated by SIGKILL" and report["restarts_total"] >= 1, report
-    print(f"{name}: running again {running:.1f}s and healthy {healthy:.1f}s after kill -9")
+    progressing = ""
+    if name in PROGRESSING:
+        # Healthy means progressing: the new process finishes a micro-batch of its own.
+        wait_for(
+            lambda: _finished_a_batch(settings, name, PROGRESSING[name], not_pid=proc.pid),
+            f"{name}'s new process to finish a micro-batch",
+            timeout_s=HEALTHY_WITHIN_S,
+            interval_s=0.5,
+        )
+        progressing = f", its first micro-batch done {time.monotonic() - killed:.1f}s"
+    print(f"{name}: running again {running:.1f}s, healthy {healthy:.1f}s{progressing} after kill -9")
     return running, healthy
+
+
+def _finished_a_batch(settings, name: str, query: str, not_pid: int) -> bool:
+    try:
+        state = read_progress(settings, name)
+    except RuntimeError:
+        return False
+    return state.get("pid") != not_pid and "batch_id" in state["queries"].get(query, {})
 
 
 def test_killed_processes_come_back_by_themselves_and_answers_stay_exact(settings, stack):
