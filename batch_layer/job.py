@@ -26,13 +26,6 @@ from datetime import UTC, datetime
 
 import psutil
 
-from batch_layer.hbase_writer import (
-    TableStats,
-    VerificationError,
-    create_table,
-    verify_table,
-    write_partitions,
-)
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
@@ -40,6 +33,13 @@ from definitions.views import View, load_views
 from stores import batch_layout as layout
 from stores import checkpoints, completeness
 from stores.batch_views import Pointer, VersionStore
+from stores.batch_writer import (
+    TableStats,
+    VerificationError,
+    create_table,
+    verify_table,
+    write_partitions,
+)
 from stores.master import read_master
 from stores.pointer import (
     CutoffError,

@@ -15,7 +15,7 @@
    sketch: DuckDB has no DataSketches aggregate). Each view's figures must equal Spark's.
 3. HBase load: the `--hbase-size` dataset's `page_views` and `unique_visitors` at every
    granularity, computed and checkpointed first (untimed), then written through the real
-   `batch_layer.hbase_writer.write_partitions` into fresh tables `bench_<view>_v<N>` of the
+   `stores.batch_writer.write_partitions` into fresh tables `bench_<view>_v<N>` of the
    platform's namespace, once per `--put-batch-sizes` entry; cells/s per batch size (timed:
    write_partitions only), each table verified by a scan, then dropped.
 
@@ -43,11 +43,11 @@ from unittest import mock
 from figures import emit, int_list  # bench/ itself: the scripts run as files
 
 from batch_layer import job
-from batch_layer.hbase_writer import TableStats, create_table, verify_table, write_partitions
 from definitions.settings import Settings, get_settings
 from definitions.views import BUILT_IN, GRANULARITIES, PAGE_VIEWS, UNIQUE_VISITORS, View
 from ingest.generator import _COUNTRIES, _DEVICES, _REFERRERS, _TYPE_WEIGHTS, page_urls
 from stores import batch_layout as layout
+from stores.batch_writer import TableStats, computed_stats, create_table, verify_table, write_partitions
 from stores.clients import hbase_connection
 
 log = logging.getLogger("bench.batch")
@@ -181,19 +181,11 @@ def spark_events(spark, settings: Settings, url: str):
     return events, events.count()
 
 
-def computed_stats(view: View, computed) -> TableStats:
+def cached_stats(view: View, computed) -> TableStats:
     """What write_partitions does before its puts: cache the view and take the verified figures."""
-    from pyspark.sql import functions as F
-
     computed = computed.cache()
     try:
-        agg = computed.agg(
-            F.count(F.lit(1)).alias("cells"),
-            F.sum("value").alias("checksum"),
-            F.countDistinct("event_bucket").alias("buckets"),
-        ).first()
-        cells = int(agg["cells"])
-        return TableStats(cells if view.layout == "by_key" else int(agg["buckets"]), cells, int(agg["checksum"] or 0))
+        return computed_stats(view, computed)
     finally:
         computed.unpersist()
 
@@ -206,7 +198,7 @@ def spark_recompute(spark, settings: Settings, url: str) -> dict:
     try:
         for view in BUILT_IN:
             for granularity in view.granularities:
-                stats[f"{view.name}/{granularity}"] = computed_stats(view, view.compute(events, granularity))
+                stats[f"{view.name}/{granularity}"] = cached_stats(view, view.compute(events, granularity))
     finally:
         events.unpersist(blocking=True)
     total = time.monotonic() - started
@@ -223,7 +215,7 @@ def spark_recompute(spark, settings: Settings, url: str) -> dict:
 
 
 def duckdb_sql(view: View, granularity: str) -> str:
-    """The view at one granularity, reduced to (rows, cells, checksum) as computed_stats does."""
+    """The view at one granularity, reduced to (rows, cells, checksum) as cached_stats does."""
     size = GRANULARITIES[granularity]
     value = {
         "count": "count(*)",

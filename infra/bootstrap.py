@@ -15,34 +15,20 @@ from definitions.settings import Settings
 from infra.errors import StackError
 from infra.java import find_java
 from infra.services import HBASE, JAVA_DIR
-from stores.clients import cassandra_cluster, hbase_connection
+from stores.batch_views import NamespaceMissing, ensure_meta_table
 from stores.kafka import ensure_topics
+from stores.realtime import ensure_keyspace
 
 log = logging.getLogger(__name__)
-
-META_FAMILIES = {"p": dict(max_versions=1)}
 
 
 def ensure_hbase_meta(settings: Settings) -> bool:
     """Create the namespace and the meta table if missing; True if anything was created."""
-    b = settings.hbase
-    # Creating the first table of a fresh HBase (namespace, region assignment) can take well over
-    # the default 10 s client timeout on a busy machine.
-    conn = hbase_connection(settings, timeout_s=120)
     try:
-        if b.meta_table.encode() in conn.tables():
-            return False
-        try:
-            conn.create_table(b.meta_table, META_FAMILIES)
-        except Exception as exc:  # Thrift IOError carries HBase's exception text
-            if "NamespaceNotFound" not in str(exc):
-                raise
-            create_namespace(settings)
-            conn.create_table(b.meta_table, META_FAMILIES)
-        log.info("created HBase table %s:%s", b.namespace, b.meta_table)
-        return True
-    finally:
-        conn.close()
+        return ensure_meta_table(settings)
+    except NamespaceMissing:
+        create_namespace(settings)
+        return ensure_meta_table(settings)
 
 
 def create_namespace(settings: Settings) -> None:
@@ -70,22 +56,6 @@ def create_namespace(settings: Settings) -> None:
             "\n".join((done.stdout + done.stderr).splitlines()[-20:]),
         )
     log.info("%s", done.stdout.strip())
-
-
-def ensure_keyspace(settings: Settings) -> None:
-    c = settings.cassandra
-    cluster = cassandra_cluster(settings)
-    try:
-        session = cluster.connect()
-        session.execute(
-            f"CREATE KEYSPACE IF NOT EXISTS {c.keyspace} WITH replication = "
-            f"{{'class': 'SimpleStrategy', 'replication_factor': {c.replication_factor}}}"
-        )
-        from stores.realtime import ensure_schema
-
-        ensure_schema(settings, session)
-    finally:
-        cluster.shutdown()
 
 
 def bootstrap(settings: Settings) -> None:

@@ -25,6 +25,7 @@ from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from ingest.ticker import Ticker
 from stores import completeness, health
+from stores.kafka import partition_count
 from stores.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
 from stores.master import master_url
 from stores.progress import ProgressFile, source_offsets
@@ -121,22 +122,11 @@ def completeness_hook(settings: Settings, partitions: int):
     return publish
 
 
-def topic_partitions(settings: Settings) -> int:
-    from stores.clients import kafka_admin
-
-    admin = kafka_admin(settings)
-    try:
-        described = admin.describe_topics([settings.kafka.events_topic])
-        return len(described[0]["partitions"])
-    finally:
-        admin.close()
-
-
 def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode})
-    partitions = topic_partitions(settings)
+    partitions = partition_count(settings, settings.kafka.events_topic)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
     progress = ProgressFile(settings, JOB, {MASTER_QUERY: completeness_hook(settings, partitions)})
     spark.streams.addListener(progress.listener())

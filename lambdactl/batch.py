@@ -14,10 +14,10 @@ log = logging.getLogger("lambdactl")
 
 def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     """Run a batch recomputation, or one of its steps (what the Airflow DAG's tasks call)."""
-    from batch_layer.hbase_writer import VerificationError
     from batch_layer.job import CutoffError, choose_cutoff, iso, parse_cutoff, run_batch, swap_version, verify_version
     from definitions.views import load_views
     from stores.batch_views import PointerMoved, VersionStore
+    from stores.batch_writer import VerificationError
 
     cutoff = parse_cutoff(args.cutoff) if args.cutoff else None
     try:
@@ -115,8 +115,8 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
-    from speed_layer.realtime_cleanup import delete_absorbed
     from stores.batch_views import VersionStore
+    from stores.realtime_cleanup import delete_absorbed
 
     pointer = VersionStore(settings).pointer()
     if pointer is None:

@@ -45,45 +45,21 @@ def read_realtime(
     """
     from datasketches import hll_sketch
 
-    from stores.clients import cassandra_cluster
-    from stores.realtime import BY_BUCKET, BY_KEY
-    from stores.realtime_scan import scan
+    from stores.realtime import BY_BUCKET
+    from stores.realtime_scan import rows_ingested_between
 
     registry = {v.name: v for v in (views if views is not None else load_views(settings))}
     snapshot = RealtimeSnapshot(start_ms, end_ms, int(time.time() * 1000))
-    bounds = "ingest_bucket >= ?" + (" AND ingest_bucket < ?" if end_ms is not None else "")
-    params = (start_ms // 1000,) + ((end_ms // 1000,) if end_ms is not None else ())
-    cluster = cassandra_cluster(settings, timeout_s=120)
-    try:
-        session = cluster.connect(settings.cassandra.keyspace)
-        tables = (
-            (
-                BY_KEY,
-                ("view_name", "granularity", "key"),
-                "view_name, granularity, key, event_bucket, ingest_bucket, value, sketch",
-            ),
-            (
-                BY_BUCKET,
-                ("view_name", "granularity", "event_bucket"),
-                "view_name, granularity, key, event_bucket, ingest_bucket, value",
-            ),
-        )
-        for table, partition_key, columns in tables:
-            for rows in scan(session, table, partition_key, columns, bounds, params, unreadable=snapshot.unreadable):
-                for row in rows:
-                    view = registry.get(row.view_name)
-                    if view is None or (view.layout == "by_bucket") != (table == BY_BUCKET):
-                        continue
-                    value = float(row.value or 0)
-                    sketch = getattr(row, "sketch", None)
-                    if view.aggregation == "distinct" and sketch is not None:
-                        value = hll_sketch.deserialize(bytes(sketch)).get_estimate()
-                    snapshot.cells[(row.view_name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = (
-                        value
-                    )
-                    snapshot.rows += 1
-    finally:
-        cluster.shutdown()
+    for table, row in rows_ingested_between(settings, start_ms, end_ms, unreadable=snapshot.unreadable):
+        view = registry.get(row.view_name)
+        if view is None or (view.layout == "by_bucket") != (table == BY_BUCKET):
+            continue
+        value = float(row.value or 0)
+        sketch = getattr(row, "sketch", None)
+        if view.aggregation == "distinct" and sketch is not None:
+            value = hll_sketch.deserialize(bytes(sketch)).get_estimate()
+        snapshot.cells[(row.view_name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = value
+        snapshot.rows += 1
     return snapshot
 
 

@@ -21,7 +21,7 @@ from definitions.settings import Settings
 from definitions.views import GRANULARITIES, View, key_text, load_views
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.staleness import Horizon, stale_reason
-from stores import batch_layout as layout
+from stores.batch_reader import BatchViewReader, BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
@@ -97,7 +97,7 @@ class ServingLayer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.views = load_views(settings)
-        self._hbase_pool = None
+        self.batch_views = BatchViewReader(settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s)
         self._realtime: RealtimeReader | None = None
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
@@ -105,24 +105,12 @@ class ServingLayer:
 
     # --- store access --------------------------------------------------------------------------
 
-    def _pool(self):
-        from stores.clients import hbase_pool
-
-        with self._lock:
-            if self._hbase_pool is None:
-                self._hbase_pool = hbase_pool(self.settings, self.settings.api.hbase_pool_size, timeout_s=5)
-            return self._hbase_pool
-
-    def _reader(self):
+    def _reader(self) -> RealtimeReader:
         from stores.realtime import RealtimeReader
 
         with self._lock:
             if self._realtime is None:
-                from stores.clients import cassandra_cluster
-
-                cluster = cassandra_cluster(self.settings, timeout_s=5)
-                self._realtime = RealtimeReader(self.settings, cluster.connect(self.settings.cassandra.keyspace))
-                self._realtime.cluster = cluster
+                self._realtime = RealtimeReader(self.settings, timeout_s=5)
             return self._realtime
 
     def _reset_realtime(self) -> None:
@@ -190,10 +178,7 @@ class ServingLayer:
         )
 
     def pointer(self) -> Pointer | None:
-        def read(conn):
-            return conn.table(self.settings.hbase.meta_table).row(layout.POINTER_ROW)
-
-        data = self._hbase(read)
+        data = self._hbase(self.batch_views.pointer_columns)
         pointer = Pointer.from_columns(data) if data else None
         if pointer is not None:
             bucket_s = self.speed_bucket_s()
@@ -216,46 +201,22 @@ class ServingLayer:
     ) -> dict[int, BatchCell]:
         if source.table is None or not buckets:
             return {}
-        table = source.table
-        start, stop = layout.scan_range(view, granularity, keys, buckets[0], buckets[-1] + 1)
-
-        def read(conn):
-            out = {}
-            for row, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000):
-                _, _, bucket = layout.parse_row_key(view, row)
-                out[bucket] = BatchCell(layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
-            return out
-
-        return self._hbase(read)
+        cells = self._hbase(self.batch_views.series, source.table, view, granularity, keys, buckets[0], buckets[-1])
+        return {bucket: BatchCell(value, sketch) for bucket, (value, sketch) in cells.items()}
 
     def _batch_top(self, source: ViewSource, view: View, granularity: str, buckets: list[int]) -> dict[str, int]:
         if source.table is None or not buckets:
             return {}
-        start, stop = layout.scan_range(view, granularity, (), buckets[0], buckets[-1] + 1)
-
-        def read(conn):
-            totals: dict[str, int] = {}
-            for _, data in conn.table(source.table).scan(row_start=start, row_stop=stop, batch_size=100):
-                for column, value in data.items():
-                    key = key_text(layout.decode_key(column[2:]))
-                    totals[key] = totals.get(key, 0) + layout.decode_int(value)
-            return totals
-
-        return self._hbase(read)
+        return self._hbase(self.batch_views.totals, source.table, view, granularity, buckets[0], buckets[-1])
 
     # --- speed part ----------------------------------------------------------------------------
 
-    def _hbase(self, read, attempts: int = 2):
-        """Run `read(connection)` on a pooled Thrift connection; a broken connection is replaced by
-        the pool, so one failure is retried before HBase is declared unreadable."""
-        for attempt in range(1, attempts + 1):
-            try:
-                with self._pool().connection(timeout=self.settings.api.hbase_pool_wait_s) as conn:
-                    return read(conn)
-            except Exception as exc:
-                if attempt == attempts:
-                    log.warning("hbase read failed: %s: %s", type(exc).__name__, exc)
-                    raise StoreUnavailable("hbase", f"{type(exc).__name__}: {exc}") from exc
+    def _hbase(self, read, *args):
+        """A batch-view read; HBase unreadable (after the reader's own retry) is StoreUnavailable."""
+        try:
+            return read(*args)
+        except BatchViewsUnavailable as exc:
+            raise StoreUnavailable("hbase", exc.detail) from exc
 
     def _speed(self, fn, *args, attempts: int = 2):
         for attempt in range(1, attempts + 1):

@@ -36,6 +36,34 @@ __all__ = ["CutoffError", "Pointer", "PointerFormatError", "PointerMoved", "Vers
 
 log = logging.getLogger(__name__)
 
+META_FAMILIES = {"p": dict(max_versions=1)}
+
+
+class NamespaceMissing(RuntimeError):
+    """The platform's HBase namespace does not exist (Thrift1 cannot create one: infra/bootstrap does)."""
+
+
+def ensure_meta_table(settings: Settings) -> bool:
+    """Create the meta table (the pointer, the version counter, run records) if missing; True if it
+    was created. Raises NamespaceMissing when the namespace must be created first."""
+    b = settings.hbase
+    # Creating the first table of a fresh HBase (namespace, region assignment) can take well over
+    # the default 10 s client timeout on a busy machine.
+    conn = hbase_connection(settings, timeout_s=120)
+    try:
+        if b.meta_table.encode() in conn.tables():
+            return False
+        try:
+            conn.create_table(b.meta_table, META_FAMILIES)
+        except Exception as exc:  # Thrift IOError carries HBase's exception text
+            if "NamespaceNotFound" in str(exc):
+                raise NamespaceMissing(b.namespace) from exc
+            raise
+        log.info("created HBase table %s:%s", b.namespace, b.meta_table)
+        return True
+    finally:
+        conn.close()
+
 
 class VersionStore:
     """Reads and moves the pointer, records runs, allocates versions, drops old tables."""

@@ -96,3 +96,12 @@ def _topic_config(described, key: str) -> str | None:
                 if entry[0] == key:
                     return entry[1]
     return None
+
+
+def partition_count(settings: Settings, topic: str) -> int:
+    """How many partitions `topic` has."""
+    admin = kafka_admin(settings)
+    try:
+        return len(admin.describe_topics([topic])[0]["partitions"])
+    finally:
+        admin.close()

@@ -10,7 +10,7 @@ Two tables serve every declared view (definitions/views.py):
 Rows hold absolute values for their (key, event bucket, ingest bucket): a replayed micro-batch
 writes the same values again. Every row carries the table's TTL (settings.realtime_ttl_s).
 
-Deletes (speed_layer/realtime_cleanup.py) and expired rows leave tombstones, which reads scan until
+Deletes (stores/realtime_cleanup.py) and expired rows leave tombstones, which reads scan until
 `gc_grace_seconds` has passed and a compaction has purged them. Rows here are ephemeral (never read
 below the serving cutoff, expiring by TTL), so a deletion that a replica missed and that comes back
 is harmless: the tables keep a short `gc_grace_seconds` (settings.speed.gc_grace_s) and let
@@ -129,6 +129,21 @@ TABLES: dict[str, TableSpec] = {
 def schema(settings: Settings) -> list[str]:
     ks, options = settings.cassandra.keyspace, _with(table_options(settings))
     return [spec.create(ks, options) for spec in TABLES.values()]
+
+
+def ensure_keyspace(settings: Settings) -> None:
+    """Create the platform's keyspace if missing, then the realtime tables (ensure_schema)."""
+    c = settings.cassandra
+    cluster = cassandra_cluster(settings)
+    try:
+        session = cluster.connect()
+        session.execute(
+            f"CREATE KEYSPACE IF NOT EXISTS {c.keyspace} WITH replication = "
+            f"{{'class': 'SimpleStrategy', 'replication_factor': {c.replication_factor}}}"
+        )
+        ensure_schema(settings, session)
+    finally:
+        cluster.shutdown()
 
 
 def ensure_schema(settings: Settings, session=None) -> None:
@@ -262,11 +277,12 @@ class RealtimeReader:
 
     IN_CHUNK = 100
 
-    def __init__(self, settings: Settings, session=None) -> None:
+    def __init__(self, settings: Settings, session=None, timeout_s: float = 10.0) -> None:
+        """Reads through `session`, or through a cluster connection of its own (closed by close())."""
         self.settings = settings
         self.cluster: Any | None = None  # shut down by close(); set when this reader owns the cluster
         if session is None:
-            self.cluster = cassandra_cluster(settings)
+            self.cluster = cassandra_cluster(settings, timeout_s=timeout_s)
             session = self.cluster.connect(settings.cassandra.keyspace)
         self.session = session
         self.series_stmt = session.prepare(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -124,3 +125,27 @@ def _short(exc: Exception) -> str:
         if reason in text:
             return f"{type(exc).__name__}: {reason}"
     return f"{type(exc).__name__}: {text[:200]}"
+
+
+def rows_ingested_between(
+    settings, start_ms: int, end_ms: int | None, unreadable: list[Unreadable] | None = None
+) -> Iterator[tuple[str, Any]]:
+    """(table, row) for every row of both realtime tables whose ingest bucket is in
+    [start_ms, end_ms) (no upper bound when `end_ms` is None): a filtered scan, token range by
+    token range; what cannot be read is appended to `unreadable`. Rows carry every column of their
+    table's declaration (stores.realtime.TABLES)."""
+    from stores.clients import cassandra_cluster
+    from stores.realtime import TABLES
+
+    bounds = "ingest_bucket >= ?" + (" AND ingest_bucket < ?" if end_ms is not None else "")
+    params = (start_ms // 1000,) + ((end_ms // 1000,) if end_ms is not None else ())
+    cluster = cassandra_cluster(settings, timeout_s=120)
+    try:
+        session = cluster.connect(settings.cassandra.keyspace)
+        for spec in TABLES.values():
+            columns = ", ".join(spec.column_names)
+            for rows in scan(session, spec.name, spec.partition_key, columns, bounds, params, unreadable=unreadable):
+                for row in rows:
+                    yield spec.name, row
+    finally:
+        cluster.shutdown()

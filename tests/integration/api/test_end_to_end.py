@@ -17,9 +17,9 @@ from batch_layer.job import run_batch
 from infra.stack import Stack
 from ingest.generator import GeneratorConfig, SentRecord
 from ingest.truth import distinct_events
-from speed_layer.realtime_cleanup import delete_absorbed
 from stores import completeness
 from stores.batch_views import PointerMoved, VersionStore
+from stores.realtime_cleanup import delete_absorbed
 from tests.support.events import send, wait_cutoff_past
 from tests.support.polling import wait_for
 from tests.support.realtime import planned_offsets

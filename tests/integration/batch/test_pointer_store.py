@@ -17,9 +17,9 @@ import time
 import psutil
 import pytest
 
-from batch_layer.hbase_writer import create_table
 from batch_layer.job import swap_version
 from stores.batch_views import PointerMoved, VersionStore
+from stores.batch_writer import create_table
 from stores.clients import hbase_connection
 from stores.pointer import DOC, Pointer, advance, table_name
 

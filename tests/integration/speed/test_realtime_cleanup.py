@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from infra.bootstrap import ensure_keyspace
-from speed_layer.realtime_cleanup import delete_absorbed
 from stores.clients import cassandra_cluster
 from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, ensure_schema
+from stores.realtime_cleanup import delete_absorbed
 
 CUTOFF = 1_800_000_000
 BELOW, ABOVE = (CUTOFF - 120, CUTOFF - 60), (CUTOFF, CUTOFF + 60)

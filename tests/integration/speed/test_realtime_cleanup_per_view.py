@@ -4,8 +4,8 @@ it) keeps every row."""
 
 from __future__ import annotations
 
-from speed_layer.realtime_cleanup import delete_absorbed
 from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter
+from stores.realtime_cleanup import delete_absorbed
 from tests.integration.speed.test_realtime_cleanup import COLUMNS, own  # noqa: F401  (the keyspace fixture)
 
 T = 1_800_000_000

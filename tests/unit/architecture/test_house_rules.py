@@ -5,7 +5,8 @@ to): `ingest`, `batch_layer`, `speed_layer`, `serving_layer` and `reports` impor
 may also use the serving layer); `api` may use `serving_layer` and `reports`; `infra` only
 `definitions` and `stores`; `definitions` nothing of the project; `lambdactl`, `dags` and `bench`
 compose everything. Only `stores/` imports the stores' client libraries (kafka-python,
-happybase, cassandra-driver).
+happybase, cassandra-driver) or opens a raw connection with them (`stores.clients`): the others
+call a store adapter's methods.
 """
 
 from __future__ import annotations
@@ -81,8 +82,16 @@ def test_no_layer_imports_another_layer():
     )
 
 
-# The client libraries of the stores: only stores/ imports them (bench/ measures them directly).
+# The client libraries of the stores, and the raw connections stores/clients.py opens with them:
+# only stores/ uses them (bench/ measures the stores directly).
 STORE_CLIENTS = ("kafka", "happybase", "cassandra")
+RAW_CONNECTIONS = "stores.clients"
+
+
+def _speaks_to_a_store(module: str) -> bool:
+    return (
+        module.split(".")[0] in STORE_CLIENTS or module == RAW_CONNECTIONS or module.startswith(RAW_CONNECTIONS + ".")
+    )
 
 
 def client_imports(root: Path = ROOT) -> set[tuple[str, str]]:
@@ -92,7 +101,7 @@ def client_imports(root: Path = ROOT) -> set[tuple[str, str]]:
             continue
         for path in sorted((root / package).rglob("*.py")):
             for module in imports_of(path):
-                if module.split(".")[0] in STORE_CLIENTS:
+                if _speaks_to_a_store(module):
                     out.add((str(path.relative_to(root)), module))
     return out
 
@@ -108,8 +117,15 @@ def test_the_client_check_sees_a_driver_imported_in_a_layer(tmp_path):
     for package in PACKAGES:
         (tmp_path / package).mkdir()
     (tmp_path / "serving_layer" / "added.py").write_text("def later():\n    import happybase\n")
-    (tmp_path / "stores" / "added.py").write_text("import happybase\nfrom cassandra.cluster import Cluster\n")
-    assert client_imports(tmp_path) == {("serving_layer/added.py", "happybase")}
+    (tmp_path / "reports" / "raw.py").write_text("def later():\n    from stores.clients import cassandra_cluster\n")
+    (tmp_path / "speed_layer" / "raw.py").write_text("from stores import clients\n")
+    (tmp_path / "speed_layer" / "adapter.py").write_text("from stores.realtime import RealtimeWriter\n")
+    (tmp_path / "stores" / "added.py").write_text("import happybase\nfrom stores.clients import hbase_pool\n")
+    assert client_imports(tmp_path) == {
+        ("serving_layer/added.py", "happybase"),
+        ("reports/raw.py", "stores.clients"),
+        ("speed_layer/raw.py", "stores.clients"),
+    }
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ all come from the declaration (no services)."""
 from __future__ import annotations
 
 from definitions.settings import Settings
-from speed_layer.realtime_cleanup import TARGETS
 from stores.realtime import BY_BUCKET, BY_KEY, TABLES, schema
+from stores.realtime_cleanup import TARGETS
 
 
 def test_schema_declares_each_table_with_its_primary_key():

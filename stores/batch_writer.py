@@ -1,4 +1,5 @@
-"""Writing a computed view into its HBase table from the Spark tasks, and verifying it."""
+"""Writing a computed view into its HBase table from the Spark tasks, and verifying it: the batch
+layer's one way to put cells into a batch-view table (the row and column layout is stores/batch_layout)."""
 
 from __future__ import annotations
 
@@ -49,21 +50,26 @@ def _write_partition(settings: Settings, table: str, view: View, granularity: st
         conn.close()
 
 
-def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> TableStats:
-    """Write one granularity of a view; what was written (the figures verification checks)."""
+def computed_stats(view: View, computed) -> TableStats:
+    """The figures verification checks, from a computed view's frame (cache it first: it is read again)."""
     from pyspark.sql import functions as F
 
+    agg = computed.agg(
+        F.count(F.lit(1)).alias("cells"),
+        F.sum("value").alias("checksum"),
+        F.countDistinct("event_bucket").alias("buckets"),
+    ).first()
+    cells = int(agg["cells"])
+    return TableStats(cells if view.layout == "by_key" else int(agg["buckets"]), cells, int(agg["checksum"] or 0))
+
+
+def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> TableStats:
+    """Write one granularity of a view; what was written (the figures verification checks)."""
     computed = computed.cache()
     try:
-        agg = computed.agg(
-            F.count(F.lit(1)).alias("cells"),
-            F.sum("value").alias("checksum"),
-            F.countDistinct("event_bucket").alias("buckets"),
-        ).first()
-        cells, checksum = int(agg["cells"]), int(agg["checksum"] or 0)
-        rows = cells if view.layout == "by_key" else int(agg["buckets"])
+        stats = computed_stats(view, computed)
         computed.foreachPartition(functools.partial(_write_partition, settings, table, view, granularity))
-        return TableStats(rows, cells, checksum)
+        return stats
     finally:
         computed.unpersist()
 

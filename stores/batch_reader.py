@@ -1,0 +1,94 @@
+"""Reading batch views and the pointer from HBase for queries: pooled Thrift connections, reused
+across requests, with the row and column layout of stores/batch_layout.
+
+The serving layer's one way to read HBase. A read that fails is tried once more on another pooled
+connection (a connection broken by a dropped table is replaced by the pool), then raises
+`BatchViewsUnavailable`, whose text is safe to show and whose `detail` is for the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from definitions.settings import Settings
+from definitions.views import View, key_text
+from stores import batch_layout as layout
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class BatchViewsUnavailable(RuntimeError):
+    """HBase cannot be read. `detail` carries the driver's message (hosts, Java exceptions)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("hbase cannot be read")
+        self.detail = detail
+
+
+class BatchViewReader:
+    """Pooled reads of the pointer's row and of batch-view cells."""
+
+    def __init__(self, settings: Settings, pool_size: int, wait_s: float, attempts: int = 2) -> None:
+        self.settings = settings
+        self.pool_size = pool_size
+        self.wait_s = wait_s
+        self.attempts = attempts
+        self._pool = None
+        self._lock = threading.Lock()
+
+    def _connections(self):
+        from stores.clients import hbase_pool
+
+        with self._lock:
+            if self._pool is None:
+                self._pool = hbase_pool(self.settings, self.pool_size, timeout_s=5)
+            return self._pool
+
+    def _read(self, read: Callable[[Any], T]) -> T:
+        for attempt in range(1, self.attempts + 1):
+            try:
+                with self._connections().connection(timeout=self.wait_s) as conn:
+                    return read(conn)
+            except Exception as exc:
+                if attempt == self.attempts:
+                    log.warning("hbase read failed: %s: %s", type(exc).__name__, exc)
+                    raise BatchViewsUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        raise AssertionError("not reached")
+
+    def pointer_columns(self) -> dict[bytes, bytes]:
+        """The pointer row's columns (empty before the first batch run)."""
+        return self._read(lambda conn: conn.table(self.settings.hbase.meta_table).row(layout.POINTER_ROW))
+
+    def series(
+        self, table: str, view: View, granularity: str, keys: Sequence[str], first: int, last: int
+    ) -> dict[int, tuple[int, bytes | None]]:
+        """{event bucket: (value, sketch or None)} of one key's cells in buckets [first, last]."""
+        start, stop = layout.scan_range(view, granularity, keys, first, last + 1)
+
+        def read(conn) -> dict[int, tuple[int, bytes | None]]:
+            out = {}
+            for row, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000):
+                _, _, bucket = layout.parse_row_key(view, row)
+                out[bucket] = (layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
+            return out
+
+        return self._read(read)
+
+    def totals(self, table: str, view: View, granularity: str, first: int, last: int) -> dict[str, int]:
+        """{key text: sum over buckets [first, last]} of a by-bucket view (top pages)."""
+        start, stop = layout.scan_range(view, granularity, (), first, last + 1)
+
+        def read(conn) -> dict[str, int]:
+            totals: dict[str, int] = {}
+            for _, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=100):
+                for column, value in data.items():
+                    key = key_text(layout.decode_key(column[2:]))
+                    totals[key] = totals.get(key, 0) + layout.decode_int(value)
+            return totals
+
+        return self._read(read)
