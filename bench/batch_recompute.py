@@ -40,6 +40,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest import mock
 
+from batch_report import report  # bench/ itself
 from figures import emit, int_list  # bench/ itself: the scripts run as files
 
 from batch_layer import job
@@ -361,57 +362,6 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
 
 
 # --- main -----------------------------------------------------------------------------------------
-def report(result: dict) -> str:
-    lines = [
-        f"Batch recompute (Spark {result['spark_master']}, {result['shuffle_partitions']} shuffle partitions, "
-        f"driver {result['driver_memory']}; DuckDB {result['duckdb_version']}, {result['duckdb_threads']} threads; "
-        f"medians of {result['runs']} run(s)):",
-        f"{'records':>12} {'distinct':>12} {'spark s':>9} {'dedup s':>8} {'duckdb s':>9} {'ratio':>7} {'spark s/M':>10} {'load':>5}",
-    ]
-    for row in result["sizes"]:
-        lines.append(
-            f"{row['records']:>12,} {row['distinct_events']:>12,} {row['spark_s']:>9.1f} {row['spark_dedup_s']:>8.1f} "
-            f"{row['duckdb_s']:>9.2f} {row['spark_over_duckdb']:>6.1f}x {row['spark_s_per_million']:>10.2f} "
-            f"{max(row['load_average_1m']):>5.1f}"
-        )
-    if "spark_marginal_s_per_million" in result:
-        lines.append(
-            f"Spark marginal cost (least-squares slope over sizes): {result['spark_marginal_s_per_million']:.2f} s per "
-            f"million records, intercept {result['spark_intercept_s']:.1f} s"
-        )
-    lines.append(
-        "(dedup s: the part of spark s spent de-duplicating; load: highest 1-min load average seen around the runs, "
-        f"{os.cpu_count()} cores)"
-    )
-    lines.append(
-        "Spark and DuckDB produced identical figures (rows, cells, sum of values) for every view and granularity "
-        "(DuckDB computes no HLL sketch for unique_visitors)"
-        if result["results_match"]
-        else "WARNING: Spark and DuckDB figures differ (see the JSON output)"
-    )
-    hbase = result.get("hbase")
-    if hbase:
-        lines.append(
-            f"HBase load via write_partitions ({hbase['records']:,} records, {hbase['events']:,} distinct; "
-            "page_views + unique_visitors, every granularity; default put_batch_size "
-            f"{hbase['default_put_batch_size']}):"
-        )
-        lines.append(
-            f"{'put_batch_size':>14} {'cells':>9} {'seconds':>8} {'cells/s':>9} {'page_views/s':>13} {'unique_visitors/s':>18}"
-        )
-        for t in hbase["trials"]:
-            lines.append(
-                f"{t['put_batch_size']:>14,} {t['cells']:>9,} {t['seconds']:>8.1f} {t['cells_per_s']:>9,.0f} "
-                f"{t['views']['page_views']['cells_per_s']:>13,.0f} {t['views']['unique_visitors']['cells_per_s']:>18,.0f}"
-            )
-        lines.append(
-            f"fastest: put_batch_size {hbase['fastest_put_batch_size']:,} (seconds: write_partitions, median of "
-            f"{hbase['rounds']} round(s)"
-            + ("; each table scanned back and verified, untimed)" if hbase["verified"] else ")")
-        )
-    return "\n".join(lines) + "\n"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
