@@ -235,7 +235,8 @@ class AirflowSettings(_Section):
     database_url: SecretStr = SecretStr("")
     admin_user: str = "admin"
     admin_password: SecretStr = SecretStr(DEFAULT_AIRFLOW_PASSWORD)
-    parallelism: int = Field(4, ge=1)
+    # Task slots of the LocalExecutor (one worker process of ~130 MB each): the DAG runs one task at a time.
+    parallelism: int = Field(2, ge=1)
     dag_id: str = "lambda_batch_recompute"
     health_timeout_s: float = 300
 

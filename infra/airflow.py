@@ -132,7 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         airflow_home(settings),
         DAGS_FOLDER,
     )
-    os.execve(str(executable), [str(executable), component], env)
+    # Every component shares AIRFLOW_HOME/logs on this machine, so the API server reads task logs from
+    # there: no log-serving process beside the scheduler and the triggerer (about 130 MB each).
+    extra = ["--skip-serve-logs"] if component in ("scheduler", "triggerer") else []
+    os.execve(str(executable), [str(executable), component, *extra], env)
     return 0  # not reached
 
 

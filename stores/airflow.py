@@ -35,8 +35,9 @@ class AirflowClient:
             self._token = resp.json()["access_token"]
         return self._token
 
-    def _call(self, method: str, path: str, **kwargs) -> dict:
-        resp = self.http.request(method, path, headers={"Authorization": f"Bearer {self.token()}"}, **kwargs)
+    def _call(self, method: str, path: str, headers: dict[str, str] | None = None, **kwargs) -> dict:
+        headers = {**(headers or {}), "Authorization": f"Bearer {self.token()}"}
+        resp = self.http.request(method, path, headers=headers, **kwargs)
         if resp.status_code >= 400:
             raise RuntimeError(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}")
         return resp.json() if resp.content else {}
@@ -59,6 +60,19 @@ class AirflowClient:
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """A task try's log as Airflow's API serves it (what its UI shows), one line per event."""
+        doc = self._call(
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": "true"},
+            headers={"Accept": "application/json"},
+        )
+        content = doc.get("content", "")
+        if isinstance(content, list):
+            return "\n".join(line.get("event", "") if isinstance(line, dict) else str(line) for line in content)
+        return str(content)
 
     def wait(self, dag_id: str, run_id: str, timeout_s: float = 900) -> dict:
         deadline = time.monotonic() + timeout_s

@@ -19,6 +19,7 @@ from stores.batch_views import VersionStore
 from tests.integration.api.test_end_to_end import wait_exact
 from tests.support.cli import lambdactl
 from tests.support.events import send, wait_cutoff_past
+from tests.support.polling import wait_for
 
 PARSE = textwrap.dedent("""
     import json, sys
@@ -141,6 +142,17 @@ def test_a_failing_batch_task_leaves_serving_where_it_was(settings, stack):
     assert run["state"] == "failed"
     assert states["recompute"] == "failed" and states["swap"] in ("upstream_failed", None)
     assert VersionStore(settings).pointer() == before
+    # The cause can be read where Airflow's UI reads it: the failed task's log, through its API.
+    client = AirflowClient(settings)
+    try:
+        wait_for(
+            lambda: "no_such_view" in client.task_log(settings.airflow.dag_id, run["dag_run_id"], "recompute"),
+            "the failed task's log, read through Airflow's API, to name the unknown view",
+            timeout_s=120,
+            interval_s=2,
+        )
+    finally:
+        client.close()
 
 
 def test_a_manual_run_beside_a_dag_run_loses_the_swap_and_changes_nothing(settings, stack):
