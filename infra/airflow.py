@@ -11,8 +11,7 @@ password from settings. Its tasks call the platform through `lambdactl` in the p
 `python -m infra.airflow COMPONENT` (what `lambdactl up` runs, one program per component)
 prepares AIRFLOW_HOME and execs that component. The API server's program first brings the
 database schema up to date (`airflow db migrate`, idempotent); the others wait until it is
-(`airflow db check-migrations`). `python -m infra.airflow standalone` runs all four in one
-process tree, for a container that runs Airflow as one service.
+(`airflow db check-migrations`). docker-compose.yml runs the same four as four services.
 """
 
 from __future__ import annotations
@@ -98,7 +97,7 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.airflow", description="run one of Airflow's components")
-    parser.add_argument("component", nargs="?", default="api-server", choices=(*COMPONENTS, "standalone"))
+    parser.add_argument("component", nargs="?", default="api-server", choices=COMPONENTS)
     component = parser.parse_args(argv).component
     settings = get_settings()
     configure_from("airflow" if component == "api-server" else f"airflow-{component}", settings)
@@ -111,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     executable = check_installed(settings)
     prepare_home(settings)
     env = environment(settings)
-    if component in ("api-server", "standalone"):
+    if component == "api-server":
         step = [str(executable), "db", "migrate"]
     else:  # the API server's program migrates; wait for it rather than race it
         step = [
