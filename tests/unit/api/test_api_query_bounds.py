@@ -1,83 +1,21 @@
-"""The API bounds work before doing it, and its errors have one shape (issue 15). No service is
-needed: every request here is answered before the serving layer is reached. The serving layer is a
-tripwire that fails the request if a query gets to it; it is no stand-in for a store."""
+"""The API bounds a view query before doing it, and its errors have one shape (issue 15): the
+window, the parameters, the routes, the number of queries at once, store failures, and what the
+OpenAPI document says of them. No service is needed: every request here is answered before the
+serving layer is reached. The serving layer is a tripwire that fails the request if a query gets to
+it; it is no stand-in for a store."""
 
 from __future__ import annotations
 
 import json
-import re
 import time
 import tracemalloc
-from collections.abc import Iterator
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.app import create_app
-from definitions.settings import Settings
-from serving_layer.service import ServingLayer, StoreUnavailable
+from serving_layer.service import StoreUnavailable
+from tests.support.tripwire_api import Tripwire, assert_error_shape, make_client
 
 VIEWS = "/api/v1/views"
-BIG = 50 * 1024 * 1024
-CHUNK = 64 * 1024
-
-
-class Tripwire(ServingLayer):
-    """The real serving layer (its declared views) whose queries must not be reached; `failure`
-    is what a reached query raises."""
-
-    failure: Exception = AssertionError("the serving layer was reached")
-
-    def pointer(self):
-        raise self.failure
-
-    def series(self, *args, **kwargs):
-        raise self.failure
-
-    def top(self, *args, **kwargs):
-        raise self.failure
-
-
-def make_client(settings: Settings) -> Iterator[TestClient]:
-    app = create_app(settings)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        app.state.serving.close()
-        app.state.serving = Tripwire(settings)
-        yield client
-
-
-@pytest.fixture(scope="module")
-def client(settings) -> Iterator[TestClient]:
-    yield from make_client(settings)
-
-
-def token(settings) -> str:
-    return settings.api.token.get_secret_value()
-
-
-def assert_error_shape(resp, settings, status: int) -> dict:
-    """One shape for every error: {"detail": text, optional "errors", "component"}; nothing internal."""
-    assert resp.status_code == status, resp.text
-    assert resp.headers["content-type"].startswith("application/json")
-    from api.errors import ErrorBody
-
-    body = resp.json()
-    ErrorBody.model_validate(body)
-    assert isinstance(body["detail"], str) and body["detail"], body
-    assert set(body) <= {"detail", "errors", "component"}, body
-    text = resp.text
-    for leak in ("Traceback", "Exception", "Error:", ".java", "org.apache", settings.api.host, "localhost"):
-        assert leak not in text, (leak, text)
-    ports = {
-        settings.hbase.thrift_port,
-        settings.cassandra.port,
-        settings.kafka.port,
-        settings.hdfs.port,
-        settings.hdfs.http_port,
-        settings.api.port,
-    }
-    assert not any(re.search(rf"\b{p}\b", text) for p in ports), text
-    return body
 
 
 # --- the window is bounded arithmetically, before anything is allocated -------------------------
@@ -222,164 +160,6 @@ def test_a_store_failure_is_a_503_naming_the_component_and_nothing_else(client, 
         assert "path.py" not in json.dumps(body)
     finally:
         serving.failure = Tripwire.failure
-
-
-# --- POST /api/v1/events: the token first, then a bounded body -----------------------------------
-
-
-def post_raw(
-    client: TestClient, headers: dict[str, str], chunks: Iterator[bytes], path: str = "/api/v1/events"
-) -> tuple[int, dict, dict, int]:
-    """POST at the ASGI level: the body comes chunk by chunk, and what the app pulled of it is
-    counted. Returns (status, headers, body, bytes read)."""
-    read = 0
-    out: dict = {"body": b""}
-
-    async def receive():
-        nonlocal read
-        chunk = next(chunks, None)
-        if chunk is None:
-            return {"type": "http.request", "body": b"", "more_body": False}
-        read += len(chunk)
-        return {"type": "http.request", "body": chunk, "more_body": True}
-
-    async def send(message):
-        if message["type"] == "http.response.start":
-            out["status"] = message["status"]
-            out["headers"] = {k.decode().lower(): v.decode() for k, v in message["headers"]}
-        elif message["type"] == "http.response.body":
-            out["body"] += message.get("body", b"")
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "client": ("127.0.0.2", 5000),
-        "server": ("testserver", 80),
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-    }
-
-    async def run():
-        await client.app(scope, receive, send)
-
-    client.portal.call(run)
-    return out["status"], out["headers"], json.loads(out["body"]), read
-
-
-def big_body() -> Iterator[bytes]:
-    yield b"["
-    for _ in range(BIG // CHUNK):
-        yield b" " * CHUNK
-
-
-class Response:
-    def __init__(self, status, headers, body):
-        self.status_code, self.headers, self._body = status, headers, body
-        self.text = json.dumps(body)
-
-    def json(self):
-        return self._body
-
-
-@pytest.mark.parametrize("path", ["/api/v1/events", "/api/v1/admin/recompute"])
-def test_without_a_token_a_huge_body_is_refused_unread(client, settings, path):
-    for headers in (
-        {"content-type": "application/json", "content-length": str(BIG + 1)},
-        {"content-type": "application/json", "authorization": "Bearer wrong", "content-length": str(BIG + 1)},
-        {"content-type": "application/json"},
-    ):
-        status, resp_headers, body, read = post_raw(client, headers, big_body(), path)
-        assert_error_shape(Response(status, resp_headers, body), settings, 401)
-        assert resp_headers.get("www-authenticate") == "Bearer"
-        assert read == 0, f"{read} bytes of the body read before the token was checked"
-
-
-@pytest.mark.parametrize("path", ["/api/v1/events", "/api/v1/admin/recompute"])
-def test_a_declared_length_over_the_cap_is_a_413_unread(client, settings, path):
-    headers = {
-        "content-type": "application/json",
-        "authorization": f"Bearer {token(settings)}",
-        "content-length": str(settings.api.max_body_bytes + 1),
-    }
-    status, resp_headers, body, read = post_raw(client, headers, big_body(), path)
-    body = assert_error_shape(Response(status, resp_headers, body), settings, 413)
-    assert str(settings.api.max_body_bytes) in body["detail"]
-    assert read == 0
-
-
-def test_a_streamed_body_over_the_cap_is_a_413_read_no_further_than_the_cap(client, settings):
-    headers = {
-        "content-type": "application/json",
-        "authorization": f"Bearer {token(settings)}",
-        "transfer-encoding": "chunked",
-    }
-    status, resp_headers, body, read = post_raw(client, headers, big_body())
-    assert_error_shape(Response(status, resp_headers, body), settings, 413)
-    assert read <= settings.api.max_body_bytes + CHUNK
-
-
-@pytest.mark.parametrize(
-    "body, status, words",
-    [
-        (b"[" * 100_000 + b"]" * 100_000, 400, "nest"),
-        (b'[{"a": ' * 5_000 + b"1" + b"}]" * 5_000, 400, "nest"),
-        (b'[{"event_id": "x"', 400, "JSON"),
-        (b"\xff\xfe[]", 400, "JSON"),
-        (b"", 422, "no events"),
-        (b"[]", 422, "no events"),
-        (b'{"event_id": "x"}', 422, "array"),
-        (b"[" + b"1," * 1_000 + b"1]", 422, "too many events"),
-    ],
-)
-def test_a_malformed_body_is_a_4xx_with_a_clear_message(client, settings, body, status, words):
-    resp = client.post(
-        "/api/v1/events",
-        content=body,
-        headers={"Authorization": f"Bearer {token(settings)}", "Content-Type": "application/json"},
-    )
-    got = assert_error_shape(resp, settings, status)
-    assert words in got["detail"], got
-
-
-def test_a_bad_recompute_request_is_a_422_before_airflow_is_asked(client, settings):
-    resp = client.post(
-        "/api/v1/admin/recompute",
-        json={"mode": "everything", "extra": 1},
-        headers={"Authorization": f"Bearer {token(settings)}"},
-    )
-    body = assert_error_shape(resp, settings, 422)
-    assert "mode" in body["detail"] and {tuple(e["loc"]) for e in body["errors"]} >= {
-        ("body", "mode"),
-        ("body", "extra"),
-    }
-
-
-def test_invalid_events_get_per_record_errors_in_the_same_shape(client, settings):
-    good = {
-        "event_id": "e-1",
-        "event_time": "2026-11-21T10:00:00Z",
-        "user_id": "u1",
-        "url": "/x",
-        "event_type": "page_view",
-    }
-    events = [
-        good,
-        {**good, "event_type": "hover"},
-        {**good, "url": 5},
-        "not an object",
-        {**good, "url": "/" + "x" * (settings.events.max_record_bytes + 10)},
-    ]
-    resp = client.post("/api/v1/events", json=events, headers={"Authorization": f"Bearer {token(settings)}"})
-    body = assert_error_shape(resp, settings, 422)
-    assert "4 of 5 events are invalid" in body["detail"] and "none was accepted" in body["detail"]
-    assert [e["index"] for e in body["errors"]] == [1, 2, 3, 4]
-    assert body["errors"][0]["event_id"] == "e-1" and body["errors"][0]["error"].startswith("bad value: event_type")
 
 
 # --- the OpenAPI document says what the API does ---------------------------------------------------

@@ -1,0 +1,117 @@
+"""HBase load rate of bench/batch_recompute.py: computed views written through the real
+stores.batch_writer.write_partitions into fresh tables, per put batch size; each table dropped after."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+
+from batch_engines import spark_events  # bench/ itself: the scripts run as files
+
+from definitions.settings import Settings
+from definitions.views import PAGE_VIEWS, UNIQUE_VISITORS, View
+from stores import batch_layout as layout
+from stores.batch_writer import TableStats, create_table, verify_table, write_partitions
+from stores.clients import hbase_connection
+
+log = logging.getLogger("bench.batch")
+
+
+def drop_table(settings: Settings, name: str) -> None:
+    conn = hbase_connection(settings)
+    try:
+        if name.encode() in conn.tables():
+            conn.delete_table(name, disable=True)
+    finally:
+        conn.close()
+
+
+def with_put_batch_size(settings: Settings, size: int) -> Settings:
+    return settings.model_copy(update={"batch": settings.batch.model_copy(update={"put_batch_size": size})})
+
+
+def load_view(
+    settings: Settings,
+    name: str,
+    view: View,
+    computed: dict,
+    verify: bool,
+    granularities: tuple[str, ...] | None = None,
+) -> tuple[int, float]:
+    """Write `view` (every granularity by default) into a fresh table `name`, then drop it; (cells, seconds)."""
+    create_table(settings, name)
+    try:
+        started = time.monotonic()
+        written = TableStats()
+        for granularity in granularities or view.granularities:
+            written = written + write_partitions(settings, name, view, granularity, computed[(view.name, granularity)])
+        seconds = time.monotonic() - started
+        if verify:
+            verify_table(settings, name, view, written)
+    finally:
+        drop_table(settings, name)
+    return written.cells, seconds
+
+
+def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], rounds: int, verify: bool) -> dict:
+    """Write page_views and unique_visitors (every granularity) once per put batch size and round.
+
+    Rounds go through the batch sizes in turn (500, 2000, 10000, 500, ...), so that a drift of
+    the machine's load does not favour one size; the figures are medians over the rounds.
+    """
+    views = (PAGE_VIEWS, UNIQUE_VISITORS)
+    events, distinct = spark_events(spark, settings, url)
+    # Computed once and checkpointed, so that each timed write reads the same rows from memory.
+    computed = {(v.name, g): v.compute(events, g).localCheckpoint(eager=True) for v in views for g in v.granularities}
+    events.unpersist(blocking=True)
+    stamp = int(time.time())
+    samples: dict[int, dict[str, list[tuple[int, float]]]] = {b: {v.name: [] for v in views} for b in batch_sizes}
+    try:
+        # Untimed: starts the Python workers and the Thrift connections' server side.
+        load_view(settings, layout.table_name("bench_warmup", stamp), PAGE_VIEWS, computed, False, ("hour",))
+        for r in range(rounds):
+            for n, batch_size in enumerate(batch_sizes):
+                tuned = with_put_batch_size(settings, batch_size)
+                for view in views:
+                    name = layout.table_name(f"bench_{view.name}", stamp + 1 + r * len(batch_sizes) + n)
+                    cells, seconds = load_view(tuned, name, view, computed, verify)
+                    samples[batch_size][view.name].append((cells, seconds))
+                    log.info(
+                        "round %d, put batch %d: %s, %d cells in %.1fs = %.0f cells/s%s",
+                        r + 1,
+                        batch_size,
+                        name,
+                        cells,
+                        seconds,
+                        cells / seconds,
+                        " (verified)" if verify else "",
+                    )
+    finally:
+        for frame in computed.values():
+            frame.unpersist()
+    trials = []
+    for batch_size in batch_sizes:
+        trial = {"put_batch_size": batch_size, "views": {}}
+        for view in views:
+            cells = samples[batch_size][view.name][0][0]
+            seconds = statistics.median(s for _, s in samples[batch_size][view.name])
+            trial["views"][view.name] = {
+                "cells": cells,
+                "seconds": seconds,
+                "cells_per_s": cells / seconds,
+                "runs_s": [s for _, s in samples[batch_size][view.name]],
+            }
+        trial["cells"] = sum(v["cells"] for v in trial["views"].values())
+        trial["seconds"] = sum(v["seconds"] for v in trial["views"].values())
+        trial["cells_per_s"] = trial["cells"] / trial["seconds"]
+        trials.append(trial)
+    fastest = max(trials, key=lambda t: t["cells_per_s"])
+    return {
+        "events": distinct,
+        "rounds": rounds,
+        "verified": verify,
+        "trials": trials,
+        "fastest_put_batch_size": fastest["put_batch_size"],
+        "default_put_batch_size": settings.batch.put_batch_size,
+    }
