@@ -32,7 +32,7 @@ from definitions.times import iso_ms as iso
 from definitions.views import View, load_views
 from stores import batch_layout as layout
 from stores import checkpoints, completeness
-from stores.batch_views import Pointer, VersionStore
+from stores.batch_views import Pointer
 from stores.batch_writer import (
     TableStats,
     VerificationError,
@@ -48,6 +48,7 @@ from stores.pointer import (
     behind,
     check_unmoved,
 )
+from stores.registry import version_store
 
 log = logging.getLogger("lambda.batch")
 
@@ -125,7 +126,7 @@ def run_batch(
     from definitions.spark import spark_session
 
     started = time.monotonic()
-    store = VersionStore(settings)
+    store = version_store(settings)
     current = store.pointer()
     registry = load_views(settings)
     selected: list[View] = [registry[name] for name in views] if views else list(registry)
@@ -206,7 +207,7 @@ def run_batch(
 
 def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     """Scan a written version's tables again and check them against the figures its run recorded."""
-    run = VersionStore(settings).runs().get(version)
+    run = version_store(settings).runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} was not written and verified (run: {run})")
     registry = load_views(settings)
@@ -222,7 +223,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
     """Move the entries of the views a verified version recomputed to its tables — compare-and-set
     against the pointer generation its run read (PointerMoved if another run swapped since) — then
     apply retention."""
-    store = VersionStore(settings)
+    store = version_store(settings)
     run = store.runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} cannot serve: its run is {run.get('state') if run else 'unknown'}")

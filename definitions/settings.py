@@ -23,6 +23,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from definitions.store_settings import StoresSettings
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOST = "127.0.0.1"
 DEFAULT_TOKEN = "dev-token-change-me"
@@ -338,6 +340,8 @@ class Settings(BaseSettings):
     views: ViewSettings = ViewSettings()
     stack: StackSettings = StackSettings()
     logging: LoggingSettings = LoggingSettings()
+    # Which adapter plays each store role: a built-in short name or `package.module.ClassName`.
+    stores: StoresSettings = StoresSettings()
 
     @property
     def realtime_ttl_s(self) -> int:

@@ -16,13 +16,14 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     """Run a batch recomputation, or one of its steps (what the Airflow DAG's tasks call)."""
     from batch_layer.job import CutoffError, choose_cutoff, iso, parse_cutoff, run_batch, swap_version, verify_version
     from definitions.views import load_views
-    from stores.batch_views import PointerMoved, VersionStore
+    from stores.batch_views import PointerMoved
     from stores.batch_writer import VerificationError
+    from stores.registry import version_store
 
     cutoff = parse_cutoff(args.cutoff) if args.cutoff else None
     try:
         if args.plan:
-            current = VersionStore(settings).pointer()
+            current = version_store(settings).pointer()
             names = args.views.split(",") if args.views else load_views(settings).names()
             planned = choose_cutoff(settings, cutoff, current, names)
             # new when some view of the run would move past the cutoff it serves at
@@ -115,10 +116,10 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
-    from stores.batch_views import VersionStore
     from stores.realtime_cleanup import delete_absorbed
+    from stores.registry import version_store
 
-    pointer = VersionStore(settings).pointer()
+    pointer = version_store(settings).pointer()
     if pointer is None:
         _say("no batch version serves yet: every realtime row is still needed")
         return 0

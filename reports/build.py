@@ -44,9 +44,9 @@ class Window:
 def window_for_version(settings: Settings, version: int | None = None) -> Window:
     """The window of a batch version (default: the serving one): [its run's previous cutoff, its
     cutoff). Runs recorded before the previous cutoff was kept: the newest earlier cutoff."""
-    from stores.batch_views import VersionStore
+    from stores.registry import version_store
 
-    store = VersionStore(settings)
+    store = version_store(settings)
     if version is None:
         pointer = store.pointer()
         if pointer is None:

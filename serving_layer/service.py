@@ -21,13 +21,14 @@ from definitions.settings import Settings
 from definitions.views import GRANULARITIES, View, key_text, load_views
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.staleness import Horizon, stale_reason
-from stores.batch_reader import BatchViewReader, BatchViewsUnavailable
+from stores import registry
+from stores.batch_reader import BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
 
 if TYPE_CHECKING:
-    from stores.realtime import RealtimeReader
+    from stores.adapters import RealtimeReaderAdapter
 
 log = logging.getLogger(__name__)
 
@@ -97,20 +98,20 @@ class ServingLayer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.views = load_views(settings)
-        self.batch_views = BatchViewReader(settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s)
-        self._realtime: RealtimeReader | None = None
+        self.batch_views = registry.batch_view_reader(
+            settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
+        )
+        self._realtime: RealtimeReaderAdapter | None = None
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
         self._speed_marker: tuple[Marker | None, float] | None = None  # (marker, when read)
 
     # --- store access --------------------------------------------------------------------------
 
-    def _reader(self) -> RealtimeReader:
-        from stores.realtime import RealtimeReader
-
+    def _reader(self) -> RealtimeReaderAdapter:
         with self._lock:
             if self._realtime is None:
-                self._realtime = RealtimeReader(self.settings, timeout_s=5)
+                self._realtime = registry.realtime_reader(self.settings, timeout_s=5)
             return self._realtime
 
     def _reset_realtime(self) -> None:

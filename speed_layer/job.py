@@ -25,9 +25,11 @@ from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, key_text, load_views
 from definitions.views import cells as view_cells
 from stores import health
+from stores.adapters import RealtimeWriterAdapter
 from stores.kafka_source import kafka_stream, validated_events
 from stores.progress import ProgressFile
-from stores.realtime import RealtimeRow, RealtimeWriter
+from stores.realtime import RealtimeRow
+from stores.registry import realtime_writer
 
 log = logging.getLogger("lambda.speed")
 
@@ -90,11 +92,11 @@ class BatchWriter:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.registry = load_views(settings)
-        self.writer: RealtimeWriter | None = None
+        self.writer: RealtimeWriterAdapter | None = None
 
     def __call__(self, batch_df, batch_id: int) -> None:
         if self.writer is None:
-            self.writer = RealtimeWriter(self.settings)
+            self.writer = realtime_writer(self.settings)
         by_key: list[RealtimeRow] = []
         by_bucket: list[RealtimeRow] = []
         for row in batch_df.toLocalIterator():

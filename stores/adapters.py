@@ -1,0 +1,121 @@
+"""What a store adapter must provide for its role: one `typing.Protocol` per role of the `stores`
+settings (definitions/store_settings.py), listing the methods the platform calls. mypy checks the
+callers against these protocols, and the built-in adapters against them (the block at the end).
+
+A third-party adapter is a class whose constructor takes the arguments stores.registry passes for
+its role and whose instances have these methods; it need not inherit from anything. It may raise
+what the built-in adapter of its role raises (see each protocol) so the callers' handling applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from definitions.store_settings import Role
+    from definitions.views import View
+    from stores.pointer import Pointer
+    from stores.realtime import RealtimeCell, RealtimeRow
+
+
+class BatchViewReaderAdapter(Protocol):
+    """Setting `stores.batch_views`; built as `cls(settings, pool_size, wait_s)` by the serving layer,
+    once, and shared by every request (so it must be thread-safe). A read that fails raises
+    stores.batch_reader.BatchViewsUnavailable: the query is then answered 503 naming the batch store."""
+
+    def pointer_columns(self) -> dict[bytes, bytes]:
+        """The pointer's columns as stores.pointer.Pointer.from_columns reads them; {} before the
+        first batch run."""
+        ...
+
+    def series(
+        self, table: str, view: View, granularity: str, keys: Sequence[str], first: int, last: int
+    ) -> dict[int, tuple[int, bytes | None]]:
+        """{event bucket: (value, HLL sketch or None)} of one key's cells of `table` in buckets [first, last]."""
+        ...
+
+    def totals(self, table: str, view: View, granularity: str, first: int, last: int) -> dict[str, int]:
+        """{key text: value summed over buckets [first, last]} of a by-bucket view's `table`."""
+        ...
+
+
+class RealtimeReaderAdapter(Protocol):
+    """Setting `stores.realtime_reader`; built as `cls(settings, timeout_s=...)` by the serving layer
+    when first needed. Any exception from a read makes the serving layer close it and build a new one,
+    then (on a second failure) answer 503 naming the realtime store."""
+
+    def series(
+        self,
+        view: str,
+        granularity: str,
+        key: str,
+        buckets: Sequence[int],
+        min_ingest_bucket: int,
+        with_sketches: bool = False,
+    ) -> dict[int, RealtimeCell]:
+        """Per event bucket of `buckets`, the key's values summed over ingest buckets >= `min_ingest_bucket`
+        (and their sketches when `with_sketches`); buckets without rows are left out."""
+        ...
+
+    def bucket(
+        self, view: str, granularity: str, buckets: Sequence[int], min_ingest_bucket: int
+    ) -> dict[int, dict[str, int]]:
+        """{event bucket: {key: value summed over ingest buckets >= min}} of a by-bucket view."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class RealtimeWriterAdapter(Protocol):
+    """Setting `stores.realtime_writer`; built as `cls(settings)` by the speed layer at its first
+    micro-batch. Writes are upserts of absolute values: writing the same rows again changes nothing.
+    `write` returns once every row is stored, or raises (the micro-batch then fails and is replayed)."""
+
+    def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class VersionStoreAdapter(Protocol):
+    """Setting `stores.versions`; built as `cls(settings)` by the batch layer, the reports and
+    `lambdactl batch` / `clean-realtime`. `swap` is a compare-and-set: it raises
+    stores.pointer.PointerMoved and changes nothing when the pointer is no longer `current`."""
+
+    def pointer(self) -> Pointer | None: ...
+
+    def allocate_version(self) -> int:
+        """A new version number, never handed out before."""
+        ...
+
+    def record_run(self, version: int, **fields: Any) -> None:
+        """Set these fields (JSON values) of the run record of `version`."""
+        ...
+
+    def runs(self) -> dict[int, dict]:
+        """{version: run record} of every recorded run."""
+        ...
+
+    def swap(self, current: Pointer | None, new: Pointer) -> None: ...
+
+    def retain(self, keep: int, grace_ms: int | None = None) -> list[str]:
+        """Drop old versions' tables (never one the pointer names); the names dropped."""
+        ...
+
+
+PROTOCOLS: dict[Role, type] = {
+    "batch_views": BatchViewReaderAdapter,
+    "realtime_reader": RealtimeReaderAdapter,
+    "realtime_writer": RealtimeWriterAdapter,
+    "versions": VersionStoreAdapter,
+}
+
+if TYPE_CHECKING:  # mypy checks that each built-in adapter provides its role's protocol
+    from stores.batch_reader import BatchViewReader
+    from stores.batch_views import VersionStore
+    from stores.realtime import RealtimeReader, RealtimeWriter
+
+    _BATCH_VIEWS: type[BatchViewReaderAdapter] = BatchViewReader
+    _REALTIME_READER: type[RealtimeReaderAdapter] = RealtimeReader
+    _REALTIME_WRITER: type[RealtimeWriterAdapter] = RealtimeWriter
+    _VERSIONS: type[VersionStoreAdapter] = VersionStore

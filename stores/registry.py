@@ -1,0 +1,93 @@
+"""The store adapters, chosen from settings: the one way the layers build them.
+
+Each role of the `stores` settings (definitions/store_settings.py) names its adapter by a built-in
+short name or by a dotted path `package.module.ClassName`, imported when first built:
+
+| setting | built-in (default) | built by | protocol (stores/adapters.py) |
+|---|---|---|---|
+| `stores.batch_views` | `hbase`: stores.batch_reader.BatchViewReader | `batch_view_reader` | BatchViewReaderAdapter |
+| `stores.realtime_reader` | `cassandra`: stores.realtime.RealtimeReader | `realtime_reader` | RealtimeReaderAdapter |
+| `stores.realtime_writer` | `cassandra`: stores.realtime.RealtimeWriter | `realtime_writer` | RealtimeWriterAdapter |
+| `stores.versions` | `hbase`: stores.batch_views.VersionStore | `version_store` | VersionStoreAdapter |
+
+A choice that cannot be loaded raises AdapterNotFound naming the setting, its value and why.
+Building an adapter may connect to its store (as the built-in realtime ones do); resolving one does not.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from definitions.settings import Settings
+from definitions.store_settings import BUILTIN_ADAPTERS, Role, is_dotted_path
+from stores.adapters import BatchViewReaderAdapter, RealtimeReaderAdapter, RealtimeWriterAdapter, VersionStoreAdapter
+
+_MISSING = object()
+
+
+class AdapterNotFound(ValueError):
+    """The adapter a `stores.*` setting names cannot be loaded: `setting`, `value` and `reason` say which and why."""
+
+    def __init__(self, role: Role, value: str, reason: str) -> None:
+        self.setting = f"stores.{role}"
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{self.setting} = {value!r}: {reason}")
+
+
+def resolve(role: Role, value: str) -> type[Any]:
+    """The class `value` names for `role`: a built-in short name, or `package.module.ClassName` imported."""
+    builtins = BUILTIN_ADAPTERS[role]
+    if value in builtins:
+        path = builtins[value]
+    elif is_dotted_path(value):
+        path = value
+    else:
+        raise AdapterNotFound(
+            role,
+            value,
+            f"not a built-in adapter (known: {', '.join(sorted(builtins))}) nor a dotted path package.module.ClassName",
+        )
+    module_name, _, attribute = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        missing = getattr(exc, "name", None)
+        if isinstance(exc, ModuleNotFoundError) and missing and f"{module_name}.".startswith(f"{missing}."):
+            raise AdapterNotFound(role, value, f"no module named {missing!r}") from exc
+        # The module exists but its own imports fail (a driver not installed, say).
+        raise AdapterNotFound(role, value, f"module {module_name!r} failed to import: {exc}") from exc
+    found = getattr(module, attribute, _MISSING)
+    if found is _MISSING:
+        raise AdapterNotFound(role, value, f"module {module_name!r} has no attribute {attribute!r}")
+    if not isinstance(found, type):
+        raise AdapterNotFound(role, value, f"{path} is a {type(found).__name__}, not a class")
+    return found
+
+
+def adapter_class(settings: Settings, role: Role) -> type[Any]:
+    """The class the settings choose for `role` (AdapterNotFound when it cannot be loaded)."""
+    return resolve(role, getattr(settings.stores, role))
+
+
+def batch_view_reader(settings: Settings, pool_size: int, wait_s: float) -> BatchViewReaderAdapter:
+    """The serving layer's reader of batch views and the pointer (`stores.batch_views`), holding up to
+    `pool_size` connections and waiting up to `wait_s` for a free one."""
+    return adapter_class(settings, "batch_views")(settings, pool_size, wait_s)
+
+
+def realtime_reader(settings: Settings, timeout_s: float = 10.0) -> RealtimeReaderAdapter:
+    """A reader of the realtime views for the merge (`stores.realtime_reader`), with its own
+    connection (closed by its close()) whose requests time out after `timeout_s`."""
+    return adapter_class(settings, "realtime_reader")(settings, timeout_s=timeout_s)
+
+
+def realtime_writer(settings: Settings) -> RealtimeWriterAdapter:
+    """The speed layer's writer of realtime rows (`stores.realtime_writer`)."""
+    return adapter_class(settings, "realtime_writer")(settings)
+
+
+def version_store(settings: Settings) -> VersionStoreAdapter:
+    """The batch versions, run records and pointer (`stores.versions`)."""
+    return adapter_class(settings, "versions")(settings)
