@@ -14,6 +14,7 @@ is the event protocol, its stderr the log `<state_dir>/logs/restarts.log`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -27,14 +28,28 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from xmlrpc.client import Fault
 
+import psutil
+
 from definitions.logs import configure
 from infra.process import tail_file
 from infra.restarts import Budget
+from infra.session_leader import ENV as SESSION_ENV
 from stores.restarts import new_entry, read_status, write_status
 
 log = logging.getLogger("lambda.restarts")
 
 _EXITED_LINE = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ \w+ exited: %s \((.*?); (?:not )?expected\)$"
+
+
+def session_members(name: str, leader_pid: int) -> list[psutil.Process]:
+    """The processes started under the session leader `leader_pid` of program `name` (they carry its mark)."""
+    mark = f"{name}:{leader_pid}"
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(SESSION_ENV) == mark:
+                found.append(proc)
+    return found
 
 
 def exit_reason(supervisord_log: Path, name: str, now: float, max_age_s: float = 30.0) -> str | None:
@@ -159,12 +174,19 @@ class Listener:
         return f"exit status {info.get('exitstatus')}"
 
     def _end_group(self, name: str, pid: int) -> None:
-        """What the exited process left of its group (a Spark driver's JVM, Airflow's workers) goes too."""
+        """What the exited process left of its group (a Spark driver's JVM, Airflow's workers) goes too,
+        and what its program's session left when the session leader itself was killed."""
         try:
             os.killpg(pid, signal.SIGKILL)
             log.warning("%s: killed what was left of its process group %d", name, pid)
         except (ProcessLookupError, PermissionError):
             pass
+        left = session_members(name, pid)
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        if left:
+            log.warning("%s: killed %d process(es) its session left: %s", name, len(left), [p.pid for p in left])
 
     def _decide(self, name: str, entry: dict[str, Any], now: float) -> None:
         last = entry.get("last_exit") or {}

@@ -25,6 +25,8 @@ command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 # Debian's Chromium: the dashboard and report pages are tested in it, headless (Playwright drives it)
 command -v chromium >/dev/null || need_apt+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# a native HTTP load generator for the API benchmark (bench/api_load.py)
+command -v hey >/dev/null || need_apt+=(hey)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     log "missing system packages: ${need_apt[*]} (install them, e.g. sudo apt-get install ${need_apt[*]})"; exit 1

@@ -2,7 +2,8 @@
 
 `lambdactl up` writes `<state_dir>/supervisor/supervisord.conf` and starts supervisord once (a
 process of the stack like the stores, with a pid file: infra/process.py). supervisord starts each
-platform process in its own process group, stops it as a group, writes its output to
+platform process through a session leader (infra/session_leader.py: a session, so a CPU share, of its
+own), stops it as a group, writes its output to
 `<state_dir>/logs/<name>.log` rotated by size, and answers XML-RPC on a unix socket. Restarts are
 decided by the event listener infra/restart_listener.py (backoff and a restart budget, which
 supervisord's own `autorestart` lacks), so every program runs with `autorestart=false` and
@@ -34,6 +35,7 @@ from stores.restarts import supervisor_dir
 NAME = "supervisor"  # its pid file and stdout: run/supervisor.pid, logs/supervisor.log
 LISTENER = "lambda-restarts"  # the event listener's name in supervisord
 _MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to 107 bytes
+SESSION_LEADER = Path(__file__).with_name("session_leader.py")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,23 @@ def python_executable() -> str:
 def _stable_command(args: Sequence[str]) -> list[str]:
     args = [str(a) for a in args]
     return [python_executable(), *args[1:]] if args and args[0] == sys.executable else args
+
+
+def session_command(name: str, args: Sequence[str]) -> list[str]:
+    """The program under its session leader (infra/session_leader.py): a session, so a CPU share, of its own."""
+    return [python_executable(), "-S", str(SESSION_LEADER), name, "--", *_stable_command(args)]
+
+
+def program_process(proc: psutil.Process) -> psutil.Process:
+    """The program a session leader runs (itself when `proc` is no session leader)."""
+    try:
+        cmdline = proc.cmdline()
+        if len(cmdline) > 2 and cmdline[2] == str(SESSION_LEADER):
+            children = proc.children()
+            return children[0] if children else proc
+    except psutil.Error:
+        pass
+    return proc
 
 
 def socket_path(state_dir: Path) -> Path:
@@ -128,7 +147,7 @@ def render_config(settings: Settings, programs: Sequence[Program]) -> str:
     for program in programs:
         lines += [
             f"[program:{program.name}]",
-            f"command={_command(_stable_command(program.command))}",
+            f"command={_command(session_command(program.name, program.command))}",
             f"directory={_value(program.directory)}",
             f"environment={_environment(program.environment)}",
             "autostart=false",  # `lambdactl up` starts the ones it is asked for
@@ -242,7 +261,7 @@ class Supervisord:
         if not info or not info.get("pid"):
             return None
         try:
-            proc = psutil.Process(info["pid"])
+            proc = program_process(psutil.Process(info["pid"]))
             return None if proc.status() == psutil.STATUS_ZOMBIE else proc
         except psutil.Error:
             return None

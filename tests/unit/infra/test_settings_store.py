@@ -128,7 +128,8 @@ def test_a_store_that_does_not_answer_is_one_clear_line_not_a_traceback(monkeypa
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     monkeypatch.setenv("LAMBDA_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("LAMBDA_HDFS__HTTP_PORT", str(port))
+    monkeypatch.setenv("LAMBDA_HDFS__HTTP_PORT", str(port))  # whichever store `batch --plan` reads first
+    monkeypatch.setenv("LAMBDA_HBASE__THRIFT_PORT", str(port))
     from definitions.settings import get_settings
 
     get_settings.cache_clear()
@@ -137,5 +138,6 @@ def test_a_store_that_does_not_answer_is_one_clear_line_not_a_traceback(monkeypa
     finally:
         get_settings.cache_clear()
     [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert line.startswith("batch failed: WebHdfsError: ") and "lambdactl status" in line
+    assert line.startswith(("batch failed: WebHdfsError: ", "batch failed: TTransportException: ")), line
+    assert "is the stack up?" in line and "lambdactl status" in line
     assert "Traceback" not in caplog.text

@@ -1,0 +1,145 @@
+"""The session leader that runs each supervised program in a session of its own (infra/session_leader.py):
+real processes, no service."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infra import session_leader
+from infra.restart_listener import session_members
+from infra.supervision import program_process, session_command
+from tests.support.polling import wait_for
+
+LEADER = Path(session_leader.__file__)
+
+
+def _start(name: str, program: str, tmp_path: Path) -> subprocess.Popen:
+    """The leader running `python -c program`, in a process group of its own like supervisord's children."""
+    return subprocess.Popen(
+        [sys.executable, "-S", str(LEADER), name, "--", sys.executable, "-c", program, str(tmp_path)],
+        process_group=0,
+    )
+
+
+def _report(tmp_path: Path) -> dict:
+    path = tmp_path / "report.json"
+    return wait_for(lambda: path.exists() and path.stat().st_size and json.loads(path.read_text()), "report", 10, 0.05)
+
+
+REPORT = (
+    "import json, os, sys, pathlib; "
+    "(pathlib.Path(sys.argv[1]) / 'report.json.tmp').write_text(json.dumps(dict("
+    "pid=os.getpid(), sid=os.getsid(0), pgid=os.getpgrp(), ppid=os.getppid(), env=os.environ.get('LAMBDA_SESSION_OF')))); "
+    "os.replace(pathlib.Path(sys.argv[1]) / 'report.json.tmp', pathlib.Path(sys.argv[1]) / 'report.json'); "
+)
+
+
+def test_program_leads_a_session_of_its_own_and_its_exit_status_passes_through(tmp_path):
+    leader = _start("api", REPORT + "sys.exit(7)", tmp_path)
+    assert leader.wait(10) == 7
+    seen = _report(tmp_path)
+    assert seen["sid"] == seen["pid"] == seen["pgid"]
+    assert seen["sid"] != os.getsid(0)
+    assert seen["ppid"] == leader.pid
+    assert seen["env"] == f"api:{leader.pid}"
+
+
+def test_a_program_killed_by_a_signal_kills_the_leader_with_the_same_signal(tmp_path):
+    leader = _start("speed-layer", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", tmp_path)
+    assert leader.wait(10) == -signal.SIGKILL
+
+
+SLEEPER_FAMILY = (
+    REPORT + "import subprocess, time; "
+    "kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    "(pathlib.Path(sys.argv[1]) / 'kid').write_text(str(kid.pid)); "
+)
+
+
+def _kid(tmp_path: Path) -> psutil.Process:
+    path = tmp_path / "kid"
+    return psutil.Process(int(wait_for(lambda: path.exists() and path.read_text(), "grandchild pid", 10, 0.05)))
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_stop_signal_reaches_the_programs_whole_group_and_the_leader_dies_of_it(tmp_path):
+    leader = _start("archiver", SLEEPER_FAMILY + "time.sleep(60)", tmp_path)
+    kid = _kid(tmp_path)
+    program = psutil.Process(_report(tmp_path)["pid"])
+    os.killpg(leader.pid, signal.SIGTERM)  # what supervisord does with stopasgroup
+    assert leader.wait(10) == -signal.SIGTERM
+    wait_for(lambda: _gone(kid) and _gone(program), "the program and its child to end", 10, 0.05)
+
+
+def test_what_the_program_leaves_of_its_group_is_killed_when_it_exits(tmp_path):
+    leader = _start("archiver", SLEEPER_FAMILY + "sys.exit(3)", tmp_path)
+    kid = _kid(tmp_path)
+    assert leader.wait(10) == 3
+    wait_for(lambda: _gone(kid), "the program's leftover child to be killed", 10, 0.05)
+
+
+def test_killing_the_leader_kills_the_program(tmp_path):
+    leader = _start("api", REPORT + "import time; time.sleep(60)", tmp_path)
+    program = psutil.Process(_report(tmp_path)["pid"])
+    leader.kill()
+    assert leader.wait(10) == -signal.SIGKILL
+    wait_for(lambda: _gone(program), "the program to die with its leader", 10, 0.05)
+
+
+def test_a_program_that_cannot_start_exits_127_naming_it(tmp_path, capfd):
+    leader = subprocess.Popen([sys.executable, "-S", str(LEADER), "api", "--", str(tmp_path / "no-such-program")])
+    assert leader.wait(10) == 127
+    assert "cannot start" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("args", [[], ["api"], ["api", "python"], ["", "--", "python"]])
+def test_a_wrong_command_line_exits_2(args):
+    assert subprocess.run([sys.executable, "-S", str(LEADER), *args], capture_output=True).returncode == 2
+
+
+def test_the_restart_listener_finds_what_a_killed_leaders_session_left(tmp_path):
+    leader = _start("speed-layer", SLEEPER_FAMILY + "time.sleep(60)", tmp_path)
+    kid = _kid(tmp_path)
+    (tmp_path / "other").mkdir()
+    other = _start("api", REPORT + "import time; time.sleep(60)", tmp_path / "other")
+    other_program = _report(tmp_path / "other")["pid"]
+    try:
+        leader.kill()  # the program dies with it; its child (another process of the group) is left
+        assert leader.wait(10) == -signal.SIGKILL
+        left = session_members("speed-layer", leader.pid)
+        assert [p.pid for p in left] == [kid.pid]
+        assert session_members("speed-layer", other.pid) == []  # another program's mark does not match
+        assert [p.pid for p in session_members("api", other.pid)] == [other_program]
+    finally:
+        kid.kill()
+        other.kill()
+        other.wait(10)
+
+
+def test_supervisord_runs_each_program_under_its_session_leader_and_status_sees_the_program(tmp_path):
+    leader = _start("api", REPORT + "import time; time.sleep(60)", tmp_path)
+    try:
+        program = _report(tmp_path)["pid"]
+        assert wait_for(lambda: program_process(psutil.Process(leader.pid)).pid == program, "the program", 10, 0.05)
+        me = psutil.Process()
+        assert program_process(me) is me
+    finally:
+        leader.kill()
+        leader.wait(10)
+    command = session_command("api", [sys.executable, "-m", "api.server"])
+    assert command[1:5] == ["-S", str(LEADER), "api", "--"]
+    assert command[-2:] == ["-m", "api.server"]
