@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,16 +23,16 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from definitions.section import Section as _Section
+from definitions.stack_settings import AIRFLOW_COMPANIONS, LoggingSettings, StackSettings
 from definitions.store_settings import StoresSettings
+
+__all__ = ["AIRFLOW_COMPANIONS", "LoggingSettings", "Settings", "StackSettings", "get_settings"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_HOST = "127.0.0.1"
 DEFAULT_TOKEN = "dev-token-change-me"
 DEFAULT_AIRFLOW_PASSWORD = "admin"
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class KafkaSettings(_Section):
@@ -125,8 +125,9 @@ class ArchiverSettings(_Section):
     checkpoint_dir: str = "/lambda/checkpoints/archiver"
     trigger_s: float = Field(10.0, gt=0)
     # How often each partition of `events` gets a tick record, so ingest-time completeness
-    # advances on idle partitions too.
-    tick_interval_s: float = Field(5.0, gt=0)
+    # advances on idle partitions too. Unset: a sixth of an ingest bucket, within 5–60 s (each tick
+    # wakes both streaming jobs for a micro-batch; cutoffs move once per ingest bucket).
+    tick_interval_s: float | None = Field(None, gt=0)
     max_offsets_per_trigger: int = Field(500_000, ge=1)
     driver_memory: str = "768m"
     keep_markers: int = Field(20, ge=1)
@@ -146,6 +147,10 @@ class BatchSettings(_Section):
     # alone for this long after it started; a killed run's tables go at the first swap after it.
     retention_grace_s: int = Field(3_600, ge=0)
     put_batch_size: int = Field(2_000, ge=1)
+    # The realtime clean-up deletes rows a swap absorbed only this long after the swap: longer than
+    # the API reuses a pointer (`api.pointer_cache_s`) plus the longest query, so no answer computed
+    # from the previous pointer misses them.
+    cleanup_settle_s: float = Field(20.0, ge=0)
 
 
 class SpeedSettings(_Section):
@@ -223,6 +228,11 @@ class ApiSettings(_Section):
     # How long a query waits for a free pooled HBase connection before HBase counts as unavailable.
     hbase_pool_wait_s: float = Field(5.0, gt=0)
     health_timeout_s: float = 60
+    # How long a read of the pointer is reused (0: read per query). The realtime clean-up waits
+    # `batch.cleanup_settle_s` after a swap, so an answer from a pointer this old stays exact.
+    pointer_cache_s: float = Field(1.0, ge=0, le=10)
+    # Cells of batch tables kept in memory (tables never change once served); 0: none.
+    batch_cache_cells: int = Field(500_000, ge=0)
 
 
 class AirflowSettings(_Section):
@@ -247,66 +257,6 @@ class ViewSettings(_Section):
     # Modules that declare more views (a module-level `VIEWS` list of definitions.views.View),
     # added to the built-in ones.
     modules: list[str] = []
-
-
-AIRFLOW_COMPANIONS = ("airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
-
-
-class StackSettings(_Section):
-    # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
-    managed_services: list[str] = [
-        "kafka",
-        "hdfs-namenode",
-        "hdfs-datanode",
-        "hbase",
-        "hbase-thrift",
-        "cassandra",
-        "archiver",
-        "speed-layer",
-        "api",
-        "airflow",
-        "airflow-scheduler",
-        "airflow-dag-processor",
-        "airflow-triggerer",
-    ]
-    java_home: str = ""
-    stop_timeout_s: float = 30
-    # The platform's processes (archiver, speed layer, API, Airflow) run under supervisord, which
-    # restarts one that exits: after `restart_backoff_s`, doubling with each restart still inside
-    # the window, up to `restart_backoff_max_s`. At most `restart_max` restarts within
-    # `restart_window_s`: the next exit is a restart loop, and the supervisor gives up on that
-    # process (`lambdactl status` says why; `lambdactl up` tries it again). See docs/operations.md.
-    restart_max: int = Field(5, ge=0)
-    restart_window_s: float = Field(600, gt=0)
-    restart_backoff_s: float = Field(1.0, gt=0)
-    restart_backoff_max_s: float = Field(60.0, gt=0)
-    # Seconds a started process must stay up before the supervisor calls it running.
-    start_s: int = Field(5, ge=0)
-    # A streaming job none of whose micro-batches finished for this long is reported stuck
-    # (unhealthy, with how far behind Kafka it was) by `lambdactl status`, `up` and /health: its
-    # queries fire at least every few seconds (the archiver's ticks), so silence means a hang.
-    stuck_after_s: float = Field(300, gt=0)
-    # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at
-    # this size, keeping this many older files beside it.
-    log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024)
-    log_backups: int = Field(5, ge=1)
-
-    @model_validator(mode="after")
-    def _airflow_whole(self) -> StackSettings:
-        """Airflow runs as four programs (API server `airflow`, scheduler, DAG processor, triggerer):
-        a list naming `airflow` (as lists written before the split do) manages all four."""
-        if "airflow" in self.managed_services:
-            for part in AIRFLOW_COMPANIONS:
-                if part not in self.managed_services:
-                    self.managed_services.append(part)
-        return self
-
-
-class LoggingSettings(_Section):
-    """How every process of the platform logs (definitions/logs.py)."""
-
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    format: Literal["text", "json"] = "text"
 
 
 class Settings(BaseSettings):
@@ -344,6 +294,12 @@ class Settings(BaseSettings):
     stores: StoresSettings = StoresSettings()
 
     @property
+    def tick_interval_s(self) -> float:
+        """How often the archiver's ticker sends a tick to each partition of `events`."""
+        explicit = self.archiver.tick_interval_s
+        return explicit if explicit is not None else min(60.0, max(5.0, self.ingest_bucket_s / 6))
+
+    @property
     def realtime_ttl_s(self) -> int:
         """How long realtime rows live: speed.ttl_s, or by default three days and at least ten batch
         intervals, so many scheduled runs in a row can fail before a row could expire unabsorbed."""
@@ -360,6 +316,12 @@ class Settings(BaseSettings):
             )
         if self.ingest_bucket_s > self.batch.interval_s:
             raise ValueError("ingest_bucket_s must not exceed batch.interval_s")
+        if self.batch.cleanup_settle_s < self.api.pointer_cache_s:
+            raise ValueError(
+                f"batch.cleanup_settle_s ({self.batch.cleanup_settle_s:g}s) must be at least "
+                f"api.pointer_cache_s ({self.api.pointer_cache_s:g}s): the clean-up would delete realtime "
+                "rows an answer from the previous pointer still needs"
+            )
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,69 @@
+"""The settings of the local stack's process management and of logging (sections `stack` and
+`logging` of definitions.settings.Settings)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from definitions.section import Section as _Section
+
+AIRFLOW_COMPANIONS = ("airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+
+
+class StackSettings(_Section):
+    # Services `lambdactl up` runs as local processes; empty it to point at real clusters.
+    managed_services: list[str] = [
+        "kafka",
+        "hdfs-namenode",
+        "hdfs-datanode",
+        "hbase",
+        "hbase-thrift",
+        "cassandra",
+        "archiver",
+        "speed-layer",
+        "api",
+        "airflow",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+    ]
+    java_home: str = ""
+    stop_timeout_s: float = 30
+    # The platform's processes (archiver, speed layer, API, Airflow) run under supervisord, which
+    # restarts one that exits: after `restart_backoff_s`, doubling with each restart still inside
+    # the window, up to `restart_backoff_max_s`. At most `restart_max` restarts within
+    # `restart_window_s`: the next exit is a restart loop, and the supervisor gives up on that
+    # process (`lambdactl status` says why; `lambdactl up` tries it again). See docs/operations.md.
+    restart_max: int = Field(5, ge=0)
+    restart_window_s: float = Field(600, gt=0)
+    restart_backoff_s: float = Field(1.0, gt=0)
+    restart_backoff_max_s: float = Field(60.0, gt=0)
+    # Seconds a started process must stay up before the supervisor calls it running.
+    start_s: int = Field(5, ge=0)
+    # A streaming job none of whose micro-batches finished for this long is reported stuck
+    # (unhealthy, with how far behind Kafka it was) by `lambdactl status`, `up` and /health: its
+    # queries fire at least every few seconds (the archiver's ticks), so silence means a hang.
+    stuck_after_s: float = Field(300, gt=0)
+    # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at
+    # this size, keeping this many older files beside it.
+    log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024)
+    log_backups: int = Field(5, ge=1)
+
+    @model_validator(mode="after")
+    def _airflow_whole(self) -> StackSettings:
+        """Airflow runs as four programs (API server `airflow`, scheduler, DAG processor, triggerer):
+        a list naming `airflow` (as lists written before the split do) manages all four."""
+        if "airflow" in self.managed_services:
+            for part in AIRFLOW_COMPANIONS:
+                if part not in self.managed_services:
+                    self.managed_services.append(part)
+        return self
+
+
+class LoggingSettings(_Section):
+    """How every process of the platform logs (definitions/logs.py)."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
