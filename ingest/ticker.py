@@ -1,4 +1,5 @@
-"""Tick records: one per partition of `events` every few seconds.
+"""Tick records: one per partition of `events` every `Settings.tick_interval_s` (a sixth of an ingest
+bucket, within 5–60 s, unless set).
 
 Kafka stamps each tick with its LogAppendTime like any record, so once the archiver has archived
 past a tick it knows the partition holds nothing older that is not archived, even when no events
@@ -38,7 +39,7 @@ class Ticker(threading.Thread):
                     producer.flush(timeout=10)
                 except Exception:  # keep ticking through a broker hiccup; completeness just pauses
                     log.exception("could not send tick records")
-                self.stopped.wait(self.settings.archiver.tick_interval_s)
+                self.stopped.wait(self.settings.tick_interval_s)
         finally:
             producer.close(timeout=5)
 

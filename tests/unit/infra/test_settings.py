@@ -78,3 +78,11 @@ def test_managing_airflow_manages_all_four_of_its_programs():
     assert not set(AIRFLOW_COMPANIONS) & set(
         Settings(_env_file=None, stack={"managed_services": ["api"]}).stack.managed_services
     )
+
+
+@pytest.mark.parametrize(
+    ("bucket_s", "explicit", "expected"), [(3_600, None, 60.0), (60, None, 10.0), (12, None, 5.0), (60, 2.0, 2.0)]
+)
+def test_ticks_follow_the_ingest_bucket_unless_set(bucket_s, explicit, expected):
+    archiver = {} if explicit is None else {"tick_interval_s": explicit}
+    assert Settings(ingest_bucket_s=bucket_s, archiver=archiver).tick_interval_s == expected
