@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api import errors
 from api.metrics import ApiMetrics
+from api.middleware import HeadersAndLatency
 from api.routes import admin, events, health, reports, views
 from definitions.settings import DEFAULT_TOKEN, Settings
 from definitions.views import load_views
@@ -24,11 +24,6 @@ from serving_layer.service import ServingLayer
 
 log = logging.getLogger("lambda.api")
 STATIC = Path(__file__).resolve().parent / "static"
-# The dashboard (/ and /static/*) runs only its own files: no inline script or style, no other origin.
-DASHBOARD_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
 
 
 class InsecureSettings(RuntimeError):
@@ -94,17 +89,6 @@ def create_app(settings: Settings) -> FastAPI:
             allow_headers=["Authorization", "Content-Type"],
         )
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next):
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        request.app.state.metrics.latency.labels(path, request.method, str(response.status_code)).observe(
-            time.perf_counter() - started
-        )
-        return response
-
     app.include_router(health.router)
     app.include_router(views.views_router(settings, load_views(settings)))
     app.include_router(events.events_router(settings))
@@ -115,15 +99,7 @@ def create_app(settings: Settings) -> FastAPI:
     def metrics(request: Request) -> Response:
         return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next):
-        response = await call_next(request)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        path = request.scope["path"]
-        if path == "/" or path.startswith("/static/"):
-            response.headers.setdefault("Content-Security-Policy", DASHBOARD_CSP)
-            response.headers.setdefault("Cache-Control", "no-cache")  # revalidate: page and script change together
-        return response
+    app.add_middleware(HeadersAndLatency)  # outermost of the platform's own: sees every answer
 
     # The dashboard: markup, script (dashboard.js puts data in the page only as text) and style are files.
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 
 from definitions.settings import Settings
 from lambdactl.output import _emit, _say
@@ -123,6 +124,14 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     if pointer is None:
         _say("no batch version serves yet: every realtime row is still needed")
         return 0
+    # Answers computed from the previous pointer (the API reuses a read for api.pointer_cache_s)
+    # still read the rows this swap absorbed: wait until none can be running.
+    settle_s = pointer.swapped_ms / 1000 + settings.batch.cleanup_settle_s - time.time()
+    if settle_s > 0:
+        _say(
+            f"waiting {settle_s:.0f}s after the swap (batch.cleanup_settle_s): answers from the previous pointer may still run"
+        )
+        time.sleep(settle_s)
     # Each view's rows below the cutoff its own batch table covers; a view no table serves keeps all.
     cutoffs = pointer.cleanup_cutoffs_s()
     cleanup = delete_absorbed(settings, cutoffs)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from definitions.settings import Settings
 from definitions.views import GRANULARITIES, View, key_text, load_views
+from serving_layer.batch_cache import BatchPartCache
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.staleness import Horizon, stale_reason
 from stores import registry
@@ -105,6 +106,8 @@ class ServingLayer:
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
         self._speed_marker: tuple[Marker | None, float] | None = None  # (marker, when read)
+        self.batch_cache = BatchPartCache(settings.api.batch_cache_cells)
+        self._pointer: tuple[Pointer | None, float] | None = None  # (pointer, when read)
 
     # --- store access --------------------------------------------------------------------------
 
@@ -179,6 +182,21 @@ class ServingLayer:
         )
 
     def pointer(self) -> Pointer | None:
+        """The pointer, read again once it is `api.pointer_cache_s` old. A query served from a pointer
+        that moved less than that ago is still exact: the old table stays (retention keeps
+        `batch.keep_versions`), and the realtime rows it needs stay until the clean-up, which waits
+        `batch.cleanup_settle_s` after a swap (lambdactl clean-realtime)."""
+        ttl = self.settings.api.pointer_cache_s
+        now = time.monotonic()
+        cached = self._pointer
+        if cached is not None and now - cached[1] < ttl:
+            return cached[0]
+        pointer = self._read_pointer()
+        if ttl > 0:
+            self._pointer = (pointer, now)
+        return pointer
+
+    def _read_pointer(self) -> Pointer | None:
         data = self._hbase(self.batch_views.pointer_columns)
         pointer = Pointer.from_columns(data) if data else None
         if pointer is not None:
@@ -202,13 +220,23 @@ class ServingLayer:
     ) -> dict[int, BatchCell]:
         if source.table is None or not buckets:
             return {}
-        cells = self._hbase(self.batch_views.series, source.table, view, granularity, keys, buckets[0], buckets[-1])
-        return {bucket: BatchCell(value, sketch) for bucket, (value, sketch) in cells.items()}
+        table = source.table
+
+        def read() -> dict[int, BatchCell]:
+            cells = self._hbase(self.batch_views.series, table, view, granularity, keys, buckets[0], buckets[-1])
+            return {bucket: BatchCell(value, sketch) for bucket, (value, sketch) in cells.items()}
+
+        key = ("series", table, source.run_id, view.name, granularity, tuple(keys), buckets[0], buckets[-1])
+        return self.batch_cache.get(key, read)
 
     def _batch_top(self, source: ViewSource, view: View, granularity: str, buckets: list[int]) -> dict[str, int]:
         if source.table is None or not buckets:
             return {}
-        return self._hbase(self.batch_views.totals, source.table, view, granularity, buckets[0], buckets[-1])
+        table = source.table
+        key = ("totals", table, source.run_id, view.name, granularity, buckets[0], buckets[-1])
+        return self.batch_cache.get(
+            key, lambda: self._hbase(self.batch_views.totals, table, view, granularity, buckets[0], buckets[-1])
+        )
 
     # --- speed part ----------------------------------------------------------------------------
 

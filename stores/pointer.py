@@ -64,6 +64,7 @@ class ViewSource:
     table: str | None
     version: int | None
     cutoff_ms: int
+    run_id: str = ""  # the run that wrote the table (a table name can come back after the stores are wiped)
 
 
 NO_SOURCE = ViewSource(None, None, 0)
@@ -88,7 +89,7 @@ class Pointer:
 
     def source(self, view: str) -> ViewSource:
         entry = self.entries.get(view)
-        return NO_SOURCE if entry is None else ViewSource(entry.table, entry.version, entry.cutoff_ms)
+        return NO_SOURCE if entry is None else ViewSource(entry.table, entry.version, entry.cutoff_ms, entry.run_id)
 
     def cutoff_of(self, view: str) -> int:
         """The cutoff a view is served at; 0 when no batch table serves it (every realtime row counts)."""

@@ -289,9 +289,10 @@ class RealtimeReader:
             f"SELECT event_bucket, ingest_bucket, value, sketch FROM {BY_KEY} "
             "WHERE view_name = ? AND granularity = ? AND key = ? AND event_bucket IN ? AND ingest_bucket >= ?"
         )
+        # One query per IN_CHUNK event buckets (partitions): one round trip, the node reads them locally.
         self.bucket_stmt = session.prepare(
-            f"SELECT key, value FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? AND event_bucket = ? "
-            "AND ingest_bucket >= ?"
+            f"SELECT event_bucket, key, value FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? "
+            "AND event_bucket IN ? AND ingest_bucket >= ?"
         )
 
     def series(
@@ -326,14 +327,14 @@ class RealtimeReader:
         """{event bucket: {key: value summed over ingest buckets >= min}} for a by_bucket view."""
         from cassandra.concurrent import execute_concurrent_with_args
 
-        params = [(view, granularity, b, min_ingest_bucket) for b in buckets]
+        params = [(view, granularity, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)]
         out: dict[int, dict[str, int]] = {}
         results = execute_concurrent_with_args(
-            self.session, self.bucket_stmt, params, concurrency=32, raise_on_first_error=True
+            self.session, self.bucket_stmt, params, concurrency=16, raise_on_first_error=True
         )
-        for bucket, (_ok, result) in zip(buckets, results):
+        for _ok, result in results:
             for row in result:
-                keys = out.setdefault(bucket, {})
+                keys = out.setdefault(row.event_bucket, {})
                 keys[row.key] = keys.get(row.key, 0) + row.value
         return out
 

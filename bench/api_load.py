@@ -1,0 +1,119 @@
+"""Query API latency at a fixed request rate, from a native load generator (`hey`, Debian's package).
+
+For each route, `hey` sends `--rate` requests/s (its `--workers` connections, each limited to
+rate/workers per second, keep-alive) for `--duration` seconds at the running API after a short
+warm-up; every request's latency and status come back as CSV. Printed per route: the rate asked and
+achieved, p50 / p90 / p99 / max latency, and the errors (any status but 200, or no answer). hey runs
+on the same 2 cores as the stack, so it is part of the load. Measures page_views at 500/s and
+top_pages at 200/s by default (issue targets: p99 ≤ 15 ms and ≤ 30 ms, 0 errors).
+
+    .venv/bin/python bench/api_load.py --json /tmp/bench_api_load.json
+
+Needs the stack up (`lambdactl up`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from figures import emit, fmt, percentile  # bench/ itself: the scripts run as files
+
+from definitions.settings import get_settings
+
+log = logging.getLogger("bench.api_load")
+
+ROUTES: dict[str, tuple[str, int]] = {  # route: (path, default rate)
+    "page_views": ("/api/v1/views/page_views?url=/&granularity=hour", 500),
+    "top_pages": ("/api/v1/views/top_pages?granularity=hour&limit=10", 200),
+}
+
+
+def hey(url: str, rate: int, workers: int, duration_s: int) -> list[tuple[float, int]]:
+    """(latency s, status; 0: no answer) of every request hey sent."""
+    workers = max(1, min(workers, rate))
+    per_worker = rate / workers
+    cmd = ["hey", "-z", f"{duration_s}s", "-c", str(workers), "-q", f"{per_worker:g}", "-t", "10", "-o", "csv", url]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=duration_s + 60)
+    if done.returncode != 0:
+        raise SystemExit(f"hey failed ({done.returncode}): {done.stderr.strip()[:500]}")
+    out = []
+    for row in csv.DictReader(io.StringIO(done.stdout)):
+        status = row.get("status-code") or "0"
+        out.append((float(row["response-time"]), int(status) if status.isdigit() else 0))
+    return out
+
+
+def measure(base: str, route: str, path: str, rate: int, workers: int, duration_s: int, warmup_s: int) -> dict:
+    url = base + path
+    if warmup_s:
+        hey(url, max(1, rate // 4), workers, warmup_s)
+    started = time.monotonic()
+    samples = hey(url, rate, workers, duration_s)
+    wall = time.monotonic() - started
+    ok = [latency * 1000 for latency, status in samples if status == 200]
+    errors = len(samples) - len(ok)
+    return {
+        "route": route,
+        "rate_asked": rate,
+        "rate_achieved": round(len(samples) / duration_s, 1),
+        "requests": len(samples),
+        "errors": errors,
+        "p50_ms": percentile(ok, 50),
+        "p90_ms": percentile(ok, 90),
+        "p99_ms": percentile(ok, 99),
+        "max_ms": max(ok) if ok else None,
+        "wall_s": round(wall, 1),
+    }
+
+
+def report(results: list[dict], duration_s: int) -> str:
+    lines = [
+        f"API at a fixed rate (hey, {duration_s}s per route, keep-alive, loopback)",
+        f"{'route':<14} {'asked/s':>8} {'got/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}",
+    ]
+    for r in results:
+        lines.append(
+            f"{r['route']:<14} {r['rate_asked']:>8} {fmt(r['rate_achieved'], 1):>8} {fmt(r['p50_ms'], 1):>8} "
+            f"{fmt(r['p90_ms'], 1):>8} {fmt(r['p99_ms'], 1):>8} {fmt(r['max_ms'], 1):>8} {r['errors']:>7}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--routes", default=",".join(ROUTES), help="comma-separated: " + ", ".join(ROUTES))
+    parser.add_argument("--rate", type=int, default=None, help="requests/s for every route (default: per route)")
+    parser.add_argument("--workers", type=int, default=50, help="hey's connections")
+    parser.add_argument("--duration", type=int, default=20, help="seconds per route")
+    parser.add_argument("--warmup", type=int, default=3, help="seconds at a quarter of the rate first")
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if shutil.which("hey") is None:
+        raise SystemExit("hey is not installed (`make setup` installs it)")
+    settings = get_settings()
+    if settings.api.host not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit(f"api.host is {settings.api.host}: this benchmark only loads an API on the loopback interface")
+    base = f"http://{settings.api.host}:{args.port or settings.api.port}"
+    results = []
+    for route in [r for r in args.routes.split(",") if r]:
+        if route not in ROUTES:
+            raise SystemExit(f"unknown route {route!r}: one of {', '.join(ROUTES)}")
+        path, rate = ROUTES[route]
+        log.info("%s at %d req/s for %ds", route, args.rate or rate, args.duration)
+        results.append(measure(base, route, path, args.rate or rate, args.workers, args.duration, args.warmup))
+    emit({"routes": results, "duration_s": args.duration}, report(results, args.duration), args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

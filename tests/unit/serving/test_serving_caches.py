@@ -1,0 +1,176 @@
+"""The serving layer's two caches (no services): the batch part kept per table and run, and the
+pointer reused for api.pointer_cache_s; and the clean-up's wait after a swap that makes the second
+one exact. The stores are small in-memory adapters named in the settings (stores.*)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from definitions.settings import Settings
+from serving_layer.batch_cache import BatchPartCache
+from serving_layer.service import ServingLayer
+from stores.pointer import DOC, advance
+from tests.support.polling import wait_for
+
+HOUR = 3_600
+CUTOFF_MS = 1_800_000_000_000 - 1_800_000_000_000 % (HOUR * 1000)
+
+
+class MemoryBatchViews:
+    """Batch tables in memory: {table: {bucket: value}} for one key, and the pointer's document."""
+
+    current: MemoryBatchViews | None = None
+
+    def __init__(self, settings: Any, *args: Any) -> None:
+        self.tables: dict[str, dict[int, int]] = {}
+        self.doc: bytes | None = None
+        self.reads: list[str] = []
+        MemoryBatchViews.current = self
+
+    def publish(self, version: int, run_id: str, cells: dict[int, int]) -> None:
+        pointer = advance(
+            None,
+            version=version,
+            run_id=run_id,
+            cutoff_ms=CUTOFF_MS,
+            views=["page_views"],
+            full=False,
+            stats={},
+            now_ms=int(time.time() * 1000),
+        )
+        self.tables[pointer.entries["page_views"].table] = dict(cells)
+        self.doc = pointer.to_doc()
+
+    def pointer_columns(self) -> dict[bytes, bytes]:
+        self.reads.append("pointer")
+        return {DOC: self.doc} if self.doc is not None else {}
+
+    def series(self, table: str, view, granularity, keys, first: int, last: int) -> dict[int, tuple[int, None]]:
+        self.reads.append(table)
+        return {b: (v, None) for b, v in self.tables[table].items() if first <= b <= last}
+
+    def totals(self, table: str, *args: Any) -> dict[str, int]:
+        self.reads.append(table)
+        return {}
+
+
+class NoRealtime:
+    """A realtime store with nothing in it, counting the reads."""
+
+    reads = 0
+
+    def __init__(self, settings: Any, **kwargs: Any) -> None:
+        pass
+
+    def series(self, *args: Any, **kwargs: Any) -> dict:
+        NoRealtime.reads += 1
+        return {}
+
+    def bucket(self, *args: Any) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _serving(tmp_path, **api) -> tuple[ServingLayer, MemoryBatchViews]:
+    settings = Settings(
+        state_dir=tmp_path,
+        ingest_bucket_s=HOUR,
+        api=api,
+        stores={
+            "batch_views": f"{__name__}.MemoryBatchViews",
+            "realtime_reader": f"{__name__}.NoRealtime",
+        },
+    )
+    serving = ServingLayer(settings)
+    serving.speed_marker = lambda: None  # type: ignore[method-assign]  # no speed layer has started
+    assert MemoryBatchViews.current is not None
+    return serving, MemoryBatchViews.current
+
+
+def _total(serving: ServingLayer) -> int:
+    view = next(v for v in serving.views if v.name == "page_views")
+    start = CUTOFF_MS // 1000 - 10 * HOUR
+    answer = serving.series(view, {"url": "/a"}, start, start + 10 * HOUR, "hour")
+    return int(answer.series.total)
+
+
+def test_the_batch_part_is_read_once_per_table_and_the_speed_part_every_time(tmp_path):
+    serving, store = _serving(tmp_path, pointer_cache_s=0)
+    first = CUTOFF_MS // 1000 - 3 * HOUR
+    store.publish(1, "run-1", {first: 5, first + HOUR: 7})
+    NoRealtime.reads = 0
+    assert _total(serving) == 12
+    assert _total(serving) == 12
+    assert store.reads.count("pointer") == 2
+    assert [r for r in store.reads if r != "pointer"] == ["page_views_v1"], store.reads
+    assert NoRealtime.reads == 2
+    assert serving.batch_cache.hits == 1 and serving.batch_cache.misses == 1
+
+
+def test_a_new_version_is_read_from_its_own_table_and_a_reused_table_name_of_another_run_is_read_again(tmp_path):
+    serving, store = _serving(tmp_path, pointer_cache_s=0)
+    first = CUTOFF_MS // 1000 - 3 * HOUR
+    store.publish(1, "run-1", {first: 5})
+    assert _total(serving) == 5
+    store.publish(2, "run-2", {first: 9})
+    assert _total(serving) == 9
+    store.publish(1, "run-3", {first: 4})  # the stores were wiped: version 1 again, another run
+    assert _total(serving) == 4
+
+
+def test_the_pointer_is_reused_for_pointer_cache_s_then_read_again(tmp_path):
+    serving, store = _serving(tmp_path, pointer_cache_s=0.5)
+    first = CUTOFF_MS // 1000 - 3 * HOUR
+    store.publish(1, "run-1", {first: 5})
+    assert _total(serving) == 5
+    store.publish(2, "run-2", {first: 9})
+    assert _total(serving) == 5, "within pointer_cache_s the pointer read before the swap serves"
+    assert store.reads.count("pointer") == 1
+    wait_for(lambda: _total(serving) == 9, "the new version to serve", timeout_s=5, interval_s=0.05)
+    assert store.reads.count("pointer") >= 2
+
+
+def test_without_pointer_cache_every_query_reads_the_pointer(tmp_path):
+    serving, store = _serving(tmp_path, pointer_cache_s=0)
+    store.publish(1, "run-1", {CUTOFF_MS // 1000 - HOUR: 1})
+    for _ in range(3):
+        _total(serving)
+    assert store.reads.count("pointer") == 3
+
+
+def test_batch_part_cache_is_bounded_by_cells_and_keeps_no_failed_read():
+    cache = BatchPartCache(max_cells=10)
+    assert cache.get("a", lambda: {i: i for i in range(6)}) == {i: i for i in range(6)}
+    assert cache.get("a", lambda: pytest.fail("read again")) == {i: i for i in range(6)}
+    cache.get("b", lambda: {i: i for i in range(6)})  # 12 cells > 10: the least recently used goes
+    assert cache.cells <= 10
+    calls = []
+    cache.get("a", lambda: calls.append(1) or {1: 1})
+    assert calls == [1], "a was evicted"
+    cache.get("huge", lambda: {i: i for i in range(11)})  # larger than the whole cache: not kept
+    assert cache.cells <= 10
+
+    def broken() -> dict:
+        raise RuntimeError("store down")
+
+    with pytest.raises(RuntimeError):
+        cache.get("c", broken)
+    assert cache.get("c", lambda: {2: 2}) == {2: 2}
+
+
+def test_batch_part_cache_off_reads_every_time():
+    cache = BatchPartCache(max_cells=0)
+    calls = []
+    for _ in range(3):
+        cache.get("a", lambda: calls.append(1) or {1: 1})
+    assert len(calls) == 3 and cache.cells == 0
+
+
+def test_the_clean_up_must_outwait_the_pointer_cache():
+    with pytest.raises(ValueError, match="cleanup_settle_s"):
+        Settings(api={"pointer_cache_s": 5}, batch={"cleanup_settle_s": 2})
