@@ -61,6 +61,14 @@ def markdown(results: dict) -> str:
     speed = (steps.get("speed_layer") or {}).get("result")
     ingest = (steps.get("ingest_throughput") or {}).get("result")
     batch = (steps.get("batch_recompute") or {}).get("result")
+    for route in ((steps.get("api_load") or {}).get("result") or {}).get("routes", []):
+        summary.append(
+            [
+                f"`GET {route['route']}` at {route['rate_asked']} req/s asked (hey)",
+                f"{f(route['rate_achieved'], 1)} req/s served, p50 / p99 {f(route['p50_ms'], 1)} / "
+                f"{f(route['p99_ms'], 1)} ms, {route['errors']} errors",
+            ]
+        )
     if speed and speed.get("freshness"):
         s = speed["freshness"]["freshness_from_append_s"]
         summary.append(

@@ -39,7 +39,7 @@ PYTHON = REPO / ".venv" / "bin" / "python"
 
 log = logging.getLogger("bench.run_all")
 
-STEP_NAMES = ("api_latency", "speed_layer", "ingest_throughput", "batch_recompute")
+STEP_NAMES = ("api_latency", "api_load", "speed_layer", "ingest_throughput", "batch_recompute")
 
 
 def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[str]]:
@@ -47,6 +47,7 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
     if quick:
         return {
             "api_latency": ["bench/api_latency.py", "--clients", "1,8", "--duration", "5", "--probes", "10", *port],
+            "api_load": ["bench/api_load.py", "--duration", "10", *port],
             "speed_layer": [
                 "bench/speed_freshness.py",
                 "--fresh-duration",
@@ -79,6 +80,7 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
         }
     return {
         "api_latency": ["bench/api_latency.py", "--clients", "1,8", *port],
+        "api_load": ["bench/api_load.py", *port],
         "speed_layer": ["bench/speed_freshness.py"],
         "ingest_throughput": [
             "bench/ingest_throughput.py",
