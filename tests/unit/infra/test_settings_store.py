@@ -4,7 +4,6 @@ contradicting data-shaping settings refused, secrets written owner-only."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 
 import pytest
@@ -12,16 +11,12 @@ import pytest
 from definitions.settings import Settings
 from definitions.settings_store import SettingsConflict, load, persist, persisted_path, provenance
 from lambdactl.cli import main
+from tests.support.shell import plain_shell
 
 
 @pytest.fixture(autouse=True)
 def _plain_shell(monkeypatch, tmp_path):
-    """A shell with no LAMBDA_* variable, in an empty directory, with its own state directory."""
-    for key in list(os.environ):
-        if key.startswith("LAMBDA_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LAMBDA_STATE_DIR", str(tmp_path / "state"))
+    plain_shell(monkeypatch, tmp_path)
 
 
 def test_a_plain_shell_gets_what_up_persisted(monkeypatch, tmp_path):

@@ -4,8 +4,6 @@ setting, and a malformed one is refused when the settings load (no services)."""
 
 from __future__ import annotations
 
-import os
-
 import pydantic
 import pytest
 
@@ -17,6 +15,7 @@ from stores.batch_reader import BatchViewReader
 from stores.batch_views import VersionStore
 from stores.realtime import RealtimeReader, RealtimeWriter
 from stores.registry import AdapterNotFound
+from tests.support.shell import plain_shell
 from tests.unit.stores import sample_adapters
 from tests.unit.stores.sample_adapters import RecordingBatchViews, RecordingRealtimeReader, RecordingRealtimeWriter
 
@@ -25,12 +24,7 @@ SAMPLES = "tests.unit.stores.sample_adapters"
 
 @pytest.fixture(autouse=True)
 def _plain_shell(monkeypatch, tmp_path):
-    """No LAMBDA_* variable, an empty working directory (no lambda.toml), no adapter made yet."""
-    for key in list(os.environ):
-        if key.startswith("LAMBDA_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LAMBDA_STATE_DIR", str(tmp_path / "state"))
+    plain_shell(monkeypatch, tmp_path)
     sample_adapters.CREATED.clear()
 
 

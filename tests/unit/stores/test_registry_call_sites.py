@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import os
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from definitions.settings import Settings
 from definitions.store_settings import StoresSettings
+from tests.support.shell import plain_shell
 from tests.unit.stores import sample_adapters
 from tests.unit.stores.sample_adapters import (
     EmptyVersions,
@@ -28,11 +28,7 @@ SAMPLES = "tests.unit.stores.sample_adapters"
 
 @pytest.fixture(autouse=True)
 def _plain_shell(monkeypatch, tmp_path):
-    for key in list(os.environ):
-        if key.startswith("LAMBDA_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LAMBDA_STATE_DIR", str(tmp_path / "state"))
+    plain_shell(monkeypatch, tmp_path)
     sample_adapters.CREATED.clear()
 
 
