@@ -33,7 +33,6 @@ import psutil
 from definitions.logs import configure
 from infra.process import tail_file
 from infra.restarts import Budget
-from infra.session_leader import ENV as SESSION_ENV
 from stores.restarts import new_entry, read_status, write_status
 
 log = logging.getLogger("lambda.restarts")
@@ -41,15 +40,36 @@ log = logging.getLogger("lambda.restarts")
 _EXITED_LINE = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ \w+ exited: %s \((.*?); (?:not )?expected\)$"
 
 
-def session_members(name: str, leader_pid: int) -> list[psutil.Process]:
-    """The processes started under the session leader `leader_pid` of program `name` (they carry its mark)."""
-    mark = f"{name}:{leader_pid}"
+def program_of(leader_pid: int) -> tuple[int, float] | None:
+    """(pid, start time) of the program a session leader runs (its one child), or None."""
+    with contextlib.suppress(psutil.Error):
+        children = psutil.Process(leader_pid).children()
+        if children:
+            return children[0].pid, children[0].create_time()
+    return None
+
+
+def session_members(session: int, started: float | None = None) -> list[psutil.Process]:
+    """The processes of session `session` (a program's pid: it leads its own session). When a
+    process with that pid runs but started at another time than `started`, the pid was reused
+    (the old session is empty: a session id is not reused while it has members): none."""
+    with contextlib.suppress(psutil.Error):
+        if started is not None and abs(psutil.Process(session).create_time() - started) > 0.01:
+            return []
     found = []
     for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if proc.environ().get(SESSION_ENV) == mark:
+        with contextlib.suppress(OSError, psutil.Error):
+            if proc.pid != session and os.getsid(proc.pid) == session:
                 found.append(proc)
-    return found
+    with contextlib.suppress(OSError, psutil.Error):
+        if os.getsid(session) == session:
+            found.insert(0, psutil.Process(session))
+    alive = []
+    for proc in found:  # a zombie is dead already (its parent has not reaped it)
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+    return alive
 
 
 def exit_reason(supervisord_log: Path, name: str, now: float, max_age_s: float = 30.0) -> str | None:
@@ -131,6 +151,7 @@ class Listener:
                 entry.update(restarts=0, recent=[], gave_up_at=None, next_restart_at=None)
         elif state == "RUNNING":
             entry["pid"] = int(fields.get("pid", 0)) or None
+            entry["session"] = program_of(entry["pid"]) if entry["pid"] else None  # [pid, start time]
         elif state == "BACKOFF":  # exited before `startsecs`; FATAL follows (startretries=0)
             self._exited(name, entry, None, now)
         elif state == "EXITED":
@@ -140,6 +161,8 @@ class Listener:
             self._decide(name, entry, now)
         elif state in ("STOPPING", "STOPPED") and entry.get("next_restart_at"):
             entry["next_restart_at"] = None  # stopped on purpose: no restart pending any more
+        if state == "STOPPED":
+            self._end_session(name, entry)
         entry["state"] = (
             "restarting"
             if entry.get("next_restart_at")
@@ -181,12 +204,24 @@ class Listener:
             log.warning("%s: killed what was left of its process group %d", name, pid)
         except (ProcessLookupError, PermissionError):
             pass
-        left = session_members(name, pid)
-        for proc in left:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        if left:
+        self._end_session(name, self.entry(name))
+
+    def _end_session(self, name: str, entry: dict[str, Any]) -> None:
+        """What the program's session still holds once its leader is gone (the leader cleans up
+        after the program itself, unless it was killed): killed, until none is left."""
+        session = entry.pop("session", None)
+        if not session:
+            return
+        pid, started = session
+        for _ in range(5):
+            left = session_members(pid, started)
+            if not left:
+                return
+            for proc in left:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
             log.warning("%s: killed %d process(es) its session left: %s", name, len(left), [p.pid for p in left])
+            psutil.wait_procs(left, timeout=5)
 
     def _decide(self, name: str, entry: dict[str, Any], now: float) -> None:
         last = entry.get("last_exit") or {}

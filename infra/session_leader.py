@@ -7,14 +7,18 @@ the platform's processes starve. supervisord's child cannot start a new session 
 its process group), so this small process forks the program into a new session and stands in for
 it towards supervisord:
 
-- stop signals it receives (TERM, INT, HUP, QUIT, USR1, USR2) go to the program's whole process group;
+- stop signals it receives (TERM, INT, HUP, QUIT; USR1, USR2 pass too) go to the program's whole
+  process group; `--stop-after S` seconds after the first stop signal the group is killed (set
+  below supervisord's stopwaitsecs, so supervisord never has to kill this process and leave the
+  program's children behind);
+- signals that arrive while the program is being started are held (blocked) and delivered to it;
 - it exits the way the program did: the same exit status, or killed by the same signal;
-- when the program ends, what is left of its process group is killed; when this process is killed,
-  the kernel kills the program (PR_SET_PDEATHSIG), and every descendant carries
-  `LAMBDA_SESSION_OF=<name>:<this pid>` so the restart listener can end the rest.
+- when the program ends, what is left of its process group gets TERM, then KILL after 2 s;
+- when this process is killed, the kernel kills the program (PR_SET_PDEATHSIG); the restart
+  listener ends the rest of the program's session (infra/restart_listener.py).
 
 Standard library only and started with `python -S`: it stays ~10 MiB while the program runs.
-Usage: python -S infra/session_leader.py NAME -- COMMAND [ARGS...]
+Usage: python -S infra/session_leader.py NAME [--stop-after SECONDS] -- COMMAND [ARGS...]
 """
 
 from __future__ import annotations
@@ -22,15 +26,20 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
-ENV = "LAMBDA_SESSION_OF"
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED = (*STOPS, signal.SIGUSR1, signal.SIGUSR2)
+LEFTOVER_GRACE_S = 2.0
 _PR_SET_PDEATHSIG = 1
 
 
 def _child(command: list[str], leader: int) -> None:
-    """In the forked child: a new session, death with the leader, then the program."""
+    """In the forked child (forwarded signals blocked): a new session, death with the leader, the
+    default signal actions, then the signals unblocked — one that arrived meanwhile ends it — and exec."""
     try:
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
         os.setsid()
         import ctypes  # only in the child: the leader stays small
 
@@ -39,61 +48,116 @@ def _child(command: list[str], leader: int) -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != leader:  # the leader died before the line above
             os._exit(1)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         os.execvp(command[0], command)
     except BaseException as exc:  # noqa: BLE001 - nothing may return into the leader's code
         print(f"session_leader: cannot start {command[0]}: {exc}", file=sys.stderr, flush=True)
         os._exit(127)
 
 
-def _kill_group(pgid: int, sig: int) -> None:
+def _signal_group(pid: int, sig: int) -> None:
+    """`sig` to the program's group; to the program alone while it has no group yet (before its
+    setsid the signal stays pending, blocked, and ends it when it unblocks)."""
     try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    except PermissionError:
         pass
 
 
-def run(name: str, command: list[str]) -> int:
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _end_leftovers(pgid: int) -> None:
+    """What the program left of its group (a Spark JVM, workers): TERM, then KILL after a grace."""
+    if not _group_alive(pgid):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.05)
+    if _group_alive(pgid):
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def run(command: list[str], stop_after_s: float | None = None) -> int:
     """Start `command` in a new session and wait for it; returns its wait status."""
     leader = os.getpid()
-    os.environ[ENV] = f"{name}:{leader}"
-    pending: list[int] = []
-    for sig in FORWARDED:  # until the child's pid is known, remember what arrived
-        signal.signal(sig, lambda signum, _frame: pending.append(signum))
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     pid = os.fork()
     if pid == 0:
-        for sig in FORWARDED:
-            signal.signal(sig, signal.SIG_DFL)
         _child(command, leader)
+    stopping = False
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        _signal_group(pid, signum)
+        if signum in STOPS and not stopping and stop_after_s is not None:
+            stopping = True
+            signal.setitimer(signal.ITIMER_REAL, stop_after_s)
+
     for sig in FORWARDED:
-        signal.signal(sig, lambda signum, _frame: _kill_group(pid, signum))
-    for signum in pending:
-        _kill_group(pid, signum)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-            continue
-    _kill_group(pid, signal.SIGKILL)  # what the program left of its group (a Spark JVM, workers)
+        signal.signal(sig, forward)
+    signal.signal(signal.SIGALRM, lambda _s, _f: _signal_group(pid, signal.SIGKILL))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # what arrived meanwhile is forwarded now
+    # Wait without reaping: while the program is a zombie its pid stays its group's id.
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    _end_leftovers(pid)
+    _, status = os.waitpid(pid, 0)
     return status
 
 
 def _exit_like(status: int) -> None:
-    """Exit with the program's status, or die of the signal that killed it."""
+    """Exit with the program's status, or die of the signal that killed it (without a core dump)."""
     if os.WIFSIGNALED(status):
+        import resource
+
         sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if sig not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
         os.kill(os.getpid(), sig)
         sys.exit(128 + sig)  # a signal that does not end a process by default
     sys.exit(os.waitstatus_to_exitcode(status))
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) < 3 or argv[1] != "--" or not argv[0]:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+def parse(argv: list[str]) -> tuple[str, float | None, list[str]]:
+    """NAME [--stop-after S] -- COMMAND...; SystemExit(2) on anything else."""
+    usage = (__doc__ or "").strip().splitlines()[-1]
+    try:
+        split = argv.index("--")
+    except ValueError:
+        split = -1
+    head, command = (argv[:split], argv[split + 1 :]) if split >= 0 else (argv, [])
+    stop_after: float | None = None
+    if len(head) == 3 and head[1] == "--stop-after":
+        try:
+            stop_after = float(head[2])
+        except ValueError:
+            head = []
+        if stop_after is not None and stop_after <= 0:
+            head = []
+        head = head[:1]
+    if len(head) != 1 or not head[0] or not command:
+        print(usage, file=sys.stderr)
         sys.exit(2)
-    _exit_like(run(argv[0], argv[2:]))
+    return head[0], stop_after, command
+
+
+def main(argv: list[str]) -> None:
+    _name, stop_after, command = parse(argv)
+    _exit_like(run(command, stop_after))
 
 
 if __name__ == "__main__":

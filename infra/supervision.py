@@ -59,9 +59,20 @@ def _stable_command(args: Sequence[str]) -> list[str]:
     return [python_executable(), *args[1:]] if args and args[0] == sys.executable else args
 
 
-def session_command(name: str, args: Sequence[str]) -> list[str]:
-    """The program under its session leader (infra/session_leader.py): a session, so a CPU share, of its own."""
-    return [python_executable(), "-S", str(SESSION_LEADER), name, "--", *_stable_command(args)]
+def session_command(name: str, args: Sequence[str], stop_timeout_s: float) -> list[str]:
+    """The program under its session leader (infra/session_leader.py): a session, so a CPU share, of
+    its own. The leader kills the program's group a second before supervisord would kill the leader."""
+    stop_after = max(0.5, stop_timeout_s - 1)
+    return [
+        python_executable(),
+        "-S",
+        str(SESSION_LEADER),
+        name,
+        "--stop-after",
+        f"{stop_after:g}",
+        "--",
+        *_stable_command(args),
+    ]
 
 
 def program_process(proc: psutil.Process) -> psutil.Process:
@@ -147,7 +158,7 @@ def render_config(settings: Settings, programs: Sequence[Program]) -> str:
     for program in programs:
         lines += [
             f"[program:{program.name}]",
-            f"command={_command(session_command(program.name, program.command))}",
+            f"command={_command(session_command(program.name, program.command, max(1, round(s.stop_timeout_s))))}",
             f"directory={_value(program.directory)}",
             f"environment={_environment(program.environment)}",
             "autostart=false",  # `lambdactl up` starts the ones it is asked for

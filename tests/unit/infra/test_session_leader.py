@@ -8,23 +8,24 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from infra import session_leader
-from infra.restart_listener import session_members
+from infra.restart_listener import program_of, session_members
 from infra.supervision import program_process, session_command
 from tests.support.polling import wait_for
 
 LEADER = Path(session_leader.__file__)
 
 
-def _start(name: str, program: str, tmp_path: Path) -> subprocess.Popen:
+def _start(name: str, program: str, tmp_path: Path, *options: str) -> subprocess.Popen:
     """The leader running `python -c program`, in a process group of its own like supervisord's children."""
     return subprocess.Popen(
-        [sys.executable, "-S", str(LEADER), name, "--", sys.executable, "-c", program, str(tmp_path)],
+        [sys.executable, "-S", str(LEADER), name, *options, "--", sys.executable, "-c", program, str(tmp_path)],
         process_group=0,
     )
 
@@ -37,7 +38,7 @@ def _report(tmp_path: Path) -> dict:
 REPORT = (
     "import json, os, sys, pathlib; "
     "(pathlib.Path(sys.argv[1]) / 'report.json.tmp').write_text(json.dumps(dict("
-    "pid=os.getpid(), sid=os.getsid(0), pgid=os.getpgrp(), ppid=os.getppid(), env=os.environ.get('LAMBDA_SESSION_OF')))); "
+    "pid=os.getpid(), sid=os.getsid(0), pgid=os.getpgrp(), ppid=os.getppid()))); "
     "os.replace(pathlib.Path(sys.argv[1]) / 'report.json.tmp', pathlib.Path(sys.argv[1]) / 'report.json'); "
 )
 
@@ -49,7 +50,6 @@ def test_program_leads_a_session_of_its_own_and_its_exit_status_passes_through(t
     assert seen["sid"] == seen["pid"] == seen["pgid"]
     assert seen["sid"] != os.getsid(0)
     assert seen["ppid"] == leader.pid
-    assert seen["env"] == f"api:{leader.pid}"
 
 
 def test_a_program_killed_by_a_signal_kills_the_leader_with_the_same_signal(tmp_path):
@@ -106,7 +106,19 @@ def test_a_program_that_cannot_start_exits_127_naming_it(tmp_path, capfd):
     assert "cannot start" in capfd.readouterr().err
 
 
-@pytest.mark.parametrize("args", [[], ["api"], ["api", "python"], ["", "--", "python"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["api"],
+        ["api", "python"],
+        ["", "--", "python"],
+        ["api", "--"],
+        ["api", "--stop-after", "soon", "--", "python"],
+        ["api", "--stop-after", "0", "--", "python"],
+        ["api", "--stop-after", "--", "python"],
+    ],
+)
 def test_a_wrong_command_line_exits_2(args):
     assert subprocess.run([sys.executable, "-S", str(LEADER), *args], capture_output=True).returncode == 2
 
@@ -114,20 +126,43 @@ def test_a_wrong_command_line_exits_2(args):
 def test_the_restart_listener_finds_what_a_killed_leaders_session_left(tmp_path):
     leader = _start("speed-layer", SLEEPER_FAMILY + "time.sleep(60)", tmp_path)
     kid = _kid(tmp_path)
-    (tmp_path / "other").mkdir()
-    other = _start("api", REPORT + "import time; time.sleep(60)", tmp_path / "other")
-    other_program = _report(tmp_path / "other")["pid"]
+    program = wait_for(lambda: program_of(leader.pid), "the program", 10, 0.05)
+    assert program[0] == _report(tmp_path)["pid"]
     try:
         leader.kill()  # the program dies with it; its child (another process of the group) is left
         assert leader.wait(10) == -signal.SIGKILL
-        left = session_members("speed-layer", leader.pid)
-        assert [p.pid for p in left] == [kid.pid]
-        assert session_members("speed-layer", other.pid) == []  # another program's mark does not match
-        assert [p.pid for p in session_members("api", other.pid)] == [other_program]
+        wait_for(
+            lambda: _gone(psutil.Process(program[0])) if psutil.pid_exists(program[0]) else True, "program", 10, 0.05
+        )
+        assert [p.pid for p in session_members(*program)] == [kid.pid]
+        assert session_members(program[0], program[1] + 5) == [] or not psutil.pid_exists(program[0])
+        assert session_members(os.getsid(0) + 10**6) == []  # no such session
     finally:
         kid.kill()
-        other.kill()
-        other.wait(10)
+
+
+def test_a_stop_signal_right_after_the_start_is_not_lost(tmp_path):
+    for i in range(20):
+        leader = subprocess.Popen(
+            [sys.executable, "-S", str(LEADER), "api", "--", sys.executable, "-c", "import time; time.sleep(30)"],
+            process_group=0,
+        )
+        time.sleep(0.005 * (i % 5))
+        os.killpg(leader.pid, signal.SIGTERM)
+        assert leader.wait(10) == -signal.SIGTERM, f"start {i}"
+
+
+def test_a_program_that_ignores_stop_signals_is_killed_with_its_group_after_stop_after(tmp_path):
+    ignoring = SLEEPER_FAMILY.replace(
+        "import subprocess, time; ", "import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    )
+    leader = _start("speed-layer", ignoring + "time.sleep(60)", tmp_path, "--stop-after", "1")
+    kid = _kid(tmp_path)
+    started = time.monotonic()
+    os.killpg(leader.pid, signal.SIGTERM)
+    assert leader.wait(10) == -signal.SIGKILL
+    assert 0.9 <= time.monotonic() - started < 5
+    wait_for(lambda: _gone(kid), "the program's child to be killed too", 10, 0.05)
 
 
 def test_supervisord_runs_each_program_under_its_session_leader_and_status_sees_the_program(tmp_path):
@@ -140,6 +175,6 @@ def test_supervisord_runs_each_program_under_its_session_leader_and_status_sees_
     finally:
         leader.kill()
         leader.wait(10)
-    command = session_command("api", [sys.executable, "-m", "api.server"])
-    assert command[1:5] == ["-S", str(LEADER), "api", "--"]
+    command = session_command("api", [sys.executable, "-m", "api.server"], 10)
+    assert command[1:7] == ["-S", str(LEADER), "api", "--stop-after", "9", "--"]
     assert command[-2:] == ["-m", "api.server"]
