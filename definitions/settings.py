@@ -231,8 +231,8 @@ class ApiSettings(_Section):
     # How long a read of the pointer is reused (0: read per query). The realtime clean-up waits
     # `batch.cleanup_settle_s` after a swap, so an answer from a pointer this old stays exact.
     pointer_cache_s: float = Field(1.0, ge=0, le=10)
-    # Cells of batch tables kept in memory (tables never change once served); 0: none.
-    batch_cache_cells: int = Field(500_000, ge=0)
+    # Memory for what queries read from batch tables (they never change once served); 0: none.
+    batch_cache_mib: int = Field(64, ge=0)
 
 
 class AirflowSettings(_Section):
@@ -316,11 +316,21 @@ class Settings(BaseSettings):
             )
         if self.ingest_bucket_s > self.batch.interval_s:
             raise ValueError("ingest_bucket_s must not exceed batch.interval_s")
-        if self.batch.cleanup_settle_s < self.api.pointer_cache_s:
+        if self.batch.cleanup_settle_s < self.api.pointer_cache_s + 5:
             raise ValueError(
-                f"batch.cleanup_settle_s ({self.batch.cleanup_settle_s:g}s) must be at least "
-                f"api.pointer_cache_s ({self.api.pointer_cache_s:g}s): the clean-up would delete realtime "
-                "rows an answer from the previous pointer still needs"
+                f"batch.cleanup_settle_s ({self.batch.cleanup_settle_s:g}s) must exceed api.pointer_cache_s "
+                f"({self.api.pointer_cache_s:g}s) by 5s at least: the clean-up would delete realtime rows an "
+                "answer from the previous pointer still needs"
+            )
+        if self.api.pointer_cache_s > 0 and self.batch.keep_versions < 2:
+            raise ValueError(
+                "batch.keep_versions must be at least 2 while api.pointer_cache_s > 0: answers from the "
+                "previous pointer still read the previous table for that long (or set api.pointer_cache_s=0)"
+            )
+        if self.stack.stuck_after_s < 3 * self.tick_interval_s:
+            raise ValueError(
+                f"stack.stuck_after_s ({self.stack.stuck_after_s:g}s) must be at least three tick intervals "
+                f"({self.tick_interval_s:g}s each): an idle streaming job would look stuck"
             )
         return self
 

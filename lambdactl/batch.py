@@ -126,7 +126,10 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     # Answers computed from the previous pointer (the API reuses a read for api.pointer_cache_s)
     # still read the rows this swap absorbed: wait until none can be running.
-    settle_s = pointer.swapped_ms / 1000 + settings.batch.cleanup_settle_s - time.time()
+    # (At most the setting itself: a swap stamped ahead by another host's clock does not stall this.)
+    settle_s = min(
+        settings.batch.cleanup_settle_s, pointer.swapped_ms / 1000 + settings.batch.cleanup_settle_s - time.time()
+    )
     if settle_s > 0:
         _say(
             f"waiting {settle_s:.0f}s after the swap (batch.cleanup_settle_s): answers from the previous pointer may still run"

@@ -4,48 +4,65 @@ A batch table never changes once the pointer names it: a run writes and verifies
 before the swap, and nothing writes it afterwards (a rollback names an older table, retention drops
 tables). So what one query read from a table is what every later query would read: it is kept,
 keyed by the table, the run that wrote it (a table name reused after the stores were wiped is
-another run) and the exact read, in an LRU bounded by the number of cells held
-(`api.batch_cache_cells`; 0 turns it off). Only the realtime part is read per query.
+another run) and the exact read, in an LRU bounded by the bytes it holds — keys (which carry
+what the caller asked for) and values (sketches included) — (`api.batch_cache_mib`; 0 turns it
+off). Only the realtime part is read per query.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Sized
-from typing import TypeVar
+from collections.abc import Callable, Hashable
+from dataclasses import fields, is_dataclass
+from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
-T = TypeVar("T", bound=Sized)
+T = TypeVar("T")
+_OBJECT = 56  # bytes of a small Python object, with its slot in a container
+
+
+def approx_bytes(value: Any) -> int:
+    """What `value` holds in memory, roughly (containers, strings, bytes, numbers, dataclasses)."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return _OBJECT + len(value)
+    if isinstance(value, dict):
+        return _OBJECT * 2 + sum(approx_bytes(k) + approx_bytes(v) for k, v in value.items())
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return _OBJECT + sum(approx_bytes(x) for x in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return _OBJECT + sum(approx_bytes(getattr(value, f.name)) for f in fields(value))
+    return _OBJECT
 
 
 class BatchPartCache:
-    """Reads of immutable batch tables, kept up to `max_cells` cells (least recently used go first)."""
+    """Reads of immutable batch tables, kept up to `max_bytes` (least recently used go first)."""
 
-    def __init__(self, max_cells: int) -> None:
-        self.max_cells = max_cells
-        self._cache: LRUCache = LRUCache(maxsize=max(1, max_cells), getsizeof=lambda value: max(1, len(value)))
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._cache: LRUCache = LRUCache(maxsize=max(1, max_bytes), getsizeof=lambda entry: entry[0])
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get(self, key: Hashable, read: Callable[[], T]) -> T:
         """The cached read for `key`, or `read()` kept for next time. A read that raises is not kept."""
-        if self.max_cells <= 0:
+        if self.max_bytes <= 0:
             return read()
         with self._lock:
             found = self._cache.get(key)
             if found is not None:
                 self.hits += 1
-                return found
+                return found[1]
             self.misses += 1
         value = read()  # outside the lock: a slow store does not hold up the cached answers
-        if max(1, len(value)) <= self.max_cells:
+        size = approx_bytes(key) + approx_bytes(value)
+        if size <= self.max_bytes:
             with self._lock:
-                self._cache[key] = value
+                self._cache[key] = (size, value)
         return value
 
     @property
-    def cells(self) -> int:
+    def bytes(self) -> int:
         with self._lock:
             return int(self._cache.currsize)

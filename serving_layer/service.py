@@ -106,7 +106,7 @@ class ServingLayer:
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
         self._speed_marker: tuple[Marker | None, float] | None = None  # (marker, when read)
-        self.batch_cache = BatchPartCache(settings.api.batch_cache_cells)
+        self.batch_cache = BatchPartCache(settings.api.batch_cache_mib * 2**20)
         self._pointer: tuple[Pointer | None, float] | None = None  # (pointer, when read)
 
     # --- store access --------------------------------------------------------------------------
@@ -186,15 +186,37 @@ class ServingLayer:
         that moved less than that ago is still exact: the old table stays (retention keeps
         `batch.keep_versions`), and the realtime rows it needs stay until the clean-up, which waits
         `batch.cleanup_settle_s` after a swap (lambdactl clean-realtime)."""
+        return self._pointer_read()[0]
+
+    def _pointer_read(self, fresh: bool = False) -> tuple[Pointer | None, float]:
+        """(the pointer, when it was read from HBase, monotonic); read now when `fresh`."""
         ttl = self.settings.api.pointer_cache_s
         now = time.monotonic()
         cached = self._pointer
-        if cached is not None and now - cached[1] < ttl:
-            return cached[0]
-        pointer = self._read_pointer()
+        if not fresh and cached is not None and now - cached[1] < ttl:
+            return cached
+        read = (self._read_pointer(), now)
         if ttl > 0:
-            self._pointer = (pointer, now)
-        return pointer
+            self._pointer = read
+        return read
+
+    def _answer(self, query, what: str):
+        """`query(pointer)`, done within batch.cleanup_settle_s of reading that pointer from HBase: an
+        answer that took longer may miss realtime rows a swap absorbed and the clean-up deleted
+        meanwhile, so it is computed again on a fresh pointer, and flagged if that is slow too."""
+        settle_s = self.settings.batch.cleanup_settle_s
+        for attempt in (1, 2):
+            pointer, read_at = self._pointer_read(fresh=attempt == 2)
+            answer = query(pointer)
+            took_s = time.monotonic() - read_at
+            if took_s < settle_s:
+                return answer
+            log.warning("%s took %.1fs after its pointer was read (batch.cleanup_settle_s %gs)", what, took_s, settle_s)
+        answer.provenance.incomplete(
+            f"the answer took {took_s:.0f}s, longer than batch.cleanup_settle_s ({settle_s:g}s): realtime "
+            "rows it needed may have been cleaned up after a batch swap meanwhile"
+        )
+        return answer
 
     def _read_pointer(self) -> Pointer | None:
         data = self._hbase(self.batch_views.pointer_columns)
@@ -262,9 +284,22 @@ class ServingLayer:
     def series(
         self, view: View, keys: dict[str, str], start_s: int, end_s: int, granularity: str, allow_partial: bool = False
     ) -> SeriesAnswer:
+        return self._answer(
+            lambda pointer: self._series(pointer, view, keys, start_s, end_s, granularity, allow_partial), view.name
+        )
+
+    def _series(
+        self,
+        pointer: Pointer | None,
+        view: View,
+        keys: dict[str, str],
+        start_s: int,
+        end_s: int,
+        granularity: str,
+        allow_partial: bool,
+    ) -> SeriesAnswer:
         key_values = [keys[k] for k in view.keys]
         buckets = buckets_between(start_s, end_s, granularity)
-        pointer = self.pointer()
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
         cutoff_ms = source.cutoff_ms
         provenance = self._provenance(view, source)
@@ -296,8 +331,21 @@ class ServingLayer:
     def top(
         self, view: View, start_s: int, end_s: int, granularity: str, limit: int, allow_partial: bool = False
     ) -> TopAnswer:
+        return self._answer(
+            lambda pointer: self._top(pointer, view, start_s, end_s, granularity, limit, allow_partial), view.name
+        )
+
+    def _top(
+        self,
+        pointer: Pointer | None,
+        view: View,
+        start_s: int,
+        end_s: int,
+        granularity: str,
+        limit: int,
+        allow_partial: bool,
+    ) -> TopAnswer:
         buckets = buckets_between(start_s, end_s, granularity)
-        pointer = self.pointer()
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
         cutoff_ms = source.cutoff_ms
         provenance = self._provenance(view, source)

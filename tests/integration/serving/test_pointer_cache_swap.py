@@ -25,7 +25,7 @@ from tests.support.polling import wait_for
 
 HOUR = 3_600
 POINTER_CACHE_S = 10.0
-SETTLE_S = 14.0
+SETTLE_S = 16.0
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from definitions.settings import Settings
-from serving_layer.batch_cache import BatchPartCache
+from serving_layer.batch_cache import BatchPartCache, approx_bytes
+from serving_layer.merge import BatchCell
 from serving_layer.service import ServingLayer
 from stores.pointer import DOC, advance
 from tests.support.polling import wait_for
@@ -143,17 +144,19 @@ def test_without_pointer_cache_every_query_reads_the_pointer(tmp_path):
     assert store.reads.count("pointer") == 3
 
 
-def test_batch_part_cache_is_bounded_by_cells_and_keeps_no_failed_read():
-    cache = BatchPartCache(max_cells=10)
-    assert cache.get("a", lambda: {i: i for i in range(6)}) == {i: i for i in range(6)}
-    assert cache.get("a", lambda: pytest.fail("read again")) == {i: i for i in range(6)}
-    cache.get("b", lambda: {i: i for i in range(6)})  # 12 cells > 10: the least recently used goes
-    assert cache.cells <= 10
+def test_batch_part_cache_is_bounded_by_bytes_and_keeps_no_failed_read():
+    value = {i: BatchCell(i, b"s" * 100) for i in range(6)}
+    one = approx_bytes("a") + approx_bytes(value)
+    cache = BatchPartCache(max_bytes=one + one // 2)
+    assert cache.get("a", lambda: value) == value
+    assert cache.get("a", lambda: pytest.fail("read again")) == value
+    cache.get("b", lambda: dict(value))  # two do not fit: the least recently used goes
+    assert cache.bytes <= cache.max_bytes
     calls = []
-    cache.get("a", lambda: calls.append(1) or {1: 1})
+    cache.get("a", lambda: calls.append(1) or value)
     assert calls == [1], "a was evicted"
-    cache.get("huge", lambda: {i: i for i in range(11)})  # larger than the whole cache: not kept
-    assert cache.cells <= 10
+    cache.get("huge", lambda: {i: BatchCell(i, b"s" * 1000) for i in range(6)})  # larger than the cache: not kept
+    assert cache.bytes <= cache.max_bytes
 
     def broken() -> dict:
         raise RuntimeError("store down")
@@ -163,14 +166,77 @@ def test_batch_part_cache_is_bounded_by_cells_and_keeps_no_failed_read():
     assert cache.get("c", lambda: {2: 2}) == {2: 2}
 
 
+def test_long_keys_count_against_the_cache_too():
+    cache = BatchPartCache(max_bytes=100_000)
+    for i in range(1_000):  # empty reads of distinct 2 KB keys (what a client can ask for)
+        cache.get(("series", "/" + "x" * 2_000 + str(i)), dict)
+    assert cache.bytes <= 100_000
+    assert approx_bytes(("/" + "x" * 2_000,)) > 2_000
+
+
 def test_batch_part_cache_off_reads_every_time():
-    cache = BatchPartCache(max_cells=0)
+    cache = BatchPartCache(max_bytes=0)
     calls = []
     for _ in range(3):
         cache.get("a", lambda: calls.append(1) or {1: 1})
-    assert len(calls) == 3 and cache.cells == 0
+    assert len(calls) == 3 and cache.bytes == 0
 
 
-def test_the_clean_up_must_outwait_the_pointer_cache():
-    with pytest.raises(ValueError, match="cleanup_settle_s"):
-        Settings(api={"pointer_cache_s": 5}, batch={"cleanup_settle_s": 2})
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_answer_slower_than_the_clean_up_settle_is_computed_again_on_a_fresh_pointer(tmp_path, monkeypatch):
+    serving, store = _serving(tmp_path, pointer_cache_s=1)
+    clock = Clock()
+    monkeypatch.setattr("serving_layer.service.time.monotonic", clock)
+    store.publish(1, "run-1", {CUTOFF_MS // 1000 - HOUR: 3})
+    slow = iter([True])
+
+    def realtime_read(*args, **kwargs):
+        if next(slow, False):
+            clock.now += serving.settings.batch.cleanup_settle_s + 1  # the first read hangs past the settle
+        return {}
+
+    monkeypatch.setattr(NoRealtime, "series", realtime_read)
+    view = next(v for v in serving.views if v.name == "page_views")
+    start = CUTOFF_MS // 1000 - 10 * HOUR
+    answer = serving.series(view, {"url": "/a"}, start, start + 10 * HOUR, "hour")
+    assert store.reads.count("pointer") == 2, "read again for the second attempt"
+    assert answer.series.total == 3 and answer.provenance.complete
+
+
+def test_an_answer_that_stays_slower_than_the_settle_is_flagged(tmp_path, monkeypatch):
+    serving, store = _serving(tmp_path, pointer_cache_s=1)
+    clock = Clock()
+    monkeypatch.setattr("serving_layer.service.time.monotonic", clock)
+    store.publish(1, "run-1", {CUTOFF_MS // 1000 - HOUR: 3})
+
+    def realtime_read(*args, **kwargs):
+        clock.now += serving.settings.batch.cleanup_settle_s + 1
+        return {}
+
+    monkeypatch.setattr(NoRealtime, "series", realtime_read)
+    view = next(v for v in serving.views if v.name == "page_views")
+    start = CUTOFF_MS // 1000 - 10 * HOUR
+    answer = serving.series(view, {"url": "/a"}, start, start + 10 * HOUR, "hour")
+    assert not answer.provenance.complete
+    assert "batch.cleanup_settle_s" in answer.provenance.reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"api": {"pointer_cache_s": 5}, "batch": {"cleanup_settle_s": 8}}, "cleanup_settle_s"),
+        ({"batch": {"keep_versions": 1}}, "keep_versions"),
+        ({"stack": {"stuck_after_s": 100}}, "stuck_after_s"),  # ticks every 60 s with hour buckets
+    ],
+)
+def test_settings_that_would_break_the_caches_promises_are_refused(changes, named):
+    with pytest.raises(ValueError, match=named):
+        Settings(**changes)
+    assert Settings(api={"pointer_cache_s": 0}, batch={"keep_versions": 1})  # no pointer cache: one version is fine
