@@ -87,12 +87,15 @@ def run_schemathesis(settings, workdir: Path) -> tuple[dict, str]:
 
 
 def test_schemathesis_with_all_checks_finds_nothing(settings, stack, tmp_path):
-    report, output = run_schemathesis(settings, tmp_path / "first")
-    if report["errors"] and not report["test_cases"]["unique_failures"]:
-        # An error of the tool's own run (not a finding about the API) gets one more run; the second
-        # run must be clean too. A finding is never retried.
+    report, output = run_schemathesis(settings, tmp_path / "run-1")
+    for attempt in (2, 3):
+        if not report["errors"] or report["test_cases"]["unique_failures"]:
+            break
+        # An error of the tool's own run, not a finding about the API (on CPython 3.11.7 Hypothesis
+        # sometimes trips over "AST constructor recursion depth mismatch" describing a lambda), gets
+        # another run, up to three; the last must be clean. A finding is never retried.
         print("Schemathesis run errors, running again:", report["errors"], output[-3000:])
-        report, output = run_schemathesis(settings, tmp_path / "second")
+        report, output = run_schemathesis(settings, tmp_path / f"run-{attempt}")
     assert report["complete"] and report["stop_reason"] == "completed", output[-3000:]
     operations = report["operations"]
     assert operations["tested"] == operations["selected"] >= 10, (operations, output[-3000:])
