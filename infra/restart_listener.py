@@ -33,6 +33,7 @@ import psutil
 from definitions.logs import configure
 from infra.process import tail_file
 from infra.restarts import Budget
+from infra.supervision import program_process
 from stores.restarts import new_entry, read_status, write_status
 
 log = logging.getLogger("lambda.restarts")
@@ -41,11 +42,11 @@ _EXITED_LINE = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ \w+ exited: %s \((.*?); (
 
 
 def program_of(leader_pid: int) -> tuple[int, float] | None:
-    """(pid, start time) of the program a session leader runs (its one child), or None."""
+    """(pid, start time) of the program a session leader runs, or None."""
     with contextlib.suppress(psutil.Error):
-        children = psutil.Process(leader_pid).children()
-        if children:
-            return children[0].pid, children[0].create_time()
+        program = program_process(psutil.Process(leader_pid))
+        if program.pid != leader_pid:
+            return program.pid, program.create_time()
     return None
 
 

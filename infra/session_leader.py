@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import time
+from typing import NoReturn
 
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 FORWARDED = (*STOPS, signal.SIGUSR1, signal.SIGUSR2)
@@ -134,24 +135,26 @@ def _exit_like(status: int) -> None:
 
 def parse(argv: list[str]) -> tuple[str, float | None, list[str]]:
     """NAME [--stop-after S] -- COMMAND...; SystemExit(2) on anything else."""
-    usage = (__doc__ or "").strip().splitlines()[-1]
-    try:
-        split = argv.index("--")
-    except ValueError:
-        split = -1
-    head, command = (argv[:split], argv[split + 1 :]) if split >= 0 else (argv, [])
+
+    def refuse() -> NoReturn:
+        print((__doc__ or "").strip().splitlines()[-1], file=sys.stderr)
+        sys.exit(2)
+
+    if "--" not in argv:
+        refuse()
+    split = argv.index("--")
+    head, command = argv[:split], argv[split + 1 :]
     stop_after: float | None = None
     if len(head) == 3 and head[1] == "--stop-after":
         try:
             stop_after = float(head[2])
         except ValueError:
-            head = []
-        if stop_after is not None and stop_after <= 0:
-            head = []
+            refuse()
+        if stop_after <= 0:
+            refuse()
         head = head[:1]
     if len(head) != 1 or not head[0] or not command:
-        print(usage, file=sys.stderr)
-        sys.exit(2)
+        refuse()
     return head[0], stop_after, command
 
 
