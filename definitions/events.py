@@ -1,8 +1,9 @@
 """The event contract: one declaration of the clickstream event, its validation and its schemas.
 
 Every part of the platform that reads or writes events uses this module: the generator, the
-HTTP ingest, the archiver and the speed layer (through the same Python validator, run inside
-Spark), and the batch layer (through the master dataset's Spark schema derived from FIELDS).
+HTTP ingest, the archiver and the speed layer (through the JVM validator definitions/jvm/
+ValidateEvent.java, which reads this contract from `contract_json` and gives the same verdicts and
+reasons), and the batch layer (through the master dataset's Spark schema derived from FIELDS).
 See docs/events.md.
 """
 
@@ -23,6 +24,8 @@ DEFAULT_LIMITS = EventLimits()
 # The record size limit with default settings (settings.events.max_record_bytes).
 MAX_EVENT_BYTES = DEFAULT_LIMITS.max_record_bytes
 MAX_REASON_CHARS = 300
+# Why the parser refused a text: the same words whichever validator (Python or the JVM's) refused it.
+MALFORMED = "malformed JSON: not a JSON text (RFC 8259)"
 
 # Records the archiver injects so that ingest-time progress is visible on idle partitions: this
 # key and an empty value. A record with this key and any other value is an event like any other.
@@ -83,17 +86,23 @@ class InvalidEvent(ValueError):
         self.reason = reason
 
 
+def shown(text: str, limit: int = 40) -> str:
+    """A value as a reason quotes it: its first `limit` code points, escaped as JSON's ASCII form
+    (so a reason is printable ASCII whatever the record held; the JVM validator escapes the same)."""
+    return json.dumps(text[:limit])[1:-1]
+
+
 def parse_time(text: str) -> datetime:
     """An ISO-8601 time with a zone, in UTC; ValueError for anything else (never another exception)."""
     if not _ISO_TIME.match(text):
-        raise ValueError(f"not an ISO-8601 time with a zone: {text[:40]!r}")
+        raise ValueError(f"not an ISO-8601 time with a zone: '{shown(text)}'")
     fixed = text.replace("Z", "+00:00")
     # Python's parser accepts at most 6 fractional digits.
     fixed = re.sub(r"\.(\d{6})\d+", r".\1", fixed)
     try:
         return datetime.fromisoformat(fixed).astimezone(UTC)
     except (ValueError, OverflowError):  # month 13, year 1 at +14:00, …
-        raise ValueError(f"not a valid time: {text[:40]!r}") from None
+        raise ValueError(f"not a valid time: '{shown(text)}'") from None
 
 
 def format_time(moment: datetime) -> str:
@@ -141,11 +150,15 @@ def parse_json(data: bytes | str, max_depth: int) -> Any:
         if text.count("[") + text.count("{") > max_depth and nesting_depth(text) > max_depth:
             raise InvalidEvent(f"too deeply nested: JSON nesting deeper than {max_depth}")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         raise InvalidEvent(f"too deeply nested: JSON nesting deeper than {max_depth}") from None
-    except ValueError as exc:  # JSONDecodeError, an integer of too many digits
-        raise InvalidEvent(f"malformed JSON: {exc.__class__.__name__}: {str(exc)[:80]}") from None
+    except ValueError:  # JSONDecodeError, NaN/Infinity, an integer of too many digits
+        raise InvalidEvent(MALFORMED) from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
 
 
 def validate(
@@ -201,8 +214,8 @@ def _validate_document(doc: Any, ingest_time_ms: int | None, limits: EventLimits
         raise InvalidEvent(f"not a JSON object: got {type(doc).__name__}")
     unknown = [name for name in doc if name not in _FIELD_SET]
     if unknown:
-        shown = ", ".join(repr(name)[1:-1][:40] for name in sorted(unknown)[:5])
-        raise InvalidEvent(f"unknown field(s): {shown}")
+        names = ", ".join(shown(name) for name in sorted(unknown)[:5])
+        raise InvalidEvent(f"unknown field(s): {names}")
     event: dict[str, Any] = {}
     for field in FIELDS:
         value = doc.get(field.name)
@@ -221,11 +234,14 @@ def _validate_document(doc: Any, ingest_time_ms: int | None, limits: EventLimits
         raise InvalidEvent("bad url: must be a path starting with '/'")
     reference_ms = ingest_time_ms if ingest_time_ms is not None else int(datetime.now(UTC).timestamp() * 1000)
     if event["event_time"] < limits.min_event_time_s * 1000:
-        floor = datetime.fromtimestamp(limits.min_event_time_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        raise InvalidEvent(f"absurd event_time: before {floor}")
+        raise InvalidEvent(f"absurd event_time: before {_floor_text(limits)}")
     if event["event_time"] > reference_ms + limits.max_future_s * 1000:
         raise InvalidEvent(f"absurd event_time: more than {limits.max_future_s}s after ingest time")
     return event
+
+
+def _floor_text(limits: EventLimits) -> str:
+    return datetime.fromtimestamp(limits.min_event_time_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _max_len(field: Field, limits: EventLimits) -> int:
@@ -254,9 +270,9 @@ def _check_field(field: Field, value: Any, limits: EventLimits) -> Any:
     if _CONTROL.search(value):
         raise InvalidEvent(f"control character: {field.name} holds a control character")
     if field.choices and value not in field.choices:
-        raise InvalidEvent(f"bad value: {field.name}={value[:40]!r}, allowed: {', '.join(field.choices)}")
+        raise InvalidEvent(f"bad value: {field.name}='{shown(value)}', allowed: {', '.join(field.choices)}")
     if field.pattern is not None and not field.pattern.match(value):
-        raise InvalidEvent(f"bad value: {field.name}={value[:40]!r}")
+        raise InvalidEvent(f"bad value: {field.name}='{shown(value)}'")
     if field.kind == "timestamp":
         try:
             moment = parse_time(value)
@@ -276,3 +292,39 @@ def event_struct_ddl() -> str:
 
 
 VALIDATION_DDL = f"reason STRING, {event_struct_ddl()}"
+
+
+# The JVM validator (definitions/jvm/ValidateEvent.java, a Spark UDF) reads the contract from this.
+JVM_VALIDATOR_CLASS = "lambdaplatform.contract.ValidateEvent"
+
+
+def contract_json(limits: EventLimits | None = None) -> str:
+    """The contract as the JVM validator reads it: every field, limit and pattern declared above."""
+    import sys
+
+    limits = limits or DEFAULT_LIMITS
+    return json.dumps(
+        {
+            "max_record_bytes": limits.max_record_bytes,
+            "max_nesting_depth": limits.max_nesting_depth,
+            "max_reason_chars": MAX_REASON_CHARS,
+            "int_max_str_digits": sys.get_int_max_str_digits(),
+            "min_event_time_s": limits.min_event_time_s,
+            "max_future_s": limits.max_future_s,
+            "floor_text": _floor_text(limits),
+            "schema_version": SCHEMA_VERSION,
+            "time_pattern": _ISO_TIME.pattern,
+            "fields": [
+                {
+                    "name": f.name,
+                    "kind": f.kind,
+                    "required": f.required,
+                    "max_len": _max_len(f, limits),
+                    "choices": list(f.choices),
+                    "pattern": f.pattern.pattern if f.pattern is not None else None,
+                }
+                for f in FIELDS
+            ],
+        },
+        sort_keys=True,
+    )

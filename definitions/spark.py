@@ -15,14 +15,20 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 KAFKA_CONNECTOR_GROUP = "spark-kafka"
+# The event contract's JVM validator, compiled from definitions/jvm by infra/setup.sh.
+CONTRACT_GROUP = "contract"
 
 
-def connector_jars(settings: Settings) -> list[str]:
-    """The Kafka connector jars resolved by infra/maven (pyspark ships everything else)."""
-    folder = settings.jars_dir / KAFKA_CONNECTOR_GROUP
-    jars = sorted(str(p) for p in folder.glob("*.jar"))
-    if not jars:
-        raise FileNotFoundError(f"no Spark Kafka connector jars in {folder}: run `make setup`")
+def platform_jars(settings: Settings) -> list[str]:
+    """The Kafka connector jars resolved by infra/maven (pyspark ships everything else), and the
+    event contract's validator."""
+    jars: list[str] = []
+    for group in (KAFKA_CONNECTOR_GROUP, CONTRACT_GROUP):
+        folder = settings.jars_dir / group
+        found = sorted(str(p) for p in folder.glob("*.jar"))
+        if not found:
+            raise FileNotFoundError(f"no jars in {folder}: run `make setup`")
+        jars += found
     return jars
 
 
@@ -32,7 +38,7 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
     conf = {
         "spark.app.name": app_name,
         "spark.master": s.master,
-        "spark.jars": ",".join(connector_jars(settings)),
+        "spark.jars": ",".join(platform_jars(settings)),
         "spark.driver.memory": s.driver_memory,
         "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
         "spark.ui.enabled": str(s.ui_enabled).lower(),

@@ -19,6 +19,8 @@ java_major() { "$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | he
 if ! command -v java >/dev/null || [ "$(java_major java)" -lt 17 ] || [ "$(java_major java)" -gt 23 ]; then
   if [ ! -x /usr/lib/jvm/java-17-openjdk-amd64/bin/java ]; then need_apt+=(openjdk-17-jdk-headless); fi
 fi
+# javac compiles the event contract's JVM validator (definitions/jvm)
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 # docker-compose (v1, a pure parser here: no engine) validates docker-compose.yml in the tests
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
@@ -64,6 +66,20 @@ if [ "$(cat "$JARS/.lambda-stamp" 2>/dev/null)" != "$jar_stamp" ]; then
   echo "$jar_stamp" > "$JARS/.lambda-stamp"
 else
   log "service jars up to date"
+fi
+# The event contract's validator for Spark (definitions/jvm), compiled against the pinned pyspark.
+CONTRACT="$JARS/contract"
+contract_stamp=$(stamp_of definitions/jvm/*.java requirements.lock)
+if [ "$(cat "$CONTRACT/.lambda-stamp" 2>/dev/null)" != "$contract_stamp" ]; then
+  log "compiling the event contract's JVM validator into $CONTRACT"
+  spark_jars=$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+  rm -rf "$CONTRACT" && mkdir -p "$CONTRACT/classes"
+  javac --release 17 -Xlint:all,-path -Werror -cp "$spark_jars/*" -d "$CONTRACT/classes" definitions/jvm/*.java
+  jar cf "$CONTRACT/lambda-contract.jar" -C "$CONTRACT/classes" .
+  rm -rf "$CONTRACT/classes"
+  echo "$contract_stamp" > "$CONTRACT/.lambda-stamp"
+else
+  log "event contract validator up to date"
 fi
 bash infra/airflow_env/setup.sh
 log "ready"

@@ -5,18 +5,22 @@ for a valid event), the typed event fields, and where the record came from (part
 ingest time). Tick records (see ingest.ticker: the tick key and an empty value) are dropped here:
 they carry no event. Every other record gets a verdict: validation is a total function, so no
 record can fail the query (see docs/security.md).
+
+The verdict comes from the contract's JVM validator (definitions/jvm/ValidateEvent.java): the same
+rules, limits and reasons as definitions.events.validate, read from `contract_json`, with no
+Python worker per task. tests/unit/ingest/test_validation_parity.py holds the two to each other.
 """
 
-# No `from __future__ import annotations` here: pandas_udf reads the UDF's type hints at run time.
 from typing import TYPE_CHECKING
 
-from definitions.events import FIELD_NAMES, TICK_KEY, VALIDATION_DDL, verdict
+from definitions.events import FIELD_NAMES, JVM_VALIDATOR_CLASS, TICK_KEY, VALIDATION_DDL, contract_json
 from definitions.settings import EventLimits, Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SOURCE_COLUMNS = ("kafka_partition", "kafka_offset", "ingest_time")
+VALIDATOR_FUNCTION = "lambda_validate_event"
 
 
 def kafka_stream(
@@ -34,33 +38,19 @@ def kafka_stream(
     return reader.load()
 
 
-def _validator(limits: "EventLimits"):
-    """The contract's Python validator as a vectorised Spark UDF (built lazily: no Spark at import)."""
-    import pandas as pd
-    from pyspark.sql.functions import pandas_udf
-
-    empty = {name: None for name in FIELD_NAMES}
-
-    # pyspark's stubs lack the type-hinted form `pandas_udf(returnType)` (Spark >= 3.0), used here.
-    @pandas_udf(VALIDATION_DDL)  # type: ignore[call-overload]
-    def validate_records(values: pd.Series, ingest_ms: pd.Series) -> pd.DataFrame:
-        rows = []
-        for raw, ingest in zip(values, ingest_ms):
-            event, reason = verdict(raw, int(ingest), limits)
-            rows.append({"reason": None, **event} if event is not None else {"reason": reason, **empty})
-        frame = pd.DataFrame(rows, columns=["reason", *FIELD_NAMES])
-        for name in ("event_time", "schema_version"):
-            frame[name] = frame[name].astype("Int64")
-        return frame
-
-    return validate_records
+def register_validator(spark: "SparkSession") -> str:
+    """The contract's JVM validator (definitions/jvm, in spark.jars) as a SQL function; its name."""
+    spark.udf.registerJavaFunction(VALIDATOR_FUNCTION, JVM_VALIDATOR_CLASS, VALIDATION_DDL)
+    return VALIDATOR_FUNCTION
 
 
 def validated_events(records: "DataFrame", limits: EventLimits) -> "DataFrame":
     """Kafka rows → verdict, typed event fields (event_time as a timestamp) and source position."""
     from pyspark.sql import functions as F
 
-    checked = _validator(limits)(F.col("value"), F.unix_millis(F.col("timestamp"))).alias("v")
+    function = register_validator(records.sparkSession)
+    contract = F.lit(contract_json(limits))
+    checked = F.call_function(function, F.col("value"), F.unix_millis(F.col("timestamp")), contract).alias("v")
     is_tick = (F.col("key") == F.lit(TICK_KEY)) & (F.col("value").isNull() | (F.length("value") == 0))
     return (
         records.where(~F.coalesce(is_tick, F.lit(False)))

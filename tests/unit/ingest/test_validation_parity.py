@@ -1,0 +1,57 @@
+"""The JVM validator the Spark jobs run (definitions/jvm/ValidateEvent.java) gives every record the
+same verdict, the same reason and the same typed fields as the contract's own validator
+(definitions.events.verdict), over a large seeded corpus of valid, invalid and hostile records."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from definitions.events import FIELD_NAMES, verdict
+from stores.kafka_source import validated_events
+from tests.support.parity_corpus import records
+
+KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+RECORDS = 40_000
+
+
+def jvm_verdicts(spark, settings, corpus: list[tuple[bytes | None, int]]) -> dict[int, tuple]:
+    rows = [
+        (b"k", value, "events", 0, offset, datetime.fromtimestamp(ms / 1000, UTC))
+        for offset, (value, ms) in enumerate(corpus)
+    ]
+    frame = validated_events(spark.createDataFrame(rows, KAFKA_DDL), settings.events)
+    columns = ["kafka_offset", "reason", *FIELD_NAMES]
+    return {
+        row.kafka_offset: (
+            row.reason,
+            *[
+                None if row[n] is None else (int(row[n].timestamp() * 1000) if n == "event_time" else row[n])
+                for n in FIELD_NAMES
+            ],
+        )
+        for row in frame.select(*columns).collect()
+    }
+
+
+def python_verdict(value: bytes | None, ingest_ms: int, limits) -> tuple:
+    event, reason = verdict(value, ingest_ms, limits)
+    if event is None:
+        return (reason, *[None] * len(FIELD_NAMES))
+    return (None, *[event[n] for n in FIELD_NAMES])
+
+
+def test_the_jvm_validator_agrees_with_the_contract_on_every_record(spark, settings):
+    corpus = list(records(seed=2026, count=RECORDS))
+    jvm = jvm_verdicts(spark, settings, corpus)
+    expected = {i: python_verdict(value, ms, settings.events) for i, (value, ms) in enumerate(corpus)}
+
+    differ = [
+        (corpus[i][0][:200] if corpus[i][0] else None, expected[i], jvm.get(i))
+        for i in expected
+        if jvm.get(i) != expected[i]
+    ]
+    assert not differ, f"{len(differ)} of {len(corpus)} records differ; first ones: {differ[:5]}"
+    valid = sum(1 for v in expected.values() if v[0] is None)
+    reasons = {v[0].split(":")[0] for v in expected.values() if v[0] is not None}
+    assert valid > RECORDS // 10, "the corpus holds valid events in many shapes"
+    assert len(reasons) >= 12, f"the corpus reaches most rules: {sorted(reasons)}"
