@@ -192,13 +192,15 @@ class EventLimits(_Section):
     max_record_bytes: int = Field(4_096, ge=256, le=1_000_000)
     # Nesting of JSON arrays/objects, checked by a scan before parsing (an event is a flat object: 1).
     max_nesting_depth: int = Field(4, ge=1, le=64)
-    # Characters of the free-text fields (the identifiers and enumerations have fixed limits).
-    max_url_chars: int = Field(2_048, ge=16)
-    max_referrer_chars: int = Field(2_048, ge=16)
-    max_user_id_chars: int = Field(128, ge=8)
-    max_event_id_chars: int = Field(64, ge=8)
-    # The event-time range accepted: not before this instant (epoch seconds; 2000-01-01T00:00:00Z) …
-    min_event_time_s: int = Field(946_684_800, ge=0)
+    # Characters of the free-text fields (the identifiers and enumerations have fixed limits); a
+    # field cannot be longer than the largest record anyway.
+    max_url_chars: int = Field(2_048, ge=16, le=1_000_000)
+    max_referrer_chars: int = Field(2_048, ge=16, le=1_000_000)
+    max_user_id_chars: int = Field(128, ge=8, le=1_000_000)
+    max_event_id_chars: int = Field(64, ge=8, le=1_000_000)
+    # The event-time range accepted: not before this instant (epoch seconds; 2000-01-01T00:00:00Z;
+    # at most 9999-12-31T23:59:59Z) …
+    min_event_time_s: int = Field(946_684_800, ge=0, le=253_402_300_799)
     # … and at most this far after Kafka stored the record (producer clock skew).
     max_future_s: int = Field(3_600, ge=0, le=7 * 86_400)
     # Raw bytes of an invalid record kept in its dead-letter envelope (its size and SHA-256 are kept

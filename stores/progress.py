@@ -93,6 +93,17 @@ class ProgressFile:
             "input_rows_per_s": p.inputRowsPerSecond,
             "processed_rows_per_s": p.processedRowsPerSecond,
             "batch_ms": (p.durationMs or {}).get("triggerExecution"),
+            # Where the batch's time went: Spark's whole durationMs breakdown (latestOffset,
+            # queryPlanning, addBatch, walCommit, commitOffsets, …) and the state stores' part of it.
+            "duration_ms": dict(p.durationMs or {}),
+            "state_ms": {
+                name: sum(int(getattr(op, attr, 0) or 0) for op in (p.stateOperators or ()))
+                for name, attr in (
+                    ("updates", "allUpdatesTimeMs"),
+                    ("removals", "allRemovalsTimeMs"),
+                    ("commit", "commitTimeMs"),
+                )
+            },
             "rows_behind": rows_behind(p),
             "state_rows": state_rows,
             "observed": observed,

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadConstraints;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.math.BigDecimal;
 import java.math.BigInteger;
 import java.nio.ByteBuffer;
 import java.nio.CharBuffer;
@@ -104,7 +105,7 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
     String name;
     String kind;
     boolean required;
-    int maxLen;
+    long maxLen;
     List<String> choices = new ArrayList<>();
     Pattern pattern;
   }
@@ -123,6 +124,12 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
     BigInteger schemaVersion;
     Pattern isoTime;
 
+    /** A pattern the way Python's re.match reads it: `$` before a final "\n" only (UNIX_LINES), not
+     * before the other line terminators Java knows (U+0085, U+2028, U+2029). */
+    static Pattern pythonPattern(String pattern) {
+      return Pattern.compile(pattern, Pattern.UNIX_LINES);
+    }
+
     static Contract parse(String text) {
       try {
         JsonNode doc = new ObjectMapper().readTree(text);
@@ -136,18 +143,18 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
         c.maxFutureMs = c.maxFutureS * 1000L;
         c.floorText = doc.get("floor_text").asText();
         c.schemaVersion = BigInteger.valueOf(doc.get("schema_version").asLong());
-        c.isoTime = Pattern.compile(doc.get("time_pattern").asText());
+        c.isoTime = pythonPattern(doc.get("time_pattern").asText());
         for (JsonNode f : doc.get("fields")) {
           Field field = new Field();
           field.name = f.get("name").asText();
           field.kind = f.get("kind").asText();
           field.required = f.get("required").asBoolean();
-          field.maxLen = f.get("max_len").asInt();
+          field.maxLen = f.get("max_len").asLong();
           for (JsonNode choice : f.get("choices")) {
             field.choices.add(choice.asText());
           }
           JsonNode pattern = f.get("pattern");
-          field.pattern = pattern == null || pattern.isNull() ? null : Pattern.compile(pattern.asText());
+          field.pattern = pattern == null || pattern.isNull() ? null : pythonPattern(pattern.asText());
           c.fields.add(field);
           c.names.put(field.name, Boolean.TRUE);
         }
@@ -515,7 +522,12 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
         throw new DateTimeException("date value out of range");
       }
       long totalMicros = epochSecond * 1_000_000L + micros;
-      double seconds = (double) totalMicros / 1e6;
+      // Python's timedelta.total_seconds(): one correctly rounded division (a double holds every
+      // microsecond count below 2^53 exactly; above that, divide exactly first).
+      double seconds =
+          Math.abs(totalMicros) < (1L << 53)
+              ? (double) totalMicros / 1e6
+              : new BigDecimal(totalMicros).movePointLeft(6).doubleValue();
       return (long) (seconds * 1000.0);
     } catch (DateTimeException | NumberFormatException | IndexOutOfBoundsException e) {
       throw new Invalid("mistyped field: event_time not a valid time: '" + shown(text) + "'");

@@ -13,7 +13,9 @@ from definitions.events import DEFAULT_LIMITS, FIELD_NAMES
 from tests.support.hostile import BASE
 from tests.support.hostile import corpus as hostile_corpus
 
-INGEST_MS = (1_795_420_800_000, 1_000_000_000_000, 946_684_800_000)  # 2026-11-17, 2001-09-09, the floor
+# 2026-11-17, 2001-09-09, the floor, and a producer-set timestamp in year 9999 (where event times
+# have more microseconds than a double holds exactly)
+INGEST_MS = (1_795_420_800_000, 1_000_000_000_000, 946_684_800_000, 253_402_300_799_000)
 
 _ODD_TEXT = [
     "",
@@ -45,6 +47,9 @@ _ODD_TEXT = [
     "D",
     "DEU",
     "desktop",
+    "DE\u2028",
+    "DE\u0085",
+    "desktop\u2029",
     "2026-11-17T08:00:00.123456789012345678901234567890Z",
     "/" + "😀" * 45,
     "q" * 39 + "😀\ud800",
@@ -93,13 +98,19 @@ _TIMES = [
     "2026-11-17T08:00:00.Z",
     "2026-11-17T08:00:00+5:30",
     "+2026-11-17T08:00:00Z",
+    "2026-11-17T08:00:00Z\u2028",
+    "2026-11-17T08:00:00+05:00\u2029",
+    "2026-11-17T08:00:00.123-0130\u0085",
+    "6091-04-04T06:09:25.318994Z",
+    "9534-02-19T04:16:54.973977Z",
+    "3664-08-23T21:23:40.991995Z",
 ]
 
 
 def _time_near(rng: random.Random, ingest_ms: int) -> str:
     """A time close to a boundary the contract judges: the floor or ingest time + max_future_s."""
     edge = rng.choice([ingest_ms + DEFAULT_LIMITS.max_future_s * 1000, DEFAULT_LIMITS.min_event_time_s * 1000])
-    ms = edge + rng.choice([-1000, -1, 0, 1, 1000])
+    ms = min(edge + rng.choice([-1000, -1, 0, 1, 1000]), 253_402_300_799_000)  # at most 9999-12-31T23:59:59Z
     whole, frac = divmod(ms, 1000)
     from datetime import UTC, datetime
 

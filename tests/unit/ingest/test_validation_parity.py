@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from definitions.events import FIELD_NAMES, verdict
+from definitions.settings import EventLimits
 from stores.kafka_source import validated_events
 from tests.support.parity_corpus import records
 
@@ -14,12 +17,12 @@ KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGIN
 RECORDS = 40_000
 
 
-def jvm_verdicts(spark, settings, corpus: list[tuple[bytes | None, int]]) -> dict[int, tuple]:
+def jvm_verdicts(spark, limits: EventLimits, corpus: list[tuple[bytes | None, int]]) -> dict[int, tuple]:
     rows = [
         (b"k", value, "events", 0, offset, datetime.fromtimestamp(ms / 1000, UTC))
         for offset, (value, ms) in enumerate(corpus)
     ]
-    frame = validated_events(spark.createDataFrame(rows, KAFKA_DDL), settings.events)
+    frame = validated_events(spark.createDataFrame(rows, KAFKA_DDL), limits)
     columns = ["kafka_offset", "reason", *FIELD_NAMES]
     return {
         row.kafka_offset: (
@@ -40,18 +43,53 @@ def python_verdict(value: bytes | None, ingest_ms: int, limits) -> tuple:
     return (None, *[event[n] for n in FIELD_NAMES])
 
 
-def test_the_jvm_validator_agrees_with_the_contract_on_every_record(spark, settings):
-    corpus = list(records(seed=2026, count=RECORDS))
-    jvm = jvm_verdicts(spark, settings, corpus)
-    expected = {i: python_verdict(value, ms, settings.events) for i, (value, ms) in enumerate(corpus)}
-
+def disagreements(spark, limits, corpus) -> tuple[list, dict]:
+    jvm = jvm_verdicts(spark, limits, corpus)
+    expected = {i: python_verdict(value, ms, limits) for i, (value, ms) in enumerate(corpus)}
     differ = [
         (corpus[i][0][:200] if corpus[i][0] else None, expected[i], jvm.get(i))
         for i in expected
         if jvm.get(i) != expected[i]
     ]
+    return differ, expected
+
+
+def test_the_jvm_validator_agrees_with_the_contract_on_every_record(spark, settings):
+    corpus = list(records(seed=2026, count=RECORDS))
+    differ, expected = disagreements(spark, settings.events, corpus)
     assert not differ, f"{len(differ)} of {len(corpus)} records differ; first ones: {differ[:5]}"
     valid = sum(1 for v in expected.values() if v[0] is None)
     reasons = {v[0].split(":")[0] for v in expected.values() if v[0] is not None}
     assert valid > RECORDS // 10, "the corpus holds valid events in many shapes"
     assert len(reasons) >= 12, f"the corpus reaches most rules: {sorted(reasons)}"
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        EventLimits(
+            max_record_bytes=256,
+            max_nesting_depth=1,
+            max_url_chars=16,
+            max_referrer_chars=16,
+            max_user_id_chars=8,
+            max_event_id_chars=8,
+            min_event_time_s=0,
+            max_future_s=0,
+        ),
+        EventLimits(
+            max_record_bytes=1_000_000,
+            max_nesting_depth=64,
+            max_url_chars=1_000_000,
+            max_referrer_chars=1_000_000,
+            max_user_id_chars=1_000_000,
+            max_event_id_chars=1_000_000,
+            min_event_time_s=253_402_300_799,
+            max_future_s=7 * 86_400,
+        ),
+    ],
+    ids=["lowest", "highest"],
+)
+def test_the_validators_agree_at_the_limits_extremes(spark, limits):
+    differ, _ = disagreements(spark, limits, list(records(seed=7, count=8_000)))
+    assert not differ, f"{len(differ)} records differ; first ones: {differ[:5]}"

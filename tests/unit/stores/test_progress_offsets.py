@@ -25,3 +25,38 @@ def test_rows_behind_is_latest_minus_end_over_every_partition():
     assert rows_behind(SimpleNamespace(sources=[source])) == 5
     broken = SimpleNamespace(endOffset="not json", latestOffset="{}")
     assert rows_behind(SimpleNamespace(sources=[broken])) is None
+
+
+def test_a_batch_progress_keeps_where_its_time_went(tmp_path):
+    import json
+
+    from definitions.settings import Settings
+    from stores.progress import ProgressFile
+
+    settings = Settings(state_dir=tmp_path)
+    progress_file = ProgressFile(settings, "speed-layer")
+    source = SimpleNamespace(endOffset='{"events": {"0": 10}}', latestOffset='{"events": {"0": 10}}')
+    operators = [
+        SimpleNamespace(numRowsTotal=5, allUpdatesTimeMs=7, allRemovalsTimeMs=3, commitTimeMs=11),
+        SimpleNamespace(numRowsTotal=2, allUpdatesTimeMs=1, allRemovalsTimeMs=0, commitTimeMs=4),
+    ]
+    breakdown = {"triggerExecution": 900, "addBatch": 600, "latestOffset": 40, "walCommit": 80}
+    progress_file.progress(
+        SimpleNamespace(
+            name="speed-views",
+            batchId=3,
+            timestamp="2026-11-24T00:00:00.000Z",
+            numInputRows=10,
+            inputRowsPerSecond=1.0,
+            processedRowsPerSecond=2.0,
+            durationMs=breakdown,
+            sources=[source],
+            stateOperators=operators,
+            observedMetrics={},
+        )
+    )
+
+    query = json.loads(progress_file.path.read_text())["queries"]["speed-views"]
+    assert query["batch_ms"] == 900 and query["duration_ms"] == breakdown
+    assert query["state_ms"] == {"updates": 8, "removals": 3, "commit": 15}
+    assert query["state_rows"] == 7 and query["rows_behind"] == 0
