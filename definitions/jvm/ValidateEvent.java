@@ -64,27 +64,31 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
       out[0] = null;
     } catch (Invalid e) {
       Object[] empty = new Object[out.length];
-      empty[0] = bound(e.getMessage());
+      empty[0] = bound(c, e.getMessage());
       return RowFactory.create(empty);
     } catch (RuntimeException | StackOverflowError e) {
       Object[] empty = new Object[out.length];
-      empty[0] = bound("unprocessable record: " + e.getClass().getSimpleName());
+      empty[0] = bound(c, "unprocessable record: " + e.getClass().getSimpleName());
       return RowFactory.create(empty);
     }
     return RowFactory.create(out);
   }
 
+  /** The parsed contract, kept while the text stays the same (Spark gives each task its own
+   * instance; a shared one still never mixes two contracts within one call). */
   private Contract contractFor(String text) {
-    if (contract == null || !text.equals(contractText)) {
-      contract = Contract.parse(text);
+    Contract current = contract;
+    if (current == null || !text.equals(contractText)) {
+      current = Contract.parse(text);
+      contract = current;
       contractText = text;
     }
-    return contract;
+    return current;
   }
 
   /** Reasons are at most max_reason_chars code points (definitions.events.InvalidEvent). */
-  private String bound(String reason) {
-    int limit = contract.maxReasonChars;
+  private static String bound(Contract c, String reason) {
+    int limit = c.maxReasonChars;
     if (reason.codePointCount(0, reason.length()) <= limit) {
       return reason;
     }
@@ -430,7 +434,9 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
     if (eventTime < c.minEventTimeMs) {
       throw new Invalid("absurd event_time: before " + c.floorText);
     }
-    if (eventTime > referenceMs + c.maxFutureMs) {
+    // Event times lie within years 1..9999, so this side cannot overflow (the ingest time can be
+    // any long).
+    if (eventTime - c.maxFutureMs > referenceMs) {
       throw new Invalid("absurd event_time: more than " + c.maxFutureS + "s after ingest time");
     }
   }

@@ -93,3 +93,23 @@ def test_the_jvm_validator_agrees_with_the_contract_on_every_record(spark, setti
 def test_the_validators_agree_at_the_limits_extremes(spark, limits):
     differ, _ = disagreements(spark, limits, list(records(seed=7, count=8_000)))
     assert not differ, f"{len(differ)} records differ; first ones: {differ[:5]}"
+
+
+def test_ingest_times_at_the_ends_of_a_long_judge_like_python(spark, settings):
+    """The Kafka timestamp column cannot reach them, a BIGINT can: no overflow in the future check."""
+    from pyspark.sql import functions as F
+
+    from definitions.events import contract_json
+    from stores.kafka_source import register_validator
+
+    record = b'{"event_id":"e1","event_time":"2024-05-01T10:00:00Z","user_id":"u1","url":"/a","event_type":"click"}'
+    ends = [2**63 - 1, 2**63 - 1 - 3_600_000, -(2**63), 0, -1]
+    frame = spark.createDataFrame([(record, ms) for ms in ends], "value BINARY, ms BIGINT")
+    function = register_validator(spark)
+    rows = frame.select(
+        "ms", F.call_function(function, "value", "ms", F.lit(contract_json(settings.events))).alias("v")
+    ).collect()
+    jvm = {row.ms: (row.v.reason, row.v.event_time) for row in rows}
+    for ms in ends:
+        event, reason = verdict(record, ms, settings.events)
+        assert jvm[ms] == (reason, event["event_time"] if event else None), ms
