@@ -113,6 +113,10 @@ class SparkSettings(_Section):
     driver_memory: str = "1g"
     shuffle_partitions: int = Field(4, ge=1)
     ui_enabled: bool = False
+    # JVM options of every driver (and executor): G1 returns heap it no longer needs to the
+    # system after 30 s without a collection, so an idle streaming job holds what it uses, not
+    # its -Xmx. The time zone option is always added.
+    jvm_options: str = "-XX:+UseG1GC -XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
     # Extra `spark.*` options passed as-is to every session.
     conf: dict[str, str] = {}
 
@@ -249,8 +253,9 @@ class AirflowSettings(_Section):
     database_url: SecretStr = SecretStr("")
     admin_user: str = "admin"
     admin_password: SecretStr = SecretStr(DEFAULT_AIRFLOW_PASSWORD)
-    # Task slots of the LocalExecutor (one worker process of ~130 MB each): the DAG runs one task at a time.
-    parallelism: int = Field(2, ge=1)
+    # Task slots of the LocalExecutor (one worker process of ~130 MB each): the DAG runs one task at a
+    # time, one run at a time (max_active_runs=1).
+    parallelism: int = Field(1, ge=1)
     dag_id: str = "lambda_batch_recompute"
     health_timeout_s: float = 300
 

@@ -45,8 +45,8 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.hadoop.fs.defaultFS": settings.hdfs.url,
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC {s.jvm_options}".strip(),
+        "spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {s.jvm_options}".strip(),
         # Python workers run in the same environment as the driver (the platform's virtualenv).
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,

@@ -79,11 +79,18 @@ _CASSANDRA_FLAGS = [
 # Small JVM footprint for every service on a shared 2-core machine.
 _COMMON_JVM = [
     "-XX:+UseSerialGC",
+    "-XX:MinHeapFreeRatio=20",
+    "-XX:MaxHeapFreeRatio=40",
     "-XX:TieredStopAtLevel=1",
     "-Xss512k",
     "-XX:MaxMetaspaceSize=256m",
     "-Djava.net.preferIPv4Stack=true",
 ]
+
+
+def initial_heap_mb(heap_mb: int) -> int:
+    """A store's starting heap: a quarter of its limit, at least 32 MiB (never above the limit)."""
+    return min(heap_mb, max(32, heap_mb // 4))
 
 
 @dataclass(frozen=True)
@@ -126,11 +133,13 @@ class Service:
         dirs = self.dirs(settings)
         jars = settings.jars_dir / self.jar_group
         classpath = ":".join([str(dirs.conf), f"{jars}/*", *self.extra_classpath])
-        heap = f"{self.heap_mb(settings)}m"
+        heap_mb = self.heap_mb(settings)
         return [
             str(java.executable),
-            f"-Xms{heap}",
-            f"-Xmx{heap}",
+            # The heap starts at a quarter of its limit and grows when the store needs it, so an
+            # idle store holds what it uses (SerialGC also gives back what a full collection frees).
+            f"-Xms{initial_heap_mb(heap_mb)}m",
+            f"-Xmx{heap_mb}m",
             *_COMMON_JVM,
             *self.jvm_flags(settings, dirs),
             "-cp",
