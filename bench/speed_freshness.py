@@ -13,8 +13,7 @@
    of `events` − the offsets of the speed layer's last committed micro-batch (read from its
    checkpoint on HDFS), and its progress file (`rows_behind`, input/processed rows/s, batch ms).
    A step is sustained when the lag does not grow: the least-squares trend of the lag just after
-   each batch commit, times the step's duration, stays below one trigger interval's worth of
-   records, and the backlog is gone within `--drain-timeout` s of the step's end. The ladder stops at the first step that is not sustained.
+   each batch commit, times the step's duration, stays below 5 s worth of records, and the backlog is gone within `--drain-timeout` s of the step's end. The ladder stops at the first step that is not sustained.
 
     .venv/bin/python bench/speed_freshness.py --json /tmp/bench_speed.json
 

@@ -161,7 +161,14 @@ class SpeedSettings(_Section):
     """The Kafka → Cassandra realtime views job. The checkpoint path is on the HDFS of `hdfs`."""
 
     checkpoint_dir: str = "/lambda/checkpoints/speed"
-    trigger_s: float = Field(5.0, gt=0)
+    # A micro-batch starts this long after the previous one started, or as soon as it ends if it
+    # took longer: a short trigger costs nothing while nothing arrives (a batch runs only on new
+    # records) and shortens the wait of a new event.
+    trigger_s: float = Field(1.0, gt=0)
+    # Partitions of the speed layer's state (de-duplication and aggregation): each is a RocksDB
+    # instance whose changes are committed to HDFS every micro-batch. Read when a checkpoint is
+    # created; a checkpoint keeps the number it was made with.
+    shuffle_partitions: int = Field(2, ge=1)
     # Watermark delay on ingest time: duplicates re-sent within this window are counted once
     # (Spark keeps an event_id until the watermark passes its time + this delay, so in practice
     # one to two windows, longer while no traffic moves the watermark), and aggregation state of

@@ -99,7 +99,9 @@ class BatchWriter:
             self.writer = realtime_writer(self.settings)
         by_key: list[RealtimeRow] = []
         by_bucket: list[RealtimeRow] = []
-        for row in batch_df.toLocalIterator():
+        # One job over every partition at once, through Arrow (toLocalIterator ran one job per
+        # partition, one after another, so the state stores' work never overlapped).
+        for row in batch_df.toArrow().to_pylist():
             view = self.registry[row["view"]]
             if view.aggregation == "count":
                 value = row["n"]
@@ -151,6 +153,7 @@ def run(settings: Settings) -> int:
         "lambda-speed-layer",
         {
             "spark.driver.memory": settings.speed.driver_memory,
+            "spark.sql.shuffle.partitions": str(settings.speed.shuffle_partitions),
             "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         },

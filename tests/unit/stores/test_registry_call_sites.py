@@ -71,8 +71,10 @@ def test_the_speed_layer_writes_through_the_chosen_adapter(recording):
     from speed_layer.job import BatchWriter
 
     class NoRows:
-        def toLocalIterator(self):  # noqa: N802 (Spark's name)
-            return iter(())
+        def toArrow(self):  # noqa: N802 (Spark's name)
+            import pyarrow as pa
+
+            return pa.table({"view": pa.array([], pa.string())})
 
     sink = BatchWriter(recording)
     sink(NoRows(), 0)
