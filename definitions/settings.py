@@ -188,6 +188,11 @@ class SpeedSettings(_Section):
     gc_grace_s: int = Field(3_600, ge=0)
     max_offsets_per_trigger: int = Field(200_000, ge=1)
     write_concurrency: int = Field(64, ge=1)
+    # Realtime rows go to Cassandra in unlogged batches of rows that live on the same replicas (a
+    # batch is one request, which its replicas apply locally), each batch up to this many bytes of
+    # values (Cassandra warns above its batch_size_warn_threshold, 5 KiB by default). 0: every row
+    # is its own request.
+    write_batch_bytes: int = Field(5_120, ge=0, le=1_048_576)
     # How long a micro-batch keeps retrying its Cassandra writes (a restart, a brief outage) before
     # the query fails: meanwhile the job waits and Kafka holds the records, nothing is lost.
     store_outage_s: float = Field(600, ge=0)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from definitions import jobs
 from definitions.logs import configure_from
@@ -25,11 +27,10 @@ from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, key_text, load_views
 from definitions.views import cells as view_cells
 from stores import health
-from stores.adapters import RealtimeWriterAdapter
 from stores.kafka_source import kafka_stream, validated_events
 from stores.progress import ProgressFile
 from stores.realtime import RealtimeRow
-from stores.registry import realtime_writer
+from stores.registry import process_realtime_writer, realtime_writer
 
 log = logging.getLogger("lambda.speed")
 
@@ -86,41 +87,88 @@ def aggregated_cells(spark, settings: Settings):
     )
 
 
+def realtime_rows(
+    views: Mapping[str, tuple[str, str]], records: Iterable[dict]
+) -> tuple[list[RealtimeRow], list[RealtimeRow]]:
+    """Aggregated records as realtime rows, (by_key, by_bucket); `views` maps a view's name to its
+    (aggregation, layout)."""
+    by_key: list[RealtimeRow] = []
+    by_bucket: list[RealtimeRow] = []
+    for row in records:
+        aggregation, layout = views[row["view"]]
+        if aggregation == "count":
+            value = row["n"]
+        elif aggregation == "sum":
+            value = int(row["total"] or 0)
+        else:
+            value = int(round(row["estimate"]))
+        cell = RealtimeRow(
+            row["view"],
+            row["granularity"],
+            key_text(row["key"]),
+            row["event_bucket"],
+            row["ingest_bucket"],
+            int(value),
+            bytes(row["sketch"]) if aggregation == "distinct" else None,
+        )
+        (by_bucket if layout == "by_bucket" else by_key).append(cell)
+    return by_key, by_bucket
+
+
+def _written_schema():
+    import pyarrow as pa
+
+    return pa.schema([("written", pa.int64()), ("write_ms", pa.int64())])
+
+
+def partition_writer(settings: Settings, views: Mapping[str, tuple[str, str]]):
+    """What each task of a micro-batch runs in its executor's Python worker (mapInArrow): write the
+    partition's rows through the worker's own realtime writer, then yield how many it wrote and the
+    milliseconds the writes took. Workers are reused from task to task, so each keeps one connection
+    to the store."""
+
+    def write(batches: Iterator[Any]) -> Iterator[Any]:
+        import time
+
+        import pyarrow as pa
+
+        writer = process_realtime_writer(settings)
+        written, spent = 0, 0.0
+        for batch in batches:
+            started = time.monotonic()
+            by_key, by_bucket = realtime_rows(views, batch.to_pylist())
+            writer.write(by_key, by_bucket)
+            spent += time.monotonic() - started
+            written += len(by_key) + len(by_bucket)
+        yield pa.RecordBatch.from_pydict(
+            {"written": [written], "write_ms": [round(spent * 1000)]}, schema=_written_schema()
+        )
+
+    return write
+
+
 class BatchWriter:
-    """foreachBatch sink: the micro-batch's updated groups, as absolute values, into Cassandra."""
+    """foreachBatch sink: the micro-batch's updated groups, as absolute values, into Cassandra.
+
+    The executors write, each task its own partition (never through the driver); the driver learns
+    only how many rows were written."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.registry = load_views(settings)
-        self.writer: RealtimeWriterAdapter | None = None
+        self.views = {view.name: (view.aggregation, view.layout) for view in load_views(settings)}
 
-    def __call__(self, batch_df, batch_id: int) -> None:
-        if self.writer is None:
-            self.writer = realtime_writer(self.settings)
-        by_key: list[RealtimeRow] = []
-        by_bucket: list[RealtimeRow] = []
-        # One job over every partition at once, through Arrow (toLocalIterator ran one job per
-        # partition, one after another, so the state stores' work never overlapped).
-        for row in batch_df.toArrow().to_pylist():
-            view = self.registry[row["view"]]
-            if view.aggregation == "count":
-                value = row["n"]
-            elif view.aggregation == "sum":
-                value = int(row["total"] or 0)
-            else:
-                value = int(round(row["estimate"]))
-            cell = RealtimeRow(
-                view.name,
-                row["granularity"],
-                key_text(row["key"]),
-                row["event_bucket"],
-                row["ingest_bucket"],
-                int(value),
-                bytes(row["sketch"]) if view.aggregation == "distinct" else None,
-            )
-            (by_bucket if view.layout == "by_bucket" else by_key).append(cell)
-        self.writer.write(by_key, by_bucket)
-        log.info("batch %d: %d realtime rows upserted", batch_id, len(by_key) + len(by_bucket))
+    def __call__(self, batch_df, batch_id: int) -> int:
+        from pyspark.sql import functions as F
+
+        counts = batch_df.mapInArrow(partition_writer(self.settings, self.views), "written long, write_ms long")
+        written, write_ms = counts.agg(F.sum("written"), F.max("write_ms")).collect()[0]
+        log.info(
+            "batch %d: %d realtime rows upserted (the longest task wrote for %s ms)",
+            batch_id,
+            written or 0,
+            write_ms or 0,
+        )
+        return int(written or 0)
 
 
 def check_checkpoint_settings(settings: Settings) -> None:
@@ -165,6 +213,9 @@ def run(settings: Settings) -> int:
     )
     spark.streams.addListener(progress.listener())
     stopping = stop_on_signal("the speed layer")
+    # The store is reached (and its schema made) before the first batch: a missing store or adapter
+    # stops the job here, with its reason, rather than in a task.
+    realtime_writer(settings).close()
     writer = BatchWriter(settings)
     query = (
         aggregated_cells(spark, settings)
@@ -186,8 +237,6 @@ def run(settings: Settings) -> int:
     try:
         return watch_queries((query,), stopping)
     finally:
-        if writer.writer is not None:
-            writer.writer.close()
         spark.stop()
 
 

@@ -7,7 +7,7 @@ short name or by a dotted path `package.module.ClassName`, imported when first b
 |---|---|---|---|
 | `stores.batch_views` | `hbase`: stores.batch_reader.BatchViewReader | `batch_view_reader` | BatchViewReaderAdapter |
 | `stores.realtime_reader` | `cassandra`: stores.realtime.RealtimeReader | `realtime_reader` | RealtimeReaderAdapter |
-| `stores.realtime_writer` | `cassandra`: stores.realtime.RealtimeWriter | `realtime_writer` | RealtimeWriterAdapter |
+| `stores.realtime_writer` | `cassandra`: stores.realtime.RealtimeWriter | `realtime_writer`, `process_realtime_writer` | RealtimeWriterAdapter |
 | `stores.versions` | `hbase`: stores.batch_views.VersionStore | `version_store` | VersionStoreAdapter |
 
 A choice that cannot be loaded raises AdapterNotFound naming the setting, its value and why.
@@ -86,6 +86,20 @@ def realtime_reader(settings: Settings, timeout_s: float = 10.0) -> RealtimeRead
 def realtime_writer(settings: Settings) -> RealtimeWriterAdapter:
     """The speed layer's writer of realtime rows (`stores.realtime_writer`)."""
     return adapter_class(settings, "realtime_writer")(settings)
+
+
+_PROCESS_WRITERS: dict[str, RealtimeWriterAdapter] = {}
+
+
+def process_realtime_writer(settings: Settings) -> RealtimeWriterAdapter:
+    """This process's realtime writer for `settings`, built at first use and kept for the process's
+    life: how the speed layer's executors (Python workers reused from task to task) hold one
+    connection to the store instead of one per task."""
+    key = settings.model_dump_json()
+    writer = _PROCESS_WRITERS.get(key)
+    if writer is None:
+        writer = _PROCESS_WRITERS[key] = realtime_writer(settings)
+    return writer
 
 
 def version_store(settings: Settings) -> VersionStoreAdapter:

@@ -32,3 +32,62 @@ def test_platform_keyspace_exists(settings, stack):
         assert settings.cassandra.keyspace in cluster.metadata.keyspaces
     finally:
         cluster.shutdown()
+
+
+def test_realtime_rows_written_in_replica_batches_read_back_exactly(settings, stack, unique):
+    """RealtimeWriter sends unlogged batches (speed.write_batch_bytes): every row lands, sketches
+    included, and writing new absolute values over them replaces them."""
+    import random
+
+    from stores.realtime import RealtimeReader, RealtimeRow, RealtimeWriter, ensure_keyspace
+
+    chosen = settings.model_copy(
+        update={
+            "cassandra": settings.cassandra.model_copy(update={"keyspace": f"test_{unique}"}),
+            "speed": settings.speed.model_copy(update={"write_batch_bytes": 5_120}),
+        }
+    )
+    ensure_keyspace(chosen)
+    writer, reader = RealtimeWriter(chosen), RealtimeReader(chosen)
+    r = random.Random(3)
+    try:
+        for round_ in range(2):  # the second round overwrites every row with other values
+            by_key = [
+                RealtimeRow(
+                    "unique_visitors",
+                    "minute",
+                    f"/p{k}",
+                    60 * b,
+                    60 * b + 60,
+                    r.randrange(10**6),
+                    bytes([k % 256]) * (k % 900),
+                )
+                for k in range(300)
+                for b in range(4)
+            ]
+            by_bucket = [
+                RealtimeRow("top_pages", "minute", f"/p{k}", 60 * b, 60 * b + 60, r.randrange(10**6))
+                for k in range(400)
+                for b in range(3)
+            ]
+            writer.write(by_key, by_bucket)
+            for k in range(300):
+                got = reader.series(
+                    "unique_visitors", "minute", f"/p{k}", [60 * b for b in range(4)], 0, with_sketches=True
+                )
+                want = {row.event_bucket: row for row in by_key if row.key == f"/p{k}"}
+                assert {b: (c.value, c.sketches) for b, c in got.items()} == {
+                    b: (row.value, [row.sketch]) for b, row in want.items()
+                }, f"round {round_}, key /p{k}"
+            buckets = reader.bucket("top_pages", "minute", [0, 60, 120], 0)
+            assert buckets == {
+                60 * b: {row.key: row.value for row in by_bucket if row.event_bucket == 60 * b} for b in range(3)
+            }
+    finally:
+        writer.close()
+        reader.close()
+        cluster = cassandra_cluster(settings)
+        try:
+            cluster.connect().execute(f"DROP KEYSPACE IF EXISTS test_{unique}")
+        finally:
+            cluster.shutdown()

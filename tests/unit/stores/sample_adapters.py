@@ -71,3 +71,29 @@ def not_a_class(settings: Any) -> None:
 
 
 NOT_A_CLASS_EITHER = "stores.realtime.RealtimeReader"
+
+
+class FileRealtimeWriter:
+    """A realtime writer that appends each row it is given, with its process id, to a JSON-lines
+    file in the settings' `state_dir`: what a test reads when the writes happen in other processes
+    (Spark's Python workers)."""
+
+    def __init__(self, settings: Any) -> None:
+        import os
+
+        self.path = settings.state_dir / f"writes-{os.getpid()}.jsonl"
+
+    def write(self, by_key, by_bucket) -> None:
+        import dataclasses
+        import json
+        import os
+
+        with self.path.open("a") as out:
+            for table, rows in (("by_key", by_key), ("by_bucket", by_bucket)):
+                for row in rows:
+                    fields = dataclasses.asdict(row)
+                    fields["sketch"] = None if row.sketch is None else row.sketch.hex()
+                    out.write(json.dumps({"pid": os.getpid(), "table": table, **fields}) + "\n")
+
+    def close(self) -> None:
+        pass

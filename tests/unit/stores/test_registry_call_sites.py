@@ -67,21 +67,18 @@ def test_the_serving_layer_reads_through_the_chosen_adapters(recording):
     assert reader.closed
 
 
-def test_the_speed_layer_writes_through_the_chosen_adapter(recording):
-    from speed_layer.job import BatchWriter
+def test_the_speed_layers_executors_keep_one_writer_of_the_chosen_adapter_per_process(recording):
+    """Each executor process builds the chosen writer once and reuses it from task to task
+    (tests/unit/speed shows the writes happen there, through Spark)."""
+    from stores.registry import process_realtime_writer
 
-    class NoRows:
-        def toArrow(self):  # noqa: N802 (Spark's name)
-            import pyarrow as pa
-
-            return pa.table({"view": pa.array([], pa.string())})
-
-    sink = BatchWriter(recording)
-    sink(NoRows(), 0)
-    sink(NoRows(), 1)
-    [writer] = made(RecordingRealtimeWriter)
-    assert writer.settings is recording and writer.calls == [("write", ([], []))] * 2
-    assert sink.writer is writer
+    first = process_realtime_writer(recording)
+    assert process_realtime_writer(recording) is first
+    assert process_realtime_writer(recording.model_copy(deep=True)) is first, "equal settings share the writer"
+    other = process_realtime_writer(recording.model_copy(update={"ingest_bucket_s": recording.ingest_bucket_s + 60}))
+    assert other is not first
+    assert made(RecordingRealtimeWriter) == [first, other]
+    assert first.settings is recording
 
 
 def test_the_batch_layer_reads_runs_from_the_chosen_version_store(recording):

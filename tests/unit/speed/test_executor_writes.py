@@ -1,0 +1,61 @@
+"""The speed layer's sink: the executors write each micro-batch, the driver writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from definitions.views import key_text
+from speed_layer.job import BatchWriter
+
+SAMPLES = "tests.unit.stores.sample_adapters"
+SCHEMA = (
+    "view STRING, granularity STRING, key ARRAY<STRING>, event_bucket BIGINT, ingest_bucket BIGINT, "
+    "n BIGINT, total DOUBLE, sketch BINARY, estimate DOUBLE"
+)
+
+
+def aggregated(count: int) -> list[tuple]:
+    """Rows shaped like the speed layer's aggregation, over a count, a distinct and a by_bucket view."""
+    rows = []
+    for i in range(count):
+        rows.append(("page_views", "minute", [f"/p{i}"], 60 * i, 60 * (i + 1), i + 1, None, None, None))
+        rows.append(("top_pages", "hour", [f"/p{i}"], 3600, 3660, 2 * i + 1, None, None, None))
+        rows.append(("unique_visitors", "day", [f"/p{i}"], 0, 60, 9, None, bytes([i % 256, 1]), i + 0.4))
+    return rows
+
+
+def test_the_executors_write_the_micro_batch_and_the_driver_learns_only_the_count(spark, settings, tmp_path):
+    chosen = settings.model_copy(
+        update={
+            "state_dir": tmp_path,
+            "stores": settings.stores.model_copy(update={"realtime_writer": f"{SAMPLES}.FileRealtimeWriter"}),
+        }
+    )
+    rows = aggregated(500)
+    frame = spark.createDataFrame(rows, SCHEMA).repartition(2)
+
+    written = BatchWriter(chosen)(frame, 7)
+
+    records = [json.loads(line) for path in tmp_path.glob("writes-*.jsonl") for line in path.read_text().splitlines()]
+    assert written == len(rows) == len(records)
+    pids = {r["pid"] for r in records}
+    assert os.getpid() not in pids, "the driver wrote rows itself"
+    got = sorted(
+        (r["table"], r["view"], r["granularity"], r["key"], r["event_bucket"], r["ingest_bucket"], r["value"], r["sketch"])
+        for r in records
+    )
+    expected = sorted(
+        (
+            "by_bucket" if view == "top_pages" else "by_key",
+            view,
+            granularity,
+            key_text(key),
+            event_bucket,
+            ingest_bucket,
+            round(estimate) if view == "unique_visitors" else n,
+            sketch.hex() if view == "unique_visitors" else None,
+        )
+        for view, granularity, key, event_bucket, ingest_bucket, n, _total, sketch, estimate in rows
+    )
+    assert got == expected
