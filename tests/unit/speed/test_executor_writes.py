@@ -42,7 +42,16 @@ def test_the_executors_write_the_micro_batch_and_the_driver_learns_only_the_coun
     pids = {r["pid"] for r in records}
     assert os.getpid() not in pids, "the driver wrote rows itself"
     got = sorted(
-        (r["table"], r["view"], r["granularity"], r["key"], r["event_bucket"], r["ingest_bucket"], r["value"], r["sketch"])
+        (
+            r["table"],
+            r["view"],
+            r["granularity"],
+            r["key"],
+            r["event_bucket"],
+            r["ingest_bucket"],
+            r["value"],
+            r["sketch"],
+        )
         for r in records
     )
     expected = sorted(
