@@ -11,13 +11,17 @@ export LAMBDA_SPEED__DEDUPE_WINDOW_S ?= 120
 # The demo and the tests run in development mode, explicitly: the development token and Airflow
 # password are accepted (anywhere else the API and Airflow refuse to start with them).
 export LAMBDA_ENVIRONMENT ?= development
+# Spark jobs in local mode (0 workers) unless a target asks for the local standalone cluster.
+export LAMBDA_SPARK__CLUSTER__WORKERS ?= 0
+CLUSTER_WORKERS ?= 1
+CLUSTER_TESTS = tests/integration/api/test_end_to_end.py tests/integration/infra/test_spark_cluster.py
 LAMBDACTL = $(VENV)/bin/lambdactl
 PYTEST_ARGS ?=
 
-.PHONY: help setup demo test unit lint types format up down status bench clean
+.PHONY: help setup demo test test-cluster unit lint types format up down status bench clean
 
 help:  ## this list
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
 
 setup:  ## virtualenvs, service jars, system packages (idempotent)
 	bash infra/setup.sh
@@ -25,9 +29,16 @@ setup:  ## virtualenvs, service jars, system packages (idempotent)
 demo: setup  ## set everything up and run the demo
 	$(LAMBDACTL) demo
 
-test: setup  ## every test: unit, then integration against the real local stack (started if needed)
+test: setup  ## every test: unit, then integration against the real local stack (started if needed), then test-cluster
 	$(LAMBDACTL) up
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(MAKE) test-cluster
+
+test-cluster: setup  ## the end-to-end exactness test with every Spark job on a local Spark standalone cluster (restarts the stack in that mode; leaves it down)
+	$(LAMBDACTL) down
+	LAMBDA_SPARK__CLUSTER__WORKERS=$(CLUSTER_WORKERS) $(LAMBDACTL) up
+	LAMBDA_SPARK__CLUSTER__WORKERS=$(CLUSTER_WORKERS) $(VENV)/bin/pytest $(CLUSTER_TESTS) $(PYTEST_ARGS)
+	$(LAMBDACTL) down
 
 unit: setup  ## the tests that need no service (tests/unit), in about a minute
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)

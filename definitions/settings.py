@@ -108,8 +108,38 @@ class CassandraSettings(_Section):
     health_timeout_s: float = 180
 
 
+class SparkClusterSettings(_Section):
+    """A Spark standalone cluster that `lambdactl up` runs as local processes (`spark-master`,
+    `spark-worker-1` …, from the pinned pyspark's own jars). `workers` 0 (the default): no cluster,
+    every job runs in `spark.master`. More than 0: every job (archiver, speed layer, batch,
+    reports) runs as an application of this cluster, its work in the workers' executors."""
+
+    workers: int = Field(0, ge=0, le=4)
+    host: str = LOCAL_HOST
+    port: int = 7077
+    ui_port: int = 8090  # the master's web UI and JSON (/json/); workers use the ports after it
+    # Task slots and memory each worker offers (slots may exceed the machine's cores: the streaming
+    # jobs hold theirs all the time, and the batch job needs its own).
+    worker_cores: int = Field(6, ge=1)
+    worker_memory_mb: int = Field(3_072, ge=512)
+    daemon_heap_mb: int = Field(256, ge=64)
+    # What each application takes of the cluster: at most this many task slots, and executors of
+    # this much memory.
+    app_cores: int = Field(2, ge=1)
+    executor_memory: str = "768m"
+    health_timeout_s: float = 60
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+
 class SparkSettings(_Section):
     master: str = "local[*]"
+    # The Python interpreter of the executors' Python workers. Empty: the driver's own (right for
+    # local mode and for the local cluster); set it to the interpreter path on a real cluster's nodes.
+    python: str = ""
+    cluster: SparkClusterSettings = SparkClusterSettings()
     driver_memory: str = "1g"
     shuffle_partitions: int = Field(4, ge=1)
     ui_enabled: bool = False

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from definitions.settings import Settings
+from definitions.settings import LOCAL_HOST, Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,12 +34,51 @@ def platform_jars(settings: Settings) -> list[str]:
     return jars
 
 
+# The packages a Spark job's code runs from on executors (shipped as one archive on a cluster).
+JOB_PACKAGES = ("definitions", "stores", "ingest", "speed_layer", "batch_layer", "reports")
+
+
+def master_url(settings: Settings) -> str:
+    """Where the platform's Spark jobs run: the local standalone cluster when it has workers, else `spark.master`."""
+    cluster = settings.spark.cluster
+    return cluster.master_url if cluster.workers > 0 else settings.spark.master
+
+
+def on_cluster(settings: Settings) -> bool:
+    return not master_url(settings).startswith("local")
+
+
+def code_archive(settings: Settings) -> Path:
+    """The platform's job packages in one zip (named by its content), for the executors of a cluster:
+    how Spark distributes Python code (SparkContext.addPyFile), not paths on the driver's machine."""
+    import hashlib
+    import io
+    import zipfile
+
+    root = Path(__file__).resolve().parent.parent
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in JOB_PACKAGES:
+            for path in sorted((root / package).rglob("*.py")):
+                archive.writestr(zipfile.ZipInfo(str(path.relative_to(root)), (1980, 1, 1, 0, 0, 0)), path.read_bytes())
+    data = buffer.getvalue()
+    target = settings.state_dir / "run" / "spark" / f"lambda-jobs-{hashlib.sha256(data).hexdigest()[:12]}.zip"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_bytes(data)
+        partial.replace(target)
+    return target
+
+
 def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Every option a platform session starts with; later keys win."""
     s = settings.spark
+    python = s.python or sys.executable
+    master = master_url(settings)
     conf = {
         "spark.app.name": app_name,
-        "spark.master": s.master,
+        "spark.master": master,
         "spark.jars": ",".join(platform_jars(settings)),
         "spark.driver.memory": s.driver_memory,
         "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
@@ -53,30 +94,34 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         "spark.hadoop.dfs.client.block.write.locateFollowingBlock.retries": "10",
         "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC {s.jvm_options}".strip(),
         "spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {s.jvm_options}".strip(),
-        # Python workers run in the same environment as the driver (the platform's virtualenv).
-        "spark.pyspark.python": sys.executable,
+        # The executors' Python workers: the driver's own virtualenv unless settings name another.
+        "spark.pyspark.python": python,
         "spark.pyspark.driver.python": sys.executable,
     }
-    if s.master.startswith("local"):
-        conf["spark.driver.host"] = "127.0.0.1"
-        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    cluster = s.cluster
+    if master.startswith("local") or (cluster.workers > 0 and cluster.host == LOCAL_HOST):
+        conf["spark.driver.host"] = LOCAL_HOST
+        conf["spark.driver.bindAddress"] = LOCAL_HOST
+    if not master.startswith("local"):
+        conf["spark.cores.max"] = str(cluster.app_cores)
+        conf["spark.executor.memory"] = cluster.executor_memory
     conf.update(s.conf)
     conf.update(extra or {})
     return conf
 
 
 def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> SparkSession:
-    import os
-
     from pyspark.sql import SparkSession
 
     # PySpark picks the workers' interpreter from the environment when the context starts.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", settings.spark.python or sys.executable)
     builder = SparkSession.builder
     for key, value in session_conf(settings, app_name, extra).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    if on_cluster(settings):
+        session.sparkContext.addPyFile(str(code_archive(settings)))
     return session
 
 

@@ -15,6 +15,7 @@ from definitions.settings import Settings
 from infra.errors import StackError
 from infra.java import JavaRuntime
 from infra.service_base import JAVA_DIR, TEMPLATES, Service, ServiceDirs, render_template  # noqa: F401
+from infra.spark_services import SPARK_MASTER, SPARK_WORKERS
 from infra.store_services import CASSANDRA, DATANODE, HBASE, HBASE_THRIFT, KAFKA, NAMENODE, commitlog_sync_yaml  # noqa: F401
 from stores import health
 
@@ -110,6 +111,8 @@ ALL: tuple[Service | PlatformProcess, ...] = (
     HBASE,
     HBASE_THRIFT,
     CASSANDRA,
+    SPARK_MASTER,
+    *SPARK_WORKERS,
     ARCHIVER,
     SPEED_LAYER,
     API,

@@ -23,6 +23,7 @@ from infra.errors import StackError
 from infra.java import JavaRuntime, find_java
 from infra.process import STATE_TAG, ProcessSupervisor, port_owner
 from infra.restarts import Budget
+from infra.spark_services import cluster_services
 from infra.supervision import NAME as SUPERVISOR
 from infra.supervision import Program, StackProcesses
 from stores.restarts import read_status, restart_report, summary
@@ -47,7 +48,7 @@ class ServiceStatus:
 class Stack:
     def __init__(self, settings: Settings, names: Iterable[str] | None = None) -> None:
         self.settings = settings
-        wanted = list(names) if names is not None else list(settings.stack.managed_services)
+        wanted = list(names) if names is not None else [*settings.stack.managed_services, *cluster_services(settings)]
         unknown = [n for n in wanted if n not in svc.BY_NAME]
         if unknown:
             raise StackError(", ".join(unknown), f"unknown service; known: {', '.join(svc.BY_NAME)}")
@@ -330,23 +331,28 @@ class Stack:
         for name in platform:
             if name in running:
                 outcome[name] = "stopped"
-        with ThreadPoolExecutor(max_workers=max(1, len(self.services))) as pool:
+        members = list(self.services)
+        if self.whole_stack:  # a Spark cluster started under other settings goes too
+            members += [s for s in (svc.SPARK_MASTER, *svc.SPARK_WORKERS) if s not in members]
+        with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
             # Platform processes started before the supervisor still have pid files of their own.
             stopped = dict(
                 zip(
-                    [s.name for s in self.services],
+                    [s.name for s in members],
                     pool.map(
                         lambda s: (
                             self.supervisor.pid_file(s.name).exists()
                             and ProcessSupervisor.stop(self.supervisor, s.name, timeout)
                         ),
-                        self.services,
+                        members,
                     ),
                 )
             )
         for name, ran in stopped.items():
             if ran:
                 outcome[name] = "stopped"
+            elif name not in (s.name for s in self.services):
+                continue
             outcome.setdefault(name, "was not running")
             if outcome[name] == "stopped":
                 say(f"{name}: stopped")

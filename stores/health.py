@@ -173,6 +173,37 @@ def speed_layer(settings: Settings) -> str:
     )
 
 
+def spark_cluster_state(settings: Settings) -> dict:
+    """The local Spark standalone master's state: its JSON endpoint (workers, applications)."""
+    c = settings.spark.cluster
+    response = httpx.get(f"http://{c.host}:{c.ui_port}/json/", timeout=PROBE_TIMEOUT_S)
+    response.raise_for_status()
+    return response.json()
+
+
+def spark_master(settings: Settings) -> str:
+    state = spark_cluster_state(settings)
+    if state.get("status") != "ALIVE":
+        raise RuntimeError(f"master status {state.get('status')!r}")
+    alive = [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+    return f"master {state.get('url')} alive, {len(alive)} worker(s), {len(state.get('activeapps', []))} application(s)"
+
+
+def spark_worker(number: int) -> Callable[[Settings], str]:
+    """Worker `number` of the local cluster: registered with the master and alive."""
+
+    def probe(settings: Settings) -> str:
+        c = settings.spark.cluster
+        port = str(c.ui_port + number)
+        for worker in spark_cluster_state(settings).get("workers", []):
+            if worker.get("state") == "ALIVE" and str(worker.get("webuiaddress", "")).rstrip("/").endswith(f":{port}"):
+                used = f"{worker.get('coresused', 0)}/{worker.get('cores', 0)} cores in use"
+                return f"registered with the master, {used}, {worker.get('memory', 0)} MiB"
+        raise RuntimeError(f"worker {number} (web UI port {port}) is not registered with the master yet")
+
+    return probe
+
+
 def api(settings: Settings) -> str:
     """The query API answers its views listing."""
     resp = httpx.get(f"http://{settings.api.host}:{settings.api.port}/api/v1/views", timeout=PROBE_TIMEOUT_S)

@@ -1,0 +1,87 @@
+"""Cluster mode (settings.spark.cluster.workers > 0, `make test-cluster`): every Spark job of the
+platform runs as an application of the local standalone cluster, with executors on its workers, and
+the speed layer's Cassandra writes come from those executors, not from its driver. In local mode
+these tests are skipped; `make test` runs them in cluster mode after the local suite."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import psutil
+import pytest
+
+from infra.spark_services import SPARK_WORKERS
+from stores.health import spark_cluster_state
+from tests.support.cli import lambdactl
+
+pytestmark = pytest.mark.usefixtures("stack")
+
+
+@pytest.fixture(scope="module")
+def cluster(settings):
+    if settings.spark.cluster.workers == 0:
+        pytest.skip("local mode: `make test-cluster` runs these with a Spark cluster")
+    return settings.spark.cluster
+
+
+def worker_executors(cluster) -> dict[str, list[dict]]:
+    """{application id: executors} over every worker's own JSON endpoint."""
+    out: dict[str, list[dict]] = {}
+    for number in range(1, cluster.workers + 1):
+        state = httpx.get(f"http://{cluster.host}:{cluster.ui_port + number}/json/", timeout=5).json()
+        for executor in state.get("executors", []) + state.get("finishedexecutors", []):
+            out.setdefault(executor["appid"], []).append(executor)
+    return out
+
+
+def test_the_streaming_jobs_run_as_cluster_applications_with_executors(settings, cluster):
+    state = spark_cluster_state(settings)
+    assert state["status"] == "ALIVE"
+    assert len([w for w in state["workers"] if w["state"] == "ALIVE"]) == cluster.workers
+    running = {app["name"]: app for app in state["activeapps"] if app["state"] == "RUNNING"}
+    executors = worker_executors(cluster)
+    for name in ("lambda-archiver", "lambda-speed-layer"):
+        assert name in running, f"{name} is not an application of the cluster: {sorted(running)}"
+        app = running[name]
+        assert 0 < app["cores"] <= cluster.app_cores
+        assert executors.get(app["id"]), f"{name} has no executor on the workers"
+
+
+def test_a_batch_run_is_a_cluster_application_with_executors(settings, cluster):
+    before = {app["id"] for app in spark_cluster_state(settings)["completedapps"]}
+    done = lambdactl(settings, "batch", "--force", "--no-swap", "--no-report", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["version"]
+    finished = [app for app in spark_cluster_state(settings)["completedapps"] if app["id"] not in before]
+    batch = [app for app in finished if app["name"] == "lambda-batch"]
+    assert batch, f"no lambda-batch application finished on the cluster: {[a['name'] for a in finished]}"
+    assert worker_executors(cluster).get(batch[0]["id"]), "the batch run had no executor on the workers"
+
+
+def _cassandra_peers(processes, port: int) -> int:
+    count = 0
+    for proc in processes:
+        try:
+            count += sum(
+                1 for c in proc.net_connections("tcp") if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"
+            )
+        except psutil.NoSuchProcess:
+            continue
+    return count
+
+
+def test_the_speed_layer_writes_from_executors_not_from_its_driver(settings, cluster, stack):
+    """The speed layer's driver (its Python process and the JVM it starts) holds no connection to
+    Cassandra; the executors' Python workers, under the cluster's workers, do."""
+    port = settings.cassandra.port
+    driver = stack.supervisor.process("speed-layer")
+    assert driver is not None, "the speed layer is not running"
+    driver_tree = [driver, *driver.children(recursive=True)]
+    workers: list = [stack.supervisor.process(w.name) for w in SPARK_WORKERS[: cluster.workers]]
+    assert all(workers), "a worker of the cluster is not running"
+    worker_trees = [p for w in workers for p in [w, *w.children(recursive=True)]]
+    python_workers = [p for p in worker_trees if "pyspark.daemon" in " ".join(p.cmdline())]
+    assert python_workers, "no executor runs a Python worker (has the speed layer written a batch yet?)"
+    assert _cassandra_peers(python_workers, port) > 0, "the executors' Python workers hold no Cassandra connection"
+    assert _cassandra_peers(driver_tree, port) == 0, "the speed layer's driver holds a Cassandra connection"

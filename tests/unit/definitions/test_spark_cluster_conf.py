@@ -1,0 +1,74 @@
+"""What a Spark job's session is given in local mode and on the local standalone cluster."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+
+import pytest
+
+from definitions.settings import Settings
+from definitions.spark import JOB_PACKAGES, code_archive, master_url, on_cluster, session_conf
+
+
+@pytest.fixture
+def jars(tmp_path):
+    for group in ("spark-kafka", "contract"):
+        (tmp_path / "jars" / group).mkdir(parents=True)
+        (tmp_path / "jars" / group / f"{group}.jar").write_bytes(b"")
+    return tmp_path / "jars"
+
+
+def settings_with(jars, tmp_path, **cluster) -> Settings:
+    cluster.setdefault("workers", 0)
+    base = Settings(jars_dir=jars, state_dir=tmp_path / "state")
+    return base.model_copy(
+        update={"spark": base.spark.model_copy(update={"cluster": base.spark.cluster.model_copy(update=cluster)})}
+    )
+
+
+def test_local_mode_is_the_default_and_takes_no_cluster_options(jars, tmp_path):
+    settings = settings_with(jars, tmp_path)
+    conf = session_conf(settings, "lambda-x")
+    assert conf["spark.master"] == settings.spark.master == "local[*]" and not on_cluster(settings)
+    assert "spark.cores.max" not in conf and "spark.executor.memory" not in conf
+    assert conf["spark.pyspark.python"] == sys.executable
+    assert conf["spark.driver.host"] == "127.0.0.1"
+
+
+def test_with_workers_every_job_is_an_application_of_the_local_cluster(jars, tmp_path):
+    settings = settings_with(jars, tmp_path, workers=2, port=7100, app_cores=3, executor_memory="1g")
+    conf = session_conf(settings, "lambda-x")
+    assert conf["spark.master"] == master_url(settings) == "spark://127.0.0.1:7100" and on_cluster(settings)
+    assert (conf["spark.cores.max"], conf["spark.executor.memory"]) == ("3", "1g")
+    assert conf["spark.driver.host"] == "127.0.0.1", "executors on this machine reach the driver on loopback"
+
+
+def test_the_executors_python_is_a_setting(jars, tmp_path):
+    settings = settings_with(jars, tmp_path)
+    settings = settings.model_copy(
+        update={"spark": settings.spark.model_copy(update={"python": "/opt/lambda/bin/python"})}
+    )
+    conf = session_conf(settings, "lambda-x")
+    assert conf["spark.pyspark.python"] == "/opt/lambda/bin/python"
+    assert conf["spark.pyspark.driver.python"] == sys.executable
+
+
+def test_a_real_clusters_master_keeps_its_own_driver_address(jars, tmp_path):
+    settings = settings_with(jars, tmp_path)
+    settings = settings.model_copy(
+        update={"spark": settings.spark.model_copy(update={"master": "spark://spark.example:7077"})}
+    )
+    conf = session_conf(settings, "lambda-x")
+    assert conf["spark.master"] == "spark://spark.example:7077"
+    assert "spark.driver.host" not in conf, "a remote cluster's executors cannot reach the driver on loopback"
+
+
+def test_the_code_archive_holds_the_job_packages_and_is_named_by_its_content(jars, tmp_path):
+    settings = settings_with(jars, tmp_path)
+    first = code_archive(settings)
+    assert code_archive(settings) == first, "the same code gives the same archive"
+    names = zipfile.ZipFile(first).namelist()
+    assert {name.split("/")[0] for name in names} == set(JOB_PACKAGES)
+    assert "speed_layer/job.py" in names and "stores/realtime.py" in names and "definitions/spark.py" in names
+    assert not any(name.startswith(("api/", "tests/", "infra/")) for name in names)
