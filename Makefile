@@ -13,8 +13,10 @@ export LAMBDA_SPEED__DEDUPE_WINDOW_S ?= 120
 export LAMBDA_ENVIRONMENT ?= development
 LAMBDACTL = $(VENV)/bin/lambdactl
 PYTEST_ARGS ?=
+# Options for uv pip compile in `make lock`, e.g. LOCK_ARGS='--upgrade-package certifi'
+LOCK_ARGS ?=
 
-.PHONY: help setup demo test unit lint types format up down status bench clean
+.PHONY: help setup demo test unit lint types format lock up down status bench clean
 
 help:  ## this list
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
@@ -42,6 +44,9 @@ types: setup  ## mypy over the platform's packages
 format: setup  ## rewrite the code in the house format (ruff)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+lock:  ## rewrite the lock files with hashes (uv, in a throwaway venv); pins stay unless LOCK_ARGS moves them
+	bash infra/lock/compile.sh $(LOCK_ARGS)
 
 up: setup  ## start the local stack
 	$(LAMBDACTL) up
