@@ -67,7 +67,7 @@ if [ "$(cat "$JARS/.lambda-stamp" 2>/dev/null)" != "$jar_stamp" ]; then
   log "resolving service jars from Maven Central into $JARS (first time: a few minutes)"
   rm -rf "$JARS"
   with_progress "resolving service jars" "echo \$(find \"\${HOME}/.m2/repository\" -name '*.jar' 2>/dev/null | wc -l) jars in the local Maven repository" \
-    mvn -B -q -s infra/maven/settings.xml -f infra/maven/pom.xml -Djars.dir="$JARS" package
+    mvn -B -q --strict-checksums -s infra/maven/settings.xml -f infra/maven/pom.xml -Djars.dir="$JARS" package
   echo "$jar_stamp" > "$JARS/.lambda-stamp"
 else
   log "service jars up to date"
