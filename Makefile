@@ -17,8 +17,10 @@ CLUSTER_WORKERS ?= 1
 CLUSTER_TESTS = tests/integration/api/test_end_to_end.py tests/integration/infra/test_spark_cluster.py
 LAMBDACTL = $(VENV)/bin/lambdactl
 PYTEST_ARGS ?=
+# Options for uv pip compile in `make lock`, e.g. LOCK_ARGS='--upgrade-package certifi'
+LOCK_ARGS ?=
 
-.PHONY: help setup demo test test-cluster unit lint types format up down status bench clean
+.PHONY: help setup demo test test-cluster unit lint types format lock up down status bench clean
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 10
@@ -53,6 +55,9 @@ types: setup  ## mypy over the platform's packages
 format: setup  ## rewrite the code in the house format (ruff)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+lock:  ## rewrite the lock files with hashes (uv, in a throwaway venv); pins stay unless LOCK_ARGS moves them
+	bash infra/lock/compile.sh $(LOCK_ARGS)
 
 up: setup  ## start the local stack
 	$(LAMBDACTL) up

@@ -44,14 +44,19 @@ PY
 
 stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
 
-py_stamp=$(stamp_of requirements.lock pyproject.toml)
+py_stamp=$(stamp_of requirements.lock infra/lock/build-tools.lock pyproject.toml)
 if [ "$(cat "$VENV/.lambda-stamp" 2>/dev/null)" != "$py_stamp" ]; then
   log "creating the virtualenv in $VENV"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
+  # Every file PyPI sends is checked against its sha256 in a lock file (--require-hashes; `make lock`
+  # writes them). pip and setuptools come first, so that the lock installs without build isolation:
+  # its few source distributions (pyspark, hdfs, docopt) build with this setuptools, and no build
+  # step fetches a package of its own, unhashed.
+  "$VENV/bin/pip" install -q --require-hashes --no-deps --only-binary :all: -r infra/lock/build-tools.lock
   with_progress "installing Python packages" "echo \$(ls -d \"$VENV\"/lib/python3*/site-packages/*.dist-info 2>/dev/null | wc -l) packages installed" \
-    "$VENV/bin/pip" install -q -r requirements.lock
-  "$VENV/bin/pip" install -q --no-deps -e .
+    "$VENV/bin/pip" install -q --require-hashes --no-build-isolation -r requirements.lock
+  # The platform itself, editable (no file to hash): nothing beside it (--no-deps), built by the setuptools above.
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
   echo "$py_stamp" > "$VENV/.lambda-stamp"
 else
   log "virtualenv up to date"
@@ -62,7 +67,7 @@ if [ "$(cat "$JARS/.lambda-stamp" 2>/dev/null)" != "$jar_stamp" ]; then
   log "resolving service jars from Maven Central into $JARS (first time: a few minutes)"
   rm -rf "$JARS"
   with_progress "resolving service jars" "echo \$(find \"\${HOME}/.m2/repository\" -name '*.jar' 2>/dev/null | wc -l) jars in the local Maven repository" \
-    mvn -B -q -s infra/maven/settings.xml -f infra/maven/pom.xml -Djars.dir="$JARS" package
+    mvn -B -q --strict-checksums -s infra/maven/settings.xml -f infra/maven/pom.xml -Djars.dir="$JARS" package
   echo "$jar_stamp" > "$JARS/.lambda-stamp"
 else
   log "service jars up to date"

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 
 import yaml
 
 from definitions.settings import REPO_ROOT, Settings
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
+MAVEN_POM = REPO_ROOT / "infra" / "maven" / "pom.xml"
+# An exact release: `5.0.6`, never a floating `5.0`, `5` or `latest`.
+EXACT_VERSION = re.compile(r"\d+\.\d+\.\d+")
+# compose service -> the infra/maven property naming the release the local stack runs
+IMAGE_VERSIONS = {
+    "kafka": "kafka.version",
+    "namenode": "hadoop.version",
+    "datanode": "hadoop.version",
+    "cassandra": "cassandra.version",
+}
 # local service name -> compose service name
 SERVICE_MAP = {
     "kafka": "kafka",
@@ -83,3 +95,21 @@ def test_compose_runs_platform_services_with_the_platforms_own_launcher():
     ):
         assert compose[name]["command"] == ["run", name]
         assert compose[name]["image"] == "lambda-platform:local"
+
+
+def test_compose_pins_every_image_to_the_exact_release_the_local_stack_runs():
+    compose = yaml.safe_load(COMPOSE.read_text())["services"]
+    pom = ET.parse(MAVEN_POM).getroot()
+    namespace = "{http://maven.apache.org/POM/4.0.0}"
+    for name, service in compose.items():
+        image = service["image"]
+        if "build" in service:  # the platform's own image, built here from this work tree
+            assert image == "lambda-platform:local", name
+            continue
+        repository, _, tag = image.split("@", 1)[0].rpartition(":")  # a digest may follow the tag
+        assert repository and EXACT_VERSION.fullmatch(tag), f"{name}: {image} is not pinned to an exact version"
+    for name, prop in IMAGE_VERSIONS.items():
+        release = pom.findtext(f"{namespace}properties/{namespace}{prop}")
+        assert release and compose[name]["image"].endswith(f":{release}"), (
+            f"{name} runs {compose[name]['image']}, the local stack {prop} {release}"
+        )
