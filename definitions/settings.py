@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -25,87 +24,14 @@ from pydantic_settings import (
 
 from definitions.section import Section as _Section
 from definitions.stack_settings import AIRFLOW_COMPANIONS, LoggingSettings, StackSettings
+from definitions.store_connections import LOCAL_HOST, CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
 from definitions.store_settings import StoresSettings
 
 __all__ = ["AIRFLOW_COMPANIONS", "LoggingSettings", "Settings", "StackSettings", "get_settings"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-LOCAL_HOST = "127.0.0.1"
 DEFAULT_TOKEN = "dev-token-change-me"
 DEFAULT_AIRFLOW_PASSWORD = "admin"
-
-
-class KafkaSettings(_Section):
-    host: str = LOCAL_HOST
-    port: int = 9092
-    controller_port: int = 9093
-    events_topic: str = "events"
-    dlq_topic: str = "events.dlq"
-    partitions: int = Field(4, ge=1)
-    retention_hours: int = Field(168, ge=1)
-    heap_mb: int = 512
-    health_timeout_s: float = 90
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-class HdfsSettings(_Section):
-    host: str = LOCAL_HOST
-    port: int = 9000
-    http_port: int = 9870
-    datanode_port: int = 9866
-    datanode_http_port: int = 9864
-    datanode_ipc_port: int = 9867
-    # The user WebHDFS requests act as; empty: the operating-system user of the process, as Spark's
-    # HDFS client does (simple authentication).
-    user: str = ""
-    namenode_heap_mb: int = 384
-    datanode_heap_mb: int = 256
-    health_timeout_s: float = 120
-
-    @property
-    def url(self) -> str:
-        return f"hdfs://{self.host}:{self.port}"
-
-    @property
-    def webhdfs(self) -> str:
-        return f"http://{self.host}:{self.http_port}/webhdfs/v1"
-
-
-class HBaseSettings(_Section):
-    host: str = LOCAL_HOST
-    thrift_port: int = 9090
-    thrift_info_port: int = 9095
-    master_port: int = 16000
-    master_info_port: int = 16010
-    regionserver_port: int = 16020
-    regionserver_info_port: int = 16030
-    zookeeper_port: int = 2181
-    namespace: str = "lambda"
-    meta_table: str = "meta"
-    # Where the standalone master keeps its tables; empty = a directory in the state dir.
-    rootdir: str = ""
-    master_heap_mb: int = 768
-    thrift_heap_mb: int = 256
-    health_timeout_s: float = 150
-
-
-class CassandraSettings(_Section):
-    hosts: list[str] = [LOCAL_HOST]
-    port: int = 9042
-    storage_port: int = 7000
-    keyspace: str = "lambda"
-    replication_factor: int = Field(1, ge=1)
-    # Commit log durability of the local node: "batch" acknowledges a write once it is on disk (no
-    # acknowledged realtime row is lost to a power cut); "group" syncs every group window;
-    # "periodic" acknowledges at once and syncs every period (up to a period of writes can be lost).
-    commitlog_sync: Literal["batch", "group", "periodic"] = "batch"
-    commitlog_sync_group_window_ms: int = Field(15, ge=1)
-    commitlog_sync_period_ms: int = Field(10_000, ge=1)
-    heap_mb: int = 768
-    health_timeout_s: float = 180
 
 
 class SparkClusterSettings(_Section):

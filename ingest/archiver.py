@@ -25,6 +25,7 @@ from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from ingest.ticker import Ticker
 from stores import completeness, health
+from stores.clients import kafka_spark_options
 from stores.kafka import partition_count
 from stores.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
 from stores.master import master_url
@@ -86,7 +87,7 @@ def build_queries(spark, settings: Settings):
     dlq = (
         invalid.writeStream.format("kafka")
         .queryName(DLQ_QUERY)
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap)
+        .options(**kafka_spark_options(settings))
         .option("topic", settings.kafka.dlq_topic)
         .option("checkpointLocation", f"{checkpoints}/dlq")
         .trigger(processingTime=trigger)

@@ -8,41 +8,106 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 from definitions.settings import Settings
 
 CASSANDRA_PROTOCOL = 5
 
 
+def kafka_options(settings: Settings) -> dict[str, Any]:
+    """The brokers and security options of every kafka-python client (producer, consumer, admin)."""
+    k = settings.kafka
+    options: dict[str, Any] = {"bootstrap_servers": k.bootstrap.split(","), "security_protocol": k.security_protocol}
+    if k.security_protocol.startswith("SASL_"):
+        options.update(
+            sasl_mechanism=k.sasl_mechanism,
+            sasl_plain_username=k.sasl_username,
+            sasl_plain_password=k.sasl_password.get_secret_value(),
+        )
+    if k.security_protocol in ("SSL", "SASL_SSL") and k.ssl_cafile:
+        options["ssl_cafile"] = k.ssl_cafile
+    return options
+
+
+JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def _jaas_quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def kafka_spark_options(settings: Settings) -> dict[str, str]:
+    """The same brokers and security for Spark's Kafka source and sink (`kafka.`-prefixed options)."""
+    k = settings.kafka
+    options = {"kafka.bootstrap.servers": k.bootstrap, "kafka.security.protocol": k.security_protocol}
+    if k.security_protocol.startswith("SASL_"):
+        options["kafka.sasl.mechanism"] = k.sasl_mechanism
+        options["kafka.sasl.jaas.config"] = (
+            f"{JAAS_MODULES[k.sasl_mechanism]} required username={_jaas_quoted(k.sasl_username)} "
+            f"password={_jaas_quoted(k.sasl_password.get_secret_value())};"
+        )
+    if k.security_protocol in ("SSL", "SASL_SSL") and k.ssl_cafile:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = k.ssl_cafile
+    return options
+
+
 def kafka_admin(settings: Settings, client_id: str = "lambda-admin", timeout_s: float = 10.0):
     from kafka import KafkaAdminClient
 
     return KafkaAdminClient(
-        bootstrap_servers=settings.kafka.bootstrap,
         client_id=client_id,
         request_timeout_ms=int(timeout_s * 1000),
         api_version_auto_timeout_ms=int(timeout_s * 1000),
+        **kafka_options(settings),
     )
 
 
+def thrift_endpoint(settings: Settings, timeout_s: float = 10.0) -> tuple[str, int]:
+    """The first of `hbase.thrift_endpoints` that accepts a connection (failover); the last error
+    names every endpoint tried when none does."""
+    import socket
+
+    endpoints = settings.hbase.thrift_endpoints
+    if len(endpoints) == 1:
+        return endpoints[0]
+    errors = []
+    for host, port in endpoints:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            return host, port
+        except OSError as exc:
+            errors.append(f"{host}:{port}: {exc}")
+    raise ConnectionError(f"no HBase Thrift server answers: {'; '.join(errors)}")
+
+
 def hbase_connection(settings: Settings, timeout_s: float = 10.0, namespaced: bool = True):
-    """A happybase connection; table names are relative to the platform's namespace when `namespaced`."""
+    """A happybase connection to the first Thrift server that answers; table names are relative to
+    the platform's namespace when `namespaced`."""
     import happybase
 
     b = settings.hbase
+    host, port = thrift_endpoint(settings, timeout_s)
     kwargs = dict(table_prefix=b.namespace, table_prefix_separator=":") if namespaced else {}
-    return happybase.Connection(b.host, b.thrift_port, timeout=int(timeout_s * 1000), **kwargs)
+    return happybase.Connection(host, port, timeout=int(timeout_s * 1000), **kwargs)
 
 
 def hbase_pool(settings: Settings, size: int, timeout_s: float = 10.0):
-    """A happybase connection pool of `size`; table names relative to the platform's namespace."""
+    """A happybase connection pool of `size` to the first Thrift server that answers; table names
+    relative to the platform's namespace."""
     import happybase
 
     b = settings.hbase
+    host, port = thrift_endpoint(settings, timeout_s)
     return happybase.ConnectionPool(
         size=size,
-        host=b.host,
-        port=b.thrift_port,
+        host=host,
+        port=port,
         timeout=int(timeout_s * 1000),
         table_prefix=b.namespace,
         table_prefix_separator=":",
@@ -50,11 +115,16 @@ def hbase_pool(settings: Settings, size: int, timeout_s: float = 10.0):
 
 
 def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
+    """A driver Cluster for the contact points: requests go to a replica of their partition in the
+    local data centre first (token aware), with password authentication when a username is set."""
+    from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import DCAwareRoundRobinPolicy
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
     c = settings.cassandra
-    profile = ExecutionProfile(load_balancing_policy=DCAwareRoundRobinPolicy(), request_timeout=timeout_s)
+    policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=c.local_dc or None))
+    profile = ExecutionProfile(load_balancing_policy=policy, request_timeout=timeout_s)
+    auth = PlainTextAuthProvider(c.username, c.password.get_secret_value()) if c.username else None
     return Cluster(
         c.hosts,
         port=c.port,
@@ -62,6 +132,7 @@ def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         connect_timeout=timeout_s,
         control_connection_timeout=timeout_s,
+        auth_provider=auth,
     )
 
 

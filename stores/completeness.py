@@ -59,17 +59,14 @@ class Completeness:
 
 def record_timestamps(settings: Settings, offsets: dict[int, int], timeout_s: float = 30.0) -> dict[int, int]:
     """The ingest timestamp (ms) of the record at each given offset of topic `events`."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
+
+    from stores.kafka import consumer as kafka_consumer
 
     if not offsets:
         return {}
     topic = settings.kafka.events_topic
-    consumer = KafkaConsumer(
-        bootstrap_servers=settings.kafka.bootstrap,
-        enable_auto_commit=False,
-        client_id="lambda-completeness",
-        max_poll_records=len(offsets) * 2,
-    )
+    consumer = kafka_consumer(settings, "lambda-completeness", max_poll_records=len(offsets) * 2)
     try:
         parts = {TopicPartition(topic, p): off for p, off in offsets.items()}
         consumer.assign(list(parts))

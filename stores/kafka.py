@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 from definitions.settings import Settings
-from stores.clients import kafka_admin
+from stores.clients import kafka_admin, kafka_options
 
 log = logging.getLogger(__name__)
 
@@ -20,16 +20,14 @@ def producer(settings: Settings, client_id: str, **options: Any):
     unless `options` says otherwise."""
     from kafka import KafkaProducer
 
-    return KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, client_id=client_id, **{"acks": "all", **options})
+    return KafkaProducer(client_id=client_id, **{"acks": "all", **kafka_options(settings), **options})
 
 
 def consumer(settings: Settings, client_id: str, **options: Any):
     """A KafkaConsumer to the platform's brokers that commits nothing unless `options` says so."""
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(
-        bootstrap_servers=settings.kafka.bootstrap, client_id=client_id, **{"enable_auto_commit": False, **options}
-    )
+    return KafkaConsumer(client_id=client_id, **{"enable_auto_commit": False, **kafka_options(settings), **options})
 
 
 def partition(topic: str, number: int):
@@ -70,7 +68,12 @@ def ensure_topics(settings: Settings) -> list[str]:
         existing = set(admin.list_topics())
         wanted = topic_configs(settings)
         new = [
-            NewTopic(name, num_partitions=settings.kafka.partitions, replication_factor=1, topic_configs=configs)
+            NewTopic(
+                name,
+                num_partitions=settings.kafka.partitions,
+                replication_factor=settings.kafka.replication_factor,
+                topic_configs=configs,
+            )
             for name, configs in wanted.items()
             if name not in existing
         ]

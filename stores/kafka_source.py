@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from definitions.events import FIELD_NAMES, JVM_VALIDATOR_CLASS, TICK_KEY, VALIDATION_DDL, contract_json
 from definitions.settings import EventLimits, Settings
+from stores.clients import kafka_spark_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -28,7 +29,7 @@ def kafka_stream(
 ) -> "DataFrame":
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap)
+        .options(**kafka_spark_options(settings))
         .option("subscribe", settings.kafka.events_topic)
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")

@@ -137,10 +137,8 @@ def ensure_keyspace(settings: Settings) -> None:
     cluster = cassandra_cluster(settings)
     try:
         session = cluster.connect()
-        session.execute(
-            f"CREATE KEYSPACE IF NOT EXISTS {c.keyspace} WITH replication = "
-            f"{{'class': 'SimpleStrategy', 'replication_factor': {c.replication_factor}}}"
-        )
+        replication = ", ".join(f"'{k}': {v!r}" for k, v in c.replication_map.items())
+        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {c.keyspace} WITH replication = {{{replication}}}")
         ensure_schema(settings, session)
     finally:
         cluster.shutdown()

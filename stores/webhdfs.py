@@ -28,8 +28,9 @@ class WebHdfs:
     def __init__(self, settings: Settings, timeout_s: float = 10.0) -> None:
         h = settings.hdfs
         self.session = requests.Session()
+        # Several URLs (an HA pair's namenodes): the client tries them in turn.
         self.client = InsecureClient(
-            f"http://{h.host}:{h.http_port}", user=h.user or None, timeout=timeout_s, session=self.session
+            ";".join(h.webhdfs_endpoints), user=h.user or None, timeout=timeout_s, session=self.session
         )
 
     def close(self) -> None:

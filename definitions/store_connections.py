@@ -1,0 +1,160 @@
+"""How the platform reaches its stores: Kafka, HDFS, HBase and Cassandra, on this machine (the
+defaults: the local stack) or on clusters (lists of brokers and hosts, security, replication)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+
+from definitions.section import Section as _Section
+
+LOCAL_HOST = "127.0.0.1"
+
+
+class KafkaSettings(_Section):
+    host: str = LOCAL_HOST
+    port: int = 9092
+    # The brokers of a cluster ("host:port" each); empty: host:port above (the local broker).
+    bootstrap_servers: list[str] = []
+    controller_port: int = 9093
+    events_topic: str = "events"
+    dlq_topic: str = "events.dlq"
+    # Topics `lambdactl bootstrap` creates: partitions and copies of each (at most the brokers).
+    partitions: int = Field(4, ge=1)
+    replication_factor: int = Field(1, ge=1)
+    retention_hours: int = Field(168, ge=1)
+    # How every client (kafka-python and Spark's) talks to the brokers. SASL takes a user and
+    # password (PLAIN or SCRAM); SSL checks the brokers' certificates against `ssl_cafile` (PEM;
+    # empty: the system's trusted CAs).
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: SecretStr = SecretStr("")
+    ssl_cafile: str = ""
+    heap_mb: int = 512
+    health_timeout_s: float = 90
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.bootstrap_servers) or f"{self.host}:{self.port}"
+
+    @model_validator(mode="after")
+    def _sasl_has_credentials(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL_") and not (
+            self.sasl_username and self.sasl_password.get_secret_value()
+        ):
+            raise ValueError(
+                f"kafka.security_protocol {self.security_protocol} needs kafka.sasl_username and kafka.sasl_password"
+            )
+        for server in self.bootstrap_servers:
+            host, _, port = server.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"kafka.bootstrap_servers: {server!r} is not host:port")
+        return self
+
+
+class HdfsSettings(_Section):
+    host: str = LOCAL_HOST
+    port: int = 9000
+    # An HA name service: paths become hdfs://<name_service>/… (its namenodes are Hadoop settings,
+    # passed through spark.conf as spark.hadoop.dfs.*); empty: hdfs://host:port.
+    name_service: str = ""
+    # WebHDFS endpoints tried in turn (an HA pair's namenodes, "http://host:port"); empty: host:http_port.
+    webhdfs_urls: list[str] = []
+    http_port: int = 9870
+    datanode_port: int = 9866
+    datanode_http_port: int = 9864
+    datanode_ipc_port: int = 9867
+    # The user WebHDFS requests act as; empty: the operating-system user of the process, as Spark's
+    # HDFS client does (simple authentication).
+    user: str = ""
+    namenode_heap_mb: int = 384
+    datanode_heap_mb: int = 256
+    health_timeout_s: float = 120
+
+    @property
+    def url(self) -> str:
+        return f"hdfs://{self.name_service}" if self.name_service else f"hdfs://{self.host}:{self.port}"
+
+    @property
+    def webhdfs_endpoints(self) -> list[str]:
+        return [u.rstrip("/") for u in self.webhdfs_urls] or [f"http://{self.host}:{self.http_port}"]
+
+    @property
+    def webhdfs(self) -> str:
+        return f"{self.webhdfs_endpoints[0]}/webhdfs/v1"
+
+
+class HBaseSettings(_Section):
+    host: str = LOCAL_HOST
+    thrift_port: int = 9090
+    # Thrift servers tried in turn ("host" or "host:port"): a new connection goes to the first that
+    # answers; empty: host:thrift_port.
+    thrift_hosts: list[str] = []
+    thrift_info_port: int = 9095
+    master_port: int = 16000
+    master_info_port: int = 16010
+    regionserver_port: int = 16020
+    regionserver_info_port: int = 16030
+    zookeeper_port: int = 2181
+    namespace: str = "lambda"
+    meta_table: str = "meta"
+    # Where the standalone master keeps its tables; empty = a directory in the state dir.
+    rootdir: str = ""
+    master_heap_mb: int = 768
+    thrift_heap_mb: int = 256
+    health_timeout_s: float = 150
+
+    @property
+    def thrift_endpoints(self) -> list[tuple[str, int]]:
+        out = []
+        for entry in self.thrift_hosts or [self.host]:
+            host, _, port = entry.rpartition(":") if ":" in entry else (entry, "", "")
+            out.append((host, int(port) if port else self.thrift_port))
+        return out
+
+    @model_validator(mode="after")
+    def _thrift_hosts_parse(self) -> HBaseSettings:
+        for entry in self.thrift_hosts:
+            host, sep, port = entry.rpartition(":")
+            if not entry or (sep and (not host or not port.isdigit())):
+                raise ValueError(f"hbase.thrift_hosts: {entry!r} is not host or host:port")
+        return self
+
+
+class CassandraSettings(_Section):
+    hosts: list[str] = [LOCAL_HOST]
+    port: int = 9042
+    storage_port: int = 7000
+    keyspace: str = "lambda"
+    # The keyspace the platform creates: SimpleStrategy with `replication_factor`, or, when
+    # `replication` names data centres, NetworkTopologyStrategy with those copies per data centre.
+    replication_factor: int = Field(1, ge=1)
+    replication: dict[str, int] = {}
+    # The data centre the clients send requests to first; empty: the first contact point's.
+    local_dc: str = ""
+    # Password authentication (PasswordAuthenticator); empty username: none.
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    # Commit log durability of the local node: "batch" acknowledges a write once it is on disk (no
+    # acknowledged realtime row is lost to a power cut); "group" syncs every group window;
+    # "periodic" acknowledges at once and syncs every period (up to a period of writes can be lost).
+    commitlog_sync: Literal["batch", "group", "periodic"] = "batch"
+    commitlog_sync_group_window_ms: int = Field(15, ge=1)
+    commitlog_sync_period_ms: int = Field(10_000, ge=1)
+    heap_mb: int = 768
+    health_timeout_s: float = 180
+
+    @model_validator(mode="after")
+    def _replication_counts(self) -> CassandraSettings:
+        bad = {dc: n for dc, n in self.replication.items() if not dc or n < 1}
+        if bad:
+            raise ValueError(f"cassandra.replication: every data centre needs a name and at least 1 copy, got {bad}")
+        return self
+
+    @property
+    def replication_map(self) -> dict[str, object]:
+        if self.replication:
+            return {"class": "NetworkTopologyStrategy", **self.replication}
+        return {"class": "SimpleStrategy", "replication_factor": self.replication_factor}

@@ -1,0 +1,118 @@
+"""Settings that describe clusters reach every client: Kafka brokers and security, HBase Thrift
+failover, Cassandra authentication and replication, HDFS name services."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from pydantic import ValidationError
+
+from definitions.settings import Settings
+from definitions.store_connections import CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
+from stores.clients import cassandra_cluster, kafka_options, kafka_spark_options, thrift_endpoint
+
+
+def with_(**sections) -> Settings:
+    return Settings().model_copy(update=sections)
+
+
+def test_kafka_defaults_to_the_local_broker_in_plaintext():
+    settings = with_(kafka=KafkaSettings())
+    assert kafka_options(settings) == {"bootstrap_servers": ["127.0.0.1:9092"], "security_protocol": "PLAINTEXT"}
+    assert kafka_spark_options(settings) == {
+        "kafka.bootstrap.servers": "127.0.0.1:9092",
+        "kafka.security.protocol": "PLAINTEXT",
+    }
+
+
+def test_kafka_sasl_ssl_reaches_kafka_python_and_spark():
+    kafka = KafkaSettings(
+        bootstrap_servers=["b1.example:9093", "b2.example:9093"],
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_username="lambda",
+        sasl_password='p"a\\ss',
+        ssl_cafile="/etc/lambda/ca.pem",
+    )
+    settings = with_(kafka=kafka)
+    assert kafka_options(settings) == {
+        "bootstrap_servers": ["b1.example:9093", "b2.example:9093"],
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "lambda",
+        "sasl_plain_password": 'p"a\\ss',
+        "ssl_cafile": "/etc/lambda/ca.pem",
+    }
+    spark = kafka_spark_options(settings)
+    assert spark["kafka.bootstrap.servers"] == "b1.example:9093,b2.example:9093"
+    assert spark["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
+    assert spark["kafka.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="lambda" password="p\\"a\\\\ss";'
+    )
+    assert (spark["kafka.ssl.truststore.type"], spark["kafka.ssl.truststore.location"]) == ("PEM", "/etc/lambda/ca.pem")
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"security_protocol": "SASL_PLAINTEXT"}, "sasl_username"),
+        ({"security_protocol": "SASL_SSL", "sasl_username": "u"}, "sasl_password"),
+        ({"bootstrap_servers": ["broker-without-port"]}, "not host:port"),
+        ({"bootstrap_servers": ["b:x"]}, "not host:port"),
+    ],
+)
+def test_kafka_settings_that_cannot_connect_are_refused_naming_why(fields, named):
+    with pytest.raises(ValidationError, match=named):
+        KafkaSettings(**fields)
+
+
+def test_hbase_thrift_hosts_parse_with_the_default_port():
+    hbase = HBaseSettings(thrift_hosts=["t1.example", "t2.example:9191"], thrift_port=9090)
+    assert hbase.thrift_endpoints == [("t1.example", 9090), ("t2.example", 9191)]
+    assert HBaseSettings().thrift_endpoints == [("127.0.0.1", 9090)]
+    with pytest.raises(ValidationError, match="not host or host:port"):
+        HBaseSettings(thrift_hosts=["t1:port"])
+
+
+def test_a_new_hbase_connection_goes_to_the_first_thrift_server_that_answers():
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead_port = closed.getsockname()[1]
+    closed.close()
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        live_port = listening.getsockname()[1]
+        settings = with_(hbase=HBaseSettings(thrift_hosts=[f"127.0.0.1:{dead_port}", f"127.0.0.1:{live_port}"]))
+        assert thrift_endpoint(settings, timeout_s=2) == ("127.0.0.1", live_port)
+    settings = with_(hbase=HBaseSettings(thrift_hosts=[f"127.0.0.1:{dead_port}", f"127.0.0.1:{live_port}"]))
+    with pytest.raises(ConnectionError, match=f"127.0.0.1:{dead_port}.*127.0.0.1:{live_port}"):
+        thrift_endpoint(settings, timeout_s=2)
+
+
+def test_cassandra_replication_per_data_centre_and_authentication():
+    assert CassandraSettings().replication_map == {"class": "SimpleStrategy", "replication_factor": 1}
+    c = CassandraSettings(replication={"dc1": 3, "dc2": 2}, username="lambda", password="secret", local_dc="dc1")
+    assert c.replication_map == {"class": "NetworkTopologyStrategy", "dc1": 3, "dc2": 2}
+    cluster = cassandra_cluster(with_(cassandra=c))
+    assert cluster.auth_provider is not None and cluster.auth_provider.username == "lambda"
+    policy = cluster.profile_manager.default.load_balancing_policy
+    assert type(policy).__name__ == "TokenAwarePolicy" and policy._child_policy.local_dc == "dc1"
+    with pytest.raises(ValidationError, match="at least 1 copy"):
+        CassandraSettings(replication={"dc1": 0})
+
+
+def test_hdfs_name_service_and_webhdfs_failover_urls():
+    assert HdfsSettings().url == "hdfs://127.0.0.1:9000"
+    h = HdfsSettings(name_service="lambda-ha", webhdfs_urls=["http://nn1:9870/", "http://nn2:9870"])
+    assert h.url == "hdfs://lambda-ha"
+    assert h.webhdfs_endpoints == ["http://nn1:9870", "http://nn2:9870"]
+
+
+def test_webhdfs_tries_every_namenode_url():
+    from stores.webhdfs import WebHdfs
+
+    settings = with_(hdfs=HdfsSettings(webhdfs_urls=["http://nn1:9870", "http://nn2:9870"]))
+    with WebHdfs(settings) as client:
+        assert client.client.urls == ["http://nn1:9870", "http://nn2:9870"]
