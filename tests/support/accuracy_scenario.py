@@ -17,9 +17,12 @@ from tests.support.events import send, wait_archived, wait_cutoff_past
 HOUR = 3_600
 
 
-def old_records(settings, spark, min_age_s: float, seed: int) -> list[tuple[int, int]]:
+LATE_PAGE_VIEWS = "event_type = 'page_view' AND late"
+
+
+def old_records(settings, spark, min_age_s: float, seed: int) -> dict[str, list[tuple[int, int]]]:
     """Kafka positions of valid records archived more than `min_age_s` ago, each the only copy of its
-    event: ordinary page views, page views that were late already, and a few other event types."""
+    event, by kind: ordinary page views, page views that were late already, and a few other event types."""
     from pyspark.sql import functions as F
 
     from stores.master import read_master
@@ -32,13 +35,13 @@ def old_records(settings, spark, min_age_s: float, seed: int) -> list[tuple[int,
         .withColumn("late", (F.unix_seconds("ingest_time") - F.unix_seconds("event_time")) > HOUR)
         .withColumn("pick", F.hash("event_id", F.lit(seed)))
     )
-    picks = []
+    picks = {}
     for where, n in (
         ("event_type = 'page_view' AND NOT late", 16),
-        ("event_type = 'page_view' AND late", 8),
+        (LATE_PAGE_VIEWS, 8),
         ("event_type != 'page_view'", 6),
     ):
-        picks += [
+        picks[where] = [
             (r.kafka_partition, r.kafka_offset)
             for r in old.where(where).orderBy("pick").limit(n).select("kafka_partition", "kafka_offset").collect()
         ]
@@ -96,10 +99,15 @@ def resend(settings, messages: list) -> list[SentRecord]:
 
 
 def wait_for_old_records(settings, spark, min_age_s: float, seed: int) -> list[tuple[int, int]]:
-    """Old enough records; on a fresh stack, sends some and waits until they are old enough (slow)."""
-    positions = old_records(settings, spark, min_age_s, seed)
-    if len(positions) >= 20:
-        return positions
+    """Old enough records, late page views among them; when the master dataset has too few (a fresh
+    stack, or a history without late page views), sends some and waits until they are old enough (slow)."""
+
+    def enough(picks: dict[str, list]) -> bool:
+        return sum(map(len, picks.values())) >= 20 and len(picks[LATE_PAGE_VIEWS]) >= 2
+
+    picks = old_records(settings, spark, min_age_s, seed)
+    if enough(picks):
+        return [p for kind in picks.values() for p in kind]
     seeded = send(
         settings,
         GeneratorConfig(
@@ -114,7 +122,9 @@ def wait_for_old_records(settings, spark, min_age_s: float, seed: int) -> list[t
     )
     wait_archived(settings, seeded)
     time.sleep(max(0.0, max(r.ingest_time_ms for r in seeded) / 1000 + min_age_s + 5 - time.time()))
-    return old_records(settings, spark, min_age_s, seed)
+    picks = old_records(settings, spark, min_age_s, seed)
+    assert enough(picks), f"too few old records even after seeding: { {k: len(v) for k, v in picks.items()} }"
+    return [p for kind in picks.values() for p in kind]
 
 
 def batch_window(settings, spark, sent: list[SentRecord]):
