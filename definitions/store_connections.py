@@ -32,6 +32,10 @@ class KafkaSettings(_Section):
     sasl_username: str = ""
     sasl_password: SecretStr = SecretStr("")
     ssl_cafile: str = ""
+    # The local broker also listens with SASL_PLAINTEXT (PLAIN) on this port, for user `lambda`
+    # with a password generated into its configuration directory: where SASL clients are checked
+    # (infra.store_services.local_sasl_password). 0: no such listener.
+    sasl_listener_port: int = Field(9094, ge=0)
     heap_mb: int = 512
     health_timeout_s: float = 90
 

@@ -4,6 +4,7 @@ infra/templates, launched as a JVM with its heap sized on purpose, and checked."
 from __future__ import annotations
 
 import base64
+import secrets
 import uuid
 
 from definitions.settings import Settings
@@ -20,9 +21,31 @@ from infra.service_base import (
 )
 from stores import health
 
+LOCAL_SASL_USER = "lambda"
+
+
+def local_sasl_password(settings: Settings) -> str:
+    """The password of user `lambda` on the local broker's SASL listener: generated once, kept
+    private in Kafka's configuration directory (never a setting of its own, never in git)."""
+    from definitions.files import write_private
+
+    path = KAFKA.dirs(settings).conf / "sasl-password"
+    if not path.exists():
+        write_private(path, secrets.token_urlsafe(24))
+    return path.read_text().strip()
+
 
 def _render_kafka(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
     k = settings.kafka
+    sasl_listener = sasl_config = ""
+    if k.sasl_listener_port:
+        sasl_listener = f",SASL_PLAINTEXT://{k.host}:{k.sasl_listener_port}"
+        sasl_config = (
+            "sasl.enabled.mechanisms=PLAIN\n"
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'user_{LOCAL_SASL_USER}="{local_sasl_password(settings)}";'
+        )
     render_template(
         "kafka/server.properties",
         dirs.conf / "server.properties",
@@ -32,6 +55,8 @@ def _render_kafka(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> N
         data_dir=dirs.data,
         partitions=k.partitions,
         retention_hours=k.retention_hours,
+        sasl_listener=sasl_listener,
+        sasl_config=sasl_config,
     )
     render_template("kafka/log4j.properties", dirs.conf / "log4j.properties")
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=").replace("-", "k")
@@ -62,7 +87,11 @@ KAFKA = Service(
     jar_group="kafka",
     main_class="kafka.Kafka",
     heap_mb=lambda s: s.kafka.heap_mb,
-    ports=lambda s: {"broker": s.kafka.port, "controller": s.kafka.controller_port},
+    ports=lambda s: {
+        "broker": s.kafka.port,
+        "controller": s.kafka.controller_port,
+        **({"sasl": s.kafka.sasl_listener_port} if s.kafka.sasl_listener_port else {}),
+    },
     host=lambda s: s.kafka.host,
     render=_render_kafka,
     args=lambda d: [str(d.conf / "server.properties")],

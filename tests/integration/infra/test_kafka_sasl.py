@@ -1,0 +1,76 @@
+"""SASL settings reach real Kafka clients: the local broker's SASL_PLAINTEXT listener (user
+`lambda`, PLAIN) accepts kafka-python and Spark's Kafka source configured only through the
+`kafka.*` settings, and refuses a wrong password with an authentication error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kafka.errors import KafkaError
+
+from definitions.store_connections import KafkaSettings
+from infra.store_services import LOCAL_SASL_USER, local_sasl_password
+from stores.clients import kafka_spark_options
+from stores.kafka import consumer, partition, producer
+
+
+def over_sasl(settings, password: str):
+    k = settings.kafka
+    if not k.sasl_listener_port:
+        pytest.skip("kafka.sasl_listener_port is 0: the local broker has no SASL listener")
+    kafka = KafkaSettings(
+        **{
+            **k.model_dump(),
+            "bootstrap_servers": [f"{k.host}:{k.sasl_listener_port}"],
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_username": LOCAL_SASL_USER,
+            "sasl_password": password,
+        }
+    )
+    return settings.model_copy(update={"kafka": kafka})
+
+
+def test_kafka_python_and_spark_read_and_write_over_sasl(settings, stack, spark, unique):
+    chosen = over_sasl(settings, local_sasl_password(settings))
+    topic = settings.kafka.dlq_topic
+    payload = f"sasl-{unique}".encode()
+    send = producer(chosen, f"test-sasl-{unique}")
+    try:
+        sent = send.send(topic, value=payload, partition=0).get(timeout=30)
+    finally:
+        send.close()
+    read = consumer(chosen, f"test-sasl-{unique}")
+    try:
+        tp = partition(topic, 0)
+        read.assign([tp])
+        read.seek(tp, sent.offset)
+        records = read.poll(timeout_ms=15_000, max_records=1).get(tp, [])
+        assert records and records[0].value == payload
+    finally:
+        read.close()
+    # Spark's own Kafka client (Java), with the JAAS configuration the settings make.
+    offsets = json.dumps({topic: {"0": sent.offset}})
+    ends = json.dumps({topic: {"0": sent.offset + 1}})
+    rows = (
+        spark.read.format("kafka")
+        .options(**kafka_spark_options(chosen))
+        .option("assign", json.dumps({topic: [0]}))
+        .option("startingOffsets", offsets)
+        .option("endingOffsets", ends)
+        .load()
+        .select("value")
+        .collect()
+    )
+    assert [bytes(r.value) for r in rows] == [payload]
+
+
+def test_a_wrong_password_is_refused_with_an_authentication_error(settings, stack, unique):
+    chosen = over_sasl(settings, "not-the-password")
+    with pytest.raises(KafkaError, match="(?i)authentication|SASL"):
+        send = producer(chosen, f"test-sasl-bad-{unique}", max_block_ms=10_000)
+        try:
+            send.send(settings.kafka.dlq_topic, value=b"x", partition=0).get(timeout=15)
+        finally:
+            send.close()
