@@ -43,6 +43,7 @@ from stores.batch_writer import (
 from stores.master import read_master
 from stores.pointer import (
     CutoffError,
+    NotCoveredYet,
     PointerMoved,
     advance,
     behind,
@@ -82,7 +83,7 @@ def choose_cutoff(
     marker = completeness.latest(settings)
     covered = marker.complete_before_ms if marker is not None else None
     if covered is None:
-        raise CutoffError("the archiver has not published completeness for every partition yet")
+        raise NotCoveredYet("the archiver has not published completeness for every partition yet")
     if requested_ms is None:
         cutoff = covered - covered % bucket_ms
     else:
@@ -91,7 +92,7 @@ def choose_cutoff(
                 f"cutoff {iso(requested_ms)} is not on an ingest-bucket boundary ({settings.ingest_bucket_s}s)"
             )
         if requested_ms > covered:
-            raise CutoffError(
+            raise NotCoveredYet(
                 f"cutoff {iso(requested_ms)} is not covered: the master dataset is complete only below {iso(covered)}"
             )
         cutoff = requested_ms

@@ -16,10 +16,11 @@ import subprocess
 from datetime import datetime, timedelta
 
 from airflow.exceptions import AirflowSkipException
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, PokeReturnValue, dag, get_current_context, task
 
 INTERVAL = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__INTERVAL_S", "3600")))
 NOTHING_NEW = 3  # `lambdactl batch --plan` exit code: no cutoff newer than the serving one
+NOT_COVERED_YET = 4  # ... the master dataset is not complete up to the cutoff yet: wait
 
 
 # Airflow runs in its own virtualenv without the platform's packages: every task calls the
@@ -71,9 +72,12 @@ def _params() -> dict:
     doc_md=__doc__,
 )
 def lambda_batch_recompute():
-    @task(retries=40, retry_delay=timedelta(seconds=15), execution_timeout=timedelta(minutes=2))
-    def wait_for_completeness() -> dict:
-        """The archiver's completeness must cover the cutoff (retried until it does)."""
+    # A sensor in reschedule mode: between pokes it holds no worker slot (the task instance shows
+    # `up_for_reschedule`); it gives up after an hour, and a refusal that waiting cannot fix (a
+    # cutoff off the bucket grid, behind serving) fails it at once, naming why.
+    @task.sensor(poke_interval=15, timeout=3_600, mode="reschedule", retries=0)
+    def wait_for_completeness() -> PokeReturnValue:
+        """The archiver's completeness must cover the cutoff: the plan of the run once it does."""
         p = _params()
         args = ["batch", "--plan"] + (["--cutoff", p["cutoff"]] if p["cutoff"] else [])
         if p["views"]:
@@ -81,11 +85,14 @@ def lambda_batch_recompute():
         if p["mode"] == "full_recompute":
             args.append("--force")
         try:
-            return lambdactl(*args)
+            plan = lambdactl(*args)
         except LambdactlError as exc:
             if exc.code == NOTHING_NEW:
                 raise AirflowSkipException("no cutoff newer than the serving version's") from exc
+            if exc.code == NOT_COVERED_YET:
+                return PokeReturnValue(is_done=False)
             raise
+        return PokeReturnValue(is_done=True, xcom_value=plan)
 
     @task
     def recompute(plan: dict) -> dict:

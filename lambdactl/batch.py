@@ -12,6 +12,11 @@ from lambdactl.output import _emit, _say
 
 log = logging.getLogger("lambdactl")
 
+# Exit codes of `lambdactl batch` beyond 0 (done) and 2 (refused): 3, with --plan: no view would
+# move past the cutoff it serves at; 4: the master dataset is not complete up to the cutoff yet.
+NOTHING_NEW = 3
+NOT_COVERED_YET = 4
+
 
 def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     """Run a batch recomputation, or one of its steps (what the Airflow DAG's tasks call)."""
@@ -19,6 +24,7 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.views import load_views
     from stores.batch_views import PointerMoved
     from stores.batch_writer import VerificationError
+    from stores.pointer import NotCoveredYet
     from stores.registry import version_store
 
     cutoff = parse_cutoff(args.cutoff) if args.cutoff else None
@@ -38,7 +44,7 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
                     "serving_version": current.version if current else None,
                 }
             )
-            return 0 if fresh or args.force else 3
+            return 0 if fresh or args.force else NOTHING_NEW
         if args.verify is not None:
             tables = verify_version(settings, args.verify)
             _emit({"version": args.verify, "verified": {k: vars(v) for k, v in tables.items()}})
@@ -58,6 +64,9 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
         result = run_batch(
             settings, cutoff, args.views.split(",") if args.views else None, args.force, swap=not args.no_swap
         )
+    except NotCoveredYet as exc:
+        log.error("batch refused for now: %s", exc)
+        return NOT_COVERED_YET
     except (CutoffError, VerificationError, PointerMoved) as exc:
         log.error("batch refused: %s", exc)
         return 2

@@ -22,6 +22,7 @@ from stores.clients import hbase_connection
 from stores.pointer import (
     DOC,
     CutoffError,
+    NotCoveredYet,
     Pointer,
     PointerFormatError,
     PointerMoved,
@@ -32,7 +33,7 @@ from stores.pointer import (
     table_view,
 )
 
-__all__ = ["CutoffError", "Pointer", "PointerFormatError", "PointerMoved", "VersionStore", "ViewEntry"]
+__all__ = ["CutoffError", "NotCoveredYet", "Pointer", "PointerFormatError", "PointerMoved", "VersionStore", "ViewEntry"]
 
 log = logging.getLogger(__name__)
 

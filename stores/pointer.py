@@ -35,6 +35,11 @@ class CutoffError(RuntimeError):
     """The requested cutoff cannot be served (not covered by the master dataset, or behind serving)."""
 
 
+class NotCoveredYet(CutoffError):
+    """The master dataset is not complete up to the cutoff yet: the archiver will get there, so
+    waiting (the DAG's sensor) is the answer, unlike the other refusals."""
+
+
 class PointerMoved(CutoffError):
     """Another writer moved the pointer after this run read it: this run's swap changed nothing (a
     CutoffError: the cutoff was planned against a pointer that is no longer there)."""
