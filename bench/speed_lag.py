@@ -9,7 +9,7 @@ import time
 
 from definitions.settings import Settings
 from speed_layer.job import JOB, QUERY
-from stores.progress import read_progress
+from stores.progress import read_local_progress
 from stores.webhdfs import WebHdfs
 
 log = logging.getLogger("bench.speed")
@@ -61,7 +61,7 @@ class LagProbe:
 
 def speed_progress(settings: Settings) -> dict | None:
     try:
-        return read_progress(settings, JOB).get("queries", {}).get(QUERY)
+        return read_local_progress(settings, JOB).get("queries", {}).get(QUERY)
     except RuntimeError as exc:
         log.warning("speed-layer progress: %s", exc)
         return None

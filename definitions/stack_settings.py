@@ -46,6 +46,10 @@ class StackSettings(_Section):
     # (unhealthy, with how far behind Kafka it was) by `lambdactl status`, `up` and /health: its
     # queries fire at least every few seconds (the archiver's ticks), so silence means a hang.
     stuck_after_s: float = Field(300, gt=0)
+    # Where the streaming jobs publish their progress on HDFS (what health and status read), and
+    # at most how often between their start and end.
+    progress_dir: str = "/lambda/progress"
+    progress_publish_s: float = Field(5.0, gt=0, le=60)
     # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at
     # this size, keeping this many older files beside it.
     log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024)

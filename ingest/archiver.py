@@ -29,7 +29,7 @@ from stores.clients import kafka_spark_options
 from stores.kafka import partition_count
 from stores.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
 from stores.master import master_url
-from stores.progress import ProgressFile, source_offsets
+from stores.progress import HdfsPublisher, ProgressFile, source_offsets
 
 log = logging.getLogger("lambda.archiver")
 
@@ -129,7 +129,9 @@ def run(settings: Settings) -> int:
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode})
     partitions = partition_count(settings, settings.kafka.events_topic)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
-    progress = ProgressFile(settings, JOB, {MASTER_QUERY: completeness_hook(settings, partitions)})
+    progress = ProgressFile(
+        settings, JOB, {MASTER_QUERY: completeness_hook(settings, partitions)}, publish=HdfsPublisher(settings, JOB)
+    )
     spark.streams.addListener(progress.listener())
     ticker = Ticker(settings)
     stopping = stop_on_signal("the archiver's queries")

@@ -28,7 +28,7 @@ from definitions.views import HLL_LG_K, key_text, load_views
 from definitions.views import cells as view_cells
 from stores import health
 from stores.kafka_source import kafka_stream, validated_events
-from stores.progress import ProgressFile
+from stores.progress import HdfsPublisher, ProgressFile
 from stores.realtime import RealtimeRow
 from stores.registry import process_realtime_writer, realtime_writer
 
@@ -210,6 +210,7 @@ def run(settings: Settings) -> int:
         settings,
         JOB,
         extra={"ingest_bucket_s": settings.ingest_bucket_s, "dedupe_window_s": settings.speed.dedupe_window_s},
+        publish=HdfsPublisher(settings, JOB),
     )
     spark.streams.addListener(progress.listener())
     stopping = stop_on_signal("the speed layer")

@@ -1,8 +1,11 @@
-"""Progress of a streaming job's queries, kept in a small JSON file for `lambdactl status`.
+"""Progress of a streaming job's queries: what its health, `lambdactl status` and the API read.
 
 A StreamingQueryListener feeds a ProgressFile: per query its last batch (rates, duration, rows
 behind Kafka, observed metrics), running totals of the observed metrics, and whatever a job adds
-through hooks (the archiver's completeness marker). The stack's health probes read the file.
+through hooks (the archiver's completeness marker). It is kept in a JSON file beside the driver
+(every batch, for diagnostics on that machine) and published to HDFS (`stack.progress_dir`) at
+start, at the end and at most every `stack.progress_publish_s` between: readers anywhere read
+HDFS (`read_progress`), not the driver's disk.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +29,32 @@ Hook = Callable[[object], "dict | None"]
 
 def progress_path(settings: Settings, job: str) -> Path:
     return settings.state_dir / "run" / f"{job}.progress.json"
+
+
+def published_path(settings: Settings, job: str) -> str:
+    """Where the job's progress is published on HDFS."""
+    return f"{settings.stack.progress_dir.rstrip('/')}/{job}.json"
+
+
+class HdfsPublisher:
+    """Publishes a job's progress document to HDFS over WebHDFS; a failure is logged (once per
+    minute at most) and never raised: the job goes on, its health shows the document's age."""
+
+    def __init__(self, settings: Settings, job: str) -> None:
+        self.settings = settings
+        self.path = published_path(settings, job)
+        self.last_error_logged = 0.0
+
+    def __call__(self, text: str) -> None:
+        from stores.webhdfs import WebHdfs
+
+        try:
+            with WebHdfs(self.settings, timeout_s=5.0) as hdfs:
+                hdfs.write(self.path, text.encode())
+        except Exception as exc:  # HDFS down or restarting: the next publication tries again
+            if time.monotonic() - self.last_error_logged > 60:
+                self.last_error_logged = time.monotonic()
+                log.warning("could not publish progress to %s: %s: %s", self.path, type(exc).__name__, exc)
 
 
 def source_offsets(text: str | None) -> dict[str, dict[int, int]]:
@@ -54,12 +84,22 @@ def rows_behind(progress) -> int | None:
 
 class ProgressFile:
     def __init__(
-        self, settings: Settings, job: str, hooks: dict[str, Hook] | None = None, extra: dict | None = None
+        self,
+        settings: Settings,
+        job: str,
+        hooks: dict[str, Hook] | None = None,
+        extra: dict | None = None,
+        publish: Callable[[str], None] | None = None,
     ) -> None:
+        """`publish` (HdfsPublisher in the jobs) receives the document to keep where readers find it."""
         self.path = progress_path(settings, job)
         self.hooks = hooks or {}
+        self.publish = publish
+        self.publish_every_s = settings.stack.progress_publish_s
+        self.published_at = 0.0
         self.lock = threading.Lock()
         self.state: dict = {
+            "host": socket.gethostname(),
             "pid": os.getpid(),
             "started_ms": int(time.time() * 1000),
             "queries": {},
@@ -72,14 +112,14 @@ class ProgressFile:
         with self.lock:
             self.names[query_id] = name
             self.state["queries"].setdefault(name, {})["active"] = True
-            self._write()
+            self._write(publish=True)
 
     def terminated(self, query_id: str, error: str | None) -> None:
         with self.lock:
             query = self.state["queries"].setdefault(self.names.get(query_id, query_id), {})
             query["active"] = False
             query["error"] = (error or "")[:2000] or None
-            self._write()
+            self._write(publish=True)
 
     def progress(self, p) -> None:
         observed = {k: v.asDict() for k, v in (p.observedMetrics or {}).items()}
@@ -121,12 +161,16 @@ class ProgressFile:
             self.state.update(extra)
             self._write()
 
-    def _write(self) -> None:
+    def _write(self, publish: bool = False) -> None:
         self.state["updated_ms"] = int(time.time() * 1000)
+        text = json.dumps(self.state, indent=1, default=str)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=1, default=str))
+        tmp.write_text(text)
         tmp.replace(self.path)
+        if self.publish is not None and (publish or time.monotonic() - self.published_at >= self.publish_every_s):
+            self.published_at = time.monotonic()
+            self.publish(text)
 
     def listener(self):
         """A StreamingQueryListener feeding this file (pyspark imported only when called)."""
@@ -153,17 +197,43 @@ class ProgressFile:
         return Listener()
 
 
-def read_progress(settings: Settings, job: str) -> dict:
-    """The job's progress as last written, checked to come from a live process."""
+def read_progress(settings: Settings, job: str, now_ms: int | None = None) -> dict:
+    """The job's progress as last published on HDFS, checked to come from a live process: on this
+    machine its pid must run; from another, the document must be recent (a job publishes every
+    `stack.progress_publish_s`, so silence for ten times that, or a minute, means it is gone)."""
     import psutil
 
+    from stores.webhdfs import WebHdfs, WebHdfsError
+
     try:
-        state = json.loads(progress_path(settings, job).read_text())
-    except (OSError, ValueError):
-        raise RuntimeError("no progress reported yet") from None
-    if not psutil.pid_exists(int(state.get("pid") or 0)):
-        raise RuntimeError("progress file is from a process that no longer runs")
+        with WebHdfs(settings, timeout_s=5.0) as hdfs:
+            raw = hdfs.read(published_path(settings, job))
+    except WebHdfsError as exc:
+        raise RuntimeError(f"progress cannot be read from HDFS: {exc}") from None
+    if raw is None:
+        raise RuntimeError("no progress reported yet")
+    try:
+        state = json.loads(raw)
+    except ValueError:
+        raise RuntimeError(f"progress on HDFS is not JSON: {published_path(settings, job)}") from None
+    if state.get("host") in (None, socket.gethostname()):
+        if not psutil.pid_exists(int(state.get("pid") or 0)):
+            raise RuntimeError("progress is from a process that no longer runs")
+    else:
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        age_s = (now_ms - int(state.get("updated_ms") or 0)) / 1000
+        if age_s > max(60.0, 10 * settings.stack.progress_publish_s):
+            raise RuntimeError(f"progress from {state.get('host')} is {age_s:.0f} s old: the job is not reporting")
     return state
+
+
+def read_local_progress(settings: Settings, job: str) -> dict:
+    """The progress file beside the driver, rewritten after every batch: for benchmarks and
+    diagnostics on the driver's machine (everything else reads the published copy)."""
+    try:
+        return json.loads(progress_path(settings, job).read_text())
+    except (OSError, ValueError):
+        raise RuntimeError("no progress file beside the driver") from None
 
 
 class Stuck(RuntimeError):
