@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -121,23 +122,28 @@ def _written_schema():
     return pa.schema([("written", pa.int64()), ("write_ms", pa.int64())])
 
 
-def partition_writer(settings: Settings, views: Mapping[str, tuple[str, str]]):
+def partition_writer(settings: Settings, views: Mapping[str, tuple[str, str]], timestamp_us: int):
     """What each task of a micro-batch runs in its executor's Python worker (mapInArrow): write the
-    partition's rows through the worker's own realtime writer, then yield how many it wrote and the
-    milliseconds the writes took. Workers are reused from task to task, so each keeps one connection
-    to the store."""
+    partition's rows, with the batch's write timestamp, through the worker's own realtime writer
+    (built at the first rows, so a batch of ticks only never connects); then yield how many it
+    wrote and the milliseconds the writes took. Workers are reused from task to task, so each keeps
+    one connection to the store."""
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import time
 
         import pyarrow as pa
 
-        writer = process_realtime_writer(settings)
+        writer = None
         written, spent = 0, 0.0
         for batch in batches:
+            if batch.num_rows == 0:
+                continue
             started = time.monotonic()
+            if writer is None:
+                writer = process_realtime_writer(settings)
             by_key, by_bucket = realtime_rows(views, batch.to_pylist())
-            writer.write(by_key, by_bucket)
+            writer.write(by_key, by_bucket, timestamp_us)
             spent += time.monotonic() - started
             written += len(by_key) + len(by_bucket)
         yield pa.RecordBatch.from_pydict(
@@ -150,17 +156,24 @@ def partition_writer(settings: Settings, views: Mapping[str, tuple[str, str]]):
 class BatchWriter:
     """foreachBatch sink: the micro-batch's updated groups, as absolute values, into Cassandra.
 
-    The executors write, each task its own partition (never through the driver); the driver learns
-    only how many rows were written."""
+    The executors write, each task its own partition (never through the driver); the driver picks
+    the batch's write timestamp (larger than every earlier batch's, so a late retry of an older
+    batch never overwrites a newer value) and learns only how many rows were written."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.views = {view.name: (view.aggregation, view.layout) for view in load_views(settings)}
+        self.last_timestamp_us = 0
+
+    def batch_timestamp_us(self) -> int:
+        self.last_timestamp_us = max(time.time_ns() // 1000, self.last_timestamp_us + 1)
+        return self.last_timestamp_us
 
     def __call__(self, batch_df, batch_id: int) -> int:
         from pyspark.sql import functions as F
 
-        counts = batch_df.mapInArrow(partition_writer(self.settings, self.views), "written long, write_ms long")
+        write = partition_writer(self.settings, self.views, self.batch_timestamp_us())
+        counts = batch_df.mapInArrow(write, "written long, write_ms long")
         written, write_ms = counts.agg(F.sum("written"), F.max("write_ms")).collect()[0]
         log.info(
             "batch %d: %d realtime rows upserted (the longest task wrote for %s ms)",

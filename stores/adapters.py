@@ -72,7 +72,11 @@ class RealtimeWriterAdapter(Protocol):
     micro-batch. Writes are upserts of absolute values: writing the same rows again changes nothing.
     `write` returns once every row is stored, or raises (the micro-batch then fails and is replayed)."""
 
-    def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow]) -> None: ...
+    def write(
+        self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow], timestamp_us: int | None = None
+    ) -> None:
+        """`timestamp_us`: the micro-batch's write time, larger for every later batch; a store that
+        keeps the latest write per row must keep the value with the larger one."""
 
     def close(self) -> None: ...
 

@@ -85,8 +85,11 @@ class TableSpec:
         return f"CREATE TABLE IF NOT EXISTS {keyspace}.{self.name} ({columns}, PRIMARY KEY {key}) WITH {options}"
 
     def insert(self) -> str:
+        """An upsert whose write timestamp is bound (the last parameter): the micro-batch's."""
         names = self.column_names
-        return f"INSERT INTO {self.name} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
+        return (
+            f"INSERT INTO {self.name} ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)}) USING TIMESTAMP ?"
+        )
 
     def before(self, column: str) -> tuple[str, ...]:
         """The clustering columns that come before `column` (a deletion names them, then a range on it)."""
@@ -282,13 +285,22 @@ class RealtimeWriter:
         self.by_key = self.session.prepare(TABLES[BY_KEY].insert())
         self.by_bucket = self.session.prepare(TABLES[BY_BUCKET].insert())
 
-    def write(self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow]) -> None:
+    def write(
+        self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow], timestamp_us: int | None = None
+    ) -> None:
+        """Upsert the rows with write timestamp `timestamp_us` (default: now). The speed layer gives
+        every row of a micro-batch its batch's timestamp, larger than any earlier batch's: whichever
+        process writes a row and whenever a late retry of an older batch lands, Cassandra keeps the
+        newest batch's value."""
         now = int(time.time() * 1000)
+        ts = timestamp_us if timestamp_us is not None else now * 1000
         bound = [
-            self.by_key.bind((r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket, r.value, r.sketch, now))
+            self.by_key.bind(
+                (r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket, r.value, r.sketch, now, ts)
+            )
             for r in by_key
         ] + [
-            self.by_bucket.bind((r.view, r.granularity, r.event_bucket, r.ingest_bucket, r.key, r.value, now))
+            self.by_bucket.bind((r.view, r.granularity, r.event_bucket, r.ingest_bucket, r.key, r.value, now, ts))
             for r in by_bucket
         ]
         batches = replica_batches(bound, self._replicas, self.settings.speed.write_batch_bytes)

@@ -98,8 +98,32 @@ def process_realtime_writer(settings: Settings) -> RealtimeWriterAdapter:
     key = settings.model_dump_json()
     writer = _PROCESS_WRITERS.get(key)
     if writer is None:
-        writer = _PROCESS_WRITERS[key] = realtime_writer(settings)
+        writer = _PROCESS_WRITERS[key] = _built_through_outages(settings)
     return writer
+
+
+def _built_through_outages(settings: Settings) -> RealtimeWriterAdapter:
+    """realtime_writer, tried again with backoff while its store cannot be reached, for up to
+    `speed.store_outage_s` (as the writes themselves are): a brief outage delays the micro-batch
+    instead of failing it. An adapter that cannot be loaded fails at once."""
+    import logging
+    import time
+
+    deadline = time.monotonic() + settings.speed.store_outage_s
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return realtime_writer(settings)
+        except AdapterNotFound:
+            raise
+        except Exception as exc:
+            if time.monotonic() >= deadline:
+                raise
+            logging.getLogger(__name__).warning(
+                "the realtime writer cannot connect (attempt %d): %s: %s; retrying", attempt, type(exc).__name__, exc
+            )
+            time.sleep(min(2**attempt, 10))
 
 
 def version_store(settings: Settings) -> VersionStoreAdapter:

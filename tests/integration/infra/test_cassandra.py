@@ -91,3 +91,30 @@ def test_realtime_rows_written_in_replica_batches_read_back_exactly(settings, st
             cluster.connect().execute(f"DROP KEYSPACE IF EXISTS test_{unique}")
         finally:
             cluster.shutdown()
+
+
+def test_a_late_write_of_an_older_micro_batch_never_replaces_a_newer_value(settings, stack, unique):
+    """Rows carry their micro-batch's write timestamp: a retry of batch N landing after batch N+1
+    (a slow executor, another machine's clock) leaves N+1's value in place."""
+    from stores.realtime import RealtimeReader, RealtimeRow, RealtimeWriter, ensure_keyspace
+
+    chosen = settings.model_copy(
+        update={"cassandra": settings.cassandra.model_copy(update={"keyspace": f"test_{unique}"})}
+    )
+    ensure_keyspace(chosen)
+    writer, reader = RealtimeWriter(chosen), RealtimeReader(chosen)
+    try:
+        newer, older = 1_800_000_000_000_001, 1_800_000_000_000_000
+        writer.write([RealtimeRow("page_views", "minute", "/t", 60, 120, 12)], [], newer)
+        writer.write([RealtimeRow("page_views", "minute", "/t", 60, 120, 10)], [], older)
+        assert reader.series("page_views", "minute", "/t", [60], 0)[60].value == 12
+        writer.write([RealtimeRow("page_views", "minute", "/t", 60, 120, 15)], [], newer + 1)
+        assert reader.series("page_views", "minute", "/t", [60], 0)[60].value == 15
+    finally:
+        writer.close()
+        reader.close()
+        cluster = cassandra_cluster(settings)
+        try:
+            cluster.connect().execute(f"DROP KEYSPACE IF EXISTS test_{unique}")
+        finally:
+            cluster.shutdown()

@@ -35,10 +35,13 @@ def test_the_executors_write_the_micro_batch_and_the_driver_learns_only_the_coun
     rows = aggregated(500)
     frame = spark.createDataFrame(rows, SCHEMA).repartition(2)
 
-    written = BatchWriter(chosen)(frame, 7)
+    sink = BatchWriter(chosen)
+    written = sink(frame, 7)
 
     records = [json.loads(line) for path in tmp_path.glob("writes-*.jsonl") for line in path.read_text().splitlines()]
     assert written == len(rows) == len(records)
+    first_timestamp = sink.last_timestamp_us
+    assert {r["timestamp_us"] for r in records} == {first_timestamp}, "one write timestamp per micro-batch"
     pids = {r["pid"] for r in records}
     assert os.getpid() not in pids, "the driver wrote rows itself"
     got = sorted(
@@ -68,3 +71,13 @@ def test_the_executors_write_the_micro_batch_and_the_driver_learns_only_the_coun
         for view, granularity, key, event_bucket, ingest_bucket, n, _total, sketch, estimate in rows
     )
     assert got == expected
+
+    # The next micro-batch's rows carry a larger timestamp, even within the same microsecond.
+    for path in tmp_path.glob("writes-*.jsonl"):
+        path.unlink()
+    sink.last_timestamp_us = 2**62  # a clock that stepped back must not make a later batch older
+    sink(frame.limit(10), 8)
+    later = {
+        json.loads(line)["timestamp_us"] for p in tmp_path.glob("writes-*.jsonl") for line in p.read_text().splitlines()
+    }
+    assert later == {2**62 + 1}

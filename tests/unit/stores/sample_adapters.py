@@ -50,7 +50,7 @@ class RecordingRealtimeReader(_Recorded):
 
 
 class RecordingRealtimeWriter(_Recorded):
-    def write(self, by_key, by_bucket) -> None:
+    def write(self, by_key, by_bucket, timestamp_us=None) -> None:
         self.calls.append(("write", (list(by_key), list(by_bucket))))
 
 
@@ -83,7 +83,7 @@ class FileRealtimeWriter:
 
         self.path = settings.state_dir / f"writes-{os.getpid()}.jsonl"
 
-    def write(self, by_key, by_bucket) -> None:
+    def write(self, by_key, by_bucket, timestamp_us=None) -> None:
         import dataclasses
         import json
         import os
@@ -93,7 +93,8 @@ class FileRealtimeWriter:
                 for row in rows:
                     fields = dataclasses.asdict(row)
                     fields["sketch"] = None if row.sketch is None else row.sketch.hex()
-                    out.write(json.dumps({"pid": os.getpid(), "table": table, **fields}) + "\n")
+                    record = {"pid": os.getpid(), "table": table, "timestamp_us": timestamp_us, **fields}
+                    out.write(json.dumps(record) + "\n")
 
     def close(self) -> None:
         pass

@@ -21,9 +21,9 @@ def test_the_writer_binds_every_column_in_declared_order():
     statement = TABLES[BY_KEY].insert()
     assert statement == (
         "INSERT INTO realtime_by_key (view_name, granularity, key, event_bucket, ingest_bucket, value, sketch, "
-        "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
     )
-    assert TABLES[BY_BUCKET].insert().count("?") == len(TABLES[BY_BUCKET].columns) == 7
+    assert TABLES[BY_BUCKET].insert().count("?") == len(TABLES[BY_BUCKET].columns) + 1 == 8
 
 
 def test_the_clean_up_deletes_by_the_declared_keys():
