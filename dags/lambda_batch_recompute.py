@@ -73,9 +73,17 @@ def _params() -> dict:
 )
 def lambda_batch_recompute():
     # A sensor in reschedule mode: between pokes it holds no worker slot (the task instance shows
-    # `up_for_reschedule`); it gives up after an hour, and a refusal that waiting cannot fix (a
-    # cutoff off the bucket grid, behind serving) fails it at once, naming why.
-    @task.sensor(poke_interval=15, timeout=3_600, mode="reschedule", retries=0)
+    # `up_for_reschedule`); it gives up after an hour. A refusal that waiting cannot fix (a cutoff
+    # off the bucket grid, behind serving) fails the poke, naming why; any failure is retried twice
+    # (a store that blinked), each poke at most two minutes.
+    @task.sensor(
+        poke_interval=15,
+        timeout=3_600,
+        mode="reschedule",
+        retries=2,
+        retry_delay=timedelta(seconds=20),
+        execution_timeout=timedelta(minutes=2),
+    )
     def wait_for_completeness() -> PokeReturnValue:
         """The archiver's completeness must cover the cutoff: the plan of the run once it does."""
         p = _params()

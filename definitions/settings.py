@@ -11,6 +11,7 @@ refused, so a typo fails at load instead of being ignored.
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,6 +59,19 @@ class SparkClusterSettings(_Section):
     @property
     def master_url(self) -> str:
         return f"spark://{self.host}:{self.port}"
+
+    @model_validator(mode="after")
+    def _executors_fit_the_workers(self) -> SparkClusterSettings:
+        match = re.fullmatch(r"(\d+)([kmgt])", self.executor_memory.strip().lower())
+        if not match:
+            raise ValueError(f"spark.cluster.executor_memory: {self.executor_memory!r} is not like 768m or 2g")
+        mb = int(match.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}[match.group(2)]
+        if self.workers and mb > self.worker_memory_mb:
+            raise ValueError(
+                f"spark.cluster.executor_memory {self.executor_memory} exceeds what a worker offers "
+                f"(spark.cluster.worker_memory_mb={self.worker_memory_mb}): no application would get an executor"
+            )
+        return self
 
 
 class SparkSettings(_Section):
@@ -148,7 +162,7 @@ class SpeedSettings(_Section):
     # batch is one request, which its replicas apply locally), each batch up to this many bytes of
     # values (Cassandra warns above its batch_size_warn_threshold, 5 KiB by default). 0: every row
     # is its own request.
-    write_batch_bytes: int = Field(5_120, ge=0, le=1_048_576)
+    write_batch_bytes: int = Field(5_120, ge=0, le=51_200)  # Cassandra refuses batches over 50 KiB by default
     # How long a micro-batch keeps retrying its Cassandra writes (a restart, a brief outage) before
     # the query fails: meanwhile the job waits and Kafka holds the records, nothing is lost.
     store_outage_s: float = Field(600, ge=0)

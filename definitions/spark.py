@@ -105,6 +105,10 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
     if not master.startswith("local"):
         conf["spark.cores.max"] = str(cluster.app_cores)
         conf["spark.executor.memory"] = cluster.executor_memory
+        # Executors' logs roll like every log of the stack.
+        conf["spark.executor.logs.rolling.strategy"] = "size"
+        conf["spark.executor.logs.rolling.maxSize"] = str(settings.stack.log_max_bytes)
+        conf["spark.executor.logs.rolling.maxRetainedFiles"] = str(settings.stack.log_backups)
     conf.update(s.conf)
     conf.update(extra or {})
     return conf

@@ -48,7 +48,7 @@ class StackSettings(_Section):
     stuck_after_s: float = Field(300, gt=0)
     # Where the streaming jobs publish their progress on HDFS (what health and status read), and
     # at most how often between their start and end.
-    progress_dir: str = "/lambda/progress"
+    progress_dir: str = Field("/lambda/progress", pattern=r"^/")
     progress_publish_s: float = Field(5.0, gt=0, le=60)
     # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at
     # this size, keeping this many older files beside it.

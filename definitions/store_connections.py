@@ -3,6 +3,7 @@ defaults: the local stack) or on clusters (lists of brokers and hosts, security,
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
@@ -10,6 +11,7 @@ from pydantic import Field, SecretStr, model_validator
 from definitions.section import Section as _Section
 
 LOCAL_HOST = "127.0.0.1"
+DC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class KafkaSettings(_Section):
@@ -53,7 +55,7 @@ class KafkaSettings(_Section):
             )
         for server in self.bootstrap_servers:
             host, _, port = server.rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not port.isdigit() or not 0 < int(port) < 65_536:
                 raise ValueError(f"kafka.bootstrap_servers: {server!r} is not host:port")
         return self
 
@@ -76,6 +78,13 @@ class HdfsSettings(_Section):
     namenode_heap_mb: int = 384
     datanode_heap_mb: int = 256
     health_timeout_s: float = 120
+
+    @model_validator(mode="after")
+    def _webhdfs_urls_are_http(self) -> HdfsSettings:
+        for url in self.webhdfs_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"hdfs.webhdfs_urls: {url!r} is not an http:// or https:// URL")
+        return self
 
     @property
     def url(self) -> str:
@@ -152,9 +161,12 @@ class CassandraSettings(_Section):
 
     @model_validator(mode="after")
     def _replication_counts(self) -> CassandraSettings:
-        bad = {dc: n for dc, n in self.replication.items() if not dc or n < 1}
+        bad = {dc: n for dc, n in self.replication.items() if n < 1}
         if bad:
-            raise ValueError(f"cassandra.replication: every data centre needs a name and at least 1 copy, got {bad}")
+            raise ValueError(f"cassandra.replication: every data centre needs at least 1 copy, got {bad}")
+        names = [dc for dc in self.replication if not DC_NAME.fullmatch(dc) or dc == "class"]
+        if names:
+            raise ValueError(f"cassandra.replication: {names} are not data centre names (letters, digits, . _ -)")
         return self
 
     @property

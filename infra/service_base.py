@@ -154,10 +154,16 @@ class Service:
             raise StackError(self.name, f"no jars in {jars}: run `make setup` (mvn resolves them from infra/maven)")
 
 
-def render_template(source: str, target: Path, **values: object) -> None:
+def render_template(source: str, target: Path, private: bool = False, **values: object) -> None:
+    """Render a template into `target`; `private`: readable by the owner only (it holds a secret)."""
+    from definitions.files import write_private
+
     text = Template((TEMPLATES / source).read_text()).substitute({k: str(v) for k, v in values.items()})
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
+    if private:
+        write_private(target, text)
+    else:
+        target.write_text(text)
 
 
 def _run_once(service: str, marker: Path, command: list[str], cwd: Path) -> None:

@@ -62,6 +62,13 @@ class SparkDaemon(Service):
             "SPARK_HOME": str(home),
             "JAVA_HOME": str(java.home),
             "SPARK_DAEMON_MEMORY": f"{c.daemon_heap_mb}m",
+            # Every port, web UIs included, on the cluster's host only (Spark binds its UIs to
+            # 0.0.0.0 unless told); the master's UI cannot kill applications.
+            "SPARK_LOCAL_IP": c.host,
+            "SPARK_MASTER_OPTS": "-Dspark.ui.killEnabled=false",
+            # A worker deletes the work directories (jars, logs) of finished applications after a day.
+            "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.interval=3600 "
+            "-Dspark.worker.cleanup.appDataTtl=86400",
         }
         return [
             "env",

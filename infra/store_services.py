@@ -49,6 +49,7 @@ def _render_kafka(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> N
     render_template(
         "kafka/server.properties",
         dirs.conf / "server.properties",
+        private=bool(k.sasl_listener_port),  # the SASL listener's password is in it
         host=k.host,
         port=k.port,
         controller_port=k.controller_port,

@@ -57,8 +57,18 @@ class BatchViewReader:
             except Exception as exc:
                 if attempt == self.attempts:
                     log.warning("hbase read failed: %s: %s", type(exc).__name__, exc)
+                    self._forget_server(exc)
                     raise BatchViewsUnavailable(f"{type(exc).__name__}: {exc}") from exc
         raise AssertionError("not reached")
+
+    def _forget_server(self, exc: Exception) -> None:
+        """After a failed read, the next one picks the Thrift server again (failover across
+        `hbase.thrift_hosts`); a pool that only had no free connection is kept."""
+        import happybase
+
+        if len(self.settings.hbase.thrift_endpoints) > 1 and not isinstance(exc, happybase.NoConnectionsAvailable):
+            with self._lock:
+                self._pool = None
 
     def pointer_columns(self) -> dict[bytes, bytes]:
         """The pointer row's columns (empty before the first batch run)."""

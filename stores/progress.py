@@ -121,6 +121,11 @@ class ProgressFile:
             query["error"] = (error or "")[:2000] or None
             self._write(publish=True)
 
+    def idle(self) -> None:
+        """No batch to run (Spark says so every few seconds): the document stays fresh for readers."""
+        with self.lock:
+            self._write()
+
     def progress(self, p) -> None:
         observed = {k: v.asDict() for k, v in (p.observedMetrics or {}).items()}
         state_rows = sum(op.numRowsTotal for op in (p.stateOperators or ()))
@@ -189,7 +194,7 @@ class ProgressFile:
                     log.exception("could not record progress of %s", event.progress.name)
 
             def onQueryIdle(self, event) -> None:
-                pass
+                progress_file.idle()
 
             def onQueryTerminated(self, event) -> None:
                 progress_file.terminated(str(event.id), event.exception)
@@ -200,29 +205,36 @@ class ProgressFile:
 def read_progress(settings: Settings, job: str, now_ms: int | None = None) -> dict:
     """The job's progress as last published on HDFS, checked to come from a live process: on this
     machine its pid must run; from another, the document must be recent (a job publishes every
-    `stack.progress_publish_s`, so silence for ten times that, or a minute, means it is gone)."""
+    `stack.progress_publish_s` while it runs batches and while it idles, so silence for longer than
+    `stack.stuck_after_s` means it is gone)."""
     import psutil
 
     from stores.webhdfs import WebHdfs, WebHdfsError
 
-    try:
-        with WebHdfs(settings, timeout_s=5.0) as hdfs:
-            raw = hdfs.read(published_path(settings, job))
-    except WebHdfsError as exc:
-        raise RuntimeError(f"progress cannot be read from HDFS: {exc}") from None
-    if raw is None:
+    state = None
+    for attempt in range(3):  # a publication replaces the file: a read may fall in between
+        if attempt:
+            time.sleep(0.2)
+        try:
+            with WebHdfs(settings, timeout_s=5.0) as hdfs:
+                raw = hdfs.read(published_path(settings, job))
+        except WebHdfsError as exc:
+            raise RuntimeError(f"progress cannot be read from HDFS: {exc}") from None
+        try:
+            state = json.loads(raw) if raw else None
+        except ValueError:
+            state = None
+        if isinstance(state, dict):
+            break
+    if not isinstance(state, dict):
         raise RuntimeError("no progress reported yet")
-    try:
-        state = json.loads(raw)
-    except ValueError:
-        raise RuntimeError(f"progress on HDFS is not JSON: {published_path(settings, job)}") from None
     if state.get("host") in (None, socket.gethostname()):
         if not psutil.pid_exists(int(state.get("pid") or 0)):
             raise RuntimeError("progress is from a process that no longer runs")
     else:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         age_s = (now_ms - int(state.get("updated_ms") or 0)) / 1000
-        if age_s > max(60.0, 10 * settings.stack.progress_publish_s):
+        if age_s > max(settings.stack.stuck_after_s, 10 * settings.stack.progress_publish_s):
             raise RuntimeError(f"progress from {state.get('host')} is {age_s:.0f} s old: the job is not reporting")
     return state
 

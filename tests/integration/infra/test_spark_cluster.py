@@ -59,6 +59,20 @@ def test_a_batch_run_is_a_cluster_application_with_executors(settings, cluster):
     assert worker_executors(cluster).get(batch[0]["id"]), "the batch run had no executor on the workers"
 
 
+def test_executors_run_the_platforms_code_from_the_shipped_archive(spark, cluster):
+    """The executors import the job packages from the archive Spark distributed (addPyFile), not
+    from this checkout (executors on another machine have no checkout)."""
+
+    def where(_):
+        import speed_layer.job
+        import stores.realtime
+
+        yield (stores.realtime.__file__, speed_layer.job.__file__)
+
+    files = spark.sparkContext.parallelize(range(2), 2).mapPartitions(where).collect()
+    assert files and all(".zip" in f and "lambda-jobs-" in f for pair in files for f in pair), files
+
+
 def _cassandra_peers(processes, port: int) -> int:
     count = 0
     for proc in processes:

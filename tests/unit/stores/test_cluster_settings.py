@@ -116,3 +116,30 @@ def test_webhdfs_tries_every_namenode_url():
     settings = with_(hdfs=HdfsSettings(webhdfs_urls=["http://nn1:9870", "http://nn2:9870"]))
     with WebHdfs(settings) as client:
         assert client.client.urls == ["http://nn1:9870", "http://nn2:9870"]
+
+
+@pytest.mark.parametrize(
+    "section, fields, named",
+    [
+        (KafkaSettings, {"bootstrap_servers": ["b:99999"]}, "not host:port"),
+        (CassandraSettings, {"replication": {"dc'1": 3}}, "not data centre names"),
+        (CassandraSettings, {"replication": {"class": 3}}, "not data centre names"),
+        (HdfsSettings, {"webhdfs_urls": ["nn1:9870"]}, "not an http"),
+    ],
+)
+def test_cluster_settings_that_would_fail_later_are_refused_now(section, fields, named):
+    with pytest.raises(ValidationError, match=named):
+        section(**fields)
+
+
+def test_the_local_cluster_settings_are_checked():
+    from definitions.settings import SparkClusterSettings
+    from definitions.stack_settings import StackSettings
+
+    with pytest.raises(ValidationError, match="exceeds what a worker offers"):
+        SparkClusterSettings(workers=1, executor_memory="8g", worker_memory_mb=1024)
+    with pytest.raises(ValidationError, match="not like 768m"):
+        SparkClusterSettings(executor_memory="lots")
+    assert SparkClusterSettings(workers=1, executor_memory="1g", worker_memory_mb=1024).workers == 1
+    with pytest.raises(ValidationError, match="progress_dir"):
+        StackSettings(progress_dir="relative/progress")
