@@ -45,9 +45,10 @@ class SparkClusterSettings(_Section):
     host: str = LOCAL_HOST
     port: int = 7077
     ui_port: int = 8090  # the master's web UI and JSON (/json/); workers use the ports after it
-    # Task slots and memory each worker offers (slots may exceed the machine's cores: the streaming
-    # jobs hold theirs all the time, and the batch job needs its own).
-    worker_cores: int = Field(6, ge=1)
+    # Task slots and memory each worker offers. Slots may exceed the machine's cores: the archiver and
+    # the speed layer hold theirs all the time, and a batch run, a report and a manual run beside a
+    # DAG run each need their own (an application that finds none waits).
+    worker_cores: int = Field(12, ge=1)
     worker_memory_mb: int = Field(3_072, ge=512)
     daemon_heap_mb: int = Field(256, ge=64)
     # What each application takes of the cluster: at most this many task slots, and executors of
