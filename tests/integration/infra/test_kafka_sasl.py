@@ -66,11 +66,13 @@ def test_kafka_python_and_spark_read_and_write_over_sasl(settings, stack, spark,
     assert [bytes(r.value) for r in rows] == [payload]
 
 
-def test_a_wrong_password_is_refused_with_an_authentication_error(settings, stack, unique):
+def test_a_wrong_password_is_refused_with_an_authentication_error(settings, stack, unique, caplog):
+    """kafka-python gives up with a timeout; the broker's refusal is in its log, in words."""
     chosen = over_sasl(settings, "not-the-password")
-    with pytest.raises(KafkaError, match="(?i)authentication|SASL"):
+    with pytest.raises(KafkaError):
         send = producer(chosen, f"test-sasl-bad-{unique}", max_block_ms=10_000)
         try:
             send.send(settings.kafka.dlq_topic, value=b"x", partition=0).get(timeout=15)
         finally:
             send.close()
+    assert "Authentication failed: Invalid username or password" in caplog.text
