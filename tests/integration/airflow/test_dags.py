@@ -96,6 +96,18 @@ def run_to_the_end(settings, conf: dict, timeout_s: float) -> tuple[dict, dict[s
         client.close()
 
 
+def active_runs(settings) -> list[dict]:
+    """The DAG's runs that are queued or running, through Airflow's API."""
+    client = AirflowClient(settings)
+    try:
+        runs = client._call(
+            "GET", f"/api/v2/dags/{settings.airflow.dag_id}/dagRuns", params={"state": ["queued", "running"]}
+        )
+        return runs["dag_runs"]
+    finally:
+        client.close()
+
+
 def run_watching(settings, conf: dict, task_id: str, timeout_s: float = 1_200) -> tuple[dict, dict[str, str], list]:
     """Trigger the DAG through the API and poll the run until it ends: (run, {task id: state}, the
     states `task_id` went through, in order)."""
@@ -136,6 +148,10 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
             duplicate_fraction=0.05,
         ),
     )
+    covered = wait_cutoff_past(settings, sent)
+    # Unpausing the DAG starts a scheduled run at once, and runs go one at a time: let it finish,
+    # or this run would start only once the archiver had covered the cutoff below.
+    wait_for(lambda: not active_runs(settings), "the DAG's scheduled run to finish", timeout_s=900, interval_s=2)
     covered = wait_cutoff_past(settings, sent)
     before = VersionStore(settings).pointer()
     # A cutoff two ingest buckets beyond what the master dataset covers: the run's sensor waits
