@@ -25,9 +25,8 @@ from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from ingest.ticker import Ticker
 from stores import completeness, health
-from stores.clients import kafka_spark_options
 from stores.kafka import partition_count
-from stores.kafka_source import SOURCE_COLUMNS, kafka_stream, validated_events
+from stores.kafka_source import SOURCE_COLUMNS, kafka_sink_options, kafka_stream, validated_events
 from stores.master import master_url
 from stores.progress import HdfsPublisher, ProgressFile, source_offsets
 
@@ -87,7 +86,7 @@ def build_queries(spark, settings: Settings):
     dlq = (
         invalid.writeStream.format("kafka")
         .queryName(DLQ_QUERY)
-        .options(**kafka_spark_options(settings))
+        .options(**kafka_sink_options(settings))
         .option("topic", settings.kafka.dlq_topic)
         .option("checkpointLocation", f"{checkpoints}/dlq")
         .trigger(processingTime=trigger)

@@ -39,6 +39,11 @@ def kafka_stream(
     return reader.load()
 
 
+def kafka_sink_options(settings: Settings) -> dict[str, str]:
+    """The brokers and security options of a Spark query writing to Kafka (the dead letters)."""
+    return kafka_spark_options(settings)
+
+
 def register_validator(spark: "SparkSession") -> str:
     """The contract's JVM validator (definitions/jvm, in spark.jars) as a SQL function; its name."""
     spark.udf.registerJavaFunction(VALIDATOR_FUNCTION, JVM_VALIDATOR_CLASS, VALIDATION_DDL)

@@ -9,6 +9,7 @@ from definitions.store_connections import CassandraSettings, HBaseSettings, Hdfs
 from stores.clients import cassandra_cluster, hbase_connection
 from stores.kafka import consumer, partition, producer
 from stores.webhdfs import WebHdfs
+from tests.support.kafka_topics import scratch_topic
 
 
 def dead_port() -> int:
@@ -46,20 +47,21 @@ def test_kafka_clients_use_the_whole_broker_list(settings, stack, unique):
     k = settings.kafka
     servers = [f"127.0.0.1:{dead_port()}", k.bootstrap]
     chosen = settings.model_copy(update={"kafka": KafkaSettings(**{**k.model_dump(), "bootstrap_servers": servers})})
-    send = producer(chosen, f"test-{unique}")
-    try:
-        sent = send.send(k.dlq_topic, value=f"cluster-settings-{unique}".encode(), partition=0).get(timeout=30)
-    finally:
-        send.close()
-    read = consumer(chosen, f"test-{unique}")
-    try:
-        tp = partition(k.dlq_topic, 0)
-        read.assign([tp])
-        read.seek(tp, sent.offset)
-        records = read.poll(timeout_ms=10_000, max_records=1).get(tp, [])
-        assert records and records[0].value == f"cluster-settings-{unique}".encode()
-    finally:
-        read.close()
+    with scratch_topic(settings, f"test-brokers-{unique}") as topic:
+        send = producer(chosen, f"test-{unique}")
+        try:
+            sent = send.send(topic, value=f"cluster-settings-{unique}".encode(), partition=0).get(timeout=30)
+        finally:
+            send.close()
+        read = consumer(chosen, f"test-{unique}")
+        try:
+            tp = partition(topic, 0)
+            read.assign([tp])
+            read.seek(tp, sent.offset)
+            records = read.poll(timeout_ms=10_000, max_records=1).get(tp, [])
+            assert records and records[0].value == f"cluster-settings-{unique}".encode()
+        finally:
+            read.close()
 
 
 def test_a_keyspace_replicated_per_data_centre_serves_realtime_rows(settings, stack, unique):

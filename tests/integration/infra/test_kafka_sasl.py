@@ -13,6 +13,7 @@ from definitions.store_connections import KafkaSettings
 from infra.store_services import LOCAL_SASL_USER, local_sasl_password
 from stores.clients import kafka_spark_options
 from stores.kafka import consumer, partition, producer
+from tests.support.kafka_topics import scratch_topic
 
 
 def over_sasl(settings, password: str):
@@ -34,45 +35,45 @@ def over_sasl(settings, password: str):
 
 def test_kafka_python_and_spark_read_and_write_over_sasl(settings, stack, spark, unique):
     chosen = over_sasl(settings, local_sasl_password(settings))
-    topic = settings.kafka.dlq_topic
-    payload = f"sasl-{unique}".encode()
-    send = producer(chosen, f"test-sasl-{unique}")
-    try:
-        sent = send.send(topic, value=payload, partition=0).get(timeout=30)
-    finally:
-        send.close()
-    read = consumer(chosen, f"test-sasl-{unique}")
-    try:
-        tp = partition(topic, 0)
-        read.assign([tp])
-        read.seek(tp, sent.offset)
-        records = read.poll(timeout_ms=15_000, max_records=1).get(tp, [])
-        assert records and records[0].value == payload
-    finally:
-        read.close()
-    # Spark's own Kafka client (Java), with the JAAS configuration the settings make.
-    offsets = json.dumps({topic: {"0": sent.offset}})
-    ends = json.dumps({topic: {"0": sent.offset + 1}})
-    rows = (
-        spark.read.format("kafka")
-        .options(**kafka_spark_options(chosen))
-        .option("assign", json.dumps({topic: [0]}))
-        .option("startingOffsets", offsets)
-        .option("endingOffsets", ends)
-        .load()
-        .select("value")
-        .collect()
-    )
-    assert [bytes(r.value) for r in rows] == [payload]
+    with scratch_topic(settings, f"test-sasl-{unique}") as topic:
+        payload = f"sasl-{unique}".encode()
+        send = producer(chosen, f"test-sasl-{unique}")
+        try:
+            sent = send.send(topic, value=payload, partition=0).get(timeout=30)
+        finally:
+            send.close()
+        read = consumer(chosen, f"test-sasl-{unique}")
+        try:
+            tp = partition(topic, 0)
+            read.assign([tp])
+            read.seek(tp, sent.offset)
+            records = read.poll(timeout_ms=15_000, max_records=1).get(tp, [])
+            assert records and records[0].value == payload
+        finally:
+            read.close()
+        # Spark's own Kafka client (Java), with the JAAS configuration the settings make.
+        offsets = json.dumps({topic: {"0": sent.offset}})
+        ends = json.dumps({topic: {"0": sent.offset + 1}})
+        rows = (
+            spark.read.format("kafka")
+            .options(**kafka_spark_options(chosen))
+            .option("assign", json.dumps({topic: [0]}))
+            .option("startingOffsets", offsets)
+            .option("endingOffsets", ends)
+            .load()
+            .select("value")
+            .collect()
+        )
+        assert [bytes(r.value) for r in rows] == [payload]
 
 
 def test_a_wrong_password_is_refused_with_an_authentication_error(settings, stack, unique, caplog):
     """kafka-python gives up with a timeout; the broker's refusal is in its log, in words."""
     chosen = over_sasl(settings, "not-the-password")
-    with pytest.raises(KafkaError):
+    with scratch_topic(settings, f"test-sasl-bad-{unique}") as topic, pytest.raises(KafkaError):
         send = producer(chosen, f"test-sasl-bad-{unique}", max_block_ms=10_000)
         try:
-            send.send(settings.kafka.dlq_topic, value=b"x", partition=0).get(timeout=15)
+            send.send(topic, value=b"x", partition=0).get(timeout=15)
         finally:
             send.close()
     assert "Authentication failed: Invalid username or password" in caplog.text

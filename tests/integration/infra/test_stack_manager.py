@@ -27,7 +27,12 @@ def _isolated_kafka(settings: Settings, tmp_path, port: int | None = None) -> Se
     return Settings(
         state_dir=tmp_path / "state",
         jars_dir=settings.jars_dir,
-        kafka={"port": port or _free_port(), "controller_port": _free_port(), "health_timeout_s": 60},
+        kafka={
+            "port": port or _free_port(),
+            "controller_port": _free_port(),
+            "sasl_listener_port": 0,
+            "health_timeout_s": 60,
+        },
         stack={"managed_services": ["kafka"], "stop_timeout_s": 20},
     )
 
@@ -96,7 +101,13 @@ def test_service_that_dies_is_named_with_its_log_tail(settings, tmp_path):
     own = Settings(
         state_dir=tmp_path / "state",
         jars_dir=settings.jars_dir,
-        kafka={"port": _free_port(), "controller_port": _free_port(), "heap_mb": 8, "health_timeout_s": 60},
+        kafka={
+            "port": _free_port(),
+            "controller_port": _free_port(),
+            "sasl_listener_port": 0,
+            "heap_mb": 8,
+            "health_timeout_s": 60,
+        },
         stack={"managed_services": ["kafka"]},
     )
     stack = Stack(own, ["kafka"])

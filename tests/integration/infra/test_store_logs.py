@@ -93,7 +93,12 @@ def test_stores_started_by_the_stack_rotate_their_logs(settings, tmp_path):
     own = Settings(
         state_dir=tmp_path / "state",
         jars_dir=settings.jars_dir,
-        kafka={"port": _free_port(), "controller_port": _free_port(), "health_timeout_s": 120},
+        kafka={
+            "port": _free_port(),
+            "controller_port": _free_port(),
+            "sasl_listener_port": _free_port(),
+            "health_timeout_s": 120,
+        },
         hdfs={"port": _free_port(), "http_port": _free_port(), "health_timeout_s": 180},
         cassandra={"port": _free_port(), "storage_port": _free_port(), "health_timeout_s": 300},
         stack={
