@@ -184,31 +184,44 @@ class BatchWriter:
         return int(written or 0)
 
 
-def check_checkpoint_settings(settings: Settings) -> None:
+def check_checkpoint_settings(settings: Settings, declared: list[str]) -> None:
     """The aggregation state depends on the ingest bucket size: refuse to resume a checkpoint made
-    with another one (its windows would be wrong), and record the size of a new checkpoint."""
+    with another one (its windows would be wrong). Record in the marker the size of a new checkpoint,
+    its first start, and since when each of the `declared` views is maintained (a view new to this
+    start from now: stores.view_lifecycle)."""
     from stores import checkpoints
+    from stores.view_lifecycle import maintained_since
 
     marker = checkpoints.read_marker(settings)
-    made_with = None if marker is None else marker.ingest_bucket_s
-    if marker is None:
-        checkpoints.write_marker(settings)
-    elif marker.started_ms is None and made_with == settings.ingest_bucket_s:
-        # A marker from before start times were recorded: it was written at the first start.
-        checkpoints.write_marker(settings, checkpoints.file_written_ms(settings))
-    if made_with is not None and made_with != settings.ingest_bucket_s:
+    if marker is not None and marker.ingest_bucket_s != settings.ingest_bucket_s:
+        made_with = marker.ingest_bucket_s
         raise SystemExit(
             f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with ingest_bucket_s="
             f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "
             "and its marker (the speed layer then recomputes from the earliest Kafka offset)"
         )
+    now_ms = int(time.time() * 1000)
+    if marker is None:
+        checkpoints.write_marker(settings, now_ms, maintained_since(None, declared, now_ms))
+        return
+    # A marker from before start times were recorded was written at the first start; one from before
+    # views were recorded was written when every view declared now was (they could not change).
+    started = marker.started_ms if marker.started_ms is not None else checkpoints.file_written_ms(settings)
+    previous = marker.views if marker.views is not None else dict.fromkeys(declared, 0)
+    views = maintained_since(previous, declared, now_ms)
+    if views != marker.views or started != marker.started_ms:
+        added = sorted(set(views) - set(previous))
+        removed = sorted(set(previous) - set(views))
+        if added or removed:
+            log.info("views added since the last start: %s; removed: %s", added or "none", removed or "none")
+        checkpoints.write_marker(settings, started, views)
 
 
 def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode, "cassandra": health.cassandra})
-    check_checkpoint_settings(settings)
+    check_checkpoint_settings(settings, load_views(settings).names())
     spark = spark_session(
         settings,
         "lambda-speed-layer",

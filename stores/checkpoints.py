@@ -5,7 +5,10 @@ committed micro-batch in Spark's checkpoint layout (`commits/N`, `offsets/N`).
 Realtime rows are keyed by ingest buckets of that size, so it decides which batch cutoffs the
 merge can use exactly (a cutoff inside a bucket would split it between the layers). The start time
 bounds how old the oldest realtime row can be (serving_layer.staleness). The file sits on HDFS
-beside the checkpoint: `<checkpoint_dir>-settings.json`, `{"ingest_bucket_s": N, "started_ms": T}`.
+beside the checkpoint: `<checkpoint_dir>-settings.json`,
+`{"ingest_bucket_s": N, "started_ms": T, "views": {"<view>": since_ms, ...}}`: `views` says since when
+the speed layer maintains each view (stores.view_lifecycle); a marker without it is from before views
+could be added to a running platform, when every view was maintained from the first start.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from definitions.settings import Settings
 class Marker:
     ingest_bucket_s: int
     started_ms: int | None  # None: a marker written before the start time was recorded
+    views: dict[str, int] | None = None  # view → maintained since (ms); None: every view since the start
 
 
 def marker_path(settings: Settings) -> str:
@@ -37,7 +41,12 @@ def read_marker(settings: Settings) -> Marker | None:
     if data is None:
         return None
     doc = json.loads(data)
-    return Marker(int(doc["ingest_bucket_s"]), doc.get("started_ms"))
+    views = doc.get("views")
+    return Marker(
+        int(doc["ingest_bucket_s"]),
+        doc.get("started_ms"),
+        None if views is None else {str(k): int(v) for k, v in views.items()},
+    )
 
 
 def read_bucket_s(settings: Settings) -> int | None:
@@ -46,13 +55,15 @@ def read_bucket_s(settings: Settings) -> int | None:
     return None if marker is None else marker.ingest_bucket_s
 
 
-def write_marker(settings: Settings, started_ms: int | None = None) -> None:
+def write_marker(settings: Settings, started_ms: int | None = None, views: dict[str, int] | None = None) -> None:
     from stores.webhdfs import WebHdfs
 
-    doc = {
+    doc: dict = {
         "ingest_bucket_s": settings.ingest_bucket_s,
         "started_ms": started_ms if started_ms is not None else int(time.time() * 1000),
     }
+    if views is not None:
+        doc["views"] = views
     with WebHdfs(settings) as fs:
         fs.write(marker_path(settings), json.dumps(doc).encode())
 

@@ -268,6 +268,14 @@ def advance(
     return Pointer(entries, version, run_id, stats, now_ms, (current.generation if current else 0) + 1)
 
 
+def retire(current: Pointer, views: Iterable[str], now_ms: int) -> Pointer:
+    """The pointer without the entries of `views` (views no longer declared): their answers and
+    realtime clean-up stop; their tables are left to retention (no entry names them any more)."""
+    gone = set(views)
+    entries = {name: e for name, e in current.entries.items() if name not in gone}
+    return Pointer(entries, current.version, current.run_id, current.stats, now_ms, current.generation + 1)
+
+
 def check_unmoved(current: Pointer | None, based_on: int | None, version: int) -> None:
     """Raise PointerMoved unless the pointer is still at the generation run `version` read."""
     now = current.generation if current is not None else 0
