@@ -17,7 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from api import errors
 from api.metrics import ApiMetrics
 from api.middleware import HeadersAndLatency
-from api.routes import admin, events, health, reports, views
+from api.routes import admin, events, health, reports
+from api.views_install import install_views
 from definitions.settings import DEFAULT_TOKEN, Settings
 from definitions.views import load_views
 from serving_layer.service import ServingLayer
@@ -66,7 +67,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.settings = settings
-        app.state.serving = ServingLayer(settings)
+        app.state.serving = ServingLayer(settings, app.state.views)
         app.state.metrics = ApiMetrics()
         app.state.producer = _LazyProducer(settings)
         app.state.query_slots = anyio.Semaphore(settings.api.max_concurrent_queries)
@@ -90,7 +91,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
 
     app.include_router(health.router)
-    app.include_router(views.views_router(settings, load_views(settings)))
+    install_views(app, settings, load_views(settings))
     app.include_router(events.events_router(settings))
     app.include_router(reports.router)
     app.include_router(admin.router)

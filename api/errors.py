@@ -20,13 +20,14 @@ from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serving_layer.service import StoreUnavailable
+from serving_layer.service import StoreUnavailable, ViewBuilding
 
 log = logging.getLogger("lambda.api")
 
 Component = Literal["hbase", "cassandra", "kafka", "hdfs", "airflow"]
 MAX_ERRORS = 100  # items of `errors` in one body
 MAX_TEXT = 300  # characters of one message
+VIEW_BUILDING_RETRY_S = 30  # Retry-After of a view that is being built
 
 
 class FieldError(BaseModel):
@@ -81,6 +82,7 @@ DESCRIPTIONS = {
     400: "The request body is malformed: not well-formed JSON, nested deeper than an event can be, or cut short",
     401: "No valid bearer token (`Authorization: Bearer <token>`)",
     404: "No such resource",
+    409: "The view is being added or rebuilt and cannot answer exactly yet; `detail` says why",
     413: "The request body is larger than the API accepts (`api.max_body_bytes`)",
     422: "A parameter or the body is invalid; `detail` names it, `errors` lists each problem",
     429: "Too many queries at once; try again after `Retry-After` seconds",
@@ -97,7 +99,7 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     out: dict[int | str, dict[str, Any]] = {}
     for code in codes:
         out[code] = {"description": DESCRIPTIONS[code], "content": {"application/json": {"schema": {"$ref": _REF}}}}
-        if code == 429:
+        if code in (409, 429):
             out[code]["headers"] = {
                 "Retry-After": {
                     "description": "seconds to wait before asking again",
@@ -193,6 +195,10 @@ async def _store_unavailable(request: Request, exc: StoreUnavailable) -> JSONRes
     return error_response(503, f"{exc.component} cannot be read right now; try again shortly", component=exc.component)
 
 
+async def _view_building(request: Request, exc: ViewBuilding) -> JSONResponse:
+    return error_response(409, str(exc), headers={"Retry-After": str(VIEW_BUILDING_RETRY_S)})
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal error: the request could not be answered; it has been logged")
@@ -206,6 +212,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(StoreUnavailable, _store_unavailable)  # type: ignore[arg-type]
+    app.add_exception_handler(ViewBuilding, _view_building)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
     generate = app.openapi
 

@@ -43,6 +43,21 @@ def lambdactl(*args: str, timeout_s: float = 3_600) -> dict:
     return json.loads(lines[-1]) if lines else {}
 
 
+def declared_views() -> list[str]:
+    """The declared views' names, as the platform last wrote them (LAMBDA_VIEWS_FILE): the trigger
+    form offers them. Empty when the file is missing or unreadable: any names are then accepted, and
+    `lambdactl batch` refuses unknown ones."""
+    try:
+        with open(os.environ["LAMBDA_VIEWS_FILE"]) as f:
+            names = json.load(f)["views"]
+    except (KeyError, OSError, ValueError, TypeError):
+        return []
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+VIEWS = declared_views()
+
+
 def _params() -> dict:
     return get_current_context()["params"]
 
@@ -66,7 +81,12 @@ def _params() -> dict:
             type="string",
             description="explicit ISO cutoff on an ingest-bucket boundary (empty: the last complete one)",
         ),
-        "views": Param([], type="array", description="view names to recompute (empty: all)"),
+        "views": Param(
+            [],
+            type="array",
+            description="views to recompute (none chosen: all)",
+            **({"items": {"type": "string", "enum": VIEWS}, "examples": VIEWS} if VIEWS else {}),
+        ),
     },
     tags=["lambda"],
     doc_md=__doc__,

@@ -247,6 +247,8 @@ class ViewSettings(_Section):
     # Modules that declare more views (a module-level `VIEWS` list of definitions.views.View),
     # added to the built-in ones.
     modules: list[str] = []
+    # Directories searched for those modules first (absolute paths); empty: installed packages only.
+    paths: list[Path] = []
 
 
 class Settings(BaseSettings):

@@ -160,3 +160,23 @@ def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
             source = "default"
         rows.append((name, value, source))
     return rows
+
+
+def persist_view_modules(settings: Settings, modules: list[str], paths: list[str] | None = None) -> Settings:
+    """Set the data-shaping `views.modules` (and `views.paths` unless None) in the persisted settings:
+    what `lambdactl views apply --modules` does, the one command that also brings the running
+    platform's data along (the speed layer, the batch views and the API). The settings with them."""
+    bad = [m for m in modules if not all(part.isidentifier() for part in m.split("."))]
+    if bad:
+        raise SettingsConflict(f"views.modules: not module names: {bad}")
+    folders = [Path(p) for p in paths] if paths is not None else list(settings.views.paths)
+    relative = [str(p) for p in folders if not p.is_absolute() or not p.is_dir()]
+    if relative:
+        raise SettingsConflict(f"views.paths: not absolute paths of directories: {relative}")
+    path = persisted_path(settings)
+    doc = read_persisted(path) or {}
+    _set(doc, "views.modules", list(modules))
+    _set(doc, "views.paths", [str(p) for p in folders])
+    write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    views = settings.views.model_copy(update={"modules": list(modules), "paths": folders})
+    return settings.model_copy(update={"views": views})

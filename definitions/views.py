@@ -218,13 +218,24 @@ PAGE_VIEWS_BY_COUNTRY_DEVICE = View(
 BUILT_IN = Registry((PAGE_VIEWS, UNIQUE_VISITORS, TOP_PAGES, PAGE_VIEWS_BY_COUNTRY_DEVICE))
 
 
-def load_views(settings) -> Registry:
-    """The built-in views plus those declared in the modules named by `settings.views.modules`."""
+def load_views(settings, reload: bool = False) -> Registry:
+    """The built-in views plus those declared in the modules named by `settings.views.modules` (found
+    in `settings.views.paths` first, then among the installed packages);
+    `reload`: modules imported before are read again (a running API picking up changed declarations)."""
     import importlib
+    import sys
 
+    for path in reversed(settings.views.paths):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    if reload:
+        importlib.invalidate_caches()  # a module file added since the last import is found
     views = list(BUILT_IN)
     for name in settings.views.modules:
-        module = importlib.import_module(name)
+        if reload and name in sys.modules:
+            module = importlib.reload(sys.modules[name])
+        else:
+            module = importlib.import_module(name)
         declared = getattr(module, "VIEWS", None)
         if not isinstance(declared, (list, tuple)) or not all(isinstance(v, View) for v in declared):
             raise ValueError(f"module {name} must define VIEWS, a list of definitions.views.View")

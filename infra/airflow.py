@@ -70,14 +70,32 @@ def environment(settings: Settings) -> dict[str, str]:
             "LAMBDA_INGEST_BUCKET_S": str(settings.ingest_bucket_s),
             "LAMBDA_BATCH__INTERVAL_S": str(settings.batch.interval_s),
             "LAMBDA_API_URL": f"http://{settings.api.host}:{settings.api.port}",
+            "LAMBDA_VIEWS_FILE": str(views_file(settings)),
         }
     )
     return env
 
 
+def views_file(settings: Settings) -> Path:
+    """The declared views' names, for the DAG's trigger form (Airflow runs without the platform's packages)."""
+    return airflow_home(settings) / "views.json"
+
+
+def write_declared_views(settings: Settings, names: Sequence[str]) -> None:
+    """Write the declared views' names where the DAG reads them (at its next parse)."""
+    path = views_file(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"views": list(names)}))
+    tmp.replace(path)
+
+
 def prepare_home(settings: Settings) -> None:
+    from definitions.views import load_views
+
     home = airflow_home(settings)
     home.mkdir(parents=True, exist_ok=True)
+    write_declared_views(settings, load_views(settings).names())
     passwords = home / "passwords.json"
     write_private(
         passwords, json.dumps({settings.airflow.admin_user: settings.airflow.admin_password.get_secret_value()})

@@ -311,6 +311,18 @@ class Stack:
 
     # --- down --------------------------------------------------------------------------------
 
+    def restart(self, name: str) -> float:
+        """Stop one of the platform's supervised processes and start it again; the seconds until it
+        was healthy. StackError when it is not one of them, or does not come back healthy."""
+        service = next((p for p in self.programs if p.name == name), None)
+        if service is None:
+            raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
+        with self.supervisord.lock():
+            self.supervisord.stop(name)
+            since = time.time()
+            self.supervisord.start(name)
+        return self._await_supervised(service, since)[1]
+
     def down(self, on_progress: Callable[[str], None] | None = None) -> dict[str, str]:
         say = on_progress or (lambda msg: log.info("%s", msg))
         timeout = self.settings.stack.stop_timeout_s

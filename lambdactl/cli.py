@@ -17,6 +17,7 @@ from infra.errors import StackError
 from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
 from lambdactl.output import _say
 from lambdactl.status import cmd_status
+from lambdactl.views import cmd_views, cmd_views_apply
 
 log = logging.getLogger("lambdactl")
 
@@ -232,6 +233,23 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)
+    views = sub.add_parser("views", help="each view's state (building, serving, retired); `views apply` to change them")
+    views.add_argument("--json", action="store_true", help="machine-readable output")
+    views.set_defaults(func=cmd_views)
+    views_sub = views.add_subparsers(dest="views_command")
+    apply = views_sub.add_parser(
+        "apply",
+        help="bring the running platform to the declared views: restart the speed layer with them, build the "
+        "history of new ones in a batch run, retire removed ones; the other views keep answering",
+    )
+    apply.add_argument("--modules", help="comma-separated view modules: set the persisted views.modules first")
+    apply.add_argument(
+        "--paths", help="with --modules: comma-separated absolute directories searched for them first (views.paths)"
+    )
+    apply.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds to wait for the speed layer and the master dataset"
+    )
+    apply.set_defaults(func=cmd_views_apply)
     config = sub.add_parser("config", help="the effective settings and where each came from")
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.add_argument("--explicit", action="store_true", help="only the settings that are not defaults")

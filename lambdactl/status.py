@@ -43,7 +43,15 @@ def view_lines(settings: Settings) -> tuple[list[str], bool]:
     for s in states:
         version = str(s.version) if s.version is not None else "-"
         cutoff = iso_ms(s.cutoff_ms) if s.cutoff_ms else "-"
-        lines.append(f"{s.name:<30} {version:>5}  {cutoff:<20}  {s.stale or 'complete'}")
+        said = (
+            {
+                "building": s.reason,
+                "retired": "no longer declared; `lambdactl views apply` retires its table",
+            }.get(s.state)
+            or s.stale
+            or "complete"
+        )
+        lines.append(f"{s.name:<30} {version:>5}  {cutoff:<20}  {s.state}: {said}")
     return lines, any(s.stale for s in states)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from definitions.settings import Settings
-from definitions.views import GRANULARITIES, View, key_text, load_views
+from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
 from serving_layer.batch_cache import BatchPartCache
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.staleness import Horizon, stale_reason
@@ -27,6 +27,7 @@ from stores.batch_reader import BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
+from stores.view_lifecycle import Lifecycle, lifecycle, lifecycles
 
 if TYPE_CHECKING:
     from stores.adapters import RealtimeReaderAdapter
@@ -44,6 +45,10 @@ class StoreUnavailable(RuntimeError):
         super().__init__(f"{component} cannot be read")
         self.component = component
         self.detail = detail
+
+
+class ViewBuilding(RuntimeError):
+    """The view is being added or rebuilt: its answers would miss events (stores.view_lifecycle)."""
 
 
 @dataclass
@@ -65,6 +70,9 @@ class ViewState:
     version: int | None
     cutoff_ms: int
     stale: str | None  # why its answers may be missing counts (serving_layer.staleness), or None
+    state: str = "serving"  # building, serving or retired (stores.view_lifecycle)
+    since_ms: int | None = None  # since when the speed layer maintains it
+    reason: str = ""  # why it is building
 
 
 @dataclass
@@ -96,9 +104,9 @@ def buckets_between(start_s: int, end_s: int, granularity: str) -> list[int]:
 class ServingLayer:
     """Holds the store connections (pooled, reused across requests) and answers view queries."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, views: Registry | None = None) -> None:
         self.settings = settings
-        self.views = load_views(settings)
+        self.views = views if views is not None else load_views(settings)
         self.batch_views = registry.batch_view_reader(
             settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
         )
@@ -162,6 +170,22 @@ class ServingLayer:
             )
         self._speed_marker = (marker, now)
         return marker
+
+    def reload(self, views: Registry) -> None:
+        """Serve `views` from now on, with the marker and pointer read
+        again: `lambdactl views apply` calls this (through the API) after the speed layer restarted."""
+        self.views = views
+        self._speed_marker = None
+        self._pointer = None
+
+    def lifecycle(self, name: str, pointer: Pointer | None) -> Lifecycle:
+        marker = self.speed_marker()
+        return lifecycle(name, marker.views if marker is not None else None, pointer)
+
+    def _check_serving(self, view: View, pointer: Pointer | None) -> None:
+        state = self.lifecycle(view.name, pointer)
+        if state.state != "serving":
+            raise ViewBuilding(state.reason)
 
     def speed_bucket_s(self) -> int:
         """The ingest-bucket size the speed layer keys realtime rows by; this service's own setting
@@ -298,6 +322,7 @@ class ServingLayer:
         granularity: str,
         allow_partial: bool,
     ) -> SeriesAnswer:
+        self._check_serving(view, pointer)
         key_values = [keys[k] for k in view.keys]
         buckets = buckets_between(start_s, end_s, granularity)
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
@@ -345,6 +370,7 @@ class ServingLayer:
         limit: int,
         allow_partial: bool,
     ) -> TopAnswer:
+        self._check_serving(view, pointer)
         buckets = buckets_between(start_s, end_s, granularity)
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
         cutoff_ms = source.cutoff_ms
@@ -364,13 +390,17 @@ class ServingLayer:
         return TopAnswer(view, granularity, start_s, end_s, merge_top(batch, speed, limit), provenance)
 
     def view_states(self) -> list[ViewState]:
-        """Each declared view's batch version, cutoff and staleness (raises StoreUnavailable when the
-        pointer cannot be read)."""
+        """Each declared view's state, batch version, cutoff and staleness, then the retired ones
+        (raises StoreUnavailable when the pointer cannot be read)."""
         pointer = self.pointer()
+        marker = self.speed_marker()
         out = []
-        for view in self.views:
-            source = pointer.source(view.name) if pointer else NO_SOURCE
-            out.append(ViewState(view.name, source.version, source.cutoff_ms, self.stale_reason(view.name, source)))
+        for life in lifecycles(self.views.names(), marker.views if marker is not None else None, pointer):
+            source = pointer.source(life.name) if pointer else NO_SOURCE
+            stale = self.stale_reason(life.name, source) if life.state == "serving" else None
+            out.append(
+                ViewState(life.name, source.version, source.cutoff_ms, stale, life.state, life.since_ms, life.reason)
+            )
         return out
 
     def _provenance(self, view: View, source: ViewSource) -> Provenance:

@@ -1,4 +1,5 @@
-"""Admin routes (token required): trigger a batch recomputation through Airflow's REST API.
+"""Admin routes (token required): trigger a batch recomputation through Airflow's REST API; read the
+declared views again (`lambdactl views apply` calls it once the speed layer maintains them).
 
 As for every body, the token is checked first and the body read with the api.max_body_bytes cap.
 """
@@ -14,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import SettingsDep, TokenDep, read_body
 from api.errors import ApiError, error_responses
+from api.views_install import reload_views as reload
 from definitions.settings import Settings
 
 log = logging.getLogger("lambda.api")
@@ -72,6 +74,10 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
             "body: " + "; ".join(f"{'.'.join(map(str, i['loc'][1:])) or 'body'}: {i['msg']}" for i in items[:5]),
             errors=items,
         ) from None
+    unknown = [name for name in body.views if name not in request.app.state.views.names()]
+    if unknown:
+        declared = ", ".join(request.app.state.views.names())
+        raise ApiError(422, f"views: unknown view(s) {[u[:100] for u in unknown[:5]]}; declared views: {declared}")
     try:
         run_id = await run_in_threadpool(_trigger, settings, body)
     except Exception as exc:
@@ -84,3 +90,28 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
         "conf": body.model_dump(),
         "airflow_url": f"http://{settings.airflow.host}:{settings.airflow.port}/dags/{dag_id}/runs/{run_id}",
     }
+
+
+class ViewsReloaded(BaseModel):
+    views: list[str]
+    added: list[str]
+    removed: list[str]
+
+
+@router.post(
+    "/views/reload",
+    summary="Read the declared views again and serve them; the views added and removed",
+    response_model=None,
+    responses={200: {"model": ViewsReloaded}, **error_responses(401, 409)},
+)
+async def reload_views(request: Request, settings: SettingsDep) -> dict[str, Any]:
+    try:
+        before, after = await run_in_threadpool(reload, request.app, settings)
+    except Exception as exc:  # a view module that does not import or declares invalid views
+        log.warning("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
+        raise ApiError(
+            409,
+            f"the declared views cannot be loaded ({type(exc).__name__}: {exc}); the API serves the views it served",
+        ) from None
+    old, new = set(before.names()), set(after.names())
+    return {"views": after.names(), "added": sorted(new - old), "removed": sorted(old - new)}

@@ -104,6 +104,8 @@ def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
                 "batch_version": s.version,
                 "cutoff": iso(s.cutoff_ms / 1000) if s.cutoff_ms else None,
                 "stale": s.stale,
+                "state": s.state,
+                "reason": s.reason or None,
             }
             for s in states
         }

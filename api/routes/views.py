@@ -93,6 +93,11 @@ class ViewInfo(BaseModel):
     granularities: list[str]
     layout: str
     description: str
+    state: Literal["building", "serving", "retired", "unknown"] = Field(
+        description="serving: answers are exact; building: being added or rebuilt, its queries answer 409 "
+        "with the reason; retired: no longer declared; unknown: the batch views cannot be read now"
+    )
+    reason: str | None = Field(None, description="why it is building")
 
 
 class ViewsBody(BaseModel):
@@ -330,30 +335,43 @@ def views_router(settings: Settings, registry: Registry) -> APIRouter:
     """GET /api/v1/views, one GET /api/v1/views/<name> per declared view, and a 404 naming the declared
     views for any other name."""
     router = APIRouter(prefix=PREFIX, tags=["views"])
-    listing = {
-        "views": [
-            {
-                "name": v.name,
-                "keys": list(v.keys),
-                "aggregation": v.aggregation,
-                "column": v.column,
-                "where": v.where,
-                "granularities": list(v.granularities),
-                "layout": v.layout,
-                "description": v.description,
-            }
-            for v in registry
-        ]
-    }
+    declared = [
+        {
+            "name": v.name,
+            "keys": list(v.keys),
+            "aggregation": v.aggregation,
+            "column": v.column,
+            "where": v.where,
+            "granularities": list(v.granularities),
+            "layout": v.layout,
+            "description": v.description,
+        }
+        for v in registry
+    ]
 
-    async def list_views() -> dict[str, Any]:
-        return listing
+    async def list_views(request: Request) -> dict[str, Any]:
+        try:
+            states = {s.name: s for s in await run_in_threadpool(request.app.state.serving.view_states)}
+        except StoreUnavailable as exc:
+            request.app.state.metrics.store_errors.labels(exc.component).inc()
+            states = {}
+        out = []
+        for info in declared:
+            known = states.get(info["name"])
+            out.append(
+                {
+                    **info,
+                    "state": known.state if known else "unknown",
+                    "reason": known.reason or None if known else None,
+                }
+            )
+        return {"views": out}
 
     router.add_api_route(
         "",
         list_views,
         methods=["GET"],
-        summary="The declared views and their keys",
+        summary="The declared views, their keys and their state",
         response_model=None,
         responses={200: {"model": ViewsBody}},
     )
@@ -373,7 +391,7 @@ def views_router(settings: Settings, registry: Registry) -> APIRouter:
             summary=summary,
             description=view.description,
             response_model=None,
-            responses={200: {"model": body}, **error_responses(422, 429, 503)},
+            responses={200: {"model": body}, **error_responses(409, 422, 429, 503)},
         )
 
     names = registry.names()

@@ -142,6 +142,15 @@ function reportItem(r) {
   return li;
 }
 
+function viewRow(v) {
+  const state = ["serving", "building", "retired"].includes(v.state) ? v.state : "unknown";
+  const keys = Array.isArray(v.keys) ? v.keys.map(text).join(", ") : "";
+  const tr = el("tr", { "data-view": text(v.name) });
+  tr.append(el("td", {}, v.name), el("td", { class: `state-${state}` }, state), el("td", {}, keys),
+    el("td", { class: "muted" }, v.reason || ""));
+  return tr;
+}
+
 async function loadStatus() {
   try {
     const st = await getJSON("/api/v1/status");
@@ -158,6 +167,11 @@ async function loadStatus() {
       .filter((r) => r && typeof r.id === "string" && REPORT_ID.test(r.id) && !/^\.+$/.test(r.id));
     if (valid.length) $("reports").replaceChildren(...valid.slice(0, 8).map(reportItem));
   } catch (e) { /* no reports */ }
+  try {
+    const listed = await getJSON("/api/v1/views");
+    const views = (Array.isArray(listed.views) ? listed.views : []).filter((v) => v && typeof v === "object");
+    $("views").tBodies[0].replaceChildren(...views.map(viewRow));
+  } catch (e) { /* views are best effort */ }
 }
 
 $("go").addEventListener("click", loadSeries);

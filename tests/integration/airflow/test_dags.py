@@ -27,7 +27,8 @@ PARSE = textwrap.dedent("""
     bag = DagBag(dag_folder=sys.argv[1], include_examples=False)
     print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()},
                       "dags": {d.dag_id: [t.task_id for t in d.tasks] for d in bag.dags.values()},
-                      "schedule": str(bag.dags["lambda_batch_recompute"].schedule)}))
+                      "schedule": str(bag.dags["lambda_batch_recompute"].schedule),
+                      "views": bag.dags["lambda_batch_recompute"].params.get_param("views").schema}))
 """)
 
 
@@ -58,6 +59,9 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     env = environment(settings)
     # A database that cannot exist: parsing must not need it.
     env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:////nonexistent/dir/airflow.db")
+    # The trigger form offers the declared views, as the platform wrote them.
+    (tmp_path / "views.json").write_text(json.dumps({"views": ["page_views", "clicks"]}))
+    env["LAMBDA_VIEWS_FILE"] = str(tmp_path / "views.json")
     done = subprocess.run(
         [str(settings.airflow.venv / "bin" / "python"), "-c", PARSE, str(DAGS_FOLDER)],
         env=env,
@@ -77,6 +81,8 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
         "clean_realtime",
     ]
     assert "3600" in result["schedule"] or "1:00:00" in result["schedule"]
+    assert result["views"]["type"] == "array"
+    assert result["views"]["items"]["enum"] == ["page_views", "clicks"], result["views"]
 
 
 def trigger(settings, conf: dict) -> str:

@@ -28,6 +28,8 @@ def test_dashboard_shows_merged_series_top_pages_and_status(settings, stack, bro
     expect(page.locator("#chart")).to_have_attribute("data-url", url, timeout=60_000)
     page.wait_for_selector('#chart rect:not([height="0"])', state="attached", timeout=60_000)
     expect(page.locator("#st-version")).not_to_have_text("–", timeout=60_000)
+    # Each view's state, from GET /api/v1/views.
+    expect(page.locator('#views tbody tr[data-view="page_views"] td').nth(1)).to_have_text("serving", timeout=60_000)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 

@@ -152,6 +152,16 @@ def test_a_bad_recompute_request_is_a_422_before_airflow_is_asked(client, settin
     }
 
 
+def test_a_recompute_of_an_undeclared_view_is_a_422_naming_it_before_airflow_is_asked(client, settings):
+    resp = client.post(
+        "/api/v1/admin/recompute",
+        json={"views": ["page_views", "no_such_view"]},
+        headers={"Authorization": f"Bearer {token(settings)}"},
+    )
+    body = assert_error_shape(resp, settings, 422)
+    assert "no_such_view" in body["detail"] and "page_views" in body["detail"].split("declared views:")[1]
+
+
 def test_invalid_events_get_per_record_errors_in_the_same_shape(client, settings):
     good = {
         "event_id": "e-1",

@@ -187,8 +187,8 @@ def test_openapi_documents_parameters_constraints_and_every_error(client, settin
     } <= set(paths)
     assert f"{VIEWS}/{{view_name}}" not in paths, "each declared view has its own route; others are 404s"
     expected = {
-        f"{VIEWS}/page_views": {"200", "422", "429", "503"},
-        f"{VIEWS}/top_pages": {"200", "422", "429", "503"},
+        f"{VIEWS}/page_views": {"200", "409", "422", "429", "503"},
+        f"{VIEWS}/top_pages": {"200", "409", "422", "429", "503"},
         "/api/v1/events": {"202", "400", "401", "413", "422", "503"},
     }
     for path, codes in expected.items():

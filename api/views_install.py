@@ -1,0 +1,38 @@
+"""The view routes of a running API: installed at start, replaced when the declared views change."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from api.routes import views
+from definitions.settings import Settings
+from definitions.views import Registry, load_views
+
+
+def install_views(app: FastAPI, settings: Settings, registry: Registry) -> None:
+    """Serve `registry`'s views: their routes replace the view routes in place (one assignment, so a
+    request sees the old routes or the new ones), the OpenAPI document is made again, and the serving
+    layer answers the new views. Called at start, and by POST /api/v1/admin/views/reload."""
+    fresh = views.views_router(settings, registry).routes
+    routes = list(app.router.routes)
+    at = next((i for i, r in enumerate(routes) if getattr(r, "path", "").startswith(views.PREFIX)), len(routes))
+    kept = [r for r in routes if not getattr(r, "path", "").startswith(views.PREFIX)]
+    app.router.routes = kept[:at] + list(fresh) + kept[at:]
+    app.openapi_schema = None
+    app.state.views = registry
+    serving = getattr(app.state, "serving", None)
+    if serving is not None:
+        serving.reload(registry)
+
+
+def reload_views(app: FastAPI, settings: Settings) -> tuple[Registry, Registry]:
+    """Read the declared views again (the view modules of the persisted settings, re-imported) and
+    serve them; (before, after). Raises ValueError or ImportError when they cannot be loaded, and
+    then serves the views it served."""
+    from definitions.settings_store import load
+
+    before = app.state.serving.views
+    current = settings.model_copy(update={"views": load().views})
+    registry = load_views(current, reload=True)
+    install_views(app, current, registry)
+    return before, registry

@@ -1,0 +1,194 @@
+"""`lambdactl views` (each view's state) and `lambdactl views apply` (bring the running platform to
+the declared views: add, retire), while the other views keep answering.
+
+`apply`:
+1. reads the declared views (with `--modules`, first sets the persisted `views.modules`);
+2. when the speed layer maintains another set of views, restarts it (only it: its streaming query
+   resumes from its checkpoint; the views it had keep their state and are neither lost nor counted
+   twice) and waits until its marker lists the declared views with the time each is maintained since;
+3. has the API read the declared views again (new views get routes and answer 409 while building);
+4. retires views that are no longer declared: their pointer entries go (compare-and-set) and their
+   realtime rows are deleted; retention drops their tables later;
+5. for each view being built, runs the batch of those views at the first complete cutoff at or after
+   the time the speed layer maintains them since (waiting for the archiver when it is not there
+   yet); after its swap the view serves, exactly (stores.view_lifecycle).
+Running it again when nothing changed does nothing; after a crash half-way, it carries on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+
+from definitions.settings import Settings
+from lambdactl.output import _emit, _say
+
+log = logging.getLogger("lambdactl")
+
+SPEED_LAYER = "speed-layer"
+
+
+def _states(settings: Settings, registry) -> list:
+    from stores.checkpoints import read_marker
+    from stores.registry import version_store
+    from stores.view_lifecycle import lifecycles
+
+    marker = read_marker(settings)
+    return lifecycles(registry.names(), marker.views if marker else None, version_store(settings).pointer())
+
+
+def cmd_views(settings: Settings, args: argparse.Namespace) -> int:
+    from definitions.times import iso_ms
+    from definitions.views import load_views
+
+    states = _states(settings, load_views(settings))
+    if args.json:
+        _emit({"views": [vars(s) for s in states]})
+        return 0
+    for s in states:
+        cutoff = iso_ms(s.cutoff_ms) if s.cutoff_ms else "-"
+        since = "start" if s.since_ms == 0 else iso_ms(s.since_ms) if s.since_ms else "-"
+        _say(f"{s.name:<30} {s.state:<9} since {since:<24} cutoff {cutoff:<24} {s.reason}")
+    return 0
+
+
+def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
+    from definitions.settings_store import SettingsConflict, persist_view_modules
+    from definitions.views import load_views
+    from infra.airflow import write_declared_views
+    from stores.checkpoints import read_marker
+
+    try:
+        if args.modules is not None:
+            paths = None if args.paths is None else [p for p in args.paths.split(",") if p]
+            settings = persist_view_modules(settings, [m for m in args.modules.split(",") if m], paths)
+        registry = load_views(settings)
+    except (ImportError, ValueError, SettingsConflict) as exc:
+        log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
+        return 2
+    declared = registry.names()
+    _say(f"declared views: {', '.join(declared)}")
+    write_declared_views(settings, declared)  # the DAG's trigger form offers them from its next parse
+    deadline = time.monotonic() + args.timeout
+    try:
+        read_marker(settings)
+    except Exception as exc:  # HDFS down: the stack is not running
+        log.error(
+            "HDFS cannot be read (%s): the declared views are set; `lambdactl up` starts the platform with "
+            "them, then run `lambdactl views apply` again to build the new ones",
+            type(exc).__name__,
+        )
+        return 3
+    _speed_layer_maintains(settings, declared, deadline)
+    _reload_api(settings)
+    _retire(settings, declared)
+    building = [s for s in _states(settings, registry) if s.state == "building"]
+    if building:
+        _build(settings, building, deadline)
+        _reload_api(settings)
+    for s in _states(settings, registry):
+        _say(f"  {s.name}: {s.state}{' (' + s.reason + ')' if s.reason else ''}")
+    return 0
+
+
+def _speed_layer_maintains(settings: Settings, declared: list[str], deadline: float) -> None:
+    """Restart the speed layer unless its marker already lists exactly `declared`; wait until it does."""
+    from infra.errors import StackError
+    from infra.stack import Stack
+    from stores.checkpoints import read_marker
+
+    marker = read_marker(settings)
+    if marker is None:
+        _say("the speed layer has not started yet: it maintains every declared view from its first start")
+        return
+    maintained = marker.views if marker.views is not None else None
+    if maintained is not None and set(maintained) == set(declared):
+        _say("the speed layer maintains every declared view")
+        return
+    _say("restarting the speed layer with the declared views (its query resumes from its checkpoint)")
+    took = Stack(settings).restart(SPEED_LAYER)
+    while True:
+        marker = read_marker(settings)
+        if marker is not None and marker.views is not None and set(marker.views) == set(declared):
+            _say(f"the speed layer maintains the declared views ({took:.0f}s to healthy)")
+            return
+        if time.monotonic() > deadline:
+            raise StackError(SPEED_LAYER, "restarted, but its marker does not list the declared views")
+        time.sleep(1.0)
+
+
+def _reload_api(settings: Settings) -> None:
+    import httpx
+
+    url = f"http://{settings.api.host}:{settings.api.port}/api/v1/admin/views/reload"
+    token = settings.api.token.get_secret_value()
+    try:
+        answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    except httpx.HTTPError as exc:
+        _say(f"the API did not answer ({type(exc).__name__}): it reads the declared views when it starts")
+        return
+    if answer.status_code != 200:
+        raise SystemExit(f"the API refused to read the declared views: {answer.status_code} {answer.text[:300]}")
+    body = answer.json()
+    _say(
+        f"the API serves {len(body['views'])} views (added: {body['added'] or 'none'}; removed: {body['removed'] or 'none'})"
+    )
+
+
+def _retire(settings: Settings, declared: list[str]) -> None:
+    """Drop the pointer entries of views no longer declared, then their realtime rows."""
+    from stores.batch_views import PointerMoved
+    from stores.pointer import retire
+    from stores.realtime_cleanup import delete_absorbed
+    from stores.registry import version_store
+
+    store = version_store(settings)
+    for _ in range(5):
+        current = store.pointer()
+        gone = sorted(set(current.entries) - set(declared)) if current is not None else []
+        if not gone or current is None:
+            return
+        try:
+            store.swap(current, retire(current, gone, int(time.time() * 1000)))
+            break
+        except PointerMoved:
+            continue  # a batch swapped meanwhile: read it again
+    else:
+        raise SystemExit("the pointer kept moving: run `lambdactl views apply` again")
+    everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
+    cleanup = delete_absorbed(settings, dict.fromkeys(gone, everything))
+    _say(f"retired {', '.join(gone)}: pointer entries removed; realtime rows: {cleanup.summary()}")
+
+
+def _build(settings: Settings, building: list, deadline: float) -> None:
+    """The batch of the views being built, at the first complete cutoff that covers their history."""
+    from batch_layer.job import choose_cutoff, iso, run_batch
+    from stores.batch_views import PointerMoved
+    from stores.checkpoints import read_marker
+    from stores.pointer import NotCoveredYet
+    from stores.registry import version_store
+    from stores.view_lifecycle import first_cutoff_ms
+
+    names = [s.name for s in building]
+    if any(s.since_ms is None for s in building):
+        raise SystemExit(f"the speed layer does not maintain {names} yet: run `lambdactl views apply` again")
+    marker = read_marker(settings)
+    bucket_s = marker.ingest_bucket_s if marker is not None else settings.ingest_bucket_s
+    needed = max(first_cutoff_ms(s.since_ms, bucket_s) for s in building)
+    _say(f"building {', '.join(names)}: a batch run at a cutoff at or after {iso(needed)}")
+    while True:
+        try:
+            cutoff = choose_cutoff(settings, None, version_store(settings).pointer(), names)
+            if cutoff >= needed:
+                result = run_batch(settings, cutoff, names)
+                _say(f"version {result.version} serves {', '.join(names)} below {iso(result.cutoff_ms)}")
+                return
+        except (NotCoveredYet, PointerMoved) as exc:
+            log.info("not yet: %s", exc)
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"the master dataset did not reach {iso(needed)} in time (is the archiver running?): "
+                "run `lambdactl views apply` again"
+            )
+        time.sleep(5.0)

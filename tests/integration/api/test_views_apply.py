@@ -1,0 +1,178 @@
+"""Adding a view to the running platform, then removing it, with `lambdactl views apply`, on the real
+stack while a workload runs.
+
+A view module is written to a directory of its own (a plug-in, as a user would add one) and applied:
+the speed layer restarts with it, the batch layer computes its history, the API serves it. Throughout,
+page_views answers for traffic sent before are checked again and again: each is a 200 and exact.
+After the apply, the new view's answers equal the truth for all the history sent before it existed
+and for the traffic sent while it was being added. Removing it retires it: no route, no pointer entry.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import threading
+import time
+import uuid
+from collections import defaultdict
+
+import httpx
+import pytest
+
+from definitions.settings_store import load
+from ingest.generator import GeneratorConfig, SentRecord
+from ingest.truth import distinct_events
+from stores.registry import version_store
+from tests.integration.api.test_end_to_end import HOUR, api, epoch, mismatches, wait_exact, window
+from tests.support.cli import lambdactl
+from tests.support.events import send
+from tests.support.polling import wait_for
+
+
+def workload(settings, prefix: str, seed: int, count: int) -> list[SentRecord]:
+    return send(
+        settings,
+        GeneratorConfig(
+            seed=seed,
+            count=count,
+            pages=10,
+            url_prefix=prefix,
+            late_fraction=0.15,
+            late_min_s=2 * HOUR,
+            late_max_s=30 * HOUR,
+            duplicate_fraction=0.05,
+            invalid_fraction=0.03,
+        ),
+    )
+
+
+def clicks_truth(sent: list[SentRecord]) -> dict[str, dict[int, int]]:
+    out: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for e in distinct_events(sent):
+        if e["event_type"] == "click":
+            out[e["url"]][e["event_time"] // 1000 // HOUR * HOUR] += 1
+    return out
+
+
+def clicks_problems(settings, view: str, sent: list[SentRecord]) -> list[str]:
+    start, end = window(sent)
+    out = []
+    for url, buckets in clicks_truth(sent).items():
+        resp = httpx.get(
+            f"{api(settings)}/api/v1/views/{view}",
+            params={"url": url, "granularity": "hour", "start": start, "end": end},
+            timeout=30,
+        )
+        if resp.status_code != 200:
+            out.append(f"{url}: HTTP {resp.status_code} {resp.text[:200]}")
+            continue
+        got = {epoch(b["bucket"]): b["value"] for b in resp.json()["series"] if b["value"]}
+        if got != dict(buckets):
+            out.append(f"{url}: {sorted(got.items())[:3]}… truth {sorted(buckets.items())[:3]}…")
+    return out
+
+
+def states(settings) -> dict[str, dict]:
+    done = lambdactl(settings, "views", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {s["name"]: s for s in json.loads(done.stdout)["views"]}
+
+
+@pytest.fixture
+def view_module(settings, tmp_path):
+    """(module name, directory, view name); the declared views are put back as they were afterwards."""
+    before = load().views
+    suffix = uuid.uuid4().hex[:8]
+    folder = tmp_path / "views"
+    folder.mkdir()
+    module, view = f"applied_views_{suffix}", f"clicks_{suffix}"
+    (folder / f"{module}.py").write_text(
+        textwrap.dedent(
+            f"""
+            from definitions.views import View
+
+            VIEWS = [View(name="{view}", keys=("url",), aggregation="count", where="event_type = 'click'",
+                          granularities=("hour", "day"), description="clicks per URL (added while running)")]
+            """
+        )
+    )
+    yield module, folder, view
+    if load().views != before:
+        lambdactl(
+            settings,
+            "views",
+            "apply",
+            "--modules",
+            ",".join(before.modules),
+            "--paths",
+            ",".join(map(str, before.paths)),
+        )
+
+
+def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_never_falter(settings, stack, view_module):
+    module, folder, view = view_module
+    prefix = f"/va-{uuid.uuid4().hex[:8]}"
+    before = workload(settings, prefix, int(time.time()), 1_500)
+    wait_exact(settings, before)
+
+    stop = threading.Event()
+    checked: list[int] = []
+    faults: list[str] = []
+    during: list[SentRecord] = []
+
+    def watch() -> None:  # the other views, all through the change
+        while not stop.is_set():
+            found = mismatches(settings, before)
+            faults.extend(found[:3])
+            checked.append(1)
+            stop.wait(1.0)
+
+    def load_traffic() -> None:  # a workload the whole time
+        seed = 1
+        while not stop.is_set():
+            during.extend(workload(settings, prefix, int(time.time()) + seed, 200))
+            seed += 1
+            stop.wait(2.0)
+
+    threads = [threading.Thread(target=watch), threading.Thread(target=load_traffic)]
+    for thread in threads:
+        thread.start()
+    try:
+        done = lambdactl(settings, "views", "apply", "--modules", module, "--paths", str(folder))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert faults == [], f"other views faltered during the change: {faults[:5]}"
+    assert len(checked) >= 10, f"only {len(checked)} checks ran during the change"
+
+    state = states(settings)[view]
+    assert state["state"] == "serving", state
+    assert state["since_ms"] > 0 and state["cutoff_ms"] >= state["since_ms"], state
+    listed = {v["name"]: v for v in httpx.get(f"{api(settings)}/api/v1/views", timeout=30).json()["views"]}
+    assert listed[view]["state"] == "serving", listed[view]
+
+    # All history, and the traffic sent while it was added (the speed layer catches up on the latter).
+    everything = before + during
+    last: list[str] = []
+
+    def exact() -> bool:
+        last[:] = clicks_problems(settings, view, everything)
+        return not last
+
+    try:
+        wait_for(exact, f"{view} equal to the truth", timeout_s=300, interval_s=3)
+    except AssertionError:
+        raise AssertionError(f"{view} differs from the truth: {last[:5]}") from None
+    assert mismatches(settings, everything) == []
+
+    # Removing it retires it: its route and its pointer entry go.
+    done = lambdactl(settings, "views", "apply", "--modules", "", "--paths", "")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert httpx.get(f"{api(settings)}/api/v1/views/{view}", params={"url": "/"}, timeout=30).status_code == 404
+    pointer = version_store(settings).pointer()
+    assert pointer is not None and pointer.entry(view) is None
+    assert view not in states(settings)
+    assert mismatches(settings, everything) == []

@@ -1,0 +1,82 @@
+"""POST /api/v1/admin/views/reload: a running API reads the declared views again (the view modules of
+the persisted settings) and serves the new set — routes, OpenAPI document, listing — or refuses a set
+that cannot be loaded and keeps serving the old one. A view that is being built answers 409 naming
+why, with Retry-After. No service is needed: the serving layer is a tripwire (tests/support)."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+
+import pytest
+
+from definitions.settings_store import load, persist_view_modules
+from serving_layer.service import StoreUnavailable, ViewBuilding
+from tests.support.shell import plain_shell
+from tests.support.tripwire_api import assert_error_shape, make_client, token
+
+RELOAD = "/api/v1/admin/views/reload"
+
+
+@pytest.fixture
+def module(tmp_path, monkeypatch):
+    """A view module in a directory of its own; (directory, module name)."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    folder = tmp_path / "views"
+    folder.mkdir()
+    name = f"extra_views_{uuid.uuid4().hex[:8]}"
+    (folder / f"{name}.py").write_text(
+        textwrap.dedent(
+            """
+            from definitions.views import View
+
+            VIEWS = [View(name="clicks", keys=("url",), aggregation="count", where="event_type = 'click'",
+                          granularities=("hour", "day"))]
+            """
+        )
+    )
+    return folder, name
+
+
+def test_a_reload_adds_and_removes_view_routes_and_refuses_what_does_not_load(module):
+    folder, name = module
+    settings = load()
+    for client in make_client(settings):
+        auth = {"Authorization": f"Bearer {token(settings)}"}
+        client.app.state.serving.failure = StoreUnavailable("hbase", "down for the test")
+        assert client.get("/api/v1/views/clicks?url=/").status_code == 404
+        assert_error_shape(client.post(RELOAD), settings, 401)
+
+        persist_view_modules(settings, [name], [str(folder)])
+        done = client.post(RELOAD, headers=auth)
+        assert done.status_code == 200, done.text
+        assert done.json()["added"] == ["clicks"] and done.json()["removed"] == []
+        assert "/api/v1/views/clicks" in client.get("/openapi.json").json()["paths"]
+        listed = {v["name"]: v for v in client.get("/api/v1/views").json()["views"]}
+        assert listed["clicks"]["keys"] == ["url"] and listed["clicks"]["state"] == "unknown"
+        # The route is there: the query reaches the serving layer (a tripwire here, failing as a store).
+        assert client.get("/api/v1/views/clicks?url=/&granularity=hour").status_code == 503
+
+        persist_view_modules(settings, [name, "no_such_views_module"])
+        refused = assert_error_shape(client.post(RELOAD, headers=auth), settings, 409)
+        assert "no_such_views_module" in refused["detail"]
+        assert "/api/v1/views/clicks" in client.get("/openapi.json").json()["paths"], "the old set still serves"
+
+        persist_view_modules(settings, [])
+        done = client.post(RELOAD, headers=auth)
+        assert done.json()["removed"] == ["clicks"]
+        assert client.get("/api/v1/views/clicks?url=/").status_code == 404
+        assert "/api/v1/views/clicks" not in client.get("/openapi.json").json()["paths"]
+        assert client.get("/api/v1/views/page_views?url=/&granularity=hour").status_code == 503  # still routed
+
+
+def test_a_view_being_built_answers_409_with_the_reason_and_retry_after(settings):
+    for client in make_client(settings):
+        serving = client.app.state.serving
+        serving.failure = ViewBuilding("view page_views is being built: no batch version covers it yet")
+        resp = client.get("/api/v1/views/page_views?url=/&granularity=hour")
+        body = assert_error_shape(resp, settings, 409)
+        assert "being built" in body["detail"] and int(resp.headers["Retry-After"]) > 0
+        documented = client.get("/openapi.json").json()["paths"]["/api/v1/views/page_views"]["get"]["responses"]
+        assert "409" in documented
