@@ -317,7 +317,9 @@ def retention_plan(
     - every table the pointer names (any view's entry),
     - the tables of runs in flight: "writing" and possibly alive (`may_run`) or "verified" and not
       yet swapped, both started within `grace_ms`,
-    - per view, its `keep` newest versions that served (live or retired), the one serving included."""
+    - per view the pointer names, its `keep` newest versions that served (live or retired), the one
+      serving included. A view it no longer names was retired (`lambdactl views apply`, or a full
+      run after it was no longer declared): none of its tables is kept."""
     protected = set(pointer.tables()) if pointer is not None else set()
     for version, run in runs.items():
         recent = now_ms - run.get("started_ms", 0) < grace_ms
@@ -328,6 +330,8 @@ def retention_plan(
         ours |= set(pointer.entries)
     for view in ours:
         entry = pointer.entry(view) if pointer is not None else None
+        if entry is None and pointer is not None:
+            continue  # retired: declared again, it is built anew (stores.view_lifecycle)
         served = sorted(
             (
                 v

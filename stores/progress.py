@@ -18,8 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from definitions.settings import Settings
+
+if TYPE_CHECKING:
+    from stores.webhdfs import WebHdfs
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +48,19 @@ class HdfsPublisher:
         self.settings = settings
         self.path = published_path(settings, job)
         self.last_error_logged = 0.0
+        self.hdfs: WebHdfs | None = None  # one WebHDFS session for every publication; made again after a failure
 
     def __call__(self, text: str) -> None:
         from stores.webhdfs import WebHdfs
 
         try:
-            with WebHdfs(self.settings, timeout_s=5.0) as hdfs:
-                hdfs.write(self.path, text.encode())
+            if self.hdfs is None:
+                self.hdfs = WebHdfs(self.settings, timeout_s=5.0)
+            self.hdfs.write(self.path, text.encode())
         except Exception as exc:  # HDFS down or restarting: the next publication tries again
+            if self.hdfs is not None:
+                self.hdfs.close()
+                self.hdfs = None
             if time.monotonic() - self.last_error_logged > 60:
                 self.last_error_logged = time.monotonic()
                 log.warning("could not publish progress to %s: %s: %s", self.path, type(exc).__name__, exc)
@@ -212,20 +221,20 @@ def read_progress(settings: Settings, job: str, now_ms: int | None = None) -> di
     from stores.webhdfs import WebHdfs, WebHdfsError
 
     state = None
-    for attempt in range(3):  # a publication replaces the file: a read may fall in between
-        if attempt:
-            time.sleep(0.2)
-        try:
-            with WebHdfs(settings, timeout_s=5.0) as hdfs:
+    with WebHdfs(settings, timeout_s=5.0) as hdfs:
+        for attempt in range(3):  # a publication replaces the file: a read may fall in between
+            if attempt:
+                time.sleep(0.2)
+            try:
                 raw = hdfs.read(published_path(settings, job))
-        except WebHdfsError as exc:
-            raise RuntimeError(f"progress cannot be read from HDFS: {exc}") from None
-        try:
-            state = json.loads(raw) if raw else None
-        except ValueError:
-            state = None
-        if isinstance(state, dict):
-            break
+            except WebHdfsError as exc:
+                raise RuntimeError(f"progress cannot be read from HDFS: {exc}") from None
+            try:
+                state = json.loads(raw) if raw else None
+            except ValueError:
+                state = None
+            if isinstance(state, dict):
+                break
     if not isinstance(state, dict):
         raise RuntimeError("no progress reported yet")
     if state.get("host") in (None, socket.gethostname()):

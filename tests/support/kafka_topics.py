@@ -21,3 +21,25 @@ def scratch_topic(settings, name: str) -> Iterator[str]:
             admin.delete_topics([name])
         finally:
             admin.close()
+
+
+def round_trip(settings, topic: str, payload: bytes, client_id: str, timeout_ms: int = 15_000) -> int:
+    """Write `payload` to partition 0 of `topic` and read it back, both with the clients `settings`
+    make (stores.clients); the offset it was written at. Fails when what is read differs."""
+    from stores.clients import consumer, partition, producer
+
+    send = producer(settings, client_id)
+    try:
+        sent = send.send(topic, value=payload, partition=0).get(timeout=30)
+    finally:
+        send.close()
+    read = consumer(settings, client_id)
+    try:
+        tp = partition(topic, 0)
+        read.assign([tp])
+        read.seek(tp, sent.offset)
+        records = read.poll(timeout_ms=timeout_ms, max_records=1).get(tp, [])
+        assert records and records[0].value == payload, records
+    finally:
+        read.close()
+    return sent.offset

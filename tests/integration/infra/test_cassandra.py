@@ -5,6 +5,7 @@ from __future__ import annotations
 from cassandra.concurrent import execute_concurrent_with_args
 
 from stores.clients import cassandra_cluster
+from tests.support.cassandra_keyspace import scratch_realtime
 
 
 def test_prepared_insert_and_select(settings, stack, unique):
@@ -39,18 +40,11 @@ def test_realtime_rows_written_in_replica_batches_read_back_exactly(settings, st
     included, and writing new absolute values over them replaces them."""
     import random
 
-    from stores.realtime import RealtimeReader, RealtimeRow, RealtimeWriter, ensure_keyspace
+    from stores.realtime import RealtimeRow
 
-    chosen = settings.model_copy(
-        update={
-            "cassandra": settings.cassandra.model_copy(update={"keyspace": f"test_{unique}"}),
-            "speed": settings.speed.model_copy(update={"write_batch_bytes": 5_120}),
-        }
-    )
-    ensure_keyspace(chosen)
-    writer, reader = RealtimeWriter(chosen), RealtimeReader(chosen)
+    small = settings.model_copy(update={"speed": settings.speed.model_copy(update={"write_batch_bytes": 5_120})})
     r = random.Random(3)
-    try:
+    with scratch_realtime(small, f"test_{unique}") as (writer, reader):
         for round_ in range(2):  # the second round overwrites every row with other values
             by_key = [
                 RealtimeRow(
@@ -83,38 +77,17 @@ def test_realtime_rows_written_in_replica_batches_read_back_exactly(settings, st
             assert buckets == {
                 60 * b: {row.key: row.value for row in by_bucket if row.event_bucket == 60 * b} for b in range(3)
             }
-    finally:
-        writer.close()
-        reader.close()
-        cluster = cassandra_cluster(settings)
-        try:
-            cluster.connect().execute(f"DROP KEYSPACE IF EXISTS test_{unique}")
-        finally:
-            cluster.shutdown()
 
 
 def test_a_late_write_of_an_older_micro_batch_never_replaces_a_newer_value(settings, stack, unique):
     """Rows carry their micro-batch's write timestamp: a retry of batch N landing after batch N+1
     (a slow executor, another machine's clock) leaves N+1's value in place."""
-    from stores.realtime import RealtimeReader, RealtimeRow, RealtimeWriter, ensure_keyspace
+    from stores.realtime import RealtimeRow
 
-    chosen = settings.model_copy(
-        update={"cassandra": settings.cassandra.model_copy(update={"keyspace": f"test_{unique}"})}
-    )
-    ensure_keyspace(chosen)
-    writer, reader = RealtimeWriter(chosen), RealtimeReader(chosen)
-    try:
+    with scratch_realtime(settings, f"test_{unique}") as (writer, reader):
         newer, older = 1_800_000_000_000_001, 1_800_000_000_000_000
         writer.write([RealtimeRow("page_views", "minute", "/t", 60, 120, 12)], [], newer)
         writer.write([RealtimeRow("page_views", "minute", "/t", 60, 120, 10)], [], older)
         assert reader.series("page_views", "minute", "/t", [60], 0)[60].value == 12
         writer.write([RealtimeRow("page_views", "minute", "/t", 60, 120, 15)], [], newer + 1)
         assert reader.series("page_views", "minute", "/t", [60], 0)[60].value == 15
-    finally:
-        writer.close()
-        reader.close()
-        cluster = cassandra_cluster(settings)
-        try:
-            cluster.connect().execute(f"DROP KEYSPACE IF EXISTS test_{unique}")
-        finally:
-            cluster.shutdown()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import socket
 
-from definitions.store_connections import CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
+from definitions.store_connections import HBaseSettings, HdfsSettings, KafkaSettings
 from stores.clients import cassandra_cluster, hbase_connection
-from stores.kafka import consumer, partition, producer
 from stores.webhdfs import WebHdfs
-from tests.support.kafka_topics import scratch_topic
+from tests.support.cassandra_keyspace import scratch_realtime
+from tests.support.kafka_topics import round_trip, scratch_topic
 
 
 def dead_port() -> int:
@@ -48,46 +48,24 @@ def test_kafka_clients_use_the_whole_broker_list(settings, stack, unique):
     servers = [f"127.0.0.1:{dead_port()}", k.bootstrap]
     chosen = settings.model_copy(update={"kafka": KafkaSettings(**{**k.model_dump(), "bootstrap_servers": servers})})
     with scratch_topic(settings, f"test-brokers-{unique}") as topic:
-        send = producer(chosen, f"test-{unique}")
-        try:
-            sent = send.send(topic, value=f"cluster-settings-{unique}".encode(), partition=0).get(timeout=30)
-        finally:
-            send.close()
-        read = consumer(chosen, f"test-{unique}")
-        try:
-            tp = partition(topic, 0)
-            read.assign([tp])
-            read.seek(tp, sent.offset)
-            records = read.poll(timeout_ms=10_000, max_records=1).get(tp, [])
-            assert records and records[0].value == f"cluster-settings-{unique}".encode()
-        finally:
-            read.close()
+        round_trip(chosen, topic, f"cluster-settings-{unique}".encode(), f"test-{unique}", timeout_ms=10_000)
 
 
 def test_a_keyspace_replicated_per_data_centre_serves_realtime_rows(settings, stack, unique):
-    from stores.realtime import RealtimeReader, RealtimeRow, RealtimeWriter, ensure_keyspace
+    from stores.realtime import RealtimeRow
 
     keyspace = f"test_nts_{unique}"
-    c = settings.cassandra
-    cassandra = CassandraSettings(
-        **{**c.model_dump(), "keyspace": keyspace, "replication": {"datacenter1": 1}, "local_dc": "datacenter1"}
-    )
-    chosen = settings.model_copy(update={"cassandra": cassandra})
-    ensure_keyspace(chosen)
-    cluster = cassandra_cluster(settings)
-    try:
-        session = cluster.connect()
-        row = session.execute(
-            "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", (keyspace,)
-        ).one()
-        assert row.replication["class"].endswith("NetworkTopologyStrategy") and row.replication["datacenter1"] == "1"
-        writer, reader = RealtimeWriter(chosen), RealtimeReader(chosen)
+    where = {"replication": {"datacenter1": 1}, "local_dc": "datacenter1"}
+    with scratch_realtime(settings, keyspace, **where) as (writer, reader):
+        cluster = cassandra_cluster(settings)
         try:
-            writer.write([RealtimeRow("page_views", "minute", "/x", 60, 120, 7)], [])
-            assert reader.series("page_views", "minute", "/x", [60], 0)[60].value == 7
+            row = (
+                cluster.connect()
+                .execute("SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", (keyspace,))
+                .one()
+            )
         finally:
-            writer.close()
-            reader.close()
-    finally:
-        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
-        cluster.shutdown()
+            cluster.shutdown()
+        assert row.replication["class"].endswith("NetworkTopologyStrategy") and row.replication["datacenter1"] == "1"
+        writer.write([RealtimeRow("page_views", "minute", "/x", 60, 120, 7)], [])
+        assert reader.series("page_views", "minute", "/x", [60], 0)[60].value == 7

@@ -12,8 +12,8 @@ from kafka.errors import KafkaError
 from definitions.store_connections import KafkaSettings
 from infra.store_services import LOCAL_SASL_USER, local_sasl_password
 from stores.clients import kafka_spark_options
-from stores.kafka import consumer, partition, producer
-from tests.support.kafka_topics import scratch_topic
+from stores.kafka import producer
+from tests.support.kafka_topics import round_trip, scratch_topic
 
 
 def over_sasl(settings, password: str):
@@ -37,23 +37,10 @@ def test_kafka_python_and_spark_read_and_write_over_sasl(settings, stack, spark,
     chosen = over_sasl(settings, local_sasl_password(settings))
     with scratch_topic(settings, f"test-sasl-{unique}") as topic:
         payload = f"sasl-{unique}".encode()
-        send = producer(chosen, f"test-sasl-{unique}")
-        try:
-            sent = send.send(topic, value=payload, partition=0).get(timeout=30)
-        finally:
-            send.close()
-        read = consumer(chosen, f"test-sasl-{unique}")
-        try:
-            tp = partition(topic, 0)
-            read.assign([tp])
-            read.seek(tp, sent.offset)
-            records = read.poll(timeout_ms=15_000, max_records=1).get(tp, [])
-            assert records and records[0].value == payload
-        finally:
-            read.close()
+        offset = round_trip(chosen, topic, payload, f"test-sasl-{unique}")
         # Spark's own Kafka client (Java), with the JAAS configuration the settings make.
-        offsets = json.dumps({topic: {"0": sent.offset}})
-        ends = json.dumps({topic: {"0": sent.offset + 1}})
+        offsets = json.dumps({topic: {"0": offset}})
+        ends = json.dumps({topic: {"0": offset + 1}})
         rows = (
             spark.read.format("kafka")
             .options(**kafka_spark_options(chosen))

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from stores.pointer import Pointer, ViewEntry, retire
+from stores.pointer import Pointer, ViewEntry, retention_plan, retire, table_name
 from stores.view_lifecycle import first_cutoff_ms, lifecycle, lifecycles, maintained_since
 
 BUCKET_MS = 60_000
@@ -81,3 +81,14 @@ def test_retired_views_are_listed_after_the_declared_and_retire_drops_their_entr
 @pytest.mark.parametrize(("since", "cutoff"), [(1, 60_000), (60_000, 60_000), (60_001, 120_000), (0, 0)])
 def test_the_first_cutoff_is_the_next_bucket_boundary(since, cutoff):
     assert first_cutoff_ms(since, 60) == cutoff
+
+
+def test_retention_drops_every_table_of_a_retired_view_and_keeps_the_others_versions():
+    runs = {v: {"state": "retired" if v == 1 else "live", "views": ["a", "gone"], "started_ms": 0} for v in (1, 2)}
+    served = Pointer(
+        {name: ViewEntry(table_name(name, 2), 2, BUCKET_MS) for name in ("a", "gone")}, version=2, generation=1
+    )
+    tables = [table_name(view, v) for view in ("a", "gone") for v in (1, 2)]
+    plan = lambda p: retention_plan(p, runs, tables, 2, 10**13, 1, lambda r: False)  # noqa: E731
+    assert plan(served) == []
+    assert plan(retire(served, ["gone"], now_ms=5)) == [table_name("gone", 1), table_name("gone", 2)]
