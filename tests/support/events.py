@@ -90,3 +90,13 @@ def master_rows(spark, settings: Settings, sent: list[SentRecord]) -> list:
 def duplicated_positions(spark, settings: Settings) -> int:
     """How many Kafka positions appear more than once anywhere in the master dataset."""
     return read_master(spark, settings).groupBy("kafka_partition", "kafka_offset").count().where("count > 1").count()
+
+
+def fresh_seed() -> int:
+    """A generator seed no other test run uses: event ids derive from the seed, and the platform
+    de-duplicates by event id across everything ever sent, so two workloads with one seed (say
+    `int(time.time())` in one test and `int(time.time()) + 1` in the test before it) would lose
+    each other's events."""
+    import secrets
+
+    return secrets.randbits(63)

@@ -18,7 +18,7 @@ from stores.airflow import AirflowClient
 from stores.batch_views import VersionStore
 from tests.integration.api.test_end_to_end import wait_exact
 from tests.support.cli import lambdactl
-from tests.support.events import send, wait_cutoff_past
+from tests.support.events import fresh_seed, send, wait_cutoff_past
 from tests.support.polling import wait_for
 
 PARSE = textwrap.dedent("""
@@ -144,7 +144,7 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     sent = send(
         settings,
         GeneratorConfig(
-            seed=int(time.time()),
+            seed=fresh_seed(),
             count=1_500,
             pages=15,
             url_prefix=f"/af-{uuid.uuid4().hex[:8]}",
@@ -211,7 +211,7 @@ def test_a_manual_run_beside_a_dag_run_loses_the_swap_and_changes_nothing(settin
     import json
 
     sent = send(
-        settings, GeneratorConfig(seed=int(time.time()), count=600, pages=8, url_prefix=f"/mix-{uuid.uuid4().hex[:8]}")
+        settings, GeneratorConfig(seed=fresh_seed(), count=600, pages=8, url_prefix=f"/mix-{uuid.uuid4().hex[:8]}")
     )
     wait_cutoff_past(settings, sent)
     manual = lambdactl(settings, "batch", "--views", "page_views", "--force", "--no-swap", "--json")

@@ -20,7 +20,7 @@ from ingest.truth import distinct_events
 from stores import completeness
 from stores.batch_views import PointerMoved, VersionStore
 from stores.realtime_cleanup import delete_absorbed
-from tests.support.events import send, wait_cutoff_past
+from tests.support.events import fresh_seed, send, wait_cutoff_past
 from tests.support.polling import wait_for
 from tests.support.realtime import planned_offsets
 
@@ -180,7 +180,7 @@ def workload(settings, prefix: str, seed: int) -> list[SentRecord]:
 
 
 def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, prefix, traffic):
-    first = workload(settings, prefix, int(time.time()))
+    first = workload(settings, prefix, fresh_seed())
     wait_exact(settings, first)
     batch_before, speed_before = parts(settings, first)
     assert speed_before > 0
@@ -197,7 +197,7 @@ def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, p
     assert batch_after > speed_after, "after the batch run the answers are mostly batch"
     assert speed_after == 0, "every record of the workload is below the new cutoff"
 
-    second = workload(settings, prefix, int(time.time()) + 1)
+    second = workload(settings, prefix, fresh_seed())
     traffic.extend(first + second)
     wait_exact(settings, first + second)
     batch_mixed, speed_mixed = parts(settings, first + second)
@@ -239,7 +239,7 @@ def test_with_cassandra_stopped_the_api_never_answers_wrongly(settings, stack, p
     speed_pid = next(s.pid for s in stack.status() if s.name == "speed-layer")
     try:
         cassandra.down()
-        during = workload(settings, f"{prefix}-outage", int(time.time()) + 2)
+        during = workload(settings, f"{prefix}-outage", fresh_seed())
         earliest: dict[int, int] = {}
         for r in during:
             earliest[r.partition] = min(earliest.get(r.partition, r.offset), r.offset)

@@ -34,7 +34,7 @@ from tests.integration.api.test_end_to_end import (
     window,
 )
 from tests.support.cli import lambdactl
-from tests.support.events import send, wait_cutoff_past
+from tests.support.events import fresh_seed, send, wait_cutoff_past
 
 # The views each run recomputes: None is a full run.
 STEPS: list[list[str] | None] = [
@@ -142,7 +142,7 @@ def test_partial_runs_of_each_view_keep_every_answer_exact(settings, stack, spar
     sent: list[SentRecord] = []
     for step, views in enumerate(STEPS):
         what = f"step {step} ({'full run' if views is None else 'run of ' + ', '.join(views)})"
-        sent += workload(settings, prefix, int(time.time()) + step)
+        sent += workload(settings, prefix, fresh_seed())
         through_restarts(wait_exact, settings, sent)  # the speed layer has counted the new traffic
         result = batch(settings, spark, sent, views)
         assert not result.skipped, what

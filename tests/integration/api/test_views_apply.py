@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import textwrap
 import threading
-import time
 import uuid
 from collections import defaultdict
 
@@ -26,7 +25,7 @@ from ingest.truth import distinct_events
 from stores.registry import version_store
 from tests.integration.api.test_end_to_end import HOUR, api, epoch, mismatches, wait_exact, window
 from tests.support.cli import lambdactl
-from tests.support.events import send
+from tests.support.events import fresh_seed, send
 from tests.support.polling import wait_for
 
 
@@ -67,9 +66,21 @@ def clicks_problems(settings, view: str, sent: list[SentRecord]) -> list[str]:
         if resp.status_code != 200:
             out.append(f"{url}: HTTP {resp.status_code} {resp.text[:200]}")
             continue
-        got = {epoch(b["bucket"]): b["value"] for b in resp.json()["series"] if b["value"]}
-        if got != dict(buckets):
-            out.append(f"{url}: {sorted(got.items())[:3]}… truth {sorted(buckets.items())[:3]}…")
+        series = {epoch(b["bucket"]): b for b in resp.json()["series"] if b["value"]}
+        for bucket in sorted(set(series) | set(buckets)):
+            point = series.get(bucket, {"value": 0, "batch": 0, "speed": 0})
+            if point["value"] != buckets.get(bucket, 0):
+                ingested = sorted(
+                    e["ingest_time_ms"]
+                    for e in distinct_events(sent)
+                    if e["event_type"] == "click"
+                    and e["url"] == url
+                    and e["event_time"] // 1000 // HOUR * HOUR == bucket
+                )
+                out.append(
+                    f"{url} {bucket}: {point['value']} (batch {point['batch']}, speed {point['speed']}), truth "
+                    f"{buckets.get(bucket, 0)} ingested at {ingested}; cutoff {resp.json()['provenance']['cutoff']}"
+                )
     return out
 
 
@@ -113,7 +124,7 @@ def view_module(settings, tmp_path):
 def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_never_falter(settings, stack, view_module):
     module, folder, view = view_module
     prefix = f"/va-{uuid.uuid4().hex[:8]}"
-    before = workload(settings, prefix, int(time.time()), 1_500)
+    before = workload(settings, prefix, fresh_seed(), 1_500)
     wait_exact(settings, before)
 
     stop = threading.Event()
@@ -128,10 +139,10 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
             checked.append(1)
             stop.wait(1.0)
 
-    def load_traffic() -> None:  # a workload the whole time
+    def load_traffic() -> None:  # a workload the whole time, on URLs of its own
         seed = 1
         while not stop.is_set():
-            during.extend(workload(settings, prefix, int(time.time()) + seed, 200))
+            during.extend(workload(settings, f"{prefix}-live", fresh_seed(), 200))
             seed += 1
             stop.wait(2.0)
 
@@ -165,7 +176,9 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
     try:
         wait_for(exact, f"{view} equal to the truth", timeout_s=300, interval_s=3)
     except AssertionError:
-        raise AssertionError(f"{view} differs from the truth: {last[:5]}") from None
+        raise AssertionError(
+            f"{view} differs from the truth: {last[:5]}; its state {state}; apply said: {done.stderr[-2500:]}"
+        ) from None
     assert mismatches(settings, everything) == []
 
     # Removing it retires it: its route and its pointer entry go.

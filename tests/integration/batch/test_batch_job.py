@@ -21,7 +21,7 @@ from stores import completeness
 from stores.batch_views import VersionStore
 from stores.clients import hbase_connection
 from stores.pointer import table_version, table_view
-from tests.support.events import send, wait_cutoff_past
+from tests.support.events import fresh_seed, send, wait_cutoff_past
 from tests.support.hbase_read import read_table
 from tests.support.truth import kafka_events, view_truth
 
@@ -42,7 +42,7 @@ def workload(bsettings, stack):
     sent = send(
         bsettings,
         GeneratorConfig(
-            seed=int(time.time()),
+            seed=fresh_seed(),
             count=4_000,
             late_fraction=0.15,
             late_min_s=3_600,

@@ -16,7 +16,7 @@ from infra import services as svc
 from ingest.generator import GeneratorConfig
 from stores.progress import read_progress
 from stores.restarts import restart_report
-from tests.support.events import send
+from tests.support.events import fresh_seed, send
 from tests.support.polling import wait_for
 from tests.support.realtime import wait_until_exact
 
@@ -100,7 +100,7 @@ def test_killed_processes_come_back_by_themselves_and_answers_stay_exact(setting
 
     # The speed layer is killed while traffic streams in.
     config = GeneratorConfig(
-        seed=int(time.time()),
+        seed=fresh_seed(),
         count=3_000,
         rate=300,
         pages=25,
@@ -115,9 +115,7 @@ def test_killed_processes_come_back_by_themselves_and_answers_stay_exact(setting
     producer.join(300)
     took["archiver"] = _kill_and_time(settings, stack, "archiver")
 
-    after = send(
-        settings, GeneratorConfig(seed=int(time.time()) + 1, count=1_000, pages=25, url_prefix=config.url_prefix)
-    )
+    after = send(settings, GeneratorConfig(seed=fresh_seed(), count=1_000, pages=25, url_prefix=config.url_prefix))
     wait_until_exact(settings, result["sent"] + after)
     assert all(running <= BACK_WITHIN_S for running, _ in took.values()), took
 

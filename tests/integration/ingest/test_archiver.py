@@ -22,6 +22,7 @@ from tests.support.events import (
     archived_since,
     duplicated_positions,
     end_offsets,
+    fresh_seed,
     master_rows,
     send,
     wait_archived,
@@ -79,7 +80,7 @@ def send_raw(settings, values: list[bytes | None]) -> list[tuple[int, int]]:
 
 def test_master_holds_exactly_the_valid_records_and_dlq_the_invalid(settings, stack, spark):
     config = GeneratorConfig(
-        seed=int(time.time()),
+        seed=fresh_seed(),
         count=3_000,
         late_fraction=0.1,
         late_min_s=3_600,
@@ -126,9 +127,7 @@ def test_master_holds_exactly_the_valid_records_and_dlq_the_invalid(settings, st
 def test_kill_9_mid_stream_loses_nothing_and_writes_nothing_twice(settings, stack, spark):
     supervisor = stack.supervisor
     # A minute of traffic, so that the kill lands while it flows even when micro-batches are slow.
-    config = GeneratorConfig(
-        seed=int(time.time()) + 1, count=12_000, rate=200, duplicate_fraction=0.02, invalid_fraction=0.02
-    )
+    config = GeneratorConfig(seed=fresh_seed(), count=12_000, rate=200, duplicate_fraction=0.02, invalid_fraction=0.02)
     result: dict = {}
     producer = threading.Thread(target=lambda: result.setdefault("sent", send(settings, config)))
     start = end_offsets(settings)
@@ -158,7 +157,7 @@ def test_kill_9_mid_stream_loses_nothing_and_writes_nothing_twice(settings, stac
 
 
 def test_completeness_never_claims_unarchived_records(settings, stack, spark):
-    config = GeneratorConfig(seed=int(time.time()) + 2, count=4_000, rate=400, late_fraction=0.2)
+    config = GeneratorConfig(seed=fresh_seed(), count=4_000, rate=400, late_fraction=0.2)
     result: dict = {}
     producer = threading.Thread(target=lambda: result.setdefault("sent", send(settings, config)))
     producer.start()

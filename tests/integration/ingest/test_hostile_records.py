@@ -14,7 +14,7 @@ from kafka import KafkaProducer
 
 from ingest.generator import GeneratorConfig
 from tests.integration.ingest.test_archiver import dlq_records
-from tests.support.events import VALID_KINDS, send, wait_archived
+from tests.support.events import VALID_KINDS, fresh_seed, send, wait_archived
 from tests.support.hostile import CONFIRMED, corpus
 from tests.support.realtime import wait_until_exact
 
@@ -48,12 +48,12 @@ def job_pids(stack) -> dict[str, int]:
 
 def test_hostile_records_stop_nothing_and_all_reach_the_dead_letter_topic(settings, stack):
     pids = job_pids(stack)
-    hostile = produce_raw(settings, corpus(seed=int(time.time()), count=HOSTILE_COUNT))
+    hostile = produce_raw(settings, corpus(seed=fresh_seed(), count=HOSTILE_COUNT))
     assert len(hostile) == HOSTILE_COUNT
     sent = send(
         settings,
         GeneratorConfig(
-            seed=int(time.time()) + 1,
+            seed=fresh_seed(),
             count=2_000,
             pages=20,
             url_prefix=f"/hostile-{uuid.uuid4().hex[:8]}",

@@ -15,7 +15,6 @@ Then a real batch run (batch_layer.job.run_batch) moves the cutoff past all of i
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -25,7 +24,7 @@ from ingest.generator import GeneratorConfig
 from reports import build, read
 from stores.batch_views import VersionStore
 from tests.support.accuracy_scenario import HOUR, batch_window, only_keys, raw_records, resend, wait_for_old_records
-from tests.support.events import send
+from tests.support.events import fresh_seed, send
 
 
 # Package scope, not module scope: the scenario (a workload, waits for old records and for the
@@ -33,7 +32,7 @@ from tests.support.events import send
 # this package; a module-scoped fixture here would build it once per module.
 @pytest.fixture(scope="package")
 def scenario(settings, stack, spark):
-    seed = int(time.time())
+    seed = fresh_seed()
     prefix = f"/acc-{uuid.uuid4().hex[:8]}"
     pointer = VersionStore(settings).pointer()
     previous = pointer.cutoff_ms if pointer is not None else 0

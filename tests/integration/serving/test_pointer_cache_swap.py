@@ -20,7 +20,7 @@ from ingest.generator import GeneratorConfig
 from ingest.truth import distinct_events
 from stores.batch_views import VersionStore
 from tests.support.cli import env
-from tests.support.events import send, wait_cutoff_past
+from tests.support.events import fresh_seed, send, wait_cutoff_past
 from tests.support.polling import wait_for
 
 HOUR = 3_600
@@ -79,7 +79,7 @@ def test_answers_from_the_previous_pointer_stay_exact_through_swap_and_clean_up(
     mine, client = cached
     sent = send(
         settings,
-        GeneratorConfig(seed=int(time.time()), count=600, pages=8, url_prefix=f"/swap-{unique}", late_fraction=0.2),
+        GeneratorConfig(seed=fresh_seed(), count=600, pages=8, url_prefix=f"/swap-{unique}", late_fraction=0.2),
     )
     truth = _truth(sent)
     times = [e["event_time"] // 1000 for e in distinct_events(sent)]

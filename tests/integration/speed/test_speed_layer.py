@@ -7,13 +7,12 @@ import json
 import os
 import signal
 import threading
-import time
 import uuid
 
 from definitions.events import parse_time
 from infra.stack import Stack
 from ingest.generator import GeneratorConfig, page_urls
-from tests.support.events import send
+from tests.support.events import fresh_seed, send
 from tests.support.polling import wait_for
 from tests.support.realtime import counted, counting_every_copy, truth, wait_until_exact
 
@@ -26,7 +25,7 @@ def test_realtime_views_equal_truth_with_late_and_duplicate_events(settings, sta
     sent = send(
         settings,
         GeneratorConfig(
-            seed=int(time.time()),
+            seed=fresh_seed(),
             count=3_000,
             pages=40,
             url_prefix=prefix(),
@@ -57,7 +56,7 @@ def test_realtime_views_equal_truth_with_late_and_duplicate_events(settings, sta
 def test_kill_9_mid_stream_keeps_totals_exact(settings, stack):
     # A minute of traffic, so that the kill lands while it flows even when micro-batches are slow.
     config = GeneratorConfig(
-        seed=int(time.time()) + 7,
+        seed=fresh_seed(),
         count=12_000,
         rate=200,
         pages=30,
