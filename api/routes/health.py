@@ -87,7 +87,7 @@ def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
         pointer = serving.pointer()
         body["batch"] = (
             None
-            if pointer is None
+            if pointer is None or not pointer.entries  # no view served from a batch table (all retired)
             else {
                 "version": pointer.version,
                 "cutoff": iso(pointer.cutoff_ms / 1000),
