@@ -100,3 +100,23 @@ def fresh_seed() -> int:
     import secrets
 
     return secrets.randbits(63)
+
+
+def mixed_workload(settings: Settings, prefix: str, count: int, pages: int) -> list[SentRecord]:
+    """`count` records on `pages` URLs under `prefix`, with every kind the merge must get right:
+    15 % late by 2 to 30 hours, 5 % duplicates, 3 % invalid; a fresh seed."""
+    hour = 3_600
+    return send(
+        settings,
+        GeneratorConfig(
+            seed=fresh_seed(),
+            count=count,
+            pages=pages,
+            url_prefix=prefix,
+            late_fraction=0.15,
+            late_min_s=2 * hour,
+            late_max_s=30 * hour,
+            duplicate_fraction=0.05,
+            invalid_fraction=0.03,
+        ),
+    )

@@ -15,12 +15,12 @@ import pytest
 
 from batch_layer.job import run_batch
 from infra.stack import Stack
-from ingest.generator import GeneratorConfig, SentRecord
+from ingest.generator import SentRecord
 from ingest.truth import distinct_events
 from stores import completeness
 from stores.batch_views import PointerMoved, VersionStore
 from stores.realtime_cleanup import delete_absorbed
-from tests.support.events import fresh_seed, send, wait_cutoff_past
+from tests.support.events import mixed_workload, wait_cutoff_past
 from tests.support.polling import wait_for
 from tests.support.realtime import planned_offsets
 
@@ -162,25 +162,8 @@ def traffic() -> list[SentRecord]:
     return []
 
 
-def workload(settings, prefix: str, seed: int) -> list[SentRecord]:
-    return send(
-        settings,
-        GeneratorConfig(
-            seed=seed,
-            count=2_500,
-            pages=25,
-            url_prefix=prefix,
-            late_fraction=0.15,
-            late_min_s=2 * HOUR,
-            late_max_s=30 * HOUR,
-            duplicate_fraction=0.05,
-            invalid_fraction=0.03,
-        ),
-    )
-
-
 def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, prefix, traffic):
-    first = workload(settings, prefix, fresh_seed())
+    first = mixed_workload(settings, prefix, 2_500, 25)
     wait_exact(settings, first)
     batch_before, speed_before = parts(settings, first)
     assert speed_before > 0
@@ -197,7 +180,7 @@ def test_merged_answers_stay_exact_through_a_batch_run(settings, stack, spark, p
     assert batch_after > speed_after, "after the batch run the answers are mostly batch"
     assert speed_after == 0, "every record of the workload is below the new cutoff"
 
-    second = workload(settings, prefix, fresh_seed())
+    second = mixed_workload(settings, prefix, 2_500, 25)
     traffic.extend(first + second)
     wait_exact(settings, first + second)
     batch_mixed, speed_mixed = parts(settings, first + second)
@@ -239,7 +222,7 @@ def test_with_cassandra_stopped_the_api_never_answers_wrongly(settings, stack, p
     speed_pid = next(s.pid for s in stack.status() if s.name == "speed-layer")
     try:
         cassandra.down()
-        during = workload(settings, f"{prefix}-outage", fresh_seed())
+        during = mixed_workload(settings, f"{prefix}-outage", 2_500, 25)
         earliest: dict[int, int] = {}
         for r in during:
             earliest[r.partition] = min(earliest.get(r.partition, r.offset), r.offset)

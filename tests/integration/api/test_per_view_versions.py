@@ -19,11 +19,10 @@ import httpx
 import pytest
 
 from batch_layer.job import run_batch, swap_version
-from ingest.generator import GeneratorConfig, SentRecord
+from ingest.generator import SentRecord
 from stores.batch_views import PointerMoved, VersionStore
 from stores.clients import hbase_connection
 from tests.integration.api.test_end_to_end import (
-    HOUR,
     api,
     epoch,
     merged,
@@ -34,7 +33,7 @@ from tests.integration.api.test_end_to_end import (
     window,
 )
 from tests.support.cli import lambdactl
-from tests.support.events import fresh_seed, send, wait_cutoff_past
+from tests.support.events import mixed_workload, wait_cutoff_past
 
 # The views each run recomputes: None is a full run.
 STEPS: list[list[str] | None] = [
@@ -46,23 +45,6 @@ STEPS: list[list[str] | None] = [
     ["top_pages"],
     ["page_views_by_country_device"],
 ]
-
-
-def workload(settings, prefix: str, seed: int) -> list[SentRecord]:
-    return send(
-        settings,
-        GeneratorConfig(
-            seed=seed,
-            count=1_500,
-            pages=20,
-            url_prefix=prefix,
-            late_fraction=0.15,
-            late_min_s=2 * HOUR,
-            late_max_s=30 * HOUR,
-            duplicate_fraction=0.05,
-            invalid_fraction=0.03,
-        ),
-    )
 
 
 def problems(settings, sent: list[SentRecord]) -> list[str]:
@@ -142,7 +124,7 @@ def test_partial_runs_of_each_view_keep_every_answer_exact(settings, stack, spar
     sent: list[SentRecord] = []
     for step, views in enumerate(STEPS):
         what = f"step {step} ({'full run' if views is None else 'run of ' + ', '.join(views)})"
-        sent += workload(settings, prefix, fresh_seed())
+        sent += mixed_workload(settings, prefix, 1_500, 20)
         through_restarts(wait_exact, settings, sent)  # the speed layer has counted the new traffic
         result = batch(settings, spark, sent, views)
         assert not result.skipped, what

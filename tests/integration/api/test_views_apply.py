@@ -20,30 +20,13 @@ import httpx
 import pytest
 
 from definitions.settings_store import load
-from ingest.generator import GeneratorConfig, SentRecord
+from ingest.generator import SentRecord
 from ingest.truth import distinct_events
 from stores.registry import version_store
 from tests.integration.api.test_end_to_end import HOUR, api, epoch, mismatches, wait_exact, window
 from tests.support.cli import lambdactl
-from tests.support.events import fresh_seed, send
+from tests.support.events import mixed_workload
 from tests.support.polling import wait_for
-
-
-def workload(settings, prefix: str, seed: int, count: int) -> list[SentRecord]:
-    return send(
-        settings,
-        GeneratorConfig(
-            seed=seed,
-            count=count,
-            pages=10,
-            url_prefix=prefix,
-            late_fraction=0.15,
-            late_min_s=2 * HOUR,
-            late_max_s=30 * HOUR,
-            duplicate_fraction=0.05,
-            invalid_fraction=0.03,
-        ),
-    )
 
 
 def clicks_truth(sent: list[SentRecord]) -> dict[str, dict[int, int]]:
@@ -124,7 +107,7 @@ def view_module(settings, tmp_path):
 def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_never_falter(settings, stack, view_module):
     module, folder, view = view_module
     prefix = f"/va-{uuid.uuid4().hex[:8]}"
-    before = workload(settings, prefix, fresh_seed(), 1_500)
+    before = mixed_workload(settings, prefix, 1_500, 10)
     wait_exact(settings, before)
 
     stop = threading.Event()
@@ -142,7 +125,7 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
     def load_traffic() -> None:  # a workload the whole time, on URLs of its own
         seed = 1
         while not stop.is_set():
-            during.extend(workload(settings, f"{prefix}-live", fresh_seed(), 200))
+            during.extend(mixed_workload(settings, f"{prefix}-live", 200, 10))
             seed += 1
             stop.wait(2.0)
 
