@@ -162,10 +162,9 @@ def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
     return rows
 
 
-def persist_view_modules(settings: Settings, modules: list[str], paths: list[str] | None = None) -> Settings:
-    """Set the data-shaping `views.modules` (and `views.paths` unless None) in the persisted settings:
-    what `lambdactl views apply --modules` does, the one command that also brings the running
-    platform's data along (the speed layer, the batch views and the API). The settings with them."""
+def with_view_modules(settings: Settings, modules: list[str], paths: list[str] | None = None) -> Settings:
+    """`settings` with `views.modules` (and `views.paths` unless None) replaced, checked but not
+    persisted: `lambdactl views apply --modules` loads the views from these before it writes them."""
     bad = [m for m in modules if not all(part.isidentifier() for part in m.split("."))]
     if bad:
         raise SettingsConflict(f"views.modules: not module names: {bad}")
@@ -173,10 +172,16 @@ def persist_view_modules(settings: Settings, modules: list[str], paths: list[str
     relative = [str(p) for p in folders if not p.is_absolute() or not p.is_dir()]
     if relative:
         raise SettingsConflict(f"views.paths: not absolute paths of directories: {relative}")
-    path = persisted_path(settings)
-    doc = read_persisted(path) or {}
-    _set(doc, "views.modules", list(modules))
-    _set(doc, "views.paths", [str(p) for p in folders])
-    write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     views = settings.views.model_copy(update={"modules": list(modules), "paths": folders})
     return settings.model_copy(update={"views": views})
+
+
+def persist_view_modules(settings: Settings) -> Path:
+    """Write `settings.views` (modules and paths) into the persisted settings: the data-shaping
+    `views.modules` changes only this way, by `lambdactl views apply`, which also brings the
+    running platform's data along (the speed layer, the batch views and the API)."""
+    path = persisted_path(settings)
+    doc = read_persisted(path) or {}
+    _set(doc, "views.modules", list(settings.views.modules))
+    _set(doc, "views.paths", [str(p) for p in settings.views.paths])
+    return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -54,7 +54,7 @@ def cmd_views(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
-    from definitions.settings_store import SettingsConflict, persist_view_modules
+    from definitions.settings_store import SettingsConflict, persist_view_modules, with_view_modules
     from definitions.views import load_views
     from infra.airflow import write_declared_views
     from stores.checkpoints import read_marker
@@ -62,11 +62,13 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     try:
         if args.modules is not None:
             paths = None if args.paths is None else [p for p in args.paths.split(",") if p]
-            settings = persist_view_modules(settings, [m for m in args.modules.split(",") if m], paths)
-        registry = load_views(settings)
+            settings = with_view_modules(settings, [m for m in args.modules.split(",") if m], paths)
+        registry = load_views(settings)  # before anything is written: a set that does not load changes nothing
     except (ImportError, ValueError, SettingsConflict) as exc:
         log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
         return 2
+    if args.modules is not None:
+        persist_view_modules(settings)
     declared = registry.names()
     _say(f"declared views: {', '.join(declared)}")
     write_declared_views(settings, declared)  # the DAG's trigger form offers them from its next parse
@@ -107,7 +109,14 @@ def _speed_layer_maintains(settings: Settings, declared: list[str], deadline: fl
         _say("the speed layer maintains every declared view")
         return
     _say("restarting the speed layer with the declared views (its query resumes from its checkpoint)")
-    took = Stack(settings).restart(SPEED_LAYER)
+    try:
+        took = Stack(settings).restart(SPEED_LAYER)
+    except StackError as exc:
+        raise StackError(
+            SPEED_LAYER,
+            f"{exc}. Where this stack does not run it (stack.managed_services), restart it wherever it runs, "
+            "then run `lambdactl views apply` again",
+        ) from None
     while True:
         marker = read_marker(settings)
         if marker is not None and marker.views is not None and set(marker.views) == set(declared):

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from definitions.settings_store import load, persist_view_modules
+from definitions.settings_store import load, persist_view_modules, with_view_modules
 from serving_layer.service import StoreUnavailable, ViewBuilding
 from tests.support.shell import plain_shell
 from tests.support.tripwire_api import assert_error_shape, make_client, token
@@ -48,7 +48,7 @@ def test_a_reload_adds_and_removes_view_routes_and_refuses_what_does_not_load(mo
         assert client.get("/api/v1/views/clicks?url=/").status_code == 404
         assert_error_shape(client.post(RELOAD), settings, 401)
 
-        persist_view_modules(settings, [name], [str(folder)])
+        persist_view_modules(with_view_modules(settings, [name], [str(folder)]))
         done = client.post(RELOAD, headers=auth)
         assert done.status_code == 200, done.text
         assert done.json()["added"] == ["clicks"] and done.json()["removed"] == []
@@ -58,12 +58,12 @@ def test_a_reload_adds_and_removes_view_routes_and_refuses_what_does_not_load(mo
         # The route is there: the query reaches the serving layer (a tripwire here, failing as a store).
         assert client.get("/api/v1/views/clicks?url=/&granularity=hour").status_code == 503
 
-        persist_view_modules(settings, [name, "no_such_views_module"])
+        persist_view_modules(with_view_modules(settings, [name, "no_such_views_module"], [str(folder)]))
         refused = assert_error_shape(client.post(RELOAD, headers=auth), settings, 409)
         assert "no_such_views_module" in refused["detail"]
         assert "/api/v1/views/clicks" in client.get("/openapi.json").json()["paths"], "the old set still serves"
 
-        persist_view_modules(settings, [])
+        persist_view_modules(with_view_modules(settings, [], []))
         done = client.post(RELOAD, headers=auth)
         assert done.json()["removed"] == ["clicks"]
         assert client.get("/api/v1/views/clicks?url=/").status_code == 404
