@@ -25,8 +25,8 @@ def scratch_topic(settings, name: str) -> Iterator[str]:
 
 def round_trip(settings, topic: str, payload: bytes, client_id: str, timeout_ms: int = 15_000) -> int:
     """Write `payload` to partition 0 of `topic` and read it back, both with the clients `settings`
-    make (stores.clients); the offset it was written at. Fails when what is read differs."""
-    from stores.clients import consumer, partition, producer
+    make (stores.kafka); the offset it was written at. Fails when what is read differs."""
+    from stores.kafka import consumer, partition, producer
 
     send = producer(settings, client_id)
     try:
