@@ -17,9 +17,13 @@ from typing import Any
 
 from definitions.settings import EventLimits
 
-SCHEMA_VERSION = 1
+# The newest contract version this platform reads; it reads every version from 1 up to it. A
+# version adds optional fields (Field.since) and nothing else, so an older event is a newer one
+# without those fields, and the master dataset keeps old files as they are (docs/events.md).
+SCHEMA_VERSION = 2
 EVENT_TYPES = ("page_view", "click", "add_to_cart", "purchase", "signup")
 DEVICES = ("desktop", "mobile", "tablet", "other")
+CHANNELS = ("web", "app", "api")
 DEFAULT_LIMITS = EventLimits()
 # The record size limit with default settings (settings.events.max_record_bytes).
 MAX_EVENT_BYTES = DEFAULT_LIMITS.max_record_bytes
@@ -49,6 +53,8 @@ class Field:
     doc: str = ""
     # The EventLimits setting that overrides max_len, if any.
     limit_setting: str = ""
+    # The schema_version that added the field: an event of an older version must not carry it.
+    since: int = 1
 
 
 FIELDS: tuple[Field, ...] = (
@@ -69,7 +75,8 @@ FIELDS: tuple[Field, ...] = (
     Field("referrer", "string", False, 2048, doc="where the visitor came from", limit_setting="max_referrer_chars"),
     Field("country", "string", False, 2, pattern=_COUNTRY, doc="ISO 3166-1 alpha-2, upper case"),
     Field("device", "string", False, 16, DEVICES, doc="device class"),
-    Field("schema_version", "int", False, doc=f"contract version; {SCHEMA_VERSION} when absent"),
+    Field("schema_version", "int", False, doc=f"contract version, 1 to {SCHEMA_VERSION}; 1 when absent"),
+    Field("channel", "string", False, 8, CHANNELS, doc="where the event came from (schema_version 2)", since=2),
 )
 FIELD_NAMES = tuple(f.name for f in FIELDS)
 _FIELD_SET = frozenset(FIELD_NAMES)
@@ -227,9 +234,16 @@ def _validate_document(doc: Any, ingest_time_ms: int | None, limits: EventLimits
         event[field.name] = _check_field(field, value, limits)
     version = event["schema_version"]
     if version is None:
-        event["schema_version"] = SCHEMA_VERSION
-    elif version != SCHEMA_VERSION:
-        raise InvalidEvent(f"unsupported schema_version: {str(version)[:20]} (this platform reads {SCHEMA_VERSION})")
+        version = event["schema_version"] = 1
+    elif not 1 <= version <= SCHEMA_VERSION:
+        raise InvalidEvent(
+            f"unsupported schema_version: {str(version)[:20]} (this platform reads 1 to {SCHEMA_VERSION})"
+        )
+    for field in FIELDS:
+        if field.since > version and event[field.name] is not None:
+            raise InvalidEvent(
+                f"field of a later schema: {field.name} needs schema_version {field.since} or later, got {version}"
+            )
     if not event["url"].startswith("/"):
         raise InvalidEvent("bad url: must be a path starting with '/'")
     reference_ms = ingest_time_ms if ingest_time_ms is not None else int(datetime.now(UTC).timestamp() * 1000)
@@ -322,6 +336,7 @@ def contract_json(limits: EventLimits | None = None) -> str:
                     "max_len": _max_len(f, limits),
                     "choices": list(f.choices),
                     "pattern": f.pattern.pattern if f.pattern is not None else None,
+                    "since": f.since,
                 }
                 for f in FIELDS
             ],

@@ -9,11 +9,11 @@ means adding a declaration here (or in a module listed in settings) and nothing 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from definitions.events import FIELD_NAMES
+from definitions.events import FIELD_NAMES, FIELDS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -36,8 +36,16 @@ class View:
     # How the stores lay it out: "by_key" for series of one key over time (range scans by key,
     # then time); "by_bucket" keeps every key of an event bucket together, for "top N" queries.
     layout: Literal["by_key", "by_bucket"] = "by_key"
+    # What a field added by a later schema_version stands for in events older than that version
+    # (which cannot carry it): {"channel": "web"}. Applies to the view's keys and column; `where`
+    # sees the events as stored. Kept as sorted (field, value) pairs, so a view stays hashable.
+    defaults: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        pairs = tuple(sorted(dict(self.defaults).items()))
+        object.__setattr__(self, "defaults", pairs)
+        for name, value in pairs:
+            _check_default(self.name, name, value)
         if not self.name.isidentifier():
             raise ValueError(f"view name must be an identifier: {self.name!r}")
         unknown = [k for k in (*self.keys, *([self.column] if self.column else [])) if k not in FIELD_NAMES]
@@ -70,6 +78,21 @@ class View:
 
     # --- Spark derivation ---------------------------------------------------------------------
 
+    def default_of(self, name: str) -> str | None:
+        """The declared default of an event column, if any."""
+        return dict(self.defaults).get(name)
+
+    def column_of(self, name: str) -> Column:
+        """An event column as the view reads it: a declared default stands in for it in events
+        older than the schema_version that added it."""
+        from pyspark.sql import functions as F
+
+        default = self.default_of(name)
+        if default is None:
+            return F.col(name)
+        since = _FIELD_BY_NAME[name].since
+        return F.when(F.col("schema_version") < since, F.lit(default)).otherwise(F.col(name))
+
     def filtered(self, events: DataFrame) -> DataFrame:
         return events.where(self.where) if self.where else events
 
@@ -84,10 +107,10 @@ class View:
         if self.aggregation == "count":
             return [F.count(F.lit(1)).alias("value")]
         if self.aggregation == "sum":
-            return [F.sum(F.col(self.measured_column)).cast("bigint").alias("value")]
-        sketch = F.hll_sketch_agg(F.col(self.measured_column), HLL_LG_K).alias("sketch")
+            return [F.sum(self.column_of(self.measured_column)).cast("bigint").alias("value")]
+        sketch = F.hll_sketch_agg(self.column_of(self.measured_column), HLL_LG_K).alias("sketch")
         if exact:
-            return [F.countDistinct(F.col(self.measured_column)).alias("value"), sketch]
+            return [F.countDistinct(self.column_of(self.measured_column)).alias("value"), sketch]
         return [sketch]
 
     def compute(
@@ -102,8 +125,8 @@ class View:
 
         size = GRANULARITIES[granularity]
         bucket = (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint").alias("event_bucket")
-        groups = [*[F.col(k) for k in self.keys], bucket, *[F.col(k) for k in extra_keys]]
-        return self.filtered(events).where(_keys_present(self.keys)).groupBy(*groups).agg(*self.aggregates(exact))
+        groups = [*[self.column_of(k).alias(k) for k in self.keys], bucket, *[F.col(k) for k in extra_keys]]
+        return self.filtered(events).where(_keys_present(self)).groupBy(*groups).agg(*self.aggregates(exact))
 
 
 CELL_DDL = (
@@ -118,7 +141,7 @@ def cells(view: View) -> list[Column]:
     of distinct_value — the same aggregations `View.compute` derives for the batch layer."""
     from pyspark.sql import functions as F
 
-    in_view = _keys_present(view.keys)
+    in_view = _keys_present(view)
     if view.where:
         in_view = in_view & F.expr(view.where)
     out = []
@@ -127,13 +150,15 @@ def cells(view: View) -> list[Column]:
         cell = F.struct(
             F.lit(view.name).alias("view"),
             F.lit(granularity).alias("granularity"),
-            F.array(*[F.col(k).cast("string") for k in view.keys]).alias("key"),
+            F.array(*[view.column_of(k).cast("string") for k in view.keys]).alias("key"),
             (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint").alias("event_bucket"),
             (
-                F.col(view.measured_column).cast("bigint") if view.aggregation == "sum" else F.lit(None).cast("bigint")
+                view.column_of(view.measured_column).cast("bigint")
+                if view.aggregation == "sum"
+                else F.lit(None).cast("bigint")
             ).alias("measure"),
             (
-                F.col(view.measured_column).cast("string")
+                view.column_of(view.measured_column).cast("string")
                 if view.aggregation == "distinct"
                 else F.lit(None).cast("string")
             ).alias("distinct_value"),
@@ -149,13 +174,29 @@ def key_text(values) -> str:
     return json.dumps([None if v is None else str(v) for v in values], ensure_ascii=False, separators=(",", ":"))
 
 
-def _keys_present(keys: Iterable[str]) -> Column:
-    """Rows whose key columns are all set: an event without a value for a key is not in the view."""
+def _keys_present(view: View) -> Column:
+    """Rows whose keys are all set (defaults applied): an event without a value for a key is not
+    in the view."""
     from functools import reduce
 
-    from pyspark.sql import functions as F
+    return reduce(lambda a, b: a & b, [view.column_of(k).isNotNull() for k in view.keys])
 
-    return reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in keys])
+
+_FIELD_BY_NAME = {f.name: f for f in FIELDS}
+
+
+def _check_default(view: str, name: str, value: Any) -> None:
+    known = _FIELD_BY_NAME.get(name)
+    if known is None:
+        raise ValueError(f"view {view}: default for an unknown event column {name!r}")
+    if known.since <= 1:
+        raise ValueError(
+            f"view {view}: default for {name}, which every schema version has (a default stands in "
+            "for a field added by a later schema_version, in older events)"
+        )
+    if known.kind != "string" or not isinstance(value, str) or (known.choices and value not in known.choices):
+        allowed = f" among {list(known.choices)}" if known.choices else ""
+        raise ValueError(f"view {view}: default for {name} must be a string{allowed}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -215,7 +256,19 @@ PAGE_VIEWS_BY_COUNTRY_DEVICE = View(
     description="page views per country and device class",
 )
 
-BUILT_IN = Registry((PAGE_VIEWS, UNIQUE_VISITORS, TOP_PAGES, PAGE_VIEWS_BY_COUNTRY_DEVICE))
+# The documented example of a view on a field added by schema_version 2 (docs/events.md): events
+# from before version 2 carry no channel and all came from the web site.
+PAGE_VIEWS_BY_CHANNEL = View(
+    name="page_views_by_channel",
+    keys=("channel",),
+    aggregation="count",
+    where="event_type = 'page_view'",
+    granularities=("hour", "day"),
+    defaults={"channel": "web"},
+    description="page views per channel; events older than schema_version 2 count as web",
+)
+
+BUILT_IN = Registry((PAGE_VIEWS, UNIQUE_VISITORS, TOP_PAGES, PAGE_VIEWS_BY_COUNTRY_DEVICE, PAGE_VIEWS_BY_CHANNEL))
 
 
 def load_views(settings, reload: bool = False) -> Registry:

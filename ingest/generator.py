@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO
 
-from definitions.events import MAX_EVENT_BYTES, SCHEMA_VERSION, format_time
+from definitions.events import CHANNELS, MAX_EVENT_BYTES, SCHEMA_VERSION, format_time
 from definitions.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ INVALID_KINDS = (
 )
 _TYPE_WEIGHTS = {"page_view": 0.80, "click": 0.12, "add_to_cart": 0.05, "purchase": 0.02, "signup": 0.01}
 _DEVICES = (("mobile", 0.55), ("desktop", 0.38), ("tablet", 0.06), ("other", 0.01))
+_CHANNEL_WEIGHTS = (0.6, 0.3, 0.1)  # web, app, api
 _COUNTRIES = (
     ("US", 0.30),
     ("DE", 0.12),
@@ -88,9 +89,12 @@ class GeneratorConfig:
     topic: str = ""
     # Prepended to every page path: lets a test own a set of URLs no other traffic touches.
     url_prefix: str = ""
+    # Share of events sent as an older producer would, as schema_version 1 (no channel); the others
+    # are version 2 and carry a channel.
+    v1_fraction: float = 0.3
 
     def __post_init__(self) -> None:
-        for name in ("late_fraction", "duplicate_fraction", "invalid_fraction"):
+        for name in ("late_fraction", "duplicate_fraction", "invalid_fraction", "v1_fraction"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, got {value}")
@@ -177,6 +181,7 @@ class ClickstreamGenerator:
         devices = _Weighted([d for d, _ in _DEVICES], [w for _, w in _DEVICES], self.rng)
         countries = _Weighted([c for c, _ in _COUNTRIES], [w for _, w in _COUNTRIES], self.rng)
         self.user_traits = [(devices.pick(), countries.pick()) for _ in range(config.users)]
+        self.channels = _Weighted(CHANNELS, _CHANNEL_WEIGHTS, self.rng)
         self.sessions: list[list] = []  # [user index, pages left]
         self.recent: deque[Record] = deque(maxlen=config.duplicate_window)
         self.start = config.start or datetime.now(UTC)
@@ -230,8 +235,13 @@ class ClickstreamGenerator:
             "referrer": referrer,
             "country": country,
             "device": device,
-            "schema_version": SCHEMA_VERSION,
+            **self._version_fields(),
         }
+
+    def _version_fields(self) -> dict:
+        if self.rng.random() < self.config.v1_fraction:
+            return {"schema_version": 1}
+        return {"schema_version": SCHEMA_VERSION, "channel": self.channels.pick()}
 
     def _invalid(self, event: dict) -> tuple[str, bytes]:
         kind = self.rng.choice(INVALID_KINDS)

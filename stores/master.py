@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from definitions.events import FIELDS
 from definitions.settings import Settings
 
 if TYPE_CHECKING:
@@ -14,6 +15,25 @@ def master_url(settings: Settings) -> str:
     return f"{settings.hdfs.url}{settings.archiver.master_path}"
 
 
+# Spark types of the archived columns: the contract's fields, the record's source position, and the
+# partition columns the archiver derives from the ingest time.
+_TYPES = {"string": "STRING", "timestamp": "TIMESTAMP", "int": "INT"}
+SOURCE_DDL = "kafka_partition INT, kafka_offset BIGINT, ingest_time TIMESTAMP, ingest_date DATE, ingest_hour INT"
+
+
+def master_ddl() -> str:
+    """The master dataset's schema, from the event contract. A field added by a later schema_version
+    is in it; files archived before that field existed lack the column and read it as null, so old
+    files are never rewritten."""
+    return ", ".join([*(f"{f.name} {_TYPES[f.kind]}" for f in FIELDS), SOURCE_DDL])
+
+
 def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
     """The committed master dataset (the file sink's log hides files of unfinished batches)."""
-    return spark.read.parquet(master_url(settings))
+    return read_archived(spark, master_url(settings))
+
+
+def read_archived(spark: SparkSession, url: str) -> DataFrame:
+    """Archived events at `url` with the contract's schema (not one inferred from some file's footer,
+    which may predate a field)."""
+    return spark.read.schema(master_ddl()).parquet(url)

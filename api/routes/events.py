@@ -49,7 +49,8 @@ def event_schema(settings: Settings) -> dict[str, Any]:
     for field in FIELDS:
         schema: dict[str, Any] = {"description": field.doc}
         if field.kind == "int":
-            schema.update(type="integer", enum=[SCHEMA_VERSION] if field.name == "schema_version" else None)
+            versions = list(range(1, SCHEMA_VERSION + 1))
+            schema.update(type="integer", enum=versions if field.name == "schema_version" else None)
         else:
             setting = getattr(field, "limit_setting", "")
             max_len = int(getattr(settings.events, setting)) if setting else field.max_len
@@ -73,9 +74,19 @@ def event_schema(settings: Settings) -> dict[str, Any]:
             if "enum" in schema and schema["enum"] is not None:
                 schema["enum"].append(None)
         properties[field.name] = {k: v for k, v in schema.items() if v is not None}
+    # A field added by a later schema_version needs an event of that version (absent means 1).
+    later = [
+        {
+            "if": {"properties": {f.name: {"type": "string", "minLength": 1}}, "required": [f.name]},
+            "then": {"properties": {"schema_version": {"minimum": f.since}}, "required": ["schema_version"]},
+        }
+        for f in FIELDS
+        if f.since > 1
+    ]
     return {
         "type": "object",
         "properties": properties,
+        "allOf": later,
         "additionalProperties": False,
         "required": [f.name for f in FIELDS if f.required],
         "description": "an event (docs/events.md); its event_time at most "
@@ -110,7 +121,8 @@ def request_body_doc(settings: Settings) -> dict[str, Any]:
                             "referrer": "https://example.com/",
                             "country": "DE",
                             "device": "mobile",
-                            "schema_version": 1,
+                            "schema_version": 2,
+                            "channel": "web",
                         }
                     ],
                 }

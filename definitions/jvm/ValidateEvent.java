@@ -112,6 +112,7 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
     long maxLen;
     List<String> choices = new ArrayList<>();
     Pattern pattern;
+    int since;
   }
 
   static final class Contract {
@@ -159,6 +160,7 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
           }
           JsonNode pattern = f.get("pattern");
           field.pattern = pattern == null || pattern.isNull() ? null : pythonPattern(pattern.asText());
+          field.since = f.get("since").asInt();
           c.fields.add(field);
           c.names.put(field.name, Boolean.TRUE);
         }
@@ -411,21 +413,30 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
       }
     }
     if (versionValue == null) {
-      version = c.schemaVersion.intValue();
-    } else if (!versionValue.equals(c.schemaVersion)) {
+      version = 1;
+    } else if (versionValue.compareTo(BigInteger.ONE) < 0 || versionValue.compareTo(c.schemaVersion) > 0) {
       String text = versionValue.toString();
       throw new Invalid(
           "unsupported schema_version: "
               + text.substring(0, Math.min(20, text.length()))
-              + " (this platform reads "
+              + " (this platform reads 1 to "
               + c.schemaVersion
               + ")");
     } else {
       version = versionValue.intValue();
     }
     for (int i = 0; i < c.fields.size(); i++) {
-      if ("int".equals(c.fields.get(i).kind)) {
+      Field field = c.fields.get(i);
+      if ("int".equals(field.kind)) {
         out[1 + i] = version;
+      } else if (field.since > version && out[1 + i] != null) {
+        throw new Invalid(
+            "field of a later schema: "
+                + field.name
+                + " needs schema_version "
+                + field.since
+                + " or later, got "
+                + version);
       }
     }
     if (url == null || !url.startsWith("/")) {

@@ -77,7 +77,7 @@ def _wrong_type(rng: random.Random) -> bytes:
     field = rng.choice(list(BASE))
     value = rng.choice([1, 1.5, True, [], {}, ["x"], {"a": 1}, -1])
     if field == "schema_version":
-        value = rng.choice(["1", 1.0, True, 2, -1, [1]])
+        value = rng.choice(["1", 1.0, True, 3, -1, [1]])
     return _dump(_event(rng, **{field: value}))
 
 
@@ -110,7 +110,7 @@ def _encoding(rng: random.Random) -> bytes:
 
 
 def _subtle(rng: random.Random) -> bytes:
-    choice = rng.randrange(9)
+    choice = rng.randrange(10)
     if choice == 0:
         return _dump(_event(rng, url="products/42"))
     if choice == 1:
@@ -127,6 +127,8 @@ def _subtle(rng: random.Random) -> bytes:
         return rng.choice([b"", b"   ", b"null", b"[]", b"42", b'"text"'])
     if choice == 7:
         return _dump(_event(rng)) + b"garbage"
+    if choice == 8:
+        return _dump(_event(rng, channel="app"))  # a field of schema_version 2 in a version-1 event
     return b'{"event_id":"a","event_id":' + _dump(_event(rng))[1:]  # a duplicate key, then a truncated object
 
 

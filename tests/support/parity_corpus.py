@@ -9,7 +9,7 @@ import json
 import random
 from collections.abc import Iterator
 
-from definitions.events import DEFAULT_LIMITS, FIELD_NAMES
+from definitions.events import CHANNELS, DEFAULT_LIMITS, FIELD_NAMES
 from tests.support.hostile import BASE
 from tests.support.hostile import corpus as hostile_corpus
 
@@ -139,7 +139,11 @@ def _random_time(rng: random.Random) -> str:
 
 def _valid(rng: random.Random, ingest_ms: int) -> dict:
     doc = dict(BASE, event_id=f"p-{rng.getrandbits(48):012x}", url=rng.choice(["/a", "/ü/日本", "/😀", "/x?y=1"]))
-    for name in ("referrer", "country", "device", "schema_version"):
+    if rng.random() < 0.5:  # a version-2 event, usually with the field version 2 added
+        doc.update(schema_version=2, channel=rng.choice(CHANNELS))
+    for name in ("referrer", "country", "device", "schema_version", "channel"):
+        if name not in doc:
+            continue
         roll = rng.random()
         if roll < 0.2:
             del doc[name]
@@ -163,7 +167,7 @@ def _field_edit(rng: random.Random, ingest_ms: int) -> bytes:
     if roll < 0.35:
         doc[field] = rng.choice(_ODD_TEXT)
     elif roll < 0.5:
-        doc[field] = rng.choice([0, 1, -1, 2, 1.0, -0.0, True, False, None, [], {}, [1], {"a": "b"}, 10**30])
+        doc[field] = rng.choice([0, 1, -1, 2, 3, 1.0, -0.0, True, False, None, [], {}, [1], {"a": "b"}, 10**30])
     elif roll < 0.65:
         doc["event_time"] = _random_time(rng) if rng.random() < 0.6 else rng.choice(_TIMES)
     elif roll < 0.75:

@@ -58,6 +58,10 @@ def view_truth(view_name: str, events: list[dict], granularity: str) -> dict[tup
         elif view_name == "page_views_by_country_device":
             if e["country"] is not None and e["device"] is not None:
                 counts[(e["country"], e["device"], bucket)] += 1
+        elif view_name == "page_views_by_channel":
+            channel = "web" if e["schema_version"] < 2 else e["channel"]  # the view's declared default
+            if channel is not None:
+                counts[(channel, bucket)] += 1
         else:
             raise KeyError(view_name)
     if view_name == "unique_visitors":

@@ -11,11 +11,13 @@ from pyspark.testing import assertDataFrameEqual
 from definitions.views import (
     BUILT_IN,
     PAGE_VIEWS,
+    PAGE_VIEWS_BY_CHANNEL,
     PAGE_VIEWS_BY_COUNTRY_DEVICE,
     TOP_PAGES,
     UNIQUE_VISITORS,
     Registry,
     View,
+    cells,
 )
 
 T0 = datetime(2026, 11, 20, 10, 0, 0)  # naive = UTC in the test session
@@ -141,4 +143,59 @@ def test_declarations_are_checked():
 
 
 def test_built_in_views():
-    assert BUILT_IN.names() == ["page_views", "unique_visitors", "top_pages", "page_views_by_country_device"]
+    assert BUILT_IN.names() == [
+        "page_views",
+        "unique_visitors",
+        "top_pages",
+        "page_views_by_country_device",
+        "page_views_by_channel",
+    ]
+
+
+# --- a field added by schema_version 2, and a view's declared default for older events ----------
+
+V2_SCHEMA = EVENT_SCHEMA + ", channel STRING"
+
+
+def versioned(minute: int, version: int, channel: str | None, kind: str = "page_view") -> Row:
+    return Row(**ev(minute, "/", f"u{minute}", kind=kind).asDict() | {"schema_version": version, "channel": channel})
+
+
+@pytest.fixture(scope="module")
+def versioned_events(spark):
+    rows = [
+        versioned(0, 1, None),  # older producers: no channel, counted as the default (web)
+        versioned(1, 1, None),
+        versioned(2, 2, "web"),
+        versioned(3, 2, "app"),
+        versioned(4, 2, "app"),
+        versioned(5, 2, None),  # version 2 without a channel: not defaulted, not in the view
+        versioned(6, 1, None, kind="click"),
+    ]
+    return spark.createDataFrame(rows, V2_SCHEMA)
+
+
+def test_a_default_stands_in_for_a_later_field_in_older_events(spark, versioned_events):
+    got = PAGE_VIEWS_BY_CHANNEL.compute(versioned_events, "hour").select("channel", "value")
+    assertDataFrameEqual(got, spark.createDataFrame([("web", 3), ("app", 2)], "channel STRING, value BIGINT"))
+
+
+def test_the_speed_layers_cells_apply_the_same_default(spark, versioned_events):
+    from pyspark.sql import functions as F
+
+    exploded = versioned_events.select(F.explode(F.array(*cells(PAGE_VIEWS_BY_CHANNEL))).alias("c")).where(
+        "c IS NOT NULL AND c.granularity = 'hour'"
+    )
+    got = exploded.groupBy(F.col("c.key")[0].alias("channel")).count()
+    assertDataFrameEqual(got, spark.createDataFrame([("web", 3), ("app", 2)], "channel STRING, count BIGINT"))
+
+
+def test_defaults_are_declared_for_later_fields_only():
+    with pytest.raises(ValueError, match="unknown event column 'chanel'"):
+        View("x", keys=("url",), aggregation="count", defaults={"chanel": "web"})
+    with pytest.raises(ValueError, match="every schema version has"):
+        View("x", keys=("url",), aggregation="count", defaults={"device": "desktop"})
+    with pytest.raises(ValueError, match="must be a string among"):
+        View("x", keys=("channel",), aggregation="count", defaults={"channel": "fax"})
+    hash(PAGE_VIEWS_BY_CHANNEL)  # still a value: hashable, comparable
+    assert PAGE_VIEWS_BY_CHANNEL == View(**{**PAGE_VIEWS_BY_CHANNEL.__dict__, "defaults": {"channel": "web"}})

@@ -99,7 +99,27 @@ def test_choices_and_patterns():
     assert reason(event(device="fridge")).startswith("bad value: device")
     assert reason(event(country="de")) == "bad value: country='de'"
     assert reason(event(url="products/42")) == "bad url: must be a path starting with '/'"
-    assert reason(event(schema_version=2)).startswith("unsupported schema_version: 2")
+    assert reason(event(schema_version=3)) == "unsupported schema_version: 3 (this platform reads 1 to 2)"
+    assert reason(event(schema_version=0)).startswith("unsupported schema_version: 0")
+    assert reason(event(schema_version=-(10**30))).startswith("unsupported schema_version: -1000000000000000000")
+
+
+def test_version_2_adds_an_optional_channel():
+    got = validate(json.dumps(event(schema_version=2, channel="app")), INGEST_MS)
+    assert got["schema_version"] == 2 and got["channel"] == "app"
+    assert validate(json.dumps(event(schema_version=2)), INGEST_MS)["channel"] is None  # optional in version 2
+    assert validate(json.dumps(event()), INGEST_MS)["channel"] is None  # a version 1 event has none
+    assert reason(event(schema_version=2, channel="fax")).startswith("bad value: channel='fax'")
+
+
+@pytest.mark.parametrize("version", [1, _DROP])
+def test_a_version_1_event_cannot_carry_a_version_2_field(version):
+    assert (
+        reason(event(schema_version=version, channel="web"))
+        == "field of a later schema: channel needs schema_version 2 or later, got 1"
+    )
+    # An empty optional string means absent, so it is no version-2 field.
+    assert validate(json.dumps(event(schema_version=version, channel="")), INGEST_MS)["channel"] is None
 
 
 def test_limits():
