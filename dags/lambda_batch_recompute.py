@@ -21,6 +21,10 @@ from airflow.sdk import Param, PokeReturnValue, dag, get_current_context, task
 INTERVAL = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__INTERVAL_S", "3600")))
 NOTHING_NEW = 3  # `lambdactl batch --plan` exit code: no cutoff newer than the serving one
 NOT_COVERED_YET = 4  # ... the master dataset is not complete up to the cutoff yet: wait
+# XCom keys the Airflow UI shows: the accuracy report's address (the "Accuracy report" extra link of
+# infra/airflow_plugins) and why a task failed.
+REPORT_URL_KEY = "report_url"
+FAILURE_CAUSE_KEY = "failure_cause"
 
 
 # Airflow runs in its own virtualenv without the platform's packages: every task calls the
@@ -33,11 +37,16 @@ class LambdactlError(RuntimeError):
 
 
 def lambdactl(*args: str, timeout_s: float = 3_600) -> dict:
-    """Run one lambdactl command; the JSON object of its last stdout line (empty if none)."""
+    """Run one lambdactl command; the JSON object of its last stdout line (empty if none). When it
+    fails, its last words are also the task's `failure_cause` XCom: the UI shows it in the task's
+    XCom tab, without opening the log."""
     binary = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
     done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout_s)
     print(done.stderr[-20_000:])  # into the task log, for the Airflow UI
     if done.returncode != 0:
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        cause = f"lambdactl {' '.join(args)} exited {done.returncode}: {said[-1] if said else 'no message'}"
+        get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
         raise LambdactlError(list(args), done.returncode, done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
     return json.loads(lines[-1]) if lines else {}
@@ -150,9 +159,10 @@ def lambda_batch_recompute():
     @task(retries=1)
     def report(run: dict) -> dict:
         result = lambdactl("report", "--version", str(run["version"]), "--json")
-        api = os.environ.get("LAMBDA_API_URL", "")
-        print(f"accuracy report: {api}/api/v1/reports/{result.get('id')}/html")
-        return result
+        url = f"{os.environ.get('LAMBDA_API_URL', '')}/api/v1/reports/{result.get('id')}/html"
+        print(f"accuracy report: {url}")
+        get_current_context()["ti"].xcom_push(key=REPORT_URL_KEY, value=url)
+        return {**result, "html_url": url}
 
     @task
     def clean_realtime(_: dict) -> None:

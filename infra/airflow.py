@@ -33,6 +33,7 @@ from stores.airflow import base_url
 log = logging.getLogger("lambda.airflow")
 
 DAGS_FOLDER = REPO_ROOT / "dags"
+PLUGINS_FOLDER = REPO_ROOT / "infra" / "airflow_plugins"  # the DAG's "Accuracy report" link
 
 
 def airflow_home(settings: Settings) -> Path:
@@ -50,6 +51,7 @@ def environment(settings: Settings) -> dict[str, str]:
             "PATH": f"{a.venv / 'bin'}:{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS_FOLDER),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(a.parallelism),

@@ -202,6 +202,15 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     ]
     assert mine, "the run built the accuracy report of the window it absorbed"
     assert httpx.get(f"{api(settings)}{mine[0]['html']}", timeout=30).status_code == 200
+    # The run links its report: the report task's "Accuracy report" extra link, as the UI reads it.
+    client = AirflowClient(settings)
+    try:
+        links = client._call(
+            "GET", f"/api/v2/dags/{settings.airflow.dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/report/links"
+        )
+    finally:
+        client.close()
+    assert links["extra_links"]["Accuracy report"] == f"{api(settings)}/api/v1/reports/{mine[0]['id']}/html", links
 
 
 def test_a_failing_batch_task_leaves_serving_where_it_was(settings, stack):
@@ -222,6 +231,13 @@ def test_a_failing_batch_task_leaves_serving_where_it_was(settings, stack):
             timeout_s=120,
             interval_s=2,
         )
+        # ... and without the log: the failed task's `failure_cause` XCom, shown in the UI's XCom tab.
+        cause = client._call(
+            "GET",
+            f"/api/v2/dags/{settings.airflow.dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/recompute"
+            "/xcomEntries/failure_cause",
+        )
+        assert "no_such_view" in str(cause.get("value")) and "lambdactl batch" in str(cause.get("value")), cause
     finally:
         client.close()
 
