@@ -9,13 +9,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ingest.generator import _COUNTRIES, _DEVICES, _REFERRERS, _TYPE_WEIGHTS, page_urls
+from definitions.events import CHANNELS
+from ingest.generator import _CHANNEL_WEIGHTS, _COUNTRIES, _DEVICES, _REFERRERS, _TYPE_WEIGHTS, page_urls
 
 log = logging.getLogger("bench.batch")
 
 
 # Bump when the generated data changes, so that stale copies under --data-dir are rebuilt.
-DATA_VERSION = 1
+DATA_VERSION = 2  # 2: events of schema versions 1 and 2 (channel)
 START = datetime(2025, 1, 6, tzinfo=UTC)  # first ingest time; fixed, so the data is too
 SPAN_S = 2 * 86_400  # ingest (and event) times spread over two days
 URLS = 500
@@ -25,6 +26,7 @@ DUPLICATE_FRACTION = 0.02
 DUPLICATE_WINDOW = 1_000  # a duplicate re-sends one of the previous N records
 LATE_FRACTION = 0.10  # events that reach Kafka 1 h to 2 days after they happened
 KAFKA_PARTITIONS = 4
+V1_FRACTION = 0.3  # events of schema_version 1 (no channel); the others are version 2 with a channel
 
 
 def _uniform(column: str, salt: int) -> str:
@@ -94,10 +96,13 @@ def synthetic_master(spark, rows: int):
             ).alias("referrer"),
             F.expr(country).alias("country"),
             F.expr(device).alias("device"),
-            F.lit(1).cast("int").alias("schema_version"),
+            F.expr(f"CASE WHEN {_uniform('src', 12)} < {V1_FRACTION} THEN 1 ELSE 2 END").alias("schema_version"),
             F.expr(f"cast(pmod(xxhash64(concat('u-', user)), {KAFKA_PARTITIONS}) AS INT)").alias("kafka_partition"),
             F.col("id").cast("bigint").alias("kafka_offset"),
             F.expr(f"timestamp_micros({start_us} + cast(id * {step_us!r}D AS BIGINT))").alias("ingest_time"),
+            F.expr(
+                f"CASE WHEN {_uniform('src', 12)} >= {V1_FRACTION} THEN {_pick(_uniform('src', 13), list(zip(CHANNELS, _CHANNEL_WEIGHTS)))} END"
+            ).alias("channel"),
         )
         .withColumn("ingest_date", F.to_date("ingest_time"))
         .withColumn("ingest_hour", F.hour("ingest_time"))

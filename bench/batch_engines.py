@@ -11,16 +11,18 @@ from unittest import mock
 from batch_dataset import cutoff_ms  # bench/ itself: the scripts run as files
 
 from batch_layer import job
+from definitions.events import FIELDS
 from definitions.settings import Settings
 from definitions.views import BUILT_IN, GRANULARITIES, View
 from stores.batch_writer import TableStats, computed_stats
+from stores.master import read_archived
 
 # --- Spark: the batch job's computation ------------------------------------------------------------
 
 
 def spark_events(spark, settings: Settings, url: str):
     """`job.deduplicated_events` over the local copy, cached and counted as run_batch does."""
-    with mock.patch.object(job, "read_master", lambda spark, settings: spark.read.parquet(url)):
+    with mock.patch.object(job, "read_master", lambda spark, settings: read_archived(spark, url)):
         events = job.deduplicated_events(spark, settings, cutoff_ms()).cache()
     return events, events.count()
 
@@ -66,11 +68,15 @@ def duckdb_sql(view: View, granularity: str) -> str:
         "sum": f"CAST(sum({view.column}) AS BIGINT)",
         "distinct": f"count(DISTINCT {view.column})",
     }[view.aggregation]
-    where = " AND ".join([f"({view.where})" if view.where else "TRUE", *[f"{k} IS NOT NULL" for k in view.keys]])
+    # A declared default stands in for a field in events older than the version that added it.
+    since = {f.name: f.since for f in FIELDS}
+    column = {k: f"CASE WHEN schema_version < {since[k]} THEN '{v}' ELSE {k} END" for k, v in view.defaults}
+    key = lambda k: column.get(k, k)  # noqa: E731
+    where = " AND ".join([f"({view.where})" if view.where else "TRUE", *[f"{key(k)} IS NOT NULL" for k in view.keys]])
     rows = "count(*)" if view.layout == "by_key" else "count(DISTINCT event_bucket)"
     return (
         f"SELECT {rows}, count(*), coalesce(sum(value), 0) FROM ("
-        f" SELECT {', '.join(view.keys)}, CAST(floor(epoch(event_time) / {size}) * {size} AS BIGINT) AS event_bucket, {value} AS value"
+        f" SELECT {', '.join(f'{key(k)} AS {k}' for k in view.keys)}, CAST(floor(epoch(event_time) / {size}) * {size} AS BIGINT) AS event_bucket, {value} AS value"
         f" FROM events WHERE {where} GROUP BY ALL)"
     )
 

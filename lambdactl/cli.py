@@ -16,6 +16,7 @@ from definitions.settings import Settings, get_settings
 from infra.errors import StackError
 from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
 from lambdactl.output import _say
+from lambdactl.replay import cmd_replay
 from lambdactl.status import cmd_status
 from lambdactl.views import cmd_views, cmd_views_apply
 
@@ -250,6 +251,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=1800.0, help="seconds to wait for the speed layer and the master dataset"
     )
     apply.set_defaults(func=cmd_views_apply)
+    replay = sub.add_parser(
+        "replay",
+        help="rebuild a view's realtime rows by re-reading Kafka through the speed layer's code (docs/changing-views.md)",
+    )
+    replay.add_argument("--view", required=True, help="the view to replay")
+    replay.add_argument(
+        "--from",
+        dest="from_",
+        help="the first ingest time replayed: an ISO time with a zone, or offsets:PARTITION=OFFSET,... "
+        "(default: the view's batch cutoff)",
+    )
+    replay.add_argument("--resume", action="store_true", help="take over the mark of an interrupted replay of the view")
+    replay.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    replay.set_defaults(func=cmd_replay)
     config = sub.add_parser("config", help="the effective settings and where each came from")
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.add_argument("--explicit", action="store_true", help="only the settings that are not defaults")

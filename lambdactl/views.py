@@ -32,10 +32,14 @@ SPEED_LAYER = "speed-layer"
 def _states(settings: Settings, registry) -> list:
     from stores.checkpoints import read_marker
     from stores.registry import version_store
+    from stores.replays import read_marks
     from stores.view_lifecycle import lifecycles
 
     marker = read_marker(settings)
-    return lifecycles(registry.names(), marker.views if marker else None, version_store(settings).pointer())
+    replaying = {view: m.from_ms for view, m in read_marks(settings).items()}
+    return lifecycles(
+        registry.names(), marker.views if marker else None, version_store(settings).pointer(), replaying=replaying
+    )
 
 
 def cmd_views(settings: Settings, args: argparse.Namespace) -> int:
@@ -83,12 +87,12 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 3
     _speed_layer_maintains(settings, declared, deadline)
-    _reload_api(settings)
+    reload_api(settings)
     _retire(settings, declared)
     building = [s for s in _states(settings, registry) if s.state == "building"]
     if building:
         _build(settings, building, deadline)
-        _reload_api(settings)
+        reload_api(settings)
     for s in _states(settings, registry):
         _say(f"  {s.name}: {s.state}{' (' + s.reason + ')' if s.reason else ''}")
     return 0
@@ -127,7 +131,7 @@ def _speed_layer_maintains(settings: Settings, declared: list[str], deadline: fl
         time.sleep(1.0)
 
 
-def _reload_api(settings: Settings) -> None:
+def reload_api(settings: Settings) -> None:
     import httpx
 
     url = f"http://{settings.api.host}:{settings.api.port}/api/v1/admin/views/reload"

@@ -114,6 +114,7 @@ class ServingLayer:
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
         self._speed_marker: tuple[Marker | None, float] | None = None  # (marker, when read)
+        self._replaying: dict[str, int] = {}  # read with the marker
         self.batch_cache = BatchPartCache(settings.api.batch_cache_mib * 2**20)
         self._pointer: tuple[Pointer | None, float] | None = None  # (pointer, when read)
 
@@ -169,18 +170,31 @@ class ServingLayer:
                 self.settings.ingest_bucket_s,
             )
         self._speed_marker = (marker, now)
+        self._replaying = self._read_replays()
         return marker
 
+    def _read_replays(self) -> dict[str, int]:
+        """View → since when a replay rebuilds its realtime rows (stores.replays); read with the marker.
+        While HDFS cannot be read, the last marks read."""
+        from stores.replays import read_marks
+
+        try:
+            return {view: m.from_ms for view, m in read_marks(self.settings).items()}
+        except Exception as exc:
+            log.warning("cannot read the replay marks from HDFS (%s: %s)", type(exc).__name__, exc)
+            return self._replaying
+
     def reload(self, views: Registry) -> None:
-        """Serve `views` from now on, with the marker and pointer read
-        again: `lambdactl views apply` calls this (through the API) after the speed layer restarted."""
+        """Serve `views` from now on, with the marker, the replay marks and the pointer read again:
+        `lambdactl views apply` calls this (through the API) after the speed layer restarted, and
+        `lambdactl replay` when it begins and ends."""
         self.views = views
         self._speed_marker = None
         self._pointer = None
 
     def lifecycle(self, name: str, pointer: Pointer | None) -> Lifecycle:
         marker = self.speed_marker()
-        return lifecycle(name, marker.views if marker is not None else None, pointer)
+        return lifecycle(name, marker.views if marker is not None else None, pointer, replaying=self._replaying)
 
     def _check_serving(self, view: View, pointer: Pointer | None) -> None:
         state = self.lifecycle(view.name, pointer)
@@ -395,7 +409,9 @@ class ServingLayer:
         pointer = self.pointer()
         marker = self.speed_marker()
         out = []
-        for life in lifecycles(self.views.names(), marker.views if marker is not None else None, pointer):
+        for life in lifecycles(
+            self.views.names(), marker.views if marker is not None else None, pointer, replaying=self._replaying
+        ):
             source = pointer.source(life.name) if pointer else NO_SOURCE
             stale = self.stale_reason(life.name, source) if life.state == "serving" else None
             out.append(

@@ -25,7 +25,7 @@ from typing import Any
 from definitions import jobs
 from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
-from definitions.views import HLL_LG_K, key_text, load_views
+from definitions.views import HLL_LG_K, View, key_text, load_views
 from definitions.views import cells as view_cells
 from stores import health
 from stores.kafka_source import kafka_stream, validated_events
@@ -50,12 +50,21 @@ def aggregated_cells(spark, settings: Settings):
         F.count(F.lit(1)).alias("records"),
         F.sum(F.when(F.col("reason").isNotNull(), 1).otherwise(0)).alias("invalid_skipped"),
     )
+    return cells_by_ingest_bucket(counted, list(registry), settings)
+
+
+def cells_by_ingest_bucket(events, views: list[View], settings: Settings):
+    """Validated events (streaming, or a static read of Kafka for a replay) → the views' aggregates per
+    (view, granularity, key, event bucket, ingest bucket). Copies of an event_id within the dedupe
+    window count once (on a static DataFrame, every copy after the first is dropped)."""
+    from pyspark.sql import functions as F
+
     valid = (
-        counted.where(F.col("reason").isNull())
+        events.where(F.col("reason").isNull())
         .withWatermark("ingest_time", f"{settings.speed.dedupe_window_s} seconds")
         .dropDuplicatesWithinWatermark(["event_id"])
     )
-    all_cells = [cell for view in registry for cell in view_cells(view)]
+    all_cells = [cell for view in views for cell in view_cells(view)]
     exploded = valid.select(
         "ingest_time",
         F.explode(F.filter(F.array(*all_cells), lambda c: c.isNotNull())).alias("c"),

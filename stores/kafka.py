@@ -5,6 +5,7 @@ and the dead-letter topic). Spark's reading of `events` is in stores/kafka_sourc
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from definitions.settings import Settings
@@ -49,6 +50,78 @@ def offsets_at(settings: Settings, ingest_ms: int) -> dict[int, int]:
         return {tp.partition: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in parts}
     finally:
         client.close()
+
+
+@dataclass(frozen=True)
+class PartitionSpan:
+    """What a partition of `events` holds from a time on: the offsets [start, end), and the first
+    offset it still keeps (retention deletes below it) with that record's ingest time."""
+
+    partition: int
+    start: int
+    end: int
+    first_kept: int
+    first_kept_ms: int | None  # None: the partition keeps no record
+
+
+def spans_from(settings: Settings, from_ms: int) -> list[PartitionSpan]:
+    """Per partition of `events`: the first offset ingested at or after `from_ms`, the end offset now,
+    and the first offset kept."""
+    topic = settings.kafka.events_topic
+    client = consumer(settings, "lambda-replay")
+    try:
+        parts = [partition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
+        ends = client.end_offsets(parts)
+        begins = client.beginning_offsets(parts)
+        found = client.offsets_for_times({tp: max(from_ms, 0) for tp in parts})
+        first = client.offsets_for_times({tp: 0 for tp in parts})
+        return [
+            PartitionSpan(
+                tp.partition,
+                found[tp].offset if found.get(tp) is not None else ends[tp],
+                ends[tp],
+                begins[tp],
+                first[tp].timestamp if first.get(tp) is not None else None,
+            )
+            for tp in parts
+        ]
+    finally:
+        client.close()
+
+
+def ingest_time_at(settings: Settings, number: int, offset: int) -> int:
+    """The ingest time (ms) of the record at `offset` of partition `number` of `events`; ValueError
+    when the partition does not keep it."""
+    topic = settings.kafka.events_topic
+    client = consumer(settings, "lambda-replay", consumer_timeout_ms=10_000)
+    try:
+        tp = partition(topic, number)
+        if number not in (client.partitions_for_topic(topic) or ()):
+            raise ValueError(f"topic {topic} has no partition {number}")
+        client.assign([tp])
+        first, end = client.beginning_offsets([tp])[tp], client.end_offsets([tp])[tp]
+        if not first <= offset < end:
+            raise ValueError(f"partition {number} keeps offsets {first} to {end - 1}, not {offset}")
+        client.seek(tp, offset)
+        for record in client:
+            return int(record.timestamp)
+        raise ValueError(f"partition {number}: offset {offset} could not be read")
+    finally:
+        client.close()
+
+
+def lost_since(spans: list[PartitionSpan], from_ms: int) -> list[str]:
+    """Partitions whose records from `from_ms` on Kafka may no longer hold (retention deleted records at
+    or after that time), each described; empty when every record from then is kept. Ingest times never
+    decrease within a partition (LogAppendTime), so a deleted record is no later than the first kept."""
+    lost = []
+    for s in spans:
+        if s.first_kept == 0:
+            continue  # nothing deleted
+        if s.first_kept_ms is None or s.first_kept_ms >= from_ms:
+            kept = "nothing" if s.first_kept_ms is None else f"records from ingest time {s.first_kept_ms} ms on"
+            lost.append(f"partition {s.partition} deleted offsets below {s.first_kept} and keeps {kept}")
+    return lost
 
 
 def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:

@@ -39,6 +39,22 @@ def kafka_stream(
     return reader.load()
 
 
+def kafka_range(spark: "SparkSession", settings: Settings, offsets: dict[int, tuple[int, int]]) -> "DataFrame":
+    """A static read of topic `events`: per partition, the records of offsets [start, end)."""
+    import json
+
+    topic = settings.kafka.events_topic
+    return (
+        spark.read.format("kafka")
+        .options(**kafka_spark_options(settings))
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in offsets.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in offsets.items()}}))
+        .option("failOnDataLoss", "true")
+        .load()
+    )
+
+
 def kafka_sink_options(settings: Settings) -> dict[str, str]:
     """The brokers and security options of a Spark query writing to Kafka (the dead letters)."""
     return kafka_spark_options(settings)

@@ -32,9 +32,9 @@ TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 @dataclass
 class Cleanup:
-    cutoff_s: int  # the smallest cutoff deleted below
+    cutoff_s: int  # the smallest cutoff deleted below (delete_view_from: the first bucket deleted)
     cutoffs: dict[str, int] | None = None  # per view; None: every view below cutoff_s
-    rows_below_cutoff: int = 0
+    rows_below_cutoff: int = 0  # delete_view_from: the rows found from its bucket on
     deletions: int = 0
     unreadable: list[Unreadable] = field(default_factory=list)
 
@@ -101,4 +101,52 @@ def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int]) -> Cle
         cluster.shutdown()
     where = f"{top}" if per_view is None else ", ".join(f"{v} {c}" for v, c in sorted(per_view.items()))
     (log.info if result.complete else log.warning)("realtime clean-up below %s: %s", where, result.summary())
+    return result
+
+
+def delete_view_from(settings: Settings, view: str, from_s: int, timestamp_us: int) -> Cleanup:
+    """Delete `view`'s realtime rows of ingest buckets at or after `from_s`, as of `timestamp_us`
+    (a write with a later timestamp, such as the replay's or the running speed layer's, survives the
+    deletion whenever it reaches the store). For `lambdactl replay`, which then rewrites them."""
+    result = Cleanup(from_s, {view: from_s})
+    cluster = cassandra_cluster(settings, timeout_s=30)
+    try:
+        session = cluster.connect(settings.cassandra.keyspace)
+        for table, (partition_key, clustering) in TARGETS.items():
+            names = partition_key + clustering
+            delete = session.prepare(
+                f"DELETE FROM {table} USING TIMESTAMP ? WHERE "
+                + " AND ".join(f"{c} = ?" for c in names)
+                + " AND ingest_bucket >= ?"
+            )
+            for rows in scan(
+                session,
+                table,
+                partition_key,
+                ", ".join(names),
+                "view_name = ? AND ingest_bucket >= ?",
+                (view, from_s),
+                unreadable=result.unreadable,
+            ):
+                targets = {tuple(getattr(row, c) for c in names) for row in rows}
+                execute_with_retries(
+                    session,
+                    delete,
+                    [(timestamp_us, *t, from_s) for t in targets],
+                    concurrency=32,
+                    give_up_after_s=60,
+                    what=f"{table} deletions",
+                )
+                result.rows_below_cutoff += len(rows)
+                result.deletions += len(targets)
+    finally:
+        cluster.shutdown()
+    (log.info if result.complete else log.warning)(
+        "realtime rows of %s from ingest bucket %s: %d rows, %d range deletions%s",
+        view,
+        from_s,
+        result.rows_below_cutoff,
+        result.deletions,
+        f"; {len(result.unreadable)} token range(s) could not be read" if result.unreadable else "",
+    )
     return result

@@ -11,6 +11,8 @@ event ingested before the realtime rows begin is in its batch part:
 - **building**: declared, but the speed layer does not maintain it yet, or no batch table covers
   the events ingested before the speed layer began maintaining it (`lambdactl views apply` runs
   that batch). Its answers are refused with the reason rather than given short.
+- **replaying**: serving otherwise, but `lambdactl replay` is rebuilding its realtime rows from
+  Kafka (stores.replays); its answers are refused with the reason until the replay completes.
 - **retired**: a batch table still serves it but it is no longer declared.
 """
 
@@ -23,7 +25,7 @@ from typing import Literal
 from definitions.times import iso_ms
 from stores.pointer import Pointer
 
-State = Literal["building", "serving", "retired"]
+State = Literal["building", "serving", "replaying", "retired"]
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,15 @@ def maintained_since(previous: Mapping[str, int] | None, declared: Iterable[str]
 
 
 def lifecycle(
-    name: str, maintained: Mapping[str, int] | None, pointer: Pointer | None, declared: bool = True
+    name: str,
+    maintained: Mapping[str, int] | None,
+    pointer: Pointer | None,
+    declared: bool = True,
+    replaying: Mapping[str, int] | None = None,
 ) -> Lifecycle:
     """The state of one view. `maintained` None: the speed layer has not started yet (it will read
-    topic `events` from the beginning: every view is served from its first rows)."""
+    topic `events` from the beginning: every view is served from its first rows). `replaying`: view →
+    the time a replay of its realtime rows began at (stores.replays)."""
     entry = pointer.entry(name) if pointer is not None else None
     cutoff = entry.cutoff_ms if entry is not None else None
     if not declared:
@@ -63,6 +70,15 @@ def lifecycle(
             f"view {name} is being added: the speed layer does not maintain it yet (`lambdactl views apply` restarts it)",
         )
     if since == 0 or (cutoff is not None and cutoff >= since):
+        if replaying and name in replaying:
+            return Lifecycle(
+                name,
+                "replaying",
+                since,
+                cutoff,
+                f"view {name} is being replayed: its realtime rows from {iso_ms(replaying[name])} are being rebuilt "
+                "from Kafka (`lambdactl replay`); it answers again when the replay completes",
+            )
         return Lifecycle(name, "serving", since, cutoff)
     return Lifecycle(
         name,
@@ -75,11 +91,14 @@ def lifecycle(
 
 
 def lifecycles(
-    declared: Iterable[str], maintained: Mapping[str, int] | None, pointer: Pointer | None
+    declared: Iterable[str],
+    maintained: Mapping[str, int] | None,
+    pointer: Pointer | None,
+    replaying: Mapping[str, int] | None = None,
 ) -> list[Lifecycle]:
     """Every declared view's state, then the retired ones (a batch table still names them)."""
     names = list(declared)
-    out = [lifecycle(name, maintained, pointer) for name in names]
+    out = [lifecycle(name, maintained, pointer, replaying=replaying) for name in names]
     if pointer is not None:
         out += [
             lifecycle(name, maintained, pointer, declared=False)

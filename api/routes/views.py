@@ -93,11 +93,13 @@ class ViewInfo(BaseModel):
     granularities: list[str]
     layout: str
     description: str
-    state: Literal["building", "serving", "retired", "unknown"] = Field(
+    state: Literal["building", "serving", "replaying", "retired", "unknown"] = Field(
         description="serving: answers are exact; building: being added or rebuilt, its queries answer 409 "
-        "with the reason; retired: no longer declared; unknown: the batch views cannot be read now"
+        "with the reason; replaying: its realtime rows are being rebuilt from Kafka (`lambdactl replay`), "
+        "its queries answer 409 with the reason; retired: no longer declared; unknown: the batch views "
+        "cannot be read now"
     )
-    reason: str | None = Field(None, description="why it is building")
+    reason: str | None = Field(None, description="why it is building or replaying")
 
 
 class ViewsBody(BaseModel):

@@ -143,7 +143,7 @@ function reportItem(r) {
 }
 
 function viewRow(v) {
-  const state = ["serving", "building", "retired"].includes(v.state) ? v.state : "unknown";
+  const state = ["serving", "building", "replaying", "retired"].includes(v.state) ? v.state : "unknown";
   const keys = Array.isArray(v.keys) ? v.keys.map(text).join(", ") : "";
   const tr = el("tr", { "data-view": text(v.name) });
   tr.append(el("td", {}, v.name), el("td", { class: `state-${state}` }, state), el("td", {}, keys),

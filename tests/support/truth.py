@@ -35,6 +35,7 @@ def kafka_events(settings, cutoff_ms: int) -> list[dict]:
             event = validate(msg.value, msg.timestamp)
         except InvalidEvent:
             continue
+        event["ingest_time_ms"] = msg.timestamp
         order = (msg.timestamp, msg.partition, msg.offset)
         if event["event_id"] not in first or order < first[event["event_id"]][0]:
             first[event["event_id"]] = (order, event)

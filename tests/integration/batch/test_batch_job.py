@@ -3,13 +3,16 @@ a killed run that changes nothing, idempotent reruns, views added by declaration
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime
 
+import httpx
 import pytest
 from datasketches import hll_sketch
 
@@ -23,6 +26,7 @@ from stores.clients import hbase_connection
 from stores.pointer import table_version, table_view
 from tests.support.events import fresh_seed, send, wait_cutoff_past
 from tests.support.hbase_read import read_table
+from tests.support.polling import wait_for
 from tests.support.truth import kafka_events, view_truth
 
 
@@ -77,6 +81,49 @@ def test_every_batch_view_equals_ground_truth(bsettings, batch_run):
                 for key, (exact, sketch) in got.items():
                     estimate = hll_sketch.deserialize(sketch).get_estimate()
                     assert abs(estimate - exact) <= max(1.0, 0.05 * exact), (key, exact, estimate)
+
+
+def test_version_2_events_are_counted_by_both_layers(bsettings, batch_run):
+    """page_views_by_channel over everything Kafka holds: version-1 events as `web` (the view's
+    default), version-2 ones by their channel, in the batch part below the cutoff and in the speed
+    part above it (fresh traffic of both versions), merged exactly."""
+    sent = send(bsettings, GeneratorConfig(seed=fresh_seed(), count=1_500, v1_fraction=0.4))
+    versions = {json.loads(r.value)["schema_version"] for r in sent if r.kind == "valid"}
+    assert versions == {1, 2}, versions
+    cutoff_ms = VersionStore(bsettings).pointer().cutoff_of("page_views_by_channel")
+    events = kafka_events(bsettings, cutoff_ms=2**62)
+    assert any(e["ingest_time_ms"] >= cutoff_ms and e["channel"] for e in events), "version-2 events after the cutoff"
+    days = view_truth("page_views_by_channel", events, "day")
+    after = view_truth("page_views_by_channel", [e for e in events if e["ingest_time_ms"] >= cutoff_ms], "day")
+    start = datetime.fromtimestamp(min(b for _, b in days), UTC).isoformat().replace("+00:00", "Z")
+    end = datetime.fromtimestamp(max(b for _, b in days) + 86_400, UTC).isoformat().replace("+00:00", "Z")
+    api = f"http://{bsettings.api.host}:{bsettings.api.port}"
+    last: list[str] = []
+
+    def exact() -> bool:
+        last.clear()
+        for channel in ("web", "app", "api"):
+            resp = httpx.get(
+                f"{api}/api/v1/views/page_views_by_channel",
+                params={"channel": channel, "granularity": "day", "start": start, "end": end},
+                timeout=30,
+            )
+            if resp.status_code != 200:
+                last.append(f"{channel}: HTTP {resp.status_code} {resp.text[:200]}")
+                continue
+            for point in resp.json()["series"]:
+                bucket = int(datetime.fromisoformat(point["bucket"].replace("Z", "+00:00")).timestamp())
+                want, want_speed = days.get((channel, bucket), 0), after.get((channel, bucket), 0)
+                if (point["value"], point["speed"]) != (want, want_speed):
+                    last.append(f"{channel} {point['bucket']}: {point} want {want}, speed part {want_speed}")
+        return not last
+
+    try:
+        wait_for(exact, "page_views_by_channel merged equal to the truth from Kafka", timeout_s=240, interval_s=3)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; differences: {last[:6]}") from None
+    assert sum(v for (channel, _), v in after.items() if channel == "web") > 0, "the speed part counted web"
+    assert sum(v for (channel, _), v in after.items() if channel != "web") > 0, "... and the other channels"
 
 
 def test_late_and_duplicate_events_were_in_the_workload(workload):

@@ -1,0 +1,171 @@
+"""`lambdactl replay --view V [--from WHEN]`: rebuild a view's realtime rows from Kafka.
+
+For when the realtime store lost a view's rows, or a speed-layer fix must be applied to rows
+already written: faster than a batch run over the whole master dataset, as it reads only Kafka from
+`--from` on (by default the view's batch cutoff, the first ingest time the merge reads realtime
+rows of). Steps:
+
+1. refuse, changing nothing, what cannot be replayed exactly: an unknown view, one the speed layer
+   does not maintain yet, a `--from` Kafka no longer holds every record after (retention), a view
+   another replay holds;
+2. mark the view (stores.replays) and have the API read the mark: its queries answer 409 saying
+   why, rather than short counts, while the rows are rebuilt; the other views keep answering;
+3. delete the view's realtime rows from the first ingest bucket replayed (as of a timestamp T);
+4. read the end offsets, then aggregate every record from `--from` to them through the speed
+   layer's own code (speed_layer/replay.py) and write the rows as of a timestamp after T;
+5. unmark the view and have the API read the marks again: it answers, exactly.
+
+Interrupted after step 2, the view stays refused (never short) until a replay of it completes:
+`lambdactl replay --view V --resume` (it replays from the earlier of its `--from` and the mark's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from definitions.settings import Settings
+from lambdactl.output import _emit, _say
+
+
+class Refused(Exception):
+    """The replay cannot be exact as asked; nothing was changed."""
+
+
+def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, ingest_time_at=None) -> int:
+    """`--from` → the first ingest time replayed (ms), on the ingest-bucket grid (floored, so the first
+    bucket is whole). `text`: empty for the view's batch cutoff; an ISO time with a zone; or
+    `offsets:P=O,...` (Kafka partition = offset: from the earliest of their ingest times, which
+    `ingest_time_at(partition, offset)` gives)."""
+    from datetime import datetime
+
+    if not text:
+        moment = cutoff_ms
+    elif text.startswith("offsets:"):
+        pairs = []
+        for item in text[len("offsets:") :].split(","):
+            p, _, o = item.partition("=")
+            if not (p.strip().isdigit() and o.strip().isdigit()):
+                raise Refused(f"--from offsets: expected PARTITION=OFFSET, got {item!r}")
+            pairs.append((int(p), int(o)))
+        if not pairs or ingest_time_at is None:
+            raise Refused("--from offsets: name at least one PARTITION=OFFSET")
+        moment = min(ingest_time_at(p, o) for p, o in pairs)
+    else:
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise Refused(f"--from: not an ISO time or offsets:P=O,...: {text!r}") from None
+        if parsed.tzinfo is None:
+            raise Refused(f"--from: give the time zone (e.g. Z): {text!r}")
+        moment = int(parsed.timestamp() * 1000)
+    if moment > now_ms:
+        raise Refused(f"--from is in the future: {text!r}")
+    size = bucket_s * 1000
+    return max(moment, 0) // size * size
+
+
+def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        plan = _plan(settings, args)
+    except Refused as exc:
+        _say(f"replay refused, nothing changed: {exc}")
+        return 2
+    view, from_ms, held_from = plan
+    return _run(settings, view, min(from_ms, held_from) if held_from is not None else from_ms, args)
+
+
+def _plan(settings: Settings, args: argparse.Namespace):
+    from definitions.views import load_views
+    from stores.checkpoints import read_marker
+    from stores.kafka import ingest_time_at, lost_since, spans_from
+    from stores.registry import version_store
+    from stores.replays import read_marks
+    from stores.view_lifecycle import lifecycle
+
+    registry = load_views(settings)
+    if args.view not in registry.names():
+        raise Refused(f"unknown view {args.view!r}; declared: {', '.join(registry.names())}")
+    marker = read_marker(settings)
+    pointer = version_store(settings).pointer()
+    state = lifecycle(args.view, marker.views if marker else None, pointer)
+    if marker is None or state.state == "building":
+        raise Refused(
+            f"the speed layer does not maintain {args.view} from a batch cutoff yet ({state.reason or 'not started'}); "
+            "`lambdactl views apply` builds it"
+        )
+    entry = pointer.entry(args.view) if pointer is not None else None
+    now_ms = int(time.time() * 1000)
+    from_ms = resolve_from(
+        args.from_,
+        entry.cutoff_ms if entry is not None else 0,
+        marker.ingest_bucket_s,
+        now_ms,
+        lambda p, o: ingest_time_at(settings, p, o),
+    )
+    held = read_marks(settings).get(args.view)
+    if held is not None and not args.resume:
+        raise Refused(
+            f"a replay of {args.view} holds its mark since {held.started_ms} ms (from {held.from_ms} ms): it is "
+            "running, or it was interrupted; when none runs, `--resume` takes over"
+        )
+    start = min(from_ms, held.from_ms) if held is not None else from_ms
+    lost = lost_since(spans_from(settings, start), start)
+    if lost:
+        raise Refused(
+            f"Kafka no longer holds every record from {start} ms: {'; '.join(lost[:3])}. Replay from a later "
+            f"--from, or rebuild with `lambdactl batch --views {args.view} --force`"
+        )
+    return registry[args.view], from_ms, held.from_ms if held is not None else None
+
+
+def _run(settings: Settings, view, from_ms: int, args: argparse.Namespace) -> int:
+    from definitions.spark import spark_session
+    from definitions.times import iso_ms
+    from lambdactl.views import reload_api
+    from speed_layer.replay import rewrite
+    from stores.kafka import lost_since, spans_from
+    from stores.realtime_cleanup import delete_view_from
+    from stores.replays import mark, unmark
+
+    started_ms = int(time.time() * 1000)
+    mark(settings, view.name, from_ms, started_ms, take_over=args.resume)
+    _say(f"{view.name}: marked replaying from {iso_ms(from_ms)}; its queries answer 409 until the replay completes")
+    reload_api(settings)
+    deleted_as_of = time.time_ns() // 1000
+    cleared = delete_view_from(settings, view.name, from_ms // 1000, deleted_as_of)
+    _say(f"{view.name}: {cleared.rows_below_cutoff:,} realtime rows from {iso_ms(from_ms)} deleted")
+    written_as_of = max(time.time_ns() // 1000, deleted_as_of + 1)
+    spans = spans_from(settings, from_ms)  # the end offsets, read after the write timestamp was taken
+    lost = lost_since(spans, from_ms)
+    if lost:
+        raise SystemExit(
+            f"Kafka deleted records of the replay meanwhile ({'; '.join(lost[:3])}); {view.name} stays marked "
+            f"replaying: replay from a later --from with --resume, or run a batch of it"
+        )
+    spark = spark_session(settings, "lambda-replay", {"spark.driver.memory": settings.batch.driver_memory})
+    try:
+        done = rewrite(spark, settings, view, spans, written_as_of)
+    finally:
+        spark.stop()
+    unmark(settings, view.name)
+    reload_api(settings)
+    summary = {
+        "view": view.name,
+        "from": iso_ms(from_ms),
+        "from_ms": from_ms,
+        "records": done.records,
+        "rows_written": done.rows,
+        "rows_deleted": cleared.rows_below_cutoff,
+        "unreadable_ranges": len(cleared.unreadable),
+        "seconds": round(done.seconds, 1),
+        "records_per_s": round(done.records_per_s),
+        "end_offsets": {str(s.partition): s.end for s in spans},
+    }
+    if args.json:
+        _emit(summary)
+    else:
+        _say(json.dumps(summary))
+    _say(f"{view.name}: replayed {done.records:,} records in {done.seconds:.1f}s; it answers again")
+    return 0

@@ -1,0 +1,123 @@
+"""`lambdactl replay` on the real stack: a view's wiped realtime rows come back exact from Kafka while
+traffic flows; the view answers 409 (never short, never 5xx) during the replay and the other views keep
+answering; a replay cannot run twice at once, and an interrupted one is taken over by `--resume`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import httpx
+
+from lambdactl.views import reload_api
+from stores.realtime_cleanup import delete_view_from
+from stores.registry import version_store
+from stores.replays import mark, read_marks, unmark
+from tests.integration.api.test_end_to_end import api, merged, mismatches, parts, wait_exact, window
+from tests.support.cli import env, lambdactl
+from tests.support.events import mixed_workload
+
+
+def served_cutoff_ms(settings, view: str) -> int:
+    """The cutoff of the batch table serving `view`; 0 before its first batch run."""
+    pointer = version_store(settings).pointer()
+    return pointer.cutoff_of(view) if pointer is not None and pointer.entry(view) is not None else 0
+
+
+def test_wiped_rows_come_back_exact_by_replay_while_traffic_flows(settings, stack):
+    prefix = f"/replay-{uuid.uuid4().hex[:8]}"
+    sent = mixed_workload(settings, prefix, count=3_000, pages=25)
+    wait_exact(settings, sent)
+    assert parts(settings, sent)[1] > 0, "the workload has a speed part to lose"
+
+    cutoff_s = served_cutoff_ms(settings, "page_views") // 1000
+    delete_view_from(settings, "page_views", cutoff_s, time.time_ns() // 1000)
+    assert mismatches(settings, sent), "wiping the view's realtime rows made its answers short"
+
+    url = sorted({json.loads(r.value)["url"] for r in sent if r.kind == "valid"})[0]
+    start, end = window(sent)
+    seen: dict[str, list[int]] = {"page_views": [], "unique_visitors": []}
+    more: list = []
+    replay = subprocess.Popen(
+        [sys.executable, "-m", "lambdactl.cli", "replay", "--view", "page_views", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(settings),
+    )
+
+    def traffic() -> None:  # new records the whole time: the running speed layer counts them
+        more.extend(mixed_workload(settings, prefix, count=1_500, pages=25))
+
+    sender = threading.Thread(target=traffic)
+    sender.start()
+    while replay.poll() is None:
+        for view in seen:
+            seen[view].append(merged(settings, url, start, end, view=view).status_code)
+        time.sleep(0.5)
+    sender.join()
+    out, err = replay.communicate()
+    assert replay.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["view"] == "page_views" and summary["records"] > 0 and summary["rows_written"] > 0, summary
+
+    assert 409 in seen["page_views"], f"the replayed view was refused while rebuilding: {seen['page_views']}"
+    assert set(seen["page_views"]) <= {200, 409}, seen["page_views"]
+    assert set(seen["unique_visitors"]) == {200}, f"the other views kept answering: {seen['unique_visitors']}"
+    wait_exact(settings, sent + more, timeout_s=240)
+    assert "page_views" not in read_marks(settings)
+
+
+def by_country_device(settings) -> httpx.Response:
+    now = int(time.time()) // 3_600 * 3_600
+    iso = lambda s: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s))  # noqa: E731
+    return httpx.get(
+        f"{api(settings)}/api/v1/views/{VIEW}",
+        params={
+            "country": "DE",
+            "device": "mobile",
+            "granularity": "hour",
+            "start": iso(now - 7_200),
+            "end": iso(now + 3_600),
+        },
+        timeout=30,
+    )
+
+
+VIEW = "page_views_by_country_device"
+
+
+def test_a_second_replay_is_refused_and_an_interrupted_one_is_taken_over(settings, stack):
+    from_ms = served_cutoff_ms(settings, VIEW)
+    mark(settings, VIEW, from_ms, int(time.time() * 1000))  # as a replay killed half-way leaves it
+    try:
+        reload_api(settings)
+        answer = by_country_device(settings)
+        assert answer.status_code == 409 and "replay" in answer.json()["detail"], answer.text
+        views = {v["name"]: v for v in httpx.get(f"{api(settings)}/api/v1/views", timeout=30).json()["views"]}
+        assert views[VIEW]["state"] == "replaying", views[VIEW]
+
+        again = lambdactl(settings, "replay", "--view", VIEW)
+        assert again.returncode == 2 and "holds its mark" in again.stderr, again.stderr[-2000:]
+
+        resumed = lambdactl(settings, "replay", "--view", VIEW, "--resume", "--json")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert json.loads(resumed.stdout.strip().splitlines()[-1])["from_ms"] <= from_ms
+        assert VIEW not in read_marks(settings)
+        answer = by_country_device(settings)
+        assert answer.status_code == 200, answer.text
+    finally:
+        unmark(settings, VIEW)
+        reload_api(settings)
+
+
+def test_replay_refuses_what_it_cannot_do_exactly(settings, stack):
+    unknown = lambdactl(settings, "replay", "--view", "no_such_view")
+    assert unknown.returncode == 2 and "unknown view 'no_such_view'" in unknown.stderr, unknown.stderr[-2000:]
+    future = lambdactl(settings, "replay", "--view", "page_views", "--from", "2999-01-01T00:00:00Z")
+    assert future.returncode == 2 and "in the future" in future.stderr, future.stderr[-2000:]
+    assert read_marks(settings) == {}, "a refused replay marks nothing"

@@ -1,0 +1,71 @@
+"""The rules `lambdactl replay` decides by, without a store: where it starts, when Kafka no longer
+holds what it must read, and the state a replayed view is in."""
+
+from __future__ import annotations
+
+import pytest
+
+from lambdactl.replay import Refused, resolve_from
+from stores.kafka import PartitionSpan, lost_since
+from stores.pointer import Pointer, ViewEntry
+from stores.view_lifecycle import lifecycle, lifecycles
+
+BUCKET_S = 60
+NOW_MS = 1_795_000_000_000
+
+
+def test_from_defaults_to_the_views_batch_cutoff_on_the_bucket_grid():
+    assert resolve_from(None, 1_794_999_960_000, BUCKET_S, NOW_MS) == 1_794_999_960_000
+    assert resolve_from("", 0, BUCKET_S, NOW_MS) == 0  # no batch yet: from the beginning
+
+
+def test_from_a_time_is_floored_to_a_whole_ingest_bucket():
+    assert resolve_from("2026-11-17T09:00:30.5Z", 0, BUCKET_S, NOW_MS) == 1_794_906_000_000
+    assert resolve_from("2026-11-17T10:00:59+01:00", 0, BUCKET_S, NOW_MS) == 1_794_906_000_000
+
+
+def test_from_offsets_starts_at_the_earliest_of_their_ingest_times():
+    times = {(0, 10): 1_794_906_070_000, (1, 5): 1_794_906_010_000}
+    got = resolve_from("offsets:0=10,1=5", 0, BUCKET_S, NOW_MS, lambda p, o: times[(p, o)])
+    assert got == 1_794_906_000_000
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("yesterday", "not an ISO time"),
+        ("2026-11-17T09:00:00", "give the time zone"),
+        ("2999-01-01T00:00:00Z", "in the future"),
+        ("offsets:0=x", "PARTITION=OFFSET"),
+        ("offsets:", "PARTITION=OFFSET"),
+    ],
+)
+def test_a_bad_from_is_refused_naming_what_is_wrong(text, words):
+    with pytest.raises(Refused, match=words):
+        resolve_from(text, 0, BUCKET_S, NOW_MS, lambda p, o: 0)
+
+
+def span(first_kept: int, first_kept_ms: int | None, partition: int = 0) -> PartitionSpan:
+    return PartitionSpan(
+        partition, start=first_kept, end=first_kept + 10, first_kept=first_kept, first_kept_ms=first_kept_ms
+    )
+
+
+def test_kafka_must_keep_every_record_from_the_start_of_the_replay():
+    from_ms = 1_000
+    assert lost_since([span(0, 5_000)], from_ms) == []  # nothing deleted
+    assert lost_since([span(7, 999)], from_ms) == []  # deleted records are older than the first kept
+    # A deleted record may be as late as the first kept one: at or after from_ms, it is lost.
+    assert lost_since([span(7, 1_000)], from_ms) and lost_since([span(7, 9_000)], from_ms)
+    assert lost_since([span(7, None)], from_ms)  # everything deleted: unknown, so refused
+    lost = lost_since([span(0, 5), span(3, 2_000, partition=4)], from_ms)
+    assert len(lost) == 1 and lost[0].startswith("partition 4 deleted offsets below 3")
+
+
+def test_a_replayed_view_is_refused_while_the_others_serve():
+    pointer = Pointer({"a": ViewEntry("a_v1", 1, 60_000), "b": ViewEntry("b_v1", 1, 60_000)}, version=1)
+    states = {s.name: s for s in lifecycles(["a", "b"], {"a": 0, "b": 0}, pointer, replaying={"a": 60_000})}
+    assert states["a"].state == "replaying" and "lambdactl replay" in states["a"].reason
+    assert states["b"].state == "serving"
+    # A view still building stays building: there is nothing exact to come back to yet.
+    assert lifecycle("a", {"a": 120_000}, pointer, replaying={"a": 60_000}).state == "building"
