@@ -56,14 +56,19 @@ def aggregated_cells(spark, settings: Settings):
 def cells_by_ingest_bucket(events, views: list[View], settings: Settings):
     """Validated events (streaming, or a static read of Kafka for a replay) → the views' aggregates per
     (view, granularity, key, event bucket, ingest bucket). Copies of an event_id within the dedupe
-    window count once (on a static DataFrame, every copy after the first is dropped)."""
+    window count once (on a static DataFrame, every copy after the first by ingest time is dropped)."""
     from pyspark.sql import functions as F
 
-    valid = (
-        events.where(F.col("reason").isNull())
-        .withWatermark("ingest_time", f"{settings.speed.dedupe_window_s} seconds")
-        .dropDuplicatesWithinWatermark(["event_id"])
-    )
+    valid = events.where(F.col("reason").isNull())
+    if valid.isStreaming:
+        valid = valid.withWatermark(
+            "ingest_time", f"{settings.speed.dedupe_window_s} seconds"
+        ).dropDuplicatesWithinWatermark(["event_id"])
+    else:  # a replay: the first copy of each event_id, as the master dataset's readers keep
+        from pyspark.sql import Window
+
+        first = Window.partitionBy("event_id").orderBy("ingest_time", "kafka_partition", "kafka_offset")
+        valid = valid.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
     all_cells = [cell for view in views for cell in view_cells(view)]
     exploded = valid.select(
         "ingest_time",
