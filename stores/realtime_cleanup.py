@@ -14,8 +14,9 @@ will scan) instead of stopping: rows there stay until their TTL, unread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from definitions.settings import Settings
 from stores.clients import cassandra_cluster
@@ -67,38 +68,16 @@ def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int]) -> Cle
     result = Cleanup(lowest, per_view)
     if top <= 0:
         return result
-    cluster = cassandra_cluster(settings, timeout_s=30)
-    try:
-        session = cluster.connect(settings.cassandra.keyspace)
-        for table, (partition_key, clustering) in TARGETS.items():
-            names = partition_key + clustering
-            delete = session.prepare(
-                f"DELETE FROM {table} WHERE " + " AND ".join(f"{c} = ?" for c in names) + " AND ingest_bucket < ?"
-            )
-            for rows in scan(
-                session,
-                table,
-                partition_key,
-                ", ".join(names + ("ingest_bucket",)),
-                "ingest_bucket < ?",
-                (top,),
-                unreadable=result.unreadable,
-            ):
-                below = [row for row in rows if per_view is None or row.ingest_bucket < per_view.get(row.view_name, -1)]
-                targets = {tuple(getattr(row, c) for c in names) for row in below}
-                cutoff_of = (lambda t: top) if per_view is None else (lambda t: per_view[t[0]])
-                execute_with_retries(
-                    session,
-                    delete,
-                    [(*t, cutoff_of(t)) for t in targets],
-                    concurrency=32,
-                    give_up_after_s=60,
-                    what=f"{table} deletions",
-                )
-                result.rows_below_cutoff += len(below)
-                result.deletions += len(targets)
-    finally:
-        cluster.shutdown()
+    cutoff_of = (lambda row: top) if per_view is None else (lambda row: per_view.get(row.view_name, -1))
+    _range_deletions(
+        settings,
+        result,
+        "ingest_bucket < ?",
+        "ingest_bucket < ?",
+        (top,),
+        keep=lambda row: row.ingest_bucket < cutoff_of(row),
+        bound=cutoff_of,
+    )
     where = f"{top}" if per_view is None else ", ".join(f"{v} {c}" for v, c in sorted(per_view.items()))
     (log.info if result.complete else log.warning)("realtime clean-up below %s: %s", where, result.summary())
     return result
@@ -109,38 +88,16 @@ def delete_view_from(settings: Settings, view: str, from_s: int, timestamp_us: i
     (a write with a later timestamp, such as the replay's or the running speed layer's, survives the
     deletion whenever it reaches the store). For `lambdactl replay`, which then rewrites them."""
     result = Cleanup(from_s, {view: from_s})
-    cluster = cassandra_cluster(settings, timeout_s=30)
-    try:
-        session = cluster.connect(settings.cassandra.keyspace)
-        for table, (partition_key, clustering) in TARGETS.items():
-            names = partition_key + clustering
-            delete = session.prepare(
-                f"DELETE FROM {table} USING TIMESTAMP ? WHERE "
-                + " AND ".join(f"{c} = ?" for c in names)
-                + " AND ingest_bucket >= ?"
-            )
-            for rows in scan(
-                session,
-                table,
-                partition_key,
-                ", ".join(names),
-                "view_name = ? AND ingest_bucket >= ?",
-                (view, from_s),
-                unreadable=result.unreadable,
-            ):
-                targets = {tuple(getattr(row, c) for c in names) for row in rows}
-                execute_with_retries(
-                    session,
-                    delete,
-                    [(timestamp_us, *t, from_s) for t in targets],
-                    concurrency=32,
-                    give_up_after_s=60,
-                    what=f"{table} deletions",
-                )
-                result.rows_below_cutoff += len(rows)
-                result.deletions += len(targets)
-    finally:
-        cluster.shutdown()
+    _range_deletions(
+        settings,
+        result,
+        "ingest_bucket >= ?",
+        "view_name = ? AND ingest_bucket >= ?",
+        (view, from_s),
+        keep=lambda row: True,
+        bound=lambda row: from_s,
+        timestamp_us=timestamp_us,
+    )
     (log.info if result.complete else log.warning)(
         "realtime rows of %s from ingest bucket %s: %d rows, %d range deletions%s",
         view,
@@ -150,3 +107,45 @@ def delete_view_from(settings: Settings, view: str, from_s: int, timestamp_us: i
         f"; {len(result.unreadable)} token range(s) could not be read" if result.unreadable else "",
     )
     return result
+
+
+def _range_deletions(
+    settings: Settings,
+    result: Cleanup,
+    condition: str,
+    where: str,
+    params: tuple,
+    keep: Callable[[Any], bool],
+    bound: Callable[[Any], int],
+    timestamp_us: int | None = None,
+) -> None:
+    """Scan both realtime tables (`where`, `params`), and for the rows `keep` says, issue one range
+    deletion `condition` (its `?` being `bound(row)`) per (partition key, clustering before the ingest
+    bucket); as of `timestamp_us` when given. Counts and unreadable ranges go into `result`."""
+    cluster = cassandra_cluster(settings, timeout_s=30)
+    try:
+        session = cluster.connect(settings.cassandra.keyspace)
+        for table, (partition_key, clustering) in TARGETS.items():
+            names = partition_key + clustering
+            delete = session.prepare(
+                f"DELETE FROM {table}{' USING TIMESTAMP ?' if timestamp_us is not None else ''} WHERE "
+                + " AND ".join(f"{c} = ?" for c in names)
+                + f" AND {condition}"
+            )
+            stamp = () if timestamp_us is None else (timestamp_us,)
+            columns = ", ".join(dict.fromkeys(("view_name", *names, "ingest_bucket")))
+            for rows in scan(session, table, partition_key, columns, where, params, unreadable=result.unreadable):
+                kept = [row for row in rows if keep(row)]
+                targets = {tuple(getattr(row, c) for c in names): bound(row) for row in kept}
+                execute_with_retries(
+                    session,
+                    delete,
+                    [(*stamp, *t, b) for t, b in targets.items()],
+                    concurrency=32,
+                    give_up_after_s=60,
+                    what=f"{table} deletions",
+                )
+                result.rows_below_cutoff += len(kept)
+                result.deletions += len(targets)
+    finally:
+        cluster.shutdown()
