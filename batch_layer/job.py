@@ -50,6 +50,7 @@ from stores.pointer import (
     check_unmoved,
 )
 from stores.registry import version_store
+from stores.view_lifecycle import changed_definitions, changed_message
 
 log = logging.getLogger("lambda.batch")
 
@@ -79,6 +80,12 @@ def choose_cutoff(
             f"settings say ingest_bucket_s={settings.ingest_bucket_s}: run with the stack's persisted "
             "settings (`lambdactl config` shows them)"
         )
+    if speed is not None and speed.definitions is not None:
+        # A view declared differently from what the speed layer maintains would merge two definitions.
+        declared = {v.name: v.fingerprint for v in load_views(settings) if views is None or v.name in views}
+        changed = changed_definitions(declared, speed.definitions)
+        if changed:
+            raise CutoffError(changed_message(changed))
     bucket_ms = settings.ingest_bucket_s * 1000
     marker = completeness.latest(settings)
     covered = marker.complete_before_ms if marker is not None else None

@@ -66,6 +66,24 @@ class View:
             )
 
     @property
+    def fingerprint(self) -> str:
+        """What the view's values depend on (not its description), hashed: two declarations with the
+        same fingerprint compute the same cells. The speed layer records it for each view it maintains."""
+        import hashlib
+        import json
+
+        shape = {
+            "keys": list(self.keys),
+            "aggregation": self.aggregation,
+            "column": self.column,
+            "where": self.where,
+            "granularities": list(self.granularities),
+            "layout": self.layout,
+            "defaults": [list(pair) for pair in self.defaults],
+        }
+        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
     def additive(self) -> bool:
         return self.aggregation in ("count", "sum")
 

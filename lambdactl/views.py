@@ -33,12 +33,17 @@ def _states(settings: Settings, registry) -> list:
     from stores.checkpoints import read_marker
     from stores.registry import version_store
     from stores.replays import read_marks
-    from stores.view_lifecycle import lifecycles
+    from stores.view_lifecycle import changed_definitions, lifecycles
 
     marker = read_marker(settings)
     replaying = {view: m.from_ms for view, m in read_marks(settings).items()}
+    changed = changed_definitions({v.name: v.fingerprint for v in registry}, marker.definitions if marker else None)
     return lifecycles(
-        registry.names(), marker.views if marker else None, version_store(settings).pointer(), replaying=replaying
+        registry.names(),
+        marker.views if marker else None,
+        version_store(settings).pointer(),
+        replaying=replaying,
+        changed=changed,
     )
 
 
@@ -62,6 +67,7 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.views import load_views
     from infra.airflow import write_declared_views
     from stores.checkpoints import read_marker
+    from stores.view_lifecycle import changed_message
 
     try:
         if args.modules is not None:
@@ -70,6 +76,10 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
         registry = load_views(settings)  # before anything is written: a set that does not load changes nothing
     except (ImportError, ValueError, SettingsConflict) as exc:
         log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
+        return 2
+    changed = _changed_in_place(settings, registry)
+    if changed:
+        log.error("refused, nothing changed: %s", changed_message(changed))
         return 2
     if args.modules is not None:
         persist_view_modules(settings)
@@ -96,6 +106,19 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     for s in _states(settings, registry):
         _say(f"  {s.name}: {s.state}{' (' + s.reason + ')' if s.reason else ''}")
     return 0
+
+
+def _changed_in_place(settings: Settings, registry) -> list[str]:
+    """Declared views the speed layer maintains under the same name with another definition (none when
+    HDFS cannot be read: the stack is down, and the speed layer refuses them when it starts)."""
+    from stores.checkpoints import read_marker
+    from stores.view_lifecycle import changed_definitions
+
+    try:
+        marker = read_marker(settings)
+    except Exception:
+        return []
+    return changed_definitions({v.name: v.fingerprint for v in registry}, marker.definitions if marker else None)
 
 
 def _speed_layer_maintains(settings: Settings, declared: list[str], deadline: float) -> None:

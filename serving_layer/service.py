@@ -27,7 +27,7 @@ from stores.batch_reader import BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
-from stores.view_lifecycle import Lifecycle, lifecycle, lifecycles
+from stores.view_lifecycle import Lifecycle, changed_definitions, lifecycle, lifecycles
 
 if TYPE_CHECKING:
     from stores.adapters import RealtimeReaderAdapter
@@ -194,7 +194,18 @@ class ServingLayer:
 
     def lifecycle(self, name: str, pointer: Pointer | None) -> Lifecycle:
         marker = self.speed_marker()
-        return lifecycle(name, marker.views if marker is not None else None, pointer, replaying=self._replaying)
+        return lifecycle(
+            name,
+            marker.views if marker is not None else None,
+            pointer,
+            replaying=self._replaying,
+            changed=self._changed(marker),
+        )
+
+    def _changed(self, marker: Marker | None) -> list[str]:
+        """Views this service declares differently from the speed layer's definitions (refused: 409)."""
+        applied = marker.definitions if marker is not None else None
+        return changed_definitions({v.name: v.fingerprint for v in self.views}, applied)
 
     def _check_serving(self, view: View, pointer: Pointer | None) -> None:
         state = self.lifecycle(view.name, pointer)
@@ -410,7 +421,11 @@ class ServingLayer:
         marker = self.speed_marker()
         out = []
         for life in lifecycles(
-            self.views.names(), marker.views if marker is not None else None, pointer, replaying=self._replaying
+            self.views.names(),
+            marker.views if marker is not None else None,
+            pointer,
+            replaying=self._replaying,
+            changed=self._changed(marker),
         ):
             source = pointer.source(life.name) if pointer else NO_SOURCE
             stale = self.stale_reason(life.name, source) if life.state == "serving" else None

@@ -198,13 +198,14 @@ class BatchWriter:
         return int(written or 0)
 
 
-def check_checkpoint_settings(settings: Settings, declared: list[str]) -> None:
-    """The aggregation state depends on the ingest bucket size: refuse to resume a checkpoint made
-    with another one (its windows would be wrong). Record in the marker the size of a new checkpoint,
-    its first start, and since when each of the `declared` views is maintained (a view new to this
-    start from now: stores.view_lifecycle)."""
+def check_checkpoint_settings(settings: Settings, declared: list[View]) -> None:
+    """The aggregation state depends on the ingest bucket size and on each view's definition: refuse to
+    resume a checkpoint made with another bucket size (its windows would be wrong) or with another
+    definition of a view under the same name (its state would mix both). Record in the marker the size
+    of a new checkpoint, its first start, since when each of the `declared` views is maintained (a view
+    new to this start from now: stores.view_lifecycle) and the definition of each."""
     from stores import checkpoints
-    from stores.view_lifecycle import maintained_since
+    from stores.view_lifecycle import changed_definitions, changed_message, maintained_since
 
     marker = checkpoints.read_marker(settings)
     if marker is not None and marker.ingest_bucket_s != settings.ingest_bucket_s:
@@ -214,28 +215,35 @@ def check_checkpoint_settings(settings: Settings, declared: list[str]) -> None:
             f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "
             "and its marker (the speed layer then recomputes from the earliest Kafka offset)"
         )
+    names = [v.name for v in declared]
+    definitions = {v.name: v.fingerprint for v in declared}
+    changed = changed_definitions(definitions, marker.definitions if marker is not None else None)
+    if changed:
+        raise SystemExit(
+            f"refusing to resume the checkpoint {settings.speed.checkpoint_dir}: {changed_message(changed)}"
+        )
     now_ms = int(time.time() * 1000)
     if marker is None:
-        checkpoints.write_marker(settings, now_ms, maintained_since(None, declared, now_ms))
+        checkpoints.write_marker(settings, now_ms, maintained_since(None, names, now_ms), definitions)
         return
     # A marker from before start times were recorded was written at the first start; one from before
     # views were recorded was written when every view declared now was (they could not change).
     started = marker.started_ms if marker.started_ms is not None else checkpoints.file_written_ms(settings)
-    previous = marker.views if marker.views is not None else dict.fromkeys(declared, 0)
-    views = maintained_since(previous, declared, now_ms)
-    if views != marker.views or started != marker.started_ms:
+    previous = marker.views if marker.views is not None else dict.fromkeys(names, 0)
+    views = maintained_since(previous, names, now_ms)
+    if views != marker.views or started != marker.started_ms or definitions != marker.definitions:
         added = sorted(set(views) - set(previous))
         removed = sorted(set(previous) - set(views))
         if added or removed:
             log.info("views added since the last start: %s; removed: %s", added or "none", removed or "none")
-        checkpoints.write_marker(settings, started, views)
+        checkpoints.write_marker(settings, started, views, definitions)
 
 
 def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode, "cassandra": health.cassandra})
-    check_checkpoint_settings(settings, load_views(settings).names())
+    check_checkpoint_settings(settings, list(load_views(settings)))
     spark = spark_session(
         settings,
         "lambda-speed-layer",

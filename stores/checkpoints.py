@@ -6,9 +6,11 @@ Realtime rows are keyed by ingest buckets of that size, so it decides which batc
 merge can use exactly (a cutoff inside a bucket would split it between the layers). The start time
 bounds how old the oldest realtime row can be (serving_layer.staleness). The file sits on HDFS
 beside the checkpoint: `<checkpoint_dir>-settings.json`,
-`{"ingest_bucket_s": N, "started_ms": T, "views": {"<view>": since_ms, ...}}`: `views` says since when
-the speed layer maintains each view (stores.view_lifecycle); a marker without it is from before views
-could be added to a running platform, when every view was maintained from the first start.
+`{"ingest_bucket_s": N, "started_ms": T, "views": {"<view>": since_ms, ...}, "definitions": {"<view>":
+fingerprint, ...}}`: `views` says since when the speed layer maintains each view
+(stores.view_lifecycle); a marker without it is from before views could be added to a running
+platform, when every view was maintained from the first start. `definitions` says which definition of
+each view it maintains (View.fingerprint): a view changed in place is refused, not mixed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class Marker:
     ingest_bucket_s: int
     started_ms: int | None  # None: a marker written before the start time was recorded
     views: dict[str, int] | None = None  # view → maintained since (ms); None: every view since the start
+    # view → the fingerprint of the definition the speed layer maintains; None: not recorded (older marker)
+    definitions: dict[str, str] | None = None
 
 
 def marker_path(settings: Settings) -> str:
@@ -42,10 +46,12 @@ def read_marker(settings: Settings) -> Marker | None:
         return None
     doc = json.loads(data)
     views = doc.get("views")
+    definitions = doc.get("definitions")
     return Marker(
         int(doc["ingest_bucket_s"]),
         doc.get("started_ms"),
         None if views is None else {str(k): int(v) for k, v in views.items()},
+        None if definitions is None else {str(k): str(v) for k, v in definitions.items()},
     )
 
 
@@ -55,7 +61,12 @@ def read_bucket_s(settings: Settings) -> int | None:
     return None if marker is None else marker.ingest_bucket_s
 
 
-def write_marker(settings: Settings, started_ms: int | None = None, views: dict[str, int] | None = None) -> None:
+def write_marker(
+    settings: Settings,
+    started_ms: int | None = None,
+    views: dict[str, int] | None = None,
+    definitions: dict[str, str] | None = None,
+) -> None:
     from stores.webhdfs import WebHdfs
 
     doc: dict = {
@@ -64,6 +75,8 @@ def write_marker(settings: Settings, started_ms: int | None = None, views: dict[
     }
     if views is not None:
         doc["views"] = views
+    if definitions is not None:
+        doc["definitions"] = definitions
     with WebHdfs(settings) as fs:
         fs.write(marker_path(settings), json.dumps(doc).encode())
 

@@ -52,15 +52,19 @@ def lifecycle(
     pointer: Pointer | None,
     declared: bool = True,
     replaying: Mapping[str, int] | None = None,
+    changed: Iterable[str] = (),
 ) -> Lifecycle:
     """The state of one view. `maintained` None: the speed layer has not started yet (it will read
     topic `events` from the beginning: every view is served from its first rows). `replaying`: view →
-    the time a replay of its realtime rows began at (stores.replays)."""
+    the time a replay of its realtime rows began at (stores.replays). `changed`: views declared with
+    another definition than the one the speed layer maintains (changed_definitions): refused, not served."""
     entry = pointer.entry(name) if pointer is not None else None
     cutoff = entry.cutoff_ms if entry is not None else None
     if not declared:
         return Lifecycle(name, "retired", None, cutoff)
     since = 0 if maintained is None else maintained.get(name)
+    if name in changed:
+        return Lifecycle(name, "building", since, cutoff, changed_message([name]))
     if since is None:
         return Lifecycle(
             name,
@@ -95,10 +99,12 @@ def lifecycles(
     maintained: Mapping[str, int] | None,
     pointer: Pointer | None,
     replaying: Mapping[str, int] | None = None,
+    changed: Iterable[str] = (),
 ) -> list[Lifecycle]:
     """Every declared view's state, then the retired ones (a batch table still names them)."""
     names = list(declared)
-    out = [lifecycle(name, maintained, pointer, replaying=replaying) for name in names]
+    changed = set(changed)
+    out = [lifecycle(name, maintained, pointer, replaying=replaying, changed=changed) for name in names]
     if pointer is not None:
         out += [
             lifecycle(name, maintained, pointer, declared=False)
@@ -106,6 +112,23 @@ def lifecycles(
             if name not in names
         ]
     return out
+
+
+def changed_definitions(declared: Mapping[str, str], applied: Mapping[str, str] | None) -> list[str]:
+    """Views declared under a name the speed layer maintains with another definition (fingerprints by
+    name); none when it has not recorded its definitions."""
+    if applied is None:
+        return []
+    return sorted(name for name, fp in declared.items() if name in applied and applied[name] != fp)
+
+
+def changed_message(names: Iterable[str]) -> str:
+    listed = ", ".join(names)
+    return (
+        f"the definition of {listed} differs from the one the speed layer maintains: changing a view in place "
+        "is not supported yet (its realtime rows and batch tables would mix both definitions). Declare the "
+        "new definition under a new name and remove the old one (`lambdactl views apply`), or restore it"
+    )
 
 
 def first_cutoff_ms(since_ms: int, bucket_s: int) -> int:

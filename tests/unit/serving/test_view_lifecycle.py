@@ -92,3 +92,34 @@ def test_retention_drops_every_table_of_a_retired_view_and_keeps_the_others_vers
     plan = lambda p: retention_plan(p, runs, tables, 2, 10**13, 1, lambda r: False)  # noqa: E731
     assert plan(served) == []
     assert plan(retire(served, ["gone"], now_ms=5)) == [table_name("gone", 1), table_name("gone", 2)]
+
+
+# --- a view changed in place under the same name --------------------------------------------------
+
+
+def test_the_fingerprint_follows_what_the_values_depend_on_not_the_description():
+    from dataclasses import replace
+
+    from definitions.views import PAGE_VIEWS, PAGE_VIEWS_BY_CHANNEL
+
+    assert replace(PAGE_VIEWS, description="another text").fingerprint == PAGE_VIEWS.fingerprint
+    for change in (
+        {"where": "event_type = 'click'"},
+        {"keys": ("url", "country")},
+        {"granularities": ("hour", "day")},
+        {"layout": "by_bucket"},
+    ):
+        assert replace(PAGE_VIEWS, **change).fingerprint != PAGE_VIEWS.fingerprint, change
+    assert replace(PAGE_VIEWS_BY_CHANNEL, defaults={"channel": "app"}).fingerprint != PAGE_VIEWS_BY_CHANNEL.fingerprint
+
+
+def test_a_view_declared_differently_from_what_the_speed_layer_maintains_is_refused():
+    from stores.view_lifecycle import changed_definitions
+
+    applied = {"a": "fp-a", "b": "fp-b"}
+    assert changed_definitions({"a": "fp-a", "b": "fp-b2", "new": "x"}, applied) == ["b"]
+    assert changed_definitions({"a": "other"}, None) == [], "a marker without definitions checks nothing"
+    pointer = pointer_with(a=60_000, b=60_000)
+    states = {s.name: s for s in lifecycles(["a", "b"], {"a": 0, "b": 0}, pointer, changed=["b"])}
+    assert states["a"].state == "serving"
+    assert states["b"].state == "building" and "differs from the one the speed layer maintains" in states["b"].reason
