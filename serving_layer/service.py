@@ -21,20 +21,19 @@ from definitions.settings import Settings
 from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
 from serving_layer.batch_cache import BatchPartCache
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
+from serving_layer.speed_state import SpeedState
 from serving_layer.staleness import Horizon, stale_reason
 from stores import registry
 from stores.batch_reader import BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
-from stores.view_lifecycle import Lifecycle, changed_definitions, lifecycle, lifecycles
+from stores.view_lifecycle import Lifecycle
 
 if TYPE_CHECKING:
     from stores.adapters import RealtimeReaderAdapter
 
 log = logging.getLogger(__name__)
-
-SPEED_MARKER_RECHECK_S = 60.0  # how often the speed layer's checkpoint marker is read again
 
 
 class StoreUnavailable(RuntimeError):
@@ -113,8 +112,7 @@ class ServingLayer:
         self._realtime: RealtimeReaderAdapter | None = None
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
-        self._speed_marker: tuple[Marker | None, float] | None = None  # (marker, when read)
-        self._replaying: dict[str, int] = {}  # read with the marker
+        self.speed = SpeedState(settings)
         self.batch_cache = BatchPartCache(settings.api.batch_cache_mib * 2**20)
         self._pointer: tuple[Pointer | None, float] | None = None  # (pointer, when read)
 
@@ -139,73 +137,19 @@ class ServingLayer:
         self._reset_realtime()
 
     def speed_marker(self) -> Marker | None:
-        """The speed layer's checkpoint marker (its ingest-bucket size and first start), read again
-        every minute; None before the speed layer's first start. While HDFS cannot be read, the last
-        marker read (logged)."""
-        from stores.checkpoints import read_marker
-
-        now = time.monotonic()
-        cached = self._speed_marker
-        if cached is not None and now - cached[1] < SPEED_MARKER_RECHECK_S:
-            return cached[0]
-        try:
-            marker = read_marker(self.settings)
-        except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
-            marker = cached[0] if cached is not None else None
-            log.warning(
-                "cannot read the speed layer's checkpoint marker from HDFS (%s: %s); using %s",
-                type(exc).__name__,
-                exc,
-                marker,
-            )
-        if (
-            marker is not None
-            and marker.ingest_bucket_s != self.settings.ingest_bucket_s
-            and (cached is None or cached[0] != marker)
-        ):
-            log.warning(
-                "the speed layer keys realtime rows by %ss ingest buckets, this service's setting says "
-                "%ss: cutoffs are checked against the speed layer's",
-                marker.ingest_bucket_s,
-                self.settings.ingest_bucket_s,
-            )
-        self._speed_marker = (marker, now)
-        self._replaying = self._read_replays()
-        return marker
-
-    def _read_replays(self) -> dict[str, int]:
-        """View → since when a replay rebuilds its realtime rows (stores.replays); read with the marker.
-        While HDFS cannot be read, the last marks read."""
-        from stores.replays import read_marks
-
-        try:
-            return {view: m.from_ms for view, m in read_marks(self.settings).items()}
-        except Exception as exc:
-            log.warning("cannot read the replay marks from HDFS (%s: %s)", type(exc).__name__, exc)
-            return self._replaying
+        """The speed layer's checkpoint marker (serving_layer.speed_state)."""
+        return self.speed.marker()
 
     def reload(self, views: Registry) -> None:
         """Serve `views` from now on, with the marker, the replay marks and the pointer read again:
         `lambdactl views apply` calls this (through the API) after the speed layer restarted, and
         `lambdactl replay` when it begins and ends."""
         self.views = views
-        self._speed_marker = None
+        self.speed.forget()
         self._pointer = None
 
     def lifecycle(self, name: str, pointer: Pointer | None) -> Lifecycle:
-        marker = self.speed_marker()
-        return lifecycle(
-            name,
-            marker.views if marker is not None else None,
-            pointer,
-            replaying=self._replaying,
-            changed=self._changed(marker),
-        )
-
-    def _changed(self, marker: Marker | None) -> list[str]:
-        """Views this service declares differently from the speed layer's definitions (refused: 409)."""
-        applied = marker.definitions if marker is not None else None
-        return changed_definitions({v.name: v.fingerprint for v in self.views}, applied)
+        return self.speed.lifecycle(name, pointer, self.views)
 
     def _check_serving(self, view: View, pointer: Pointer | None) -> None:
         state = self.lifecycle(view.name, pointer)
@@ -418,15 +362,8 @@ class ServingLayer:
         """Each declared view's state, batch version, cutoff and staleness, then the retired ones
         (raises StoreUnavailable when the pointer cannot be read)."""
         pointer = self.pointer()
-        marker = self.speed_marker()
         out = []
-        for life in lifecycles(
-            self.views.names(),
-            marker.views if marker is not None else None,
-            pointer,
-            replaying=self._replaying,
-            changed=self._changed(marker),
-        ):
+        for life in self.speed.lifecycles(pointer, self.views):
             source = pointer.source(life.name) if pointer else NO_SOURCE
             stale = self.stale_reason(life.name, source) if life.state == "serving" else None
             out.append(

@@ -88,7 +88,7 @@ def _serving(tmp_path, **api) -> tuple[ServingLayer, MemoryBatchViews]:
         },
     )
     serving = ServingLayer(settings)
-    serving.speed_marker = lambda: None  # type: ignore[method-assign]  # no speed layer has started
+    serving.speed.known(None)  # no speed layer has started: HDFS is not asked
     assert MemoryBatchViews.current is not None
     return serving, MemoryBatchViews.current
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +54,7 @@ def test_the_serving_layer_reads_through_the_chosen_adapters(recording):
     batch = serving.batch_views
     assert isinstance(batch, RecordingBatchViews)
     assert batch.args == (recording.api.hbase_pool_size, recording.api.hbase_pool_wait_s)
-    serving._speed_marker = (None, time.monotonic())  # no speed layer has started: HDFS is not asked
+    serving.speed.known(None)  # no speed layer has started: HDFS is not asked
     answer = serving.series(serving.views["page_views"], {"url": "/a"}, 0, 7_200, "hour")
     [reader] = made(RecordingRealtimeReader)
     assert reader.kwargs == {"timeout_s": 5}
