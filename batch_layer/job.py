@@ -40,7 +40,7 @@ from stores.batch_writer import (
     verify_table,
     write_partitions,
 )
-from stores.master import read_master
+from stores.master import first_copies, read_master
 from stores.pointer import (
     CutoffError,
     NotCoveredYet,
@@ -111,15 +111,13 @@ def choose_cutoff(
 
 def deduplicated_events(spark, settings: Settings, cutoff_ms: int):
     """Master records ingested before the cutoff, one per event_id (the first archived)."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     cutoff = datetime.fromtimestamp(cutoff_ms / 1000, UTC)
     master = read_master(spark, settings).where(
         (F.col("ingest_date") <= F.lit(cutoff.date())) & (F.col("ingest_time") < F.lit(cutoff.replace(tzinfo=None)))
     )
-    first = Window.partitionBy("event_id").orderBy("ingest_time", "kafka_partition", "kafka_offset")
-    return master.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
+    return first_copies(master)
 
 
 def run_batch(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from definitions.events import FIELD_NAMES, FIELDS
@@ -65,7 +66,7 @@ class View:
                 f"view {self.name}: granularities must be among {list(GRANULARITIES)}, got {list(self.granularities)}"
             )
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """What the view's values depend on (not its description), hashed: two declarations with the
         same fingerprint compute the same cells. The speed layer records it for each view it maintains."""

@@ -27,6 +27,7 @@ import time
 
 from definitions.settings import Settings
 from lambdactl.output import _emit, _say
+from stores.replays import ReplayMarked
 
 
 class Refused(Exception):
@@ -51,7 +52,10 @@ def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, i
             pairs.append((int(p), int(o)))
         if not pairs or ingest_time_at is None:
             raise Refused("--from offsets: name at least one PARTITION=OFFSET")
-        moment = min(ingest_time_at(p, o) for p, o in pairs)
+        try:
+            moment = min(ingest_time_at(p, o) for p, o in pairs)
+        except ValueError as exc:  # no such partition, an offset Kafka does not keep
+            raise Refused(f"--from offsets: {exc}") from None
     else:
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -73,7 +77,11 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         _say(f"replay refused, nothing changed: {exc}")
         return 2
     view, from_ms, held_from = plan
-    return _run(settings, view, min(from_ms, held_from) if held_from is not None else from_ms, args)
+    try:
+        return _run(settings, view, min(from_ms, held_from) if held_from is not None else from_ms, args)
+    except ReplayMarked as exc:  # another replay took the mark since the plan was made
+        _say(f"replay refused, nothing changed: {exc}")
+        return 2
 
 
 def _plan(settings: Settings, args: argparse.Namespace):
@@ -82,18 +90,20 @@ def _plan(settings: Settings, args: argparse.Namespace):
     from stores.kafka import ingest_time_at, lost_since, spans_from
     from stores.registry import version_store
     from stores.replays import read_marks
-    from stores.view_lifecycle import lifecycle
+    from stores.view_lifecycle import changed_definitions, lifecycle
 
     registry = load_views(settings)
     if args.view not in registry.names():
         raise Refused(f"unknown view {args.view!r}; declared: {', '.join(registry.names())}")
     marker = read_marker(settings)
     pointer = version_store(settings).pointer()
-    state = lifecycle(args.view, marker.views if marker else None, pointer)
+    applied = marker.definitions if marker else None
+    changed = changed_definitions({args.view: registry[args.view].fingerprint}, applied)
+    state = lifecycle(args.view, marker.views if marker else None, pointer, changed=changed)
     if marker is None or state.state == "building":
         raise Refused(
-            f"the speed layer does not maintain {args.view} from a batch cutoff yet ({state.reason or 'not started'}); "
-            "`lambdactl views apply` builds it"
+            f"the speed layer does not maintain {args.view} as declared from a batch cutoff "
+            f"({state.reason or 'it has not started'})"
         )
     entry = pointer.entry(args.view) if pointer is not None else None
     now_ms = int(time.time() * 1000)

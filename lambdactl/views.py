@@ -67,7 +67,7 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.views import load_views
     from infra.airflow import write_declared_views
     from stores.checkpoints import read_marker
-    from stores.view_lifecycle import changed_message
+    from stores.view_lifecycle import changed_definitions, changed_message
 
     try:
         if args.modules is not None:
@@ -77,7 +77,12 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     except (ImportError, ValueError, SettingsConflict) as exc:
         log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
         return 2
-    changed = _changed_in_place(settings, registry)
+    marker, unreadable = None, None
+    try:
+        marker = read_marker(settings)
+    except Exception as exc:  # HDFS down: the stack is not running (told below, once the views are set)
+        unreadable = exc
+    changed = changed_definitions({v.name: v.fingerprint for v in registry}, marker.definitions if marker else None)
     if changed:
         log.error("refused, nothing changed: %s", changed_message(changed))
         return 2
@@ -87,13 +92,11 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     _say(f"declared views: {', '.join(declared)}")
     write_declared_views(settings, declared)  # the DAG's trigger form offers them from its next parse
     deadline = time.monotonic() + args.timeout
-    try:
-        read_marker(settings)
-    except Exception as exc:  # HDFS down: the stack is not running
+    if unreadable is not None:
         log.error(
             "HDFS cannot be read (%s): the declared views are set; `lambdactl up` starts the platform with "
             "them, then run `lambdactl views apply` again to build the new ones",
-            type(exc).__name__,
+            type(unreadable).__name__,
         )
         return 3
     _speed_layer_maintains(settings, declared, deadline)
@@ -106,19 +109,6 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     for s in _states(settings, registry):
         _say(f"  {s.name}: {s.state}{' (' + s.reason + ')' if s.reason else ''}")
     return 0
-
-
-def _changed_in_place(settings: Settings, registry) -> list[str]:
-    """Declared views the speed layer maintains under the same name with another definition (none when
-    HDFS cannot be read: the stack is down, and the speed layer refuses them when it starts)."""
-    from stores.checkpoints import read_marker
-    from stores.view_lifecycle import changed_definitions
-
-    try:
-        marker = read_marker(settings)
-    except Exception:
-        return []
-    return changed_definitions({v.name: v.fingerprint for v in registry}, marker.definitions if marker else None)
 
 
 def _speed_layer_maintains(settings: Settings, declared: list[str], deadline: float) -> None:

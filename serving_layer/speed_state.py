@@ -82,9 +82,12 @@ class SpeedState:
         return changed_definitions({v.name: v.fingerprint for v in views}, applied)
 
     def lifecycle(self, name: str, pointer: Pointer | None, views: Registry) -> Lifecycle:
+        """One view's state (asked on every query: it fingerprints only that view)."""
         marker = self.marker()
         maintained = marker.views if marker is not None else None
-        return lifecycle(name, maintained, pointer, replaying=self.replaying, changed=self.changed(views, marker))
+        applied = marker.definitions if marker is not None else None
+        changed = changed_definitions({name: views[name].fingerprint}, applied)
+        return lifecycle(name, maintained, pointer, replaying=self.replaying, changed=changed)
 
     def lifecycles(self, pointer: Pointer | None, views: Registry) -> list[Lifecycle]:
         marker = self.marker()

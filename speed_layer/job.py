@@ -29,6 +29,7 @@ from definitions.views import HLL_LG_K, View, key_text, load_views
 from definitions.views import cells as view_cells
 from stores import health
 from stores.kafka_source import kafka_stream, validated_events
+from stores.master import first_copies
 from stores.progress import HdfsPublisher, ProgressFile
 from stores.realtime import RealtimeRow
 from stores.registry import process_realtime_writer, realtime_writer
@@ -64,11 +65,8 @@ def cells_by_ingest_bucket(events, views: list[View], settings: Settings):
         valid = valid.withWatermark(
             "ingest_time", f"{settings.speed.dedupe_window_s} seconds"
         ).dropDuplicatesWithinWatermark(["event_id"])
-    else:  # a replay: the first copy of each event_id, as the master dataset's readers keep
-        from pyspark.sql import Window
-
-        first = Window.partitionBy("event_id").orderBy("ingest_time", "kafka_partition", "kafka_offset")
-        valid = valid.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
+    else:  # a replay: the first copy of each event_id, as the batch layer keeps
+        valid = first_copies(valid)
     all_cells = [cell for view in views for cell in view_cells(view)]
     exploded = valid.select(
         "ingest_time",

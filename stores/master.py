@@ -28,6 +28,16 @@ def master_ddl() -> str:
     return ", ".join([*(f"{f.name} {_TYPES[f.kind]}" for f in FIELDS), SOURCE_DDL])
 
 
+def first_copies(events: DataFrame) -> DataFrame:
+    """One row per event_id: the first archived copy (by ingest time, then Kafka partition and
+    offset). The batch layer reads the master dataset this way; a replay reads Kafka the same way."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    first = Window.partitionBy("event_id").orderBy("ingest_time", "kafka_partition", "kafka_offset")
+    return events.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
+
+
 def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
     """The committed master dataset (the file sink's log hides files of unfinished batches)."""
     return read_archived(spark, master_url(settings))

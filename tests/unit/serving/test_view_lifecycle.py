@@ -103,6 +103,7 @@ def test_the_fingerprint_follows_what_the_values_depend_on_not_the_description()
     from definitions.views import PAGE_VIEWS, PAGE_VIEWS_BY_CHANNEL
 
     assert replace(PAGE_VIEWS, description="another text").fingerprint == PAGE_VIEWS.fingerprint
+    assert PAGE_VIEWS.fingerprint is PAGE_VIEWS.fingerprint, "computed once per declaration"
     for change in (
         {"where": "event_type = 'click'"},
         {"keys": ("url", "country")},

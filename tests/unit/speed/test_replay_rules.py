@@ -69,3 +69,11 @@ def test_a_replayed_view_is_refused_while_the_others_serve():
     assert states["b"].state == "serving"
     # A view still building stays building: there is nothing exact to come back to yet.
     assert lifecycle("a", {"a": 120_000}, pointer, replaying={"a": 60_000}).state == "building"
+
+
+def test_offsets_kafka_does_not_keep_are_refused_not_a_crash():
+    def ingest_time_at(partition: int, offset: int) -> int:
+        raise ValueError(f"partition {partition} keeps offsets 0 to 9, not {offset}")
+
+    with pytest.raises(Refused, match="--from offsets: partition 0 keeps offsets 0 to 9, not 99"):
+        resolve_from("offsets:0=99", 0, BUCKET_S, NOW_MS, ingest_time_at)
