@@ -68,6 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI):
         app.state.settings = settings
         app.state.serving = ServingLayer(settings, app.state.views)
+        install_views(app, settings, app.state.views)  # each view answered by the definition serving it
         app.state.metrics = ApiMetrics()
         app.state.producer = _LazyProducer(settings)
         app.state.query_slots = anyio.Semaphore(settings.api.max_concurrent_queries)

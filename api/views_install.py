@@ -7,22 +7,27 @@ from fastapi import FastAPI
 from api.routes import views
 from definitions.settings import Settings
 from definitions.views import Registry, load_views
+from stores.view_versions import versions_of
 
 
 def install_views(app: FastAPI, settings: Settings, registry: Registry) -> None:
-    """Serve `registry`'s views: their routes replace the view routes in place (one assignment, so a
-    request sees the old routes or the new ones), the OpenAPI document is made again, and the serving
-    layer answers the new views. Called at start, and by POST /api/v1/admin/views/reload."""
-    fresh = views.views_router(settings, registry).routes
+    """Serve `registry`'s views: the serving layer reads which definition answers each
+    (definitions.view_versions), then their routes replace the view routes in place (one assignment,
+    so a request sees the old routes or the new ones) and the OpenAPI document is made again. Called
+    at start, and by POST /api/v1/admin/views/reload."""
+    serving = getattr(app.state, "serving", None)
+    if serving is not None:
+        serving.reload(registry)
+        versions = serving.versions
+    else:  # the app is being made: the serving layer reads the stores when it starts, then calls this again
+        versions = versions_of(registry, None, None)
+    fresh = views.views_router(settings, versions).routes
     routes = list(app.router.routes)
     at = next((i for i, r in enumerate(routes) if getattr(r, "path", "").startswith(views.PREFIX)), len(routes))
     kept = [r for r in routes if not getattr(r, "path", "").startswith(views.PREFIX)]
     app.router.routes = kept[:at] + list(fresh) + kept[at:]
     app.openapi_schema = None
     app.state.views = registry
-    serving = getattr(app.state, "serving", None)
-    if serving is not None:
-        serving.reload(registry)
 
 
 def reload_views(app: FastAPI, settings: Settings) -> tuple[Registry, Registry]:
@@ -31,7 +36,7 @@ def reload_views(app: FastAPI, settings: Settings) -> tuple[Registry, Registry]:
     then serves the views it served."""
     from definitions.settings_store import load
 
-    before = app.state.serving.views
+    before = app.state.views
     current = settings.model_copy(update={"views": load().views})
     registry = load_views(current, reload=True)
     install_views(app, current, registry)

@@ -29,7 +29,7 @@ import psutil
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
-from definitions.views import View, load_views
+from definitions.views import View
 from stores import batch_layout as layout
 from stores import checkpoints, completeness
 from stores.batch_views import Pointer
@@ -50,7 +50,6 @@ from stores.pointer import (
     check_unmoved,
 )
 from stores.registry import version_store
-from stores.view_lifecycle import changed_definitions, changed_message
 
 log = logging.getLogger("lambda.batch")
 
@@ -80,12 +79,6 @@ def choose_cutoff(
             f"settings say ingest_bucket_s={settings.ingest_bucket_s}: run with the stack's persisted "
             "settings (`lambdactl config` shows them)"
         )
-    if speed is not None and speed.definitions is not None:
-        # A view declared differently from what the speed layer maintains would merge two definitions.
-        declared = {v.name: v.fingerprint for v in load_views(settings) if views is None or v.name in views}
-        changed = changed_definitions(declared, speed.definitions)
-        if changed:
-            raise CutoffError(changed_message(changed))
     bucket_ms = settings.ingest_bucket_s * 1000
     marker = completeness.latest(settings)
     covered = marker.complete_before_ms if marker is not None else None
@@ -107,6 +100,27 @@ def choose_cutoff(
     if late:
         raise CutoffError(f"cutoff {iso(cutoff)} is behind what serves " + ", ".join(late))
     return cutoff
+
+
+def selected_views(settings: Settings, current: Pointer | None, names: list[str] | None = None) -> list[View]:
+    """The views a run computes, under their storage names (definitions.view_versions): every view the
+    speed layer is to maintain, or those of `names` (view names — a changed view's served and new
+    definitions — or storage names). CutoffError for an unknown name, or a view whose served
+    definition is unknown."""
+    from definitions.view_versions import unresolved_message
+    from stores.view_versions import read_versions
+
+    versions = read_versions(settings, pointer=current)
+    unresolved = [n for n in versions.unresolved if names is None or n in names]
+    if unresolved:
+        raise CutoffError(unresolved_message(unresolved))
+    if not names:
+        return list(versions.maintained)
+    try:
+        return [versions.maintained[storage] for storage in versions.storages(names)]
+    except KeyError as exc:
+        known = sorted({*versions.served, *versions.maintained.names()})
+        raise CutoffError(f"unknown view {exc.args[0]!r}; the views are: {', '.join(known)}") from None
 
 
 def deduplicated_events(spark, settings: Settings, cutoff_ms: int):
@@ -134,8 +148,7 @@ def run_batch(
     started = time.monotonic()
     store = version_store(settings)
     current = store.pointer()
-    registry = load_views(settings)
-    selected: list[View] = [registry[name] for name in views] if views else list(registry)
+    selected = selected_views(settings, current, views)
     names = [v.name for v in selected]
     cutoff = choose_cutoff(settings, cutoff_ms, current, names)
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
@@ -216,7 +229,7 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     run = version_store(settings).runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} was not written and verified (run: {run})")
-    registry = load_views(settings)
+    registry = {v.name: v for v in selected_views(settings, version_store(settings).pointer(), run.get("views"))}
     found = {}
     for name, recorded in run["stats"]["tables"].items():
         expected = TableStats(**recorded)

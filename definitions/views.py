@@ -73,7 +73,11 @@ class View:
         import hashlib
         import json
 
-        shape = {
+        return hashlib.sha256(json.dumps(self.shape(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def shape(self) -> dict[str, Any]:
+        """What the view's values depend on, as JSON-ready data (View.from_shape reads it back)."""
+        return {
             "keys": list(self.keys),
             "aggregation": self.aggregation,
             "column": self.column,
@@ -82,7 +86,26 @@ class View:
             "layout": self.layout,
             "defaults": [list(pair) for pair in self.defaults],
         }
-        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_shape(cls, name: str, shape: Mapping[str, Any], description: str = "") -> View:
+        """A view named `name` with a recorded shape (ValueError when it is not one)."""
+        if not isinstance(shape, Mapping) or shape.get("aggregation") not in ("count", "sum", "distinct"):
+            raise ValueError(f"view {name}: recorded definition cannot be read: {shape!r:.200}")
+        try:
+            return cls(
+                name=name,
+                keys=tuple(str(k) for k in shape["keys"]),
+                aggregation=shape["aggregation"],
+                column=shape.get("column"),
+                where=shape.get("where"),
+                granularities=tuple(str(g) for g in shape["granularities"]),
+                layout=shape.get("layout", "by_key"),
+                defaults=tuple((str(k), str(v)) for k, v in shape.get("defaults", ())),
+                description=description,
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"view {name}: recorded definition cannot be read: {type(exc).__name__}: {exc}") from exc
 
     @property
     def additive(self) -> bool:

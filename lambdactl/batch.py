@@ -20,8 +20,16 @@ NOT_COVERED_YET = 4
 
 def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     """Run a batch recomputation, or one of its steps (what the Airflow DAG's tasks call)."""
-    from batch_layer.job import CutoffError, choose_cutoff, iso, parse_cutoff, run_batch, swap_version, verify_version
-    from definitions.views import load_views
+    from batch_layer.job import (
+        CutoffError,
+        choose_cutoff,
+        iso,
+        parse_cutoff,
+        run_batch,
+        selected_views,
+        swap_version,
+        verify_version,
+    )
     from stores.batch_views import PointerMoved
     from stores.batch_writer import VerificationError
     from stores.pointer import NotCoveredYet
@@ -31,7 +39,8 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     try:
         if args.plan:
             current = version_store(settings).pointer()
-            names = args.views.split(",") if args.views else load_views(settings).names()
+            # under their storage names: a changed view's served and new definitions both move
+            names = [v.name for v in selected_views(settings, current, args.views.split(",") if args.views else None)]
             planned = choose_cutoff(settings, cutoff, current, names)
             # new when some view of the run would move past the cutoff it serves at
             fresh = current is None or any(current.entry(n) is None or current.cutoff_of(n) < planned for n in names)
@@ -125,17 +134,11 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
-    from stores.realtime_cleanup import delete_absorbed
-    from stores.registry import version_store
-
-    pointer = version_store(settings).pointer()
-    if pointer is None:
-        _say("no batch version serves yet: every realtime row is still needed")
-        return 0
-    # Answers computed from the previous pointer (the API reuses a read for api.pointer_cache_s)
-    # still read the rows this swap absorbed: wait until none can be running.
-    # (At most the setting itself: a swap stamped ahead by another host's clock does not stall this.)
+def settle_after_swap(settings: Settings, pointer) -> None:
+    """Answers computed from the pointer before `pointer` (the API reuses a read for
+    api.pointer_cache_s) may still read the realtime rows that swap made unneeded: wait until none
+    can be running, before deleting them. (At most the setting itself: a swap stamped ahead by
+    another host's clock does not stall this.)"""
     settle_s = min(
         settings.batch.cleanup_settle_s, pointer.swapped_ms / 1000 + settings.batch.cleanup_settle_s - time.time()
     )
@@ -144,6 +147,17 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
             f"waiting {settle_s:.0f}s after the swap (batch.cleanup_settle_s): answers from the previous pointer may still run"
         )
         time.sleep(settle_s)
+
+
+def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
+    from stores.realtime_cleanup import delete_absorbed
+    from stores.registry import version_store
+
+    pointer = version_store(settings).pointer()
+    if pointer is None:
+        _say("no batch version serves yet: every realtime row is still needed")
+        return 0
+    settle_after_swap(settings, pointer)
     # Each view's rows below the cutoff its own batch table covers; a view no table serves keeps all.
     cutoffs = pointer.cleanup_cutoffs_s()
     cleanup = delete_absorbed(settings, cutoffs)

@@ -85,27 +85,32 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _plan(settings: Settings, args: argparse.Namespace):
-    from definitions.views import load_views
+    from definitions.view_versions import unresolved_message
     from stores.checkpoints import read_marker
     from stores.kafka import ingest_time_at, lost_since, spans_from
     from stores.registry import version_store
     from stores.replays import read_marks
     from stores.view_lifecycle import changed_definitions, lifecycle
+    from stores.view_versions import read_versions
 
-    registry = load_views(settings)
-    if args.view not in registry.names():
-        raise Refused(f"unknown view {args.view!r}; declared: {', '.join(registry.names())}")
     marker = read_marker(settings)
     pointer = version_store(settings).pointer()
+    versions = read_versions(settings, marker=marker, pointer=pointer)
+    if args.view in versions.unresolved:
+        raise Refused(unresolved_message([args.view]))
+    try:  # a view is replayed under the definition answering it (or name a storage name)
+        view = versions.maintained[versions.storages([args.view])[0]]
+    except KeyError:
+        raise Refused(f"unknown view {args.view!r}; declared: {', '.join(versions.served)}") from None
     applied = marker.definitions if marker else None
-    changed = changed_definitions({args.view: registry[args.view].fingerprint}, applied)
-    state = lifecycle(args.view, marker.views if marker else None, pointer, changed=changed)
+    changed = changed_definitions({view.name: view.fingerprint}, applied)
+    state = lifecycle(view.name, marker.views if marker else None, pointer, changed=changed)
     if marker is None or state.state == "building":
         raise Refused(
             f"the speed layer does not maintain {args.view} as declared from a batch cutoff "
             f"({state.reason or 'it has not started'})"
         )
-    entry = pointer.entry(args.view) if pointer is not None else None
+    entry = pointer.entry(view.name) if pointer is not None else None
     now_ms = int(time.time() * 1000)
     from_ms = resolve_from(
         args.from_,
@@ -114,7 +119,7 @@ def _plan(settings: Settings, args: argparse.Namespace):
         now_ms,
         lambda p, o: ingest_time_at(settings, p, o),
     )
-    held = read_marks(settings).get(args.view)
+    held = read_marks(settings).get(view.name)
     if held is not None and not args.resume:
         raise Refused(
             f"a replay of {args.view} holds its mark since {held.started_ms} ms (from {held.from_ms} ms): it is "
@@ -127,7 +132,7 @@ def _plan(settings: Settings, args: argparse.Namespace):
             f"Kafka no longer holds every record from {start} ms: {'; '.join(lost[:3])}. Replay from a later "
             f"--from, or rebuild with `lambdactl batch --views {args.view} --force`"
         )
-    return registry[args.view], from_ms, held.from_ms if held is not None else None
+    return view, from_ms, held.from_ms if held is not None else None
 
 
 def _run(settings: Settings, view, from_ms: int, args: argparse.Namespace) -> int:

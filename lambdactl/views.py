@@ -30,44 +30,62 @@ SPEED_LAYER = "speed-layer"
 
 
 def _states(settings: Settings, registry) -> list:
+    """The state of every definition the platform computes (by storage name), then the retired ones."""
     from stores.checkpoints import read_marker
     from stores.registry import version_store
     from stores.replays import read_marks
     from stores.view_lifecycle import changed_definitions, lifecycles
+    from stores.view_versions import versions_of
 
     marker = read_marker(settings)
+    pointer = version_store(settings).pointer()
+    maintained = versions_of(registry, marker, pointer).maintained
     replaying = {view: m.from_ms for view, m in read_marks(settings).items()}
-    changed = changed_definitions({v.name: v.fingerprint for v in registry}, marker.definitions if marker else None)
+    changed = changed_definitions({v.name: v.fingerprint for v in maintained}, marker.definitions if marker else None)
     return lifecycles(
-        registry.names(),
-        marker.views if marker else None,
-        version_store(settings).pointer(),
-        replaying=replaying,
-        changed=changed,
+        maintained.names(), marker.views if marker else None, pointer, replaying=replaying, changed=changed
     )
 
 
 def cmd_views(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.times import iso_ms
     from definitions.views import load_views
+    from stores.view_versions import read_versions
 
-    states = _states(settings, load_views(settings))
+    registry = load_views(settings)
+    versions = read_versions(settings, registry)
+    states = _states(settings, registry)
+    served = {v.name: name for name, v in versions.served.items()}
+    pending = {v.name: name for name, v in versions.pending.items()}
     if args.json:
-        _emit({"views": [vars(s) for s in states]})
+        _emit(
+            {
+                "views": [
+                    {**vars(s), "view": served.get(s.name) or pending.get(s.name), "answering": s.name in served}
+                    for s in states
+                ]
+            }
+        )
         return 0
     for s in states:
         cutoff = iso_ms(s.cutoff_ms) if s.cutoff_ms else "-"
         since = "start" if s.since_ms == 0 else iso_ms(s.since_ms) if s.since_ms else "-"
-        _say(f"{s.name:<30} {s.state:<9} since {since:<24} cutoff {cutoff:<24} {s.reason}")
+        label = s.name
+        if s.name in pending:
+            label = f"{pending[s.name]} (new definition {s.name})"
+        elif served.get(s.name, s.name) != s.name:
+            label = f"{served[s.name]} (as {s.name})"
+        _say(f"{label:<30} {s.state:<9} since {since:<24} cutoff {cutoff:<24} {s.reason}")
     return 0
 
 
 def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.settings_store import SettingsConflict, persist_view_modules, with_view_modules
+    from definitions.view_versions import unresolved_message
     from definitions.views import load_views
     from infra.airflow import write_declared_views
     from stores.checkpoints import read_marker
-    from stores.view_lifecycle import changed_definitions, changed_message
+    from stores.view_versions import read_versions
 
     try:
         if args.modules is not None:
@@ -82,10 +100,11 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
         marker = read_marker(settings)
     except Exception as exc:  # HDFS down: the stack is not running (told below, once the views are set)
         unreadable = exc
-    changed = changed_definitions({v.name: v.fingerprint for v in registry}, marker.definitions if marker else None)
-    if changed:
-        log.error("refused, nothing changed: %s", changed_message(changed))
-        return 2
+    if marker is not None:
+        versions = read_versions(settings, registry, marker=marker)
+        if versions.unresolved:
+            log.error("refused, nothing changed: %s", unresolved_message(versions.unresolved))
+            return 2
     if args.modules is not None:
         persist_view_modules(settings)
     declared = registry.names()
@@ -99,16 +118,54 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
             type(unreadable).__name__,
         )
         return 3
-    _speed_layer_maintains(settings, declared, deadline)
-    reload_api(settings)
-    _retire(settings, declared)
-    building = [s for s in _states(settings, registry) if s.state == "building"]
-    if building:
-        _build(settings, building, deadline)
+    # A changed view takes three rounds: its new definition is built beside the old one, the view
+    # switches to it, then the old one is retired. Each round's steps can be repeated.
+    for _ in range(3):
+        maintained = read_versions(settings, registry).maintained.names()
+        _speed_layer_maintains(settings, maintained, deadline)
+        reload_api(settings)
+        _retire(settings, maintained)
+        building = [s for s in _states(settings, registry) if s.state == "building"]
+        if building:
+            _build(settings, building, deadline)
+            reload_api(settings)
+        if not _switch(settings, registry):
+            break
         reload_api(settings)
     for s in _states(settings, registry):
         _say(f"  {s.name}: {s.state}{' (' + s.reason + ')' if s.reason else ''}")
     return 0
+
+
+def _switch(settings: Settings, registry) -> list[str]:
+    """Switch every changed view whose new definition is serving (exact) to it: one compare-and-set of
+    the pointer's aliases (stores.pointer.switch); the API answers from the new definition from
+    that moment on. The views switched."""
+    from stores.batch_views import PointerMoved
+    from stores.pointer import switch
+    from stores.registry import version_store
+    from stores.view_versions import read_versions
+
+    store = version_store(settings)
+    done: list[str] = []
+    for _ in range(5):
+        current = store.pointer()
+        versions = read_versions(settings, registry, pointer=current)
+        ready = {s.name for s in _states(settings, registry) if s.state == "serving"}
+        todo = {name: v.name for name, v in versions.pending.items() if v.name in ready and name not in done}
+        if not todo or current is None:
+            return done
+        moved = current
+        for name, storage in todo.items():
+            moved = switch(moved, name, storage, int(time.time() * 1000))
+        try:
+            store.swap(current, moved)
+        except PointerMoved:
+            continue  # a batch swapped meanwhile: read it again
+        for name, storage in todo.items():
+            _say(f"{name}: switched to its new definition ({storage}); its previous one is retired next")
+        done += list(todo)
+    raise SystemExit("the pointer kept moving: run `lambdactl views apply` again")
 
 
 def _speed_layer_maintains(settings: Settings, declared: list[str], deadline: float) -> None:
@@ -164,6 +221,7 @@ def reload_api(settings: Settings) -> None:
 
 def _retire(settings: Settings, declared: list[str]) -> None:
     """Drop the pointer entries of views no longer declared, then their realtime rows."""
+    from lambdactl.batch import settle_after_swap
     from stores.batch_views import PointerMoved
     from stores.pointer import retire
     from stores.realtime_cleanup import delete_absorbed
@@ -175,13 +233,17 @@ def _retire(settings: Settings, declared: list[str]) -> None:
         gone = sorted(set(current.entries) - set(declared)) if current is not None else []
         if not gone or current is None:
             return
+        retired = retire(current, gone, int(time.time() * 1000))
         try:
-            store.swap(current, retire(current, gone, int(time.time() * 1000)))
+            store.swap(current, retired)
             break
         except PointerMoved:
             continue  # a batch swapped meanwhile: read it again
     else:
         raise SystemExit("the pointer kept moving: run `lambdactl views apply` again")
+    # A switched view's previous definition may still answer queries read from the pointer before
+    # the switch: its rows go once none can be running.
+    settle_after_swap(settings, retired)
     everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
     cleanup = delete_absorbed(settings, dict.fromkeys(gone, everything))
     _say(f"retired {', '.join(gone)}: pointer entries removed; realtime rows: {cleanup.summary()}")

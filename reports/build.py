@@ -17,10 +17,11 @@ from typing import Any
 
 from definitions.settings import Settings
 from definitions.times import iso_ms
-from definitions.views import HLL_LG_K, View, load_views
+from definitions.views import HLL_LG_K, View
 from reports.attribute import PROBLEMS
 from reports.cells import HLL_BOUND, LATE_AFTER_S, SKETCH_TOLERANCE, BatchCell, Cell, CellId, RealtimeSnapshot
 from reports.compare import match_cells, view_report, view_summary
+from stores.view_versions import read_versions
 
 log = logging.getLogger("lambda.accuracy")
 
@@ -112,7 +113,7 @@ def compare_window(
 
     check_window(settings, start_ms, end_ms)
     began, started = datetime.now(UTC), time.monotonic()
-    views = list(load_views(settings))
+    views = list(read_versions(settings).maintained)  # under their storage names (definitions.view_versions)
     if realtime is None:
         speed = wait_for_speed_layer(settings, end_ms, wait_for_speed_s)
         realtime = read_realtime(settings, start_ms, end_ms, views)

@@ -23,10 +23,11 @@ from typing import Any
 
 from definitions.events import FIELD_NAMES
 from definitions.settings import Settings
-from definitions.views import View, key_text, load_views
+from definitions.views import View, key_text
 from reports.cells import LATE_AFTER_S, BatchCell, CellId, RealtimeSnapshot
 from stores.checkpoints import speed_layer_position
 from stores.kafka import offsets_at
+from stores.view_versions import read_versions
 
 log = logging.getLogger("lambda.accuracy")
 
@@ -48,7 +49,7 @@ def read_realtime(
     from stores.realtime import BY_BUCKET
     from stores.realtime_scan import rows_ingested_between
 
-    registry = {v.name: v for v in (views if views is not None else load_views(settings))}
+    registry = {v.name: v for v in (views if views is not None else read_versions(settings).maintained)}
     snapshot = RealtimeSnapshot(start_ms, end_ms, int(time.time() * 1000))
     for table, row in rows_ingested_between(settings, start_ms, end_ms, unreadable=snapshot.unreadable):
         view = registry.get(row.view_name)

@@ -18,17 +18,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from definitions.settings import Settings
+from definitions.view_versions import unresolved_message
 from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
 from serving_layer.batch_cache import BatchPartCache
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.speed_state import SpeedState
 from serving_layer.staleness import Horizon, stale_reason
+from serving_layer.switching import Switched, answering_view
+from serving_layer.view_states import ViewState, view_states
 from stores import registry
 from stores.batch_reader import BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
 from stores.view_lifecycle import Lifecycle
+from stores.view_versions import versions_of
 
 if TYPE_CHECKING:
     from stores.adapters import RealtimeReaderAdapter
@@ -63,17 +67,6 @@ class Provenance:
         self.reasons.append(reason)
 
 
-@dataclass(frozen=True)
-class ViewState:
-    name: str
-    version: int | None
-    cutoff_ms: int
-    stale: str | None  # why its answers may be missing counts (serving_layer.staleness), or None
-    state: str = "serving"  # building, serving or retired (stores.view_lifecycle)
-    since_ms: int | None = None  # since when the speed layer maintains it
-    reason: str = ""  # why it is building
-
-
 @dataclass
 class SeriesAnswer:
     view: View
@@ -105,7 +98,9 @@ class ServingLayer:
 
     def __init__(self, settings: Settings, views: Registry | None = None) -> None:
         self.settings = settings
-        self.views = views if views is not None else load_views(settings)
+        declared = views if views is not None else load_views(settings)
+        self.versions = versions_of(declared, None, None)  # until reload() reads the stores
+        self.views = self.versions.maintained
         self.batch_views = registry.batch_view_reader(
             settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
         )
@@ -140,21 +135,37 @@ class ServingLayer:
         """The speed layer's checkpoint marker (serving_layer.speed_state)."""
         return self.speed.marker()
 
-    def reload(self, views: Registry) -> None:
-        """Serve `views` from now on, with the marker, the replay marks and the pointer read again:
-        `lambdactl views apply` calls this (through the API) after the speed layer restarted, and
-        `lambdactl replay` when it begins and ends."""
-        self.views = views
+    def reload(self, declared: Registry) -> None:
+        """Serve the `declared` views from now on, with the marker, the replay marks and the pointer
+        read again: `lambdactl views apply` calls this (through the API) after the speed layer
+        restarted or a changed view switched, and `lambdactl replay` when it begins and ends. Each
+        view is answered by the definition that serves it (definitions.view_versions): a changed one
+        by its old definition until its new one is built and switched to."""
         self.speed.forget()
         self._pointer = None
+        try:
+            pointer = self.pointer()
+        except StoreUnavailable as exc:  # refused per query until it can be read (the routes stay)
+            log.warning("reading the declared views' versions without the pointer: %s", exc.detail)
+            pointer = None
+        self.versions = versions_of(declared, self.speed.marker(), pointer)
+        self.views = self.versions.maintained  # the served and the pending definitions, by storage name
 
     def lifecycle(self, name: str, pointer: Pointer | None) -> Lifecycle:
         return self.speed.lifecycle(name, pointer, self.views)
 
-    def _check_serving(self, view: View, pointer: Pointer | None) -> None:
+    def _check_serving(self, view: View, pointer: Pointer | None, granularity: str) -> View:
+        """The storage view answering a query of `view`'s route (serving_layer.switching), if serving."""
+        if self.versions.public(view.name) in self.versions.unresolved:
+            raise ViewBuilding(unresolved_message([self.versions.public(view.name)]))
+        try:
+            view = answering_view(self.versions, view, pointer, granularity)
+        except Switched as exc:
+            raise ViewBuilding(str(exc)) from None
         state = self.lifecycle(view.name, pointer)
         if state.state != "serving":
             raise ViewBuilding(state.reason)
+        return view
 
     def speed_bucket_s(self) -> int:
         """The ingest-bucket size the speed layer keys realtime rows by; this service's own setting
@@ -291,7 +302,7 @@ class ServingLayer:
         granularity: str,
         allow_partial: bool,
     ) -> SeriesAnswer:
-        self._check_serving(view, pointer)
+        view = self._check_serving(view, pointer, granularity)
         key_values = [keys[k] for k in view.keys]
         buckets = buckets_between(start_s, end_s, granularity)
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
@@ -339,7 +350,7 @@ class ServingLayer:
         limit: int,
         allow_partial: bool,
     ) -> TopAnswer:
-        self._check_serving(view, pointer)
+        view = self._check_serving(view, pointer, granularity)
         buckets = buckets_between(start_s, end_s, granularity)
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
         cutoff_ms = source.cutoff_ms
@@ -359,17 +370,10 @@ class ServingLayer:
         return TopAnswer(view, granularity, start_s, end_s, merge_top(batch, speed, limit), provenance)
 
     def view_states(self) -> list[ViewState]:
-        """Each declared view's state, batch version, cutoff and staleness, then the retired ones
-        (raises StoreUnavailable when the pointer cannot be read)."""
+        """Each declared view's state (serving_layer.view_states; raises StoreUnavailable when the
+        pointer cannot be read)."""
         pointer = self.pointer()
-        out = []
-        for life in self.speed.lifecycles(pointer, self.views):
-            source = pointer.source(life.name) if pointer else NO_SOURCE
-            stale = self.stale_reason(life.name, source) if life.state == "serving" else None
-            out.append(
-                ViewState(life.name, source.version, source.cutoff_ms, stale, life.state, life.since_ms, life.reason)
-            )
-        return out
+        return view_states(self.versions, self.speed.lifecycles(pointer, self.views), pointer, self.stale_reason)
 
     def _provenance(self, view: View, source: ViewSource) -> Provenance:
         provenance = Provenance(source.version, source.cutoff_ms)

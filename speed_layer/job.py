@@ -25,7 +25,7 @@ from typing import Any
 from definitions import jobs
 from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
-from definitions.views import HLL_LG_K, View, key_text, load_views
+from definitions.views import HLL_LG_K, Registry, View, key_text, load_views
 from definitions.views import cells as view_cells
 from stores import health
 from stores.kafka_source import kafka_stream, validated_events
@@ -40,11 +40,11 @@ JOB = jobs.SPEED_LAYER
 QUERY = jobs.SPEED_QUERY
 
 
-def aggregated_cells(spark, settings: Settings):
-    """The streaming DataFrame of per-(view, granularity, key, event bucket, ingest bucket) aggregates."""
+def aggregated_cells(spark, settings: Settings, registry: Registry):
+    """The streaming DataFrame of per-(view, granularity, key, event bucket, ingest bucket) aggregates
+    of the views in `registry` (under their storage names: definitions.view_versions)."""
     from pyspark.sql import functions as F
 
-    registry = load_views(settings)
     events = validated_events(kafka_stream(spark, settings, settings.speed.max_offsets_per_trigger), settings.events)
     counted = events.observe(
         "speed_input",
@@ -172,9 +172,9 @@ class BatchWriter:
     the batch's write timestamp (larger than every earlier batch's, so a late retry of an older
     batch never overwrites a newer value) and learns only how many rows were written."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, registry: Registry) -> None:
         self.settings = settings
-        self.views = {view.name: (view.aggregation, view.layout) for view in load_views(settings)}
+        self.views = {view.name: (view.aggregation, view.layout) for view in registry}
         self.last_timestamp_us = 0
 
     def batch_timestamp_us(self) -> int:
@@ -196,14 +196,20 @@ class BatchWriter:
         return int(written or 0)
 
 
-def check_checkpoint_settings(settings: Settings, declared: list[View]) -> None:
-    """The aggregation state depends on the ingest bucket size and on each view's definition: refuse to
-    resume a checkpoint made with another bucket size (its windows would be wrong) or with another
-    definition of a view under the same name (its state would mix both). Record in the marker the size
-    of a new checkpoint, its first start, since when each of the `declared` views is maintained (a view
-    new to this start from now: stores.view_lifecycle) and the definition of each."""
+def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registry:
+    """The views to maintain, under their storage names: the `declared` ones, plus the definition that
+    still answers a view whose declaration changed (definitions.view_versions).
+
+    The aggregation state depends on the ingest bucket size and on each view's definition: refuse to
+    resume a checkpoint made with another bucket size (its windows would be wrong) or when a view's
+    declaration changed and the definition answering it meanwhile is unknown. Record in the marker
+    the size of a new checkpoint, its first start, since when each view is maintained (a view new to
+    this start from now: stores.view_lifecycle) and the definition of each."""
+    from definitions.view_versions import unresolved_message
     from stores import checkpoints
-    from stores.view_lifecycle import changed_definitions, changed_message, maintained_since
+    from stores.registry import version_store
+    from stores.view_lifecycle import maintained_since
+    from stores.view_versions import versions_of
 
     marker = checkpoints.read_marker(settings)
     if marker is not None and marker.ingest_bucket_s != settings.ingest_bucket_s:
@@ -213,35 +219,51 @@ def check_checkpoint_settings(settings: Settings, declared: list[View]) -> None:
             f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "
             "and its marker (the speed layer then recomputes from the earliest Kafka offset)"
         )
-    names = [v.name for v in declared]
-    definitions = {v.name: v.fingerprint for v in declared}
-    changed = changed_definitions(definitions, marker.definitions if marker is not None else None)
-    if changed:
+    versions = versions_of(declared, marker, version_store(settings).pointer())
+    if versions.unresolved:
         raise SystemExit(
-            f"refusing to resume the checkpoint {settings.speed.checkpoint_dir}: {changed_message(changed)}"
+            f"refusing to resume the checkpoint {settings.speed.checkpoint_dir}: {unresolved_message(versions.unresolved)}"
         )
+    maintained = versions.maintained
+    names = maintained.names()
+    definitions = {v.name: v.fingerprint for v in maintained}
+    declarations = {v.name: v.shape() for v in maintained}
     now_ms = int(time.time() * 1000)
     if marker is None:
-        checkpoints.write_marker(settings, now_ms, maintained_since(None, names, now_ms), definitions)
-        return
+        checkpoints.write_marker(settings, now_ms, maintained_since(None, names, now_ms), definitions, declarations)
+        return maintained
     # A marker from before start times were recorded was written at the first start; one from before
     # views were recorded was written when every view declared now was (they could not change).
     started = marker.started_ms if marker.started_ms is not None else checkpoints.file_written_ms(settings)
     previous = marker.views if marker.views is not None else dict.fromkeys(names, 0)
     views = maintained_since(previous, names, now_ms)
-    if views != marker.views or started != marker.started_ms or definitions != marker.definitions:
+    if (
+        views != marker.views
+        or started != marker.started_ms
+        or definitions != marker.definitions
+        or declarations != marker.declarations
+    ):
         added = sorted(set(views) - set(previous))
         removed = sorted(set(previous) - set(views))
         if added or removed:
             log.info("views added since the last start: %s; removed: %s", added or "none", removed or "none")
-        checkpoints.write_marker(settings, started, views, definitions)
+        checkpoints.write_marker(settings, started, views, definitions, declarations)
+    return maintained
 
 
 def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
-    health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode, "cassandra": health.cassandra})
-    check_checkpoint_settings(settings, list(load_views(settings)))
+    health.wait_until_up(
+        settings,
+        {
+            "kafka": health.kafka,
+            "hdfs": health.hdfs_namenode,
+            "cassandra": health.cassandra,
+            "hbase": health.hbase_thrift,  # the pointer says which definition answers a changed view
+        },
+    )
+    maintained = check_checkpoint_settings(settings, load_views(settings))
     spark = spark_session(
         settings,
         "lambda-speed-layer",
@@ -263,9 +285,9 @@ def run(settings: Settings) -> int:
     # The store is reached (and its schema made) before the first batch: a missing store or adapter
     # stops the job here, with its reason, rather than in a task.
     realtime_writer(settings).close()
-    writer = BatchWriter(settings)
+    writer = BatchWriter(settings, maintained)
     query = (
-        aggregated_cells(spark, settings)
+        aggregated_cells(spark, settings, maintained)
         .writeStream.queryName(QUERY)
         .outputMode("update")
         .foreachBatch(writer)

@@ -10,7 +10,9 @@ beside the checkpoint: `<checkpoint_dir>-settings.json`,
 fingerprint, ...}}`: `views` says since when the speed layer maintains each view
 (stores.view_lifecycle); a marker without it is from before views could be added to a running
 platform, when every view was maintained from the first start. `definitions` says which definition of
-each view it maintains (View.fingerprint): a view changed in place is refused, not mixed.
+each view it maintains (View.fingerprint), and `declarations` the definitions themselves
+(View.shape), by storage name: a view whose declaration changes keeps being computed and served by
+the recorded definition until the new one is built (definitions.view_versions).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from definitions.settings import Settings
+from definitions.views import View
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,19 @@ class Marker:
     views: dict[str, int] | None = None  # view → maintained since (ms); None: every view since the start
     # view → the fingerprint of the definition the speed layer maintains; None: not recorded (older marker)
     definitions: dict[str, str] | None = None
+    # storage name → the definition (View.shape) maintained under it; None: not recorded (older marker)
+    declarations: dict[str, dict] | None = None
+
+    def recorded(self) -> dict[str, View]:
+        """The definitions the speed layer maintains, as views under their storage names (one that
+        cannot be read is left out: its fingerprint alone then decides)."""
+        out = {}
+        for name, shape in (self.declarations or {}).items():
+            try:
+                out[name] = View.from_shape(name, shape)
+            except ValueError:
+                continue
+        return out
 
 
 def marker_path(settings: Settings) -> str:
@@ -47,11 +63,13 @@ def read_marker(settings: Settings) -> Marker | None:
     doc = json.loads(data)
     views = doc.get("views")
     definitions = doc.get("definitions")
+    declarations = doc.get("declarations")
     return Marker(
         int(doc["ingest_bucket_s"]),
         doc.get("started_ms"),
         None if views is None else {str(k): int(v) for k, v in views.items()},
         None if definitions is None else {str(k): str(v) for k, v in definitions.items()},
+        None if not isinstance(declarations, dict) else {str(k): v for k, v in declarations.items()},
     )
 
 
@@ -66,6 +84,7 @@ def write_marker(
     started_ms: int | None = None,
     views: dict[str, int] | None = None,
     definitions: dict[str, str] | None = None,
+    declarations: dict[str, dict] | None = None,
 ) -> None:
     from stores.webhdfs import WebHdfs
 
@@ -77,6 +96,8 @@ def write_marker(
         doc["views"] = views
     if definitions is not None:
         doc["definitions"] = definitions
+    if declarations is not None:
+        doc["declarations"] = declarations
     with WebHdfs(settings) as fs:
         fs.write(marker_path(settings), json.dumps(doc).encode())
 

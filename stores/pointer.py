@@ -86,6 +86,9 @@ class Pointer:
     # The `p:doc` bytes this pointer was read from (None: the row had no such column): what a
     # compare-and-set against this pointer expects to find.
     stored: bytes | None = field(default=None, compare=False, repr=False)
+    # view → the storage name answering it, for a view whose answers moved to a changed definition
+    # (definitions.view_versions); a view not named here is answered under its own name.
+    aliases: Mapping[str, str] = field(default_factory=dict)
 
     # --- per view --------------------------------------------------------------------------------
 
@@ -144,6 +147,8 @@ class Pointer:
                 for name, e in sorted(self.entries.items())
             },
         }
+        if self.aliases:
+            doc["aliases"] = dict(sorted(self.aliases.items()))
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def legacy_columns(self) -> dict[bytes, bytes]:
@@ -200,6 +205,7 @@ class Pointer:
                 int(doc.get("swapped_ms", 0)),
                 int(doc["generation"]),
                 stored=bytes(raw),
+                aliases={str(k): str(v) for k, v in (doc.get("aliases") or {}).items()},
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PointerFormatError(
@@ -265,15 +271,40 @@ def advance(
             now_ms,
             {"events": stats.get("events"), **tables.get(name, {})} if stats else {},
         )
-    return Pointer(entries, version, run_id, stats, now_ms, (current.generation if current else 0) + 1)
+    generation = (current.generation if current else 0) + 1
+    return Pointer(entries, version, run_id, stats, now_ms, generation, aliases=current.aliases if current else {})
 
 
 def retire(current: Pointer, views: Iterable[str], now_ms: int) -> Pointer:
     """The pointer without the entries of `views` (views no longer declared): their answers and
-    realtime clean-up stop; their tables are left to retention (no entry names them any more)."""
+    realtime clean-up stop; their tables are left to retention (no entry names them any more). An
+    alias to a retired storage name goes too: a view declared again later is built anew under its
+    own name."""
     gone = set(views)
     entries = {name: e for name, e in current.entries.items() if name not in gone}
-    return Pointer(entries, current.version, current.run_id, current.stats, now_ms, current.generation + 1)
+    aliases = {view: storage for view, storage in current.aliases.items() if storage not in gone}
+    return Pointer(
+        entries, current.version, current.run_id, current.stats, now_ms, current.generation + 1, aliases=aliases
+    )
+
+
+def switch(current: Pointer, view: str, storage: str, now_ms: int) -> Pointer:
+    """The pointer with `view` answered from `storage` (a changed definition's storage name, which must
+    have a batch table): one compare-and-set moves every reader from the old definition to the new."""
+    if current.entry(storage) is None:
+        raise CutoffError(f"view {view} cannot switch to {storage}: no batch table serves {storage} yet")
+    aliases = {k: v for k, v in current.aliases.items() if k != view}
+    if storage != view:
+        aliases[view] = storage
+    return Pointer(
+        dict(current.entries),
+        current.version,
+        current.run_id,
+        current.stats,
+        now_ms,
+        current.generation + 1,
+        aliases=aliases,
+    )
 
 
 def check_unmoved(current: Pointer | None, based_on: int | None, version: int) -> None:

@@ -125,9 +125,8 @@ def changed_definitions(declared: Mapping[str, str], applied: Mapping[str, str] 
 def changed_message(names: Iterable[str]) -> str:
     listed = ", ".join(names)
     return (
-        f"the definition of {listed} differs from the one the speed layer maintains: changing a view in place "
-        "is not supported yet (its realtime rows and batch tables would mix both definitions). Declare the "
-        "new definition under a new name and remove the old one (`lambdactl views apply`), or restore it"
+        f"the definition of {listed} differs from the one the speed layer maintains under that name: "
+        "`lambdactl views apply` builds the new definition beside the old one, then switches to it"
     )
 
 

@@ -25,7 +25,8 @@ from api.errors import ApiError, error_responses
 from api.window import DEFAULT_SPAN_BUCKETS, TIME_EXAMPLE, TIME_PATTERN, iso, resolve_window
 from definitions.events import FIELDS
 from definitions.settings import Settings
-from definitions.views import Registry, View
+from definitions.view_versions import Versions
+from definitions.views import View
 from serving_layer.service import SeriesAnswer, StoreUnavailable, TopAnswer
 
 PREFIX = "/api/v1/views"
@@ -100,6 +101,11 @@ class ViewInfo(BaseModel):
         "cannot be read now"
     )
     reason: str | None = Field(None, description="why it is building or replaying")
+    changing: str | None = Field(
+        None,
+        description="its declaration changed: the new definition's state while the old one keeps answering "
+        "(`lambdactl views apply` builds it, then switches to it)",
+    )
 
 
 class ViewsBody(BaseModel):
@@ -222,10 +228,10 @@ def provenance(p) -> dict[str, Any]:
     }
 
 
-def series_body(answer: SeriesAnswer, start_s: int, end_s: int) -> dict[str, Any]:
+def series_body(name: str, answer: SeriesAnswer, start_s: int, end_s: int) -> dict[str, Any]:
     distinct = answer.view.aggregation == "distinct"
     return {
-        "view": answer.view.name,
+        "view": name,
         "keys": answer.keys,
         "granularity": answer.granularity,
         "start": iso(start_s),
@@ -246,13 +252,13 @@ def series_body(answer: SeriesAnswer, start_s: int, end_s: int) -> dict[str, Any
     }
 
 
-def top_body(answer: TopAnswer, limit: int) -> dict[str, Any]:
+def top_body(name: str, answer: TopAnswer, limit: int) -> dict[str, Any]:
     rows = []
     for key, value, batch, speed in answer.rows:
         values = json.loads(key)
         rows.append({**dict(zip(answer.view.keys, values)), "value": value, "batch": batch, "speed": speed})
     return {
-        "view": answer.view.name,
+        "view": name,
         "granularity": answer.granularity,
         "start": iso(answer.start),
         "end": iso(answer.end),
@@ -262,14 +268,16 @@ def top_body(answer: TopAnswer, limit: int) -> dict[str, Any]:
     }
 
 
-def record(metrics, view: View, buckets, prov) -> None:
-    metrics.merged_buckets.labels(view.name, "batch").inc(sum(1 for b in buckets if b.batch))
-    metrics.merged_buckets.labels(view.name, "speed").inc(sum(1 for b in buckets if b.speed))
+def record(metrics, name: str, buckets, prov) -> None:
+    metrics.merged_buckets.labels(name, "batch").inc(sum(1 for b in buckets if b.batch))
+    metrics.merged_buckets.labels(name, "speed").inc(sum(1 for b in buckets if b.speed))
     if not prov.complete:
-        metrics.partial_answers.labels(view.name).inc()
+        metrics.partial_answers.labels(name).inc()
 
 
-def series_endpoint(view: View, settings: Settings):
+def series_endpoint(name: str, view: View, settings: Settings):
+    """The route of view `name`, answered by `view` (the definition serving it, under its storage name)."""
+
     async def endpoint(request: Request, **params: Any) -> JSONResponse:
         serving = request.app.state.serving
         window = resolve_window(
@@ -286,9 +294,9 @@ def series_endpoint(view: View, settings: Settings):
             window.granularity,
             allow_partial=params["partial"],
         )
-        record(request.app.state.metrics, view, answer.series.buckets, answer.provenance)
+        record(request.app.state.metrics, name, answer.series.buckets, answer.provenance)
         # Plain JSON types already: straight to JSON (FastAPI's generic encoding cost more than the query).
-        return JSONResponse(series_body(answer, window.start_s, window.end_s))
+        return JSONResponse(series_body(name, answer, window.start_s, window.end_s))
 
     params = [_key_param(k, settings) for k in view.keys] + _common_params(view, settings)
     endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -297,7 +305,7 @@ def series_endpoint(view: View, settings: Settings):
     return endpoint
 
 
-def top_endpoint(view: View, settings: Settings):
+def top_endpoint(name: str, view: View, settings: Settings):
     async def endpoint(request: Request, **params: Any) -> JSONResponse:
         serving = request.app.state.serving
         window = resolve_window(
@@ -314,8 +322,8 @@ def top_endpoint(view: View, settings: Settings):
             allow_partial=params["partial"],
         )
         if not answer.provenance.complete:
-            request.app.state.metrics.partial_answers.labels(view.name).inc()
-        return JSONResponse(top_body(answer, params["limit"]))
+            request.app.state.metrics.partial_answers.labels(name).inc()
+        return JSONResponse(top_body(name, answer, params["limit"]))
 
     limit = inspect.Parameter(
         "limit",
@@ -333,13 +341,13 @@ def top_endpoint(view: View, settings: Settings):
 # --- the router -----------------------------------------------------------------------------------
 
 
-def views_router(settings: Settings, registry: Registry) -> APIRouter:
-    """GET /api/v1/views, one GET /api/v1/views/<name> per declared view, and a 404 naming the declared
-    views for any other name."""
+def views_router(settings: Settings, versions: Versions) -> APIRouter:
+    """GET /api/v1/views, one GET /api/v1/views/<name> per declared view (answered by the definition
+    serving it: definitions.view_versions), and a 404 naming the declared views for any other name."""
     router = APIRouter(prefix=PREFIX, tags=["views"])
     declared = [
         {
-            "name": v.name,
+            "name": name,
             "keys": list(v.keys),
             "aggregation": v.aggregation,
             "column": v.column,
@@ -348,7 +356,7 @@ def views_router(settings: Settings, registry: Registry) -> APIRouter:
             "layout": v.layout,
             "description": v.description,
         }
-        for v in registry
+        for name, v in versions.served.items()
     ]
 
     async def list_views(request: Request) -> dict[str, Any]:
@@ -365,6 +373,7 @@ def views_router(settings: Settings, registry: Registry) -> APIRouter:
                     **info,
                     "state": known.state if known else "unknown",
                     "reason": known.reason or None if known else None,
+                    "changing": known.changing or None if known else None,
                 }
             )
         return {"views": out}
@@ -378,16 +387,16 @@ def views_router(settings: Settings, registry: Registry) -> APIRouter:
         responses={200: {"model": ViewsBody}},
     )
     body: type[BaseModel]
-    for view in registry:
+    for name, view in versions.served.items():
         if view.layout == "by_bucket":
-            endpoint, body = top_endpoint(view, settings), TopBody
-            summary = f"Top {', '.join(view.keys)} by merged {view.name} over a window"
+            endpoint, body = top_endpoint(name, view, settings), TopBody
+            summary = f"Top {', '.join(view.keys)} by merged {name} over a window"
         else:
-            endpoint, body = series_endpoint(view, settings), SeriesBody
-            summary = f"Merged {view.name} of one {', '.join(view.keys)}: series, total, provenance"
-        endpoint.__name__ = f"view_{view.name}"
+            endpoint, body = series_endpoint(name, view, settings), SeriesBody
+            summary = f"Merged {name} of one {', '.join(view.keys)}: series, total, provenance"
+        endpoint.__name__ = f"view_{name}"
         router.add_api_route(
-            f"/{view.name}",
+            f"/{name}",
             endpoint,
             methods=["GET"],
             summary=summary,
@@ -396,7 +405,7 @@ def views_router(settings: Settings, registry: Registry) -> APIRouter:
             responses={200: {"model": body}, **error_responses(409, 422, 429, 503)},
         )
 
-    names = registry.names()
+    names = list(versions.served)
 
     async def unknown_view(request: Request) -> None:
         name = request.path_params["view_name"]

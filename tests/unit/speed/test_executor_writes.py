@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from definitions.views import key_text
+from definitions.views import key_text, load_views
 from speed_layer.job import BatchWriter
 
 SAMPLES = "tests.unit.stores.sample_adapters"
@@ -35,7 +35,7 @@ def test_the_executors_write_the_micro_batch_and_the_driver_learns_only_the_coun
     rows = aggregated(500)
     frame = spark.createDataFrame(rows, SCHEMA).repartition(2)
 
-    sink = BatchWriter(chosen)
+    sink = BatchWriter(chosen, load_views(chosen))
     written = sink(frame, 7)
 
     records = [json.loads(line) for path in tmp_path.glob("writes-*.jsonl") for line in path.read_text().splitlines()]

@@ -1,0 +1,80 @@
+"""At the switch, an answer comes from one definition, and never from the old one after the new."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from definitions.view_versions import resolve, storage_name
+from definitions.views import PAGE_VIEWS, Registry, View
+from serving_layer.switching import Switched, answering_view
+from stores.pointer import CutoffError, Pointer, ViewEntry, switch
+
+FILTERED = replace(PAGE_VIEWS, where="event_type = 'page_view' AND device = 'mobile'")
+NEW = storage_name("page_views", FILTERED.fingerprint)
+
+
+def entry(table: str) -> ViewEntry:
+    return ViewEntry(table, 1, 60_000)
+
+
+def during_the_change(declared: View = FILTERED):
+    old = View.from_shape("page_views", PAGE_VIEWS.shape())
+    return resolve(Registry((declared,)), {}, {"page_views": old})
+
+
+def test_before_the_switch_the_old_definition_answers():
+    versions = during_the_change()
+    route = versions.served["page_views"]
+    pointer = Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")})
+    assert answering_view(versions, route, pointer, "minute") is route
+
+
+def test_after_the_switch_the_new_definition_answers_the_old_route():
+    versions = during_the_change()
+    route = versions.served["page_views"]
+    before = Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")})
+    after = switch(before, "page_views", NEW, 1)
+    assert after.generation == before.generation + 1 and after.aliases == {"page_views": NEW}
+    assert answering_view(versions, route, after, "minute").name == NEW
+
+
+def test_a_route_that_cannot_answer_the_new_definition_is_refused_with_a_retry():
+    keyed = replace(PAGE_VIEWS, keys=("url", "device"))
+    versions = during_the_change(keyed)
+    new = versions.pending["page_views"].name
+    pointer = switch(Pointer({"page_views": entry("page_views_v1"), new: entry(f"{new}_v2")}), "page_views", new, 1)
+    with pytest.raises(Switched, match="switched to its new definition"):
+        answering_view(versions, versions.served["page_views"], pointer, "minute")
+
+
+def test_a_granularity_the_new_definition_does_not_keep_is_refused():
+    hourly = replace(FILTERED, granularities=("hour",))
+    versions = during_the_change(hourly)
+    new = versions.pending["page_views"].name
+    pointer = switch(Pointer({"page_views": entry("page_views_v1"), new: entry(f"{new}_v2")}), "page_views", new, 1)
+    route = versions.served["page_views"]
+    assert answering_view(versions, route, pointer, "hour").name == new
+    with pytest.raises(Switched):
+        answering_view(versions, route, pointer, "minute")
+
+
+def test_the_switch_needs_a_batch_table_of_the_new_definition():
+    with pytest.raises(CutoffError, match="no batch table"):
+        switch(Pointer({"page_views": entry("page_views_v1")}), "page_views", NEW, 1)
+
+
+def test_aliases_survive_storage_and_every_later_move():
+    from stores.pointer import advance, retire
+
+    pointer = switch(Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")}), "page_views", NEW, 5)
+    read = Pointer.from_doc(pointer.to_doc())
+    assert read.aliases == {"page_views": NEW} and read == pointer
+    moved = advance(read, version=3, run_id="r", cutoff_ms=120_000, views=[NEW], full=False, stats={}, now_ms=6)
+    assert moved.aliases == {"page_views": NEW}
+    assert retire(moved, ["page_views"], 7).aliases == {"page_views": NEW}
+    assert retire(moved, [NEW], 7).aliases == {}, "an alias to a retired storage name goes with it"
+    back = switch(moved, "page_views", "page_views", 8)
+    assert back.aliases == {}, "an alias to the view's own name is no alias"
+    assert b"aliases" not in Pointer({"a": entry("a_v1")}).to_doc(), "a pointer without aliases is stored as before"
