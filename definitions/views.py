@@ -335,4 +335,9 @@ def load_views(settings, reload: bool = False) -> Registry:
         if not isinstance(declared, (list, tuple)) or not all(isinstance(v, View) for v in declared):
             raise ValueError(f"module {name} must define VIEWS, a list of definitions.views.View")
         views.extend(declared)
+    reserved = [v.name for v in views if "__" in v.name]
+    if reserved:  # the separator of storage names (definitions.view_versions)
+        raise ValueError(
+            f"view names may not contain '__' (it separates a view's name from its definition's): {reserved}"
+        )
     return Registry(tuple(views))

@@ -26,7 +26,6 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
         iso,
         parse_cutoff,
         run_batch,
-        selected_views,
         swap_version,
         verify_version,
     )
@@ -39,8 +38,7 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     try:
         if args.plan:
             current = version_store(settings).pointer()
-            # under their storage names: a changed view's served and new definitions both move
-            names = [v.name for v in selected_views(settings, current, args.views.split(",") if args.views else None)]
+            names = planned_names(settings, current, args.views.split(",") if args.views else None)
             planned = choose_cutoff(settings, cutoff, current, names)
             # new when some view of the run would move past the cutoff it serves at
             fresh = current is None or any(current.entry(n) is None or current.cutoff_of(n) < planned for n in names)
@@ -134,6 +132,24 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def planned_names(settings: Settings, current, names: list[str] | None) -> list[str]:
+    """The storage names a run of `names` (default: every view) computes: a changed view's served
+    and new definitions both (batch_layer.job.selected_views). A name no view has is kept as given:
+    the plan does not judge it, the run itself refuses it, naming it (the DAG's recompute task)."""
+    from batch_layer.job import CutoffError, selected_views
+
+    if names is None:
+        return [v.name for v in selected_views(settings, current)]
+    out: list[str] = []
+    for name in names:
+        try:
+            found = [v.name for v in selected_views(settings, current, [name])]
+        except CutoffError:
+            found = [name]
+        out += [n for n in found if n not in out]
+    return out
+
+
 def settle_after_swap(settings: Settings, pointer) -> None:
     """Answers computed from the pointer before `pointer` (the API reuses a read for
     api.pointer_cache_s) may still read the realtime rows that swap made unneeded: wait until none
@@ -149,6 +165,46 @@ def settle_after_swap(settings: Settings, pointer) -> None:
         time.sleep(settle_s)
 
 
+def delete_retiring(settings: Settings, pointer=None) -> None:
+    """Delete the realtime rows of the pointer's retiring storage names (stores.pointer) that no entry
+    serves and the speed layer does not maintain, once no answer can still read them; then take
+    them, and any the speed layer maintains again, off the list (compare-and-set)."""
+    from stores.batch_views import PointerMoved
+    from stores.checkpoints import read_marker
+    from stores.pointer import retiring_done
+    from stores.realtime_cleanup import delete_absorbed
+    from stores.registry import version_store
+
+    store = version_store(settings)
+    pointer = pointer or store.pointer()
+    if pointer is None or not pointer.retiring:
+        return
+    marker = read_marker(settings)
+    maintained = set(marker.views or {}) if marker is not None else set()
+    again = [n for n in pointer.retiring if n in maintained]
+    todo = [n for n in pointer.retiring if n not in maintained and n not in pointer.entries]
+    if todo:
+        settle_after_swap(settings, pointer)
+        everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
+        cleanup = delete_absorbed(settings, dict.fromkeys(todo, everything))
+        if not cleanup.complete:
+            _say(f"realtime rows of {', '.join(todo)} not all deleted ({cleanup.summary()}): they stay retiring")
+            todo = []
+        else:
+            _say(f"realtime rows of retired {', '.join(todo)} deleted: {cleanup.summary()}")
+    for _ in range(5):
+        if not todo and not again:
+            return
+        try:
+            store.swap(pointer, retiring_done(pointer, [*todo, *again], int(time.time() * 1000)))
+            return
+        except PointerMoved:
+            pointer = store.pointer()  # a batch swapped meanwhile: the rows are gone all the same
+            if pointer is None:
+                return
+    raise SystemExit("the pointer kept moving: run the clean-up again")
+
+
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
@@ -158,6 +214,7 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
         _say("no batch version serves yet: every realtime row is still needed")
         return 0
     settle_after_swap(settings, pointer)
+    delete_retiring(settings, pointer)
     # Each view's rows below the cutoff its own batch table covers; a view no table serves keeps all.
     cutoffs = pointer.cleanup_cutoffs_s()
     cleanup = delete_absorbed(settings, cutoffs)

@@ -122,6 +122,7 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     # switches to it, then the old one is retired. Each round's steps can be repeated.
     for _ in range(3):
         maintained = read_versions(settings, registry).maintained.names()
+        _mark_retiring(settings, maintained)
         _speed_layer_maintains(settings, maintained, deadline)
         reload_api(settings)
         _retire(settings, maintained)
@@ -219,34 +220,58 @@ def reload_api(settings: Settings) -> None:
     )
 
 
-def _retire(settings: Settings, declared: list[str]) -> None:
-    """Drop the pointer entries of views no longer declared, then their realtime rows."""
-    from lambdactl.batch import settle_after_swap
-    from stores.batch_views import PointerMoved
-    from stores.pointer import retire
-    from stores.realtime_cleanup import delete_absorbed
+def _mark_retiring(settings: Settings, maintained: list[str]) -> None:
+    """Before the speed layer restarts to maintain `maintained`: record in the pointer (compare-and-set)
+    the storage names it maintains now but is not to — a removed view, a definition switched away
+    from or abandoned before it was built — so that their realtime rows are deleted (_retire) even
+    when this apply stops part-way."""
+    from stores.checkpoints import read_marker
+    from stores.pointer import retiring_marked
     from stores.registry import version_store
 
-    store = version_store(settings)
+    marker = read_marker(settings)
+    dropped = sorted(set(marker.views or {}) - set(maintained)) if marker is not None else []
+    if dropped:
+        _move_pointer(version_store(settings), lambda p: retiring_marked(p, dropped, _now_ms()))
+
+
+def _retire(settings: Settings, maintained: list[str]) -> None:
+    """Drop the pointer entries of storage names no longer maintained (compare-and-set), then delete
+    the realtime rows of every retiring one once no answer can still read them."""
+    from lambdactl.batch import delete_retiring
+    from stores.pointer import retire
+    from stores.registry import version_store
+
+    def without(current):
+        gone = sorted(set(current.entries) - set(maintained))
+        return retire(current, gone, _now_ms()) if gone else None
+
+    moved = _move_pointer(version_store(settings), without)
+    if moved is not None:
+        _say(f"retired {', '.join(sorted(set(moved.retiring) - set(maintained)))}: pointer entries removed")
+    delete_retiring(settings)
+
+
+def _move_pointer(store, change):
+    """Apply `change` (pointer → new pointer, or None: nothing to do) by compare-and-set, again on a
+    pointer that moved meanwhile; the pointer written, or None."""
+    from stores.batch_views import PointerMoved
+
     for _ in range(5):
         current = store.pointer()
-        gone = sorted(set(current.entries) - set(declared)) if current is not None else []
-        if not gone or current is None:
-            return
-        retired = retire(current, gone, int(time.time() * 1000))
+        new = change(current) if current is not None else None
+        if new is None:
+            return None
         try:
-            store.swap(current, retired)
-            break
+            store.swap(current, new)
+            return new
         except PointerMoved:
             continue  # a batch swapped meanwhile: read it again
-    else:
-        raise SystemExit("the pointer kept moving: run `lambdactl views apply` again")
-    # A switched view's previous definition may still answer queries read from the pointer before
-    # the switch: its rows go once none can be running.
-    settle_after_swap(settings, retired)
-    everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
-    cleanup = delete_absorbed(settings, dict.fromkeys(gone, everything))
-    _say(f"retired {', '.join(gone)}: pointer entries removed; realtime rows: {cleanup.summary()}")
+    raise SystemExit("the pointer kept moving: run `lambdactl views apply` again")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _build(settings: Settings, building: list, deadline: float) -> None:

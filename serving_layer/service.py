@@ -86,6 +86,10 @@ class TopAnswer:
     provenance: Provenance
 
 
+def _generation(pointer: Pointer | None) -> int:
+    return pointer.generation if pointer is not None else -1
+
+
 def buckets_between(start_s: int, end_s: int, granularity: str) -> list[int]:
     """Bucket starts covering [start, end): from the bucket holding `start` up to before `end`."""
     size = GRANULARITIES[granularity]
@@ -98,9 +102,11 @@ class ServingLayer:
 
     def __init__(self, settings: Settings, views: Registry | None = None) -> None:
         self.settings = settings
-        declared = views if views is not None else load_views(settings)
-        self.versions = versions_of(declared, None, None)  # until reload() reads the stores
+        self.declared = views if views is not None else load_views(settings)
+        self.versions = versions_of(self.declared, None, None)  # until reload() reads the stores
         self.views = self.versions.maintained
+        self._versions_basis: tuple[Marker | None, dict[str, str]] | None = None  # what they were made from
+        self._routes_stale = False  # the definitions answering the views moved since the routes were made
         self.batch_views = registry.batch_view_reader(
             settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
         )
@@ -143,19 +149,48 @@ class ServingLayer:
         by its old definition until its new one is built and switched to."""
         self.speed.forget()
         self._pointer = None
+        self.declared = declared
         try:
             pointer = self.pointer()
         except StoreUnavailable as exc:  # refused per query until it can be read (the routes stay)
             log.warning("reading the declared views' versions without the pointer: %s", exc.detail)
             pointer = None
-        self.versions = versions_of(declared, self.speed.marker(), pointer)
+        marker = self.speed.marker()
+        self.versions = versions_of(declared, marker, pointer)
         self.views = self.versions.maintained  # the served and the pending definitions, by storage name
+        # Made again at a query once both stores were read (_refresh_versions).
+        self._versions_basis = (marker, dict(pointer.aliases)) if marker is not None and pointer is not None else None
+        self._routes_stale = False
+
+    def _refresh_versions(self, pointer: Pointer | None) -> None:
+        """Make the versions again when the marker or the pointer's aliases differ from what they were
+        made from: a store that could not be read at the last reload, a switch this process was not
+        told of. Never from a failed read (no marker: the last ones stay)."""
+        marker = self.speed.marker()
+        if marker is None:
+            return
+        aliases = dict(pointer.aliases) if pointer is not None else {}
+        basis = self._versions_basis
+        if basis is not None and (basis[0] is marker or basis[0] == marker) and basis[1] == aliases:
+            return
+        fresh = versions_of(self.declared, marker, pointer)
+        shapes = lambda versions: {n: (v.name, v.fingerprint) for n, v in versions.served.items()}  # noqa: E731
+        if shapes(fresh) != shapes(self.versions):
+            self._routes_stale = True  # the API makes its routes again (take_stale_routes)
+        self.versions, self.views, self._versions_basis = fresh, fresh.maintained, (marker, aliases)
+
+    def take_stale_routes(self) -> bool:
+        """True once after the definitions answering the views moved: the caller makes the routes again."""
+        with self._lock:
+            stale, self._routes_stale = self._routes_stale, False
+        return stale
 
     def lifecycle(self, name: str, pointer: Pointer | None) -> Lifecycle:
         return self.speed.lifecycle(name, pointer, self.views)
 
     def _check_serving(self, view: View, pointer: Pointer | None, granularity: str) -> View:
         """The storage view answering a query of `view`'s route (serving_layer.switching), if serving."""
+        self._refresh_versions(pointer)
         if self.versions.public(view.name) in self.versions.unresolved:
             raise ViewBuilding(unresolved_message([self.versions.public(view.name)]))
         try:
@@ -200,7 +235,10 @@ class ServingLayer:
         if not fresh and cached is not None and now - cached[1] < ttl:
             return cached
         read = (self._read_pointer(), now)
-        if ttl > 0:
+        # A read that began before a newer one was cached keeps out: an answer never goes back to an
+        # older pointer (a read of a re-made store, from a later start than the cache's life, does).
+        current = self._pointer
+        if ttl > 0 and (current is None or _generation(read[0]) >= _generation(current[0]) or now >= current[1] + ttl):
             self._pointer = read
         return read
 

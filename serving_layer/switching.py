@@ -26,18 +26,19 @@ def answering_view(versions: Versions, view: View, pointer: Pointer | None, gran
     if public == view.name and public not in versions.served:  # the route of a view no longer declared
         return view
     target = pointer.aliases.get(public, public) if pointer is not None else public
-    if target == view.name:
-        return view
     for candidate in (versions.served.get(public), versions.pending.get(public)):
-        if (
-            candidate is not None
-            and candidate.name == target
-            and candidate.keys == view.keys
-            and candidate.layout == view.layout
-            and candidate.aggregation == view.aggregation
-            and granularity in candidate.granularities
-        ):
-            return candidate
+        if candidate is not None and candidate.name == target:
+            if (
+                candidate.keys == view.keys
+                and candidate.layout == view.layout
+                and candidate.aggregation == view.aggregation
+                and granularity in candidate.granularities
+            ):
+                return candidate  # the definition stored under `target`, whatever the route was made from
+            break
+    else:
+        if target == view.name:  # versions that do not know `target` (made without the stores)
+            return view
     raise Switched(
         f"view {public} has just switched to its new definition ({target}); the API takes it up within "
         "seconds: ask again"

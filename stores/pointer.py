@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from definitions.times import iso_ms as iso
 
@@ -89,6 +89,10 @@ class Pointer:
     # view → the storage name answering it, for a view whose answers moved to a changed definition
     # (definitions.view_versions); a view not named here is answered under its own name.
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # Storage names no entry serves any more whose realtime rows are still to be deleted (a retired
+    # or switched-away definition, an abandoned one, a view a full run dropped): kept here, moved by
+    # the same compare-and-set, until the deletion is done, so a crash part-way loses no clean-up.
+    retiring: tuple[str, ...] = ()
 
     # --- per view --------------------------------------------------------------------------------
 
@@ -149,6 +153,8 @@ class Pointer:
         }
         if self.aliases:
             doc["aliases"] = dict(sorted(self.aliases.items()))
+        if self.retiring:
+            doc["retiring"] = sorted(self.retiring)
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     def legacy_columns(self) -> dict[bytes, bytes]:
@@ -206,6 +212,7 @@ class Pointer:
                 int(doc["generation"]),
                 stored=bytes(raw),
                 aliases={str(k): str(v) for k, v in (doc.get("aliases") or {}).items()},
+                retiring=tuple(str(n) for n in doc.get("retiring") or ()),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PointerFormatError(
@@ -272,7 +279,16 @@ def advance(
             {"events": stats.get("events"), **tables.get(name, {})} if stats else {},
         )
     generation = (current.generation if current else 0) + 1
-    return Pointer(entries, version, run_id, stats, now_ms, generation, aliases=current.aliases if current else {})
+    aliases = dict(current.aliases) if current else {}
+    retiring = set(current.retiring) if current else set()
+    if full and current is not None:  # what the run dropped is retired: its rows go, its alias too
+        dropped = set(current.entries) - set(entries)
+        retiring |= dropped
+        aliases = {view: storage for view, storage in aliases.items() if storage in entries}
+    retiring -= set(views)  # written again: live, not retiring
+    return Pointer(
+        entries, version, run_id, stats, now_ms, generation, aliases=aliases, retiring=tuple(sorted(retiring))
+    )
 
 
 def retire(current: Pointer, views: Iterable[str], now_ms: int) -> Pointer:
@@ -283,9 +299,26 @@ def retire(current: Pointer, views: Iterable[str], now_ms: int) -> Pointer:
     gone = set(views)
     entries = {name: e for name, e in current.entries.items() if name not in gone}
     aliases = {view: storage for view, storage in current.aliases.items() if storage not in gone}
-    return Pointer(
-        entries, current.version, current.run_id, current.stats, now_ms, current.generation + 1, aliases=aliases
-    )
+    return _moved(current, now_ms, entries=entries, aliases=aliases, retiring=(*current.retiring, *gone))
+
+
+def retiring_marked(current: Pointer, names: Iterable[str], now_ms: int) -> Pointer | None:
+    """The pointer with `names` added to its retiring storage names (None: they all are already)."""
+    added = set(names) - set(current.retiring)
+    return _moved(current, now_ms, retiring=(*current.retiring, *added)) if added else None
+
+
+def retiring_done(current: Pointer, names: Iterable[str], now_ms: int) -> Pointer:
+    """The pointer once the realtime rows of `names` are deleted (or they are maintained again)."""
+    done = set(names)
+    return _moved(current, now_ms, retiring=[n for n in current.retiring if n not in done])
+
+
+def _moved(current: Pointer, now_ms: int, **changes) -> Pointer:
+    """`current` with `changes`, one generation on (retiring: sorted, no name twice)."""
+    if "retiring" in changes:
+        changes["retiring"] = tuple(sorted(set(changes["retiring"])))
+    return replace(current, swapped_ms=now_ms, generation=current.generation + 1, stored=None, **changes)
 
 
 def switch(current: Pointer, view: str, storage: str, now_ms: int) -> Pointer:
@@ -296,15 +329,8 @@ def switch(current: Pointer, view: str, storage: str, now_ms: int) -> Pointer:
     aliases = {k: v for k, v in current.aliases.items() if k != view}
     if storage != view:
         aliases[view] = storage
-    return Pointer(
-        dict(current.entries),
-        current.version,
-        current.run_id,
-        current.stats,
-        now_ms,
-        current.generation + 1,
-        aliases=aliases,
-    )
+    previous = current.aliases.get(view, view)  # its rows go once no answer can read them
+    return _moved(current, now_ms, aliases=aliases, retiring=(*current.retiring, previous))
 
 
 def check_unmoved(current: Pointer | None, based_on: int | None, version: int) -> None:

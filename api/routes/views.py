@@ -216,6 +216,10 @@ async def run_query(request: Request, fn, *args, **kwargs):
         raise
     finally:
         state.query_slots.release()
+        if state.serving.take_stale_routes():  # the definitions answering the views moved: new routes
+            from api.views_install import install_views
+
+            await run_in_threadpool(install_views, request.app, state.settings, state.views)
 
 
 def provenance(p) -> dict[str, Any]:

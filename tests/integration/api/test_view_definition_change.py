@@ -7,7 +7,8 @@ before are read again and again: each is the exact answer of the old definition,
 (or a 409 asking to retry), never a mix, and once one answer came from the new definition no later
 one comes from the old: the switch is atomic. page_views stays exact the whole time. Afterwards the
 view answers by its new definition for all history and for the traffic sent during the change, and
-its old definition is retired: no pointer entry, not maintained by the speed layer.
+its old definition is retired: no pointer entry, not maintained by the speed layer, its realtime
+rows deleted.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def test_a_changed_view_answers_from_its_old_definition_then_switches_atomically
         storage = pointer.aliases.get(view)
         assert storage and storage.startswith(f"{view}__"), pointer.aliases
         assert pointer.entry(storage) is not None and pointer.entry(view) is None, "the old definition is retired"
+        assert pointer.retiring == (), f"realtime rows still to delete: {pointer.retiring}"
         marker = read_marker(settings)
         assert storage in marker.views and view not in marker.views, marker.views
         listed = {v["name"]: v for v in httpx.get(f"{api(settings)}/api/v1/views", timeout=30).json()["views"]}

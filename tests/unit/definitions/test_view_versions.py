@@ -88,3 +88,18 @@ def test_a_change_whose_served_definition_is_unknown_is_refused_not_guessed():
     assert versions.served["page_views"].fingerprint == CHANGED.fingerprint, "its route stays, to refuse"
     same = resolve(Registry((PAGE_VIEWS,)), {}, None, {"page_views": PAGE_VIEWS.fingerprint})
     assert not same.unresolved and same.maintained.names() == ["page_views"]
+
+
+def test_a_declared_view_name_with_the_storage_separator_is_refused(tmp_path):
+    """`__` separates a view's name from its definition's in storage names: a declared `a__b` could be
+    taken for a definition of view `a`."""
+    from definitions.settings import Settings
+    from definitions.views import load_views
+
+    (tmp_path / "separated_views.py").write_text(
+        "from definitions.views import View\n"
+        "VIEWS = [View(name='page_views__1234abcd', keys=('url',), aggregation='count', granularities=('hour',))]\n"
+    )
+    settings = Settings(state_dir=tmp_path, views={"modules": ["separated_views"], "paths": [str(tmp_path)]})
+    with pytest.raises(ValueError, match="may not contain '__'"):
+        load_views(settings, reload=True)

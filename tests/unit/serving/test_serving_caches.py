@@ -5,6 +5,7 @@ one exact. The stores are small in-memory adapters named in the settings (stores
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -240,3 +241,22 @@ def test_settings_that_would_break_the_caches_promises_are_refused(changes, name
     with pytest.raises(ValueError, match=named):
         Settings(ingest_bucket_s=HOUR, **changes)  # whatever LAMBDA_INGEST_BUCKET_S the shell has
     assert Settings(api={"pointer_cache_s": 0}, batch={"keep_versions": 1})  # no pointer cache: one version is fine
+
+
+def test_a_pointer_read_that_began_before_a_newer_one_was_cached_does_not_replace_it(tmp_path):
+    """Two queries read the pointer around a move: the one whose read ends last but began first
+    brings back the older pointer; it is answered from it, but the cache keeps the newer one, so no
+    later query goes back to the older pointer (views apply's switch relies on this)."""
+    serving, store = _serving(tmp_path, pointer_cache_s=5)
+    first = CUTOFF_MS // 1000 - 3 * HOUR
+    store.publish(1, "run-1", {first: 5})
+    older = serving._read_pointer()
+    store.publish(2, "run-2", {first: 9})
+    newer = replace(serving._read_pointer(), generation=older.generation + 1)  # publish() starts afresh
+    serving._pointer = (newer, time.monotonic())
+    serving._read_pointer = lambda: older  # the late read
+    got, _ = serving._pointer_read(fresh=True)
+    assert got is older and serving.pointer() is newer
+    # A cached pointer past its life is replaced by any read (a re-made store starts generations anew).
+    serving._pointer = (newer, time.monotonic() - 10)
+    assert serving.pointer() is older

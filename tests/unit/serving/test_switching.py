@@ -78,3 +78,44 @@ def test_aliases_survive_storage_and_every_later_move():
     back = switch(moved, "page_views", "page_views", 8)
     assert back.aliases == {}, "an alias to the view's own name is no alias"
     assert b"aliases" not in Pointer({"a": entry("a_v1")}).to_doc(), "a pointer without aliases is stored as before"
+
+
+def test_a_route_made_without_the_stores_is_answered_by_the_definition_stored_under_its_name():
+    """The API read the views while HDFS was down: its route for page_views was made from the new
+    declaration but under the old storage name. Once the versions are made with the marker, that
+    route is answered by the old definition stored there, never by the new declaration."""
+    blind = resolve(Registry((FILTERED,)), {}, None)
+    route = blind.served["page_views"]
+    assert route.name == "page_views" and route.fingerprint == FILTERED.fingerprint
+    pointer = Pointer({"page_views": entry("page_views_v1")})
+    answering = answering_view(during_the_change(), route, pointer, "minute")
+    assert answering.name == "page_views" and answering.fingerprint == PAGE_VIEWS.fingerprint
+    keyed = resolve(Registry((replace(PAGE_VIEWS, keys=("url", "device")),)), {}, None).served["page_views"]
+    with pytest.raises(Switched):  # its parameters cannot ask the stored definition: retry, routes remade
+        answering_view(during_the_change(), keyed, pointer, "minute")
+
+
+def test_retiring_storage_names_are_kept_until_their_rows_are_deleted():
+    from stores.pointer import advance, retire, retiring_done, retiring_marked
+
+    before = Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")})
+    switched = switch(before, "page_views", NEW, 1)
+    assert switched.retiring == ("page_views",), "the definition switched away from"
+    partial = advance(switched, version=3, run_id="r", cutoff_ms=120_000, views=[NEW], full=False, stats={}, now_ms=2)
+    assert partial.retiring == ("page_views",) and partial.entry("page_views") is not None
+    retired = retire(partial, ["page_views"], 3)
+    assert retired.entry("page_views") is None and retired.retiring == ("page_views",)
+    assert Pointer.from_doc(retired.to_doc()).retiring == ("page_views",)
+    assert retiring_done(retired, ["page_views"], 4).retiring == ()
+    assert retiring_marked(retired, ["page_views"], 5) is None, "already retiring"
+    assert retiring_marked(retired, ["other"], 5).retiring == ("other", "page_views")
+
+
+def test_a_full_run_retires_what_it_dropped_and_the_aliases_to_it():
+    from stores.pointer import advance
+
+    removed = switch(Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")}), "page_views", NEW, 1)
+    full = advance(removed, version=3, run_id="r", cutoff_ms=120_000, views=["other"], full=True, stats={}, now_ms=2)
+    assert set(full.retiring) == {"page_views", NEW} and full.aliases == {}
+    again = advance(full, version=4, run_id="r", cutoff_ms=180_000, views=[NEW], full=False, stats={}, now_ms=3)
+    assert again.retiring == ("page_views",), "a storage name written again is live, not retiring"
