@@ -166,3 +166,14 @@ def test_maven_settings_fail_on_a_bad_checksum():
     mirrors = list(settings.iter(f"{MAVEN}mirror"))
     assert [m.findtext(f"{MAVEN}mirrorOf") for m in mirrors] == ["*"]
     assert all(m.findtext(f"{MAVEN}url", "").startswith("https://") for m in mirrors)
+
+
+def test_every_image_is_pinned_to_an_exact_version():
+    """docker-compose.yml's images and the Dockerfile's bases name full versions (x.y.z…), never a
+    floating tag such as `latest`, `17-jre` or `3.9`."""
+    compose = re.findall(r"^\s*image:\s*(\S+)", (ROOT / "docker-compose.yml").read_text(), flags=re.M)
+    bases = re.findall(r"^FROM\s+(\S+)", (ROOT / "infra/docker/Dockerfile").read_text(), flags=re.M)
+    external = [i for i in compose + bases if not i.startswith("lambda-platform:")]
+    assert len(bases) == 2 and len(external) >= 5, external
+    floating = [i for i in external if not re.search(r":\d+\.\d+\.\d+", i)]
+    assert floating == [], f"images without an exact version: {floating}"
