@@ -135,16 +135,39 @@ def schema(settings: Settings) -> list[str]:
 
 
 def ensure_keyspace(settings: Settings) -> None:
-    """Create the platform's keyspace if missing, then the realtime tables (ensure_schema)."""
+    """Create the platform's keyspace if missing, or bring its replication in line with settings
+    (`cassandra.replication_factor` / `cassandra.replication`), then the realtime tables
+    (ensure_schema)."""
     c = settings.cassandra
     cluster = cassandra_cluster(settings)
     try:
         session = cluster.connect()
         replication = ", ".join(f"'{k}': {v!r}" for k, v in c.replication_map.items())
         session.execute(f"CREATE KEYSPACE IF NOT EXISTS {c.keyspace} WITH replication = {{{replication}}}")
+        row = session.execute(
+            "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s", (c.keyspace,)
+        ).one()
+        if row is not None and not same_replication(dict(row.replication), c.replication_map):
+            log.warning(
+                "changing the replication of keyspace %s from %s to %s: on a cluster, run a full repair "
+                "(`nodetool repair --full %s`) on every node so that added copies receive the existing rows",
+                c.keyspace,
+                dict(row.replication),
+                c.replication_map,
+                c.keyspace,
+            )
+            session.execute(f"ALTER KEYSPACE {c.keyspace} WITH replication = {{{replication}}}")
         ensure_schema(settings, session)
     finally:
         cluster.shutdown()
+
+
+def same_replication(stored: Mapping[str, str], wanted: Mapping[str, object]) -> bool:
+    """Whether a keyspace's stored replication (system_schema: full class name, counts as text) is
+    `wanted` (CassandraSettings.replication_map)."""
+    short = {k: str(v) for k, v in stored.items()}
+    short["class"] = short.get("class", "").rsplit(".", 1)[-1]
+    return short == {k: str(v) for k, v in wanted.items()}
 
 
 def ensure_schema(settings: Settings, session=None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cassandra.concurrent import execute_concurrent_with_args
 
 from stores.clients import cassandra_cluster
-from tests.support.cassandra_keyspace import scratch_realtime
+from tests.support.cassandra_keyspace import scratch_keyspace, scratch_realtime
 
 
 def test_prepared_insert_and_select(settings, stack, unique):
@@ -91,3 +91,44 @@ def test_a_late_write_of_an_older_micro_batch_never_replaces_a_newer_value(setti
         assert reader.series("page_views", "minute", "/t", [60], 0)[60].value == 12
         writer.write([RealtimeRow("page_views", "minute", "/t", 60, 120, 15)], [], newer + 1)
         assert reader.series("page_views", "minute", "/t", [60], 0)[60].value == 15
+
+
+def test_a_replication_change_in_settings_is_applied_to_the_existing_keyspace(settings, stack, unique):
+    """Bootstrapping again with other replication settings alters the keyspace (it is not left as it
+    was first made); bootstrapping with the same ones changes nothing."""
+    from stores.realtime import ensure_keyspace
+
+    def replication(chosen) -> dict:
+        cluster = cassandra_cluster(chosen)
+        try:
+            row = (
+                cluster.connect()
+                .execute(
+                    "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s",
+                    (chosen.cassandra.keyspace,),
+                )
+                .one()
+            )
+            return dict(row.replication)
+        finally:
+            cluster.shutdown()
+
+    with scratch_keyspace(settings, f"repl_{unique}") as chosen:
+        assert replication(chosen)["class"].endswith("SimpleStrategy")
+        local_dc = stack_data_centre(chosen)
+        moved = chosen.model_copy(
+            update={"cassandra": chosen.cassandra.model_copy(update={"replication": {local_dc: 1}})}
+        )
+        ensure_keyspace(moved)
+        after = replication(moved)
+        assert after["class"].endswith("NetworkTopologyStrategy") and after[local_dc] == "1", after
+        ensure_keyspace(moved)  # again: already in line
+        assert replication(moved) == after
+
+
+def stack_data_centre(settings) -> str:
+    cluster = cassandra_cluster(settings)
+    try:
+        return cluster.connect().execute("SELECT data_center FROM system.local").one().data_center
+    finally:
+        cluster.shutdown()
