@@ -28,16 +28,22 @@ class KafkaSettings(_Section):
     retention_hours: int = Field(168, ge=1)
     # How every client (kafka-python and Spark's) talks to the brokers. SASL takes a user and
     # password (PLAIN or SCRAM); SSL checks the brokers' certificates against `ssl_cafile` (PEM;
-    # empty: the system's trusted CAs).
+    # empty: the system's trusted CAs) and, for brokers that require client certificates (mutual
+    # TLS), presents `ssl_certfile` with its private key `ssl_keyfile` (PEM, unencrypted PKCS#8).
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
     sasl_username: str = ""
     sasl_password: SecretStr = SecretStr("")
     ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
     # The local broker also listens with SASL_PLAINTEXT (PLAIN) on this port, for user `lambda`
     # with a password generated into its configuration directory: where SASL clients are checked
     # (infra.store_services.local_sasl_password). 0: no such listener.
     sasl_listener_port: int = Field(9094, ge=0)
+    # ... and with SSL on this port, requiring a client certificate signed by the local stack's CA
+    # (infra.local_tls): where TLS and mutual-TLS clients are checked. 0: no such listener.
+    ssl_listener_port: int = Field(9096, ge=0)
     heap_mb: int = 512
     health_timeout_s: float = 90
 
@@ -52,6 +58,13 @@ class KafkaSettings(_Section):
         ):
             raise ValueError(
                 f"kafka.security_protocol {self.security_protocol} needs kafka.sasl_username and kafka.sasl_password"
+            )
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ValueError("kafka.ssl_certfile and kafka.ssl_keyfile go together (a client certificate and its key)")
+        if self.ssl_certfile and self.security_protocol not in ("SSL", "SASL_SSL"):
+            raise ValueError(
+                f"kafka.ssl_certfile is a TLS client certificate: it needs kafka.security_protocol SSL or SASL_SSL, "
+                f"not {self.security_protocol}"
             )
         for server in self.bootstrap_servers:
             host, _, port = server.rpartition(":")
@@ -150,6 +163,18 @@ class CassandraSettings(_Section):
     # Password authentication (PasswordAuthenticator); empty username: none.
     username: str = ""
     password: SecretStr = SecretStr("")
+    # TLS to the nodes: their certificates checked against `ssl_cafile` (PEM; empty: the system's
+    # trusted CAs) and their host names; for nodes that require client certificates, `ssl_certfile`
+    # with its private key `ssl_keyfile` (PEM). The files must exist where a client runs (Spark
+    # executors included).
+    ssl: bool = False
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    # The local node accepts TLS clients on its port too, requiring a client certificate from the
+    # local stack's CA (infra.local_tls), where plain clients keep working: where TLS settings are
+    # checked against a real node.
+    local_client_tls: bool = True
     # Commit log durability of the local node: "batch" acknowledges a write once it is on disk (no
     # acknowledged realtime row is lost to a power cut); "group" syncs every group window;
     # "periodic" acknowledges at once and syncs every period (up to a period of writes can be lost).
@@ -164,6 +189,12 @@ class CassandraSettings(_Section):
         bad = {dc: n for dc, n in self.replication.items() if n < 1}
         if bad:
             raise ValueError(f"cassandra.replication: every data centre needs at least 1 copy, got {bad}")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ValueError(
+                "cassandra.ssl_certfile and cassandra.ssl_keyfile go together (a client certificate and its key)"
+            )
+        if (self.ssl_cafile or self.ssl_certfile) and not self.ssl:
+            raise ValueError("cassandra.ssl_cafile / ssl_certfile are TLS settings: set cassandra.ssl = true too")
         names = [dc for dc in self.replication if not DC_NAME.fullmatch(dc) or dc == "class"]
         if names:
             raise ValueError(f"cassandra.replication: {names} are not data centre names (letters, digits, . _ -)")

@@ -29,6 +29,8 @@ command -v chromium >/dev/null || need_apt+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # a native HTTP load generator for the API benchmark (bench/api_load.py)
 command -v hey >/dev/null || need_apt+=(hey)
+# the local stack's TLS material (infra/local_tls.py: a CA, server and client certificates)
+command -v openssl >/dev/null || need_apt+=(openssl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     log "missing system packages: ${need_apt[*]} (install them, e.g. sudo apt-get install ${need_apt[*]})"; exit 1

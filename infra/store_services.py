@@ -36,16 +36,28 @@ def local_sasl_password(settings: Settings) -> str:
 
 
 def _render_kafka(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
+    from infra.local_tls import local_tls
+
     k = settings.kafka
-    sasl_listener = sasl_config = ""
+    listeners, config = [], []
     if k.sasl_listener_port:
-        sasl_listener = f",SASL_PLAINTEXT://{k.host}:{k.sasl_listener_port}"
-        sasl_config = (
-            "sasl.enabled.mechanisms=PLAIN\n"
+        listeners.append(f",SASL_PLAINTEXT://{k.host}:{k.sasl_listener_port}")
+        config += [
+            "sasl.enabled.mechanisms=PLAIN",
             "listener.name.sasl_plaintext.plain.sasl.jaas.config="
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
-            f'user_{LOCAL_SASL_USER}="{local_sasl_password(settings)}";'
-        )
+            f'user_{LOCAL_SASL_USER}="{local_sasl_password(settings)}";',
+        ]
+    if k.ssl_listener_port:  # TLS, and a client certificate from the local CA required (mutual TLS)
+        tls = local_tls(settings)
+        listeners.append(f",SSL://{k.host}:{k.ssl_listener_port}")
+        config += [
+            "listener.name.ssl.ssl.keystore.type=PEM",
+            f"listener.name.ssl.ssl.keystore.location={tls.server_keystore}",
+            "listener.name.ssl.ssl.truststore.type=PEM",
+            f"listener.name.ssl.ssl.truststore.location={tls.ca}",
+            "listener.name.ssl.ssl.client.auth=required",
+        ]
     render_template(
         "kafka/server.properties",
         dirs.conf / "server.properties",
@@ -56,8 +68,8 @@ def _render_kafka(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> N
         data_dir=dirs.data,
         partitions=k.partitions,
         retention_hours=k.retention_hours,
-        sasl_listener=sasl_listener,
-        sasl_config=sasl_config,
+        extra_listeners="".join(listeners),
+        listener_config="\n".join(config),
     )
     render_template("kafka/log4j.properties", dirs.conf / "log4j.properties")
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=").replace("-", "k")
@@ -92,6 +104,7 @@ KAFKA = Service(
         "broker": s.kafka.port,
         "controller": s.kafka.controller_port,
         **({"sasl": s.kafka.sasl_listener_port} if s.kafka.sasl_listener_port else {}),
+        **({"ssl": s.kafka.ssl_listener_port} if s.kafka.ssl_listener_port else {}),
     },
     host=lambda s: s.kafka.host,
     render=_render_kafka,
@@ -276,8 +289,32 @@ def _render_cassandra(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) 
         hints_dir=dirs.data / "hints",
         cdc_raw_dir=dirs.data / "cdc_raw",
         commitlog_sync=commitlog_sync_yaml(c),
+        client_encryption=client_encryption_yaml(settings),
     )
     render_template("cassandra/logback.xml", dirs.conf / "logback.xml")
+
+
+def client_encryption_yaml(settings: Settings) -> str:
+    """cassandra.yaml lines for TLS clients of the local node (cassandra.local_client_tls): optional,
+    so plain clients keep working on the same port; a TLS client must present a certificate from the
+    local stack's CA."""
+    if not settings.cassandra.local_client_tls:
+        return "client_encryption_options:\n  enabled: false"
+    from infra.local_tls import local_tls
+
+    tls = local_tls(settings)
+    return "\n".join(
+        [
+            "client_encryption_options:",
+            "  enabled: true",
+            "  optional: true",
+            "  require_client_auth: true",
+            "  ssl_context_factory:",
+            "    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory",
+            f"  keystore: {tls.server_keystore}",
+            f"  truststore: {tls.ca}",
+        ]
+    )
 
 
 def commitlog_sync_yaml(c) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from definitions.settings import Settings
@@ -25,8 +26,11 @@ def kafka_options(settings: Settings) -> dict[str, Any]:
             sasl_plain_username=k.sasl_username,
             sasl_plain_password=k.sasl_password.get_secret_value(),
         )
-    if k.security_protocol in ("SSL", "SASL_SSL") and k.ssl_cafile:
-        options["ssl_cafile"] = k.ssl_cafile
+    if k.security_protocol in ("SSL", "SASL_SSL"):
+        if k.ssl_cafile:
+            options["ssl_cafile"] = k.ssl_cafile
+        if k.ssl_certfile:
+            options.update(ssl_certfile=k.ssl_certfile, ssl_keyfile=k.ssl_keyfile)
     return options
 
 
@@ -51,10 +55,28 @@ def kafka_spark_options(settings: Settings) -> dict[str, str]:
             f"{JAAS_MODULES[k.sasl_mechanism]} required username={_jaas_quoted(k.sasl_username)} "
             f"password={_jaas_quoted(k.sasl_password.get_secret_value())};"
         )
+    # The certificates and the key travel in the options, read here on the driver: executors on
+    # other machines need no files (the key is a Kafka password-type value, which its clients never
+    # log; Spark redacts it from plans: definitions.spark).
     if k.security_protocol in ("SSL", "SASL_SSL") and k.ssl_cafile:
         options["kafka.ssl.truststore.type"] = "PEM"
-        options["kafka.ssl.truststore.location"] = k.ssl_cafile
+        options["kafka.ssl.truststore.certificates"] = _pem(k.ssl_cafile, "kafka.ssl_cafile")
+    if k.security_protocol in ("SSL", "SASL_SSL") and k.ssl_certfile:
+        options["kafka.ssl.keystore.type"] = "PEM"
+        options["kafka.ssl.keystore.certificate.chain"] = _pem(k.ssl_certfile, "kafka.ssl_certfile")
+        options["kafka.ssl.keystore.key"] = _pem(k.ssl_keyfile, "kafka.ssl_keyfile")
     return options
+
+
+def _pem(path: str, setting: str) -> str:
+    """The text of a PEM file a setting names; ValueError naming the setting when it cannot be read."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"{setting} = {path!r}: {exc.strerror or exc}") from None
+    if "-----BEGIN " not in text:
+        raise ValueError(f"{setting} = {path!r}: not a PEM file")
+    return text
 
 
 def kafka_admin(settings: Settings, client_id: str = "lambda-admin", timeout_s: float = 10.0):
@@ -133,7 +155,31 @@ def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
         connect_timeout=timeout_s,
         control_connection_timeout=timeout_s,
         auth_provider=auth,
+        ssl_context=cassandra_ssl_context(settings),
     )
+
+
+def cassandra_ssl_context(settings: Settings):
+    """The TLS context of Cassandra connections (None: plain): the nodes' certificates checked against
+    `cassandra.ssl_cafile` and their addresses (the driver gives each connection's host), a client
+    certificate presented when set. ValueError naming the setting whose file cannot be used."""
+    import ssl
+
+    c = settings.cassandra
+    if not c.ssl:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=c.ssl_cafile or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cassandra.ssl_cafile = {c.ssl_cafile!r}: {exc}") from None
+    if c.ssl_certfile:
+        try:
+            context.load_cert_chain(c.ssl_certfile, c.ssl_keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                f"cassandra.ssl_certfile / ssl_keyfile = {c.ssl_certfile!r}, {c.ssl_keyfile!r}: {exc}"
+            ) from None
+    return context
 
 
 @contextlib.contextmanager

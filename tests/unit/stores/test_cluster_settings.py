@@ -12,6 +12,9 @@ from definitions.settings import Settings
 from definitions.store_connections import CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
 from stores.clients import cassandra_cluster, kafka_options, kafka_spark_options, thrift_endpoint
 
+PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+KEY = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
+
 
 def with_(**sections) -> Settings:
     return Settings().model_copy(update=sections)
@@ -26,14 +29,16 @@ def test_kafka_defaults_to_the_local_broker_in_plaintext():
     }
 
 
-def test_kafka_sasl_ssl_reaches_kafka_python_and_spark():
+def test_kafka_sasl_ssl_reaches_kafka_python_and_spark(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text(PEM)
     kafka = KafkaSettings(
         bootstrap_servers=["b1.example:9093", "b2.example:9093"],
         security_protocol="SASL_SSL",
         sasl_mechanism="SCRAM-SHA-512",
         sasl_username="lambda",
         sasl_password='p"a\\ss',
-        ssl_cafile="/etc/lambda/ca.pem",
+        ssl_cafile=str(ca),
     )
     settings = with_(kafka=kafka)
     assert kafka_options(settings) == {
@@ -42,7 +47,7 @@ def test_kafka_sasl_ssl_reaches_kafka_python_and_spark():
         "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_plain_username": "lambda",
         "sasl_plain_password": 'p"a\\ss',
-        "ssl_cafile": "/etc/lambda/ca.pem",
+        "ssl_cafile": str(ca),
     }
     spark = kafka_spark_options(settings)
     assert spark["kafka.bootstrap.servers"] == "b1.example:9093,b2.example:9093"
@@ -50,7 +55,9 @@ def test_kafka_sasl_ssl_reaches_kafka_python_and_spark():
     assert spark["kafka.sasl.jaas.config"] == (
         'org.apache.kafka.common.security.scram.ScramLoginModule required username="lambda" password="p\\"a\\\\ss";'
     )
-    assert (spark["kafka.ssl.truststore.type"], spark["kafka.ssl.truststore.location"]) == ("PEM", "/etc/lambda/ca.pem")
+    # the CA's text travels in the options: executors elsewhere need no file
+    assert (spark["kafka.ssl.truststore.type"], spark["kafka.ssl.truststore.certificates"]) == ("PEM", PEM)
+    assert not any("keystore" in k for k in spark), "no client certificate was set"
 
 
 @pytest.mark.parametrize(
@@ -65,6 +72,42 @@ def test_kafka_sasl_ssl_reaches_kafka_python_and_spark():
 def test_kafka_settings_that_cannot_connect_are_refused_naming_why(fields, named):
     with pytest.raises(ValidationError, match=named):
         KafkaSettings(**fields)
+
+
+def test_a_kafka_client_certificate_reaches_kafka_python_and_spark(tmp_path):
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    cert.write_text(PEM)
+    key.write_text(KEY)
+    kafka = KafkaSettings(security_protocol="SSL", ssl_certfile=str(cert), ssl_keyfile=str(key))
+    settings = with_(kafka=kafka)
+    options = kafka_options(settings)
+    assert (options["ssl_certfile"], options["ssl_keyfile"]) == (str(cert), str(key))
+    spark = kafka_spark_options(settings)
+    assert spark["kafka.ssl.keystore.type"] == "PEM"
+    assert (spark["kafka.ssl.keystore.certificate.chain"], spark["kafka.ssl.keystore.key"]) == (PEM, KEY)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"security_protocol": "SSL", "ssl_certfile": "/c.pem"}, "go together"),
+        ({"security_protocol": "SSL", "ssl_keyfile": "/c.key"}, "go together"),
+        ({"ssl_certfile": "/c.pem", "ssl_keyfile": "/c.key"}, "needs kafka.security_protocol SSL or SASL_SSL"),
+    ],
+)
+def test_kafka_client_certificate_settings_that_cannot_work_are_refused(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        KafkaSettings(**fields)
+
+
+def test_a_kafka_pem_file_that_cannot_be_read_is_named(tmp_path):
+    missing = with_(kafka=KafkaSettings(security_protocol="SSL", ssl_cafile=str(tmp_path / "nope.pem")))
+    with pytest.raises(ValueError, match=r"kafka.ssl_cafile = .*nope.pem.*No such file"):
+        kafka_spark_options(missing)
+    text = tmp_path / "text.pem"
+    text.write_text("not a certificate")
+    with pytest.raises(ValueError, match="kafka.ssl_cafile = .*not a PEM file"):
+        kafka_spark_options(with_(kafka=KafkaSettings(security_protocol="SSL", ssl_cafile=str(text))))
 
 
 def test_hbase_thrift_hosts_parse_with_the_default_port():
@@ -143,3 +186,48 @@ def test_the_local_cluster_settings_are_checked():
     assert SparkClusterSettings(workers=1, executor_memory="1g", worker_memory_mb=1024).workers == 1
     with pytest.raises(ValidationError, match="progress_dir"):
         StackSettings(progress_dir="relative/progress")
+
+
+def test_a_stored_keyspace_replication_is_compared_with_the_settings_by_class_and_copies():
+    from stores.realtime import same_replication
+
+    simple = {"class": "org.apache.cassandra.locator.SimpleStrategy", "replication_factor": "1"}
+    assert same_replication(simple, CassandraSettings().replication_map)
+    assert not same_replication(simple, CassandraSettings(replication_factor=3).replication_map)
+    per_dc = {"class": "org.apache.cassandra.locator.NetworkTopologyStrategy", "dc1": "3", "dc2": "2"}
+    assert same_replication(per_dc, CassandraSettings(replication={"dc1": 3, "dc2": 2}).replication_map)
+    assert not same_replication(per_dc, CassandraSettings(replication={"dc1": 3}).replication_map)
+    assert not same_replication(simple, CassandraSettings(replication={"datacenter1": 1}).replication_map)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"ssl": True, "ssl_certfile": "/c.pem"}, "go together"),
+        ({"ssl_cafile": "/ca.pem"}, "set cassandra.ssl = true too"),
+    ],
+)
+def test_cassandra_tls_settings_that_cannot_work_are_refused(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        CassandraSettings(**fields)
+
+
+def test_cassandra_tls_checks_the_nodes_and_presents_the_client_certificate(tmp_path):
+    import ssl
+
+    from infra.local_tls import make_tls
+    from stores.clients import cassandra_ssl_context
+
+    assert cassandra_ssl_context(with_(cassandra=CassandraSettings())) is None, "plain by default"
+    tls = make_tls(tmp_path / "tls", ["127.0.0.1"])
+    chosen = CassandraSettings(
+        ssl=True, ssl_cafile=str(tls.ca), ssl_certfile=str(tls.client_cert), ssl_keyfile=str(tls.client_key)
+    )
+    context = cassandra_ssl_context(with_(cassandra=chosen))
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    wrong = chosen.model_copy(update={"ssl_keyfile": str(tls.ca)})
+    with pytest.raises(ValueError, match="cassandra.ssl_certfile / ssl_keyfile"):
+        cassandra_ssl_context(with_(cassandra=wrong))
+    missing = CassandraSettings(ssl=True, ssl_cafile=str(tmp_path / "nope.pem"))
+    with pytest.raises(ValueError, match="cassandra.ssl_cafile = .*nope.pem"):
+        cassandra_ssl_context(with_(cassandra=missing))

@@ -1,0 +1,38 @@
+"""The local stack's TLS material: a CA, a server certificate for the stores' hosts, a client
+certificate; keys private; made once."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+
+from infra.local_tls import make_tls
+
+
+def test_the_certificates_chain_to_the_ca_name_the_hosts_and_keep_their_keys_private(tmp_path):
+    files = make_tls(tmp_path / "tls", ["127.0.0.1", "localhost", "stores.internal"])
+    for cert in (files.server_cert, files.client_cert):
+        done = subprocess.run(["openssl", "verify", "-CAfile", files.ca, cert], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    text = subprocess.run(
+        ["openssl", "x509", "-in", files.server_cert, "-noout", "-ext", "subjectAltName,extendedKeyUsage"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "IP Address:127.0.0.1" in text and "DNS:localhost" in text and "DNS:stores.internal" in text
+    assert "TLS Web Server Authentication" in text
+    for key in (files.ca_key, files.server_key, files.client_key, files.server_keystore):
+        assert key.stat().st_mode & 0o077 == 0, f"{key.name} is readable by others"
+    assert (tmp_path / "tls").stat().st_mode & 0o077 == 0
+    keystore = files.server_keystore.read_text()
+    assert keystore.startswith("-----BEGIN PRIVATE KEY-----") and "BEGIN CERTIFICATE" in keystore
+    # Python's TLS stack (kafka-python, cassandra-driver) loads the client's pair.
+    ssl.create_default_context(cafile=str(files.ca)).load_cert_chain(files.client_cert, files.client_key)
+
+
+def test_made_once(tmp_path):
+    first = make_tls(tmp_path / "tls", ["127.0.0.1"])
+    ca = first.ca.read_bytes()
+    again = make_tls(tmp_path / "tls", ["127.0.0.1"])
+    assert again.ca.read_bytes() == ca
