@@ -11,6 +11,7 @@ its data would be read with the wrong layout. See docs/operations.md.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -158,8 +159,14 @@ def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
             source = f"persisted {persisted_path(settings)}"
         else:
             source = "default"
+        if value and SECRET_NAME.search(name):
+            value = "**********"  # a secret in a free-form map (spark.conf "spark.authenticate.secret")
         rows.append((name, value, source))
     return rows
+
+
+# Spark's own pattern for option names whose values it hides (spark.redaction.regex).
+SECRET_NAME = re.compile(r"(?i)secret|password|token|access[.]?key")
 
 
 def with_view_modules(settings: Settings, modules: list[str], paths: list[str] | None = None) -> Settings:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import secrets
 import signal
 import sys
 import threading
@@ -48,6 +50,36 @@ def on_cluster(settings: Settings) -> bool:
     return not master_url(settings).startswith("local")
 
 
+# The local cluster's shared secret (`spark.authenticate`), in the configuration directory of its
+# master (infra/spark_services.py runs it as `spark-master`, in <state_dir>/spark-master).
+LOCAL_CLUSTER_SECRET = Path("spark-master") / "conf" / "authenticate-secret"
+# Options a session must not give the driver's JVM on its command line (see _launch_driver_jvm):
+# the keys Spark's default `spark.redaction.regex` hides in its logs and UI.
+LAUNCH_HIDDEN = re.compile(r"(?i)secret|password|token|access[.]?key")
+
+
+def local_cluster_secret(settings: Settings) -> str:
+    """The shared secret of the local standalone cluster: its master and workers (through their
+    private properties files) and every platform application on it authenticate with it. Generated
+    once, kept private in the master's configuration directory (never a setting, never in git)."""
+    from definitions.files import write_private
+
+    path = settings.state_dir / LOCAL_CLUSTER_SECRET
+    if not path.exists():
+        # Whoever comes first (`lambdactl up`, a job) creates it; a concurrent second keeps the first's.
+        fresh = write_private(path.with_name(f".{path.name}.{secrets.token_hex(4)}"), secrets.token_hex(32))
+        try:
+            os.link(fresh, path)
+        except FileExistsError:
+            pass
+        finally:
+            fresh.unlink()
+    secret = path.read_text().strip()
+    if not secret:
+        raise ValueError(f"{path} is empty: remove it and restart the Spark cluster (`lambdactl restart`)")
+    return secret
+
+
 def code_archive(settings: Settings) -> Path:
     """The platform's job packages in one zip (named by its content), for the executors of a cluster:
     how Spark distributes Python code (SparkContext.addPyFile), not paths on the driver's machine."""
@@ -85,6 +117,9 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         "spark.ui.enabled": str(s.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
+        # Query plans, the UI and logs show a source's options with these values hidden: the default
+        # (URLs) plus the Kafka client's private key and SASL login (stores.clients.kafka_spark_options).
+        "spark.sql.redaction.options.regex": r"(?i)url|keystore\.key|sasl\.jaas\.config",
         "spark.hadoop.fs.defaultFS": settings.hdfs.url,
         # Closing an HDFS file asks the namenode to complete it; when the datanode's report of the
         # last block has not arrived yet, the client waits and asks again, first after 400 ms by
@@ -109,6 +144,11 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         conf["spark.executor.logs.rolling.strategy"] = "size"
         conf["spark.executor.logs.rolling.maxSize"] = str(settings.stack.log_max_bytes)
         conf["spark.executor.logs.rolling.maxRetainedFiles"] = str(settings.stack.log_backups)
+    if cluster.workers > 0:
+        # The local cluster refuses applications without its secret (spark.authenticate). A real
+        # cluster's authentication comes with its own options, through `spark.conf`.
+        conf["spark.authenticate"] = "true"
+        conf["spark.authenticate.secret"] = local_cluster_secret(settings)
     conf.update(s.conf)
     conf.update(extra or {})
     return conf
@@ -119,14 +159,29 @@ def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | 
 
     # PySpark picks the workers' interpreter from the environment when the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", settings.spark.python or sys.executable)
+    conf = session_conf(settings, app_name, extra)
+    _launch_driver_jvm(conf)
     builder = SparkSession.builder
-    for key, value in session_conf(settings, app_name, extra).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     if on_cluster(settings):
         session.sparkContext.addPyFile(str(code_archive(settings)))
     return session
+
+
+def _launch_driver_jvm(conf: Mapping[str, str]) -> None:
+    """Start the driver's JVM (once per process) with the session's options but the secret ones
+    (`spark.authenticate.secret`, and any password or token of `spark.conf`).
+    PySpark starts it with every option on its command line (`spark-submit --conf key=value`),
+    which every user of the machine can read (`ps`); the context then takes every option, the
+    secret too, over the Py4J gateway when the session is created."""
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+
+    visible = [(key, value) for key, value in conf.items() if not LAUNCH_HIDDEN.search(key)]
+    SparkContext._ensure_initialized(conf=SparkConf(loadDefaults=False).setAll(visible))
 
 
 def stop_on_signal(what: str) -> threading.Event:

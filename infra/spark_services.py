@@ -1,7 +1,8 @@
 """The local Spark standalone cluster (settings.spark.cluster): a master and `workers` workers,
 run from the pinned pyspark's own launcher (`bin/spark-class`) as processes of the stack. With
 workers, every Spark job of the platform runs as an application of this cluster
-(definitions/spark.py), its tasks in executors the workers start."""
+(definitions/spark.py), its tasks in executors the workers start. Master, workers and applications
+share a secret (`spark.authenticate`): a process without it is refused."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from definitions.files import write_private
 from definitions.settings import Settings
+from definitions.spark import local_cluster_secret
 from infra.errors import StackError
 from infra.java import JavaRuntime
 from infra.service_base import Service, ServiceDirs
@@ -28,8 +31,43 @@ def pyspark_home() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _render(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
-    (dirs.data / "work").mkdir(parents=True, exist_ok=True)
+PROPERTIES_FILE = "spark.properties"
+
+# The options of the master and of every worker besides those of their command lines.
+_DAEMON_PROPERTIES = {
+    # The master's UI cannot kill applications, and it has no REST submission server (on by default
+    # on port 6066): that one takes drivers from anyone, without `spark.authenticate`.
+    "master": {"spark.ui.killEnabled": "false", "spark.master.rest.enabled": "false"},
+    # A worker deletes the work directories (jars, logs) of finished applications after a day.
+    "worker": {
+        "spark.worker.cleanup.enabled": "true",
+        "spark.worker.cleanup.interval": "3600",
+        "spark.worker.cleanup.appDataTtl": "86400",
+    },
+}
+
+
+def daemon_properties(settings: Settings, worker: int) -> dict[str, str]:
+    """The properties file of the master (`worker` 0) or of a worker: its options, and the cluster's
+    shared secret (`spark.authenticate`): master, workers and applications (definitions/spark.py)
+    all hold it, so a process of another local user without it can neither register a worker nor
+    submit an application."""
+    return {
+        **_DAEMON_PROPERTIES["worker" if worker else "master"],
+        "spark.authenticate": "true",
+        "spark.authenticate.secret": local_cluster_secret(settings),
+    }
+
+
+def _renderer(worker: int):
+    def render(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
+        (dirs.data / "work").mkdir(parents=True, exist_ok=True)
+        # Private: it holds the secret, given to the daemon as a file, never on its command line
+        # or in its environment.
+        text = "".join(f"{key}={value}\n" for key, value in daemon_properties(settings, worker).items())
+        write_private(dirs.conf / PROPERTIES_FILE, text)
+
+    return render
 
 
 @dataclass(frozen=True)
@@ -58,17 +96,20 @@ class SparkDaemon(Service):
                 "--work-dir",
                 str(dirs.data / "work"),
             ]
+        # The options and the shared secret (written by `render`).
+        args += ["--properties-file", str(dirs.conf / PROPERTIES_FILE)]
         environment = {
             "SPARK_HOME": str(home),
             "JAVA_HOME": str(java.home),
             "SPARK_DAEMON_MEMORY": f"{c.daemon_heap_mb}m",
             # Every port, web UIs included, on the cluster's host only (Spark binds its UIs to
-            # 0.0.0.0 unless told); the master's UI cannot kill applications.
+            # 0.0.0.0 unless told).
             "SPARK_LOCAL_IP": c.host,
-            "SPARK_MASTER_OPTS": "-Dspark.ui.killEnabled=false",
-            # A worker deletes the work directories (jars, logs) of finished applications after a day.
-            "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.interval=3600 "
-            "-Dspark.worker.cleanup.appDataTtl=86400",
+            # Their options come from the properties file only: none from the shell that ran `up`
+            # (a -D option there would win over the file, `spark.authenticate` included).
+            "SPARK_MASTER_OPTS": "",
+            "SPARK_WORKER_OPTS": "",
+            "SPARK_DAEMON_JAVA_OPTS": "",
         }
         return [
             "env",
@@ -100,7 +141,7 @@ def _daemon(name: str, main_class: str, worker: int) -> SparkDaemon:
         heap_mb=lambda s: s.spark.cluster.daemon_heap_mb,
         ports=_ports(worker),
         host=lambda s: s.spark.cluster.host,
-        render=_render,
+        render=_renderer(worker),
         args=lambda d: [],
         jvm_flags=lambda s, d: [],
         check=health.spark_worker(worker) if worker else health.spark_master,

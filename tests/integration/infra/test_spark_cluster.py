@@ -6,12 +6,19 @@ these tests are skipped; `make test` runs them in cluster mode after the local s
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 
 import httpx
 import psutil
 import pytest
 
-from infra.spark_services import SPARK_WORKERS
+from definitions.spark import local_cluster_secret
+from infra.spark_services import SPARK_MASTER, SPARK_WORKERS
 from stores.health import spark_cluster_state
 from tests.support.cli import lambdactl
 
@@ -99,3 +106,63 @@ def test_the_speed_layer_writes_from_executors_not_from_its_driver(settings, clu
     assert python_workers, "no executor runs a Python worker (has the speed layer written a batch yet?)"
     assert _cassandra_peers(python_workers, port) > 0, "the executors' Python workers hold no Cassandra connection"
     assert _cassandra_peers(driver_tree, port) == 0, "the speed layer's driver holds a Cassandra connection"
+
+
+# A plain PySpark application that knows the master's address but not the cluster's secret.
+_APP_WITHOUT_SECRET = """
+import sys
+from pyspark.sql import SparkSession
+master, name, host, memory = sys.argv[1:]
+spark = (SparkSession.builder.master(master).appName(name)
+         .config("spark.driver.host", host).config("spark.driver.bindAddress", host)
+         .config("spark.cores.max", "1").config("spark.executor.memory", memory).getOrCreate())
+print("RAN", spark.sparkContext.parallelize(range(4), 2).sum(), flush=True)
+"""
+# What the driver logs when the master refuses it: the first refusal comes within seconds (the
+# master asks for the SASL handshake), giving up after three 20 s registration attempts.
+_REFUSED = re.compile(r"Expected SaslMessage|All masters are unresponsive")
+
+
+def test_an_application_without_the_clusters_secret_is_refused(settings, cluster, tmp_path, unique):
+    name = f"lambda-no-secret-{unique}"
+    log = tmp_path / "driver.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")}
+    args = [cluster.master_url, name, cluster.host, cluster.executor_memory]
+    with log.open("w") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-c", _APP_WITHOUT_SECRET, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its JVM too: stopped together below
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while driver.poll() is None and time.monotonic() < deadline and not _REFUSED.search(log.read_text()):
+            time.sleep(0.5)
+        text = log.read_text()
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    assert "RAN" not in text, "an application without the secret ran a job on the cluster"
+    assert _REFUSED.search(text), f"no refusal within 90 s: {text[-3000:]}"
+    state = spark_cluster_state(settings)
+    assert name not in {app["name"] for app in state["activeapps"] + state["completedapps"]}
+
+
+def test_the_platforms_sessions_hold_the_secret_and_no_command_line_shows_it(spark, settings, cluster, stack):
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.authenticate") == "true"
+    assert conf.get("spark.authenticate.secret") == local_cluster_secret(settings)
+    assert spark.sparkContext.parallelize(range(4), 2).sum() == 6, "the platform's own session runs jobs"
+    secret = local_cluster_secret(settings)
+    daemons = [stack.supervisor.process(d.name) for d in (SPARK_MASTER, *SPARK_WORKERS[: cluster.workers])]
+    assert all(daemons), "a process of the cluster is not running"
+    processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
+    processes += [p for d in daemons for p in [d, *d.children(recursive=True)]]
+    for process in processes:
+        try:
+            assert secret not in " ".join(process.cmdline()), f"the secret is on the command line of {process.pid}"
+        except psutil.NoSuchProcess:
+            continue

@@ -98,7 +98,9 @@ def test_config_says_where_each_setting_came_from(monkeypatch, tmp_path):
     persist(Settings())
     monkeypatch.delenv("LAMBDA_INGEST_BUCKET_S")
     monkeypatch.delenv("LAMBDA_API__TOKEN")
-    (tmp_path / "lambda.toml").write_text("[kafka]\nport = 29092\n")
+    (tmp_path / "lambda.toml").write_text(
+        '[kafka]\nport = 29092\n[spark.conf]\n"spark.authenticate.secret" = "cluster-s3cret"\n'
+    )
     monkeypatch.setenv("LAMBDA_API__PORT", "8111")
     rows = {key: (value, source) for key, value, source in provenance(load())}
     assert rows["ingest_bucket_s"] == (60, f"persisted {persisted_path(Settings())}")
@@ -106,6 +108,7 @@ def test_config_says_where_each_setting_came_from(monkeypatch, tmp_path):
     assert rows["api.port"] == (8111, "environment")
     assert rows["hbase.thrift_port"] == (9090, "default")
     assert rows["api.token"][0] == "**********", "secrets are masked"
+    assert rows["spark.conf.spark.authenticate.secret"][0] == "**********", "in free-form maps too"
 
 
 def test_a_broken_persisted_file_is_a_clear_error(tmp_path):
