@@ -80,6 +80,15 @@ def test_executors_run_the_platforms_code_from_the_shipped_archive(spark, cluste
     assert files and all(".zip" in f and "lambda-jobs-" in f for pair in files for f in pair), files
 
 
+def _command_line(process: psutil.Process) -> str:
+    """Its command line; empty for a process that ended meanwhile (an executor of a finished
+    application can be a zombie for a moment)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def _cassandra_peers(processes, port: int) -> int:
     count = 0
     for proc in processes:
@@ -102,7 +111,7 @@ def test_the_speed_layer_writes_from_executors_not_from_its_driver(settings, clu
     workers: list = [stack.supervisor.process(w.name) for w in SPARK_WORKERS[: cluster.workers]]
     assert all(workers), "a worker of the cluster is not running"
     worker_trees = [p for w in workers for p in [w, *w.children(recursive=True)]]
-    python_workers = [p for p in worker_trees if "pyspark.daemon" in " ".join(p.cmdline())]
+    python_workers = [p for p in worker_trees if "pyspark.daemon" in _command_line(p)]
     assert python_workers, "no executor runs a Python worker (has the speed layer written a batch yet?)"
     assert _cassandra_peers(python_workers, port) > 0, "the executors' Python workers hold no Cassandra connection"
     assert _cassandra_peers(driver_tree, port) == 0, "the speed layer's driver holds a Cassandra connection"
@@ -162,7 +171,4 @@ def test_the_platforms_sessions_hold_the_secret_and_no_command_line_shows_it(spa
     processes = [psutil.Process(), *psutil.Process().children(recursive=True)]
     processes += [p for d in daemons for p in [d, *d.children(recursive=True)]]
     for process in processes:
-        try:
-            assert secret not in " ".join(process.cmdline()), f"the secret is on the command line of {process.pid}"
-        except psutil.NoSuchProcess:
-            continue
+        assert secret not in _command_line(process), f"the secret is on the command line of {process.pid}"
