@@ -5,18 +5,8 @@ from __future__ import annotations
 import sys
 import zipfile
 
-import pytest
-
 from definitions.settings import Settings
 from definitions.spark import JOB_PACKAGES, code_archive, master_url, on_cluster, session_conf
-
-
-@pytest.fixture
-def jars(tmp_path):
-    for group in ("spark-kafka", "contract"):
-        (tmp_path / "jars" / group).mkdir(parents=True)
-        (tmp_path / "jars" / group / f"{group}.jar").write_bytes(b"")
-    return tmp_path / "jars"
 
 
 def settings_with(jars, tmp_path, **cluster) -> Settings:

@@ -18,14 +18,6 @@ from infra.spark_services import PROPERTIES_FILE, SPARK_MASTER, SPARK_WORKERS
 JAVA = JavaRuntime(Path("/usr/lib/jvm/java-17/bin/java"), 17)
 
 
-@pytest.fixture
-def jars(tmp_path):
-    for group in ("spark-kafka", "contract"):
-        (tmp_path / "jars" / group).mkdir(parents=True)
-        (tmp_path / "jars" / group / f"{group}.jar").write_bytes(b"")
-    return tmp_path / "jars"
-
-
 def settings_with(jars, tmp_path, master: str = "local[*]", conf: dict[str, str] | None = None, **cluster) -> Settings:
     base = Settings(jars_dir=jars, state_dir=tmp_path / "state")
     spark = base.spark.model_copy(
