@@ -97,6 +97,7 @@ def test_stores_started_by_the_stack_rotate_their_logs(settings, tmp_path):
             "port": _free_port(),
             "controller_port": _free_port(),
             "sasl_listener_port": _free_port(),
+            "ssl_listener_port": _free_port(),
             "health_timeout_s": 120,
         },
         hdfs={"port": _free_port(), "http_port": _free_port(), "health_timeout_s": 180},
