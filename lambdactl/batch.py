@@ -169,7 +169,6 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
     """Delete the realtime rows of the pointer's retiring storage names (stores.pointer) that no entry
     serves and the speed layer does not maintain, once no answer can still read them; then take
     them, and any the speed layer maintains again, off the list (compare-and-set)."""
-    from stores.batch_views import PointerMoved
     from stores.checkpoints import read_marker
     from stores.pointer import retiring_done
     from stores.realtime_cleanup import delete_absorbed
@@ -192,17 +191,27 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
             todo = []
         else:
             _say(f"realtime rows of retired {', '.join(todo)} deleted: {cleanup.summary()}")
+    done = [*todo, *again]
+    if done:
+        move_pointer(store, lambda p: retiring_done(p, done, int(time.time() * 1000)), "run the clean-up again")
+
+
+def move_pointer(store, change, retry_hint: str = "run `lambdactl views apply` again"):
+    """Apply `change` (pointer → new pointer, or None: nothing to do) by compare-and-set, again on a
+    pointer that a batch moved meanwhile; the pointer written, or None."""
+    from stores.batch_views import PointerMoved
+
     for _ in range(5):
-        if not todo and not again:
-            return
+        current = store.pointer()
+        new = change(current) if current is not None else None
+        if new is None:
+            return None
         try:
-            store.swap(pointer, retiring_done(pointer, [*todo, *again], int(time.time() * 1000)))
-            return
+            store.swap(current, new)
+            return new
         except PointerMoved:
-            pointer = store.pointer()  # a batch swapped meanwhile: the rows are gone all the same
-            if pointer is None:
-                return
-    raise SystemExit("the pointer kept moving: run the clean-up again")
+            continue  # a batch swapped meanwhile: read it again
+    raise SystemExit(f"the pointer kept moving: {retry_hint}")
 
 
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:

@@ -142,31 +142,28 @@ def _switch(settings: Settings, registry) -> list[str]:
     """Switch every changed view whose new definition is serving (exact) to it: one compare-and-set of
     the pointer's aliases (stores.pointer.switch); the API answers from the new definition from
     that moment on. The views switched."""
-    from stores.batch_views import PointerMoved
+    from lambdactl.batch import move_pointer
     from stores.pointer import switch
     from stores.registry import version_store
     from stores.view_versions import read_versions
 
-    store = version_store(settings)
-    done: list[str] = []
-    for _ in range(5):
-        current = store.pointer()
+    todo: dict[str, str] = {}
+
+    def switched(current):
         versions = read_versions(settings, registry, pointer=current)
         ready = {s.name for s in _states(settings, registry) if s.state == "serving"}
-        todo = {name: v.name for name, v in versions.pending.items() if v.name in ready and name not in done}
-        if not todo or current is None:
-            return done
+        todo.clear()
+        todo.update({name: v.name for name, v in versions.pending.items() if v.name in ready})
         moved = current
         for name, storage in todo.items():
-            moved = switch(moved, name, storage, int(time.time() * 1000))
-        try:
-            store.swap(current, moved)
-        except PointerMoved:
-            continue  # a batch swapped meanwhile: read it again
-        for name, storage in todo.items():
-            _say(f"{name}: switched to its new definition ({storage}); its previous one is retired next")
-        done += list(todo)
-    raise SystemExit("the pointer kept moving: run `lambdactl views apply` again")
+            moved = switch(moved, name, storage, _now_ms())
+        return moved if todo else None
+
+    if move_pointer(version_store(settings), switched) is None:
+        return []
+    for name, storage in todo.items():
+        _say(f"{name}: switched to its new definition ({storage}); its previous one is retired next")
+    return list(todo)
 
 
 def _speed_layer_maintains(settings: Settings, declared: list[str], deadline: float) -> None:
@@ -225,6 +222,7 @@ def _mark_retiring(settings: Settings, maintained: list[str]) -> None:
     the storage names it maintains now but is not to — a removed view, a definition switched away
     from or abandoned before it was built — so that their realtime rows are deleted (_retire) even
     when this apply stops part-way."""
+    from lambdactl.batch import move_pointer
     from stores.checkpoints import read_marker
     from stores.pointer import retiring_marked
     from stores.registry import version_store
@@ -232,13 +230,13 @@ def _mark_retiring(settings: Settings, maintained: list[str]) -> None:
     marker = read_marker(settings)
     dropped = sorted(set(marker.views or {}) - set(maintained)) if marker is not None else []
     if dropped:
-        _move_pointer(version_store(settings), lambda p: retiring_marked(p, dropped, _now_ms()))
+        move_pointer(version_store(settings), lambda p: retiring_marked(p, dropped, _now_ms()))
 
 
 def _retire(settings: Settings, maintained: list[str]) -> None:
     """Drop the pointer entries of storage names no longer maintained (compare-and-set), then delete
     the realtime rows of every retiring one once no answer can still read them."""
-    from lambdactl.batch import delete_retiring
+    from lambdactl.batch import delete_retiring, move_pointer
     from stores.pointer import retire
     from stores.registry import version_store
 
@@ -246,28 +244,10 @@ def _retire(settings: Settings, maintained: list[str]) -> None:
         gone = sorted(set(current.entries) - set(maintained))
         return retire(current, gone, _now_ms()) if gone else None
 
-    moved = _move_pointer(version_store(settings), without)
+    moved = move_pointer(version_store(settings), without)
     if moved is not None:
         _say(f"retired {', '.join(sorted(set(moved.retiring) - set(maintained)))}: pointer entries removed")
     delete_retiring(settings)
-
-
-def _move_pointer(store, change):
-    """Apply `change` (pointer → new pointer, or None: nothing to do) by compare-and-set, again on a
-    pointer that moved meanwhile; the pointer written, or None."""
-    from stores.batch_views import PointerMoved
-
-    for _ in range(5):
-        current = store.pointer()
-        new = change(current) if current is not None else None
-        if new is None:
-            return None
-        try:
-            store.swap(current, new)
-            return new
-        except PointerMoved:
-            continue  # a batch swapped meanwhile: read it again
-    raise SystemExit("the pointer kept moving: run `lambdactl views apply` again")
 
 
 def _now_ms() -> int:

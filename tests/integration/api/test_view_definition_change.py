@@ -9,10 +9,17 @@ one comes from the old: the switch is atomic. page_views stays exact the whole t
 view answers by its new definition for all history and for the traffic sent during the change, and
 its old definition is retired: no pointer entry, not maintained by the speed layer, its realtime
 rows deleted.
+
+The apply that makes the change is killed (SIGKILL) right after the switch, part-way through its
+rounds; a second apply finishes what the first began, and a third one finds nothing to do.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import textwrap
 import threading
 import uuid
@@ -28,7 +35,7 @@ from stores.checkpoints import read_marker
 from stores.registry import version_store
 from tests.integration.api.test_end_to_end import HOUR, api, epoch, mismatches, wait_exact, window
 from tests.integration.api.test_views_apply import states
-from tests.support.cli import lambdactl
+from tests.support.cli import env, lambdactl
 from tests.support.events import mixed_workload
 from tests.support.polling import wait_for
 
@@ -72,6 +79,29 @@ def answers(settings, view: str, sent: list[SentRecord]) -> dict[str, dict[int, 
             return f"{resp.status_code} {resp.text[:300]}"
         out[url] = {epoch(b["bucket"]): b["value"] for b in resp.json()["series"] if b["value"]}
     return out
+
+
+def apply_killed_after_switch(settings) -> str:
+    """Run `lambdactl views apply` and kill it (SIGKILL) as soon as it says it switched; what it said."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lambdactl.cli", "views", "apply"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(settings),
+    )
+    said: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if "switched to its new definition" in line:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    return "".join(said)
 
 
 def test_a_changed_view_answers_from_its_old_definition_then_switches_atomically(settings, stack, tmp_path):
@@ -121,11 +151,13 @@ def test_a_changed_view_answers_from_its_old_definition_then_switches_atomically
         for thread in threads:
             thread.start()
         try:
-            applied = lambdactl(settings, "views", "apply")
+            killed = apply_killed_after_switch(settings)
+            applied = lambdactl(settings, "views", "apply")  # finishes what the killed one began
         finally:
             stop.set()
             for thread in threads:
                 thread.join(timeout=120)
+        assert "switched to its new definition" in killed, killed[-3000:]
         assert applied.returncode == 0, applied.stdout[-2000:] + applied.stderr[-3000:]
         assert faults == [], f"answers faltered during the change: {faults[:5]}"
         assert seen and seen[0] == "old", f"the old definition answered first: {seen[:10]}"
@@ -153,6 +185,13 @@ def test_a_changed_view_answers_from_its_old_definition_then_switches_atomically
         assert listed[view]["state"] == "serving" and listed[view]["changing"] is None, listed[view]
         assert states(settings)[storage]["state"] == "serving"
         assert mismatches(settings, everything) == []
+
+        again = lambdactl(settings, "views", "apply")  # twice in a row: nothing left to do
+        assert again.returncode == 0, again.stderr[-3000:]
+        moved = version_store(settings).pointer()
+        assert (moved.aliases, moved.retiring) == (pointer.aliases, pointer.retiring), "the pointer stayed"
+        assert "switched" not in again.stderr and "retired" not in again.stderr, again.stderr[-2000:]
+        assert answers(settings, view, everything) == truth_of(everything, NEW)
     finally:
         if load().views != declared_before:
             restored = lambdactl(

@@ -32,3 +32,39 @@ def test_apply_refuses_relative_view_paths(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
     assert main(["views", "apply", "--modules", "x", "--paths", "relative/dir"]) == 2
     assert "relative/dir" in caplog.text
+
+
+class _MovingStore:
+    """A pointer store another writer moves `moves` times between a read and the swap."""
+
+    def __init__(self, moves: int):
+        self.value, self.moves, self.swaps = 0, moves, 0
+
+    def pointer(self):
+        return self.value
+
+    def swap(self, current, new):
+        from stores.pointer import PointerMoved
+
+        if self.moves:
+            self.moves -= 1
+            self.value += 100  # another writer's swap
+            raise PointerMoved("moved")
+        assert current == self.value
+        self.value, self.swaps = new, self.swaps + 1
+
+
+def test_a_pointer_change_is_made_again_on_the_pointer_a_batch_moved_meanwhile():
+    from lambdactl.batch import move_pointer
+
+    store = _MovingStore(moves=2)
+    assert move_pointer(store, lambda p: p + 1) == 201
+    assert (store.value, store.swaps) == (201, 1), "applied once, to the newest pointer"
+    assert move_pointer(store, lambda p: None) is None and store.swaps == 1, "nothing to do writes nothing"
+
+
+def test_a_pointer_that_keeps_moving_stops_the_command_naming_what_to_do():
+    from lambdactl.batch import move_pointer
+
+    with pytest.raises(SystemExit, match="pointer kept moving: run the clean-up again"):
+        move_pointer(_MovingStore(moves=99), lambda p: p + 1, "run the clean-up again")
