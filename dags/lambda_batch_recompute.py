@@ -94,9 +94,10 @@ def _params() -> dict:
             [],
             type="array",
             description="views to recompute (none chosen: all); `lambdactl batch` refuses undeclared ones",
-            # Offered as a multi-select. Not an enum: a view added by `lambdactl views apply` is
-            # accepted before the DAG's next parse, and the task says which names are unknown.
-            items={"type": "string"},
+            # Offered as a multi-select (examples) of the declared views, and only those (the enum):
+            # Airflow refuses a run naming another one, naming it. A view `lambdactl views apply`
+            # just added is offered from the DAG's next parse (dag_processor.refresh_interval).
+            items={"type": "string", **({"enum": VIEWS} if VIEWS else {})},
             **({"examples": VIEWS} if VIEWS else {}),
         ),
     },

@@ -4,15 +4,17 @@ cutoff with exact answers and a report; a run whose batch task fails leaves serv
 
 from __future__ import annotations
 
+import json
 import subprocess
 import textwrap
 import time
 import uuid
+from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from infra.airflow import DAGS_FOLDER, environment
+from infra.airflow import DAGS_FOLDER, environment, views_file, write_declared_views
 from ingest.generator import GeneratorConfig
 from stores.airflow import AirflowClient
 from stores.batch_views import VersionStore
@@ -54,7 +56,6 @@ def token(settings) -> dict:
 
 
 def test_dags_import_cleanly_without_a_database(settings, tmp_path):
-    import json
 
     env = environment(settings)
     # A database that cannot exist: parsing must not need it.
@@ -83,6 +84,7 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     assert "3600" in result["schedule"] or "1:00:00" in result["schedule"]
     assert result["views"]["type"] == "array"
     assert result["views"]["examples"] == ["page_views", "clicks"], result["views"]
+    assert result["views"]["items"]["enum"] == ["page_views", "clicks"], "only the declared views are accepted"
 
 
 def trigger(settings, conf: dict) -> str:
@@ -213,12 +215,50 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     assert links["extra_links"]["Accuracy report"] == f"{api(settings)}/api/v1/reports/{mine[0]['id']}/html", links
 
 
+def offered_views(client: AirflowClient, dag_id: str) -> list[str]:
+    """The views the DAG's trigger form offers, as Airflow parsed them last."""
+    params = client._call("GET", f"/api/v2/dags/{dag_id}/details").get("params") or {}
+    schema = (params.get("views") or {}).get("schema") or {}
+    return list((schema.get("items") or {}).get("enum") or [])
+
+
+@contextmanager
+def offered(settings, names: list[str]):
+    """The DAG offers `names` (as if the declared views changed and the DAG was parsed before
+    `lambdactl batch` saw the change); as it was afterwards."""
+    path = views_file(settings)
+    saved = path.read_text()
+    client = AirflowClient(settings)
+    try:
+        write_declared_views(settings, names)
+        wait_for(lambda: offered_views(client, settings.airflow.dag_id) == names, f"the DAG to offer {names}", 240, 3)
+        yield
+    finally:
+        path.write_text(saved)
+        again = json.loads(saved)["views"]
+        wait_for(lambda: offered_views(client, settings.airflow.dag_id) == again, f"the DAG to offer {again}", 240, 3)
+        client.close()
+
+
+def test_airflow_refuses_a_run_naming_a_view_that_is_not_declared(settings, stack):
+    client = AirflowClient(settings)
+    try:
+        assert "page_views" in offered_views(client, settings.airflow.dag_id)
+        with pytest.raises(RuntimeError, match=r"400.*no_such_view"):
+            client.trigger(settings.airflow.dag_id, {"mode": "full_recompute", "cutoff": "", "views": ["no_such_view"]})
+    finally:
+        client.close()
+
+
 def test_a_failing_batch_task_leaves_serving_where_it_was(settings, stack):
     before = VersionStore(settings).pointer()
-    # Straight to Airflow: the platform's API refuses an undeclared view before Airflow is asked.
-    run, states = run_to_the_end(
-        settings, {"mode": "full_recompute", "views": ["no_such_view"]}, timeout_s=900, through_api=False
-    )
+    # Straight to Airflow: the platform's API refuses an undeclared view before Airflow is asked, and
+    # so does Airflow while the DAG offers the declared views only. The batch task meets one when a
+    # view was removed after the DAG's last parse.
+    with offered(settings, ["page_views", "no_such_view"]):
+        run, states = run_to_the_end(
+            settings, {"mode": "full_recompute", "views": ["no_such_view"]}, timeout_s=900, through_api=False
+        )
     assert run["state"] == "failed"
     assert states["recompute"] == "failed" and states["swap"] in ("upstream_failed", None)
     assert VersionStore(settings).pointer() == before
@@ -246,8 +286,6 @@ def test_a_manual_run_beside_a_dag_run_loses_the_swap_and_changes_nothing(settin
     """An operator's `lambdactl batch --no-swap` and a DAG run read the same pointer; the DAG swaps
     first. The manual swap is then refused naming why, the pointer stays where the DAG put it, and
     answers stay exact."""
-    import json
-
     sent = send(
         settings, GeneratorConfig(seed=fresh_seed(), count=600, pages=8, url_prefix=f"/mix-{uuid.uuid4().hex[:8]}")
     )
