@@ -9,7 +9,10 @@ from pydantic import Field, model_validator
 
 from definitions.section import Section as _Section
 
-AIRFLOW_COMPANIONS = ("airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+AIRFLOW_COMPANIONS = ("airflow-scheduler", "airflow-dag-processor")
+# Run by the stack before no task deferred (the DAG's sensor reschedules): a list written then may
+# still name it, and it is left out.
+RETIRED_SERVICES = ("airflow-triggerer",)
 
 
 class StackSettings(_Section):
@@ -27,7 +30,6 @@ class StackSettings(_Section):
         "airflow",
         "airflow-scheduler",
         "airflow-dag-processor",
-        "airflow-triggerer",
     ]
     java_home: str = ""
     stop_timeout_s: float = 30
@@ -57,8 +59,9 @@ class StackSettings(_Section):
 
     @model_validator(mode="after")
     def _airflow_whole(self) -> StackSettings:
-        """Airflow runs as four programs (API server `airflow`, scheduler, DAG processor, triggerer):
-        a list naming `airflow` (as lists written before the split do) manages all four."""
+        """Airflow runs as three programs (API server `airflow`, scheduler, DAG processor): a list
+        naming `airflow` (as lists written before the split do) manages all three."""
+        self.managed_services[:] = [s for s in self.managed_services if s not in RETIRED_SERVICES]
         if "airflow" in self.managed_services:
             for part in AIRFLOW_COMPANIONS:
                 if part not in self.managed_services:

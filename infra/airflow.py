@@ -1,12 +1,12 @@
 """Airflow 3 for the platform: its environment, its launcher, and a small REST client.
 
 Airflow lives in its own virtualenv (settings.airflow.venv, made by infra/setup.sh from
-infra/airflow_env/requirements.lock) because its pins clash with the platform's. Its four
-components (API server, scheduler, DAG processor, triggerer) run as four programs of the
-supervisor, so one that dies is restarted on its own (under `airflow standalone` a dead child
-stayed dead while its parent ran on). SQLite in AIRFLOW_HOME by default (any SQLAlchemy URL from
-settings), the LocalExecutor, the repository's dags/ folder, and the simple auth manager with the
-password from settings. Its tasks call the platform through `lambdactl` in the platform's virtualenv.
+infra/airflow_env/requirements.lock) because its pins clash with the platform's. Its three
+components (API server, scheduler, DAG processor) run as three programs of the supervisor, so one
+that dies is restarted on its own (under `airflow standalone` a dead child stayed dead while its
+parent ran on); no triggerer, as no task of the DAG defers (its sensor reschedules). SQLite in
+AIRFLOW_HOME by default (any SQLAlchemy URL from settings), the LocalExecutor, the repository's
+dags/ folder, and the simple auth manager with the password from settings. Its tasks call the platform through `lambdactl` in the platform's virtualenv.
 
 `python -m infra.airflow COMPONENT` (what `lambdactl up` runs, one program per component)
 prepares AIRFLOW_HOME and execs that component. The API server's program first brings the
@@ -112,7 +112,7 @@ def check_installed(settings: Settings) -> Path:
 
 
 # The components `python -m infra.airflow` runs, each as its own program (`airflow <component>`).
-COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+COMPONENTS = ("api-server", "scheduler", "dag-processor")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,8 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         DAGS_FOLDER,
     )
     # Every component shares AIRFLOW_HOME/logs on this machine, so the API server reads task logs from
-    # there: no log-serving process beside the scheduler and the triggerer (about 130 MB each).
-    extra = ["--skip-serve-logs"] if component in ("scheduler", "triggerer") else []
+    # there: no log-serving process beside the scheduler (about 130 MB).
+    extra = ["--skip-serve-logs"] if component == "scheduler" else []
     os.execve(str(executable), [str(executable), component, *extra], env)
     return 0  # not reached
 

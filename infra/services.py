@@ -1,7 +1,7 @@
 """The services of the local stack, in start order: the stores (infra/store_services.py, each a
 JVM with its configuration rendered from infra/templates) and the platform's own processes (the
-archiver, the speed layer, the API, and Airflow's API server, scheduler, DAG processor and
-triggerer), run by the supervisor. Also re-exports what the stack
+archiver, the speed layer, the API, and Airflow's API server, scheduler and DAG processor),
+run by the supervisor. Also re-exports what the stack
 manager and the tests use of infra/service_base.py and infra/store_services.py.
 """
 
@@ -89,7 +89,8 @@ AIRFLOW = PlatformProcess(
 
 
 def _airflow_component(component: str) -> PlatformProcess:
-    """Airflow's scheduler, DAG processor or triggerer: a program of its own, restarted on its own."""
+    """Airflow's scheduler or DAG processor: a program of its own, restarted on its own. (No
+    triggerer: no task of the platform's DAG defers.)"""
     return PlatformProcess(
         name=f"airflow-{component}",
         module="infra.airflow",
@@ -102,7 +103,6 @@ def _airflow_component(component: str) -> PlatformProcess:
 
 AIRFLOW_SCHEDULER = _airflow_component("scheduler")
 AIRFLOW_DAG_PROCESSOR = _airflow_component("dag-processor")
-AIRFLOW_TRIGGERER = _airflow_component("triggerer")
 
 ALL: tuple[Service | PlatformProcess, ...] = (
     KAFKA,
@@ -119,6 +119,5 @@ ALL: tuple[Service | PlatformProcess, ...] = (
     AIRFLOW,
     AIRFLOW_SCHEDULER,
     AIRFLOW_DAG_PROCESSOR,
-    AIRFLOW_TRIGGERER,
 )
 BY_NAME = {s.name: s for s in ALL}

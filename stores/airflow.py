@@ -86,7 +86,7 @@ class AirflowClient:
 
 
 # Airflow's components, as its health route names them: the supervisor runs each as a program.
-COMPONENTS = {"scheduler": "scheduler", "dag-processor": "dag_processor", "triggerer": "triggerer"}
+COMPONENTS = {"scheduler": "scheduler", "dag-processor": "dag_processor"}
 
 
 def _monitor(client: AirflowClient) -> dict[str, dict]:
@@ -97,7 +97,7 @@ def _monitor(client: AirflowClient) -> dict[str, dict]:
 
 def health(settings: Settings) -> str:
     """Airflow's API server answers, its database is healthy, a token is granted, and the platform's
-    DAG is parsed (the scheduler, DAG processor and triggerer have probes of their own)."""
+    DAG is parsed (the scheduler and the DAG processor have probes of their own)."""
     client = AirflowClient(settings, timeout_s=10)
     try:
         database = _monitor(client).get("metadatabase", {}).get("status")

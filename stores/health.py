@@ -218,7 +218,7 @@ def airflow(settings: Settings) -> str:
 
 
 def airflow_component(component: str) -> Callable[[Settings], str]:
-    """The probe of one of Airflow's components (scheduler, dag-processor, triggerer)."""
+    """The probe of one of Airflow's components (scheduler, dag-processor)."""
 
     def probe(settings: Settings) -> str:
         from stores.airflow import component_health

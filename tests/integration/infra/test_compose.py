@@ -37,7 +37,6 @@ SERVICE_MAP = {
     "airflow": "airflow",
     "airflow-scheduler": "airflow-scheduler",
     "airflow-dag-processor": "airflow-dag-processor",
-    "airflow-triggerer": "airflow-triggerer",
 }
 
 

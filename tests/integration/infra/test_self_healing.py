@@ -153,7 +153,7 @@ def test_killed_airflow_components_come_back_by_themselves(settings, stack):
     new scheduler heartbeats, and nothing the killed one started is left behind."""
     import psutil
 
-    for name in ("airflow", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"):
+    for name in ("airflow", "airflow-scheduler", "airflow-dag-processor"):
         assert stack.supervisor.supervised(name), f"{name} runs under the supervisor (run `lambdactl up` once)"
     scheduler = stack.supervisor.process("airflow-scheduler")
     assert scheduler is not None
@@ -175,5 +175,5 @@ def test_killed_airflow_components_come_back_by_themselves(settings, stack):
     assert gone
     running, healthy = _kill_and_time(settings, stack, "airflow")
     assert running <= BACK_WITHIN_S, running
-    other = stack.supervisor.process("airflow-triggerer")
+    other = stack.supervisor.process("airflow-dag-processor")
     assert other is not None and other.is_running(), "the other components ran on"

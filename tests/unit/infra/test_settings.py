@@ -70,7 +70,12 @@ def test_missing_config_file_is_an_error(monkeypatch, tmp_path):
         Settings()
 
 
-def test_managing_airflow_manages_all_four_of_its_programs():
+def test_a_list_written_when_the_stack_ran_a_triggerer_starts_without_it():
+    written = ["kafka", "airflow", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"]
+    assert Settings(_env_file=None, stack={"managed_services": written}).stack.managed_services == written[:-1]
+
+
+def test_managing_airflow_manages_all_three_of_its_programs():
     from definitions.settings import AIRFLOW_COMPANIONS
 
     older = Settings(_env_file=None, stack={"managed_services": ["kafka", "airflow"]})
