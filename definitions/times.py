@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import lru_cache
 
 
+@lru_cache(maxsize=16_384)  # answers format the same bucket starts again and again
 def iso_s(seconds: int | float) -> str:
     """Epoch seconds → `2026-01-01T00:00:00Z`."""
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
