@@ -169,7 +169,6 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
     """Delete the realtime rows of the pointer's retiring storage names (stores.pointer) that no entry
     serves and the speed layer does not maintain, once no answer can still read them; then take
     them, and any the speed layer maintains again, off the list (compare-and-set)."""
-    from stores.checkpoints import read_marker
     from stores.pointer import retiring_done
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
@@ -178,12 +177,12 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
     pointer = pointer or store.pointer()
     if pointer is None or not pointer.retiring:
         return
-    marker = read_marker(settings)
-    maintained = set(marker.views or {}) if marker is not None else set()
-    again = [n for n in pointer.retiring if n in maintained]
-    todo = [n for n in pointer.retiring if n not in maintained and n not in pointer.entries]
+    todo, _ = _retiring_now(settings, pointer, say=True)
     if todo:
         settle_after_swap(settings, pointer)
+        # Read again after the wait: a name maintained or replayed meanwhile keeps its rows.
+        todo = sorted(set(todo) & set(_retiring_now(settings, pointer)[0]))
+    if todo:
         everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
         cleanup = delete_absorbed(settings, dict.fromkeys(todo, everything))
         if not cleanup.complete:
@@ -191,9 +190,35 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
             todo = []
         else:
             _say(f"realtime rows of retired {', '.join(todo)} deleted: {cleanup.summary()}")
+    # Maintained again: read once more, just before the pointer moves (another apply may have
+    # marked one retiring again meanwhile, about to stop maintaining it).
+    again = _retiring_now(settings, pointer)[1]
     done = [*todo, *again]
     if done:
         move_pointer(store, lambda p: retiring_done(p, done, int(time.time() * 1000)), "run the clean-up again")
+
+
+def _retiring_now(settings: Settings, pointer, say: bool = False) -> tuple[list[str], list[str]]:
+    """stores.pointer.retiring_now with what the speed layer maintains and the replay marks, as read
+    now. With a marker of an older speed layer (no list of views), nothing is deleted."""
+    from stores.checkpoints import read_marker
+    from stores.pointer import retiring_now
+    from stores.replays import read_marks
+
+    marker = read_marker(settings)
+    if marker is not None and marker.views is None:
+        if say:
+            _say("the speed layer's marker does not list the views it maintains: retired rows are kept until it does")
+        return [], []
+    replaying = read_marks(settings)
+    todo, again = retiring_now(pointer, set(marker.views or {}) if marker is not None else set(), replaying)
+    held = set(pointer.retiring) & set(replaying) - set(again) - set(pointer.entries)
+    for name in sorted(held) if say else []:
+        _say(
+            f"{name}: a replay holds it; its realtime rows are deleted by a clean-up after the replay "
+            f"(if none runs: `lambdactl replay --view {name} --resume` clears the mark)"
+        )
+    return todo, again
 
 
 def move_pointer(store, change, retry_hint: str = "run `lambdactl views apply` again"):

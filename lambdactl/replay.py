@@ -34,6 +34,10 @@ class Refused(Exception):
     """The replay cannot be exact as asked; nothing was changed."""
 
 
+class MarkCleared(Exception):
+    """`--resume` of a retired storage name: no replay can finish it, so its mark was taken off."""
+
+
 def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, ingest_time_at=None) -> int:
     """`--from` → the first ingest time replayed (ms), on the ingest-bucket grid (floored, so the first
     bucket is whole). `text`: empty for the view's batch cutoff; an ISO time with a zone; or
@@ -73,13 +77,16 @@ def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, i
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     try:
         plan = _plan(settings, args)
+    except MarkCleared as exc:
+        _say(str(exc))
+        return 0
     except Refused as exc:
         _say(f"replay refused, nothing changed: {exc}")
         return 2
     view, from_ms, held_from = plan
     try:
         return _run(settings, view, min(from_ms, held_from) if held_from is not None else from_ms, args)
-    except ReplayMarked as exc:  # another replay took the mark since the plan was made
+    except (ReplayMarked, Refused) as exc:  # another replay took the mark, or the view moved, since the plan
         _say(f"replay refused, nothing changed: {exc}")
         return 2
 
@@ -98,6 +105,20 @@ def _plan(settings: Settings, args: argparse.Namespace):
     versions = read_versions(settings, marker=marker, pointer=pointer)
     if args.view in versions.unresolved:
         raise Refused(unresolved_message([args.view]))
+    if (
+        args.resume
+        and pointer is not None
+        and args.view in pointer.retiring
+        and args.view not in versions.maintained.names()
+    ):
+        if args.view in read_marks(settings):
+            from stores.replays import unmark
+
+            unmark(settings, args.view)
+            raise MarkCleared(
+                f"{args.view} is retired: its replay mark is taken off, and its realtime rows are deleted by "
+                "the next clean-up (`lambdactl clean-realtime` or `lambdactl views apply`)"
+            )
     try:  # a view is replayed under the definition answering it (or name a storage name)
         view = versions.maintained[versions.storages([args.view])[0]]
     except KeyError:
@@ -140,12 +161,23 @@ def _run(settings: Settings, view, from_ms: int, args: argparse.Namespace) -> in
     from definitions.times import iso_ms
     from lambdactl.views import reload_api
     from speed_layer.replay import rewrite
+    from stores.checkpoints import read_marker
     from stores.kafka import lost_since, spans_from
     from stores.realtime_cleanup import delete_view_from
     from stores.replays import mark, unmark
 
     started_ms = int(time.time() * 1000)
     mark(settings, view.name, from_ms, started_ms, take_over=args.resume)
+    # Still maintained, now that the mark is set: a retirement (`views apply`) that began after the
+    # plan first stops the speed layer maintaining the name, then deletes its rows unless marked.
+    try:
+        marker = read_marker(settings)
+    except Exception:
+        unmark(settings, view.name)
+        raise
+    if marker is None or (marker.views is not None and view.name not in marker.views):
+        unmark(settings, view.name)
+        raise Refused(f"the speed layer no longer maintains {view.name}: it is being retired")
     _say(f"{view.name}: marked replaying from {iso_ms(from_ms)}; its queries answer 409 until the replay completes")
     reload_api(settings)
     deleted_as_of = time.time_ns() // 1000

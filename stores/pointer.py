@@ -308,10 +308,23 @@ def retiring_marked(current: Pointer, names: Iterable[str], now_ms: int) -> Poin
     return _moved(current, now_ms, retiring=(*current.retiring, *added)) if added else None
 
 
-def retiring_done(current: Pointer, names: Iterable[str], now_ms: int) -> Pointer:
-    """The pointer once the realtime rows of `names` are deleted (or they are maintained again)."""
-    done = set(names)
-    return _moved(current, now_ms, retiring=[n for n in current.retiring if n not in done])
+def retiring_done(current: Pointer, names: Iterable[str], now_ms: int) -> Pointer | None:
+    """The pointer once the realtime rows of `names` are deleted (or they are maintained again); None
+    when none of them is retiring (any more): a write would move the pointer for nothing, and a
+    batch planned against it would lose its swap."""
+    done = set(names) & set(current.retiring)
+    return _moved(current, now_ms, retiring=[n for n in current.retiring if n not in done]) if done else None
+
+
+def retiring_now(current: Pointer, maintained: Iterable[str], replaying: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The retiring storage names whose realtime rows can be deleted now (no entry serves them, the
+    speed layer does not maintain them, no replay writes them: a replay that began before the
+    retirement holds its mark until its last write), and those maintained again (simply no longer
+    retiring). A name held by a replay stays retiring for a later clean-up."""
+    kept, held = set(maintained), set(replaying)
+    again = [n for n in current.retiring if n in kept]
+    todo = [n for n in current.retiring if n not in kept and n not in held and n not in current.entries]
+    return todo, again
 
 
 def _moved(current: Pointer, now_ms: int, **changes) -> Pointer:

@@ -107,6 +107,7 @@ def test_retiring_storage_names_are_kept_until_their_rows_are_deleted():
     assert retired.entry("page_views") is None and retired.retiring == ("page_views",)
     assert Pointer.from_doc(retired.to_doc()).retiring == ("page_views",)
     assert retiring_done(retired, ["page_views"], 4).retiring == ()
+    assert retiring_done(retired, ["other"], 4) is None, "nothing to take off: the pointer does not move"
     assert retiring_marked(retired, ["page_views"], 5) is None, "already retiring"
     assert retiring_marked(retired, ["other"], 5).retiring == ("other", "page_views")
 
@@ -119,3 +120,14 @@ def test_a_full_run_retires_what_it_dropped_and_the_aliases_to_it():
     assert set(full.retiring) == {"page_views", NEW} and full.aliases == {}
     again = advance(full, version=4, run_id="r", cutoff_ms=180_000, views=[NEW], full=False, stats={}, now_ms=3)
     assert again.retiring == ("page_views",), "a storage name written again is live, not retiring"
+
+
+def test_a_retiring_name_a_replay_holds_keeps_its_rows_until_a_later_clean_up():
+    from stores.pointer import retire, retiring_now
+
+    switched = switch(Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")}), "page_views", NEW, 1)
+    assert retiring_now(switched, maintained=[], replaying=[]) == ([], []), "its entry still serves"
+    retired = retire(switched, ["page_views"], 3)
+    assert retiring_now(retired, maintained=[], replaying=[]) == (["page_views"], [])
+    assert retiring_now(retired, maintained=[], replaying=["page_views"]) == ([], []), "the replay still writes it"
+    assert retiring_now(retired, maintained=["page_views"], replaying=[]) == ([], ["page_views"]), "maintained again"

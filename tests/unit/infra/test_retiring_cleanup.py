@@ -1,0 +1,94 @@
+"""`delete_retiring` (what `views apply` and `lambdactl clean-realtime` run): which retiring storage
+names lose their realtime rows, read against the speed layer's marker and the replay marks before
+and after the settle wait. The stores are stand-ins here (what each one answers is set per case);
+tests/integration/api/test_view_definition_change.py runs it on the real stack."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import lambdactl.batch as batch
+from stores.checkpoints import Marker
+from stores.pointer import Pointer, ViewEntry, retire
+
+RETIRED = retire(
+    Pointer({"page_views": ViewEntry("pv_1", 1, 60_000), "old": ViewEntry("old_1", 1, 60_000)}), ["old"], 1
+)
+
+
+class OneStore:
+    def __init__(self, pointer: Pointer):
+        self.value = pointer
+
+    def pointer(self) -> Pointer:
+        return self.value
+
+    def swap(self, current: Pointer, new: Pointer) -> None:
+        assert current == self.value
+        self.value = new
+
+
+@pytest.fixture
+def stores(monkeypatch):
+    """Stand-ins for the stores delete_retiring reads: `markers` and `marks` are answered in turn
+    (the last one again), `deleted` records the clean-ups."""
+    import stores.checkpoints
+    import stores.realtime_cleanup
+    import stores.registry
+    import stores.replays
+
+    state = SimpleNamespace(store=OneStore(RETIRED), markers=[], marks=[], deleted=[], settled=0)
+
+    def answer(queue):
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    monkeypatch.setattr(stores.registry, "version_store", lambda settings: state.store)
+    monkeypatch.setattr(stores.checkpoints, "read_marker", lambda settings: answer(state.markers))
+    monkeypatch.setattr(stores.replays, "read_marks", lambda settings: answer(state.marks))
+
+    def delete_absorbed(settings, cutoffs):
+        state.deleted.append(sorted(cutoffs))
+        return SimpleNamespace(complete=True, summary=lambda: "ok")
+
+    monkeypatch.setattr(stores.realtime_cleanup, "delete_absorbed", delete_absorbed)
+    monkeypatch.setattr(
+        batch, "settle_after_swap", lambda settings, pointer: setattr(state, "settled", state.settled + 1)
+    )
+    return state
+
+
+def marker(*views: str) -> Marker:
+    return Marker(60, 0, views=dict.fromkeys(views, 0))
+
+
+def test_a_retired_name_loses_its_rows_and_leaves_the_list(stores):
+    stores.markers, stores.marks = [marker("page_views")], [{}]
+    batch.delete_retiring(None)
+    assert stores.deleted == [["old"]] and stores.settled == 1
+    assert stores.store.value.retiring == ()
+
+
+def test_a_name_a_replay_holds_keeps_its_rows_and_stays_retiring(stores):
+    stores.markers, stores.marks = [marker("page_views")], [{"old": object()}]
+    batch.delete_retiring(None)
+    assert stores.deleted == [] and stores.store.value == RETIRED, "nothing deleted, the pointer did not move"
+
+
+def test_a_replay_that_took_its_mark_during_the_settle_wait_keeps_the_rows(stores):
+    stores.markers, stores.marks = [marker("page_views")], [{}, {"old": object()}]
+    batch.delete_retiring(None)
+    assert stores.settled == 1 and stores.deleted == [] and stores.store.value.retiring == ("old",)
+
+
+def test_a_name_maintained_again_during_the_settle_wait_keeps_its_rows_and_is_live(stores):
+    stores.markers, stores.marks = [marker("page_views"), marker("page_views", "old")], [{}]
+    batch.delete_retiring(None)
+    assert stores.deleted == [] and stores.store.value.retiring == ()
+
+
+def test_a_marker_that_lists_no_views_deletes_nothing(stores):
+    stores.markers, stores.marks = [Marker(60, 0, views=None)], [{}]
+    batch.delete_retiring(None)
+    assert stores.deleted == [] and stores.store.value == RETIRED
