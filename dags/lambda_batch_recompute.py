@@ -96,7 +96,8 @@ def _params() -> dict:
             description="views to recompute (none chosen: all); `lambdactl batch` refuses undeclared ones",
             # Offered as a multi-select (examples) of the declared views, and only those (the enum):
             # Airflow refuses a run naming another one, naming it. A view `lambdactl views apply`
-            # just added is offered from the DAG's next parse (dag_processor.refresh_interval).
+            # just added is offered from the DAG's next parse (dag_processor.min_file_process_interval,
+            # 30 s); a run whose view is removed meanwhile fails at its next task, naming it.
             items={"type": "string", **({"enum": VIEWS} if VIEWS else {})},
             **({"examples": VIEWS} if VIEWS else {}),
         ),

@@ -6,9 +6,18 @@ from datetime import UTC, datetime
 from functools import lru_cache
 
 
-@lru_cache(maxsize=16_384)  # answers format the same bucket starts again and again
 def iso_s(seconds: int | float) -> str:
     """Epoch seconds → `2026-01-01T00:00:00Z`."""
+    whole = int(seconds // 1)
+    return _iso_whole(whole) if whole == seconds else _format(seconds)
+
+
+@lru_cache(maxsize=16_384)  # answers format the same bucket starts again and again
+def _iso_whole(seconds: int) -> str:
+    return _format(seconds)
+
+
+def _format(seconds: int | float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

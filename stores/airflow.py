@@ -14,6 +14,10 @@ def base_url(settings: Settings) -> str:
     return f"http://{settings.airflow.host}:{settings.airflow.port}"
 
 
+class AirflowRefused(RuntimeError):
+    """Airflow refused the request as asked (400 or 422), e.g. a run's params its DAG does not accept."""
+
+
 class AirflowClient:
     """The bits of Airflow's REST API (v2) the platform uses."""
 
@@ -39,7 +43,8 @@ class AirflowClient:
         headers = {**(headers or {}), "Authorization": f"Bearer {self.token()}"}
         resp = self.http.request(method, path, headers=headers, **kwargs)
         if resp.status_code >= 400:
-            raise RuntimeError(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}")
+            error = AirflowRefused if resp.status_code in (400, 422) else RuntimeError
+            raise error(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}")
         return resp.json() if resp.content else {}
 
     def dag(self, dag_id: str) -> dict:

@@ -55,7 +55,7 @@ def _trigger(settings: Settings, body: RecomputeRequest) -> str:
     status_code=202,
     summary="Trigger lambda_batch_recompute in Airflow; the run id",
     response_model=None,
-    responses={202: {"model": RecomputeStarted}, **error_responses(401, 413, 422, 503)},
+    responses={202: {"model": RecomputeStarted}, **error_responses(401, 409, 413, 422, 503)},
     openapi_extra={
         "requestBody": {
             "required": False,
@@ -78,8 +78,18 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
     if unknown:
         declared = ", ".join(request.app.state.views.names())
         raise ApiError(422, f"views: unknown view(s) {[u[:100] for u in unknown[:5]]}; declared views: {declared}")
+    from stores.airflow import AirflowRefused
+
     try:
         run_id = await run_in_threadpool(_trigger, settings, body)
+    except AirflowRefused as exc:
+        log.warning("Airflow refused a run of %s: %s", settings.airflow.dag_id, exc)
+        raise ApiError(
+            409,
+            f"Airflow's {settings.airflow.dag_id} does not accept this run yet: it offers a view once it has "
+            "parsed the declared views again (every 30 s or so); try again shortly",
+            component="airflow",
+        ) from None
     except Exception as exc:
         log.warning("triggering %s failed: %s: %s", settings.airflow.dag_id, type(exc).__name__, exc)
         raise ApiError(503, "Airflow did not accept the run; try again shortly", component="airflow") from None
