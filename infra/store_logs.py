@@ -60,8 +60,10 @@ def logback_rolling(console: str, log_file: Path, max_bytes: int, backups: int) 
         f"      <fileNamePattern>{path}.%i</fileNamePattern><minIndex>1</minIndex>"
         f"<maxIndex>{min(backups, _LOGBACK_MAX_WINDOW)}</maxIndex>\n"
         "    </rollingPolicy>\n"
+        # checkIncrement: logback 1.5 (Cassandra 5.0.7) looks at the file's size only this often
+        # (by default once a minute, so a busy minute overshot the limit many times over).
         '    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">'
-        f"<maxFileSize>{max_bytes}</maxFileSize></triggeringPolicy>\n"
+        f"<maxFileSize>{max_bytes}</maxFileSize><checkIncrement>1 second</checkIncrement></triggeringPolicy>\n"
         f"    <encoder><pattern>{pattern.group(1)}</pattern></encoder>\n"
         "  </appender>"
     )
