@@ -14,6 +14,10 @@ export LAMBDA_ENVIRONMENT ?= development
 # Spark jobs in local mode (0 workers) unless a target asks for the local standalone cluster.
 export LAMBDA_SPARK__CLUSTER__WORKERS ?= 0
 CLUSTER_WORKERS ?= 1
+# The Spark mode the persisted settings hold, and persisting the settings in force (test-cluster
+# sets the mode back afterwards, so `make unit` and the next `up` run as before).
+SETTINGS_WORKERS = from definitions.settings import get_settings; print(get_settings().spark.cluster.workers)
+SETTINGS_PERSIST = from definitions.settings import get_settings; from definitions.settings_store import persist; persist(get_settings())
 CLUSTER_TESTS = tests/integration/api/test_end_to_end.py tests/integration/infra/test_spark_cluster.py
 LAMBDACTL = $(VENV)/bin/lambdactl
 PYTEST_ARGS ?=
@@ -36,11 +40,14 @@ test: setup  ## every test: unit, then integration against the real local stack 
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 	$(MAKE) test-cluster
 
-test-cluster: setup  ## the end-to-end exactness test with every Spark job on a local Spark standalone cluster (restarts the stack in that mode; leaves it down)
+test-cluster: setup  ## the end-to-end exactness test with every Spark job on a local Spark standalone cluster (restarts the stack in that mode; leaves it down, set back to the mode it had)
 	$(LAMBDACTL) down
-	LAMBDA_SPARK__CLUSTER__WORKERS=$(CLUSTER_WORKERS) $(LAMBDACTL) up
-	LAMBDA_SPARK__CLUSTER__WORKERS=$(CLUSTER_WORKERS) $(VENV)/bin/pytest $(CLUSTER_TESTS) $(PYTEST_ARGS)
-	$(LAMBDACTL) down
+	@workers=$$($(VENV)/bin/python -c "$(SETTINGS_WORKERS)"); \
+	LAMBDA_SPARK__CLUSTER__WORKERS=$(CLUSTER_WORKERS) $(LAMBDACTL) up \
+	&& LAMBDA_SPARK__CLUSTER__WORKERS=$(CLUSTER_WORKERS) $(VENV)/bin/pytest $(CLUSTER_TESTS) $(PYTEST_ARGS); \
+	status=$$?; $(LAMBDACTL) down; \
+	LAMBDA_SPARK__CLUSTER__WORKERS=$$workers $(VENV)/bin/python -c "$(SETTINGS_PERSIST)" \
+	&& echo "spark.cluster.workers persisted back to $$workers"; exit $$status
 
 unit: setup  ## the tests that need no service (tests/unit), in about a minute
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
