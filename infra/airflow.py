@@ -6,7 +6,8 @@ components (API server, scheduler, DAG processor) run as three programs of the s
 that dies is restarted on its own (under `airflow standalone` a dead child stayed dead while its
 parent ran on); no triggerer, as no task of the DAG defers (its sensor reschedules). SQLite in
 AIRFLOW_HOME by default (any SQLAlchemy URL from settings), the LocalExecutor, the repository's
-dags/ folder, and the simple auth manager with the password from settings. Its tasks call the platform through `lambdactl` in the platform's virtualenv.
+dags/ folder, and the simple auth manager with the password from settings. Its tasks call the
+platform through `lambdactl` in the platform's virtualenv.
 
 `python -m infra.airflow COMPONENT` (what `lambdactl up` runs, one program per component)
 prepares AIRFLOW_HOME and execs that component. The API server's program first brings the

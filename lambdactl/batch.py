@@ -177,11 +177,12 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
     pointer = pointer or store.pointer()
     if pointer is None or not pointer.retiring:
         return
-    todo, _ = _retiring_now(settings, pointer, say=True)
+    todo, again = _retiring_now(settings, pointer, say=True)
     if todo:
         settle_after_swap(settings, pointer)
         # Read again after the wait: a name maintained or replayed meanwhile keeps its rows.
-        todo = sorted(set(todo) & set(_retiring_now(settings, pointer)[0]))
+        after, again = _retiring_now(settings, pointer)
+        todo = sorted(set(todo) & set(after))
     if todo:
         everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
         cleanup = delete_absorbed(settings, dict.fromkeys(todo, everything))
@@ -190,9 +191,9 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
             todo = []
         else:
             _say(f"realtime rows of retired {', '.join(todo)} deleted: {cleanup.summary()}")
-    # Maintained again: read once more, just before the pointer moves (another apply may have
-    # marked one retiring again meanwhile, about to stop maintaining it).
-    again = _retiring_now(settings, pointer)[1]
+        # Maintained again: read once more after the deletion, just before the pointer moves
+        # (another apply may have marked one retiring again meanwhile, about to stop maintaining it).
+        again = _retiring_now(settings, pointer)[1]
     done = [*todo, *again]
     if done:
         move_pointer(store, lambda p: retiring_done(p, done, int(time.time() * 1000)), "run the clean-up again")

@@ -394,49 +394,38 @@ class RealtimeReader:
         min_ingest_bucket: int,
         with_sketches: bool = False,
     ) -> dict[int, RealtimeCell]:
-        from cassandra.concurrent import execute_concurrent_with_args
-
         params = [
             (view, granularity, key, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)
         ]
         out: dict[int, RealtimeCell] = {}
-        for _ok, result in execute_concurrent_with_args(
-            self.session,
-            self.series_stmt,
-            params,
-            concurrency=16,
-            raise_on_first_error=True,
-            execution_profile=self.tuples,
-        ):
-            for event_bucket, _ingest_bucket, value, sketch in result:
-                cell = out.setdefault(event_bucket, RealtimeCell(sketches=[] if with_sketches else None))
-                cell.value += value
-                cell.ingest_buckets += 1
-                if cell.sketches is not None and sketch is not None:  # a list exactly when with_sketches
-                    cell.sketches.append(bytes(sketch))
+        for event_bucket, _ingest_bucket, value, sketch in self._rows(self.series_stmt, params):
+            cell = out.setdefault(event_bucket, RealtimeCell(sketches=[] if with_sketches else None))
+            cell.value += value
+            cell.ingest_buckets += 1
+            if cell.sketches is not None and sketch is not None:  # a list exactly when with_sketches
+                cell.sketches.append(bytes(sketch))
         return out
 
     def bucket(
         self, view: str, granularity: str, buckets: Sequence[int], min_ingest_bucket: int
     ) -> dict[int, dict[str, int]]:
         """{event bucket: {key: value summed over ingest buckets >= min}} for a by_bucket view."""
-        from cassandra.concurrent import execute_concurrent_with_args
-
         params = [(view, granularity, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)]
         out: dict[int, dict[str, int]] = {}
+        for event_bucket, key, value in self._rows(self.bucket_stmt, params):
+            keys = out.setdefault(event_bucket, {})
+            keys[key] = keys.get(key, 0) + value
+        return out
+
+    def _rows(self, statement, params: list[tuple]) -> Iterable[tuple]:
+        """The rows (plain tuples) of `statement` once per parameter tuple, sent concurrently."""
+        from cassandra.concurrent import execute_concurrent_with_args
+
         results = execute_concurrent_with_args(
-            self.session,
-            self.bucket_stmt,
-            params,
-            concurrency=16,
-            raise_on_first_error=True,
-            execution_profile=self.tuples,
+            self.session, statement, params, concurrency=16, raise_on_first_error=True, execution_profile=self.tuples
         )
         for _ok, result in results:
-            for event_bucket, key, value in result:
-                keys = out.setdefault(event_bucket, {})
-                keys[key] = keys.get(key, 0) + value
-        return out
+            yield from result
 
     def close(self) -> None:
         if self.cluster is not None:
