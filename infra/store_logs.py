@@ -60,10 +60,11 @@ def logback_rolling(console: str, log_file: Path, max_bytes: int, backups: int) 
         f"      <fileNamePattern>{path}.%i</fileNamePattern><minIndex>1</minIndex>"
         f"<maxIndex>{min(backups, _LOGBACK_MAX_WINDOW)}</maxIndex>\n"
         "    </rollingPolicy>\n"
-        # checkIncrement: logback 1.5 (Cassandra 5.0.7) looks at the file's size only this often
-        # (by default once a minute, so a busy minute overshot the limit many times over).
+        # checkIncrement: logback 1.5 (Cassandra 5.0.7) looks at the file's size only this often: by
+        # default once a minute, and even once a second let Cassandra's start-up write 2.5 times the
+        # limit. Zero looks at every event (one stat of the file per line, which Cassandra can afford).
         '    <triggeringPolicy class="ch.qos.logback.core.rolling.SizeBasedTriggeringPolicy">'
-        f"<maxFileSize>{max_bytes}</maxFileSize><checkIncrement>1 second</checkIncrement></triggeringPolicy>\n"
+        f"<maxFileSize>{max_bytes}</maxFileSize><checkIncrement>0 milliseconds</checkIncrement></triggeringPolicy>\n"
         f"    <encoder><pattern>{pattern.group(1)}</pattern></encoder>\n"
         "  </appender>"
     )
