@@ -3,8 +3,7 @@
 1. Cutoff T: the last ingest-bucket boundary the archiver's completeness marker covers (or the
    one asked for, refused if not covered). T never goes backwards.
 2. Read the master dataset for ingest_time < T, keep one copy of each event_id (the first
-   archived), compute every view at every granularity from its declaration (each computation
-   once: batch_layer/computations.py).
+   archived), compute every view at every granularity from its declaration.
 3. Write each view into new HBase tables for version N (batched puts from the Spark tasks),
    verify them against the computation (row count and value checksum per table),
 4. then move the pointer entries of the views it recomputed (table, version, cutoff, run id,
@@ -27,7 +26,6 @@ from datetime import UTC, datetime
 
 import psutil
 
-from batch_layer.computations import computations
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
@@ -39,7 +37,6 @@ from stores.batch_writer import (
     TableStats,
     VerificationError,
     create_table,
-    flush_table,
     verify_table,
     write_partitions,
 )
@@ -188,17 +185,18 @@ def run_batch(
         events = deduplicated_events(spark, settings, cutoff).cache()
         n_events = events.count()
         log.info("%d distinct events ingested before the cutoff", n_events)
-        tables: dict[str, TableStats] = {view.name: TableStats() for view in selected}
+        tables: dict[str, TableStats] = {}
         for view in selected:
-            create_table(settings, layout.table_name(view, version))
-        for view, granularity, computed in computations(events, selected):
-            stats = write_partitions(settings, layout.table_name(view, version), view, granularity, computed)
-            tables[view.name] = tables[view.name] + stats
-            log.info("%s/%s: %d cells written", view.name, granularity, stats.cells)
-        for view in selected:
-            name, expected = layout.table_name(view, version), tables[view.name]
-            flush_table(settings, name)
+            name = layout.table_name(view, version)
+            create_table(settings, name)
+            expected = TableStats()
+            for granularity in view.granularities:
+                computed = view.compute(events, granularity)
+                stats = write_partitions(settings, name, view, granularity, computed)
+                expected = expected + stats
+                log.info("%s/%s: %d cells written", view.name, granularity, stats.cells)
             verify_table(settings, name, view, expected)
+            tables[view.name] = expected
             log.info(
                 "%s verified: %d rows, %d cells, checksum %d", name, expected.rows, expected.cells, expected.checksum
             )

@@ -11,7 +11,6 @@ from unittest import mock
 from batch_dataset import cutoff_ms  # bench/ itself: the scripts run as files
 
 from batch_layer import job
-from batch_layer.computations import computation_of, computations
 from definitions.events import FIELDS
 from definitions.settings import Settings
 from definitions.views import BUILT_IN, GRANULARITIES, View
@@ -28,16 +27,24 @@ def spark_events(spark, settings: Settings, url: str):
     return events, events.count()
 
 
+def cached_stats(view: View, computed) -> TableStats:
+    """What write_partitions does before its puts: cache the view and take the verified figures."""
+    computed = computed.cache()
+    try:
+        return computed_stats(view, computed)
+    finally:
+        computed.unpersist()
+
+
 def spark_recompute(spark, settings: Settings, url: str) -> dict:
-    """The job's computations (each once: batch_layer/computations.py), reduced to the figures the
-    job verifies, as write_partitions does before its puts."""
     started = time.monotonic()
     events, distinct = spark_events(spark, settings, url)
     dedup_s = time.monotonic() - started
     stats = {}
     try:
-        for view, granularity, computed in computations(events, BUILT_IN):
-            stats[f"{view.name}/{granularity}"] = computed_stats(view, computed)
+        for view in BUILT_IN:
+            for granularity in view.granularities:
+                stats[f"{view.name}/{granularity}"] = cached_stats(view, view.compute(events, granularity))
     finally:
         events.unpersist(blocking=True)
     total = time.monotonic() - started
@@ -53,16 +60,9 @@ def spark_recompute(spark, settings: Settings, url: str) -> dict:
 # --- DuckDB: the same computation ------------------------------------------------------------------
 
 
-def duckdb_view(view: View, granularity: str, finer: tuple[str, int] | None) -> str:
-    """The SELECT of a view at one granularity: from the events, or (an additive view) rolled up
-    from `finer` = (temp table, its bucket size), as batch_layer/computations.py does."""
+def duckdb_sql(view: View, granularity: str) -> str:
+    """The view at one granularity, reduced to (rows, cells, checksum) as cached_stats does."""
     size = GRANULARITIES[granularity]
-    if finer is not None:
-        keys = ", ".join(view.keys)
-        return (
-            f"SELECT {keys}, CAST(floor(event_bucket / {size}) * {size} AS BIGINT) AS event_bucket,"
-            f" CAST(sum(value) AS BIGINT) AS value FROM {finer[0]} GROUP BY ALL"
-        )
     value = {
         "count": "count(*)",
         "sum": f"CAST(sum({view.column}) AS BIGINT)",
@@ -73,37 +73,12 @@ def duckdb_view(view: View, granularity: str, finer: tuple[str, int] | None) -> 
     column = {k: f"CASE WHEN schema_version < {since[k]} THEN '{v}' ELSE {k} END" for k, v in view.defaults}
     key = lambda k: column.get(k, k)  # noqa: E731
     where = " AND ".join([f"({view.where})" if view.where else "TRUE", *[f"{key(k)} IS NOT NULL" for k in view.keys]])
+    rows = "count(*)" if view.layout == "by_key" else "count(DISTINCT event_bucket)"
     return (
-        f"SELECT {', '.join(f'{key(k)} AS {k}' for k in view.keys)}, CAST(floor(epoch(event_time) / {size}) * {size} AS BIGINT) AS event_bucket, {value} AS value"
-        f" FROM events WHERE {where} GROUP BY ALL"
+        f"SELECT {rows}, count(*), coalesce(sum(value), 0) FROM ("
+        f" SELECT {', '.join(f'{key(k)} AS {k}' for k in view.keys)}, CAST(floor(epoch(event_time) / {size}) * {size} AS BIGINT) AS event_bucket, {value} AS value"
+        f" FROM events WHERE {where} GROUP BY ALL)"
     )
-
-
-def duckdb_views(con) -> dict[str, TableStats]:
-    """Every built-in view at every granularity, with the job's plan (each computation once, additive
-    views rolled up), reduced to (rows, cells, checksum) as computed_stats does."""
-    groups: dict[tuple, list[View]] = {}
-    for view in BUILT_IN:
-        groups.setdefault(computation_of(view), []).append(view)
-    stats = {}
-    for number, members in enumerate(groups.values()):
-        first, finer = members[0], None
-        for granularity in sorted({g for v in members for g in v.granularities}, key=GRANULARITIES.__getitem__):
-            size = GRANULARITIES[granularity]
-            rolled = finer if finer is not None and first.additive and size % finer[1] == 0 else None
-            table = f"view_{number}_{granularity}"
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {duckdb_view(first, granularity, rolled)}")
-            for view in members:
-                if granularity in view.granularities:
-                    rows = "count(*)" if view.layout == "by_key" else "count(DISTINCT event_bucket)"
-                    found = con.execute(f"SELECT {rows}, count(*), coalesce(sum(value), 0) FROM {table}").fetchone()
-                    stats[f"{view.name}/{granularity}"] = TableStats(*(int(x) for x in found))
-            if finer is not None:
-                con.execute(f"DROP TABLE {finer[0]}")
-            finer = (table, size)
-        if finer is not None:
-            con.execute(f"DROP TABLE {finer[0]}")
-    return stats
 
 
 def duckdb_recompute(con, folder: Path) -> dict:
@@ -117,7 +92,11 @@ def duckdb_recompute(con, folder: Path) -> dict:
     """)
     distinct = con.execute("SELECT count(*) FROM events").fetchone()[0]
     dedup_s = time.monotonic() - started
-    stats = duckdb_views(con)
+    stats = {}
+    for view in BUILT_IN:
+        for granularity in view.granularities:
+            rows, cells, checksum = con.execute(duckdb_sql(view, granularity)).fetchone()
+            stats[f"{view.name}/{granularity}"] = TableStats(int(rows), int(cells), int(checksum))
     total = time.monotonic() - started
     con.execute("DROP TABLE events")
     return {

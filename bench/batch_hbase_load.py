@@ -12,7 +12,7 @@ from batch_engines import spark_events  # bench/ itself: the scripts run as file
 from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, UNIQUE_VISITORS, View
 from stores import batch_layout as layout
-from stores.batch_writer import TableStats, create_table, flush_table, verify_table, write_partitions
+from stores.batch_writer import TableStats, create_table, verify_table, write_partitions
 from stores.clients import hbase_connection
 
 log = logging.getLogger("bench.batch")
@@ -39,15 +39,13 @@ def load_view(
     verify: bool,
     granularities: tuple[str, ...] | None = None,
 ) -> tuple[int, float]:
-    """Write `view` (every granularity by default) into a fresh table `name` and flush it, as the job does,
-    then drop it; (cells, seconds of writing and flushing)."""
+    """Write `view` (every granularity by default) into a fresh table `name`, then drop it; (cells, seconds)."""
     create_table(settings, name)
     try:
         started = time.monotonic()
         written = TableStats()
         for granularity in granularities or view.granularities:
             written = written + write_partitions(settings, name, view, granularity, computed[(view.name, granularity)])
-        flush_table(settings, name)  # the job's load ends with it (the puts skip the write-ahead log)
         seconds = time.monotonic() - started
         if verify:
             verify_table(settings, name, view, written)

@@ -36,25 +36,10 @@ def create_table(settings: Settings, name: str) -> None:
         conn.close()
 
 
-def flush_table(settings: Settings, name: str) -> None:
-    """Make a loaded table's cells durable: puts sent without the write-ahead log are in the region
-    servers' memory only until a flush, and closing a region flushes it (disable, then enable;
-    HBase's Thrift API has no flush call). Done before the table is verified, hence before it serves."""
-    conn = hbase_connection(settings, timeout_s=120)
-    try:
-        conn.disable_table(name)
-        conn.enable_table(name)
-    finally:
-        conn.close()
-
-
 def _write_partition(settings: Settings, table: str, view: View, granularity: str, rows) -> None:
     conn = hbase_connection(settings, timeout_s=60)
     try:
-        # Without the write-ahead log: the table is new and serves nothing until the run has flushed
-        # it to store files (flush_table) and scanned it back; a region server lost before the flush
-        # loses cells the verification then misses, and the run fails instead of serving them.
-        with conn.table(table).batch(batch_size=settings.batch.put_batch_size, wal=False) as batch:
+        with conn.table(table).batch(batch_size=settings.batch.put_batch_size) as batch:
             for row in rows:
                 keys = [row[k] for k in view.keys]
                 data = {layout.column(view, keys): layout.encode_int(row["value"])}
@@ -79,17 +64,14 @@ def computed_stats(view: View, computed) -> TableStats:
 
 
 def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> TableStats:
-    """Write one granularity of a view; what was written (the figures verification checks). A frame
-    the caller cached stays cached (batch_layer.computations releases it when done with it)."""
-    owned = not computed.is_cached
+    """Write one granularity of a view; what was written (the figures verification checks)."""
     computed = computed.cache()
     try:
         stats = computed_stats(view, computed)
         computed.foreachPartition(functools.partial(_write_partition, settings, table, view, granularity))
         return stats
     finally:
-        if owned:
-            computed.unpersist()
+        computed.unpersist()
 
 
 def table_stats(settings: Settings, table: str, view: View) -> TableStats:
