@@ -4,7 +4,9 @@ For each route, `hey` sends `--rate` requests/s (its `--workers` connections, ea
 rate/workers per second, keep-alive) for `--duration` seconds at the running API after a short
 warm-up; every request's latency and status come back as CSV. Printed per route: the rate asked and
 achieved, p50 / p90 / p99 / max latency, and the errors (any status but 200, or no answer). hey runs
-on the same 2 cores as the stack, so it is part of the load. Measures page_views at 500/s and
+on the same 2 cores as the stack, so it is part of the load. hey's connections send in lockstep (a
+burst of all of them at each tick); each route is measured that way and again with the connections
+split among `--stagger` hey processes started apart, whose bursts interleave. Measures page_views at 500/s and
 top_pages at 200/s by default (issue targets: p99 ≤ 15 ms and ≤ 30 ms, 0 errors).
 
     .venv/bin/python bench/api_load.py --json /tmp/bench_api_load.json
@@ -36,32 +38,56 @@ ROUTES: dict[str, tuple[str, int]] = {  # route: (path, default rate)
 }
 
 
-def hey(url: str, rate: int, workers: int, duration_s: int) -> list[tuple[float, int]]:
-    """(latency s, status; 0: no answer) of every request hey sent."""
-    workers = max(1, min(workers, rate))
-    per_worker = rate / workers
-    cmd = ["hey", "-z", f"{duration_s}s", "-c", str(workers), "-q", f"{per_worker:g}", "-t", "10", "-o", "csv", url]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=duration_s + 60)
-    if done.returncode != 0:
-        raise SystemExit(f"hey failed ({done.returncode}): {done.stderr.strip()[:500]}")
+def _samples(text: str) -> list[tuple[float, int]]:
     out = []
-    for row in csv.DictReader(io.StringIO(done.stdout)):
+    for row in csv.DictReader(io.StringIO(text)):
         status = row.get("status-code") or "0"
         out.append((float(row["response-time"]), int(status) if status.isdigit() else 0))
     return out
 
 
-def measure(base: str, route: str, path: str, rate: int, workers: int, duration_s: int, warmup_s: int) -> dict:
+def hey(url: str, rate: int, workers: int, duration_s: int, groups: int = 1) -> list[tuple[float, int]]:
+    """(latency s, status; 0: no answer) of every request sent.
+
+    hey's workers each send on a ticker of their own, all started together: its `workers`
+    connections send in lockstep, a burst of `workers` requests every workers/rate seconds. With
+    `groups` > 1 the connections are split among that many hey processes started that far apart
+    divided by `groups` (a burst of workers/groups every workers/rate/groups seconds): the same rate
+    from clients that are not synchronised."""
+    workers = max(1, min(workers, rate))
+    groups = max(1, min(groups, workers))
+    per_worker = rate / workers
+    period_s = 1 / per_worker
+    procs = []
+    for i in range(groups):
+        connections = workers // groups + (1 if i < workers % groups else 0)
+        cmd = ["hey", "-z", f"{duration_s}s", "-c", str(connections), "-q", f"{per_worker:g}", "-t", "10", "-o", "csv"]
+        if i:
+            time.sleep(period_s / groups)  # the next group's ticks fall between the earlier ones'
+        procs.append(subprocess.Popen([*cmd, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=duration_s + 60)
+        if proc.returncode != 0:
+            raise SystemExit(f"hey failed ({proc.returncode}): {stderr.strip()[:500]}")
+        out += _samples(stdout)
+    return out
+
+
+def measure(
+    base: str, route: str, path: str, rate: int, workers: int, duration_s: int, warmup_s: int, groups: int = 1
+) -> dict:
     url = base + path
     if warmup_s:
         hey(url, max(1, rate // 4), workers, warmup_s)
     started = time.monotonic()
-    samples = hey(url, rate, workers, duration_s)
+    samples = hey(url, rate, workers, duration_s, groups)
     wall = time.monotonic() - started
     ok = [latency * 1000 for latency, status in samples if status == 200]
     errors = len(samples) - len(ok)
     return {
         "route": route,
+        "arrivals": "lockstep" if groups == 1 else f"{groups} groups",
         "rate_asked": rate,
         "rate_achieved": round(len(samples) / duration_s, 1),
         "requests": len(samples),
@@ -77,11 +103,11 @@ def measure(base: str, route: str, path: str, rate: int, workers: int, duration_
 def report(results: list[dict], duration_s: int) -> str:
     lines = [
         f"API at a fixed rate (hey, {duration_s}s per route, keep-alive, loopback)",
-        f"{'route':<14} {'asked/s':>8} {'got/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}",
+        f"{'route':<14} {'arrivals':>10} {'asked/s':>8} {'got/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}",
     ]
     for r in results:
         lines.append(
-            f"{r['route']:<14} {r['rate_asked']:>8} {fmt(r['rate_achieved'], 1):>8} {fmt(r['p50_ms'], 1):>8} "
+            f"{r['route']:<14} {r['arrivals']:>10} {r['rate_asked']:>8} {fmt(r['rate_achieved'], 1):>8} {fmt(r['p50_ms'], 1):>8} "
             f"{fmt(r['p90_ms'], 1):>8} {fmt(r['p99_ms'], 1):>8} {fmt(r['max_ms'], 1):>8} {r['errors']:>7}"
         )
     return "\n".join(lines) + "\n"
@@ -92,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--routes", default=",".join(ROUTES), help="comma-separated: " + ", ".join(ROUTES))
     parser.add_argument("--rate", type=int, default=None, help="requests/s for every route (default: per route)")
     parser.add_argument("--workers", type=int, default=50, help="hey's connections")
+    parser.add_argument(
+        "--stagger",
+        type=int,
+        default=10,
+        help="also measure with the connections split among this many hey processes started apart "
+        "(clients not in lockstep); 1: only hey's lockstep bursts",
+    )
     parser.add_argument("--duration", type=int, default=20, help="seconds per route")
     parser.add_argument("--warmup", type=int, default=3, help="seconds at a quarter of the rate first")
     parser.add_argument("--port", type=int, default=None)
@@ -110,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"unknown route {route!r}: one of {', '.join(ROUTES)}")
         path, rate = ROUTES[route]
         log.info("%s at %d req/s for %ds", route, args.rate or rate, args.duration)
-        results.append(measure(base, route, path, args.rate or rate, args.workers, args.duration, args.warmup))
+        for groups in sorted({1, max(1, args.stagger)}):
+            results.append(
+                measure(base, route, path, args.rate or rate, args.workers, args.duration, args.warmup, groups)
+            )
     emit({"routes": results, "duration_s": args.duration}, report(results, args.duration), args.json)
     return 0
 

@@ -64,7 +64,8 @@ def markdown(results: dict) -> str:
     for route in ((steps.get("api_load") or {}).get("result") or {}).get("routes", []):
         summary.append(
             [
-                f"`GET {route['route']}` at {route['rate_asked']} req/s asked (hey)",
+                f"`GET {route['route']}` at {route['rate_asked']} req/s asked (hey, "
+                f"{route.get('arrivals', 'lockstep')} arrivals)",
                 f"{f(route['rate_achieved'], 1)} req/s served, p50 / p99 {f(route['p50_ms'], 1)} / "
                 f"{f(route['p99_ms'], 1)} ms, {route['errors']} errors",
             ]
