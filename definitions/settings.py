@@ -222,6 +222,12 @@ class ApiSettings(_Section):
     pointer_cache_s: float = Field(1.0, ge=0, le=10)
     # Memory for what queries read from batch tables (they never change once served); 0: none.
     batch_cache_mib: int = Field(64, ge=0)
+    # Memory for what queries read from the realtime store, kept until the store is written again
+    # (serving_layer.speed_cache); 0: none.
+    speed_cache_mib: int = Field(32, ge=0)
+    # How often, at most, the API asks the realtime store whether it was written since (one small
+    # read): an answer shows a realtime write at most this long after it ended.
+    realtime_check_s: float = Field(0.05, ge=0.005, le=1)
 
 
 class AirflowSettings(_Section):

@@ -56,11 +56,18 @@ class BatchPartCache:
                 return found[1]
             self.misses += 1
         value = read()  # outside the lock: a slow store does not hold up the cached answers
+        self.put(key, value)
+        return value
+
+    def put(self, key: Hashable, value: Any) -> None:
         size = approx_bytes(key) + approx_bytes(value)
-        if size <= self.max_bytes:
+        if 0 < size <= self.max_bytes:
             with self._lock:
                 self._cache[key] = (size, value)
-        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
 
     @property
     def bytes(self) -> int:

@@ -15,16 +15,17 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from definitions.settings import Settings
 from definitions.view_versions import unresolved_message
 from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
 from serving_layer.batch_cache import BatchPartCache
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
+from serving_layer.realtime_reads import RealtimeReads
 from serving_layer.speed_state import SpeedState
 from serving_layer.staleness import Horizon, stale_reason
 from serving_layer.switching import Switched, answering_view
+from serving_layer.unavailable import StoreUnavailable
 from serving_layer.view_states import ViewState, view_states
 from stores import registry
 from stores.batch_reader import BatchViewsUnavailable
@@ -34,20 +35,7 @@ from stores.pointer import NO_SOURCE, ViewSource
 from stores.view_lifecycle import Lifecycle
 from stores.view_versions import versions_of
 
-if TYPE_CHECKING:
-    from stores.adapters import RealtimeReaderAdapter
-
 log = logging.getLogger(__name__)
-
-
-class StoreUnavailable(RuntimeError):
-    """A store cannot be read. Its text names only the component, so it can be shown to a user;
-    `detail` (the driver's message: hosts, ports, Java exceptions) is for the log."""
-
-    def __init__(self, component: str, detail: str) -> None:
-        super().__init__(f"{component} cannot be read")
-        self.component = component
-        self.detail = detail
 
 
 class ViewBuilding(RuntimeError):
@@ -110,7 +98,7 @@ class ServingLayer:
         self.batch_views = registry.batch_view_reader(
             settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
         )
-        self._realtime: RealtimeReaderAdapter | None = None
+        self.realtime = RealtimeReads(settings)
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
         self.speed = SpeedState(settings)
@@ -119,23 +107,8 @@ class ServingLayer:
 
     # --- store access --------------------------------------------------------------------------
 
-    def _reader(self) -> RealtimeReaderAdapter:
-        with self._lock:
-            if self._realtime is None:
-                self._realtime = registry.realtime_reader(self.settings, timeout_s=5)
-            return self._realtime
-
-    def _reset_realtime(self) -> None:
-        with self._lock:
-            if self._realtime is not None:
-                try:
-                    self._realtime.close()
-                except Exception:  # a broken cluster object may fail to shut down; drop it anyway
-                    pass
-                self._realtime = None
-
     def close(self) -> None:
-        self._reset_realtime()
+        self.realtime.reset()
 
     def speed_marker(self) -> Marker | None:
         """The speed layer's checkpoint marker (serving_layer.speed_state)."""
@@ -311,16 +284,6 @@ class ServingLayer:
         except BatchViewsUnavailable as exc:
             raise StoreUnavailable("hbase", exc.detail) from exc
 
-    def _speed(self, fn, *args, attempts: int = 2):
-        for attempt in range(1, attempts + 1):
-            try:
-                return fn(self._reader(), *args)
-            except Exception as exc:
-                self._reset_realtime()
-                if attempt == attempts:
-                    log.warning("cassandra read failed: %s: %s", type(exc).__name__, exc)
-                    raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc
-
     # --- queries -------------------------------------------------------------------------------
 
     def series(
@@ -348,15 +311,20 @@ class ServingLayer:
         provenance = self._provenance(view, source)
         batch = self._batch_series(source, view, granularity, key_values, buckets)
         try:
-            realtime = self._speed(
-                lambda r: r.series(
+            key = key_text(key_values)
+            distinct = view.aggregation == "distinct"
+            realtime = self.realtime.kept(
+                (
+                    "series",
                     view.name,
                     granularity,
-                    key_text(key_values),
-                    buckets,
-                    cutoff_ms // 1000,
-                    with_sketches=view.aggregation == "distinct",
-                )
+                    key,
+                    buckets[0] if buckets else 0,
+                    len(buckets),
+                    cutoff_ms,
+                    distinct,
+                ),
+                lambda r: r.series(view.name, granularity, key, buckets, cutoff_ms // 1000, with_sketches=distinct),
             )
             speed = {b: SpeedCell(c.value, tuple(c.sketches or ())) for b, c in realtime.items()}
         except StoreUnavailable as exc:
@@ -396,7 +364,10 @@ class ServingLayer:
         batch = self._batch_top(source, view, granularity, buckets)
         speed: dict[str, int] = {}
         try:
-            per_bucket = self._speed(lambda r: r.bucket(view.name, granularity, buckets, cutoff_ms // 1000))
+            per_bucket = self.realtime.kept(
+                ("bucket", view.name, granularity, buckets[0] if buckets else 0, len(buckets), cutoff_ms),
+                lambda r: r.bucket(view.name, granularity, buckets, cutoff_ms // 1000),
+            )
             for values in per_bucket.values():
                 for key, value in values.items():
                     speed[key] = speed.get(key, 0) + value

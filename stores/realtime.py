@@ -27,6 +27,7 @@ from typing import Any, TypedDict
 
 from definitions.settings import Settings
 from stores.clients import cassandra_cluster
+from stores.realtime_writes import MarkReader, WriteMarks, create_statement
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ TABLES: dict[str, TableSpec] = {
 
 def schema(settings: Settings) -> list[str]:
     ks, options = settings.cassandra.keyspace, _with(table_options(settings))
-    return [spec.create(ks, options) for spec in TABLES.values()]
+    marks = create_statement(ks, settings.speed.gc_grace_s)  # stores.realtime_writes
+    return [spec.create(ks, options) for spec in TABLES.values()] + [marks]
 
 
 def ensure_keyspace(settings: Settings) -> None:
@@ -307,6 +309,7 @@ class RealtimeWriter:
         ensure_schema(settings, self.session)
         self.by_key = self.session.prepare(TABLES[BY_KEY].insert())
         self.by_bucket = self.session.prepare(TABLES[BY_BUCKET].insert())
+        self.marks = WriteMarks(self.session, "rows")
 
     def write(
         self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow], timestamp_us: int | None = None
@@ -314,7 +317,10 @@ class RealtimeWriter:
         """Upsert the rows with write timestamp `timestamp_us` (default: now). The speed layer gives
         every row of a micro-batch its batch's timestamp, larger than any earlier batch's: whichever
         process writes a row and whenever a late retry of an older batch lands, Cassandra keeps the
-        newest batch's value."""
+        newest batch's value. Once every row is stored, the write is marked (stores.realtime_writes):
+        readers that kept rows read before it then read again."""
+        if not by_key and not by_bucket:
+            return
         now = int(time.time() * 1000)
         ts = timestamp_us if timestamp_us is not None else now * 1000
         bound = [
@@ -332,6 +338,13 @@ class RealtimeWriter:
             [(batch, ()) for batch in batches],
             self.settings.speed.write_concurrency,
             self.settings.speed.store_outage_s,
+        )
+        execute_all_with_retries(
+            self.session,
+            [self.marks.next_mark()],
+            1,
+            self.settings.speed.store_outage_s,
+            "realtime write marks",
         )
 
     def _replicas(self, routing_key: bytes) -> tuple[str, ...]:
@@ -384,6 +397,12 @@ class RealtimeReader:
             f"SELECT event_bucket, key, value FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? "
             "AND event_bucket IN ? AND ingest_bucket >= ?"
         )
+        self.marks = MarkReader(session, self.tuples)
+
+    def generation(self) -> frozenset[tuple[str, int]]:
+        """Every writer's last write mark (stores.realtime_writes): while it is the same, no realtime
+        row was written or deleted since it was read."""
+        return self.marks.read()
 
     def series(
         self,

@@ -22,6 +22,7 @@ from definitions.settings import Settings
 from stores.clients import cassandra_cluster
 from stores.realtime import BY_BUCKET, BY_KEY, TABLES, execute_with_retries
 from stores.realtime_scan import Unreadable, scan
+from stores.realtime_writes import WriteMarks
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +122,12 @@ def _range_deletions(
 ) -> None:
     """Scan both realtime tables (`where`, `params`), and for the rows `keep` says, issue one range
     deletion `condition` (its `?` being `bound(row)`) per (partition key, clustering before the ingest
-    bucket); as of `timestamp_us` when given. Counts and unreadable ranges go into `result`."""
+    bucket); as of `timestamp_us` when given. Counts and unreadable ranges go into `result`. Marks
+    the deletions (stores.realtime_writes) once issued, so readers keeping rows read them again."""
     cluster = cassandra_cluster(settings, timeout_s=30)
     try:
         session = cluster.connect(settings.cassandra.keyspace)
+        marks = WriteMarks(session, "deletions")
         for table, (partition_key, clustering) in TARGETS.items():
             names = partition_key + clustering
             delete = session.prepare(
@@ -147,5 +150,8 @@ def _range_deletions(
                 )
                 result.rows_below_cutoff += len(kept)
                 result.deletions += len(targets)
+        if result.deletions:
+            statement, params = marks.next_mark()
+            execute_with_retries(session, statement, [params], concurrency=1, give_up_after_s=60, what="deletion marks")
     finally:
         cluster.shutdown()

@@ -9,12 +9,13 @@ from stores.realtime_cleanup import TARGETS
 
 
 def test_schema_declares_each_table_with_its_primary_key():
-    by_key, by_bucket = schema(Settings())
+    by_key, by_bucket, marks = schema(Settings())
     assert "realtime_by_key (view_name text, granularity text, key text, event_bucket bigint" in by_key
     assert "PRIMARY KEY ((view_name, granularity, key), event_bucket, ingest_bucket)) WITH" in by_key
     assert "sketch blob" in by_key and "sketch" not in by_bucket
     assert "PRIMARY KEY ((view_name, granularity, event_bucket), ingest_bucket, key)) WITH" in by_bucket
     assert "default_time_to_live = 259200" in by_key
+    assert "realtime_writes (shard int, writer text, generation bigint, PRIMARY KEY ((shard), writer))" in marks
 
 
 def test_the_writer_binds_every_column_in_declared_order():

@@ -61,7 +61,7 @@ def test_the_serving_layer_reads_through_the_chosen_adapters(recording):
     assert batch.calls == [("pointer_columns", ())], "no batch table serves yet: only the pointer is read"
     assert reader.calls == [("series", ("page_views", "hour", '["/a"]', [0, 3_600], 0))]
     assert answer.provenance.version is None and answer.series is not None
-    assert serving._reader() is reader, "the realtime reader is reused across queries"
+    assert serving.realtime.reader() is reader, "the realtime reader is reused across queries"
     serving.close()
     assert reader.closed
 

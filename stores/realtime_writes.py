@@ -1,0 +1,67 @@
+"""Marks of realtime writes: how a reader knows, with one small read, that no realtime row changed.
+
+Every writer of realtime rows (stores.realtime.RealtimeWriter: the speed layer's tasks, a replay;
+stores.realtime_cleanup: deletions) marks each finished write in `realtime_writes`: its writer id
+(unique to the writer object) and a number larger than any it marked before. A reader that reads
+the marks, then rows, and keeps what it read labelled with those marks, knows the rows can have
+changed since exactly when the marks differ: any write that ends after the marks were read is
+followed by a mark of a new number. So the serving layer keeps the speed part of answers until the
+marks move (serving_layer.speed_cache).
+
+The marks live in one partition, each row with a TTL (a writer that stopped long ago drops out;
+its row vanishing only makes a reader read again).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+TABLE = "realtime_writes"
+SHARD = 0  # every mark in one partition: one read returns them all
+MARK_TTL_S = 86_400
+
+
+def create_statement(keyspace: str, gc_grace_s: int) -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS {keyspace}.{TABLE} (shard int, writer text, generation bigint, "
+        f"PRIMARY KEY ((shard), writer)) WITH default_time_to_live = {MARK_TTL_S} "
+        f"AND gc_grace_seconds = {gc_grace_s}"
+    )
+
+
+class WriteMarks:
+    """One writer's marks: `mark()` after every write it finished."""
+
+    def __init__(self, session: Any, role: str) -> None:
+        self.session = session
+        self.writer = f"{role}:{uuid.uuid4().hex}"
+        self._last = 0
+        self._lock = threading.Lock()
+        self._insert = session.prepare(f"INSERT INTO {TABLE} (shard, writer, generation) VALUES ({SHARD}, ?, ?)")
+
+    def next_mark(self) -> tuple[Any, tuple[str, int]]:
+        """(statement, parameters) of the next mark: a number larger than any this writer marked."""
+        with self._lock:
+            self._last = max(time.time_ns() // 1000, self._last + 1)
+            return self._insert, (self.writer, self._last)
+
+    def mark(self) -> None:
+        self.session.execute(*self.next_mark())
+
+
+class MarkReader:
+    """Reads every writer's mark, as one comparable value."""
+
+    def __init__(self, session: Any, execution_profile: Any = None) -> None:
+        self.session = session
+        self.profile = execution_profile
+        self._select: Any = None  # prepared at the first read: a reader starts before the table exists
+
+    def read(self) -> frozenset[tuple[str, int]]:
+        if self._select is None:
+            self._select = self.session.prepare(f"SELECT writer, generation FROM {TABLE} WHERE shard = {SHARD}")
+        kwargs = {"execution_profile": self.profile} if self.profile is not None else {}
+        return frozenset((row[0], row[1]) for row in self.session.execute(self._select, **kwargs))
