@@ -35,6 +35,15 @@ def approx_bytes(value: Any) -> int:
     return _OBJECT
 
 
+class _Flight:
+    """A read under way, that other queries of the same key wait for."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False
+        self.value: Any = None
+
+
 class BatchPartCache:
     """Reads of immutable batch tables, kept up to `max_bytes` (least recently used go first)."""
 
@@ -42,11 +51,15 @@ class BatchPartCache:
         self.max_bytes = max_bytes
         self._cache: LRUCache = LRUCache(maxsize=max(1, max_bytes), getsizeof=lambda entry: entry[0])
         self._lock = threading.Lock()
+        self._flights: dict[Hashable, _Flight] = {}
         self.hits = 0
         self.misses = 0
+        self.shared = 0  # misses answered by a read another query had under way
 
     def get(self, key: Hashable, read: Callable[[], T]) -> T:
-        """The cached read for `key`, or `read()` kept for next time. A read that raises is not kept."""
+        """The cached read for `key`, or `read()` kept for next time. A read that raises is not kept.
+        Queries that miss the same key while it is being read wait for that read instead of reading
+        too (a popular query would otherwise reach the store once per concurrent request)."""
         if self.max_bytes <= 0:
             return read()
         with self._lock:
@@ -54,10 +67,25 @@ class BatchPartCache:
             if found is not None:
                 self.hits += 1
                 return found[1]
-            self.misses += 1
-        value = read()  # outside the lock: a slow store does not hold up the cached answers
-        self.put(key, value)
-        return value
+            flight = self._flights.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+                self.misses += 1
+            else:
+                self.shared += 1
+        if not leader:
+            flight.done.wait()
+            return flight.value if flight.ok else read()  # the read failed: fail (or succeed) on our own
+        try:
+            value = read()  # outside the lock: a slow store does not hold up the cached answers
+            flight.value, flight.ok = value, True
+            self.put(key, value)
+            return value
+        finally:
+            with self._lock:
+                self._flights.pop(key, None)
+            flight.done.set()
 
     def put(self, key: Hashable, value: Any) -> None:
         size = approx_bytes(key) + approx_bytes(value)

@@ -4,6 +4,7 @@ one exact. The stores are small in-memory adapters named in the settings (stores
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -260,3 +261,60 @@ def test_a_pointer_read_that_began_before_a_newer_one_was_cached_does_not_replac
     # A cached pointer past its life is replaced by any read (a re-made store starts generations anew).
     serving._pointer = (newer, time.monotonic() - 10)
     assert serving.pointer() is older
+
+
+def test_queries_missing_the_same_key_at_once_share_one_read():
+    cache = BatchPartCache(max_bytes=1 << 20)
+    started, release = threading.Event(), threading.Event()
+    reads: list[str] = []
+
+    def slow_read() -> dict:
+        reads.append("read")
+        started.set()
+        release.wait(5)
+        return {1: 1}
+
+    results: list = []
+    leader = threading.Thread(target=lambda: results.append(cache.get("k", slow_read)))
+    leader.start()
+    assert started.wait(5)
+    followers = [threading.Thread(target=lambda: results.append(cache.get("k", slow_read))) for _ in range(5)]
+    for f in followers:
+        f.start()
+    wait_for(
+        lambda: cache.shared == 5, "the five followers to wait for the read under way", timeout_s=5, interval_s=0.01
+    )
+    release.set()
+    for t in (leader, *followers):
+        t.join(5)
+    assert reads == ["read"] and results == [{1: 1}] * 6
+
+
+def test_a_failed_shared_read_leaves_each_waiting_query_to_read_on_its_own():
+    cache = BatchPartCache(max_bytes=1 << 20)
+    started, release = threading.Event(), threading.Event()
+
+    def failing_read() -> dict:
+        started.set()
+        release.wait(5)
+        raise RuntimeError("store down")
+
+    errors: list = []
+
+    def leader() -> None:
+        try:
+            cache.get("k", failing_read)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=leader)
+    first.start()
+    assert started.wait(5)
+    got: list = []
+    follower = threading.Thread(target=lambda: got.append(cache.get("k", lambda: {2: 2})))
+    follower.start()
+    wait_for(lambda: cache.shared == 1, "the follower to wait", timeout_s=5, interval_s=0.01)
+    release.set()
+    first.join(5)
+    follower.join(5)
+    assert len(errors) == 1 and got == [{2: 2}]
