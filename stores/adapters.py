@@ -43,7 +43,13 @@ class BatchViewReaderAdapter(Protocol):
 class RealtimeReaderAdapter(Protocol):
     """Setting `stores.realtime_reader`; built as `cls(settings, timeout_s=...)` by the serving layer
     when first needed. Any exception from a read makes the serving layer close it and build a new one,
-    then (on a second failure) answer 503 naming the realtime store."""
+    then (on a second failure) answer 503 naming the realtime store.
+
+    Optional: `generation() -> Hashable`, a value that changes whenever the store's rows may have
+    changed (the built-in reader returns stores.realtime_writes' marks). A reader that has it lets
+    the serving layer keep the speed part of answers until it changes; its writer (and every other
+    process that writes or deletes rows) must then change it after each write, as
+    stores.realtime.RealtimeWriter does. A reader without it is read at every query."""
 
     def series(
         self,
@@ -76,7 +82,8 @@ class RealtimeWriterAdapter(Protocol):
         self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow], timestamp_us: int | None = None
     ) -> None:
         """`timestamp_us`: the micro-batch's write time, larger for every later batch; a store that
-        keeps the latest write per row must keep the value with the larger one."""
+        keeps the latest write per row must keep the value with the larger one. Once the rows are
+        stored, whatever its reader's `generation()` returns must change."""
 
     def close(self) -> None: ...
 
