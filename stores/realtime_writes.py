@@ -33,10 +33,9 @@ def create_statement(keyspace: str, gc_grace_s: int) -> str:
 
 
 class WriteMarks:
-    """One writer's marks: `mark()` after every write it finished."""
+    """One writer's marks: execute `next_mark()` after every write it finished."""
 
     def __init__(self, session: Any, role: str) -> None:
-        self.session = session
         self.writer = f"{role}:{uuid.uuid4().hex}"
         self._last = 0
         self._lock = threading.Lock()
@@ -47,9 +46,6 @@ class WriteMarks:
         with self._lock:
             self._last = max(time.time_ns() // 1000, self._last + 1)
             return self._insert, (self.writer, self._last)
-
-    def mark(self) -> None:
-        self.session.execute(*self.next_mark())
 
 
 class MarkReader:
