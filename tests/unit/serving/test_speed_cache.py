@@ -206,3 +206,12 @@ def test_a_part_read_under_older_marks_never_answers_under_newer_ones():
     release.set()
     reader.join(5)
     assert cache.get("k", lambda: marks[0], lambda: pytest.fail("read again")) == "new"
+
+
+@pytest.mark.parametrize(
+    "api",
+    [{"speed_cache_mib": -1}, {"realtime_check_s": 0}, {"realtime_check_s": 5}, {"realtime_check_s": "soon"}],
+)
+def test_speed_cache_settings_out_of_range_are_refused(api):
+    with pytest.raises(ValueError, match="speed_cache_mib|realtime_check_s"):
+        Settings(ingest_bucket_s=HOUR, api=api)
