@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from contextlib import asynccontextmanager
@@ -12,13 +13,14 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from api import errors
 from api.metrics import ApiMetrics
 from api.middleware import HeadersAndLatency
 from api.routes import admin, events, health, reports
-from api.views_install import install_views
+from api.views_install import install_views, reload_views
+from api.worker_sync import WorkerSync
 from definitions.settings import DEFAULT_TOKEN, Settings
 from definitions.views import load_views
 from serving_layer.service import ServingLayer
@@ -61,7 +63,8 @@ class _LazyProducer:
             self.producer.close(timeout=5)
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: Path | None = None) -> FastAPI:
+    """The app; `sync` and `metrics_dir` when it is one of several worker processes (api/server.py)."""
     check_settings(settings)
 
     @asynccontextmanager
@@ -69,10 +72,15 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.settings = settings
         app.state.serving = ServingLayer(settings, app.state.views)
         install_views(app, settings, app.state.views)  # each view answered by the definition serving it
-        app.state.metrics = ApiMetrics()
+        app.state.metrics = ApiMetrics(metrics_dir)
         app.state.producer = _LazyProducer(settings)
         app.state.query_slots = anyio.Semaphore(settings.api.max_concurrent_queries)
+        app.state.worker_sync = sync
+        following = None if sync is None else asyncio.ensure_future(sync.follow(lambda: reload_views(app, settings)))
         yield
+        if following is not None and sync is not None:
+            following.cancel()
+            sync.close()
         app.state.serving.close()
         app.state.producer.close()
 
@@ -99,7 +107,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
-        return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(HeadersAndLatency)  # outermost of the platform's own: sees every answer
 

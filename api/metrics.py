@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
 
 class ApiMetrics:
-    def __init__(self) -> None:
+    """`shared_dir`: where every worker process of the API keeps its values (prometheus_client's
+    multiprocess mode, which the worker's PROMETHEUS_MULTIPROC_DIR selected); the exposition sums them."""
+
+    def __init__(self, shared_dir: Path | None = None) -> None:
+        self.shared_dir = shared_dir
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "lambda_api_request_seconds",
@@ -33,3 +39,10 @@ class ApiMetrics:
         self.events_rejected = Counter(
             "lambda_ingest_rejected_total", "events rejected by POST /api/v1/events", registry=self.registry
         )
+
+    def exposition(self) -> bytes:
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        every_worker = CollectorRegistry()
+        multiprocess.MultiProcessCollector(every_worker, path=str(self.shared_dir))
+        return generate_latest(every_worker)

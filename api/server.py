@@ -4,29 +4,34 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from api import worker_sync
 from definitions.logs import configure_from
-from definitions.settings import get_settings
+from definitions.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 def main() -> int:
     import uvicorn
 
-    from api.app import InsecureSettings, create_app
+    from api.app import InsecureSettings, check_settings, create_app
 
     settings = get_settings()
     configure_from("api", settings)
     try:
-        app = create_app(settings)
+        check_settings(settings)
     except InsecureSettings as exc:
         logging.getLogger("lambda.api").error("refusing to start: %s", exc)
         return 2
-    quiet_full_collections()
     # uvloop and httptools: the event loop and HTTP parser in C (uvicorn's pure-Python ones cost a
     # large share of each query's CPU).
-    uvicorn.run(
-        app,
+    serve = dict(
         host=settings.api.host,
         port=settings.api.port,
         loop="uvloop",
@@ -34,7 +39,40 @@ def main() -> int:
         log_config=None,
         access_log=False,
     )
+    if settings.api.workers == 1:
+        app = create_app(settings)
+        quiet_full_collections()
+        uvicorn.run(app, **serve)  # type: ignore[arg-type]
+        return 0
+    # Worker processes, each made by worker_app(); uvicorn starts one again if it dies. Their
+    # Prometheus metrics are summed from files (prometheus_client's multiprocess mode, chosen by this
+    # variable when a worker imports it).
+    directory = workers_dir(settings)
+    worker_sync.prepare(directory)
+    worker_sync.prepare(metrics_dir(directory))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir(directory))
+    uvicorn.run("api.server:worker_app", factory=True, workers=settings.api.workers, **serve)  # type: ignore[arg-type]
     return 0
+
+
+def workers_dir(settings: Settings) -> Path:
+    return settings.state_dir / "run" / f"api-{settings.api.port}"
+
+
+def metrics_dir(directory: Path) -> Path:
+    return directory / "metrics"
+
+
+def worker_app() -> FastAPI:
+    """One worker process's app (api.workers > 1): it follows the views reloads of the others."""
+    from api.app import create_app
+
+    settings = get_settings()
+    configure_from("api", settings)
+    directory = workers_dir(settings)
+    app = create_app(settings, worker_sync.WorkerSync(directory), metrics_dir(directory))
+    quiet_full_collections()
+    return app
 
 
 # Full collections run once every this many younger ones at most (Python's default: 10).

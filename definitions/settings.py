@@ -228,6 +228,9 @@ class ApiSettings(_Section):
     # How often, at most, the API asks the realtime store whether it was written since (one small
     # read): an answer shows a realtime write at most this long after it ended.
     realtime_check_s: float = Field(0.05, ge=0.005, le=1)
+    # Processes answering on the port (uvicorn's workers, sharing its socket). A view reload reaches
+    # every one (api/worker_sync.py); the query slots and the caches above are per process.
+    workers: int = Field(2, ge=1, le=16)
 
 
 class AirflowSettings(_Section):

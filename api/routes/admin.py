@@ -108,11 +108,37 @@ class ViewsReloaded(BaseModel):
     removed: list[str]
 
 
+# How long a reload waits for the API's other worker processes to read the declared views too.
+WORKERS_RELOAD_S = 30.0
+
+
+async def _every_worker_reloads(request: Request) -> None:
+    """With several worker processes (api.workers): answer once each serves the views this one read."""
+    sync = request.app.state.worker_sync
+    if sync is None:
+        return
+    generation = sync.bump()
+    behind = await sync.wait_for(generation, WORKERS_RELOAD_S)
+    failed = {worker: why for worker, why in behind.items() if why.startswith("it could not")}
+    if failed:
+        worker, why = next(iter(failed.items()))
+        raise ApiError(
+            409, f"API worker {worker} did not switch to the declared views: {why}; it serves the views it served"
+        )
+    if behind:
+        raise ApiError(
+            503,
+            f"{len(behind)} API worker process(es) have not read the declared views within {WORKERS_RELOAD_S:.0f}s; "
+            "they read them when they can: ask again to confirm",
+            headers={"Retry-After": "5"},
+        )
+
+
 @router.post(
     "/views/reload",
     summary="Read the declared views again and serve them; the views added and removed",
     response_model=None,
-    responses={200: {"model": ViewsReloaded}, **error_responses(401, 409)},
+    responses={200: {"model": ViewsReloaded}, **error_responses(401, 409, 503)},
 )
 async def reload_views(request: Request, settings: SettingsDep) -> dict[str, Any]:
     try:
@@ -123,5 +149,6 @@ async def reload_views(request: Request, settings: SettingsDep) -> dict[str, Any
             409,
             f"the declared views cannot be loaded ({type(exc).__name__}: {exc}); the API serves the views it served",
         ) from None
+    await _every_worker_reloads(request)
     old, new = set(before.names()), set(after.names())
     return {"views": after.names(), "added": sorted(new - old), "removed": sorted(old - new)}

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.worker_sync import WorkerSync
 from definitions.settings import Settings
 from serving_layer.service import ServingLayer
 
@@ -30,8 +31,9 @@ class Tripwire(ServingLayer):
         raise self.failure
 
 
-def make_client(settings: Settings) -> Iterator[TestClient]:
-    app = create_app(settings)
+def make_client(settings: Settings, sync: WorkerSync | None = None) -> Iterator[TestClient]:
+    """`sync`: the app is one of several worker processes (api/worker_sync.py)."""
+    app = create_app(settings, sync)
     with TestClient(app, raise_server_exceptions=False) as client:
         app.state.serving.close()
         app.state.serving = Tripwire(settings)

@@ -1,0 +1,137 @@
+"""Several API worker processes (api.workers > 1) serve one set of declared views: a reload made by
+one of them reaches the others before it is answered.
+
+Each running API has a directory (made empty by the process that starts the workers):
+`generation` counts the reloads made so far, and each worker writes `worker-<pid>-<id>` with the count it
+serves (and why it could not reload, if it could not). The worker that answers
+POST /api/v1/admin/views/reload reads the declared views itself, counts one more, and answers once
+every live worker serves that count; each worker looks at the count every WATCH_S. A worker that
+starts (or is started again after a crash) reads the declared views after it read the count, so it
+serves at least the count it saw.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+from starlette.concurrency import run_in_threadpool
+
+log = logging.getLogger("lambda.api")
+WATCH_S = 0.2
+GENERATION = "generation"
+WORKER_PREFIX = "worker-"
+
+
+def prepare(directory: Path) -> None:
+    """An empty directory for the workers about to start (what an earlier run left is removed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in directory.iterdir():
+        if entry.is_file():
+            entry.unlink(missing_ok=True)
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace `path` in one step: a reader sees the old text or the new, never a part."""
+    part = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    part.write_text(text)
+    os.replace(part, path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class WorkerSync:
+    """This worker's side of the directory. `served` is the count whose views it serves."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.pid = os.getpid()
+        self.file = directory / f"{WORKER_PREFIX}{self.pid}-{uuid.uuid4().hex[:8]}"
+        # Read before the views are, and written at once: a reload counted after this waits for this
+        # worker, which follows it.
+        self.served = self.generation()
+        self.report(self.served)
+
+    def generation(self) -> int:
+        try:
+            return max(0, int((self.directory / GENERATION).read_text() or 0))
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def report(self, generation: int, error: str | None = None) -> None:
+        self.served = max(self.served, generation)
+        _write(self.file, json.dumps({"generation": generation, "error": error}))
+
+    def bump(self) -> int:
+        """One more reload, made by this worker (its views are read already): the new count."""
+        with open(self.directory / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            generation = self.generation() + 1
+            _write(self.directory / GENERATION, str(generation))
+        self.report(generation)
+        return generation
+
+    def close(self) -> None:
+        """This worker stops serving: no reload waits for it."""
+        self.file.unlink(missing_ok=True)
+
+    def pending(self, generation: int) -> dict[str, str]:
+        """The live workers that do not serve `generation`'s views: `pid-id` → why (still reading
+        them, or the error that stopped them). Files of workers whose process ended are removed."""
+        behind: dict[str, str] = {}
+        for path in self.directory.glob(f"{WORKER_PREFIX}*"):
+            try:
+                worker = path.name.removeprefix(WORKER_PREFIX)
+                pid = int(worker.split("-")[0])
+                state = json.loads(path.read_text())
+            except (ValueError, OSError):
+                continue  # being replaced, or not a worker's file
+            if not _alive(pid):
+                path.unlink(missing_ok=True)
+                continue
+            if state.get("error"):
+                behind[worker] = f"it could not read them ({state['error']})"
+            elif int(state.get("generation", 0)) < generation:
+                behind[worker] = "it has not read them yet"
+        return behind
+
+    async def wait_for(self, generation: int, timeout_s: float) -> dict[str, str]:
+        """Wait until every live worker serves `generation` (or one failed to): what is still pending."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            behind = self.pending(generation)
+            if not behind or any(why.startswith("it could not") for why in behind.values()):
+                return behind
+            if time.monotonic() > deadline:
+                return behind
+            await anyio.sleep(WATCH_S / 4)
+
+    async def follow(self, reload: Callable[[], object]) -> None:
+        """Run for the worker's life: read the declared views again whenever another worker did."""
+        while True:
+            await anyio.sleep(WATCH_S)
+            generation = self.generation()
+            if generation <= self.served:
+                continue
+            try:
+                await run_in_threadpool(reload)
+            except Exception as exc:  # noqa: BLE001 - reported to the worker that asked, served views kept
+                log.warning("worker %d: the declared views cannot be loaded: %s: %s", self.pid, type(exc).__name__, exc)
+                self.report(generation, f"{type(exc).__name__}: {exc}")
+                continue
+            self.report(generation)

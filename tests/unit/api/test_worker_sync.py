@@ -1,0 +1,146 @@
+"""Several API worker processes (api.workers > 1): a views reload answered by one is served by every
+one when it is answered; a worker that cannot follow is named; a worker that ended is not waited for.
+Two apps in one process stand for two workers (each has its own file in the shared directory)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import anyio
+import pytest
+
+from api import worker_sync
+from api.routes import admin
+from api.worker_sync import WorkerSync, prepare
+from definitions.settings_store import load, persist_view_modules, with_view_modules
+from serving_layer.service import StoreUnavailable
+from tests.support.shell import plain_shell
+from tests.support.tripwire_api import assert_error_shape, make_client, token
+
+RELOAD = "/api/v1/admin/views/reload"
+CLICKS = "/api/v1/views/clicks?url=/&granularity=hour"
+
+
+@pytest.fixture
+def declared(tmp_path, monkeypatch):
+    """Persisted settings that declare one more view, `clicks`, in a module of their own."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    folder = tmp_path / "views"
+    folder.mkdir()
+    name = f"more_views_{uuid.uuid4().hex[:8]}"
+    (folder / f"{name}.py").write_text(
+        textwrap.dedent(
+            """
+            from definitions.views import View
+
+            VIEWS = [View(name="clicks", keys=("url",), aggregation="count", where="event_type = 'click'",
+                          granularities=("hour",))]
+            """
+        )
+    )
+    settings = load()
+    return settings, lambda: persist_view_modules(with_view_modules(settings, [name], [str(folder)]))
+
+
+@pytest.fixture
+def directory(tmp_path):
+    path = tmp_path / "workers"
+    prepare(path)
+    return path
+
+
+def tripwires_fail_as_a_store(*clients) -> None:
+    for client in clients:
+        client.app.state.serving.failure = StoreUnavailable("hbase", "down for the test")
+
+
+def test_a_reload_answered_by_one_worker_is_served_by_the_other_when_answered(declared, directory):
+    settings, declare = declared
+    auth = {"Authorization": f"Bearer {token(settings)}"}
+    for first in make_client(settings, WorkerSync(directory)):
+        for second in make_client(settings, WorkerSync(directory)):
+            tripwires_fail_as_a_store(first, second)
+            assert second.get(CLICKS).status_code == 404
+            declare()
+            done = first.post(RELOAD, headers=auth)
+            assert done.status_code == 200, done.text
+            assert done.json()["added"] == ["clicks"]
+            # No waiting here: the answer came once the second worker served the view too (the
+            # query reaches its serving layer, a tripwire answering as an unreadable store).
+            assert second.get(CLICKS).status_code == 503
+            assert "/api/v1/views/clicks" in second.get("/openapi.json").json()["paths"]
+            # And the other way round, with nothing declared any more.
+            persist_view_modules(with_view_modules(settings, [], []))
+            assert second.post(RELOAD, headers=auth).json()["removed"] == ["clicks"]
+            assert first.get(CLICKS).status_code == 404
+
+
+def test_a_worker_that_cannot_read_the_views_is_named_in_a_409(declared, directory, monkeypatch):
+    settings, declare = declared
+    auth = {"Authorization": f"Bearer {token(settings)}"}
+    for first in make_client(settings, WorkerSync(directory)):
+        for second in make_client(settings, WorkerSync(directory)):
+            tripwires_fail_as_a_store(first, second)
+
+            def broken(app, settings):
+                raise ImportError("a module the second worker cannot import")
+
+            # The workers that follow a reload call api.app's reload_views; the route calls its own.
+            monkeypatch.setattr("api.app.reload_views", broken)
+            declare()
+            refused = assert_error_shape(first.post(RELOAD, headers=auth), settings, 409)
+            assert "did not switch to the declared views" in refused["detail"]
+            assert "cannot import" in refused["detail"]
+
+
+def test_a_worker_that_does_not_follow_in_time_makes_a_503_that_says_so(declared, directory, monkeypatch):
+    settings, declare = declared
+    auth = {"Authorization": f"Bearer {token(settings)}"}
+    stuck = WorkerSync(directory)  # a live worker (this process) that never looks at the count
+    monkeypatch.setattr(admin, "WORKERS_RELOAD_S", 0.3)
+    for first in make_client(settings, WorkerSync(directory)):
+        tripwires_fail_as_a_store(first)
+        declare()
+        resp = first.post(RELOAD, headers=auth)
+        body = assert_error_shape(resp, settings, 503)
+        assert "1 API worker process(es) have not read the declared views" in body["detail"]
+        assert resp.headers["Retry-After"] == "5"
+        stuck.close()
+        assert first.post(RELOAD, headers=auth).status_code == 200
+
+
+def test_the_file_of_a_worker_whose_process_ended_is_removed_and_not_waited_for(directory):
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = directory / f"{worker_sync.WORKER_PREFIX}{int(ended.stdout)}-0000"
+    dead.write_text('{"generation": 0, "error": null}')
+    live = WorkerSync(directory)
+    generation = live.bump()
+    assert live.pending(generation) == {}
+    assert not dead.exists()
+
+
+def test_a_worker_started_while_a_reload_is_made_reads_the_views_again():
+    """The count is read before the views are: a reload counted after that is followed, even if the
+    worker's start-up read the views before the reload was made."""
+
+    async def scenario(path):
+        prepare(path)
+        starting = WorkerSync(path)  # read the count (0), then "reads the views"
+        reloads = []
+        async with anyio.create_task_group() as tasks:
+            other = WorkerSync(path)
+            generation = other.bump()  # another worker reloads meanwhile
+            tasks.start_soon(starting.follow, lambda: reloads.append(1))
+            assert await other.wait_for(generation, 5) == {}
+            tasks.cancel_scope.cancel()
+        return reloads
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as scratch:
+        assert anyio.run(scenario, Path(scratch)) == [1]
