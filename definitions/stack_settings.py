@@ -13,6 +13,8 @@ AIRFLOW_COMPANIONS = ("airflow-scheduler", "airflow-dag-processor")
 # Run by the stack before no task deferred (the DAG's sensor reschedules): a list written then may
 # still name it, and it is left out.
 RETIRED_SERVICES = ("airflow-triggerer",)
+# The processes supervisord runs (the stores are started on their own).
+SUPERVISED = ("archiver", "speed-layer", "api", "airflow", *AIRFLOW_COMPANIONS)
 
 
 class StackSettings(_Section):
@@ -42,6 +44,18 @@ class StackSettings(_Section):
     restart_window_s: float = Field(600, gt=0)
     restart_backoff_s: float = Field(1.0, gt=0)
     restart_backoff_max_s: float = Field(60.0, gt=0)
+    # How readily each supervised process yields the CPU (0..19; a process not named: 0, as the
+    # stores): the nice value of its session's Linux autogroup (infra/session_leader.py). The query
+    # API, unnamed, answers first when it is busy; the streaming jobs and Airflow (and the batch jobs
+    # its tasks start) take what it leaves, and all of it when it is idle (bench/api_load.py measures
+    # the API's latency while they run).
+    cpu_nice: dict[str, int] = {
+        "archiver": 10,
+        "speed-layer": 5,
+        "airflow": 10,
+        "airflow-scheduler": 10,
+        "airflow-dag-processor": 10,
+    }
     # Seconds a started process must stay up before the supervisor calls it running.
     start_s: int = Field(5, ge=0)
     # A streaming job none of whose micro-batches finished for this long is reported stuck
@@ -56,6 +70,17 @@ class StackSettings(_Section):
     # this size, keeping this many older files beside it.
     log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024)
     log_backups: int = Field(5, ge=1)
+
+    @model_validator(mode="after")
+    def _cpu_nice_known(self) -> StackSettings:
+        for name, nice in self.cpu_nice.items():
+            if name not in SUPERVISED:
+                raise ValueError(
+                    f"stack.cpu_nice names {name!r}, which is none of the supervised processes {SUPERVISED}"
+                )
+            if not 0 <= nice <= 19:
+                raise ValueError(f"stack.cpu_nice[{name!r}] is {nice}: a nice value from 0 to 19 (0: as the stores)")
+        return self
 
     @model_validator(mode="after")
     def _airflow_whole(self) -> StackSettings:

@@ -15,10 +15,13 @@ it towards supervisord:
 - it exits the way the program did: the same exit status, or killed by the same signal;
 - when the program ends, what is left of its process group gets TERM, then KILL after 2 s;
 - when this process is killed, the kernel kills the program (PR_SET_PDEATHSIG); the restart
-  listener ends the rest of the program's session (infra/restart_listener.py).
+  listener ends the rest of the program's session (infra/restart_listener.py);
+- `--cpu-nice N` (0..19) makes the program's session yield the CPU: its autogroup's nice value
+  (/proc/self/autogroup, the session's weight against the other sessions) and the program's own
+  nice value (what counts where the kernel has no autogroups) are N.
 
 Standard library only and started with `python -S`: it stays ~10 MiB while the program runs.
-Usage: python -S infra/session_leader.py NAME [--stop-after SECONDS] -- COMMAND [ARGS...]
+Usage: python -S infra/session_leader.py NAME [--stop-after SECONDS] [--cpu-nice N] -- COMMAND [ARGS...]
 """
 
 from __future__ import annotations
@@ -35,13 +38,26 @@ LEFTOVER_GRACE_S = 2.0
 _PR_SET_PDEATHSIG = 1
 
 
-def _child(command: list[str], leader: int) -> None:
+def _yield_cpu(nice: int) -> None:
+    """The new session's CPU weight (see the module's docstring); raising a nice value needs no privilege."""
+    if nice == 0:
+        return
+    os.setpriority(os.PRIO_PROCESS, 0, nice)
+    try:
+        with open("/proc/self/autogroup", "w") as autogroup:
+            autogroup.write(str(nice))
+    except OSError:  # a kernel without autogroups: the process's own nice value is what counts
+        pass
+
+
+def _child(command: list[str], leader: int, nice: int = 0) -> None:
     """In the forked child (forwarded signals blocked): a new session, death with the leader, the
     default signal actions, then the signals unblocked — one that arrived meanwhile ends it — and exec."""
     try:
         for sig in FORWARDED:
             signal.signal(sig, signal.SIG_DFL)
         os.setsid()
+        _yield_cpu(nice)
         import ctypes  # only in the child: the leader stays small
 
         libc = ctypes.CDLL(None, use_errno=True)
@@ -90,13 +106,13 @@ def _end_leftovers(pgid: int) -> None:
         _signal_group(pgid, signal.SIGKILL)
 
 
-def run(command: list[str], stop_after_s: float | None = None) -> int:
+def run(command: list[str], stop_after_s: float | None = None, nice: int = 0) -> int:
     """Start `command` in a new session and wait for it; returns its wait status."""
     leader = os.getpid()
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     pid = os.fork()
     if pid == 0:
-        _child(command, leader)
+        _child(command, leader, nice)
     stopping = False
 
     def forward(signum: int, _frame: object) -> None:
@@ -133,8 +149,8 @@ def _exit_like(status: int) -> None:
     sys.exit(os.waitstatus_to_exitcode(status))
 
 
-def parse(argv: list[str]) -> tuple[str, float | None, list[str]]:
-    """NAME [--stop-after S] -- COMMAND...; SystemExit(2) on anything else."""
+def parse(argv: list[str]) -> tuple[str, float | None, int, list[str]]:
+    """NAME [--stop-after S] [--cpu-nice N] -- COMMAND...; SystemExit(2) on anything else."""
 
     def refuse() -> NoReturn:
         print((__doc__ or "").strip().splitlines()[-1], file=sys.stderr)
@@ -144,23 +160,27 @@ def parse(argv: list[str]) -> tuple[str, float | None, list[str]]:
         refuse()
     split = argv.index("--")
     head, command = argv[:split], argv[split + 1 :]
-    stop_after: float | None = None
-    if len(head) == 3 and head[1] == "--stop-after":
-        try:
-            stop_after = float(head[2])
-        except ValueError:
-            refuse()
-        if stop_after <= 0:
-            refuse()
-        head = head[:1]
-    if len(head) != 1 or not head[0] or not command:
+    if len(head) % 2 != 1 or not head[0] or not command:
         refuse()
-    return head[0], stop_after, command
+    options = dict(zip(head[1::2], head[2::2], strict=True))
+    if set(options) - {"--stop-after", "--cpu-nice"}:
+        refuse()
+    stop_after: float | None = None
+    nice = 0
+    try:
+        if "--stop-after" in options:
+            stop_after = float(options["--stop-after"])
+        nice = int(options.get("--cpu-nice", "0"))
+    except ValueError:
+        refuse()
+    if (stop_after is not None and not stop_after > 0) or not 0 <= nice <= 19:
+        refuse()
+    return head[0], stop_after, nice, command
 
 
 def main(argv: list[str]) -> None:
-    _name, stop_after, command = parse(argv)
-    _exit_like(run(command, stop_after))
+    _name, stop_after, nice, command = parse(argv)
+    _exit_like(run(command, stop_after, nice))
 
 
 if __name__ == "__main__":

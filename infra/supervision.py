@@ -59,10 +59,12 @@ def _stable_command(args: Sequence[str]) -> list[str]:
     return [python_executable(), *args[1:]] if args and args[0] == sys.executable else args
 
 
-def session_command(name: str, args: Sequence[str], stop_timeout_s: float) -> list[str]:
+def session_command(name: str, args: Sequence[str], stop_timeout_s: float, cpu_nice: int = 0) -> list[str]:
     """The program under its session leader (infra/session_leader.py): a session, so a CPU share, of
-    its own. The leader kills the program's group a second before supervisord would kill the leader."""
+    its own, weighed by `cpu_nice` (stack.cpu_nice). The leader kills the program's group a second
+    before supervisord would kill the leader."""
     stop_after = max(0.5, stop_timeout_s - 1)
+    nice = ["--cpu-nice", str(cpu_nice)] if cpu_nice else []
     return [
         python_executable(),
         "-S",
@@ -70,6 +72,7 @@ def session_command(name: str, args: Sequence[str], stop_timeout_s: float) -> li
         name,
         "--stop-after",
         f"{stop_after:g}",
+        *nice,
         "--",
         *_stable_command(args),
     ]
@@ -158,7 +161,7 @@ def render_config(settings: Settings, programs: Sequence[Program]) -> str:
     for program in programs:
         lines += [
             f"[program:{program.name}]",
-            f"command={_command(session_command(program.name, program.command, max(1, round(s.stop_timeout_s))))}",
+            f"command={_command(session_command(program.name, program.command, max(1, round(s.stop_timeout_s)), s.cpu_nice.get(program.name, 0)))}",
             f"directory={_value(program.directory)}",
             f"environment={_environment(program.environment)}",
             "autostart=false",  # `lambdactl up` starts the ones it is asked for

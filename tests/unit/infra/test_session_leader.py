@@ -117,10 +117,39 @@ def test_a_program_that_cannot_start_exits_127_naming_it(tmp_path, capfd):
         ["api", "--stop-after", "soon", "--", "python"],
         ["api", "--stop-after", "0", "--", "python"],
         ["api", "--stop-after", "--", "python"],
+        ["api", "--cpu-nice", "-5", "--", "python"],
+        ["api", "--cpu-nice", "20", "--", "python"],
+        ["api", "--cpu-nice", "low", "--", "python"],
+        ["api", "--nice", "5", "--", "python"],
     ],
 )
 def test_a_wrong_command_line_exits_2(args):
     assert subprocess.run([sys.executable, "-S", str(LEADER), *args], capture_output=True).returncode == 2
+
+
+def _autogroup_nice(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+    except OSError:
+        return None
+
+
+def test_cpu_nice_makes_the_programs_session_and_the_program_yield_the_cpu(tmp_path):
+    mine = _autogroup_nice(os.getpid())
+    leader = _start(
+        "archiver", REPORT + "import time; time.sleep(30)", tmp_path, "--stop-after", "5", "--cpu-nice", "7"
+    )
+    try:
+        program = _report(tmp_path)["pid"]
+        assert os.getpriority(os.PRIO_PROCESS, program) == 7
+        assert os.getpriority(os.PRIO_PROCESS, leader.pid) == os.getpriority(os.PRIO_PROCESS, 0)
+        if mine is not None:  # a kernel with autogroups: the program's session has one of its own
+            assert _autogroup_nice(program) == 7
+            assert _autogroup_nice(os.getpid()) == _autogroup_nice(leader.pid) == mine
+    finally:
+        leader.kill()
+        leader.wait(10)
+    assert session_command("archiver", ["x"], 10, 7)[4:9] == ["--stop-after", "9", "--cpu-nice", "7", "--"]
 
 
 def test_the_restart_listener_finds_what_a_killed_leaders_session_left(tmp_path):

@@ -76,11 +76,25 @@ def test_config_is_read_by_supervisord_with_every_program_restarted_by_the_liste
         }
     [archiver] = groups["archiver"].process_configs
     assert shlex.split(archiver.command)[-2:] == ["--say", "50% done, it's fine"], "quoted and %-escaped"
+    # The archiver's session yields the CPU (stack.cpu_nice); the API, not named, does not.
+    nice = settings.stack.cpu_nice["archiver"]
+    assert shlex.split(archiver.command)[6:9] == ["--cpu-nice", str(nice), "--"] and nice > 0
+    [api] = groups["api"].process_configs
+    assert "--cpu-nice" not in shlex.split(api.command)
     [listener] = groups[LISTENER].process_configs
     args = shlex.split(listener.command)
     assert args[args.index("--programs") + 1] == "api,archiver"
     assert args[args.index("--max-restarts") + 1] == str(settings.stack.restart_max)
     assert listener.autorestart and listener.stderr_logfile == str(logs / "restarts.log")
+
+
+@pytest.mark.parametrize(
+    "cpu_nice, named",
+    [({"kafka": 5}, "none of the supervised"), ({"api": -5}, "from 0 to 19"), ({"speed-layer": 20}, "from 0 to 19")],
+)
+def test_cpu_nice_names_supervised_processes_and_nice_values(tmp_path, cpu_nice, named):
+    with pytest.raises(ValueError, match=named):
+        _settings(tmp_path, cpu_nice=cpu_nice)
 
 
 def test_a_percent_sign_in_the_state_dir_survives_supervisords_interpolation(tmp_path):
