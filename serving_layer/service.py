@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from definitions.settings import Settings
 from definitions.view_versions import unresolved_message
 from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
-from serving_layer.batch_cache import BatchPartCache
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
+from serving_layer.part_cache import PartCache
 from serving_layer.realtime_reads import RealtimeReads
 from serving_layer.speed_state import SpeedState
 from serving_layer.staleness import Horizon, stale_reason
@@ -102,7 +102,7 @@ class ServingLayer:
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
         self.speed = SpeedState(settings)
-        self.batch_cache = BatchPartCache(settings.api.batch_cache_mib * 2**20)
+        self.batch_cache = PartCache(settings.api.batch_cache_mib * 2**20)
         self._pointer: tuple[Pointer | None, float] | None = None  # (pointer, when read)
 
     # --- store access --------------------------------------------------------------------------

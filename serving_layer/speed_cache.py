@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
-from serving_layer.batch_cache import BatchPartCache
+from serving_layer.part_cache import PartCache
 
 T = TypeVar("T")
 MAX_AGE_S = 60.0
@@ -26,7 +26,7 @@ MAX_AGE_S = 60.0
 
 class SpeedPartCache:
     def __init__(self, max_bytes: int, check_s: float) -> None:
-        self.parts = BatchPartCache(max_bytes)
+        self.parts = PartCache(max_bytes)
         self.check_s = check_s
         self._marks: Hashable | None = None
         self._epoch = 0  # one more at each change of the marks: what kept parts are labelled with

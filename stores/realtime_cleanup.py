@@ -110,6 +110,11 @@ def delete_view_from(settings: Settings, view: str, from_s: int, timestamp_us: i
     return result
 
 
+def _mark(session: Any, marks: WriteMarks) -> None:
+    statement, params = marks.next_mark()
+    execute_with_retries(session, statement, [params], concurrency=1, give_up_after_s=60, what="deletion marks")
+
+
 def _range_deletions(
     settings: Settings,
     result: Cleanup,
@@ -128,30 +133,39 @@ def _range_deletions(
     try:
         session = cluster.connect(settings.cassandra.keyspace)
         marks = WriteMarks(session, "deletions")
-        for table, (partition_key, clustering) in TARGETS.items():
-            names = partition_key + clustering
-            delete = session.prepare(
-                f"DELETE FROM {table}{' USING TIMESTAMP ?' if timestamp_us is not None else ''} WHERE "
-                + " AND ".join(f"{c} = ?" for c in names)
-                + f" AND {condition}"
-            )
-            stamp = () if timestamp_us is None else (timestamp_us,)
-            columns = ", ".join(dict.fromkeys(("view_name", *names, "ingest_bucket")))
-            for rows in scan(session, table, partition_key, columns, where, params, unreadable=result.unreadable):
-                kept = [row for row in rows if keep(row)]
-                targets = {tuple(getattr(row, c) for c in names): bound(row) for row in kept}
-                execute_with_retries(
-                    session,
-                    delete,
-                    [(*stamp, *t, b) for t, b in targets.items()],
-                    concurrency=32,
-                    give_up_after_s=60,
-                    what=f"{table} deletions",
+        issued = False  # deletions were sent: a pass that fails part-way marks them too
+        try:
+            for table, (partition_key, clustering) in TARGETS.items():
+                names = partition_key + clustering
+                delete = session.prepare(
+                    f"DELETE FROM {table}{' USING TIMESTAMP ?' if timestamp_us is not None else ''} WHERE "
+                    + " AND ".join(f"{c} = ?" for c in names)
+                    + f" AND {condition}"
                 )
-                result.rows_below_cutoff += len(kept)
-                result.deletions += len(targets)
-        if result.deletions:
-            statement, params = marks.next_mark()
-            execute_with_retries(session, statement, [params], concurrency=1, give_up_after_s=60, what="deletion marks")
+                stamp = () if timestamp_us is None else (timestamp_us,)
+                columns = ", ".join(dict.fromkeys(("view_name", *names, "ingest_bucket")))
+                for rows in scan(session, table, partition_key, columns, where, params, unreadable=result.unreadable):
+                    kept = [row for row in rows if keep(row)]
+                    targets = {tuple(getattr(row, c) for c in names): bound(row) for row in kept}
+                    issued = issued or bool(targets)
+                    execute_with_retries(
+                        session,
+                        delete,
+                        [(*stamp, *t, b) for t, b in targets.items()],
+                        concurrency=32,
+                        give_up_after_s=60,
+                        what=f"{table} deletions",
+                    )
+                    result.rows_below_cutoff += len(kept)
+                    result.deletions += len(targets)
+        except BaseException:
+            if issued:
+                try:
+                    _mark(session, marks)
+                except Exception as exc:  # noqa: BLE001 - the failure of the pass is what is raised
+                    log.warning("the deletions sent before a failure could not be marked: %s", exc)
+            raise
+        if issued:
+            _mark(session, marks)
     finally:
         cluster.shutdown()

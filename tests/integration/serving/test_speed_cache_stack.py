@@ -58,3 +58,47 @@ def test_answers_follow_every_realtime_write_and_deletion(settings, stack, serve
         finally:
             serving.close()
             writer.close()
+
+
+def test_a_deletion_pass_that_fails_part_way_still_shows_what_it_deleted(
+    settings, stack, served_version, unique, monkeypatch
+):
+    """The connection drops after the first deletions were sent (the store received them): the pass
+    raises, and the answers still show those deletions at once, not after the kept parts' age limit."""
+    import stores.realtime_cleanup as cleanup
+
+    with scratch_keyspace(settings, f"speedcachefail_{unique}") as mine:
+        writer = RealtimeWriter(mine)
+        serving = ServingLayer(mine)
+        try:
+            view = next(v for v in serving.views if v.name == "page_views")
+            now = int(time.time())
+            ingest = now - now % mine.ingest_bucket_s
+            minute = now - now % 60
+            url = f"/speed-cache-fail-{unique}"
+            writer.write([RealtimeRow("page_views", "minute", key_text([url]), minute, ingest, 5)], [])
+
+            def total() -> float:
+                return serving.series(view, {"url": url}, minute - 600, minute + 60, "minute").series.total
+
+            wait_for(lambda: total() == 5, "the write", timeout_s=SHOWS_WITHIN_S, interval_s=0.01)
+            sent = cleanup.execute_with_retries
+
+            def sent_then_dropped(session, statement, params, **kwargs):
+                sent(session, statement, params, **kwargs)
+                if kwargs.get("what", "").endswith(" deletions") and params:
+                    raise ConnectionError("the connection dropped after the deletions were sent")
+
+            monkeypatch.setattr(cleanup, "execute_with_retries", sent_then_dropped)
+            try:
+                delete_view_from(mine, "page_views", ingest, time.time_ns() // 1000)
+            except ConnectionError:
+                pass
+            else:
+                raise AssertionError("the injected failure did not reach the deletion pass")
+            wait_for(
+                lambda: total() == 0, "the deletion sent before the failure", timeout_s=SHOWS_WITHIN_S, interval_s=0.01
+            )
+        finally:
+            serving.close()
+            writer.close()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from definitions.settings import Settings
-from serving_layer.batch_cache import BatchPartCache, approx_bytes
 from serving_layer.merge import BatchCell
+from serving_layer.part_cache import PartCache, approx_bytes
 from serving_layer.service import ServingLayer
 from stores.pointer import DOC, advance
 from tests.support.polling import wait_for
@@ -149,7 +149,7 @@ def test_without_pointer_cache_every_query_reads_the_pointer(tmp_path):
 def test_batch_part_cache_is_bounded_by_bytes_and_keeps_no_failed_read():
     value = {i: BatchCell(i, b"s" * 100) for i in range(6)}
     one = approx_bytes("a") + approx_bytes(value)
-    cache = BatchPartCache(max_bytes=one + one // 2)
+    cache = PartCache(max_bytes=one + one // 2)
     assert cache.get("a", lambda: value) == value
     assert cache.get("a", lambda: pytest.fail("read again")) == value
     cache.get("b", lambda: dict(value))  # two do not fit: the least recently used goes
@@ -169,7 +169,7 @@ def test_batch_part_cache_is_bounded_by_bytes_and_keeps_no_failed_read():
 
 
 def test_long_keys_count_against_the_cache_too():
-    cache = BatchPartCache(max_bytes=100_000)
+    cache = PartCache(max_bytes=100_000)
     for i in range(1_000):  # empty reads of distinct 2 KB keys (what a client can ask for)
         cache.get(("series", "/" + "x" * 2_000 + str(i)), dict)
     assert cache.bytes <= 100_000
@@ -177,7 +177,7 @@ def test_long_keys_count_against_the_cache_too():
 
 
 def test_batch_part_cache_off_reads_every_time():
-    cache = BatchPartCache(max_bytes=0)
+    cache = PartCache(max_bytes=0)
     calls = []
     for _ in range(3):
         cache.get("a", lambda: calls.append(1) or {1: 1})
@@ -264,7 +264,7 @@ def test_a_pointer_read_that_began_before_a_newer_one_was_cached_does_not_replac
 
 
 def test_queries_missing_the_same_key_at_once_share_one_read():
-    cache = BatchPartCache(max_bytes=1 << 20)
+    cache = PartCache(max_bytes=1 << 20)
     started, release = threading.Event(), threading.Event()
     reads: list[str] = []
 
@@ -291,7 +291,7 @@ def test_queries_missing_the_same_key_at_once_share_one_read():
 
 
 def test_a_failed_shared_read_leaves_each_waiting_query_to_read_on_its_own():
-    cache = BatchPartCache(max_bytes=1 << 20)
+    cache = PartCache(max_bytes=1 << 20)
     started, release = threading.Event(), threading.Event()
 
     def failing_read() -> dict:

@@ -1,12 +1,14 @@
-"""The batch part of answers, kept in memory per batch table.
+"""Parts of answers kept in memory: an LRU bounded by the bytes it holds — keys (which carry what
+the caller asked for) and values (sketches included) — where queries that miss the same key at once
+share one read.
 
-A batch table never changes once the pointer names it: a run writes and verifies its own new table
-before the swap, and nothing writes it afterwards (a rollback names an older table, retention drops
-tables). So what one query read from a table is what every later query would read: it is kept,
-keyed by the table, the run that wrote it (a table name reused after the stores were wiped is
-another run) and the exact read, in an LRU bounded by the bytes it holds — keys (which carry
-what the caller asked for) and values (sketches included) — (`api.batch_cache_mib`; 0 turns it
-off). Only the realtime part is read per query.
+Two users: the batch part (serving_layer.service), keyed by the batch table, the run that wrote it
+and the exact read. A batch table never changes once the pointer names it: a run writes and
+verifies its own new table before the swap, and nothing writes it afterwards (a rollback names an
+older table, retention drops tables); a table name reused after the stores were wiped is another
+run. So what one query read is what every later query would read (`api.batch_cache_mib`; 0 turns
+it off). And the speed part (serving_layer.speed_cache), kept until the realtime store is written
+again.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ class _Flight:
         self.value: Any = None
 
 
-class BatchPartCache:
-    """Reads of immutable batch tables, kept up to `max_bytes` (least recently used go first)."""
+class PartCache:
+    """Reads that stay true while their key does, kept up to `max_bytes` (least recently used go first)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
