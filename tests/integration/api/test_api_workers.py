@@ -4,6 +4,7 @@ answer; a views reload then reaches the new worker and is not held up by the dea
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -83,8 +84,21 @@ def test_a_killed_worker_is_replaced_and_a_reload_reaches_its_successor(settings
         interval_s=0.2,
     )
     assert {p.pid for p in others} <= {p.pid for p in replaced}, "the other workers were not restarted"
+    directory = workers_dir(settings)
+
+    def serving() -> dict[str, int]:
+        """pid → the count of reloads each worker's file says it serves."""
+        return {p.name.split("-")[1]: json.loads(p.read_text())["generation"] for p in directory.glob("worker-*")}
+
+    wait_for(
+        lambda: {str(p.pid) for p in replaced} <= set(serving()),
+        "the new worker to start serving",
+        timeout_s=60,
+        interval_s=0.2,
+    )
     reloaded = httpx.post(f"{base}/api/v1/admin/views/reload", headers=auth, timeout=60)
     assert reloaded.status_code == 200, reloaded.text
-    files = {p.name.split("-")[1] for p in workers_dir(settings).glob("worker-*")}
+    generation = int((directory / "generation").read_text())
+    files = serving()
     assert str(victim.pid) not in files, "the dead worker's file was removed"
-    assert {str(p.pid) for p in replaced} <= files
+    assert all(files[str(p.pid)] == generation for p in replaced), (files, generation)
