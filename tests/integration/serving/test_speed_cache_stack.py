@@ -19,6 +19,12 @@ from tests.support.polling import wait_for
 SHOWS_WITHIN_S = 5.0
 
 
+def _now_buckets(settings) -> tuple[int, int]:
+    """(this ingest bucket, this minute), in seconds."""
+    now = int(time.time())
+    return now - now % settings.ingest_bucket_s, now - now % 60
+
+
 def test_answers_follow_every_realtime_write_and_deletion(settings, stack, served_version, unique):
     assert SHOWS_WITHIN_S < MAX_AGE_S / 4, "the age limit alone could not make the test pass"
     with scratch_keyspace(settings, f"speedcache_{unique}") as mine:
@@ -26,10 +32,8 @@ def test_answers_follow_every_realtime_write_and_deletion(settings, stack, serve
         serving = ServingLayer(mine)
         try:
             view = next(v for v in serving.views if v.name == "page_views")
-            now = int(time.time())
-            ingest = now - now % mine.ingest_bucket_s
+            ingest, minute = _now_buckets(mine)
             assert ingest * 1000 >= served_version.source("page_views").cutoff_ms
-            minute = now - now % 60
             url = f"/speed-cache-{unique}"
 
             def write(value: int) -> None:
@@ -72,9 +76,7 @@ def test_a_deletion_pass_that_fails_part_way_still_shows_what_it_deleted(
         serving = ServingLayer(mine)
         try:
             view = next(v for v in serving.views if v.name == "page_views")
-            now = int(time.time())
-            ingest = now - now % mine.ingest_bucket_s
-            minute = now - now % 60
+            ingest, minute = _now_buckets(mine)
             url = f"/speed-cache-fail-{unique}"
             writer.write([RealtimeRow("page_views", "minute", key_text([url]), minute, ingest, 5)], [])
 

@@ -5,38 +5,11 @@ why, with Retry-After. No service is needed: the serving layer is a tripwire (te
 
 from __future__ import annotations
 
-import textwrap
-import uuid
-
-import pytest
-
 from definitions.settings_store import load, persist_view_modules, with_view_modules
 from serving_layer.service import StoreUnavailable, ViewBuilding
-from tests.support.shell import plain_shell
 from tests.support.tripwire_api import assert_error_shape, make_client, token
 
 RELOAD = "/api/v1/admin/views/reload"
-
-
-@pytest.fixture
-def module(tmp_path, monkeypatch):
-    """A view module in a directory of its own; (directory, module name)."""
-    plain_shell(monkeypatch, tmp_path)
-    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
-    folder = tmp_path / "views"
-    folder.mkdir()
-    name = f"extra_views_{uuid.uuid4().hex[:8]}"
-    (folder / f"{name}.py").write_text(
-        textwrap.dedent(
-            """
-            from definitions.views import View
-
-            VIEWS = [View(name="clicks", keys=("url",), aggregation="count", where="event_type = 'click'",
-                          granularities=("hour", "day"))]
-            """
-        )
-    )
-    return folder, name
 
 
 def test_a_reload_adds_and_removes_view_routes_and_refuses_what_does_not_load(module):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
-import uuid
 
 import anyio
 import pytest
@@ -17,7 +15,6 @@ from api.routes import admin
 from api.worker_sync import WorkerSync, prepare
 from definitions.settings_store import load, persist_view_modules, with_view_modules
 from serving_layer.service import StoreUnavailable
-from tests.support.shell import plain_shell
 from tests.support.tripwire_api import assert_error_shape, make_client, token
 
 RELOAD = "/api/v1/admin/views/reload"
@@ -25,23 +22,9 @@ CLICKS = "/api/v1/views/clicks?url=/&granularity=hour"
 
 
 @pytest.fixture
-def declared(tmp_path, monkeypatch):
-    """Persisted settings that declare one more view, `clicks`, in a module of their own."""
-    plain_shell(monkeypatch, tmp_path)
-    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
-    folder = tmp_path / "views"
-    folder.mkdir()
-    name = f"more_views_{uuid.uuid4().hex[:8]}"
-    (folder / f"{name}.py").write_text(
-        textwrap.dedent(
-            """
-            from definitions.views import View
-
-            VIEWS = [View(name="clicks", keys=("url",), aggregation="count", where="event_type = 'click'",
-                          granularities=("hour",))]
-            """
-        )
-    )
+def declared(module):
+    """Persisted settings that are about to declare one more view, `clicks` (the `module` fixture)."""
+    folder, name = module
     settings = load()
     return settings, lambda: persist_view_modules(with_view_modules(settings, [name], [str(folder)]))
 
