@@ -106,7 +106,7 @@ def main() -> int:
         "idle_s": args.idle,
         "stack_ready_s_median": statistics.median(r["total_s"] for r in runs),
         "stack_rss_mb_median": statistics.median(sum(r["rss_mb"].values()) for r in runs),
-        "first_answer_s": [r["first_answer_s"] for r in runs],
+        "first_answer_s": [None if r["first_answer_s"] is None else round(r["first_answer_s"], 2) for r in runs],
         "first_answer_after_up_start_s": [round(r["after_up_start_s"], 1) for r in runs],
         "services": rows,
     }
