@@ -24,13 +24,17 @@ COUNT = re.compile(r'lambda_api_request_seconds_count\{method="GET",route="/api/
 
 
 def _workers(stack) -> list[psutil.Process]:
+    """The API's live worker processes (a killed one is a zombie until uvicorn reaps it, and then gone)."""
     proc = stack.supervisor.process("api")
     assert proc is not None, "the API runs under the supervisor"
-    return [
-        p
-        for p in proc.children(recursive=True)
-        if "spawn_main" in " ".join(p.cmdline()) and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    ]
+    live = []
+    for child in proc.children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                live.append(child)
+        except psutil.Error:  # it ended meanwhile
+            continue
+    return live
 
 
 def _counted(text: str) -> float:
