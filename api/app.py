@@ -23,6 +23,7 @@ from api.views_install import install_views, reload_views
 from api.worker_sync import WorkerSync
 from definitions.settings import DEFAULT_TOKEN, Settings
 from definitions.views import load_views
+from serving_layer.pointer_floor import PointerFloor
 from serving_layer.service import ServingLayer
 
 log = logging.getLogger("lambda.api")
@@ -70,7 +71,8 @@ def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.settings = settings
-        app.state.serving = ServingLayer(settings, app.state.views)
+        floor = None if sync is None else PointerFloor(sync.directory / "pointer-generation")
+        app.state.serving = ServingLayer(settings, app.state.views, floor)
         install_views(app, settings, app.state.views)  # each view answered by the definition serving it
         app.state.metrics = ApiMetrics(metrics_dir)
         app.state.producer = _LazyProducer(settings)

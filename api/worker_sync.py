@@ -24,6 +24,8 @@ from pathlib import Path
 import anyio
 from starlette.concurrency import run_in_threadpool
 
+from definitions.files import replace_text
+
 log = logging.getLogger("lambda.api")
 WATCH_S = 0.2
 GENERATION = "generation"
@@ -36,13 +38,6 @@ def prepare(directory: Path) -> None:
     for entry in directory.iterdir():
         if entry.is_file():
             entry.unlink(missing_ok=True)
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace `path` in one step: a reader sees the old text or the new, never a part."""
-    part = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    part.write_text(text)
-    os.replace(part, path)
 
 
 def _alive(pid: int) -> bool:
@@ -75,14 +70,14 @@ class WorkerSync:
 
     def report(self, generation: int, error: str | None = None) -> None:
         self.served = max(self.served, generation)
-        _write(self.file, json.dumps({"generation": generation, "error": error}))
+        replace_text(self.file, json.dumps({"generation": generation, "error": error}))
 
     def bump(self) -> int:
         """One more reload, made by this worker (its views are read already): the new count."""
         with open(self.directory / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             generation = self.generation() + 1
-            _write(self.directory / GENERATION, str(generation))
+            replace_text(self.directory / GENERATION, str(generation))
         self.report(generation)
         return generation
 

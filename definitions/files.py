@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 
@@ -17,3 +18,11 @@ def write_private(path: Path, text: str) -> Path:
         handle.write(text)
     os.replace(temporary, path)
     return path
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Replace `path` in one step: a reader sees the old text or the new, never a part (a temporary
+    name of its own per writer, so writers in several processes do not meet)."""
+    part = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    part.write_text(text)
+    os.replace(part, path)

@@ -21,6 +21,7 @@ from definitions.view_versions import unresolved_message
 from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.part_cache import PartCache
+from serving_layer.pointer_floor import PointerFloor
 from serving_layer.realtime_reads import RealtimeReads
 from serving_layer.speed_state import SpeedState
 from serving_layer.staleness import Horizon, stale_reason
@@ -88,8 +89,9 @@ def buckets_between(start_s: int, end_s: int, granularity: str) -> list[int]:
 class ServingLayer:
     """Holds the store connections (pooled, reused across requests) and answers view queries."""
 
-    def __init__(self, settings: Settings, views: Registry | None = None) -> None:
+    def __init__(self, settings: Settings, views: Registry | None = None, floor: PointerFloor | None = None) -> None:
         self.settings = settings
+        self.floor = floor  # shared by the API's worker processes (serving_layer.pointer_floor)
         self.declared = views if views is not None else load_views(settings)
         self.versions = versions_of(self.declared, None, None)  # until reload() reads the stores
         self.views = self.versions.maintained
@@ -205,9 +207,12 @@ class ServingLayer:
         ttl = self.settings.api.pointer_cache_s
         now = time.monotonic()
         cached = self._pointer
-        if not fresh and cached is not None and now - cached[1] < ttl:
+        floor = self.floor.get() if self.floor is not None and ttl > 0 else -1
+        if not fresh and cached is not None and now - cached[1] < ttl and _generation(cached[0]) >= floor:
             return cached
         read = (self._read_pointer(), now)
+        if self.floor is not None and ttl > 0:
+            self.floor.seen(floor, _generation(read[0]))  # before it is answered from
         # A read that began before a newer one was cached keeps out: an answer never goes back to an
         # older pointer (a read of a re-made store, from a later start than the cache's life, does).
         current = self._pointer

@@ -128,10 +128,13 @@ def test_a_wrong_command_line_exits_2(args):
 
 
 def _autogroup_nice(pid: int) -> int | None:
+    """The nice value of `pid`'s autogroup; None where the kernel has none, or where the process is in
+    a cgroup of its own (the file then reads empty: the cgroup, not the session, shares the CPU)."""
     try:
-        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+        words = Path(f"/proc/{pid}/autogroup").read_text().split()
     except OSError:
         return None
+    return int(words[-1]) if words else None
 
 
 def test_cpu_nice_makes_the_programs_session_and_the_program_yield_the_cpu(tmp_path):

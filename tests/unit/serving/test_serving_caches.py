@@ -14,6 +14,7 @@ import pytest
 from definitions.settings import Settings
 from serving_layer.merge import BatchCell
 from serving_layer.part_cache import PartCache, approx_bytes
+from serving_layer.pointer_floor import PointerFloor
 from serving_layer.service import ServingLayer
 from stores.pointer import DOC, advance
 from tests.support.polling import wait_for
@@ -33,7 +34,7 @@ class MemoryBatchViews:
         self.reads: list[str] = []
         MemoryBatchViews.current = self
 
-    def publish(self, version: int, run_id: str, cells: dict[int, int]) -> None:
+    def publish(self, version: int, run_id: str, cells: dict[int, int], generation: int | None = None) -> None:
         pointer = advance(
             None,
             version=version,
@@ -44,6 +45,8 @@ class MemoryBatchViews:
             stats={},
             now_ms=int(time.time() * 1000),
         )
+        if generation is not None:
+            pointer = replace(pointer, generation=generation)
         self.tables[pointer.entries["page_views"].table] = dict(cells)
         self.doc = pointer.to_doc()
 
@@ -261,6 +264,50 @@ def test_a_pointer_read_that_began_before_a_newer_one_was_cached_does_not_replac
     # A cached pointer past its life is replaced by any read (a re-made store starts generations anew).
     serving._pointer = (newer, time.monotonic() - 10)
     assert serving.pointer() is older
+
+
+def _workers(tmp_path, pointer_cache_s: float) -> tuple[ServingLayer, ServingLayer, MemoryBatchViews]:
+    """Two serving layers standing for two worker processes of one API: one store, one floor file."""
+    floor = tmp_path / "workers" / "pointer-generation"
+    floor.parent.mkdir()
+    first, store = _serving(tmp_path, pointer_cache_s=pointer_cache_s)
+    second, _ = _serving(tmp_path, pointer_cache_s=pointer_cache_s)
+    second.batch_views = first.batch_views = store
+    first.floor = PointerFloor(floor)
+    second.floor = PointerFloor(floor)
+    return first, second, store
+
+
+def test_once_one_worker_answered_from_a_moved_pointer_no_worker_answers_from_an_older_one(tmp_path):
+    """Sequential queries reaching two workers in turn: an answer from the new pointer by one worker
+    is never followed by an answer from the old pointer by the other (views apply's switch)."""
+    first, second, store = _workers(tmp_path, pointer_cache_s=5)
+    bucket = CUTOFF_MS // 1000 - 3 * HOUR
+    store.publish(1, "run-1", {bucket: 5}, generation=1)
+    assert _total(first) == 5 and _total(second) == 5  # both keep the pointer for 5 s
+    store.publish(2, "run-2", {bucket: 9}, generation=2)
+    assert _total(first) == 5
+    first._pointer = None  # its cache ends first
+    assert _total(first) == 9
+    assert _total(second) == 9, "the other worker went back to the older pointer"
+    assert store.reads.count("pointer") == 4
+    assert _total(second) == 9 and _total(first) == 9
+    assert store.reads.count("pointer") == 4, "a pointer at the floor is reused"
+
+
+def test_a_re_made_pointer_store_lowers_the_floor(tmp_path):
+    """A fresh read below the floor read before it is a re-made store (HBase reads of one row are
+    linearizable): the floor comes down to it, or every query would read the pointer from then on."""
+    first, second, store = _workers(tmp_path, pointer_cache_s=5)
+    bucket = CUTOFF_MS // 1000 - 3 * HOUR
+    store.publish(7, "run-7", {bucket: 5}, generation=7)
+    assert _total(first) == 5
+    store.publish(1, "run-1", {bucket: 2}, generation=1)  # the stores were wiped and built again
+    assert _total(second) == 2
+    reads = store.reads.count("pointer")
+    assert _total(second) == 2
+    assert store.reads.count("pointer") == reads, "the pointer is read again at every query"
+    assert second.floor.get() == 1
 
 
 def test_queries_missing_the_same_key_at_once_share_one_read():
