@@ -27,9 +27,8 @@ def drop_table(settings: Settings, name: str) -> None:
         conn.close()
 
 
-def with_put_batch_size(settings: Settings, size: int, senders: int | None = None) -> Settings:
-    batch = {"put_batch_size": size, "put_senders": senders or settings.batch.put_senders}
-    return settings.model_copy(update={"batch": settings.batch.model_copy(update=batch)})
+def with_put_batch_size(settings: Settings, size: int) -> Settings:
+    return settings.model_copy(update={"batch": settings.batch.model_copy(update={"put_batch_size": size})})
 
 
 def load_view(
@@ -55,9 +54,7 @@ def load_view(
     return written.cells, seconds
 
 
-def hbase_load(
-    spark, settings: Settings, url: str, batch_sizes: list[int], rounds: int, verify: bool, senders: int | None = None
-) -> dict:
+def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], rounds: int, verify: bool) -> dict:
     """Write page_views and unique_visitors (every granularity) once per put batch size and round.
 
     Rounds go through the batch sizes in turn (500, 2000, 10000, 500, ...), so that a drift of
@@ -75,7 +72,7 @@ def hbase_load(
         load_view(settings, layout.table_name("bench_warmup", stamp), PAGE_VIEWS, computed, False, ("hour",))
         for r in range(rounds):
             for n, batch_size in enumerate(batch_sizes):
-                tuned = with_put_batch_size(settings, batch_size, senders)
+                tuned = with_put_batch_size(settings, batch_size)
                 for view in views:
                     name = layout.table_name(f"bench_{view.name}", stamp + 1 + r * len(batch_sizes) + n)
                     cells, seconds = load_view(tuned, name, view, computed, verify)
@@ -117,6 +114,4 @@ def hbase_load(
         "trials": trials,
         "fastest_put_batch_size": fastest["put_batch_size"],
         "default_put_batch_size": settings.batch.put_batch_size,
-        "put_senders": senders or settings.batch.put_senders,
-        "partitions": {f"{v}/{g}": frame.rdd.getNumPartitions() for (v, g), frame in computed.items()},
     }

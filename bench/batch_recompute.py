@@ -66,7 +66,6 @@ def main() -> int:
     )
     parser.add_argument("--hbase-size", type=int, default=1_000_000, help="dataset size for the HBase load; 0 skips it")
     parser.add_argument("--put-batch-sizes", type=int_list, default=int_list("500,2000,10000"))
-    parser.add_argument("--put-senders", type=int, help="connections per Spark task (default: batch.put_senders)")
     parser.add_argument("--hbase-runs", type=int, default=1, help="rounds over the put batch sizes (median reported)")
     parser.add_argument(
         "--warmup",
@@ -169,9 +168,7 @@ def main() -> int:
             url = ensure_dataset(spark, args.data_dir, args.hbase_size)
             result["hbase"] = {
                 "records": args.hbase_size,
-                **hbase_load(
-                    spark, settings, url, args.put_batch_sizes, args.hbase_runs, not args.no_verify, args.put_senders
-                ),
+                **hbase_load(spark, settings, url, args.put_batch_sizes, args.hbase_runs, not args.no_verify),
             }
     finally:
         con.close()

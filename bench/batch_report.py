@@ -38,7 +38,7 @@ def report(result: dict) -> str:
         lines.append(
             f"HBase load via write_partitions ({hbase['records']:,} records, {hbase['events']:,} distinct; "
             "page_views + unique_visitors, every granularity; default put_batch_size "
-            f"{hbase['default_put_batch_size']}; {hbase.get('put_senders', 1)} connection(s) per task):"
+            f"{hbase['default_put_batch_size']}):"
         )
         lines.append(
             f"{'put_batch_size':>14} {'cells':>9} {'seconds':>8} {'cells/s':>9} {'page_views/s':>13} {'unique_visitors/s':>18}"

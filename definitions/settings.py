@@ -122,9 +122,6 @@ class BatchSettings(_Section):
     # alone for this long after it started; a killed run's tables go at the first swap after it.
     retention_grace_s: int = Field(3_600, ge=0)
     put_batch_size: int = Field(2_000, ge=1)
-    # Connections each Spark task writes a batch-view table through, each sending a batch of puts
-    # while the next ones are made (a Thrift call waits for the server; stores/put_pipeline.py).
-    put_senders: int = Field(2, ge=1, le=16)
     # The realtime clean-up deletes rows a swap absorbed only this long after the swap: longer than
     # the API reuses a pointer (`api.pointer_cache_s`) plus the longest query, so no answer computed
     # from the previous pointer misses them.

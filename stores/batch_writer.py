@@ -10,7 +10,6 @@ from definitions.settings import Settings
 from definitions.views import View
 from stores import batch_layout as layout
 from stores.clients import hbase_connection
-from stores.put_pipeline import send_puts
 
 
 class VerificationError(RuntimeError):
@@ -38,21 +37,17 @@ def create_table(settings: Settings, name: str) -> None:
 
 
 def _write_partition(settings: Settings, table: str, view: View, granularity: str, rows) -> None:
-    def cells():
-        for row in rows:
-            keys = [row[k] for k in view.keys]
-            data = {layout.column(view, keys): layout.encode_int(row["value"])}
-            if "sketch" in row and row["sketch"] is not None:
-                data[layout.SKETCH] = bytes(row["sketch"])
-            yield layout.row_key(view, granularity, keys, row["event_bucket"]), data
-
-    send_puts(
-        functools.partial(hbase_connection, settings, timeout_s=60),
-        table,
-        cells(),
-        settings.batch.put_batch_size,
-        settings.batch.put_senders,
-    )
+    conn = hbase_connection(settings, timeout_s=60)
+    try:
+        with conn.table(table).batch(batch_size=settings.batch.put_batch_size) as batch:
+            for row in rows:
+                keys = [row[k] for k in view.keys]
+                data = {layout.column(view, keys): layout.encode_int(row["value"])}
+                if "sketch" in row and row["sketch"] is not None:
+                    data[layout.SKETCH] = bytes(row["sketch"])
+                batch.put(layout.row_key(view, granularity, keys, row["event_bucket"]), data)
+    finally:
+        conn.close()
 
 
 def computed_stats(view: View, computed) -> TableStats:
