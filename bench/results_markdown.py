@@ -129,6 +129,24 @@ def markdown(results: dict) -> str:
     mem = results["memory"].get("after") or results["memory"].get("before") or {}
     if mem.get("services") and any(x["running"] for x in mem["services"]):
         summary.append(["stack RSS (all services)", f"{f(mem['total_rss_mb'])} MiB"])
+    replay = (steps.get("replay") or {}).get("result") or {}
+    if replay.get("replay"):
+        r = replay["replay"]
+        summary.append(
+            [
+                f"`lambdactl replay --view {r['view']}` over {f(r['records'])} Kafka records",
+                f"{f(r['records_per_s'])} records/s in the job ({f(r['job_seconds'], 1)} s), "
+                f"{f(r['wall_seconds'], 1)} s for the command",
+            ]
+        )
+    if replay.get("added_view"):
+        a = replay["added_view"]
+        summary.append(
+            [
+                f"an added view's history ({a['view']}) over {f(a['history'])} master records",
+                f"{f(a['seconds'], 1)} s (HBase load not included)",
+            ]
+        )
     if summary:
         lines += ["## Summary", ""] + table(["what", "figure"], summary)
 

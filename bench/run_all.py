@@ -4,7 +4,8 @@ Each benchmark runs as a subprocess of .venv/bin/python with `--json` to a tempo
 after another (the machine has few cores): bench/api_latency.py, bench/speed_freshness.py,
 bench/ingest_throughput.py (`--runs 1 --gen-count 50000 --arch-count 100000`; it pauses the
 stack's archiver during its drain and starts it again), bench/batch_recompute.py (`--sizes
-1000000,5000000,10000000 --runs 1`). `--quick` uses smaller sizes and shorter durations
+1000000,5000000,10000000 --runs 1`), bench/replay_throughput.py (a replay of 1M Kafka records and
+an added view's history over 10M master records, `--runs 1`). `--quick` uses smaller sizes and shorter durations
 everywhere. Also the resident memory of each process tree of the running stack, before and after
 the benchmarks, and a description of the machine. bench/stack_startup.py needs the stack down
 and is not run: pass `--startup-json` with the JSON of an earlier run to include its figures.
@@ -39,7 +40,7 @@ PYTHON = REPO / ".venv" / "bin" / "python"
 
 log = logging.getLogger("bench.run_all")
 
-STEP_NAMES = ("api_latency", "api_load", "speed_layer", "ingest_throughput", "batch_recompute")
+STEP_NAMES = ("api_latency", "api_load", "speed_layer", "ingest_throughput", "batch_recompute", "replay")
 
 
 def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[str]]:
@@ -77,6 +78,7 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
                 "--hbase-size",
                 "200000",
             ],
+            "replay": ["bench/replay_throughput.py", "--records", "100000", "--history", "500000", "--runs", "1"],
         }
     return {
         "api_latency": ["bench/api_latency.py", "--clients", "1,8", *port],
@@ -92,6 +94,7 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
             "100000",
         ],
         "batch_recompute": ["bench/batch_recompute.py", "--sizes", "1000000,5000000,10000000", "--runs", "1"],
+        "replay": ["bench/replay_throughput.py", "--records", "1000000", "--history", "10000000", "--runs", "1"],
     }
 
 
