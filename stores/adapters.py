@@ -59,15 +59,24 @@ class RealtimeReaderAdapter(Protocol):
         buckets: Sequence[int],
         min_ingest_bucket: int,
         with_sketches: bool = False,
+        skip_ingest: tuple[int, int] | None = None,
     ) -> dict[int, RealtimeCell]:
         """Per event bucket of `buckets`, the key's values summed over ingest buckets >= `min_ingest_bucket`
-        (and their sketches when `with_sketches`); buckets without rows are left out."""
+        (and their sketches when `with_sketches`); buckets without rows are left out. `skip_ingest`
+        (low, high): rows of ingest buckets in [low, high) are left out too; asked only while a
+        replay's rows answer for those buckets (stores.replays)."""
         ...
 
     def bucket(
-        self, view: str, granularity: str, buckets: Sequence[int], min_ingest_bucket: int
+        self,
+        view: str,
+        granularity: str,
+        buckets: Sequence[int],
+        min_ingest_bucket: int,
+        skip_ingest: tuple[int, int] | None = None,
     ) -> dict[int, dict[str, int]]:
-        """{event bucket: {key: value summed over ingest buckets >= min}} of a by-bucket view."""
+        """{event bucket: {key: value summed over ingest buckets >= min}} of a by-bucket view, without
+        ingest buckets in [low, high) of `skip_ingest`."""
         ...
 
     def close(self) -> None: ...

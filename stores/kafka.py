@@ -89,6 +89,38 @@ def spans_from(settings: Settings, from_ms: int) -> list[PartitionSpan]:
         client.close()
 
 
+def spans_between(settings: Settings, from_ms: int, until_ms: int) -> list[PartitionSpan] | None:
+    """Per partition of `events`: the offsets of the records ingested in [from_ms, until_ms), and the
+    first offset kept; None while some partition holds no record ingested at or after `until_ms` yet
+    (its end is not known: ingest times never decrease within a partition, LogAppendTime)."""
+    topic = settings.kafka.events_topic
+    client = consumer(settings, "lambda-replay")
+    try:
+        parts = [partition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
+        ends = client.offsets_for_times({tp: until_ms for tp in parts})
+        if any(ends.get(tp) is None for tp in parts):
+            return None
+        begins = client.beginning_offsets(parts)
+        found = client.offsets_for_times({tp: max(from_ms, 0) for tp in parts})
+        first = client.offsets_for_times({tp: 0 for tp in parts})
+        spans = []
+        for tp in parts:
+            end = ends[tp].offset
+            start = found[tp].offset if found.get(tp) is not None else end
+            spans.append(
+                PartitionSpan(
+                    tp.partition,
+                    min(start, end),
+                    end,
+                    begins[tp],
+                    first[tp].timestamp if first.get(tp) is not None else None,
+                )
+            )
+        return spans
+    finally:
+        client.close()
+
+
 def ingest_time_at(settings: Settings, number: int, offset: int) -> int:
     """The ingest time (ms) of the record at `offset` of partition `number` of `events`; ValueError
     when the partition does not keep it."""

@@ -394,7 +394,7 @@ class RealtimeReader:
         )
         # One query per IN_CHUNK event buckets (partitions): one round trip, the node reads them locally.
         self.bucket_stmt = session.prepare(
-            f"SELECT event_bucket, key, value FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? "
+            f"SELECT event_bucket, ingest_bucket, key, value FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? "
             "AND event_bucket IN ? AND ingest_bucket >= ?"
         )
         self.marks = MarkReader(session, self.tuples)
@@ -412,12 +412,16 @@ class RealtimeReader:
         buckets: Sequence[int],
         min_ingest_bucket: int,
         with_sketches: bool = False,
+        skip_ingest: tuple[int, int] | None = None,
     ) -> dict[int, RealtimeCell]:
+        low, high = skip_ingest or (0, 0)
         params = [
             (view, granularity, key, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)
         ]
         out: dict[int, RealtimeCell] = {}
-        for event_bucket, _ingest_bucket, value, sketch in self._rows(self.series_stmt, params):
+        for event_bucket, ingest_bucket, value, sketch in self._rows(self.series_stmt, params):
+            if low <= ingest_bucket < high:
+                continue
             cell = out.setdefault(event_bucket, RealtimeCell(sketches=[] if with_sketches else None))
             cell.value += value
             cell.ingest_buckets += 1
@@ -426,12 +430,20 @@ class RealtimeReader:
         return out
 
     def bucket(
-        self, view: str, granularity: str, buckets: Sequence[int], min_ingest_bucket: int
+        self,
+        view: str,
+        granularity: str,
+        buckets: Sequence[int],
+        min_ingest_bucket: int,
+        skip_ingest: tuple[int, int] | None = None,
     ) -> dict[int, dict[str, int]]:
         """{event bucket: {key: value summed over ingest buckets >= min}} for a by_bucket view."""
+        low, high = skip_ingest or (0, 0)
         params = [(view, granularity, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)]
         out: dict[int, dict[str, int]] = {}
-        for event_bucket, key, value in self._rows(self.bucket_stmt, params):
+        for event_bucket, ingest_bucket, key, value in self._rows(self.bucket_stmt, params):
+            if low <= ingest_bucket < high:
+                continue
             keys = out.setdefault(event_bucket, {})
             keys[key] = keys.get(key, 0) + value
         return out

@@ -1,11 +1,20 @@
-"""Replay marks on HDFS: which views `lambdactl replay` is rebuilding, from when.
+"""Replay marks on HDFS: which views `lambdactl replay` is rebuilding, from when, into which rows.
 
-While a view's realtime rows are deleted and rewritten from Kafka, its merged answers would be
-short; the mark makes the view `replaying` (stores.view_lifecycle), so the API refuses its queries
-with the reason (409) instead. One file per view beside the speed layer's checkpoint,
-`<checkpoint_dir>-replays/<view>.json` = `{"from_ms": F, "started_ms": T}`, created only if absent
-(HDFS create without overwrite): two replays of one view cannot both hold it. A replay killed half-way
-leaves its mark, and the view stays refused until a replay of it completes (`--resume`).
+A replay writes a view's realtime rows again from Kafka under a fresh storage name of their own (its
+`shadow`), for the ingest buckets from `from_ms` up to `split_ms`, a bucket boundary after the replay
+began. Two kinds of file, beside the speed layer's checkpoint in `<checkpoint_dir>-replays/`:
+
+- `<view>.json`, the *claim* = `{"from_ms", "started_ms", "shadow"}`: a replay is writing (or was
+  interrupted). Created only if absent (HDFS create without overwrite): two replays of one view
+  cannot both hold it. While it is there the view is `replaying` (stores.view_lifecycle) and keeps
+  answering from the rows it had. `--resume` takes over an interrupted one.
+- `<view>.switched-<started_ms>.json`, an *overlay* = the same plus `split_ms`, created once every
+  shadow row is written, before the claim is deleted: from then on the serving layer reads the
+  view's realtime rows of ingest buckets in [from_ms, split_ms) from the shadow name and the others
+  from the view's own name (serving_layer/replay_overlay.py). Of several, the newest counts (a file
+  is read only once written whole, and the older ones are deleted after the newer one exists): the
+  switch is one file appearing. The overlay stays until the view's batch cutoff reaches `split_ms`;
+  then no answer reads either name's rows there, and the clean-up deletes it and the shadow rows.
 """
 
 from __future__ import annotations
@@ -21,6 +30,33 @@ class ReplayMark:
     view: str
     from_ms: int
     started_ms: int
+    shadow: str = ""  # the storage name the replay writes the view's rows under
+    split_ms: int | None = None  # set once switched: [from_ms, split_ms) is read from `shadow`
+
+    @property
+    def switched(self) -> bool:
+        return self.split_ms is not None and bool(self.shadow)
+
+    def to_json(self) -> bytes:
+        doc = {"from_ms": self.from_ms, "started_ms": self.started_ms, "shadow": self.shadow, "split_ms": self.split_ms}
+        return json.dumps(doc).encode()
+
+    @classmethod
+    def from_json(cls, view: str, data: bytes) -> ReplayMark:
+        doc = json.loads(data)
+        split = doc.get("split_ms")
+        return cls(
+            view, int(doc["from_ms"]), int(doc["started_ms"]), str(doc.get("shadow") or ""), split and int(split)
+        )
+
+
+SHADOW_SEPARATOR = "~replay-"  # never in a declared view's name (definitions.views: identifiers)
+SWITCHED = ".switched-"
+
+
+def shadow_name(view: str, started_ms: int) -> str:
+    """The storage name a replay started at `started_ms` writes `view`'s realtime rows under."""
+    return f"{view}{SHADOW_SEPARATOR}{started_ms}"
 
 
 class ReplayMarked(RuntimeError):
@@ -32,29 +68,52 @@ def marks_dir(settings: Settings) -> str:
 
 
 def read_marks(settings: Settings) -> dict[str, ReplayMark]:
-    """Every view's replay mark. Raises WebHdfsError when HDFS cannot be read."""
+    """The claims: every view a replay is writing (or was interrupted in). Raises WebHdfsError when
+    HDFS cannot be read."""
+    return read_replays(settings)[0]
+
+
+def read_overlays(settings: Settings) -> dict[str, ReplayMark]:
+    """Every view's switched replay (its newest), whose rows answer for [from_ms, split_ms)."""
+    return read_replays(settings)[1]
+
+
+def read_replays(settings: Settings) -> tuple[dict[str, ReplayMark], dict[str, ReplayMark]]:
+    """(claims, overlays) from one listing. A file listed but not readable yet (being created, or
+    deleted since) is left out: it is not there yet, or no longer."""
     from stores.webhdfs import WebHdfs
 
-    out: dict[str, ReplayMark] = {}
+    claims: dict[str, ReplayMark] = {}
+    overlays: dict[str, ReplayMark] = {}
     with WebHdfs(settings) as fs:
-        for name in fs.list(marks_dir(settings)):
+        for name in sorted(fs.list(marks_dir(settings))):
             if not name.endswith(".json"):
                 continue
             data = fs.read(f"{marks_dir(settings)}/{name}")
-            if data is None:  # unmarked between the listing and the read
+            if not data:  # deleted between the listing and the read, or still being written
                 continue
-            doc = json.loads(data)
-            view = name[: -len(".json")]
-            out[view] = ReplayMark(view, int(doc["from_ms"]), int(doc["started_ms"]))
-    return out
+            stem = name[: -len(".json")]
+            view, switched, _ = stem.partition(SWITCHED)
+            try:
+                found = ReplayMark.from_json(view, data)
+            except (ValueError, KeyError, TypeError):  # written part-way: not there yet
+                continue
+            if not switched:
+                claims[view] = found
+            elif found.switched and (view not in overlays or found.started_ms > overlays[view].started_ms):
+                overlays[view] = found
+    return claims, overlays
 
 
-def mark(settings: Settings, view: str, from_ms: int, started_ms: int, take_over: bool = False) -> None:
-    """Claim the view's mark; ReplayMarked when it is held and `take_over` is False."""
+def mark(
+    settings: Settings, view: str, from_ms: int, started_ms: int, take_over: bool = False, shadow: str = ""
+) -> ReplayMark:
+    """Claim the view's mark (unswitched); ReplayMarked when it is held and `take_over` is False."""
     from stores.webhdfs import WebHdfs, WebHdfsError
 
     path = f"{marks_dir(settings)}/{view}.json"
-    data = json.dumps({"from_ms": from_ms, "started_ms": started_ms}).encode()
+    claimed = ReplayMark(view, from_ms, started_ms, shadow)
+    data = claimed.to_json()
     with WebHdfs(settings) as fs:
         fs.mkdirs(marks_dir(settings))
         try:
@@ -67,9 +126,55 @@ def mark(settings: Settings, view: str, from_ms: int, started_ms: int, take_over
                 f"a replay of {view} holds its mark ({held.decode(errors='replace')[:200]}): it is running, or "
                 "it was interrupted; when none runs, `lambdactl replay --resume` takes over"
             ) from None
+    return claimed
+
+
+def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
+    """Switch the view's answers to the claim's shadow rows: its overlay file appears (created whole,
+    never overwritten), then the view's older overlays and the claim are deleted."""
+    from stores.webhdfs import WebHdfs
+
+    switched = ReplayMark(claim.view, claim.from_ms, claim.started_ms, claim.shadow, split_ms)
+    with WebHdfs(settings) as fs:
+        fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
+        for name in fs.list(marks_dir(settings)):
+            view, sep, started = name.removesuffix(".json").partition(SWITCHED)
+            if sep and view == claim.view and started.isdigit() and int(started) < claim.started_ms:
+                fs.delete(f"{marks_dir(settings)}/{name}")
+        fs.delete(f"{marks_dir(settings)}/{claim.view}.json")
+    return switched
+
+
+def overlay_cutoffs(overlays: dict[str, ReplayMark], cutoffs_s: dict[str, int]) -> tuple[dict[str, int], list]:
+    """For the clean-up: ({shadow name: cutoff (s)}, the overlays no answer reads any more). A shadow's
+    rows below its view's cutoff are never read, like the view's own; an overlay whose split the
+    cutoff reached is read no more (serving_layer/replay_overlay.py). A view without a cutoff keeps all."""
+    shadows: dict[str, int] = {}
+    finished = []
+    for view, overlay in sorted(overlays.items()):
+        cutoff = cutoffs_s.get(view)
+        if cutoff is None or not overlay.shadow:
+            continue
+        shadows[overlay.shadow] = cutoff
+        if overlay.split_ms is not None and cutoff * 1000 >= overlay.split_ms:
+            finished.append(overlay)
+    return shadows, finished
+
+
+def drop_overlay(settings: Settings, overlay: ReplayMark) -> None:
+    """Delete an overlay file (its shadow rows must no longer be read: the view's cutoff passed it)."""
+    from stores.webhdfs import WebHdfs
+
+    with WebHdfs(settings) as fs:
+        fs.delete(_overlay_path(settings, overlay.view, overlay.started_ms))
+
+
+def _overlay_path(settings: Settings, view: str, started_ms: int) -> str:
+    return f"{marks_dir(settings)}/{view}{SWITCHED}{started_ms}.json"
 
 
 def unmark(settings: Settings, view: str) -> None:
+    """Delete the view's claim."""
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:

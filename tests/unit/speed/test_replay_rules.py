@@ -77,3 +77,24 @@ def test_offsets_kafka_does_not_keep_are_refused_not_a_crash():
 
     with pytest.raises(Refused, match="--from offsets: partition 0 keeps offsets 0 to 9, not 99"):
         resolve_from("offsets:0=99", 0, BUCKET_S, NOW_MS, ingest_time_at)
+
+
+def test_a_replays_rows_go_below_their_views_cutoff_and_its_overlay_once_the_cutoff_reaches_the_split():
+    from stores.replays import ReplayMark, overlay_cutoffs, shadow_name
+
+    ahead = ReplayMark("page_views", 60_000, 1, shadow_name("page_views", 1), 600_000)
+    reached = ReplayMark("top_pages", 60_000, 2, shadow_name("top_pages", 2), 300_000)
+    unserved = ReplayMark("unique_visitors", 0, 3, shadow_name("unique_visitors", 3), 300_000)
+    overlays = {o.view: o for o in (ahead, reached, unserved)}
+    shadows, finished = overlay_cutoffs(overlays, {"page_views": 300, "top_pages": 300})
+    assert shadows == {ahead.shadow: 300, reached.shadow: 300}, "no cutoff for unique_visitors: all its rows stay"
+    assert finished == [reached], "page_views' split (600 s) is past its cutoff: still read"
+
+
+def test_a_replay_mark_reads_back_as_written_and_an_old_claim_reads_as_unswitched():
+    from stores.replays import ReplayMark
+
+    switched = ReplayMark("page_views", 60_000, 7, "page_views~replay-7", 120_000)
+    assert ReplayMark.from_json("page_views", switched.to_json()) == switched and switched.switched
+    old = ReplayMark.from_json("page_views", b'{"from_ms": 5, "started_ms": 6}')
+    assert old == ReplayMark("page_views", 5, 6) and not old.switched
