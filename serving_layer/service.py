@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from definitions.settings import Settings
 from definitions.view_versions import unresolved_message
 from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
+from serving_layer import replay_overlay
 from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
 from serving_layer.part_cache import PartCache
 from serving_layer.pointer_floor import PointerFloor
@@ -173,7 +174,7 @@ class ServingLayer:
         except Switched as exc:
             raise ViewBuilding(str(exc)) from None
         state = self.lifecycle(view.name, pointer)
-        if state.state != "serving":
+        if state.state not in ("serving", "replaying"):  # a replay writes fresh rows, then switches
             raise ViewBuilding(state.reason)
         return view
 
@@ -318,6 +319,7 @@ class ServingLayer:
         try:
             key = key_text(key_values)
             distinct = view.aggregation == "distinct"
+            overlay = self.speed.overlay(view.name)
             realtime = self.realtime.kept(
                 (
                     "series",
@@ -328,8 +330,11 @@ class ServingLayer:
                     len(buckets),
                     cutoff_ms,
                     distinct,
+                    overlay,
                 ),
-                lambda r: r.series(view.name, granularity, key, buckets, cutoff_ms // 1000, with_sketches=distinct),
+                lambda r: replay_overlay.series(
+                    r, overlay, view.name, granularity, key, buckets, cutoff_ms // 1000, with_sketches=distinct
+                ),
             )
             speed = {b: SpeedCell(c.value, tuple(c.sketches or ())) for b, c in realtime.items()}
         except StoreUnavailable as exc:
@@ -369,9 +374,10 @@ class ServingLayer:
         batch = self._batch_top(source, view, granularity, buckets)
         speed: dict[str, int] = {}
         try:
+            overlay = self.speed.overlay(view.name)
             per_bucket = self.realtime.kept(
-                ("bucket", view.name, granularity, buckets[0] if buckets else 0, len(buckets), cutoff_ms),
-                lambda r: r.bucket(view.name, granularity, buckets, cutoff_ms // 1000),
+                ("bucket", view.name, granularity, buckets[0] if buckets else 0, len(buckets), cutoff_ms, overlay),
+                lambda r: replay_overlay.bucket(r, overlay, view.name, granularity, buckets, cutoff_ms // 1000),
             )
             for values in per_bucket.values():
                 for key, value in values.items():

@@ -1,6 +1,7 @@
 """What the serving layer knows of the speed layer, read from HDFS and kept a minute: its checkpoint
 marker (ingest-bucket size, first start, the views it maintains since when, and their definitions)
-and the replay marks (stores.replays). From them, each view's state (stores.view_lifecycle)."""
+and the replay marks (stores.replays): the replays writing, and the switched ones whose rows answer
+(serving_layer/replay_overlay.py). From them, each view's state (stores.view_lifecycle)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from definitions.settings import Settings
 from definitions.views import Registry
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
+from stores.replays import ReplayMark
 from stores.view_lifecycle import Lifecycle, changed_definitions, lifecycle, lifecycles
 
 log = logging.getLogger(__name__)
@@ -23,11 +25,23 @@ class SpeedState:
         self.settings = settings
         self._marker: tuple[Marker | None, float] | None = None  # (marker, when read)
         self.replaying: dict[str, int] = {}  # view → since when a replay rebuilds it; read with the marker
+        self.overlays: dict[str, ReplayMark] = {}  # view → its switched replay; read with the marker
 
-    def known(self, marker: Marker | None, replaying: dict[str, int] | None = None) -> None:
+    def known(
+        self,
+        marker: Marker | None,
+        replaying: dict[str, int] | None = None,
+        overlays: dict[str, ReplayMark] | None = None,
+    ) -> None:
         """Take `marker` (and replay marks) as just read: a service or a test that knows them."""
         self._marker = (marker, time.monotonic())
         self.replaying = dict(replaying or {})
+        self.overlays = dict(overlays or {})
+
+    def overlay(self, name: str) -> ReplayMark | None:
+        """The switched replay whose rows answer for part of `name`'s ingest buckets, if any."""
+        self.marker()
+        return self.overlays.get(name)
 
     def forget(self) -> None:
         """Read both again at the next question (`lambdactl views apply` and `replay` ask for it)."""
@@ -64,17 +78,18 @@ class SpeedState:
                 self.settings.ingest_bucket_s,
             )
         self._marker = (marker, now)
-        self.replaying = self._read_replays()
+        self._read_replays()
         return marker
 
-    def _read_replays(self) -> dict[str, int]:
-        from stores.replays import read_marks
+    def _read_replays(self) -> None:
+        from stores.replays import read_replays
 
         try:
-            return {view: m.from_ms for view, m in read_marks(self.settings).items()}
+            claims, self.overlays = read_replays(self.settings)
         except Exception as exc:  # HDFS down: the last marks read
             log.warning("cannot read the replay marks from HDFS (%s: %s)", type(exc).__name__, exc)
-            return self.replaying
+            return
+        self.replaying = {view: m.from_ms for view, m in claims.items()}
 
     def changed(self, views: Registry, marker: Marker | None) -> list[str]:
         """Views declared differently from the definitions the speed layer maintains (refused: 409)."""

@@ -11,8 +11,8 @@ event ingested before the realtime rows begin is in its batch part:
 - **building**: declared, but the speed layer does not maintain it yet, or no batch table covers
   the events ingested before the speed layer began maintaining it (`lambdactl views apply` runs
   that batch). Its answers are refused with the reason rather than given short.
-- **replaying**: serving otherwise, but `lambdactl replay` is rebuilding its realtime rows from
-  Kafka (stores.replays); its answers are refused with the reason until the replay completes.
+- **replaying**: serving, while `lambdactl replay` writes its realtime rows again from Kafka under a
+  fresh name (stores.replays); it answers from the rows it had until the replay switches to those.
 - **retired**: a batch table still serves it but it is no longer declared.
 """
 
@@ -80,8 +80,9 @@ def lifecycle(
                 "replaying",
                 since,
                 cutoff,
-                f"view {name} is being replayed: its realtime rows from {iso_ms(replaying[name])} are being rebuilt "
-                "from Kafka (`lambdactl replay`); it answers again when the replay completes",
+                f"view {name} is being replayed: its realtime rows from {iso_ms(replaying[name])} are being written "
+                "again from Kafka (`lambdactl replay`); it answers from the rows it had until the replay switches "
+                "to the new ones",
             )
         return Lifecycle(name, "serving", since, cutoff)
     return Lifecycle(

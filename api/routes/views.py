@@ -96,8 +96,8 @@ class ViewInfo(BaseModel):
     description: str
     state: Literal["building", "serving", "replaying", "retired", "unknown"] = Field(
         description="serving: answers are exact; building: being added or rebuilt, its queries answer 409 "
-        "with the reason; replaying: its realtime rows are being rebuilt from Kafka (`lambdactl replay`), "
-        "its queries answer 409 with the reason; retired: no longer declared; unknown: the batch views "
+        "with the reason; replaying: its realtime rows are being written again from Kafka under a fresh name "
+        "(`lambdactl replay`), and it answers from the rows it had until the replay switches to them; retired: no longer declared; unknown: the batch views "
         "cannot be read now"
     )
     reason: str | None = Field(None, description="why it is building or replaying")
