@@ -172,6 +172,7 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
     from stores.pointer import retiring_done
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
+    from stores.replays import drop_overlay, read_overlays
 
     store = version_store(settings)
     pointer = pointer or store.pointer()
@@ -185,11 +186,15 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
         todo = sorted(set(todo) & set(after))
     if todo:
         everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
-        cleanup = delete_absorbed(settings, dict.fromkeys(todo, everything))
+        overlays = [m for view, m in read_overlays(settings).items() if view in todo]
+        names = [*todo, *(m.shadow for m in overlays if m.shadow)]  # with the rows of their replays
+        cleanup = delete_absorbed(settings, dict.fromkeys(names, everything))
         if not cleanup.complete:
             _say(f"realtime rows of {', '.join(todo)} not all deleted ({cleanup.summary()}): they stay retiring")
             todo = []
         else:
+            for overlay in overlays:
+                drop_overlay(settings, overlay)
             _say(f"realtime rows of retired {', '.join(todo)} deleted: {cleanup.summary()}")
         # Maintained again: read once more after the deletion, just before the pointer moves
         # (another apply may have marked one retiring again meanwhile, about to stop maintaining it).
@@ -243,6 +248,7 @@ def move_pointer(store, change, retry_hint: str = "run `lambdactl views apply` a
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
+    from stores.replays import drop_overlay, overlay_cutoffs, read_overlays
 
     pointer = version_store(settings).pointer()
     if pointer is None:
@@ -251,9 +257,14 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     settle_after_swap(settings, pointer)
     delete_retiring(settings, pointer)
     # Each view's rows below the cutoff its own batch table covers; a view no table serves keeps all.
+    # A replay's rows (stores.replays) go below their view's cutoff too.
     cutoffs = pointer.cleanup_cutoffs_s()
-    cleanup = delete_absorbed(settings, cutoffs)
+    shadows, finished = overlay_cutoffs(read_overlays(settings), cutoffs)
+    cleanup = delete_absorbed(settings, {**cutoffs, **shadows})
     _say(f"realtime clean-up below each view's serving cutoff: {cleanup.summary()}")
+    for overlay in finished if cleanup.complete else []:
+        drop_overlay(settings, overlay)
+        _say(f"{overlay.view}: its batch cutoff reached the replay's split: the replayed rows are read no more")
     if args.json:
         _emit(
             {

@@ -1,22 +1,27 @@
 """`lambdactl replay --view V [--from WHEN]`: rebuild a view's realtime rows from Kafka.
 
 For when the realtime store lost a view's rows, or a speed-layer fix must be applied to rows
-already written: faster than a batch run over the whole master dataset, as it reads only Kafka from
-`--from` on (by default the view's batch cutoff, the first ingest time the merge reads realtime
-rows of). Steps:
+already written (run it once the fix runs): faster than a batch run over the whole master dataset,
+as it reads only Kafka from `--from` on (by default the view's batch cutoff, the first ingest time
+the merge reads realtime rows of). Steps:
 
 1. refuse, changing nothing, what cannot be replayed exactly: an unknown view, one the speed layer
    does not maintain yet, a `--from` Kafka no longer holds every record after (retention), a view
    another replay holds;
-2. mark the view (stores.replays) and have the API read the mark: its queries answer 409 saying
-   why, rather than short counts, while the rows are rebuilt; the other views keep answering;
-3. delete the view's realtime rows from the first ingest bucket replayed (as of a timestamp T);
-4. read the end offsets, then aggregate every record from `--from` to them through the speed
-   layer's own code (speed_layer/replay.py) and write the rows as of a timestamp after T;
-5. unmark the view and have the API read the marks again: it answers, exactly.
+2. claim the view (stores.replays) under a fresh storage name for its rows (the shadow); the view
+   shows `replaying` and keeps answering from the rows it has;
+3. choose the split, the first ingest-bucket boundary after the claim: every row of a later bucket is
+   written by the running speed layer after the replay began; wait until every partition has a
+   record ingested at or after it, and read the offsets of the records in [--from, split);
+4. aggregate them through the speed layer's own code (speed_layer/replay.py) into the shadow rows;
+5. switch: the serving layer reads the view's rows of [--from, split) from the shadow name from now
+   on (one HDFS file appearing; every API worker is told before the command goes on), then delete
+   the rows of the replays this one replaced.
 
-Interrupted after step 2, the view stays refused (never short) until a replay of it completes:
-`lambdactl replay --view V --resume` (it replays from the earlier of its `--from` and the mark's).
+Interrupted before step 5, the view keeps answering as before and stays claimed until a replay of it
+completes (`--resume`, which replays from the earlier of its `--from` and the claim's). A replay of a
+view a switched replay answers for replays from the earlier `--from` of the two, so its rows cover
+the older ones'.
 """
 
 from __future__ import annotations
@@ -83,9 +88,9 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     except Refused as exc:
         _say(f"replay refused, nothing changed: {exc}")
         return 2
-    view, from_ms, held_from = plan
+    view, from_ms, replaced = plan
     try:
-        return _run(settings, view, min(from_ms, held_from) if held_from is not None else from_ms, args)
+        return _run(settings, view, from_ms, replaced, args)
     except (ReplayMarked, Refused) as exc:  # another replay took the mark, or the view moved, since the plan
         _say(f"replay refused, nothing changed: {exc}")
         return 2
@@ -96,7 +101,7 @@ def _plan(settings: Settings, args: argparse.Namespace):
     from stores.checkpoints import read_marker
     from stores.kafka import ingest_time_at, lost_since, spans_from
     from stores.registry import version_store
-    from stores.replays import read_marks
+    from stores.replays import read_replays
     from stores.view_lifecycle import changed_definitions, lifecycle
     from stores.view_versions import read_versions
 
@@ -111,7 +116,7 @@ def _plan(settings: Settings, args: argparse.Namespace):
         and args.view in pointer.retiring
         and args.view not in versions.maintained.names()
     ):
-        if args.view in read_marks(settings):
+        if args.view in read_replays(settings)[0]:
             from stores.replays import unmark
 
             unmark(settings, args.view)
@@ -140,36 +145,38 @@ def _plan(settings: Settings, args: argparse.Namespace):
         now_ms,
         lambda p, o: ingest_time_at(settings, p, o),
     )
-    held = read_marks(settings).get(view.name)
+    claims, overlays = read_replays(settings)
+    held, answering = claims.get(view.name), overlays.get(view.name)
     if held is not None and not args.resume:
         raise Refused(
             f"a replay of {args.view} holds its mark since {held.started_ms} ms (from {held.from_ms} ms): it is "
             "running, or it was interrupted; when none runs, `--resume` takes over"
         )
-    start = min(from_ms, held.from_ms) if held is not None else from_ms
+    start = min([from_ms] + [m.from_ms for m in (held, answering) if m is not None])
     lost = lost_since(spans_from(settings, start), start)
     if lost:
         raise Refused(
             f"Kafka no longer holds every record from {start} ms: {'; '.join(lost[:3])}. Replay from a later "
             f"--from, or rebuild with `lambdactl batch --views {args.view} --force`"
         )
-    return view, from_ms, held.from_ms if held is not None else None
+    return view, start, [m for m in (held, answering) if m is not None and m.shadow]
 
 
-def _run(settings: Settings, view, from_ms: int, args: argparse.Namespace) -> int:
+def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.Namespace) -> int:
     from definitions.spark import spark_session
     from definitions.times import iso_ms
     from lambdactl.views import reload_api
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
-    from stores.kafka import lost_since, spans_from
+    from stores.kafka import lost_since
     from stores.realtime_cleanup import delete_view_from
-    from stores.replays import mark, unmark
+    from stores.replays import mark, shadow_name, switch, unmark
 
     started_ms = int(time.time() * 1000)
-    mark(settings, view.name, from_ms, started_ms, take_over=args.resume)
-    # Still maintained, now that the mark is set: a retirement (`views apply`) that began after the
-    # plan first stops the speed layer maintaining the name, then deletes its rows unless marked.
+    shadow = shadow_name(view.name, started_ms)
+    claim = mark(settings, view.name, from_ms, started_ms, take_over=args.resume, shadow=shadow)
+    # Still maintained, now that the claim is made: a retirement (`views apply`) that began after the
+    # plan first stops the speed layer maintaining the name, then deletes its rows unless claimed.
     try:
         marker = read_marker(settings)
     except Exception:
@@ -178,35 +185,45 @@ def _run(settings: Settings, view, from_ms: int, args: argparse.Namespace) -> in
     if marker is None or (marker.views is not None and view.name not in marker.views):
         unmark(settings, view.name)
         raise Refused(f"the speed layer no longer maintains {view.name}: it is being retired")
-    _say(f"{view.name}: marked replaying from {iso_ms(from_ms)}; its queries answer 409 until the replay completes")
+    _say(
+        f"{view.name}: replaying from {iso_ms(from_ms)} into fresh rows ({shadow}); it answers from the rows "
+        "it has until the replay switches"
+    )
     reload_api(settings)
-    deleted_as_of = time.time_ns() // 1000
-    cleared = delete_view_from(settings, view.name, from_ms // 1000, deleted_as_of)
-    _say(f"{view.name}: {cleared.rows_below_cutoff:,} realtime rows from {iso_ms(from_ms)} deleted")
-    written_as_of = max(time.time_ns() // 1000, deleted_as_of + 1)
-    spans = spans_from(settings, from_ms)  # the end offsets, read after the write timestamp was taken
+    bucket_ms = marker.ingest_bucket_s * 1000
+    split_ms = (started_ms // bucket_ms + 1) * bucket_ms
+    _say(f"{view.name}: the speed layer's own rows answer from {iso_ms(split_ms)}; waiting for that bucket to begin")
+    waiting = time.monotonic()
+    spans = _wait_for_split(settings, from_ms, split_ms, timeout_s=marker.ingest_bucket_s + 120)
+    waited_s = time.monotonic() - waiting
     lost = lost_since(spans, from_ms)
     if lost:
         raise SystemExit(
-            f"Kafka deleted records of the replay meanwhile ({'; '.join(lost[:3])}); {view.name} stays marked "
-            f"replaying: replay from a later --from with --resume, or run a batch of it"
+            f"Kafka deleted records of the replay meanwhile ({'; '.join(lost[:3])}); {view.name} stays claimed "
+            f"and answers as before: replay from a later --from with --resume, or run a batch of it"
         )
     spark = spark_session(settings, "lambda-replay", {"spark.driver.memory": settings.batch.driver_memory})
     try:
-        done = rewrite(spark, settings, view, spans, written_as_of)
+        done = rewrite(spark, settings, view, spans, time.time_ns() // 1000, into=shadow)
     finally:
         spark.stop()
-    unmark(settings, view.name)
+    switch(settings, claim, split_ms)
     reload_api(settings)
+    _say(f"{view.name}: switched to the replayed rows for ingest buckets {iso_ms(from_ms)} to {iso_ms(split_ms)}")
+    deleted = 0
+    for old in {m.shadow for m in replaced} - {shadow}:  # rows of the replays this one replaced
+        deleted += delete_view_from(settings, old, 0, time.time_ns() // 1000).rows_below_cutoff
     summary = {
         "view": view.name,
         "from": iso_ms(from_ms),
         "from_ms": from_ms,
+        "split_ms": split_ms,
+        "shadow": shadow,
         "records": done.records,
         "rows_written": done.rows,
-        "rows_deleted": cleared.rows_below_cutoff,
-        "unreadable_ranges": len(cleared.unreadable),
+        "replaced_rows_deleted": deleted,
         "seconds": round(done.seconds, 1),
+        "split_wait_s": round(waited_s, 1),
         "records_per_s": round(done.records_per_s),
         "end_offsets": {str(s.partition): s.end for s in spans},
     }
@@ -214,5 +231,24 @@ def _run(settings: Settings, view, from_ms: int, args: argparse.Namespace) -> in
         _emit(summary)
     else:
         _say(json.dumps(summary))
-    _say(f"{view.name}: replayed {done.records:,} records in {done.seconds:.1f}s; it answers again")
+    _say(f"{view.name}: replayed {done.records:,} records in {done.seconds:.1f}s; its answers read them")
     return 0
+
+
+def _wait_for_split(settings: Settings, from_ms: int, split_ms: int, timeout_s: float):
+    """The spans of [from_ms, split_ms) once every partition holds a record ingested at or after
+    `split_ms` (the archiver's ticks reach every partition every few seconds)."""
+    from stores.kafka import spans_between
+
+    deadline = time.monotonic() + max(split_ms / 1000 - time.time(), 0) + timeout_s
+    while True:
+        spans = spans_between(settings, from_ms, split_ms)
+        if spans is not None:
+            return spans
+        if time.monotonic() > deadline:
+            raise SystemExit(
+                f"no record ingested after {split_ms} ms in some partition of the events topic after {timeout_s:.0f}s "
+                "more (is the archiver's ticker running?); the view stays claimed and answers as before: "
+                "`lambdactl replay --resume` later"
+            )
+        time.sleep(1.0)

@@ -42,24 +42,33 @@ def read_realtime(
 
     A filtered scan of both realtime tables (ALLOW FILTERING on ingest_bucket), token range by
     token range: a range that cannot be read is recorded in `unreadable`, not fatal.
-    Distinct views: the sketch's estimate.
+    Distinct views: the sketch's estimate. A view a switched replay answers for (stores.replays):
+    its replayed rows for the ingest buckets they cover, as the serving layer reads them.
     """
     from datasketches import hll_sketch
 
     from stores.realtime import BY_BUCKET
     from stores.realtime_scan import rows_ingested_between
+    from stores.replays import read_overlays
 
     registry = {v.name: v for v in (views if views is not None else read_versions(settings).maintained)}
+    overlays = read_overlays(settings)
+    replayed = {o.shadow: o.view for o in overlays.values()}
     snapshot = RealtimeSnapshot(start_ms, end_ms, int(time.time() * 1000))
     for table, row in rows_ingested_between(settings, start_ms, end_ms, unreadable=snapshot.unreadable):
-        view = registry.get(row.view_name)
+        name = replayed.get(row.view_name, row.view_name)
+        overlay = overlays.get(name)
+        if overlay is not None and overlay.switched and name == row.view_name:
+            if overlay.from_ms // 1000 <= row.ingest_bucket < int(overlay.split_ms or 0) // 1000:
+                continue  # the replay's row answers for this one
+        view = registry.get(name)
         if view is None or (view.layout == "by_bucket") != (table == BY_BUCKET):
             continue
         value = float(row.value or 0)
         sketch = getattr(row, "sketch", None)
         if view.aggregation == "distinct" and sketch is not None:
             value = hll_sketch.deserialize(bytes(sketch)).get_estimate()
-        snapshot.cells[(row.view_name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = value
+        snapshot.cells[(name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = value
         snapshot.rows += 1
     return snapshot
 

@@ -1,11 +1,11 @@
 """Kappa-style replay: a view's realtime rows rebuilt by re-reading Kafka through the speed layer's own
 code (validation, de-duplication, the view's cells, aggregation by ingest bucket, the realtime writer).
 
-`lambdactl replay` (lambdactl/replay.py) marks the view, deletes its rows from the first ingest bucket
-replayed, then calls `rewrite`. Every row is written with one timestamp taken before the end offsets
-were read, so the running speed layer's later writes of the same groups (which cover records past
-those offsets) win over the replay's, and its earlier ones lose to it: whichever order the writes
-reach the store in, each group ends with the value of all its records.
+`lambdactl replay` (lambdactl/replay.py) claims the view, reads the offsets of the records ingested
+from `--from` up to a bucket boundary after it began, then calls `rewrite` to write their rows under
+a fresh storage name (stores.replays' shadow); the running speed layer keeps writing the view's own
+rows meanwhile, and the serving layer switches to the shadow rows for those buckets once all are
+written.
 """
 
 from __future__ import annotations
@@ -34,8 +34,11 @@ class Rewritten:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
-def rewrite(spark, settings: Settings, view: View, spans: list[PartitionSpan], timestamp_us: int) -> Rewritten:
-    """Aggregate the records of `spans` into `view`'s realtime rows and write them as of `timestamp_us`."""
+def rewrite(
+    spark, settings: Settings, view: View, spans: list[PartitionSpan], timestamp_us: int, into: str | None = None
+) -> Rewritten:
+    """Aggregate the records of `spans` into `view`'s realtime rows and write them as of `timestamp_us`,
+    under the storage name `into` (by default the view's own)."""
     from pyspark.sql import functions as F
 
     from speed_layer.job import cells_by_ingest_bucket, partition_writer
@@ -47,10 +50,18 @@ def rewrite(spark, settings: Settings, view: View, spans: list[PartitionSpan], t
     records = sum(end - start for start, end in offsets.values())
     events = validated_events(kafka_range(spark, settings, offsets), settings.events)
     cells = cells_by_ingest_bucket(events, [view], settings)
-    write = partition_writer(settings, {view.name: (view.aggregation, view.layout)}, timestamp_us)
+    name = into or view.name
+    if name != view.name:
+        cells = cells.withColumn("view", F.lit(name))
+    write = partition_writer(settings, {name: (view.aggregation, view.layout)}, timestamp_us)
     written = cells.mapInArrow(write, "written long, write_ms long").agg(F.sum("written")).collect()[0][0]
     done = Rewritten(view.name, records, int(written or 0), time.monotonic() - started)
     log.info(
-        "replay of %s: %d records read, %d realtime rows written in %.1fs", view.name, records, done.rows, done.seconds
+        "replay of %s: %d records read, %d realtime rows written as %s in %.1fs",
+        view.name,
+        records,
+        done.rows,
+        name,
+        done.seconds,
     )
     return done

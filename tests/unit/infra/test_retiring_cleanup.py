@@ -39,7 +39,9 @@ def stores(monkeypatch):
     import stores.registry
     import stores.replays
 
-    state = SimpleNamespace(store=OneStore(RETIRED), markers=[], marks=[], deleted=[], settled=0)
+    state = SimpleNamespace(
+        store=OneStore(RETIRED), markers=[], marks=[], deleted=[], settled=0, overlays={}, dropped=[]
+    )
 
     def answer(queue):
         return queue.pop(0) if len(queue) > 1 else queue[0]
@@ -47,6 +49,8 @@ def stores(monkeypatch):
     monkeypatch.setattr(stores.registry, "version_store", lambda settings: state.store)
     monkeypatch.setattr(stores.checkpoints, "read_marker", lambda settings: answer(state.markers))
     monkeypatch.setattr(stores.replays, "read_marks", lambda settings: answer(state.marks))
+    monkeypatch.setattr(stores.replays, "read_overlays", lambda settings: state.overlays)
+    monkeypatch.setattr(stores.replays, "drop_overlay", lambda settings, overlay: state.dropped.append(overlay))
 
     def delete_absorbed(settings, cutoffs):
         state.deleted.append(sorted(cutoffs))
@@ -67,6 +71,18 @@ def test_a_retired_name_loses_its_rows_and_leaves_the_list(stores):
     stores.markers, stores.marks = [marker("page_views")], [{}]
     batch.delete_retiring(None)
     assert stores.deleted == [["old"]] and stores.settled == 1
+    assert stores.store.value.retiring == ()
+
+
+def test_a_retired_name_loses_the_rows_of_its_switched_replay_too(stores):
+    from stores.replays import ReplayMark, shadow_name
+
+    replayed = ReplayMark("old", 0, 5, shadow_name("old", 5), 60_000)
+    stores.markers, stores.marks = [marker("page_views")], [{}]
+    stores.overlays = {"old": replayed, "page_views": ReplayMark("page_views", 0, 6, shadow_name("page_views", 6), 1)}
+    batch.delete_retiring(None)
+    assert stores.deleted == [["old", shadow_name("old", 5)]], "the retired view's shadow rows, not another view's"
+    assert stores.dropped == [replayed]
     assert stores.store.value.retiring == ()
 
 
