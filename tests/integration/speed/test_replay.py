@@ -15,6 +15,7 @@ import uuid
 import httpx
 
 from lambdactl.views import reload_api
+from stores import completeness
 from stores.clients import cassandra_cluster
 from stores.realtime import BY_KEY
 from stores.realtime_cleanup import delete_view_from
@@ -23,6 +24,7 @@ from stores.replays import mark, read_marks, read_overlays, unmark
 from tests.integration.api.test_end_to_end import api, merged, mismatches, parts, wait_exact, window
 from tests.support.cli import env, lambdactl
 from tests.support.events import mixed_workload
+from tests.support.polling import wait_for
 
 
 def served_cutoff_ms(settings, view: str) -> int:
@@ -94,6 +96,24 @@ def test_wiped_rows_come_back_exact_by_replay_while_traffic_flows(settings, stac
     assert second["from_ms"] <= summary["from_ms"] and second["shadow"] != first.shadow, second
     assert read_overlays(settings)["page_views"].shadow == second["shadow"]
     assert rows_named(settings, first.shadow) == 0, "the replaced replay's rows are deleted"
+    wait_exact(settings, sent + more, timeout_s=240)
+
+    # A batch run whose cutoff passes the split absorbs the replayed rows: the clean-up deletes them
+    # and the switched replay, and the answers stay exact.
+    split = second["split_ms"]
+    wait_for(
+        lambda: (c := completeness.latest(settings)) is not None and (c.complete_before_ms or 0) > split,
+        "the archiver's completeness to pass the replay's split",
+        timeout_s=300,
+        interval_s=2,
+    )
+    batch = lambdactl(settings, "batch", "--views", "page_views", "--json")
+    assert batch.returncode == 0, batch.stderr[-3000:]
+    assert served_cutoff_ms(settings, "page_views") >= second["split_ms"]
+    clean = lambdactl(settings, "clean-realtime")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert "page_views" not in read_overlays(settings)
+    assert rows_named(settings, second["shadow"]) == 0, "the replayed rows below the cutoff are deleted"
     wait_exact(settings, sent + more, timeout_s=240)
 
 
