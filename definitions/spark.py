@@ -214,3 +214,34 @@ def watch_queries(queries: Sequence, stopping: threading.Event) -> int:
             if query.isActive:
                 query.stop()
     return status
+
+
+# The JVM exceptions Spark's StreamExecution takes for "the query was stopped" (IO_EXCEPTION_NAMES).
+INTERRUPTIONS = (
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+)
+
+
+class BatchInterrupted(Exception):
+    """A foreachBatch function's call into the JVM was interrupted: the query is being stopped."""
+
+
+def interrupted_call(error: BaseException) -> BatchInterrupted | None:
+    """For a foreachBatch function to raise instead of `error` when its call into the JVM was
+    interrupted by the query's stop; None for any other error.
+
+    A Python error reaches the stream thread as the whole traceback text, and Spark tells a stop from
+    a failure by matching it with PROXY_ERROR (`...calling((.|\\r\\n|\\r|\\n)*)(java.lang.InterruptedException|...)`),
+    whose group recurses once per character: on the JVM stack trace that a Py4JJavaError carries
+    (thousands of characters) the stream thread dies of a StackOverflowError instead of stopping.
+    The replacement carries only the two lines the pattern needs, so the stop is a stop."""
+    if type(error).__name__ != "Py4JJavaError":
+        return None
+    lines = str(error).splitlines()
+    first = lines[0] if lines else ""
+    thrown = next((line.lstrip(": ").split(":")[0].strip() for line in lines[1:3] if line.startswith(":")), "")
+    if not first.startswith("An error occurred while calling") or thrown not in INTERRUPTIONS:
+        return None
+    return BatchInterrupted(f"py4j.protocol.Py4JJavaError: {first[:200]}\n: {thrown}")

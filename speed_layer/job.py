@@ -184,9 +184,18 @@ class BatchWriter:
     def __call__(self, batch_df, batch_id: int) -> int:
         from pyspark.sql import functions as F
 
+        from definitions.spark import interrupted_call
+
         write = partition_writer(self.settings, self.views, self.batch_timestamp_us())
         counts = batch_df.mapInArrow(write, "written long, write_ms long")
-        written, write_ms = counts.agg(F.sum("written"), F.max("write_ms")).collect()[0]
+        try:
+            written, write_ms = counts.agg(F.sum("written"), F.max("write_ms")).collect()[0]
+        except Exception as exc:
+            stopping = interrupted_call(exc)
+            if stopping is None:
+                raise
+            log.info("batch %d: interrupted by the query's stop; it runs again at the next start", batch_id)
+            raise stopping from None
         log.info(
             "batch %d: %d realtime rows upserted (the longest task wrote for %s ms)",
             batch_id,
