@@ -79,29 +79,38 @@ def read_overlays(settings: Settings) -> dict[str, ReplayMark]:
 
 
 def read_replays(settings: Settings) -> tuple[dict[str, ReplayMark], dict[str, ReplayMark]]:
-    """(claims, overlays) from one listing. A file listed but not readable yet (being created, or
-    deleted since) is left out: it is not there yet, or no longer."""
+    """(claims, overlays) from one listing. A file still being created is left out (it is not there
+    yet); one deleted between the listing and its read means a switch happened meanwhile, so the
+    directory is listed again (an older overlay read as gone must not hide the newer one)."""
     from stores.webhdfs import WebHdfs
 
+    with WebHdfs(settings) as fs:
+        for _ in range(5):
+            found = _read_listed(fs, marks_dir(settings))
+            if found is not None:
+                return found
+    raise RuntimeError(f"the replay marks in {marks_dir(settings)} kept changing while they were read")
+
+
+def _read_listed(fs, directory: str) -> tuple[dict[str, ReplayMark], dict[str, ReplayMark]] | None:
     claims: dict[str, ReplayMark] = {}
     overlays: dict[str, ReplayMark] = {}
-    with WebHdfs(settings) as fs:
-        for name in sorted(fs.list(marks_dir(settings))):
-            if not name.endswith(".json"):
-                continue
-            data = fs.read(f"{marks_dir(settings)}/{name}")
-            if not data:  # deleted between the listing and the read, or still being written
-                continue
-            stem = name[: -len(".json")]
-            view, switched, _ = stem.partition(SWITCHED)
-            try:
-                found = ReplayMark.from_json(view, data)
-            except (ValueError, KeyError, TypeError):  # written part-way: not there yet
-                continue
-            if not switched:
-                claims[view] = found
-            elif found.switched and (view not in overlays or found.started_ms > overlays[view].started_ms):
-                overlays[view] = found
+    for name in sorted(fs.list(directory)):
+        if not name.endswith(".json"):
+            continue
+        data = fs.read(f"{directory}/{name}")
+        if data is None:  # deleted since the listing
+            return None
+        stem = name[: -len(".json")]
+        view, switched, _ = stem.partition(SWITCHED)
+        try:
+            mark = ReplayMark.from_json(view, data)
+        except (ValueError, KeyError, TypeError):  # empty or part-written: still being created
+            continue
+        if not switched:
+            claims[view] = mark
+        elif mark.switched and (view not in overlays or mark.started_ms > overlays[view].started_ms):
+            overlays[view] = mark
     return claims, overlays
 
 
@@ -130,8 +139,9 @@ def mark(
 
 
 def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
-    """Switch the view's answers to the claim's shadow rows: its overlay file appears (created whole,
-    never overwritten), then the view's older overlays and the claim are deleted."""
+    """Switch the view's answers to the claim's shadow rows: its overlay file appears, then the view's
+    other overlays (which the claim's rows cover, and whose start is earlier: lambdactl/replay.py
+    starts a replay after every mark it read) and the claim are deleted."""
     from stores.webhdfs import WebHdfs
 
     switched = ReplayMark(claim.view, claim.from_ms, claim.started_ms, claim.shadow, split_ms)
@@ -139,7 +149,7 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
         fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
         for name in fs.list(marks_dir(settings)):
             view, sep, started = name.removesuffix(".json").partition(SWITCHED)
-            if sep and view == claim.view and started.isdigit() and int(started) < claim.started_ms:
+            if sep and view == claim.view and started != str(claim.started_ms):
                 fs.delete(f"{marks_dir(settings)}/{name}")
         fs.delete(f"{marks_dir(settings)}/{claim.view}.json")
     return switched

@@ -98,3 +98,31 @@ def test_a_replay_mark_reads_back_as_written_and_an_old_claim_reads_as_unswitche
     assert ReplayMark.from_json("page_views", switched.to_json()) == switched and switched.switched
     old = ReplayMark.from_json("page_views", b'{"from_ms": 5, "started_ms": 6}')
     assert old == ReplayMark("page_views", 5, 6) and not old.switched
+
+
+def test_replay_marks_read_while_a_switch_deletes_one_are_listed_again_and_the_newest_overlay_counts():
+    from stores.replays import ReplayMark, _read_listed
+
+    older = ReplayMark("page_views", 0, 1, "page_views~replay-1", 60_000)
+    newer = ReplayMark("page_views", 0, 2, "page_views~replay-2", 120_000)
+    claim = ReplayMark("top_pages", 0, 3, "top_pages~replay-3")
+
+    class Fs:
+        def __init__(self, files: dict[str, bytes | None]) -> None:
+            self.files = files
+
+        def list(self, directory: str) -> list[str]:
+            return list(self.files)
+
+        def read(self, path: str) -> bytes | None:
+            return self.files[path.rsplit("/", 1)[1]]
+
+    files = {
+        "page_views.switched-1.json": older.to_json(),
+        "page_views.switched-2.json": newer.to_json(),
+        "top_pages.json": claim.to_json(),
+        "unique_visitors.json": b"",  # being created
+    }
+    assert _read_listed(Fs(files), "d") == ({"top_pages": claim}, {"page_views": newer})
+    files["page_views.switched-2.json"] = None  # listed, then deleted before its read: a switch meanwhile
+    assert _read_listed(Fs(files), "d") is None, "read again rather than miss an overlay"
