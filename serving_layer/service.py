@@ -176,6 +176,11 @@ class ServingLayer:
         state = self.lifecycle(view.name, pointer)
         if state.state not in ("serving", "replaying"):  # a replay writes fresh rows, then switches
             raise ViewBuilding(state.reason)
+        if state.state == "replaying" and view.name in self.speed.in_place:
+            raise ViewBuilding(
+                f"view {view.name} is being replayed in place by an earlier release's replay, which deleted its "
+                f"realtime rows first: `lambdactl replay --view {view.name} --resume` rebuilds them"
+            )
         return view
 
     def speed_bucket_s(self) -> int:

@@ -48,7 +48,7 @@ def view_states(
         if life.name in pending:
             continue
         source = pointer.source(life.name) if pointer else NO_SOURCE
-        stale = stale_reason(life.name, source) if life.state == "serving" else None
+        stale = stale_reason(life.name, source) if life.state in ("serving", "replaying") else None
         name = served.get(life.name, life.name)
         if life.state == "retired" and life.name in versions.served:  # its storage moved to a new definition
             name = f"{life.name} (previous definition)"
