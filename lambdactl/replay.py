@@ -94,6 +94,12 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     except (ReplayMarked, Refused) as exc:  # another replay took the mark, or the view moved, since the plan
         _say(f"replay refused, nothing changed: {exc}")
         return 2
+    except Exception as exc:  # a store or Spark failed part-way: the claim stays, the view answers as before
+        _say(
+            f"replay of {view.name} failed: {type(exc).__name__}: {str(exc)[:500]}; the view keeps answering as "
+            f"before and stays claimed: `lambdactl replay --view {view.name} --resume` when the cause is gone"
+        )
+        return 1
 
 
 def _plan(settings: Settings, args: argparse.Namespace):
@@ -152,27 +158,31 @@ def _plan(settings: Settings, args: argparse.Namespace):
             f"a replay of {args.view} holds its mark since {held.started_ms} ms (from {held.from_ms} ms): it is "
             "running, or it was interrupted; when none runs, `--resume` takes over"
         )
-    start = min([from_ms] + [m.from_ms for m in (held, answering) if m is not None])
+    # Cover what the claim and the switched replay cover, from the view's cutoff on (no answer reads
+    # rows below it, and Kafka's retention may no longer hold those records).
+    floor = entry.cutoff_ms // (marker.ingest_bucket_s * 1000) * marker.ingest_bucket_s * 1000 if entry else 0
+    start = min([from_ms] + [max(m.from_ms, floor) for m in (held, answering) if m is not None])
     lost = lost_since(spans_from(settings, start), start)
     if lost:
         raise Refused(
             f"Kafka no longer holds every record from {start} ms: {'; '.join(lost[:3])}. Replay from a later "
             f"--from, or rebuild with `lambdactl batch --views {args.view} --force`"
         )
-    return view, start, [m for m in (held, answering) if m is not None and m.shadow]
+    return view, start, [m for m in (held, answering) if m is not None]
 
 
 def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.Namespace) -> int:
     from definitions.spark import spark_session
     from definitions.times import iso_ms
     from lambdactl.views import reload_api
+    from serving_layer.speed_state import RECHECK_S
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
     from stores.kafka import lost_since
     from stores.realtime_cleanup import delete_view_from
     from stores.replays import mark, shadow_name, switch, unmark
 
-    started_ms = int(time.time() * 1000)
+    started_ms = max([int(time.time() * 1000)] + [m.started_ms + 1 for m in replaced])  # after every mark read
     shadow = shadow_name(view.name, started_ms)
     claim = mark(settings, view.name, from_ms, started_ms, take_over=args.resume, shadow=shadow)
     # Still maintained, now that the claim is made: a retirement (`views apply`) that began after the
@@ -211,7 +221,14 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     reload_api(settings)
     _say(f"{view.name}: switched to the replayed rows for ingest buckets {iso_ms(from_ms)} to {iso_ms(split_ms)}")
     deleted = 0
-    for old in {m.shadow for m in replaced} - {shadow}:  # rows of the replays this one replaced
+    old_rows = {m.shadow for m in replaced if m.shadow} - {shadow}  # of the replays this one replaced
+    if old_rows:
+        # Every API worker reads the replay marks again within RECHECK_S, even one whose read just
+        # now failed or raced with the switch: only then are the replaced rows read by none.
+        settle_s = RECHECK_S + 10
+        _say(f"{view.name}: deleting the replaced replays' rows in {settle_s:.0f}s, once no API worker reads them")
+        time.sleep(settle_s)
+    for old in sorted(old_rows):
         deleted += delete_view_from(settings, old, 0, time.time_ns() // 1000).rows_below_cutoff
     summary = {
         "view": view.name,
@@ -240,7 +257,10 @@ def _wait_for_split(settings: Settings, from_ms: int, split_ms: int, timeout_s: 
     `split_ms` (the archiver's ticks reach every partition every few seconds)."""
     from stores.kafka import spans_between
 
-    deadline = time.monotonic() + max(split_ms / 1000 - time.time(), 0) + timeout_s
+    before_split = split_ms / 1000 - time.time()
+    deadline = time.monotonic() + max(before_split, 0) + timeout_s
+    if before_split > 0:  # no record after the split can exist before it
+        time.sleep(before_split)
     while True:
         spans = spans_between(settings, from_ms, split_ms)
         if spans is not None:
@@ -251,4 +271,4 @@ def _wait_for_split(settings: Settings, from_ms: int, split_ms: int, timeout_s: 
                 "more (is the archiver's ticker running?); the view stays claimed and answers as before: "
                 "`lambdactl replay --resume` later"
             )
-        time.sleep(1.0)
+        time.sleep(2.0)
