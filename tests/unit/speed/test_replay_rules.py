@@ -62,7 +62,7 @@ def test_kafka_must_keep_every_record_from_the_start_of_the_replay():
     assert len(lost) == 1 and lost[0].startswith("partition 4 deleted offsets below 3")
 
 
-def test_a_replayed_view_is_refused_while_the_others_serve():
+def test_a_view_being_replayed_is_replaying_while_the_others_serve():
     pointer = Pointer({"a": ViewEntry("a_v1", 1, 60_000), "b": ViewEntry("b_v1", 1, 60_000)}, version=1)
     states = {s.name: s for s in lifecycles(["a", "b"], {"a": 0, "b": 0}, pointer, replaying={"a": 60_000})}
     assert states["a"].state == "replaying" and "lambdactl replay" in states["a"].reason
