@@ -20,7 +20,7 @@ from stores.clients import cassandra_cluster
 from stores.realtime import BY_KEY
 from stores.realtime_cleanup import delete_view_from
 from stores.registry import version_store
-from stores.replays import mark, read_marks, read_overlays, unmark
+from stores.replays import mark, read_marks, read_overlays, shadow_name, unmark
 from tests.integration.api.test_end_to_end import api, merged, mismatches, parts, wait_exact, window
 from tests.support.cli import env, lambdactl
 from tests.support.events import mixed_workload
@@ -138,7 +138,8 @@ VIEW = "page_views_by_country_device"
 
 def test_a_second_replay_is_refused_and_an_interrupted_one_is_taken_over(settings, stack):
     from_ms = served_cutoff_ms(settings, VIEW)
-    mark(settings, VIEW, from_ms, int(time.time() * 1000))  # as a replay killed half-way leaves it
+    started_ms = int(time.time() * 1000)  # a claim as a replay killed half-way leaves it
+    mark(settings, VIEW, from_ms, started_ms, shadow=shadow_name(VIEW, started_ms))
     try:
         reload_api(settings)
         answer = by_country_device(settings)
