@@ -125,6 +125,7 @@ class Service:
     # Phase 0: the stores, started together; phase 1: the platform's own processes, started
     # once the stores are healthy and bootstrapped.
     phase: int = 0
+    stops: str = "group"  # who a supervised service's stop signal reaches (infra/session_leader.py)
 
     def dirs(self, settings: Settings) -> ServiceDirs:
         return ServiceDirs(settings.state_dir / (self.shares_conf_with or self.name))

@@ -35,6 +35,9 @@ class PlatformProcess:
     needs_spark: bool = True
     phase: int = 1
     args: tuple[str, ...] = ()
+    # Who the stop signal reaches (infra/session_leader.py --stops): a PySpark driver stops its
+    # queries through its JVM, so the JVM (in its group) must not get the signal too.
+    stops: str = "group"
 
     def dirs(self, settings: Settings) -> ServiceDirs:
         return ServiceDirs(settings.state_dir / self.name)
@@ -57,6 +60,7 @@ ARCHIVER = PlatformProcess(
     module="ingest.archiver",
     check=health.archiver,
     timeout_s=lambda s: s.archiver.health_timeout_s,
+    stops="program",
 )
 
 SPEED_LAYER = PlatformProcess(
@@ -64,6 +68,7 @@ SPEED_LAYER = PlatformProcess(
     module="speed_layer.job",
     check=health.speed_layer,
     timeout_s=lambda s: s.speed.health_timeout_s,
+    stops="program",
 )
 
 API = PlatformProcess(

@@ -8,9 +8,11 @@ its process group), so this small process forks the program into a new session a
 it towards supervisord:
 
 - stop signals it receives (TERM, INT, HUP, QUIT; USR1, USR2 pass too) go to the program's whole
-  process group; `--stop-after S` seconds after the first stop signal the group is killed (set
-  below supervisord's stopwaitsecs, so supervisord never has to kill this process and leave the
-  program's children behind);
+  process group, or with `--stops program` to the program alone: a PySpark driver stops its
+  streaming queries through its JVM, a child in its group that must outlive the signal; the
+  program ends the rest itself, and what it leaves is ended as below. `--stop-after S` seconds
+  after the first stop signal the group is killed (set below supervisord's stopwaitsecs, so
+  supervisord never has to kill this process and leave the program's children behind);
 - signals that arrive while the program is being started are held (blocked) and delivered to it;
 - it exits the way the program did: the same exit status, or killed by the same signal;
 - when the program ends, what is left of its process group gets TERM, then KILL after 2 s;
@@ -21,7 +23,7 @@ it towards supervisord:
   nice value (what counts where the kernel has no autogroups) are N.
 
 Standard library only and started with `python -S`: it stays ~10 MiB while the program runs.
-Usage: python -S infra/session_leader.py NAME [--stop-after SECONDS] [--cpu-nice N] -- COMMAND [ARGS...]
+Usage: python -S infra/session_leader.py NAME [--stop-after SECONDS] [--cpu-nice N] [--stops group|program] -- COMMAND [ARGS...]
 """
 
 from __future__ import annotations
@@ -106,18 +108,28 @@ def _end_leftovers(pgid: int) -> None:
         _signal_group(pgid, signal.SIGKILL)
 
 
-def run(command: list[str], stop_after_s: float | None = None, nice: int = 0) -> int:
-    """Start `command` in a new session and wait for it; returns its wait status."""
+def _signal_program(pid: int, sig: int) -> None:
+    """`sig` to the program alone (before its setsid the signal stays pending, as for the group)."""
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(command: list[str], stop_after_s: float | None = None, nice: int = 0, group_stops: bool = True) -> int:
+    """Start `command` in a new session and wait for it; returns its wait status. Forwarded signals
+    go to the program's group, or to the program alone when `group_stops` is false."""
     leader = os.getpid()
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     pid = os.fork()
     if pid == 0:
         _child(command, leader, nice)
     stopping = False
+    send = _signal_group if group_stops else _signal_program
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal stopping
-        _signal_group(pid, signum)
+        send(pid, signum)
         if signum in STOPS and not stopping and stop_after_s is not None:
             stopping = True
             signal.setitimer(signal.ITIMER_REAL, stop_after_s)
@@ -149,8 +161,10 @@ def _exit_like(status: int) -> None:
     sys.exit(os.waitstatus_to_exitcode(status))
 
 
-def parse(argv: list[str]) -> tuple[str, float | None, int, list[str]]:
-    """NAME [--stop-after S] [--cpu-nice N] -- COMMAND...; SystemExit(2) on anything else."""
+def parse(argv: list[str]) -> tuple[str, float | None, int, bool, list[str]]:
+    """NAME [--stop-after S] [--cpu-nice N] [--stops group|program] -- COMMAND...: the name, the
+    stop-after, the nice value, whether stop signals go to the whole group, the command;
+    SystemExit(2) on anything else."""
 
     def refuse() -> NoReturn:
         print((__doc__ or "").strip().splitlines()[-1], file=sys.stderr)
@@ -163,7 +177,10 @@ def parse(argv: list[str]) -> tuple[str, float | None, int, list[str]]:
     if len(head) % 2 != 1 or not head[0] or not command:
         refuse()
     options = dict(zip(head[1::2], head[2::2], strict=True))
-    if set(options) - {"--stop-after", "--cpu-nice"}:
+    if set(options) - {"--stop-after", "--cpu-nice", "--stops"} or options.get("--stops", "group") not in (
+        "group",
+        "program",
+    ):
         refuse()
     stop_after: float | None = None
     nice = 0
@@ -175,12 +192,12 @@ def parse(argv: list[str]) -> tuple[str, float | None, int, list[str]]:
         refuse()
     if (stop_after is not None and not stop_after > 0) or not 0 <= nice <= 19:
         refuse()
-    return head[0], stop_after, nice, command
+    return head[0], stop_after, nice, options.get("--stops", "group") == "group", command
 
 
 def main(argv: list[str]) -> None:
-    _name, stop_after, nice, command = parse(argv)
-    _exit_like(run(command, stop_after, nice))
+    _name, stop_after, nice, group_stops, command = parse(argv)
+    _exit_like(run(command, stop_after, nice, group_stops))
 
 
 if __name__ == "__main__":

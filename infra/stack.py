@@ -168,6 +168,7 @@ class Stack:
                     "LAMBDA_STATE_DIR": env["LAMBDA_STATE_DIR"],
                     STATE_TAG: str(self.settings.state_dir),
                 },
+                p.stops,
             )
             for p in self.programs
         ]

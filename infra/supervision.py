@@ -44,6 +44,7 @@ class Program:
     command: Sequence[str]
     directory: Path
     environment: Mapping[str, str]
+    stops: str = "group"  # who its stop signal reaches: "group" or "program" (infra/session_leader.py)
 
 
 def python_executable() -> str:
@@ -59,12 +60,17 @@ def _stable_command(args: Sequence[str]) -> list[str]:
     return [python_executable(), *args[1:]] if args and args[0] == sys.executable else args
 
 
-def session_command(name: str, args: Sequence[str], stop_timeout_s: float, cpu_nice: int = 0) -> list[str]:
+def session_command(
+    name: str, args: Sequence[str], stop_timeout_s: float, cpu_nice: int = 0, stops: str = "group"
+) -> list[str]:
     """The program under its session leader (infra/session_leader.py): a session, so a CPU share, of
-    its own, weighed by `cpu_nice` (stack.cpu_nice). The leader kills the program's group a second
-    before supervisord would kill the leader."""
+    its own, weighed by `cpu_nice` (stack.cpu_nice); stop signals reach its group, or the program
+    alone (`stops="program"`). The leader kills the program's group a second before supervisord
+    would kill the leader."""
     stop_after = max(0.5, stop_timeout_s - 1)
     nice = ["--cpu-nice", str(cpu_nice)] if cpu_nice else []
+    if stops != "group":
+        nice += ["--stops", stops]
     return [
         python_executable(),
         "-S",
@@ -161,7 +167,7 @@ def render_config(settings: Settings, programs: Sequence[Program]) -> str:
     for program in programs:
         lines += [
             f"[program:{program.name}]",
-            f"command={_command(session_command(program.name, program.command, max(1, round(s.stop_timeout_s)), s.cpu_nice.get(program.name, 0)))}",
+            f"command={_command(session_command(program.name, program.command, max(1, round(s.stop_timeout_s)), s.cpu_nice.get(program.name, 0), program.stops))}",
             f"directory={_value(program.directory)}",
             f"environment={_environment(program.environment)}",
             "autostart=false",  # `lambdactl up` starts the ones it is asked for

@@ -85,6 +85,29 @@ def test_a_stop_signal_reaches_the_programs_whole_group_and_the_leader_dies_of_i
     wait_for(lambda: _gone(kid) and _gone(program), "the program and its child to end", 10, 0.05)
 
 
+STOPPING_DRIVER = SLEEPER_FAMILY + (
+    "\nimport signal\n"
+    "def stop(*_):\n"
+    "    time.sleep(0.5)\n"  # a driver stopping its queries through the JVM, a child of its group
+    "    (pathlib.Path(sys.argv[1]) / 'child-at-stop').write_text('alive' if kid.poll() is None else 'dead')\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "time.sleep(60)"
+)
+
+
+@pytest.mark.parametrize(("stops", "child_at_stop"), [("program", "alive"), ("group", "dead")])
+def test_stops_program_sends_stop_signals_to_the_program_alone_and_its_leftovers_still_end(
+    tmp_path, stops, child_at_stop
+):
+    leader = _start("speed-layer", STOPPING_DRIVER, tmp_path, "--stop-after", "5", "--stops", stops)
+    kid = _kid(tmp_path)
+    os.killpg(leader.pid, signal.SIGTERM)  # what supervisord does with stopasgroup
+    assert leader.wait(10) == 0  # the program's own exit, after it stopped
+    assert (tmp_path / "child-at-stop").read_text() == child_at_stop
+    wait_for(lambda: _gone(kid), "the program's leftover child to be ended", 10, 0.05)
+
+
 def test_what_the_program_leaves_of_its_group_is_killed_when_it_exits(tmp_path):
     leader = _start("archiver", SLEEPER_FAMILY + "sys.exit(3)", tmp_path)
     kid = _kid(tmp_path)
@@ -121,6 +144,8 @@ def test_a_program_that_cannot_start_exits_127_naming_it(tmp_path, capfd):
         ["api", "--cpu-nice", "20", "--", "python"],
         ["api", "--cpu-nice", "low", "--", "python"],
         ["api", "--nice", "5", "--", "python"],
+        ["api", "--stops", "session", "--", "python"],
+        ["api", "--stops", "--", "python"],
     ],
 )
 def test_a_wrong_command_line_exits_2(args):

@@ -11,6 +11,7 @@ from xmlrpc.client import Fault
 import pytest
 
 from definitions.settings import Settings
+from infra import services as svc
 from infra.errors import StackError
 from infra.process import STATE_TAG
 from infra.restart_listener import Listener, exit_reason
@@ -36,6 +37,7 @@ def _programs(settings: Settings) -> list[Program]:
             ["/venv/bin/python", "-m", "ingest.archiver", "--say", "50% done, it's fine"],
             settings.state_dir / "archiver",
             env,
+            "program",
         ),
     ]
 
@@ -78,14 +80,16 @@ def test_config_is_read_by_supervisord_with_every_program_restarted_by_the_liste
     assert shlex.split(archiver.command)[-2:] == ["--say", "50% done, it's fine"], "quoted and %-escaped"
     # The archiver's session yields the CPU (stack.cpu_nice); the API, not named, does not.
     nice = settings.stack.cpu_nice["archiver"]
-    assert shlex.split(archiver.command)[6:9] == ["--cpu-nice", str(nice), "--"] and nice > 0
+    assert shlex.split(archiver.command)[6:11] == ["--cpu-nice", str(nice), "--stops", "program", "--"] and nice > 0
     [api] = groups["api"].process_configs
-    assert "--cpu-nice" not in shlex.split(api.command)
+    assert "--cpu-nice" not in shlex.split(api.command) and "--stops" not in shlex.split(api.command)
     [listener] = groups[LISTENER].process_configs
     args = shlex.split(listener.command)
     assert args[args.index("--programs") + 1] == "api,archiver"
     assert args[args.index("--max-restarts") + 1] == str(settings.stack.restart_max)
     assert listener.autorestart and listener.stderr_logfile == str(logs / "restarts.log")
+    # The Spark drivers stop their queries through their JVMs: the stop signal reaches the driver alone.
+    assert {p.name for p in svc.ALL if p.stops == "program"} == {"archiver", "speed-layer"}
 
 
 @pytest.mark.parametrize(
