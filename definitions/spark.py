@@ -228,6 +228,22 @@ class BatchInterrupted(Exception):
     """A foreachBatch function's call into the JVM was interrupted: the query is being stopped."""
 
 
+class _QuietInterrupted(logging.Filter):
+    """Drops py4j's ERROR line and traceback for a BatchInterrupted: the stop it stands for is
+    logged once, at INFO, by the function that raised it; every other error passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], BatchInterrupted))
+
+
+def quiet_interrupted_batches() -> None:
+    """Keep a query's stop out of the error log: py4j logs every exception a Python callback raises
+    (logger `py4j.clientserver`) with its traceback, a BatchInterrupted included."""
+    target = logging.getLogger("py4j.clientserver")
+    if not any(isinstance(f, _QuietInterrupted) for f in target.filters):
+        target.addFilter(_QuietInterrupted())
+
+
 def interrupted_call(error: BaseException) -> BatchInterrupted | None:
     """For a foreachBatch function to raise instead of `error` when its call into the JVM was
     interrupted by the query's stop; None for any other error.

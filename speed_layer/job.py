@@ -319,8 +319,11 @@ def run(settings: Settings) -> int:
 
 
 def main() -> int:
+    from definitions.spark import quiet_interrupted_batches
+
     settings = get_settings()
     configure_from("speed-layer", settings)
+    quiet_interrupted_batches()
     return run(settings)
 
 

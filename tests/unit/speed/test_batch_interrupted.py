@@ -4,10 +4,11 @@ not turned into a StackOverflowError by that pattern running over a whole JVM st
 
 from __future__ import annotations
 
+import logging
 import re
 import traceback
 
-from definitions.spark import BatchInterrupted, interrupted_call
+from definitions.spark import BatchInterrupted, interrupted_call, quiet_interrupted_batches
 
 # StreamExecution.PROXY_ERROR (Spark 4), written for Python's re.
 PROXY_ERROR = re.compile(
@@ -50,3 +51,19 @@ def test_any_other_error_is_left_as_it_is():
     assert interrupted_call(Py4JJavaError("o1.collectToPython", "org.apache.spark.SparkException: boom")) is None
     assert interrupted_call(ValueError("java.lang.InterruptedException")) is None
     assert interrupted_call(Py4JJavaError("o1.collectToPython", "java.lang.InterruptedExceptionX")) is None
+
+
+def test_py4j_does_not_log_a_stop_as_an_error_but_still_logs_every_other_callback_error(caplog):
+    quiet_interrupted_batches()
+    quiet_interrupted_batches()  # once is enough: a second call adds nothing
+    py4j = logging.getLogger("py4j.clientserver")
+    assert len(py4j.filters) == 1
+    for error in (
+        BatchInterrupted("py4j.protocol.Py4JJavaError: ...\n: java.lang.InterruptedException"),
+        KeyError("x"),
+    ):
+        try:
+            raise error
+        except Exception:
+            py4j.error("There was an exception while executing the Python Proxy on the Python Side.", exc_info=True)
+    assert [r.exc_info[1].__class__ for r in caplog.records if r.name == "py4j.clientserver"] == [KeyError]
