@@ -209,11 +209,12 @@ def test_a_stop_signal_right_after_the_start_is_not_lost(tmp_path):
         assert leader.wait(10) == -signal.SIGTERM, f"start {i}"
 
 
-def test_a_program_that_ignores_stop_signals_is_killed_with_its_group_after_stop_after(tmp_path):
+@pytest.mark.parametrize("stops", ["group", "program"])
+def test_a_program_that_ignores_stop_signals_is_killed_with_its_group_after_stop_after(tmp_path, stops):
     ignoring = SLEEPER_FAMILY.replace(
         "import subprocess, time; ", "import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
     )
-    leader = _start("speed-layer", ignoring + "time.sleep(60)", tmp_path, "--stop-after", "1")
+    leader = _start("speed-layer", ignoring + "time.sleep(60)", tmp_path, "--stop-after", "1", "--stops", stops)
     kid = _kid(tmp_path)
     started = time.monotonic()
     os.killpg(leader.pid, signal.SIGTERM)
