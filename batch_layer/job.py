@@ -29,6 +29,7 @@ import psutil
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
+from definitions.times import parse_iso_ms
 from definitions.views import View
 from stores import batch_layout as layout
 from stores import checkpoints, completeness
@@ -269,15 +270,15 @@ def swap_version(settings: Settings, version: int) -> Pointer:
 
 
 def parse_cutoff(text: str) -> int:
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    """An ISO cutoff → epoch ms (ValueError naming it when malformed; its boundary is checked later)."""
+    return parse_iso_ms(text, "cutoff")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Recompute the batch views from the master dataset.")
-    parser.add_argument("--cutoff", help="ISO time on an ingest-bucket boundary (default: the last complete one)")
+    parser.add_argument(
+        "--cutoff", type=parse_cutoff, help="ISO time on an ingest-bucket boundary (default: the last complete one)"
+    )
     parser.add_argument("--views", help="comma-separated view names (default: all)")
     parser.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
     args = parser.parse_args(argv)
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_batch(
             settings,
-            parse_cutoff(args.cutoff) if args.cutoff else None,
+            args.cutoff,
             args.views.split(",") if args.views else None,
             args.force,
         )

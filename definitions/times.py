@@ -1,4 +1,5 @@
-"""How the platform writes a moment for people and JSON: ISO 8601, UTC, whole seconds, `Z`."""
+"""How the platform writes a moment for people and JSON (ISO 8601, UTC, whole seconds, `Z`), and
+reads one a person wrote (a cutoff, a start)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,19 @@ def _format(seconds: int | float) -> str:
 def iso_ms(ms: int) -> str:
     """Epoch milliseconds → `2026-01-01T00:00:00Z`."""
     return iso_s(ms / 1000)
+
+
+def parse_iso_ms(text: str, what: str = "time") -> int:
+    """An ISO 8601 time a person wrote (`2026-01-01T00:00:00Z`; without a zone: UTC) → epoch ms.
+    ValueError naming `what` and (the start of) the text otherwise, or for a time before 1970."""
+    shown = repr(text[:60]) + ("…" if len(text) > 60 else "")
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        ms = int(moment.timestamp() * 1000)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{what}: not an ISO 8601 time (e.g. 2026-01-01T00:00:00Z): {shown}") from None
+    if ms < 0:
+        raise ValueError(f"{what}: {shown} is before 1970")
+    return ms

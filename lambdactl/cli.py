@@ -154,6 +154,17 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     return run_demo(settings, count=args.count, rate=args.rate)
 
 
+def iso_time(text: str) -> str:
+    """An argparse type: the text as given once it reads as an ISO 8601 time (definitions.times)."""
+    from definitions.times import parse_iso_ms
+
+    try:
+        parse_iso_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("time: ")) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lambdactl", description="Run and inspect the Lambda-architecture platform.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -183,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="spread event times over this many seconds before --start, following a daily rhythm (0: live)",
     )
-    gen.add_argument("--start", help="ISO time the simulated span ends at (default: now)")
+    gen.add_argument("--start", type=iso_time, help="ISO time the simulated span ends at (default: now)")
     gen.add_argument("--late-fraction", type=float, default=0.0)
     gen.add_argument("--late-min", type=float, default=3_600.0, help="seconds")
     gen.add_argument("--late-max", type=float, default=172_800.0, help="seconds")
@@ -197,7 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--granularity", choices=["minute", "hour", "day"], default="hour")
     gen.set_defaults(func=cmd_generate)
     batch = sub.add_parser("batch", help="recompute the batch views now")
-    batch.add_argument("--cutoff", help="ISO time on an ingest-bucket boundary (default: the last complete one)")
+    batch.add_argument(
+        "--cutoff", type=iso_time, help="ISO time on an ingest-bucket boundary (default: the last complete one)"
+    )
     batch.add_argument(
         "--views",
         help="comma-separated view names (default: all); only these views' pointer "

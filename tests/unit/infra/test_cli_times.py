@@ -1,0 +1,29 @@
+"""A moment given to lambdactl on the command line is read when the command line is: a malformed one
+exits 2 naming the option and what is wrong, before any store is asked (no service)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lambdactl.cli import build_parser
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["batch", "--cutoff", "yesterday"], "--cutoff"),
+        (["batch", "--plan", "--cutoff", "2026-13-01T00:00:00Z"], "--cutoff"),
+        (["generate", "--start", "soon"], "--start"),
+    ],
+)
+def test_a_malformed_time_exits_2_naming_the_option(argv, option, capsys):
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and "not an ISO 8601 time" in err and "Traceback" not in err
+
+
+def test_a_well_formed_time_is_read_as_given():
+    args = build_parser().parse_args(["batch", "--cutoff", "2026-11-27T02:00:00Z"])
+    assert args.cutoff == "2026-11-27T02:00:00Z"
