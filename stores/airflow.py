@@ -15,7 +15,24 @@ def base_url(settings: Settings) -> str:
 
 
 class AirflowRefused(RuntimeError):
-    """Airflow refused the request as asked (400 or 422), e.g. a run's params its DAG does not accept."""
+    """Airflow refused the request as asked (400 or 422), e.g. a run's params its DAG does not accept.
+    `reason`: the first line of Airflow's own explanation (`detail`), at most 300 characters."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def refusal_reason(resp: httpx.Response) -> str:
+    """The first line of the `detail` of an Airflow error answer (its JSON schema dump left out)."""
+    try:
+        detail = resp.json().get("detail", "")
+    except ValueError:
+        detail = resp.text
+    if not isinstance(detail, str):  # a validation error's list of {loc, msg, type}
+        detail = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in detail)
+    lines = detail.strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 class AirflowClient:
@@ -42,9 +59,10 @@ class AirflowClient:
     def _call(self, method: str, path: str, headers: dict[str, str] | None = None, **kwargs) -> dict:
         headers = {**(headers or {}), "Authorization": f"Bearer {self.token()}"}
         resp = self.http.request(method, path, headers=headers, **kwargs)
+        if resp.status_code in (400, 422):
+            raise AirflowRefused(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}", refusal_reason(resp))
         if resp.status_code >= 400:
-            error = AirflowRefused if resp.status_code in (400, 422) else RuntimeError
-            raise error(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}")
+            raise RuntimeError(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}")
         return resp.json() if resp.content else {}
 
     def dag(self, dag_id: str) -> dict:

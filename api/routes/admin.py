@@ -10,13 +10,14 @@ import logging
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SettingsDep, TokenDep, read_body
 from api.errors import ApiError, error_responses
 from api.views_install import reload_views as reload
 from definitions.settings import Settings
+from definitions.times import parse_iso_ms
 
 log = logging.getLogger("lambda.api")
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[TokenDep])
@@ -31,12 +32,35 @@ class RecomputeRequest(BaseModel):
     )
     views: list[str] = Field(default_factory=list, max_length=100, description="views to recompute; empty: all")
 
+    @field_validator("cutoff")
+    @classmethod
+    def _iso_cutoff(cls, value: str) -> str:
+        """A malformed cutoff is refused here, naming it, rather than by the run's first task."""
+        if value:
+            try:
+                parse_iso_ms(value)
+            except ValueError as exc:
+                raise ValueError(str(exc).removeprefix("time: ")) from None
+        return value
+
 
 class RecomputeStarted(BaseModel):
     dag_id: str
     dag_run_id: str
     conf: dict[str, Any]
     airflow_url: str
+
+
+def refusal(dag_id: str, reason: str) -> tuple[int, str]:
+    """The answer to Airflow refusing a run the API checked: a view the DAG does not offer yet is a
+    409 (its form lists the declared views once Airflow parsed them again); anything else is a 422
+    in Airflow's words."""
+    if reason.startswith("Invalid input for param views"):
+        return 409, (
+            f"Airflow's {dag_id} does not accept this run yet: it offers a view once it has parsed the "
+            "declared views again (every 30 s or so); try again shortly"
+        )
+    return 422, f"Airflow's {dag_id} refused the run: {reason or 'no reason given'}"
 
 
 def _trigger(settings: Settings, body: RecomputeRequest) -> str:
@@ -68,7 +92,10 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
     try:
         body = RecomputeRequest.model_validate_json(data) if data.strip() else RecomputeRequest()
     except ValidationError as exc:
-        items = [{"loc": ["body", *e.get("loc", ())], "msg": e.get("msg", "invalid")} for e in exc.errors()]
+        items = [
+            {"loc": ["body", *e.get("loc", ())], "msg": str(e.get("msg", "invalid")).removeprefix("Value error, ")}
+            for e in exc.errors()
+        ]
         raise ApiError(
             422,
             "body: " + "; ".join(f"{'.'.join(map(str, i['loc'][1:])) or 'body'}: {i['msg']}" for i in items[:5]),
@@ -84,12 +111,8 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
         run_id = await run_in_threadpool(_trigger, settings, body)
     except AirflowRefused as exc:
         log.warning("Airflow refused a run of %s: %s", settings.airflow.dag_id, exc)
-        raise ApiError(
-            409,
-            f"Airflow's {settings.airflow.dag_id} does not accept this run yet: it offers a view once it has "
-            "parsed the declared views again (every 30 s or so); try again shortly",
-            component="airflow",
-        ) from None
+        status, message = refusal(settings.airflow.dag_id, exc.reason)
+        raise ApiError(status, message, component="airflow") from None
     except Exception as exc:
         log.warning("triggering %s failed: %s: %s", settings.airflow.dag_id, type(exc).__name__, exc)
         raise ApiError(503, "Airflow did not accept the run; try again shortly", component="airflow") from None

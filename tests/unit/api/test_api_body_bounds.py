@@ -162,6 +162,27 @@ def test_a_recompute_of_an_undeclared_view_is_a_422_naming_it_before_airflow_is_
     assert "no_such_view" in body["detail"] and "page_views" in body["detail"].split("declared views:")[1]
 
 
+@pytest.mark.parametrize(
+    ("cutoff", "words"),
+    [
+        ("yesterday", "not an ISO 8601 time"),
+        ("2026-13-01T00:00:00Z", "not an ISO 8601 time"),
+        ("1969-12-31T23:00:00Z", "before 1970"),
+        ("2026-11-27T02:00:00+99:00", "not an ISO 8601 time"),
+    ],
+)
+def test_a_recompute_with_a_malformed_cutoff_is_a_422_naming_it_before_airflow_is_asked(
+    client, settings, cutoff, words
+):
+    resp = client.post(
+        "/api/v1/admin/recompute",
+        json={"cutoff": cutoff},
+        headers={"Authorization": f"Bearer {token(settings)}"},
+    )
+    body = assert_error_shape(resp, settings, 422)
+    assert "cutoff" in body["detail"] and words in body["detail"] and "Value error" not in body["detail"], body
+
+
 def test_invalid_events_get_per_record_errors_in_the_same_shape(client, settings):
     good = {
         "event_id": "e-1",
@@ -182,3 +203,33 @@ def test_invalid_events_get_per_record_errors_in_the_same_shape(client, settings
     assert "4 of 5 events are invalid" in body["detail"] and "none was accepted" in body["detail"]
     assert [e["index"] for e in body["errors"]] == [1, 2, 3, 4]
     assert body["errors"][0]["event_id"] == "e-1" and body["errors"][0]["error"].startswith("bad value: event_type")
+
+
+def test_airflow_refusing_a_run_is_a_409_for_a_view_it_does_not_offer_yet_else_a_422_in_its_words():
+    import httpx
+
+    from api.routes.admin import refusal
+    from stores.airflow import refusal_reason
+
+    # Airflow 3's answers to a run whose params its DAG refuses (as read from its REST API).
+    views = httpx.Response(
+        400,
+        json={
+            "detail": "Invalid input for param views: 'new_view' is not one of ['page_views']\n\n"
+            "Failed validating 'enum' in schema['items']:\n    {'type': 'string'}"
+        },
+    )
+    mode = httpx.Response(
+        400, json={"detail": "Invalid input for param mode: 'x' is not one of ['next_cutoff']\n\n..."}
+    )
+    body = httpx.Response(
+        422, json={"detail": [{"loc": ["body", "conf"], "msg": "Input should be a valid dictionary"}]}
+    )
+    assert refusal_reason(views).endswith("is not one of ['page_views']")
+    status, message = refusal("lambda_batch_recompute", refusal_reason(views))
+    assert status == 409 and "try again shortly" in message
+    status, message = refusal("lambda_batch_recompute", refusal_reason(mode))
+    assert status == 422 and message.endswith("Invalid input for param mode: 'x' is not one of ['next_cutoff']")
+    status, message = refusal("lambda_batch_recompute", refusal_reason(body))
+    assert status == 422 and "Input should be a valid dictionary" in message
+    assert refusal_reason(httpx.Response(400, text="<html>bad</html>")) == "<html>bad</html>"
