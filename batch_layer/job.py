@@ -270,8 +270,12 @@ def swap_version(settings: Settings, version: int) -> Pointer:
 
 
 def parse_cutoff(text: str) -> int:
-    """An ISO cutoff → epoch ms (ValueError naming it when malformed; its boundary is checked later)."""
-    return parse_iso_ms(text, "cutoff")
+    """An ISO cutoff → epoch ms (an argparse type: the error says what is wrong; the boundary is
+    checked later)."""
+    try:
+        return parse_iso_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("time: ")) from None
 
 
 def main(argv: list[str] | None = None) -> int:
