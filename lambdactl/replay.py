@@ -79,6 +79,28 @@ def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, i
     return max(moment, 0) // size * size
 
 
+def reader_refusal(reader: type, setting: str) -> str | None:
+    """Why a replay cannot switch with this realtime reader class, or None: once switched, answers
+    ask the reader to leave the replayed ingest buckets out (`skip_ingest`, stores/adapters.py)."""
+    import inspect
+
+    def takes(name: str) -> bool:
+        try:
+            params = inspect.signature(getattr(reader, name)).parameters.values()
+        except (AttributeError, TypeError, ValueError):
+            return False
+        return any(p.name == "skip_ingest" or p.kind is p.VAR_KEYWORD for p in params)
+
+    lacking = [name for name in ("series", "bucket") if not takes(name)]
+    if not lacking:
+        return None
+    return (
+        f"stores.realtime_reader = {setting!r}: its {', '.join(lacking)} take no skip_ingest, so the replayed "
+        "rows could not answer for the view (stores/adapters.py); rebuild it with "
+        "`lambdactl batch --views VIEW --force` instead"
+    )
+
+
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     try:
         plan = _plan(settings, args)
@@ -106,11 +128,14 @@ def _plan(settings: Settings, args: argparse.Namespace):
     from definitions.view_versions import unresolved_message
     from stores.checkpoints import read_marker
     from stores.kafka import ingest_time_at, lost_since, spans_from
-    from stores.registry import version_store
+    from stores.registry import adapter_class, version_store
     from stores.replays import read_replays
     from stores.view_lifecycle import changed_definitions, lifecycle
     from stores.view_versions import read_versions
 
+    refusal = reader_refusal(adapter_class(settings, "realtime_reader"), settings.stores.realtime_reader)
+    if refusal:
+        raise Refused(refusal)
     marker = read_marker(settings)
     pointer = version_store(settings).pointer()
     versions = read_versions(settings, marker=marker, pointer=pointer)

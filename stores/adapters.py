@@ -64,7 +64,8 @@ class RealtimeReaderAdapter(Protocol):
         """Per event bucket of `buckets`, the key's values summed over ingest buckets >= `min_ingest_bucket`
         (and their sketches when `with_sketches`); buckets without rows are left out. `skip_ingest`
         (low, high): rows of ingest buckets in [low, high) are left out too; asked only while a
-        replay's rows answer for those buckets (stores.replays)."""
+        replay's rows answer for those buckets (stores.replays). `lambdactl replay` refuses a
+        reader whose `series` or `bucket` does not take it."""
         ...
 
     def bucket(

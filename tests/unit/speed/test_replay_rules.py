@@ -126,3 +126,40 @@ def test_replay_marks_read_while_a_switch_deletes_one_are_listed_again_and_the_n
     assert _read_listed(Fs(files), "d") == ({"top_pages": claim}, {"page_views": newer})
     files["page_views.switched-2.json"] = None  # listed, then deleted before its read: a switch meanwhile
     assert _read_listed(Fs(files), "d") is None, "read again rather than miss an overlay"
+
+
+class _ReaderWithoutSkip:  # a plug-in realtime reader written before replays: no skip_ingest
+    def series(self, view, granularity, key, buckets, min_ingest_bucket, with_sketches=False): ...
+
+    def bucket(self, view, granularity, buckets, min_ingest_bucket): ...
+
+
+class _ReaderTakingKeywords:
+    def series(self, view, granularity, key, buckets, min_ingest_bucket, **options): ...
+
+    def bucket(self, view, granularity, buckets, min_ingest_bucket, skip_ingest=None): ...
+
+
+def test_a_replay_is_refused_up_front_when_the_realtime_reader_cannot_leave_replayed_buckets_out():
+    from lambdactl.replay import reader_refusal
+    from stores.realtime import RealtimeReader
+
+    assert reader_refusal(RealtimeReader, "cassandra") is None
+    assert reader_refusal(_ReaderTakingKeywords, "x.Reader") is None
+    refusal = reader_refusal(_ReaderWithoutSkip, "plugin.Reader")
+    assert refusal is not None
+    assert "stores.realtime_reader = 'plugin.Reader'" in refusal and "series, bucket" in refusal
+    assert "skip_ingest" in refusal and "--force" in refusal
+
+
+def test_lambdactl_replay_with_such_a_reader_exits_2_before_any_store_is_asked(settings, caplog):
+    from definitions.store_settings import StoresSettings
+    from lambdactl.cli import build_parser
+    from lambdactl.replay import cmd_replay
+
+    path = f"{__name__}._ReaderWithoutSkip"
+    chosen = settings.model_copy(update={"stores": StoresSettings.model_construct(realtime_reader=path)})
+    args = build_parser().parse_args(["replay", "--view", "page_views"])
+    with caplog.at_level("INFO"):
+        assert cmd_replay(chosen, args) == 2  # a store asked would fail: none runs in unit tests
+    assert "replay refused, nothing changed: stores.realtime_reader" in caplog.text
