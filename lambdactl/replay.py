@@ -79,6 +79,14 @@ def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, i
     return max(moment, 0) // size * size
 
 
+def split_after(started_ms: int, latest_ingest_ms: int | None, bucket_ms: int) -> int:
+    """The replay's split: the first ingest-bucket boundary after both the replay's start (this host's
+    clock) and the latest ingest time Kafka held then (the brokers' clock), so every record ingested
+    at or after it was appended after the replay began, whichever clock is ahead."""
+    began = max(started_ms, latest_ingest_ms or 0)
+    return (began // bucket_ms + 1) * bucket_ms
+
+
 def reader_refusal(reader: type, setting: str) -> str | None:
     """Why a replay cannot switch with this realtime reader class, or None: once switched, answers
     ask the reader to leave the replayed ingest buckets out (`skip_ingest`, stores/adapters.py)."""
@@ -203,7 +211,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from serving_layer.speed_state import RECHECK_S
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
-    from stores.kafka import lost_since
+    from stores.kafka import latest_ingest_ms, lost_since
     from stores.realtime_cleanup import delete_view_from
     from stores.replays import mark, shadow_name, switch, unmark
 
@@ -225,8 +233,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         "it has until the replay switches"
     )
     reload_api(settings)
-    bucket_ms = marker.ingest_bucket_s * 1000
-    split_ms = (started_ms // bucket_ms + 1) * bucket_ms
+    split_ms = split_after(started_ms, latest_ingest_ms(settings), marker.ingest_bucket_s * 1000)
     _say(f"{view.name}: the speed layer's own rows answer from {iso_ms(split_ms)}; waiting for that bucket to begin")
     waiting = time.monotonic()
     spans = _wait_for_split(settings, from_ms, split_ms, timeout_s=marker.ingest_bucket_s + 120)

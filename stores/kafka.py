@@ -142,6 +142,31 @@ def ingest_time_at(settings: Settings, number: int, offset: int) -> int:
         client.close()
 
 
+def latest_ingest_ms(settings: Settings) -> int | None:
+    """The latest ingest time (the brokers' clock) of any record `events` holds now; None when it
+    holds none. A record appended later has an ingest time at or after it (LogAppendTime)."""
+    topic = settings.kafka.events_topic
+    client = consumer(settings, "lambda-replay", consumer_timeout_ms=10_000)
+    try:
+        parts = [partition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
+        ends, begins = client.end_offsets(parts), client.beginning_offsets(parts)
+        last = {tp: ends[tp] - 1 for tp in parts if ends[tp] > begins[tp]}
+        if not last:
+            return None
+        client.assign(list(last))
+        for tp, offset in last.items():
+            client.seek(tp, offset)
+        latest: int | None = None
+        for record in client:  # one record per partition: the last one of each
+            latest = max(latest or 0, int(record.timestamp))
+            last.pop(partition(topic, record.partition), None)
+            if not last:
+                break
+        return latest
+    finally:
+        client.close()
+
+
 def lost_since(spans: list[PartitionSpan], from_ms: int) -> list[str]:
     """Partitions whose records from `from_ms` on Kafka may no longer hold (retention deleted records at
     or after that time), each described; empty when every record from then is kept. Ingest times never

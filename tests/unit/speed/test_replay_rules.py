@@ -163,3 +163,16 @@ def test_lambdactl_replay_with_such_a_reader_exits_2_before_any_store_is_asked(s
     with caplog.at_level("INFO"):
         assert cmd_replay(chosen, args) == 2  # a store asked would fail: none runs in unit tests
     assert "replay refused, nothing changed: stores.realtime_reader" in caplog.text
+
+
+def test_the_split_follows_whichever_clock_is_ahead_so_later_buckets_hold_only_records_appended_after_the_start():
+    from lambdactl.replay import split_after
+
+    bucket = BUCKET_S * 1000
+    start = NOW_MS - NOW_MS % bucket + 10_000  # 10 s into a bucket by this host's clock
+    assert split_after(start, None, bucket) == start - 10_000 + bucket  # an empty topic: the host's clock
+    assert split_after(start, start - 5_000, bucket) == start - 10_000 + bucket  # the brokers behind
+    # The brokers 70 s ahead (80 s into the bucket by their clock): records stamped in the next bucket
+    # were appended before the start, so the split is the boundary after that one.
+    assert split_after(start, start + 70_000, bucket) == start - 10_000 + 2 * bucket
+    assert split_after(start, start - 10_000 + bucket, bucket) == start - 10_000 + 2 * bucket  # on a boundary
