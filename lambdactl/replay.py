@@ -186,6 +186,11 @@ def _plan(settings: Settings, args: argparse.Namespace):
     )
     claims, overlays = read_replays(settings)
     held, answering = claims.get(view.name), overlays.get(view.name)
+    if held is not None and held.unreadable and not args.resume:
+        raise Refused(
+            f"{args.view} has a replay mark that is not one ({held.unreadable[:200]}); it answers 409 until "
+            "`--resume` replaces it, replaying from the view's cutoff"
+        )
     if held is not None and not args.resume:
         raise Refused(
             f"a replay of {args.view} holds its mark since {held.started_ms} ms (from {held.from_ms} ms): it is "

@@ -176,6 +176,11 @@ class ServingLayer:
         state = self.lifecycle(view.name, pointer)
         if state.state not in ("serving", "replaying"):  # a replay writes fresh rows, then switches
             raise ViewBuilding(state.reason)
+        if state.state == "replaying" and view.name in self.speed.unreadable:
+            raise ViewBuilding(
+                f"view {view.name} has a replay mark that is not one ({self.speed.unreadable[view.name][:200]}): "
+                f"`lambdactl replay --view {view.name} --resume` rebuilds its realtime rows and replaces it"
+            )
         if state.state == "replaying" and view.name in self.speed.in_place:
             raise ViewBuilding(
                 f"view {view.name} is being replayed in place by an earlier release's replay, which deleted its "

@@ -27,6 +27,7 @@ class SpeedState:
         self.replaying: dict[str, int] = {}  # view → since when a replay rebuilds it; read with the marker
         self.overlays: dict[str, ReplayMark] = {}  # view → its switched replay; read with the marker
         self.in_place: set[str] = set()  # views an older replay was rewriting in place (no shadow)
+        self.unreadable: dict[str, str] = {}  # view → which mark file of it is no mark, and why
 
     def known(
         self,
@@ -34,12 +35,14 @@ class SpeedState:
         replaying: dict[str, int] | None = None,
         overlays: dict[str, ReplayMark] | None = None,
         in_place: set[str] | None = None,
+        unreadable: dict[str, str] | None = None,
     ) -> None:
         """Take `marker` (and replay marks) as just read: a service or a test that knows them."""
         self._marker = (marker, time.monotonic())
         self.replaying = dict(replaying or {})
         self.overlays = dict(overlays or {})
         self.in_place = set(in_place or ())
+        self.unreadable = dict(unreadable or {})
 
     def overlay(self, name: str) -> ReplayMark | None:
         """The switched replay whose rows answer for part of `name`'s ingest buckets, if any."""
@@ -96,6 +99,7 @@ class SpeedState:
         # A claim without a shadow name was left by a replay of an earlier release, which deleted
         # the view's rows before rewriting them: its answers would be short until `--resume` ends.
         self.in_place = {view for view, m in claims.items() if not m.shadow}
+        self.unreadable = {view: m.unreadable for view, m in claims.items() if m.unreadable}
 
     def changed(self, views: Registry, marker: Marker | None) -> list[str]:
         """Views declared differently from the definitions the speed layer maintains (refused: 409)."""

@@ -20,9 +20,18 @@ began. Two kinds of file, beside the speed layer's checkpoint in `<checkpoint_di
 from __future__ import annotations
 
 import json
+import logging
+import re
 from dataclasses import dataclass
 
 from definitions.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+MAX_MARK_BYTES = 4096  # a mark is ~120 bytes; a larger file is not one (and is never read whole)
+_LATEST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last moment ISO formatting can write
+_NAME = re.compile(r"(?P<view>[A-Za-z_][A-Za-z0-9_]{0,199})(?P<switched>\.switched-(?P<started>[0-9]{1,16}))?\.json")
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,9 @@ class ReplayMark:
     started_ms: int
     shadow: str = ""  # the storage name the replay writes the view's rows under
     split_ms: int | None = None  # set once switched: [from_ms, split_ms) is read from `shadow`
+    # Set for a mark file that is there but is no mark (why): the view is refused like a claim of an
+    # earlier release, until `lambdactl replay --view V --resume` replaces it (from the cutoff on).
+    unreadable: str = ""
 
     @property
     def switched(self) -> bool:
@@ -43,11 +55,32 @@ class ReplayMark:
 
     @classmethod
     def from_json(cls, view: str, data: bytes) -> ReplayMark:
-        doc = json.loads(data)
-        split = doc.get("split_ms")
-        return cls(
-            view, int(doc["from_ms"]), int(doc["started_ms"]), str(doc.get("shadow") or ""), split and int(split)
-        )
+        """The mark `data` holds; ValueError naming what is wrong for anything else, whatever the bytes."""
+        if len(data) > MAX_MARK_BYTES:
+            raise ValueError(f"{len(data)} bytes, more than a mark's {MAX_MARK_BYTES}")
+        try:
+            doc = json.loads(data)
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise ValueError(f"not JSON ({type(exc).__name__})") from None
+        if not isinstance(doc, dict):
+            raise ValueError(f"a JSON {type(doc).__name__}, not an object")
+
+        def moment(key: str, required: bool = True) -> int | None:
+            value = doc.get(key)
+            if value is None and not required:
+                return None
+            if type(value) is not int or not 0 <= value <= _LATEST_MS:
+                raise ValueError(f"{key} is {str(value)[:40]!r}, not a time in ms from 1970 to 9999")
+            return value
+
+        from_ms, started_ms, split_ms = moment("from_ms"), moment("started_ms"), moment("split_ms", False)
+        assert from_ms is not None and started_ms is not None
+        shadow = doc.get("shadow") or ""
+        if shadow and shadow != shadow_name(view, started_ms):
+            raise ValueError(f"shadow {str(shadow)[:80]!r} is not {view}'s replay rows of {started_ms}")
+        if split_ms is not None and split_ms < from_ms:
+            raise ValueError(f"split_ms {split_ms} is before from_ms {from_ms}")
+        return cls(view, from_ms, started_ms, shadow, split_ms)
 
 
 SHADOW_SEPARATOR = "~replay-"  # never in a declared view's name (definitions.views: identifiers)
@@ -93,25 +126,41 @@ def read_replays(settings: Settings) -> tuple[dict[str, ReplayMark], dict[str, R
 
 
 def _read_listed(fs, directory: str) -> tuple[dict[str, ReplayMark], dict[str, ReplayMark]] | None:
+    """One listing's marks; None when a file vanished between the listing and its read. A name that
+    is no mark's is left alone; an empty file is still being created (HDFS shows it empty until it is
+    closed); a mark file that is none (no file, too big, not a mark) is a claim marked `unreadable`."""
     claims: dict[str, ReplayMark] = {}
     overlays: dict[str, ReplayMark] = {}
-    for name in sorted(fs.list(directory)):
-        if not name.endswith(".json"):
+    for name, kind, length in sorted(fs.entries(directory)):
+        found = _NAME.fullmatch(name)
+        if found is None:
             continue
-        data = fs.read(f"{directory}/{name}")
+        view, switched = found["view"], found["switched"]
+        if kind != "FILE" or length > MAX_MARK_BYTES:
+            claims[view] = _unreadable(view, name, "a directory" if kind != "FILE" else f"{length} bytes")
+            continue
+        if length == 0:
+            continue
+        data = fs.read(f"{directory}/{name}", max_bytes=MAX_MARK_BYTES)
         if data is None:  # deleted since the listing
             return None
-        stem = name[: -len(".json")]
-        view, switched, _ = stem.partition(SWITCHED)
         try:
             mark = ReplayMark.from_json(view, data)
-        except (ValueError, KeyError, TypeError):  # empty or part-written: still being created
+            if switched and (not mark.switched or str(mark.started_ms) != found["started"]):
+                raise ValueError("not the switched replay its name says")
+        except ValueError as exc:
+            claims[view] = _unreadable(view, name, str(exc))
             continue
         if not switched:
-            claims[view] = mark
-        elif mark.switched and (view not in overlays or mark.started_ms > overlays[view].started_ms):
+            claims.setdefault(view, mark)  # an unreadable file of the view stays the one that counts
+        elif view not in overlays or mark.started_ms > overlays[view].started_ms:
             overlays[view] = mark
     return claims, overlays
+
+
+def _unreadable(view: str, name: str, why: str) -> ReplayMark:
+    log.warning("replay mark %s is not one (%s): %s is refused until `lambdactl replay --resume`", name, why, view)
+    return ReplayMark(view, 0, 0, unreadable=f"{name}: {why}")
 
 
 def mark(

@@ -8,6 +8,7 @@ the operation and the path (never a traceback of the library's).
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import requests
@@ -56,12 +57,14 @@ class WebHdfs:
         """Create a file (namenode redirect, then the datanode write)."""
         self._call("CREATE", path, self.client.write, data=data, overwrite=overwrite)
 
-    def read(self, path: str) -> bytes | None:
-        """A file's bytes, or None when it does not exist."""
+    def read(self, path: str, max_bytes: int | None = None) -> bytes | None:
+        """A file's bytes (at most `max_bytes` + 1 of them, so a caller tells a longer file), or None
+        when it does not exist."""
 
         def read(p: str) -> bytes | None:
             try:
-                with self.client.read(p) as reader:
+                length = None if max_bytes is None else max_bytes + 1
+                with self.client.read(p, length=length) as reader:
                     return reader.read()
             except HdfsError as exc:
                 if _missing(exc):
@@ -103,6 +106,23 @@ class WebHdfs:
                 raise
 
         return self._call("LISTSTATUS", path, names)
+
+    def entries(self, path: str) -> builtins.list[tuple[str, str, int]]:
+        """(name, type: FILE or DIRECTORY, length in bytes) of each entry of a directory, from one
+        listing; empty when it does not exist."""
+
+        def entries(p: str) -> builtins.list[tuple[str, str, int]]:
+            try:
+                return sorted(
+                    (name, str(st.get("type")), int(st.get("length") or 0))
+                    for name, st in self.client.list(p, status=True)
+                )
+            except HdfsError as exc:
+                if _missing(exc):
+                    return []
+                raise
+
+        return self._call("LISTSTATUS", path, entries)
 
     def status(self, path: str) -> dict:
         return self._call("GETFILESTATUS", path, self.client.status)

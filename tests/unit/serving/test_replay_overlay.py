@@ -140,3 +140,23 @@ def test_a_claim_left_by_an_in_place_replay_of_an_earlier_release_is_still_refus
         assert "--resume" in str(exc)
     else:
         raise AssertionError("a view whose rows an older replay deleted answered (short) instead of 409")
+
+
+def test_a_view_whose_replay_mark_is_no_mark_is_refused_naming_it_and_the_other_views_answer(tmp_path):
+    from serving_layer.service import ViewBuilding
+
+    serving = _serving(tmp_path)
+    MemoryRealtime.rows = {}
+    _rows("page_views", {C: 1})
+    _rows("top_pages", {C: 2})
+    why = "page_views.json: a JSON list, not an object"
+    serving.speed.known(None, replaying={"page_views": 0}, unreadable={"page_views": why})
+    page_views = next(v for v in serving.views if v.name == "page_views")
+    try:
+        serving.series(page_views, {"url": "/a"}, C - HOUR, C + 3 * HOUR, "hour")
+    except ViewBuilding as exc:
+        assert why in str(exc) and "--resume" in str(exc)
+    else:
+        raise AssertionError("a view with a broken replay mark answered as if none were there")
+    top_pages = next(v for v in serving.views if v.name == "top_pages")
+    assert serving.top(top_pages, C - HOUR, C + 3 * HOUR, "hour", 10).rows, "the other views still answer"

@@ -100,22 +100,40 @@ def test_a_replay_mark_reads_back_as_written_and_an_old_claim_reads_as_unswitche
     assert old == ReplayMark("page_views", 5, 6) and not old.switched
 
 
+class Fs:
+    """The directory listing and reads of replay marks; a value of None: listed (100 bytes), then
+    deleted before its read; DIR: a directory."""
+
+    DIR = object()
+
+    def __init__(self, files: dict) -> None:
+        self.files = files
+        self.read_names: list[str] = []
+
+    def entries(self, directory: str) -> list[tuple[str, str, int]]:
+        return [
+            (
+                name,
+                "DIRECTORY" if data is Fs.DIR else "FILE",
+                100 if data is None else 0 if data is Fs.DIR else len(data),
+            )
+            for name, data in self.files.items()
+        ]
+
+    def read(self, path: str, max_bytes: int | None = None) -> bytes | None:
+        name = path.rsplit("/", 1)[1]
+        self.read_names.append(name)
+        data = self.files[name]
+        assert data is not Fs.DIR
+        return data if max_bytes is None or data is None else data[: max_bytes + 1]
+
+
 def test_replay_marks_read_while_a_switch_deletes_one_are_listed_again_and_the_newest_overlay_counts():
     from stores.replays import ReplayMark, _read_listed
 
     older = ReplayMark("page_views", 0, 1, "page_views~replay-1", 60_000)
     newer = ReplayMark("page_views", 0, 2, "page_views~replay-2", 120_000)
     claim = ReplayMark("top_pages", 0, 3, "top_pages~replay-3")
-
-    class Fs:
-        def __init__(self, files: dict[str, bytes | None]) -> None:
-            self.files = files
-
-        def list(self, directory: str) -> list[str]:
-            return list(self.files)
-
-        def read(self, path: str) -> bytes | None:
-            return self.files[path.rsplit("/", 1)[1]]
 
     files = {
         "page_views.switched-1.json": older.to_json(),
@@ -176,3 +194,59 @@ def test_the_split_follows_whichever_clock_is_ahead_so_later_buckets_hold_only_r
     # were appended before the start, so the split is the boundary after that one.
     assert split_after(start, start + 70_000, bucket) == start - 10_000 + 2 * bucket
     assert split_after(start, start - 10_000 + bucket, bucket) == start - 10_000 + 2 * bucket  # on a boundary
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"from_ms": 253402300800000, "started_ms": 1, "shadow": ""}',  # after the year 9999
+        b'{"from_ms": -1, "started_ms": 1}',
+        b'{"from_ms": 1e20, "started_ms": 1}',
+        b'{"from_ms": true, "started_ms": 1}',
+        b'{"from_ms": "5", "started_ms": 1}',
+        b'{"from_ms": 5, "started_ms": 6, "shadow": "top_pages~replay-6"}',  # another view's rows
+        b'{"from_ms": 5, "started_ms": 6, "shadow": "page_views~replay-6", "split_ms": 4}',  # split before from
+        b'{"from_ms": 5}',
+        b"[1]",
+        b"1e400",
+        b"Infinity",
+        b"[" * 1500 + b"]" * 1500,
+        b"\xff\xfe",
+        b"null",
+    ],
+)
+def test_a_mark_that_is_not_one_is_a_value_error_whatever_its_bytes(data):
+    from stores.replays import ReplayMark
+
+    with pytest.raises(ValueError):
+        ReplayMark.from_json("page_views", data)
+
+
+def test_a_mark_file_that_cannot_be_read_makes_its_view_refuse_until_resume_and_the_others_read_on():
+    from stores.replays import MAX_MARK_BYTES, ReplayMark, _read_listed
+
+    good = ReplayMark("page_views", 0, 2, "page_views~replay-2", 120_000)
+    claim = ReplayMark("top_pages", 0, 3, "top_pages~replay-3")
+    files = {
+        "page_views.switched-2.json": good.to_json(),
+        "top_pages.json": claim.to_json(),
+        "unique_visitors.json": b'{"from_ms": 253402300800000, "started_ms": 1}',
+        "clicks.switched-9.json": b"[1]",
+        "huge.json": b" " * (MAX_MARK_BYTES + 1),
+        "folder.json": Fs.DIR,
+        "being_created.json": b"",
+        "notes.txt": b"x",
+        "x.switched-abc.json": b"{}",
+        "a b.json": b"{}",
+        ".hidden.json": b"{}",
+    }
+    fs = Fs(files)
+    claims, overlays = _read_listed(fs, "d")
+    assert overlays == {"page_views": good}
+    assert claims["top_pages"] == claim
+    assert set(claims) == {"top_pages", "unique_visitors", "clicks", "huge", "folder"}
+    for view in ("unique_visitors", "clicks", "huge", "folder"):
+        bad = claims[view]
+        assert bad.unreadable and not bad.shadow and bad.from_ms == 0, bad  # a --resume replays from the cutoff
+    assert "huge.json" not in fs.read_names and "folder.json" not in fs.read_names, "never read: too big, or no file"
+    assert not {"notes.txt", "x.switched-abc.json", "a b.json", ".hidden.json"} & set(fs.read_names)
