@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 from typing import NamedTuple
+
+from cachetools import LRUCache
 
 from definitions.settings import Settings
 
@@ -81,6 +84,40 @@ def list_reports(settings: Settings, limit: int | None = None) -> list[StoredRep
             continue
         if isinstance(doc, dict):
             out.append(StoredReport(path.stem, doc))
+    return out
+
+
+LISTED_FIELDS = ("created", "window", "summary")
+# What a listing shows of each report file, by (path, modification time, size): a report is parsed
+# once, not at every listing (a report is megabytes; the list is asked without a token).
+_listed: LRUCache = LRUCache(maxsize=4096)
+_listed_lock = threading.Lock()
+
+
+def list_summaries(settings: Settings, limit: int) -> list[StoredReport]:
+    """The newest `limit` reports, each with only LISTED_FIELDS of its document. Unreadable ones are skipped."""
+    folder = reports_dir(settings)
+    out: list[StoredReport] = []
+    for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
+        if len(out) >= limit:
+            break
+        if not _ID.fullmatch(path.stem):
+            continue
+        try:
+            stat = path.stat()
+            key = (str(path), stat.st_mtime_ns, stat.st_size)
+            with _listed_lock:
+                fields = _listed.get(key)
+            if fields is None:
+                doc = json.loads(path.read_text())
+                if not isinstance(doc, dict):
+                    continue
+                fields = {name: doc.get(name) for name in LISTED_FIELDS}
+                with _listed_lock:
+                    _listed[key] = fields
+        except (OSError, ValueError, RecursionError):
+            continue
+        out.append(StoredReport(path.stem, fields))
     return out
 
 

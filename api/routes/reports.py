@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Query
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse
 
@@ -35,8 +35,10 @@ def _stored(read, *args):
         raise HTTPException(404, str(exc)) from None
 
 
-@router.get("", summary="The accuracy reports, newest first")
-def list_reports(settings: SettingsDep) -> dict[str, Any]:
+@router.get("", summary="The accuracy reports, newest first", responses=error_responses(422))
+def list_reports(
+    settings: SettingsDep, limit: Annotated[int, Query(ge=1, le=1000, description="at most this many")] = 100
+) -> dict[str, Any]:
     return {
         "reports": [
             {
@@ -47,7 +49,7 @@ def list_reports(settings: SettingsDep) -> dict[str, Any]:
                 "json": f"/api/v1/reports/{rid}",
                 "html": f"/api/v1/reports/{rid}/html",
             }
-            for rid, doc in storage.list_reports(settings)
+            for rid, doc in storage.list_summaries(settings, limit)
         ]
     }
 

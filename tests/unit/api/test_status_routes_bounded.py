@@ -1,0 +1,82 @@
+"""The unauthenticated status routes cost the stores a bounded amount whatever the request rate (no
+service: the probes are counted, not run; the reports are files): /health probes the stores once per
+short period, however many ask at once; /api/v1/reports parses each report file once and lists at
+most `limit` of them."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from api.routes import health as health_route
+
+
+@pytest.fixture
+def counted_probes(monkeypatch):
+    from stores import health as probes
+
+    calls = {"n": 0}
+    gate = threading.Event()
+
+    def probe(_settings) -> str:
+        calls["n"] += 1
+        gate.wait(2)  # a slow store: every request arrives while the first probe runs
+        return "ok"
+
+    for name in ("kafka", "hdfs_namenode", "hbase_thrift", "cassandra", "archiver", "speed_layer"):
+        monkeypatch.setattr(probes, name, probe)
+    health_route.forget_health()
+    yield calls, gate
+    health_route.forget_health()
+
+
+def test_health_asked_by_many_at_once_probes_each_store_once_and_again_only_after_its_period(client, counted_probes):
+    calls, gate = counted_probes
+    with ThreadPoolExecutor(16) as pool:
+        answers = [pool.submit(client.get, "/health") for _ in range(16)]
+        time.sleep(0.3)
+        gate.set()
+        bodies = [a.result().json() for a in answers]
+    assert calls["n"] == 6, "one probe per store for 16 requests"
+    assert all(b["components"]["kafka"]["state"] == "ok" for b in bodies)
+    client.get("/health")
+    assert calls["n"] == 6, "within the period: the same answer"
+    health_route.forget_health(older_than_s=0)
+    client.get("/health")
+    assert calls["n"] == 12, "after the period: probed again"
+
+
+def test_the_reports_list_reads_each_file_once_and_at_most_limit_of_them(client, settings, monkeypatch):
+    from reports import storage
+
+    folder = storage.reports_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    made = []
+    for i in range(5):
+        rid = f"20990101T0000{i:02d}-abc{i:03d}"
+        (folder / f"{rid}.json").write_text(json.dumps({"created": f"c{i}", "summary": {"i": i}, "big": "x" * 1000}))
+        made.append(rid)
+    parsed = []
+    real = json.loads
+    def counting(text, *args, **kwargs):
+        if isinstance(text, str) and '"big"' in text:  # one of these report files, not a response body
+            parsed.append(1)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(storage.json, "loads", counting)
+    try:
+        first = client.get("/api/v1/reports", params={"limit": 3}).json()["reports"]
+        assert [r["id"] for r in first][:3] == sorted(made, reverse=True)[:3] and len(first) == 3
+        assert "big" not in json.dumps(first)
+        before = len(parsed)
+        again = client.get("/api/v1/reports", params={"limit": 3}).json()["reports"]
+        assert again == first and len(parsed) == before, "unchanged files are not parsed again"
+        assert client.get("/api/v1/reports", params={"limit": 0}).status_code == 422
+        assert client.get("/api/v1/reports", params={"limit": 10**9}).status_code == 422
+    finally:
+        for rid in made:
+            (folder / f"{rid}.json").unlink()
