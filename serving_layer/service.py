@@ -251,7 +251,10 @@ class ServingLayer:
 
     def _read_pointer(self) -> Pointer | None:
         data = self._hbase(self.batch_views.pointer_columns)
-        pointer = Pointer.from_columns(data) if data else None
+        try:
+            pointer = Pointer.from_columns(data) if data else None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # the row is there but is no pointer
+            raise StoreUnavailable("hbase", f"the batch views' pointer cannot be read: {exc}") from None
         if pointer is not None:
             bucket_s = self.speed_bucket_s()
             for name, entry in sorted(pointer.entries.items()):

@@ -365,3 +365,14 @@ def test_a_failed_shared_read_leaves_each_waiting_query_to_read_on_its_own():
     first.join(5)
     follower.join(5)
     assert len(errors) == 1 and got == [{2: 2}]
+
+
+@pytest.mark.parametrize("doc", [b"{", b"[1]", b'{"entries": {"page_views": {"table": 1}}}', b"\xff", b"null"])
+def test_a_pointer_document_that_is_none_is_the_batch_store_unavailable_not_a_fault(tmp_path, doc):
+    from serving_layer.service import StoreUnavailable
+
+    serving, store = _serving(tmp_path, pointer_cache_s=0)
+    store.doc = doc
+    with pytest.raises(StoreUnavailable) as caught:
+        _total(serving)
+    assert caught.value.component == "hbase" and "pointer" in caught.value.detail
