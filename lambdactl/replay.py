@@ -241,7 +241,10 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     split_ms = split_after(started_ms, latest_ingest_ms(settings), marker.ingest_bucket_s * 1000)
     _say(f"{view.name}: the speed layer's own rows answer from {iso_ms(split_ms)}; waiting for that bucket to begin")
     waiting = time.monotonic()
-    spans = _wait_for_split(settings, from_ms, split_ms, timeout_s=marker.ingest_bucket_s + 120)
+    # Read the de-duplication window before `from_ms` too: a copy of an event first ingested there is
+    # dropped, as the running speed layer dropped it (only first copies from `from_ms` on count).
+    look_back_ms = settings.speed.dedupe_window_s * 1000
+    spans = _wait_for_split(settings, max(from_ms - look_back_ms, 0), split_ms, timeout_s=marker.ingest_bucket_s + 120)
     waited_s = time.monotonic() - waiting
     lost = lost_since(spans, from_ms)
     if lost:
@@ -251,7 +254,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         )
     spark = spark_session(settings, "lambda-replay", {"spark.driver.memory": settings.batch.driver_memory})
     try:
-        done = rewrite(spark, settings, view, spans, time.time_ns() // 1000, into=shadow)
+        done = rewrite(spark, settings, view, spans, time.time_ns() // 1000, into=shadow, count_from_ms=from_ms)
     finally:
         spark.stop()
     switch(settings, claim, split_ms)

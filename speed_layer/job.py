@@ -54,10 +54,13 @@ def aggregated_cells(spark, settings: Settings, registry: Registry):
     return cells_by_ingest_bucket(counted, list(registry), settings)
 
 
-def cells_by_ingest_bucket(events, views: list[View], settings: Settings):
+def cells_by_ingest_bucket(events, views: list[View], settings: Settings, count_from_ms: int | None = None):
     """Validated events (streaming, or a static read of Kafka for a replay) → the views' aggregates per
     (view, granularity, key, event bucket, ingest bucket). Copies of an event_id within the dedupe
-    window count once (on a static DataFrame, every copy after the first by ingest time is dropped)."""
+    window count once. On a static DataFrame every copy after the first by ingest time is dropped,
+    and only first copies ingested at or after `count_from_ms` are counted: a replay reads the dedupe
+    window before its start too, so a copy whose first was ingested just before is dropped, as the
+    running speed layer dropped it."""
     from pyspark.sql import functions as F
 
     valid = events.where(F.col("reason").isNull())
@@ -67,6 +70,8 @@ def cells_by_ingest_bucket(events, views: list[View], settings: Settings):
         ).dropDuplicatesWithinWatermark(["event_id"])
     else:  # a replay: the first copy of each event_id, as the batch layer keeps
         valid = first_copies(valid)
+        if count_from_ms is not None:
+            valid = valid.where(F.col("ingest_time") >= F.timestamp_millis(F.lit(count_from_ms)))
     all_cells = [cell for view in views for cell in view_cells(view)]
     exploded = valid.select(
         "ingest_time",

@@ -35,10 +35,18 @@ class Rewritten:
 
 
 def rewrite(
-    spark, settings: Settings, view: View, spans: list[PartitionSpan], timestamp_us: int, into: str | None = None
+    spark,
+    settings: Settings,
+    view: View,
+    spans: list[PartitionSpan],
+    timestamp_us: int,
+    into: str | None = None,
+    count_from_ms: int | None = None,
 ) -> Rewritten:
     """Aggregate the records of `spans` into `view`'s realtime rows and write them as of `timestamp_us`,
-    under the storage name `into` (by default the view's own)."""
+    under the storage name `into` (by default the view's own). With `count_from_ms`, the spans reach
+    back further (the de-duplication window) only so that copies of events first ingested before it
+    are dropped: only first copies ingested from it on are counted."""
     from pyspark.sql import functions as F
 
     from speed_layer.job import cells_by_ingest_bucket, partition_writer
@@ -49,7 +57,7 @@ def rewrite(
         return Rewritten(view.name, 0, 0, time.monotonic() - started)
     records = sum(end - start for start, end in offsets.values())
     events = validated_events(kafka_range(spark, settings, offsets), settings.events)
-    cells = cells_by_ingest_bucket(events, [view], settings)
+    cells = cells_by_ingest_bucket(events, [view], settings, count_from_ms=count_from_ms)
     name = into or view.name
     if name != view.name:
         cells = cells.withColumn("view", F.lit(name))

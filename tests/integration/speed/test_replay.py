@@ -161,6 +161,46 @@ def test_a_second_replay_is_refused_and_an_interrupted_one_is_taken_over(setting
         reload_api(settings)
 
 
+def test_a_mark_file_that_is_no_mark_is_refused_by_name_until_resume_and_harms_no_other_view(settings, stack):
+    from stores.replays import marks_dir
+    from stores.webhdfs import WebHdfs
+
+    directory = marks_dir(settings)
+    hostile = {  # a time past the year 9999 (once a 500 on every query of the view), and foreign names
+        f"{VIEW}.json": b'{"from_ms": 253402300800000, "started_ms": 1, "shadow": "x"}',
+        "notes.txt": b"not a mark",
+        "x.switched-abc.json": b"[1]",
+    }
+    with WebHdfs(settings) as fs:
+        fs.mkdirs(directory)
+        for name, data in hostile.items():
+            fs.write(f"{directory}/{name}", data, overwrite=True)
+        fs.mkdirs(f"{directory}/folder.json")  # a directory under a mark's name: read as no mark, not retried
+    try:
+        reload_api(settings)
+        answer = by_country_device(settings)
+        assert answer.status_code == 409, answer.text
+        assert f"{VIEW}.json" in answer.json()["detail"] and "--resume" in answer.json()["detail"], answer.text
+        assert "Traceback" not in answer.text
+        for path in ("/api/v1/views", "/api/v1/status"):
+            assert httpx.get(f"{api(settings)}{path}", timeout=30).status_code == 200, path
+        views = {v["name"]: v for v in httpx.get(f"{api(settings)}/api/v1/views", timeout=30).json()["views"]}
+        assert views["page_views"]["state"] == "serving", views["page_views"]
+
+        plain = lambdactl(settings, "replay", "--view", VIEW)
+        assert plain.returncode == 2 and "not one" in plain.stderr and "--resume" in plain.stderr, plain.stderr[-2000:]
+        resumed = lambdactl(settings, "replay", "--view", VIEW, "--resume", "--json")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert VIEW not in read_marks(settings)
+        answer = by_country_device(settings)
+        assert answer.status_code == 200, answer.text
+    finally:
+        with WebHdfs(settings) as fs:
+            for name in [*hostile, "folder.json"]:
+                fs.delete(f"{directory}/{name}", recursive=True)
+        reload_api(settings)
+
+
 def test_replay_refuses_what_it_cannot_do_exactly(settings, stack):
     unknown = lambdactl(settings, "replay", "--view", "no_such_view")
     assert unknown.returncode == 2 and "unknown view 'no_such_view'" in unknown.stderr, unknown.stderr[-2000:]
