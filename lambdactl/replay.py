@@ -79,6 +79,23 @@ def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, i
     return max(moment, 0) // size * size
 
 
+def running_holder(claim) -> int | None:
+    """The process id of the replay holding `claim` when it still runs on this host; None when it
+    ended, runs elsewhere (not knowable here) or the claim names no process."""
+    import socket
+
+    import psutil
+
+    if not claim.host or not claim.pid or claim.host != socket.gethostname():
+        return None
+    try:
+        process = psutil.Process(claim.pid)
+        running = process.status() != psutil.STATUS_ZOMBIE and "replay" in process.cmdline()
+    except psutil.Error:
+        return None
+    return claim.pid if running else None
+
+
 def split_after(started_ms: int, latest_ingest_ms: int | None, bucket_ms: int) -> int:
     """The replay's split: the first ingest-bucket boundary after both the replay's start (this host's
     clock) and the latest ingest time Kafka held then (the brokers' clock), so every record ingested
@@ -190,6 +207,11 @@ def _plan(settings: Settings, args: argparse.Namespace):
         raise Refused(
             f"{args.view} has a replay mark that is not one ({held.unreadable[:200]}); it answers 409 until "
             "`--resume` replaces it, replaying from the view's cutoff"
+        )
+    if held is not None and args.resume and running_holder(held) is not None:
+        raise Refused(
+            f"the replay holding {args.view}'s mark still runs (pid {held.pid} on this host): wait for it, or stop "
+            "it, then `--resume`"
         )
     if held is not None and not args.resume:
         raise Refused(

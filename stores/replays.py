@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import socket
 from dataclasses import dataclass
 
 from definitions.settings import Settings
@@ -44,6 +46,8 @@ class ReplayMark:
     # Set for a mark file that is there but is no mark (why): the view is refused like a claim of an
     # earlier release, until `lambdactl replay --view V --resume` replaces it (from the cutoff on).
     unreadable: str = ""
+    host: str = ""  # the host and process of the replay holding the claim (`--resume` asks whether it runs)
+    pid: int = 0
 
     @property
     def switched(self) -> bool:
@@ -51,6 +55,8 @@ class ReplayMark:
 
     def to_json(self) -> bytes:
         doc = {"from_ms": self.from_ms, "started_ms": self.started_ms, "shadow": self.shadow, "split_ms": self.split_ms}
+        if self.host:
+            doc.update(host=self.host, pid=self.pid)
         return json.dumps(doc).encode()
 
     @classmethod
@@ -80,7 +86,10 @@ class ReplayMark:
             raise ValueError(f"shadow {str(shadow)[:80]!r} is not {view}'s replay rows of {started_ms}")
         if split_ms is not None and split_ms < from_ms:
             raise ValueError(f"split_ms {split_ms} is before from_ms {from_ms}")
-        return cls(view, from_ms, started_ms, shadow, split_ms)
+        host, pid = doc.get("host") or "", doc.get("pid") or 0
+        if not isinstance(host, str) or len(host) > 255 or type(pid) is not int or not 0 <= pid < 2**31:
+            raise ValueError("host or pid is not a host name and a process id")
+        return cls(view, from_ms, started_ms, shadow, split_ms, host=host, pid=pid)
 
 
 SHADOW_SEPARATOR = "~replay-"  # never in a declared view's name (definitions.views: identifiers)
@@ -170,7 +179,7 @@ def mark(
     from stores.webhdfs import WebHdfs, WebHdfsError
 
     path = f"{marks_dir(settings)}/{view}.json"
-    claimed = ReplayMark(view, from_ms, started_ms, shadow)
+    claimed = ReplayMark(view, from_ms, started_ms, shadow, host=socket.gethostname(), pid=os.getpid())
     data = claimed.to_json()
     with WebHdfs(settings) as fs:
         fs.mkdirs(marks_dir(settings))
@@ -194,14 +203,42 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
     from stores.webhdfs import WebHdfs
 
     switched = ReplayMark(claim.view, claim.from_ms, claim.started_ms, claim.shadow, split_ms)
+    directory = marks_dir(settings)
     with WebHdfs(settings) as fs:
         fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
-        for name in fs.list(marks_dir(settings)):
-            view, sep, started = name.removesuffix(".json").partition(SWITCHED)
-            if sep and view == claim.view and started != str(claim.started_ms):
-                fs.delete(f"{marks_dir(settings)}/{name}")
-        fs.delete(f"{marks_dir(settings)}/{claim.view}.json")
+        for name, kind, length in fs.entries(directory):
+            found = _NAME.fullmatch(name)
+            if not found or found["view"] != claim.view or not found["switched"]:
+                continue
+            started = int(found["started"])
+            if started < claim.started_ms or not _is_switched(fs, f"{directory}/{name}", claim.view, kind, length):
+                # older (the claim's rows cover it), or a file under an overlay's name that is none
+                fs.delete(f"{directory}/{name}", recursive=kind != "FILE")
+        if _holds(fs, f"{directory}/{claim.view}.json", claim):
+            fs.delete(f"{directory}/{claim.view}.json")
     return switched
+
+
+def _is_switched(fs, path: str, view: str, kind: str, length: int) -> bool:
+    """Whether the file at `path` is a switched replay of `view` (a newer replay's overlay: kept)."""
+    if kind != "FILE" or not 0 < length <= MAX_MARK_BYTES:
+        return False
+    data = fs.read(path, max_bytes=MAX_MARK_BYTES)
+    try:
+        return data is not None and ReplayMark.from_json(view, data).switched
+    except ValueError:
+        return False
+
+
+def _holds(fs, path: str, claim: ReplayMark) -> bool:
+    """Whether the claim file is still `claim`'s (a `--resume` elsewhere may have taken it over since)."""
+    data = fs.read(path, max_bytes=MAX_MARK_BYTES)
+    if data is None:
+        return False
+    try:
+        return ReplayMark.from_json(claim.view, data).started_ms == claim.started_ms
+    except ValueError:
+        return True  # no mark: not another replay's claim either
 
 
 def overlay_cutoffs(overlays: dict[str, ReplayMark], cutoffs_s: dict[str, int]) -> tuple[dict[str, int], list]:

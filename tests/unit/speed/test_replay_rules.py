@@ -250,3 +250,80 @@ def test_a_mark_file_that_cannot_be_read_makes_its_view_refuse_until_resume_and_
         assert bad.unreadable and not bad.shadow and bad.from_ms == 0, bad  # a --resume replays from the cutoff
     assert "huge.json" not in fs.read_names and "folder.json" not in fs.read_names, "never read: too big, or no file"
     assert not {"notes.txt", "x.switched-abc.json", "a b.json", ".hidden.json"} & set(fs.read_names)
+
+
+def test_resume_refuses_while_the_replay_holding_the_claim_still_runs_on_this_host():
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from lambdactl.replay import running_holder
+    from stores.replays import ReplayMark
+
+    here = socket.gethostname()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "lambdactl", "replay"])
+    try:
+        live = ReplayMark("page_views", 0, 1, "page_views~replay-1", host=here, pid=holder.pid)
+        assert running_holder(live) == holder.pid
+        assert ReplayMark.from_json("page_views", live.to_json()) == live, "the holder is written with the claim"
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert running_holder(live) is None, "its process ended: the claim is interrupted, --resume takes it"
+    assert running_holder(ReplayMark("page_views", 0, 1, host="elsewhere", pid=os.getpid())) is None  # unknowable
+    assert running_holder(ReplayMark("page_views", 0, 1, host=here, pid=os.getpid())) is None  # not a replay
+    assert running_holder(ReplayMark("page_views", 0, 1)) is None  # an earlier release's claim
+
+
+@pytest.mark.parametrize(
+    "data", [b'{"from_ms": 5, "started_ms": 6, "pid": "x"}', b'{"from_ms": 5, "started_ms": 6, "host": 7}']
+)
+def test_a_claims_holder_of_the_wrong_type_is_no_mark(data):
+    from stores.replays import ReplayMark
+
+    with pytest.raises(ValueError):
+        ReplayMark.from_json("page_views", data)
+
+
+def test_a_switch_deletes_older_overlays_and_files_that_are_none_but_keeps_a_newer_replay_and_anothers_claim(
+    settings, monkeypatch
+):
+    from stores import replays, webhdfs
+
+    claim = replays.ReplayMark("page_views", 0, 50, "page_views~replay-50")
+    newer = replays.ReplayMark("page_views", 0, 90, "page_views~replay-90", 120_000)
+    taken_over = replays.ReplayMark("page_views", 0, 70, "page_views~replay-70")  # a --resume elsewhere
+    files = {
+        "page_views.switched-10.json": replays.ReplayMark("page_views", 0, 10, "page_views~replay-10", 60).to_json(),
+        "page_views.switched-90.json": newer.to_json(),
+        "page_views.switched-99.json": b"[1]",
+        "page_views.json": taken_over.to_json(),
+        "top_pages.switched-5.json": replays.ReplayMark("top_pages", 0, 5, "top_pages~replay-5", 60).to_json(),
+    }
+
+    class WritableFs(Fs):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def write(self, path, data, overwrite=True):
+            self.files[path.rsplit("/", 1)[1]] = data
+
+        def delete(self, path, recursive=False):
+            return self.files.pop(path.rsplit("/", 1)[1], None) is not None
+
+    fs = WritableFs(files)
+    monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: fs)
+    replays.switch(settings, claim, 60_000)
+    assert set(files) == {
+        "page_views.switched-50.json",
+        "page_views.switched-90.json",
+        "page_views.json",
+        "top_pages.switched-5.json",
+    }
+    files["page_views.json"] = claim.to_json()
+    replays.switch(settings, claim, 60_000)
+    assert "page_views.json" not in files, "its own claim goes once switched"
