@@ -6,6 +6,7 @@ and the replay marks (stores.replays): the replays writing, and the switched one
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from definitions.settings import Settings
@@ -24,6 +25,7 @@ class SpeedState:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._marker: tuple[Marker | None, float] | None = None  # (marker, when read)
+        self._reading = threading.Lock()  # held by the one query reading the marker and marks again
         self.replaying: dict[str, int] = {}  # view → since when a replay rebuilds it; read with the marker
         self.overlays: dict[str, ReplayMark] = {}  # view → its switched replay; read with the marker
         self.in_place: set[str] = set()  # views an older replay was rewriting in place (no shadow)
@@ -56,12 +58,25 @@ class SpeedState:
     def marker(self) -> Marker | None:
         """The speed layer's checkpoint marker, read again every minute; None before the speed layer's
         first start. While HDFS cannot be read, the last marker read (logged)."""
+        cached = self._marker
+        if cached is not None and time.monotonic() - cached[1] < RECHECK_S:
+            return cached[0]
+        # One query reads HDFS again; the others answer from the last read meanwhile (before the
+        # first read, they wait for it).
+        if not self._reading.acquire(blocking=cached is None):
+            return cached[0] if cached is not None else None
+        try:
+            cached = self._marker
+            if cached is not None and time.monotonic() - cached[1] < RECHECK_S:
+                return cached[0]  # read by another query while this one waited
+            return self._read(cached)
+        finally:
+            self._reading.release()
+
+    def _read(self, cached: tuple[Marker | None, float] | None) -> Marker | None:
         from stores.checkpoints import read_marker
 
         now = time.monotonic()
-        cached = self._marker
-        if cached is not None and now - cached[1] < RECHECK_S:
-            return cached[0]
         try:
             marker = read_marker(self.settings)
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering

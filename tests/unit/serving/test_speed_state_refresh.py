@@ -1,0 +1,67 @@
+"""The speed layer's marker and the replay marks are read again once a minute by one query only:
+the others answer from what was read before meanwhile, so a slow HDFS holds up one query, not all
+(no service: the reads are counted and held)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from definitions.settings import Settings
+from serving_layer import speed_state
+from serving_layer.speed_state import SpeedState
+from tests.support.polling import wait_for
+
+
+def test_one_query_reads_the_marks_again_and_the_others_answer_from_the_last_read(tmp_path, monkeypatch):
+    from stores import checkpoints, replays
+
+    reads = {"marker": 0, "marks": 0}
+    slow = threading.Event()
+
+    def read_marker(_settings):
+        reads["marker"] += 1
+        slow.wait(5)  # HDFS answering slowly
+        return None
+
+    def read_replays(_settings):
+        reads["marks"] += 1
+        return {}, {}
+
+    monkeypatch.setattr(checkpoints, "read_marker", read_marker)
+    monkeypatch.setattr(replays, "read_replays", read_replays)
+    state = SpeedState(Settings(state_dir=tmp_path))
+    state.known(None)
+    monkeypatch.setattr(speed_state, "RECHECK_S", 0.0)  # the minute has passed
+    with ThreadPoolExecutor(8) as pool:
+        answers = [pool.submit(state.marker) for _ in range(8)]
+        wait_for(lambda: sum(a.done() for a in answers) >= 7, "the queries not reading to answer", 3, 0.02)
+        assert not any(a.exception() for a in answers if a.done()), "they answered from the last read"
+        assert reads["marker"] == 1 and not slow.is_set()
+        slow.set()
+        assert all(a.result(timeout=5) is None for a in answers)
+    assert reads["marker"] == 1 and reads["marks"] == 1
+
+
+def test_before_anything_was_read_every_query_waits_for_the_one_read(tmp_path, monkeypatch):
+    from stores import checkpoints, replays
+
+    reads = {"marker": 0}
+    started = threading.Barrier(8)
+
+    def read_marker(_settings):
+        reads["marker"] += 1
+        time.sleep(0.2)  # an HDFS round trip, long enough for every query to ask meanwhile
+        return None
+
+    def ask(_):
+        started.wait(5)  # every query asks at once, before any read is done
+        return state.marker()
+
+    monkeypatch.setattr(checkpoints, "read_marker", read_marker)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    state = SpeedState(Settings(state_dir=tmp_path))
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(ask, range(8))) == [None] * 8
+    assert reads["marker"] == 1
