@@ -78,12 +78,11 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
-    from datetime import datetime
 
     from ingest.generator import GeneratorConfig, produce, read_sent
     from ingest.truth import write_truth
 
-    start = datetime.fromisoformat(args.start).astimezone(UTC) if args.start else None
+    start = generation_start(args)
     config = GeneratorConfig(
         seed=args.seed,
         count=args.count,
@@ -152,6 +151,15 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from lambdactl.demo import run_demo
 
     return run_demo(settings, count=args.count, rate=args.rate)
+
+
+def generation_start(args: argparse.Namespace):
+    """`generate --start` as a UTC datetime (read as `iso_time` validated it), or None: now."""
+    from datetime import datetime
+
+    from definitions.times import parse_iso_ms
+
+    return datetime.fromtimestamp(parse_iso_ms(args.start) / 1000, UTC) if args.start else None
 
 
 def iso_time(text: str) -> str:

@@ -269,6 +269,11 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     spans = _wait_for_split(settings, max(from_ms - look_back_ms, 0), split_ms, timeout_s=marker.ingest_bucket_s + 120)
     waited_s = time.monotonic() - waiting
     lost = lost_since(spans, from_ms)
+    if not lost and lost_since(spans, from_ms - look_back_ms):
+        _say(
+            f"{view.name}: Kafka no longer holds all of the de-duplication window before {iso_ms(from_ms)}: a copy "
+            "of an event first ingested in what it deleted may be counted twice"
+        )
     if lost:
         raise SystemExit(
             f"Kafka deleted records of the replay meanwhile ({'; '.join(lost[:3])}); {view.name} stays claimed "

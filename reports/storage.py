@@ -109,15 +109,17 @@ def list_summaries(settings: Settings, limit: int) -> list[StoredReport]:
             with _listed_lock:
                 fields = _listed.get(key)
             if fields is None:
-                doc = json.loads(path.read_text())
-                if not isinstance(doc, dict):
-                    continue
-                fields = {name: doc.get(name) for name in LISTED_FIELDS}
+                try:
+                    doc = json.loads(path.read_text())
+                except (ValueError, RecursionError):
+                    doc = None
+                fields = {name: doc.get(name) for name in LISTED_FIELDS} if isinstance(doc, dict) else {}
                 with _listed_lock:
-                    _listed[key] = fields
-        except (OSError, ValueError, RecursionError):
+                    _listed[key] = fields  # {}: not a report, and not read again while unchanged
+        except OSError:
             continue
-        out.append(StoredReport(path.stem, fields))
+        if fields:
+            out.append(StoredReport(path.stem, fields))
     return out
 
 

@@ -26,12 +26,15 @@ class AirflowRefused(RuntimeError):
 def refusal_reason(resp: httpx.Response) -> str:
     """The first line of the `detail` of an Airflow error answer (its JSON schema dump left out)."""
     try:
-        detail = resp.json().get("detail", "")
+        doc = resp.json()
     except ValueError:
-        detail = resp.text
-    if not isinstance(detail, str):  # a validation error's list of {loc, msg, type}
+        doc = resp.text
+    detail = doc.get("detail") if isinstance(doc, dict) else doc
+    if isinstance(detail, list):  # a validation error's list of {loc, msg, type}
         detail = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in detail)
-    lines = detail.strip().splitlines()
+    elif isinstance(detail, dict):
+        detail = str(detail.get("msg") or detail)
+    lines = str(detail if detail is not None else resp.text).strip().splitlines()
     return lines[0][:300] if lines else ""
 
 

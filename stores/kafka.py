@@ -157,11 +157,15 @@ def latest_ingest_ms(settings: Settings) -> int | None:
         for tp, offset in last.items():
             client.seek(tp, offset)
         latest: int | None = None
-        for record in client:  # one record per partition: the last one of each
+        for record in client:  # one record per partition: the last one of each, then it is paused
             latest = max(latest or 0, int(record.timestamp))
-            last.pop(partition(topic, record.partition), None)
+            seen = partition(topic, record.partition)
+            client.pause(seen)
+            last.pop(seen, None)
             if not last:
                 break
+        if last:  # a last offset that returned no record (a transaction marker, say) within the timeout
+            log.warning("latest ingest time: no record read from partitions %s", sorted(tp.partition for tp in last))
         return latest
     finally:
         client.close()

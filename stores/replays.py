@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from definitions.settings import Settings
 
@@ -33,7 +33,13 @@ log = logging.getLogger(__name__)
 
 MAX_MARK_BYTES = 4096  # a mark is ~120 bytes; a larger file is not one (and is never read whole)
 _LATEST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last moment ISO formatting can write
-_NAME = re.compile(r"(?P<view>[A-Za-z_][A-Za-z0-9_]{0,199})(?P<switched>\.switched-(?P<started>[0-9]{1,16}))?\.json")
+_NAME = re.compile(r"(?P<view>[^./]{1,200})(?P<switched>\.switched-(?P<started>[0-9]{1,16}))?\.json")
+
+
+def _mark_name(name: str) -> re.Match | None:
+    """The parts of a mark file's name (its view: a declared view's name, an identifier), or None."""
+    found = _NAME.fullmatch(name)
+    return found if found is not None and found["view"].isidentifier() else None
 
 
 @dataclass(frozen=True)
@@ -141,12 +147,12 @@ def _read_listed(fs, directory: str) -> tuple[dict[str, ReplayMark], dict[str, R
     claims: dict[str, ReplayMark] = {}
     overlays: dict[str, ReplayMark] = {}
     for name, kind, length in sorted(fs.entries(directory)):
-        found = _NAME.fullmatch(name)
+        found = _mark_name(name)
         if found is None:
             continue
         view, switched = found["view"], found["switched"]
         if kind != "FILE" or length > MAX_MARK_BYTES:
-            claims[view] = _unreadable(view, name, "a directory" if kind != "FILE" else f"{length} bytes")
+            _unreadable(claims, view, name, "a directory" if kind != "FILE" else f"{length} bytes")
             continue
         if length == 0:
             continue
@@ -158,18 +164,21 @@ def _read_listed(fs, directory: str) -> tuple[dict[str, ReplayMark], dict[str, R
             if switched and (not mark.switched or str(mark.started_ms) != found["started"]):
                 raise ValueError("not the switched replay its name says")
         except ValueError as exc:
-            claims[view] = _unreadable(view, name, str(exc))
+            _unreadable(claims, view, name, str(exc))
             continue
-        if not switched:
-            claims.setdefault(view, mark)  # an unreadable file of the view stays the one that counts
+        if not switched:  # a broken file of the view read before keeps it refused, with this holder
+            broken = claims.get(view)
+            claims[view] = replace(mark, from_ms=0, unreadable=broken.unreadable) if broken else mark
         elif view not in overlays or mark.started_ms > overlays[view].started_ms:
             overlays[view] = mark
     return claims, overlays
 
 
-def _unreadable(view: str, name: str, why: str) -> ReplayMark:
+def _unreadable(claims: dict[str, ReplayMark], view: str, name: str, why: str) -> None:
+    """Mark the view's claim (its readable one, if any: its holder and rows stay known) unreadable,
+    from 0: a `--resume` replays from the cutoff, since the broken file's range is unknown."""
     log.warning("replay mark %s is not one (%s): %s is refused until `lambdactl replay --resume`", name, why, view)
-    return ReplayMark(view, 0, 0, unreadable=f"{name}: {why}")
+    claims[view] = replace(claims.get(view) or ReplayMark(view, 0, 0), from_ms=0, unreadable=f"{name}: {why}")
 
 
 def mark(
@@ -183,6 +192,8 @@ def mark(
     data = claimed.to_json()
     with WebHdfs(settings) as fs:
         fs.mkdirs(marks_dir(settings))
+        if take_over and any(n == f"{view}.json" and k != "FILE" for n, k, _ in fs.entries(marks_dir(settings))):
+            fs.delete(path, recursive=True)  # a directory under the claim's name (no mark): replaced
         try:
             fs.write(path, data, overwrite=take_over)
         except WebHdfsError:
@@ -207,7 +218,7 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
     with WebHdfs(settings) as fs:
         fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
         for name, kind, length in fs.entries(directory):
-            found = _NAME.fullmatch(name)
+            found = _mark_name(name)
             if not found or found["view"] != claim.view or not found["switched"]:
                 continue
             started = int(found["started"])
@@ -274,4 +285,4 @@ def unmark(settings: Settings, view: str) -> None:
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
-        fs.delete(f"{marks_dir(settings)}/{view}.json")
+        fs.delete(f"{marks_dir(settings)}/{view}.json", recursive=True)  # a directory there is no mark either

@@ -233,3 +233,12 @@ def test_airflow_refusing_a_run_is_a_409_for_a_view_it_does_not_offer_yet_else_a
     status, message = refusal("lambda_batch_recompute", refusal_reason(body))
     assert status == 422 and "Input should be a valid dictionary" in message
     assert refusal_reason(httpx.Response(400, text="<html>bad</html>")) == "<html>bad</html>"
+
+
+@pytest.mark.parametrize("body", [{"detail": None}, [1, 2], "text", {"detail": {"msg": "x"}}, {"other": 1}])
+def test_any_airflow_refusal_body_gives_a_reason_and_never_raises(body):
+    import httpx
+
+    from stores.airflow import refusal_reason
+
+    assert isinstance(refusal_reason(httpx.Response(400, json=body)), str)

@@ -62,6 +62,7 @@ def test_the_reports_list_reads_each_file_once_and_at_most_limit_of_them(client,
         made.append(rid)
     parsed = []
     real = json.loads
+
     def counting(text, *args, **kwargs):
         if isinstance(text, str) and '"big"' in text:  # one of these report files, not a response body
             parsed.append(1)

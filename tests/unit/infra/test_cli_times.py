@@ -3,6 +3,8 @@ exits 2 naming the option and what is wrong, before any store is asked (no servi
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from lambdactl.cli import build_parser
@@ -27,3 +29,10 @@ def test_a_malformed_time_exits_2_naming_the_option(argv, option, capsys):
 def test_a_well_formed_time_is_read_as_given():
     args = build_parser().parse_args(["batch", "--cutoff", "2026-11-27T02:00:00Z"])
     assert args.cutoff == "2026-11-27T02:00:00Z"
+
+
+def test_the_start_of_generated_events_is_the_time_given_read_as_validated(monkeypatch):
+    from lambdactl import cli
+
+    args = build_parser().parse_args(["generate", "--start", " 2026-11-27T02:00:00 ", "--count", "1"])
+    assert cli.generation_start(args) == datetime(2026, 11, 27, 2, 0, tzinfo=UTC)  # no zone: UTC, as validated

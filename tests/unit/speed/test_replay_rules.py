@@ -327,3 +327,23 @@ def test_a_switch_deletes_older_overlays_and_files_that_are_none_but_keeps_a_new
     files["page_views.json"] = claim.to_json()
     replays.switch(settings, claim, 60_000)
     assert "page_views.json" not in files, "its own claim goes once switched"
+
+
+def test_a_broken_overlay_file_keeps_the_views_readable_claim_and_its_holder():
+    from stores.replays import ReplayMark, _read_listed
+
+    claim = ReplayMark("page_views", 5_000, 7, "page_views~replay-7", host="h", pid=42)
+    for files in (
+        {"page_views.json": claim.to_json(), "page_views.switched-9.json": b"[1]"},
+        {"page_views.switched-1.json": b"[1]", "page_views.json": claim.to_json()},
+    ):
+        held = _read_listed(Fs(files), "d")[0]["page_views"]
+        assert held.unreadable and (held.shadow, held.host, held.pid) == (claim.shadow, "h", 42), held
+        assert held.from_ms == 0, "a --resume replays from the cutoff: the broken file's range is unknown"
+
+
+def test_a_view_named_beyond_ascii_has_its_marks_read():
+    from stores.replays import ReplayMark, _read_listed
+
+    claim = ReplayMark("ventes_été", 0, 3, "ventes_été~replay-3")
+    assert _read_listed(Fs({"ventes_été.json": claim.to_json()}), "d")[0] == {"ventes_été": claim}
