@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from api.deps import ServingDep, SettingsDep
@@ -48,40 +48,50 @@ def _probe(name: str, fn, settings) -> dict[str, Any]:
 
 
 # /health answers without a token: its probes (a client for each store, six threads) run at most once
-# per HEALTH_PERIOD_S per worker, however many ask, one request at a time; the others answer with the
-# last answer meanwhile (the very first ones wait for it).
+# per HEALTH_PERIOD_S per app (worker), however many ask, one request at a time; the others answer
+# with the last answer meanwhile (the very first ones wait for it).
 HEALTH_PERIOD_S = 2.0
-_health_lock = threading.Lock()
-_health_answer: tuple[float, dict[str, Any]] | None = None
 
 
-def forget_health(older_than_s: float | None = None) -> None:
-    """Probe again at the next request (`older_than_s=0`) or drop the kept answer (tests)."""
-    global _health_answer
-    with _health_lock:
-        if older_than_s is None or (_health_answer and time.monotonic() - _health_answer[0] >= older_than_s):
-            _health_answer = None
+class _HealthCache:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.answer: tuple[float, dict[str, Any]] | None = None
+
+
+def _health_cache(app) -> _HealthCache:
+    cache = getattr(app.state, "health_cache", None)
+    if cache is None:
+        cache = app.state.health_cache = _HealthCache()
+    return cache
+
+
+def forget_health(app) -> None:
+    """Probe again at the next request (tests)."""
+    cache = _health_cache(app)
+    with cache.lock:
+        cache.answer = None
 
 
 @router.get(
     "/health", summary="200 with each component's state", response_model=None, responses={200: {"model": HealthBody}}
 )
-def health(settings: SettingsDep) -> dict[str, Any]:
-    global _health_answer
-    kept = _health_answer
+def health(request: Request, settings: SettingsDep) -> dict[str, Any]:
+    cache = _health_cache(request.app)
+    kept = cache.answer
     if kept is not None and time.monotonic() - kept[0] < HEALTH_PERIOD_S:
         return kept[1]
-    if kept is not None and not _health_lock.acquire(blocking=False):
+    if kept is not None and not cache.lock.acquire(blocking=False):
         return kept[1]  # another request is probing: the last answer meanwhile, no thread held up
     if kept is None:
-        _health_lock.acquire()  # the first answer: wait for the request probing
+        cache.lock.acquire()  # the first answer: wait for the request probing
     try:
-        kept = _health_answer
+        kept = cache.answer
         if kept is None or time.monotonic() - kept[0] >= HEALTH_PERIOD_S:
-            kept = _health_answer = (time.monotonic(), _probe_all(settings))
+            kept = cache.answer = (time.monotonic(), _probe_all(settings))
         return kept[1]
     finally:
-        _health_lock.release()
+        cache.lock.release()
 
 
 def _probe_all(settings) -> dict[str, Any]:

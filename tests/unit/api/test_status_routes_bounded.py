@@ -16,7 +16,7 @@ from api.routes import health as health_route
 
 
 @pytest.fixture
-def counted_probes(monkeypatch):
+def counted_probes(monkeypatch, client):
     from stores import health as probes
 
     calls = {"n": 0}
@@ -29,12 +29,14 @@ def counted_probes(monkeypatch):
 
     for name in ("kafka", "hdfs_namenode", "hbase_thrift", "cassandra", "archiver", "speed_layer"):
         monkeypatch.setattr(probes, name, probe)
-    health_route.forget_health()
+    health_route.forget_health(client.app)
     yield calls, gate
-    health_route.forget_health()
+    health_route.forget_health(client.app)
 
 
-def test_health_asked_by_many_at_once_probes_each_store_once_and_again_only_after_its_period(client, counted_probes):
+def test_health_asked_by_many_at_once_probes_each_store_once_and_again_only_after_its_period(
+    client, counted_probes, monkeypatch
+):
     calls, gate = counted_probes
     with ThreadPoolExecutor(16) as pool:
         answers = [pool.submit(client.get, "/health") for _ in range(16)]
@@ -45,7 +47,7 @@ def test_health_asked_by_many_at_once_probes_each_store_once_and_again_only_afte
     assert all(b["components"]["kafka"]["state"] == "ok" for b in bodies)
     client.get("/health")
     assert calls["n"] == 6, "within the period: the same answer"
-    health_route.forget_health(older_than_s=0)
+    monkeypatch.setattr(health_route, "HEALTH_PERIOD_S", 0.0)  # the period has passed
     client.get("/health")
     assert calls["n"] == 12, "after the period: probed again"
 
