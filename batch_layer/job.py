@@ -275,7 +275,7 @@ def parse_cutoff(text: str) -> int:
     try:
         return parse_iso_ms(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("time: ")) from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,17 +27,19 @@ def iso_ms(ms: int) -> str:
     return iso_s(ms / 1000)
 
 
-def parse_iso_ms(text: str, what: str = "time") -> int:
+def parse_iso_ms(text: str, what: str = "") -> int:
     """An ISO 8601 time a person wrote (`2026-01-01T00:00:00Z`; without a zone: UTC) → epoch ms.
-    ValueError naming `what` and (the start of) the text otherwise, or for a time before 1970."""
+    ValueError saying what is wrong with (the start of) the text otherwise, or for a time before
+    1970, after `what: ` when `what` names it (callers that name it themselves leave it out)."""
     shown = repr(text[:60]) + ("…" if len(text) > 60 else "")
+    named = f"{what}: " if what else ""
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
         ms = int(moment.timestamp() * 1000)
     except (ValueError, OverflowError):
-        raise ValueError(f"{what}: not an ISO 8601 time (e.g. 2026-01-01T00:00:00Z): {shown}") from None
+        raise ValueError(f"{named}not an ISO 8601 time (e.g. 2026-01-01T00:00:00Z): {shown}") from None
     if ms < 0:
-        raise ValueError(f"{what}: {shown} is before 1970")
+        raise ValueError(f"{named}{shown} is before 1970")
     return ms

@@ -169,7 +169,7 @@ def iso_time(text: str) -> str:
     try:
         parse_iso_ms(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("time: ")) from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

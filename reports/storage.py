@@ -69,15 +69,19 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
     return paths
 
 
+def _report_files(settings: Settings) -> list[Path]:
+    """The stored reports' JSON files (named by report id), newest first."""
+    folder = reports_dir(settings)
+    files = sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []
+    return [path for path in files if _ID.fullmatch(path.stem)]
+
+
 def list_reports(settings: Settings, limit: int | None = None) -> list[StoredReport]:
     """The stored reports (full documents), newest first; at most `limit`. Unreadable ones are skipped."""
-    folder = reports_dir(settings)
     out: list[StoredReport] = []
-    for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
+    for path in _report_files(settings):
         if limit is not None and len(out) >= limit:
             break
-        if not _ID.fullmatch(path.stem):
-            continue
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -96,13 +100,10 @@ _listed_lock = threading.Lock()
 
 def list_summaries(settings: Settings, limit: int) -> list[StoredReport]:
     """The newest `limit` reports, each with only LISTED_FIELDS of its document. Unreadable ones are skipped."""
-    folder = reports_dir(settings)
     out: list[StoredReport] = []
-    for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
+    for path in _report_files(settings):
         if len(out) >= limit:
             break
-        if not _ID.fullmatch(path.stem):
-            continue
         try:
             stat = path.stat()
             key = (str(path), stat.st_mtime_ns, stat.st_size)
