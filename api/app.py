@@ -19,7 +19,7 @@ from api import errors
 from api.metrics import ApiMetrics
 from api.middleware import HeadersAndLatency
 from api.routes import admin, events, health, reports
-from api.views_install import install_views, reload_views
+from api.views_install import install_views, refresh_views, reload_views
 from api.worker_sync import WorkerSync
 from definitions.settings import DEFAULT_TOKEN, Settings
 from definitions.views import load_views
@@ -78,7 +78,11 @@ def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: 
         app.state.producer = _LazyProducer(settings)
         app.state.query_slots = anyio.Semaphore(settings.api.max_concurrent_queries)
         app.state.worker_sync = sync
-        following = None if sync is None else asyncio.ensure_future(sync.follow(lambda: reload_views(app, settings)))
+        following = None
+        if sync is not None:
+            following = asyncio.ensure_future(
+                sync.follow(lambda: reload_views(app, settings), lambda: refresh_views(app))
+            )
         yield
         if following is not None and sync is not None:
             following.cancel()

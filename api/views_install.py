@@ -41,3 +41,11 @@ def reload_views(app: FastAPI, settings: Settings) -> tuple[Registry, Registry]:
     registry = load_views(current, reload=True)
     install_views(app, current, registry)
     return before, registry
+
+
+def refresh_views(app: FastAPI) -> Registry:
+    """Serve the views served now with the speed marker, the replay marks and the pointer read again
+    (`lambdactl replay` calls it when a replay begins and when it switches): no view module is read,
+    so a view edited or declared but not yet applied is not served by it."""
+    install_views(app, app.state.settings, app.state.views)
+    return app.state.views

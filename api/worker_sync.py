@@ -2,10 +2,12 @@
 one of them reaches the others before it is answered.
 
 Each running API has a directory (made empty by the process that starts the workers):
-`generation` counts the reloads made so far, and each worker writes `worker-<pid>-<id>` with the count it
-serves (and why it could not reload, if it could not). The worker that answers
-POST /api/v1/admin/views/reload reads the declared views itself, counts one more, and answers once
-every live worker serves that count; each worker looks at the count every WATCH_S. A worker that
+`generation` counts the reloads and refreshes made so far, with the count of the last reload beside it,
+and each worker writes `worker-<pid>-<id>` with the count it serves (and why it could not follow, if it
+could not). The worker that answers POST /api/v1/admin/views/reload (read the declared views again) or
+/views/refresh (read the stores again, the served views kept) does so itself, counts one more, and
+answers once every live worker serves that count; each worker looks at the count every WATCH_S and,
+behind it, reloads if a reload was counted since the count it serves, else refreshes. A worker that
 starts (or is started again after a crash) reads the declared views after it read the count, so it
 serves at least the count it saw.
 """
@@ -63,21 +65,29 @@ class WorkerSync:
         self.report(self.served)
 
     def generation(self) -> int:
+        return self.counts()[0]
+
+    def counts(self) -> tuple[int, int]:
+        """(the count of reloads and refreshes, the count at the last reload), read in one file."""
         try:
-            return max(0, int((self.directory / GENERATION).read_text() or 0))
+            fields = [max(0, int(f)) for f in (self.directory / GENERATION).read_text().split()]
         except (FileNotFoundError, ValueError):
-            return 0
+            return 0, 0
+        if not fields:
+            return 0, 0
+        return fields[0], min(fields[0], fields[1]) if len(fields) > 1 else fields[0]
 
     def report(self, generation: int, error: str | None = None) -> None:
         self.served = max(self.served, generation)
         replace_text(self.file, json.dumps({"generation": generation, "error": error}))
 
-    def bump(self) -> int:
-        """One more reload, made by this worker (its views are read already): the new count."""
+    def bump(self, views: bool = True) -> int:
+        """One more reload (`views`) or refresh, made by this worker already: the new count."""
         with open(self.directory / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            generation = self.generation() + 1
-            replace_text(self.directory / GENERATION, str(generation))
+            count, reloaded = self.counts()
+            generation = count + 1
+            replace_text(self.directory / GENERATION, f"{generation} {generation if views else reloaded}")
         self.report(generation)
         return generation
 
@@ -116,17 +126,18 @@ class WorkerSync:
                 return behind
             await anyio.sleep(WATCH_S / 4)
 
-    async def follow(self, reload: Callable[[], object]) -> None:
-        """Run for the worker's life: read the declared views again whenever another worker did."""
+    async def follow(self, reload: Callable[[], object], refresh: Callable[[], object]) -> None:
+        """Run for the worker's life: read the declared views again whenever another worker did, or
+        only the stores when only refreshes were counted since the count this one serves."""
         while True:
             await anyio.sleep(WATCH_S)
-            generation = self.generation()
+            generation, reloaded = self.counts()
             if generation <= self.served:
                 continue
             try:
-                await run_in_threadpool(reload)
+                await run_in_threadpool(reload if reloaded > self.served else refresh)
             except Exception as exc:  # noqa: BLE001 - reported to the worker that asked, served views kept
-                log.warning("worker %d: the declared views cannot be loaded: %s: %s", self.pid, type(exc).__name__, exc)
+                log.warning("worker %d: the declared views cannot be served: %s: %s", self.pid, type(exc).__name__, exc)
                 self.report(generation, f"{type(exc).__name__}: {exc}")
                 continue
             self.report(generation)

@@ -234,7 +234,7 @@ def _plan(settings: Settings, args: argparse.Namespace):
 def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.Namespace) -> int:
     from definitions.spark import spark_session
     from definitions.times import iso_ms
-    from lambdactl.views import reload_api
+    from lambdactl.views import refresh_api
     from serving_layer.speed_state import RECHECK_S
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
@@ -259,7 +259,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         f"{view.name}: replaying from {iso_ms(from_ms)} into fresh rows ({shadow}); it answers from the rows "
         "it has until the replay switches"
     )
-    reload_api(settings)
+    refresh_api(settings)
     split_ms = split_after(started_ms, latest_ingest_ms(settings), marker.ingest_bucket_s * 1000)
     _say(f"{view.name}: the speed layer's own rows answer from {iso_ms(split_ms)}; waiting for that bucket to begin")
     waiting = time.monotonic()
@@ -285,7 +285,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     finally:
         spark.stop()
     switch(settings, claim, split_ms)
-    reload_api(settings)
+    refresh_api(settings)
     _say(f"{view.name}: switched to the replayed rows for ingest buckets {iso_ms(from_ms)} to {iso_ms(split_ms)}")
     deleted = 0
     old_rows = {m.shadow for m in replaced if m.shadow} - {shadow}  # of the replays this one replaced

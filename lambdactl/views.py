@@ -200,21 +200,36 @@ def _speed_layer_maintains(settings: Settings, declared: list[str], deadline: fl
 
 
 def reload_api(settings: Settings) -> None:
+    """Ask the API to read the declared views again (the persisted view modules) and serve them."""
+    body = _ask_api(settings, "reload", "read the declared views")
+    if body is not None:
+        _say(
+            f"the API serves {len(body['views'])} views (added: {body['added'] or 'none'}; "
+            f"removed: {body['removed'] or 'none'})"
+        )
+
+
+def refresh_api(settings: Settings) -> None:
+    """Ask the API to read the speed marker, the replay marks and the pointer again, serving the views
+    it serves: a view module edited but not applied stays unserved (`lambdactl replay` asks this)."""
+    _ask_api(settings, "refresh", "read the replay marks again")
+
+
+def _ask_api(settings: Settings, what: str, doing: str) -> dict | None:
+    """POST /api/v1/admin/views/<what>: its answer, or None when the API does not answer (it reads
+    the views and the stores when it starts)."""
     import httpx
 
-    url = f"http://{settings.api.host}:{settings.api.port}/api/v1/admin/views/reload"
+    url = f"http://{settings.api.host}:{settings.api.port}/api/v1/admin/views/{what}"
     token = settings.api.token.get_secret_value()
     try:
         answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
     except httpx.HTTPError as exc:
         _say(f"the API did not answer ({type(exc).__name__}): it reads the declared views when it starts")
-        return
+        return None
     if answer.status_code != 200:
-        raise SystemExit(f"the API refused to read the declared views: {answer.status_code} {answer.text[:300]}")
-    body = answer.json()
-    _say(
-        f"the API serves {len(body['views'])} views (added: {body['added'] or 'none'}; removed: {body['removed'] or 'none'})"
-    )
+        raise SystemExit(f"the API refused to {doing}: {answer.status_code} {answer.text[:300]}")
+    return answer.json()
 
 
 def _mark_retiring(settings: Settings, maintained: list[str]) -> None:

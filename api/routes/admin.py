@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import SettingsDep, TokenDep, read_body
 from api.errors import ApiError, error_responses
+from api.views_install import refresh_views
 from api.views_install import reload_views as reload
 from definitions.settings import Settings
 from definitions.times import parse_iso_ms
@@ -132,24 +133,24 @@ class ViewsReloaded(BaseModel):
 WORKERS_RELOAD_S = 30.0
 
 
-async def _every_worker_reloads(request: Request) -> None:
-    """With several worker processes (api.workers): answer once each serves the views this one read."""
+async def _every_worker_reloads(request: Request, views: bool = True) -> None:
+    """With several worker processes (api.workers): answer once each serves the views this one read
+    (`views`), or read the stores again as this one did."""
     sync = request.app.state.worker_sync
     if sync is None:
         return
-    generation = sync.bump()
+    generation = sync.bump(views)
     behind = await sync.wait_for(generation, WORKERS_RELOAD_S)
     failed = {worker: why for worker, why in behind.items() if why.startswith("it could not")}
+    done = "switch to the declared views" if views else "read the speed marker, the replay marks and the pointer again"
     if failed:
         worker, why = next(iter(failed.items()))
-        raise ApiError(
-            409, f"API worker {worker} did not switch to the declared views: {why}; it serves the views it served"
-        )
+        raise ApiError(409, f"API worker {worker} did not {done}: {why}; it serves the views it served")
     if behind:
         raise ApiError(
             503,
-            f"{len(behind)} API worker process(es) have not read the declared views within {WORKERS_RELOAD_S:.0f}s; "
-            "they read them when they can: ask again to confirm",
+            f"{len(behind)} API worker process(es) did not {done} within {WORKERS_RELOAD_S:.0f}s; "
+            "they do when they can: ask again to confirm",
             headers={"Retry-After": "5"},
         )
 
@@ -172,3 +173,25 @@ async def reload_views(request: Request, settings: SettingsDep) -> dict[str, Any
     await _every_worker_reloads(request)
     old, new = set(before.names()), set(after.names())
     return {"views": after.names(), "added": sorted(new - old), "removed": sorted(old - new)}
+
+
+class ViewsRefreshed(BaseModel):
+    views: list[str]
+
+
+@router.post(
+    "/views/refresh",
+    summary="Read the speed marker, the replay marks and the pointer again; the views served (unchanged)",
+    response_model=None,
+    responses={200: {"model": ViewsRefreshed}, **error_responses(401, 409, 503)},
+)
+async def refresh(request: Request) -> dict[str, Any]:
+    """What `lambdactl replay` asks when a replay begins and when it switches. Unlike /views/reload it
+    never reads a view module, so an edited view module is served only once it is applied."""
+    try:
+        registry = await run_in_threadpool(refresh_views, request.app)
+    except Exception as exc:  # the stores' failures are refused per query; anything else is said here
+        log.warning("the served views cannot be made again: %s: %s", type(exc).__name__, exc)
+        raise ApiError(503, "the API could not read its stores again; it serves as before: ask again") from None
+    await _every_worker_reloads(request, views=False)
+    return {"views": registry.names()}

@@ -102,7 +102,15 @@ def test_a_killed_worker_is_replaced_and_a_reload_reaches_its_successor(settings
     )
     reloaded = httpx.post(f"{base}/api/v1/admin/views/reload", headers=auth, timeout=60)
     assert reloaded.status_code == 200, reloaded.text
-    generation = int((directory / "generation").read_text())
+    generation, reloaded_at = map(int, (directory / "generation").read_text().split())
+    assert reloaded_at == generation
     files = serving()
     assert str(victim.pid) not in files, "the dead worker's file was removed"
     assert all(files[str(p.pid)] == generation for p in replaced), (files, generation)
+    # A refresh (what `lambdactl replay` asks) reaches every worker too, and counts no views reload.
+    refreshed = httpx.post(f"{base}/api/v1/admin/views/refresh", headers=auth, timeout=60)
+    assert refreshed.status_code == 200, refreshed.text
+    assert refreshed.json()["views"] == reloaded.json()["views"]
+    assert list(map(int, (directory / "generation").read_text().split())) == [generation + 1, generation]
+    files = serving()
+    assert all(files[str(p.pid)] == generation + 1 for p in replaced), (files, generation)

@@ -14,7 +14,7 @@ import uuid
 
 import httpx
 
-from lambdactl.views import reload_api
+from lambdactl.views import refresh_api
 from stores import completeness
 from stores.clients import cassandra_cluster
 from stores.realtime import BY_KEY
@@ -141,7 +141,7 @@ def test_a_second_replay_is_refused_and_an_interrupted_one_is_taken_over(setting
     started_ms = int(time.time() * 1000)  # a claim as a replay killed half-way leaves it
     mark(settings, VIEW, from_ms, started_ms, shadow=shadow_name(VIEW, started_ms))
     try:
-        reload_api(settings)
+        refresh_api(settings)
         answer = by_country_device(settings)
         assert answer.status_code == 200, f"a view being replayed answers from the rows it has: {answer.text}"
         views = {v["name"]: v for v in httpx.get(f"{api(settings)}/api/v1/views", timeout=30).json()["views"]}
@@ -158,7 +158,7 @@ def test_a_second_replay_is_refused_and_an_interrupted_one_is_taken_over(setting
         assert answer.status_code == 200, answer.text
     finally:
         unmark(settings, VIEW)
-        reload_api(settings)
+        refresh_api(settings)
 
 
 def test_a_mark_file_that_is_no_mark_is_refused_by_name_until_resume_and_harms_no_other_view(settings, stack):
@@ -177,7 +177,7 @@ def test_a_mark_file_that_is_no_mark_is_refused_by_name_until_resume_and_harms_n
             fs.write(f"{directory}/{name}", data, overwrite=True)
         fs.mkdirs(f"{directory}/folder.json")  # a directory under a mark's name: read as no mark, not retried
     try:
-        reload_api(settings)
+        refresh_api(settings)
         answer = by_country_device(settings)
         assert answer.status_code == 409, answer.text
         assert f"{VIEW}.json" in answer.json()["detail"] and "--resume" in answer.json()["detail"], answer.text
@@ -198,7 +198,7 @@ def test_a_mark_file_that_is_no_mark_is_refused_by_name_until_resume_and_harms_n
         with WebHdfs(settings) as fs:
             for name in [*hostile, "folder.json"]:
                 fs.delete(f"{directory}/{name}", recursive=True)
-        reload_api(settings)
+        refresh_api(settings)
 
 
 def test_replay_refuses_what_it_cannot_do_exactly(settings, stack):

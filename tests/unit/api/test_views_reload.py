@@ -53,3 +53,32 @@ def test_a_view_being_built_answers_409_with_the_reason_and_retry_after(settings
         assert "being built" in body["detail"] and int(resp.headers["Retry-After"]) > 0
         documented = client.get("/openapi.json").json()["paths"]["/api/v1/views/page_views"]["get"]["responses"]
         assert "409" in documented
+
+
+REFRESH = "/api/v1/admin/views/refresh"
+
+
+def test_a_refresh_reads_the_stores_again_and_never_the_view_modules(module, monkeypatch):
+    """`lambdactl replay` asks the API to read the replay marks again: that must not serve a view
+    module edited (or a view declared) but not yet applied."""
+    folder, name = module
+    settings = load()
+    for client in make_client(settings):
+        auth = {"Authorization": f"Bearer {token(settings)}"}
+        serving = client.app.state.serving
+        serving.failure = StoreUnavailable("hbase", "down for the test")
+        reread: list[list[str]] = []
+        monkeypatch.setattr(serving, "reload", lambda declared, seen=reread: seen.append(declared.names()))
+        assert_error_shape(client.post(REFRESH), settings, 401)
+
+        persist_view_modules(with_view_modules(settings, [name], [str(folder)]))  # declared, not applied
+        done = client.post(REFRESH, headers=auth)
+        assert done.status_code == 200, done.text
+        assert "clicks" not in done.json()["views"] and "page_views" in done.json()["views"]
+        assert reread == [done.json()["views"]], "the marker, marks and pointer were read again, once"
+        assert client.get("/api/v1/views/clicks?url=/").status_code == 404
+        assert "/api/v1/views/clicks" not in client.get("/openapi.json").json()["paths"]
+
+        # A module that does not even import is no concern of a refresh.
+        persist_view_modules(with_view_modules(settings, [name, "no_such_views_module"], [str(folder)]))
+        assert client.post(REFRESH, headers=auth).status_code == 200

@@ -90,7 +90,7 @@ def test_a_worker_that_does_not_follow_in_time_makes_a_503_that_says_so(declared
         declare()
         resp = first.post(RELOAD, headers=auth)
         body = assert_error_shape(resp, settings, 503)
-        assert "1 API worker process(es) have not read the declared views" in body["detail"]
+        assert "1 API worker process(es) did not switch to the declared views" in body["detail"]
         assert resp.headers["Retry-After"] == "5"
         stuck.close()
         assert first.post(RELOAD, headers=auth).status_code == 200
@@ -117,7 +117,7 @@ def test_a_worker_started_while_a_reload_is_made_reads_the_views_again():
         async with anyio.create_task_group() as tasks:
             other = WorkerSync(path)
             generation = other.bump()  # another worker reloads meanwhile
-            tasks.start_soon(starting.follow, lambda: reloads.append(1))
+            tasks.start_soon(starting.follow, lambda: reloads.append(1), lambda: reloads.append(0))
             assert await other.wait_for(generation, 5) == {}
             tasks.cancel_scope.cancel()
         return reloads
@@ -127,3 +127,50 @@ def test_a_worker_started_while_a_reload_is_made_reads_the_views_again():
 
     with tempfile.TemporaryDirectory() as scratch:
         assert anyio.run(scenario, Path(scratch)) == [1]
+
+
+REFRESH = "/api/v1/admin/views/refresh"
+
+
+def test_a_refresh_answered_by_one_worker_is_made_by_the_other_without_reading_the_view_modules(
+    declared, directory, monkeypatch
+):
+    settings, declare = declared
+    auth = {"Authorization": f"Bearer {token(settings)}"}
+    for first in make_client(settings, WorkerSync(directory)):
+        for second in make_client(settings, WorkerSync(directory)):
+            tripwires_fail_as_a_store(first, second)
+            reread: list[list[str]] = []
+            monkeypatch.setattr(
+                second.app.state.serving, "reload", lambda declared, seen=reread: seen.append(declared.names())
+            )
+            declare()
+            done = first.post(REFRESH, headers=auth)
+            assert done.status_code == 200, done.text
+            assert reread == [done.json()["views"]], "the other worker read the stores again before the answer"
+            assert second.get(CLICKS).status_code == 404, "and did not serve the view only declared"
+
+
+def test_a_worker_behind_a_reload_and_a_refresh_reads_the_views_again():
+    """A refresh counted after a reload the worker has not followed yet does not hide the reload."""
+
+    async def scenario(path):
+        prepare(path)
+        behind = WorkerSync(path)
+        made: list[str] = []
+        async with anyio.create_task_group() as tasks:
+            other = WorkerSync(path)
+            other.bump()  # a views reload
+            generation = other.bump(views=False)  # then a refresh, before the first worker looked
+            tasks.start_soon(behind.follow, lambda: made.append("reload"), lambda: made.append("refresh"))
+            assert await other.wait_for(generation, 5) == {}
+            generation = other.bump(views=False)
+            assert await other.wait_for(generation, 5) == {}
+            tasks.cancel_scope.cancel()
+        return made
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as scratch:
+        assert anyio.run(scenario, Path(scratch)) == ["reload", "refresh"]
