@@ -46,6 +46,14 @@ def reload_views(app: FastAPI, settings: Settings) -> tuple[Registry, Registry]:
 def refresh_views(app: FastAPI) -> Registry:
     """Serve the views served now with the speed marker, the replay marks and the pointer read again
     (`lambdactl replay` calls it when a replay begins and when it switches): no view module is read,
-    so a view edited or declared but not yet applied is not served by it."""
+    so a view edited or declared but not yet applied is not served by it. Raises MarksUnread when the
+    replay marks could not be read (the last ones read are kept: serving_layer.speed_state)."""
     install_views(app, app.state.settings, app.state.views)
+    failed = app.state.serving.speed.marks_error
+    if failed is not None:
+        raise MarksUnread(failed)
     return app.state.views
+
+
+class MarksUnread(RuntimeError):
+    """The replay marks could not be read again (why: for the log and the worker's report)."""

@@ -235,7 +235,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from definitions.spark import spark_session
     from definitions.times import iso_ms
     from lambdactl.views import refresh_api
-    from serving_layer.speed_state import RECHECK_S
+    from serving_layer.speed_state import REPLACED_ROWS_KEPT_S
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
     from stores.kafka import latest_ingest_ms, lost_since
@@ -290,9 +290,9 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     deleted = 0
     old_rows = {m.shadow for m in replaced if m.shadow} - {shadow}  # of the replays this one replaced
     if old_rows:
-        # Every API worker reads the replay marks again within RECHECK_S, even one whose read just
-        # now failed or raced with the switch: only then are the replaced rows read by none.
-        settle_s = RECHECK_S + 10
+        # Every API worker has read the replay marks again by then, even one whose read just now
+        # failed or raced with the switch, or refuses the view: the replaced rows are read by none.
+        settle_s = REPLACED_ROWS_KEPT_S
         _say(f"{view.name}: deleting the replaced replays' rows in {settle_s:.0f}s, once no API worker reads them")
         time.sleep(settle_s)
     for old in sorted(old_rows):

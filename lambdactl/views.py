@@ -211,11 +211,13 @@ def reload_api(settings: Settings) -> None:
 
 def refresh_api(settings: Settings) -> None:
     """Ask the API to read the speed marker, the replay marks and the pointer again, serving the views
-    it serves: a view module edited but not applied stays unserved (`lambdactl replay` asks this)."""
-    _ask_api(settings, "refresh", "read the replay marks again")
+    it serves: a view module edited but not applied stays unserved (`lambdactl replay` asks this). A
+    refusal is said, not raised: a worker that cannot read the marks reads them within a minute and
+    meanwhile refuses a view whose replayed rows it cannot vouch for (serving_layer.speed_state)."""
+    _ask_api(settings, "refresh", "read the replay marks again", refused_is_fatal=False)
 
 
-def _ask_api(settings: Settings, what: str, doing: str) -> dict | None:
+def _ask_api(settings: Settings, what: str, doing: str, refused_is_fatal: bool = True) -> dict | None:
     """POST /api/v1/admin/views/<what>: its answer, or None when the API does not answer (it reads
     the views and the stores when it starts)."""
     import httpx
@@ -228,7 +230,11 @@ def _ask_api(settings: Settings, what: str, doing: str) -> dict | None:
         _say(f"the API did not answer ({type(exc).__name__}): it reads the declared views when it starts")
         return None
     if answer.status_code != 200:
-        raise SystemExit(f"the API refused to {doing}: {answer.status_code} {answer.text[:300]}")
+        refused = f"the API refused to {doing}: {answer.status_code} {answer.text[:300]}"
+        if refused_is_fatal:
+            raise SystemExit(refused)
+        _say(refused)
+        return None
     return answer.json()
 
 

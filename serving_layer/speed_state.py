@@ -19,6 +19,11 @@ from stores.view_lifecycle import Lifecycle, changed_definitions, lifecycle, lif
 log = logging.getLogger(__name__)
 
 RECHECK_S = 60.0  # how often the marker and the replay marks are read again
+# A view with a switched replay is refused (HDFS unreadable) by a service that has not read the
+# replay marks for this long: a replay deletes the rows of the replays it replaced
+# REPLACED_ROWS_KEPT_S after its switch, so no answer reads rows already deleted.
+MARKS_TRUSTED_S = RECHECK_S + 5
+REPLACED_ROWS_KEPT_S = MARKS_TRUSTED_S + 5
 
 
 class SpeedState:
@@ -30,6 +35,8 @@ class SpeedState:
         self.overlays: dict[str, ReplayMark] = {}  # view → its switched replay; read with the marker
         self.in_place: set[str] = set()  # views an older replay was rewriting in place (no shadow)
         self.unreadable: dict[str, str] = {}  # view → which mark file of it is no mark, and why
+        self._marks_read_at: float | None = None  # when the replay marks were last read (monotonic)
+        self.marks_error: str | None = None  # why the last read of the replay marks failed
 
     def known(
         self,
@@ -45,11 +52,24 @@ class SpeedState:
         self.overlays = dict(overlays or {})
         self.in_place = set(in_place or ())
         self.unreadable = dict(unreadable or {})
+        self._marks_read_at, self.marks_error = time.monotonic(), None
 
     def overlay(self, name: str) -> ReplayMark | None:
-        """The switched replay whose rows answer for part of `name`'s ingest buckets, if any."""
+        """The switched replay whose rows answer for part of `name`'s ingest buckets, if any. Raises
+        StoreUnavailable("hdfs") when there is one but the marks were last read over MARKS_TRUSTED_S
+        ago: its rows may have been replaced by a later replay's and deleted."""
+        from serving_layer.unavailable import StoreUnavailable
+
         self.marker()
-        return self.overlays.get(name)
+        mark = self.overlays.get(name)
+        read_at = self._marks_read_at
+        if mark is not None and (read_at is None or time.monotonic() - read_at > MARKS_TRUSTED_S):
+            raise StoreUnavailable(
+                "hdfs",
+                f"the replay marks could not be read for over {MARKS_TRUSTED_S:.0f}s ({self.marks_error}): "
+                f"{name}'s replayed rows may have been replaced",
+            )
+        return mark
 
     def forget(self) -> None:
         """Read both again at the next question (`lambdactl views apply` and `replay` ask for it)."""
@@ -107,9 +127,11 @@ class SpeedState:
 
         try:
             claims, self.overlays = read_replays(self.settings)
-        except Exception as exc:  # HDFS down: the last marks read
+        except Exception as exc:  # HDFS down: the last marks read (trusted MARKS_TRUSTED_S)
             log.warning("cannot read the replay marks from HDFS (%s: %s)", type(exc).__name__, exc)
+            self.marks_error = f"{type(exc).__name__}: {exc}"
             return
+        self._marks_read_at, self.marks_error = time.monotonic(), None
         self.replaying = {view: m.from_ms for view, m in claims.items()}
         # A claim without a shadow name was left by a replay of an earlier release, which deleted
         # the view's rows before rewriting them: its answers would be short until `--resume` ends.

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import SettingsDep, TokenDep, read_body
 from api.errors import ApiError, error_responses
-from api.views_install import refresh_views
+from api.views_install import MarksUnread, refresh_views
 from api.views_install import reload_views as reload
 from definitions.settings import Settings
 from definitions.times import parse_iso_ms
@@ -190,6 +190,15 @@ async def refresh(request: Request) -> dict[str, Any]:
     never reads a view module, so an edited view module is served only once it is applied."""
     try:
         registry = await run_in_threadpool(refresh_views, request.app)
+    except MarksUnread as exc:
+        log.warning("the replay marks cannot be read again: %s", exc)
+        raise ApiError(
+            503,
+            "the API could not read the replay marks again; it answers from the last ones read, and refuses "
+            "a view with a switched replay once they are too old: ask again",
+            component="hdfs",
+            headers={"Retry-After": "5"},
+        ) from None
     except Exception as exc:  # the stores' failures are refused per query; anything else is said here
         log.warning("the served views cannot be made again: %s: %s", type(exc).__name__, exc)
         raise ApiError(503, "the API could not read its stores again; it serves as before: ask again") from None

@@ -82,3 +82,20 @@ def test_a_refresh_reads_the_stores_again_and_never_the_view_modules(module, mon
         # A module that does not even import is no concern of a refresh.
         persist_view_modules(with_view_modules(settings, [name, "no_such_views_module"], [str(folder)]))
         assert client.post(REFRESH, headers=auth).status_code == 200
+
+
+def test_a_refresh_that_cannot_read_the_replay_marks_says_so(settings, monkeypatch):
+    from stores import checkpoints, replays
+
+    def unreachable(_settings):
+        raise ConnectionError("HDFS unreachable")
+
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
+    for client in make_client(settings):
+        client.app.state.serving.failure = StoreUnavailable("hbase", "down for the test")
+        auth = {"Authorization": f"Bearer {token(settings)}"}
+        monkeypatch.setattr(replays, "read_replays", unreachable)
+        refused = assert_error_shape(client.post(REFRESH, headers=auth), settings, 503)
+        assert "replay marks" in refused["detail"] and "unreachable" not in refused["detail"]
+        monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+        assert client.post(REFRESH, headers=auth).status_code == 200

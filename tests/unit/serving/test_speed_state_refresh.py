@@ -65,3 +65,41 @@ def test_before_anything_was_read_every_query_waits_for_the_one_read(tmp_path, m
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(ask, range(8))) == [None] * 8
     assert reads["marker"] == 1
+
+
+def test_a_switched_replay_is_not_answered_from_marks_older_than_its_replaced_rows_live(tmp_path, monkeypatch):
+    """A replay deletes the rows of the replay it replaced REPLACED_ROWS_KEPT_S after its switch: a
+    worker that could not read the marks since then would read deleted rows. It refuses the view as
+    HDFS unreadable instead, until it reads them; views without a switched replay answer on."""
+    from serving_layer.unavailable import StoreUnavailable
+    from stores import checkpoints, replays
+    from stores.replays import ReplayMark
+
+    hdfs_down = True
+
+    def read_replays(_settings):
+        if hdfs_down:
+            raise ConnectionError("HDFS unreachable")
+        return {}, {}
+
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
+    monkeypatch.setattr(replays, "read_replays", read_replays)
+    state = SpeedState(Settings(state_dir=tmp_path))
+    switched = ReplayMark("page_views", 1_000, 2_000, shadow="page_views~replay-2000", split_ms=60_000)
+    state.known(None, overlays={"page_views": switched})
+    assert state.overlay("page_views") == switched and state.marks_error is None
+    assert speed_state.MARKS_TRUSTED_S < speed_state.REPLACED_ROWS_KEPT_S
+
+    monkeypatch.setattr(speed_state, "RECHECK_S", 0.0)  # read again at each question, and failing
+    assert state.overlay("page_views") == switched, "marks read just now are trusted though a read failed"
+    assert "HDFS unreachable" in (state.marks_error or "")
+    monkeypatch.setattr(speed_state, "MARKS_TRUSTED_S", 0.0)  # ... until they are too old
+    try:
+        state.overlay("page_views")
+        raise AssertionError("a switched replay answered from marks too old")
+    except StoreUnavailable as exc:
+        assert exc.component == "hdfs" and "replay marks" in exc.detail
+    assert state.overlay("page_views_by_channel") is None, "a view without a switched replay answers"
+
+    hdfs_down = False
+    assert state.overlay("page_views") is None and state.marks_error is None, "read again: the replay is gone"
