@@ -49,6 +49,7 @@ from stores.pointer import (
     advance,
     behind,
     check_unmoved,
+    run_basis,
 )
 from stores.registry import version_store
 
@@ -164,7 +165,8 @@ def run_batch(
     bind(run=run_id, version=version)  # every later line of this process names the run
     me = psutil.Process()
     # The swap moves only these views' entries (all of them, for a full run), and only if the
-    # pointer is still at the generation read above.
+    # pointer is still at the generation read above, or moved only in ways that leave what the run
+    # planned against as it was (stores.pointer.run_basis: another view's swap, a clean-up).
     store.record_run(
         version,
         state="writing",
@@ -174,6 +176,7 @@ def run_batch(
         views=names,
         full=not views,
         based_on=current.generation if current is not None else 0,
+        basis=run_basis(current, names, full=not views),
         host=socket.gethostname(),
         pid=me.pid,
         pid_started_ms=int(me.create_time() * 1000),
@@ -253,7 +256,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             store.retain(settings.batch.keep_versions)
             return current  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
-    check_unmoved(current, run.get("based_on"), version)
+    check_unmoved(current, run.get("based_on"), version, run.get("basis"))
     pointer = advance(
         current,
         version=version,

@@ -346,24 +346,52 @@ def switch(current: Pointer, view: str, storage: str, now_ms: int) -> Pointer:
     return _moved(current, now_ms, aliases=aliases, retiring=(*current.retiring, previous))
 
 
-def check_unmoved(current: Pointer | None, based_on: int | None, version: int) -> None:
-    """Raise PointerMoved unless the pointer is still at the generation run `version` read."""
+def run_basis(current: Pointer | None, views: Iterable[str], full: bool) -> dict:
+    """What a run computing `views` (every declared view: `full`) plans against, as JSON: the entries
+    of its views (of every view for a full run, whose swap drops the others), the aliases, and which
+    of its views are retiring. A move that leaves these as they were cannot change what its swap
+    does: check_unmoved lets the swap go on."""
+    names = set(views)
+    entries = current.entries if current is not None else {}
+    kept = {n: e for n, e in entries.items() if full or n in names}
+    return {
+        "views": sorted(names),
+        "full": full,
+        "entries": {n: [e.table, e.version, e.cutoff_ms] for n, e in sorted(kept.items())},
+        "aliases": dict(sorted(current.aliases.items())) if current is not None else {},
+        "retiring": sorted(names & set(current.retiring)) if current is not None else [],
+    }
+
+
+def check_unmoved(current: Pointer | None, based_on: int | None, version: int, basis: Mapping | None = None) -> None:
+    """Raise PointerMoved unless the pointer is still at the generation run `version` read, or moved
+    only in ways that leave its `basis` (run_basis, as read) as it was."""
     now = current.generation if current is not None else 0
-    if based_on is None or based_on != now:
-        moved = (
-            "nothing"
-            if current is None
-            else (
-                f"generation {now}: version {current.version} (run {current.run_id or '?'}) swapped at "
-                f"{iso(current.swapped_ms)}"
-            )
+    if based_on is not None and based_on == now:
+        return
+    if basis is not None and based_on is not None and _same_basis(current, basis):
+        return
+    moved = (
+        "nothing"
+        if current is None
+        else (
+            f"generation {now}: version {current.version} (run {current.run_id or '?'}) swapped at "
+            f"{iso(current.swapped_ms)}"
         )
-        read = "an unknown generation (a run recorded by older code)" if based_on is None else f"generation {based_on}"
-        raise PointerMoved(
-            f"the pointer moved since this run read it: version {version} was planned against "
-            f"{read}, the pointer now holds {moved}. Nothing was changed; run the batch again "
-            f"to recompute on top of the pointer as it is now."
-        )
+    )
+    read = "an unknown generation (a run recorded by older code)" if based_on is None else f"generation {based_on}"
+    raise PointerMoved(
+        f"the pointer moved since this run read it: version {version} was planned against "
+        f"{read}, the pointer now holds {moved}. Nothing was changed; run the batch again "
+        f"to recompute on top of the pointer as it is now."
+    )
+
+
+def _same_basis(current: Pointer | None, basis: Mapping) -> bool:
+    views, full = basis.get("views"), basis.get("full")
+    if not isinstance(views, list) or not isinstance(full, bool):
+        return False  # not a basis this code wrote: refused as if it had none
+    return run_basis(current, views, full) == basis
 
 
 def run_tables(version: int, run: Mapping) -> set[str]:

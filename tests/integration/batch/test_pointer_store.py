@@ -21,7 +21,7 @@ from batch_layer.job import swap_version
 from stores.batch_views import PointerMoved, VersionStore
 from stores.batch_writer import create_table
 from stores.clients import hbase_connection
-from stores.pointer import DOC, Pointer, advance, table_name
+from stores.pointer import DOC, Pointer, advance, retiring_done, retiring_marked, run_basis, table_name
 
 T0 = 1_800_000_000_000
 STEP = 60_000
@@ -84,6 +84,7 @@ def written(settings, views: list[str], cutoff_ms: int, full: bool = False, **ex
         views=views,
         full=full,
         based_on=current.generation if current else 0,
+        basis=run_basis(current, views, full),
         stats={"events": version, "tables": {v: {"rows": 0, "cells": 0, "checksum": 0} for v in views}},
     )
     fields.update(extra)
@@ -96,8 +97,8 @@ def test_of_two_runs_that_read_the_same_pointer_the_second_to_swap_fails_and_cha
     store = VersionStore(settings)
     first = written(settings, [a, b, c], T0, full=True)
     swap_version(settings, first)
-    manual = written(settings, [a], T0 + STEP)  # a manual run and a DAG run read generation 1 ...
-    dag = written(settings, [b], T0 + 2 * STEP)
+    manual = written(settings, [a], T0 + STEP)  # a manual run and a DAG run of one view read generation 1 ...
+    dag = written(settings, [a], T0 + 2 * STEP)
     swap_version(settings, manual)  # ... the manual run swaps first
     before = pointer_row(settings)
     with pytest.raises(PointerMoved, match="the pointer moved since this run read it") as lost:
@@ -105,13 +106,13 @@ def test_of_two_runs_that_read_the_same_pointer_the_second_to_swap_fails_and_cha
     assert "generation 1" in str(lost.value) and "generation 2" in str(lost.value)
     assert pointer_row(settings) == before, "the losing swap changed nothing"
     assert store.runs()[dag]["state"] == "verified"
-    assert table_name(b, dag) in tables(settings), "a run in flight keeps its tables"
+    assert table_name(a, dag) in tables(settings), "a run in flight keeps its tables"
     pointer = store.pointer()
     assert (pointer.entry(a).version, pointer.entry(b).version, pointer.entry(c).version) == (manual, first, first)
     assert (pointer.cutoff_of(a), pointer.cutoff_of(b)) == (T0 + STEP, T0)
 
     # The same through the command line the DAG's swap task calls: exit 2, the reason on stderr.
-    again = written(settings, [b], T0 + 2 * STEP)
+    again = written(settings, [c], T0 + 2 * STEP)
     swap_version(settings, written(settings, [c], T0 + 3 * STEP))
     before = pointer_row(settings)
     env = dict(
@@ -127,6 +128,33 @@ def test_of_two_runs_that_read_the_same_pointer_the_second_to_swap_fails_and_cha
         env=env,
     )
     assert done.returncode == 2 and "the pointer moved since this run read it" in done.stderr, done.stderr[-2000:]
+    assert pointer_row(settings) == before
+
+
+def test_a_run_swaps_after_moves_that_left_its_views_as_it_read_them(own):
+    """Another view's swap and clean-up bookkeeping (what `clean-realtime` and `views apply` move)
+    while a run computes: its swap goes on, its work is not lost. A full run planned before another
+    view's swap is still refused: its swap would drop what that run wrote."""
+    from lambdactl.batch import move_pointer
+
+    settings, (a, b, c) = own
+    store = VersionStore(settings)
+    first = written(settings, [a, b, c], T0, full=True)
+    swap_version(settings, first)
+    mine = written(settings, [b], T0 + 2 * STEP)  # planned against generation 1
+    whole = written(settings, [a, b, c], T0 + 2 * STEP, full=True)
+    other = written(settings, [a], T0 + STEP)
+    swap_version(settings, other)
+    now = int(time.time() * 1000)
+    assert move_pointer(store, lambda p: retiring_marked(p, [f"{c}_old"], now)) is not None
+    assert move_pointer(store, lambda p: retiring_done(p, [f"{c}_old"], now)) is not None
+    pointer = swap_version(settings, mine)
+    assert pointer.generation == 5
+    assert (pointer.entry(a).version, pointer.entry(b).version, pointer.entry(c).version) == (other, mine, first)
+    assert pointer.cutoff_of(b) == T0 + 2 * STEP and pointer.retiring == ()
+    before = pointer_row(settings)
+    with pytest.raises(PointerMoved, match="the pointer moved since this run read it"):
+        swap_version(settings, whole)
     assert pointer_row(settings) == before
 
 
@@ -185,7 +213,7 @@ def test_a_pointer_row_of_the_single_cutoff_format_is_read_and_moved_once(own):
     read = store.pointer()
     assert read.generation == 0 and read.stored is None
     assert read.cutoff_of(a) == read.cutoff_of(b) == T0 and read.entry(a).version == old
-    one, two = written(settings, [a], T0 + STEP), written(settings, [b], T0 + STEP)
+    one, two = written(settings, [a], T0 + STEP), written(settings, [a], T0 + STEP)
     swap_version(settings, one)
     with pytest.raises(PointerMoved):
         swap_version(settings, two)

@@ -174,3 +174,43 @@ def test_table_versions_are_read_from_table_names():
     assert table_version("top_pages_v12") == 12
     assert table_version("page_views_by_country_device_v3") == 3
     assert table_version("meta") is None and table_version("x_vq") is None
+
+
+def test_a_swap_is_not_refused_for_moves_that_leave_its_views_as_it_read_them():
+    """Bookkeeping moves (realtime rows of a retired name deleted, a name marked retiring) and a
+    swap of another view bump the generation, but leave what a partial run planned against as it
+    was: its swap goes on (its full compute is not lost). A move of its own views, of an alias, or
+    marking one of its views retiring still refuses it; a full run is refused by any entry's move."""
+    from stores.pointer import retiring_done, retiring_marked, run_basis, switch
+
+    current = per_view()
+    # As the run record keeps them: JSON.
+    partial = json.loads(json.dumps(run_basis(current, ["page_views"], full=False)))
+    whole = json.loads(json.dumps(run_basis(current, ["page_views", "unique_visitors"], full=True)))
+    marked = retiring_marked(current, ["top_pages"], T0 + 9 * MIN)
+    assert marked is not None and marked.generation == 5
+    cleaned = retiring_done(marked, ["top_pages"], T0 + 10 * MIN)
+    assert cleaned is not None and cleaned.generation == 6
+    for moved in (marked, cleaned):
+        check_unmoved(moved, 4, version=9, basis=partial)
+        check_unmoved(moved, 4, version=9, basis=whole)
+    other = advance(
+        cleaned,
+        version=8,
+        run_id="r8",
+        cutoff_ms=T0 + 4 * MIN,
+        views=["unique_visitors"],
+        full=False,
+        stats={},
+        now_ms=T0,
+    )
+    check_unmoved(other, 4, version=9, basis=partial)
+
+    mine = advance(
+        cleaned, version=8, run_id="r8", cutoff_ms=T0 + 4 * MIN, views=["page_views"], full=False, stats={}, now_ms=T0
+    )
+    own_retired = retiring_marked(current, ["page_views"], T0 + 9 * MIN)
+    aliased = switch(mine, "page_views", "page_views", T0 + 11 * MIN)
+    for moved, basis in ((mine, partial), (own_retired, partial), (aliased, partial), (other, whole), (marked, None)):
+        with pytest.raises(PointerMoved, match="the pointer moved since this run read it"):
+            check_unmoved(moved, 4, version=9, basis=basis)
