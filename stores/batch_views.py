@@ -191,14 +191,15 @@ class VersionStore:
         return dropped
 
 
-def _may_run(run: Mapping) -> bool:
-    """Whether the process of a run in state "writing" may still be alive."""
+def _may_run(run: Mapping) -> bool | None:
+    """Whether the process of a run in state "writing" still runs: None when it cannot be asked (a
+    run of another host, or recorded without its process)."""
     import socket
 
     import psutil
 
     if run.get("host") != socket.gethostname() or not run.get("pid"):
-        return True  # another machine's run: trust the grace period
+        return None  # another machine's run: trust the grace period
     try:
         return abs(psutil.Process(run["pid"]).create_time() * 1000 - run.get("pid_started_ms", 0)) < 2_000
     except psutil.Error:

@@ -408,20 +408,23 @@ def retention_plan(
     keep: int,
     now_ms: float,
     grace_ms: float,
-    may_run: Callable[[Mapping], bool],
+    may_run: Callable[[Mapping], bool | None],
 ) -> list[str]:
     """The tables retention may drop: tables of this store (`<view>_v<N>` for a view some run
     wrote) except
     - every table the pointer names (any view's entry),
-    - the tables of runs in flight: "writing" and possibly alive (`may_run`) or "verified" and not
-      yet swapped, both started within `grace_ms`,
+    - the tables of runs in flight: "writing" with its process running (`may_run` True: asked on this
+      host), or "writing" with a process that cannot be asked (None: another host) or "verified"
+      and not yet swapped, started within `grace_ms`,
     - per view the pointer names, its `keep` newest versions that served (live or retired), the one
       serving included. A view it no longer names was retired (`lambdactl views apply`, or a full
       run after it was no longer declared): none of its tables is kept."""
     protected = set(pointer.tables()) if pointer is not None else set()
     for version, run in runs.items():
         recent = now_ms - run.get("started_ms", 0) < grace_ms
-        if recent and (run.get("state") == "verified" or (run.get("state") == "writing" and may_run(run))):
+        state = run.get("state")
+        running = may_run(run) if state == "writing" else False
+        if running is True or (recent and (state == "verified" or running is None)):
             protected |= run_tables(version, run)
     ours = {name for run in runs.values() for name in run.get("views", [])}
     if pointer is not None:

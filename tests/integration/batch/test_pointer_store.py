@@ -269,9 +269,20 @@ def test_retention_beyond_k_versions_with_partial_runs_keeps_every_named_table(o
         pid=gone.pid,
         pid_started_ms=int(time.time() * 1000) - 10_000,
     )
+    long_running = written(  # writing for longer than batch.retention_grace_s, its process still here
+        settings,
+        [b],
+        T0 + 7 * STEP,
+        state="writing",
+        host=socket.gethostname(),
+        pid=me.pid,
+        pid_started_ms=int(me.create_time() * 1000),
+        started_ms=int(time.time() * 1000) - 2 * settings.batch.retention_grace_s * 1000,
+    )
     failed = written(settings, [b], T0 + 7 * STEP, state="failed")
     stale = written(settings, [c], T0 + 7 * STEP, started_ms=int(time.time() * 1000) - 2 * 3_600_000)
     dropped = store.retain(settings.batch.keep_versions)
     assert table_name(a, alive) not in dropped and table_name(a, alive) in tables(settings)
+    assert table_name(b, long_running) in tables(settings), "a run still writing keeps its tables however long"
     assert {table_name(a, dead), table_name(b, failed), table_name(c, stale)} <= set(dropped)
     assert store.pointer().tables() <= tables(settings)

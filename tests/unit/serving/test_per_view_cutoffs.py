@@ -274,3 +274,23 @@ def test_retention_keeps_in_flight_runs_and_named_tables_only_of_this_store():
     # a_v2 served but beyond keep=1; a_v4's process is gone; b_v6 is verified but long ago; a_v7 failed
     assert dropped == ["a_v2", "a_v4", "a_v7", "b_v6"]
     assert all(table_view(t) and table_version(t) for t in dropped)
+
+
+def test_retention_keeps_a_long_run_whose_process_still_runs_here_past_the_grace_period():
+    """A run writing for longer than batch.retention_grace_s (a big history, a slow machine) keeps
+    its tables while its process is known to run (this host); a run of another host, whose process
+    cannot be asked (may_run: None), is trusted for the grace period only."""
+    p = advance(None, version=1, run_id="r1", cutoff_ms=60_000, views=["a"], full=True, stats={}, now_ms=0)
+    hour = 3_600_000
+    now = 10 * hour
+    runs = {
+        1: {"state": "live", "views": ["a"], "started_ms": 0},
+        2: {"state": "writing", "views": ["a"], "started_ms": now - 3 * hour, "pid": 2},  # alive here
+        3: {"state": "writing", "views": ["a"], "started_ms": now - 3 * hour, "pid": 3},  # ended here
+        4: {"state": "writing", "views": ["a"], "started_ms": now - 3 * hour, "pid": 4},  # elsewhere, long ago
+        5: {"state": "writing", "views": ["a"], "started_ms": now - 60_000, "pid": 5},  # elsewhere, just now
+    }
+    alive = {2: True, 3: False, 4: None, 5: None}
+    tables = ["a_v1", "a_v2", "a_v3", "a_v4", "a_v5"]
+    dropped = retention_plan(p, runs, tables, keep=1, now_ms=now, grace_ms=hour, may_run=lambda r: alive[r["pid"]])
+    assert dropped == ["a_v3", "a_v4"]
