@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
 from fastapi import FastAPI
 
 from api.routes import views
@@ -9,12 +12,30 @@ from definitions.settings import Settings
 from definitions.views import Registry, load_views
 from stores.view_versions import versions_of
 
+log = logging.getLogger("lambda.api")
+_LOCKS_LOCK = threading.Lock()
+
+
+def views_lock(app: FastAPI) -> threading.RLock:
+    """The lock under which the app's served views and routes change (a reload, a refresh, routes
+    made again), so that one never installs views read before another's."""
+    with _LOCKS_LOCK:
+        lock = getattr(app.state, "views_lock", None)
+        if lock is None:
+            lock = app.state.views_lock = threading.RLock()
+        return lock
+
 
 def install_views(app: FastAPI, settings: Settings, registry: Registry) -> None:
     """Serve `registry`'s views: the serving layer reads which definition answers each
     (definitions.view_versions), then their routes replace the view routes in place (one assignment,
     so a request sees the old routes or the new ones) and the OpenAPI document is made again. Called
     at start, and by POST /api/v1/admin/views/reload."""
+    with views_lock(app):
+        _install(app, settings, registry)
+
+
+def _install(app: FastAPI, settings: Settings, registry: Registry) -> None:
     serving = getattr(app.state, "serving", None)
     if serving is not None:
         serving.reload(registry)
@@ -36,11 +57,18 @@ def reload_views(app: FastAPI, settings: Settings) -> tuple[Registry, Registry]:
     then serves the views it served."""
     from definitions.settings_store import load
 
-    before = app.state.views
-    current = settings.model_copy(update={"views": load().views})
-    registry = load_views(current, reload=True)
-    install_views(app, current, registry)
-    return before, registry
+    with views_lock(app):
+        before = app.state.views
+        current = settings.model_copy(update={"views": load().views})
+        registry = load_views(current, reload=True)
+        install_views(app, current, registry)
+        return before, registry
+
+
+def remake_routes(app: FastAPI) -> None:
+    """The served views' routes made again (the definitions answering them moved)."""
+    with views_lock(app):
+        install_views(app, app.state.settings, app.state.views)
 
 
 def refresh_views(app: FastAPI) -> Registry:
@@ -48,12 +76,14 @@ def refresh_views(app: FastAPI) -> Registry:
     (`lambdactl replay` calls it when a replay begins and when it switches): no view module is read,
     so a view edited or declared but not yet applied is not served by it. Raises MarksUnread when the
     replay marks could not be read (the last ones read are kept: serving_layer.speed_state)."""
-    install_views(app, app.state.settings, app.state.views)
-    failed = app.state.serving.speed.marks_error
-    if failed is not None:
-        raise MarksUnread(failed)
-    return app.state.views
+    with views_lock(app):
+        install_views(app, app.state.settings, app.state.views)
+        failed = app.state.serving.speed.marks_error
+        if failed is not None:
+            log.warning("the replay marks cannot be read again: %s", failed)  # hosts and ports: the log only
+            raise MarksUnread("the replay marks cannot be read from HDFS")
+        return app.state.views
 
 
 class MarksUnread(RuntimeError):
-    """The replay marks could not be read again (why: for the log and the worker's report)."""
+    """The replay marks could not be read again (its text names no host: it reaches error bodies)."""

@@ -62,6 +62,7 @@ class WorkerSync:
         # Read before the views are, and written at once: a reload counted after this waits for this
         # worker, which follows it.
         self.served = self.generation()
+        self.views_served = self.served  # the count up to which every reload's views are served
         self.report(self.served)
 
     def generation(self) -> int:
@@ -81,6 +82,16 @@ class WorkerSync:
         self.served = max(self.served, generation)
         replace_text(self.file, json.dumps({"generation": generation, "error": error}))
 
+    def reload_due(self) -> int | None:
+        """The count to reload up to when a reload was counted that this worker does not serve yet
+        (a refresh must then reload: counting it would hide the reload), else None."""
+        count, reloaded = self.counts()
+        return count if reloaded > self.views_served else None
+
+    def reloaded(self, generation: int) -> None:
+        """This worker read the declared views after the count was `generation`."""
+        self.views_served = max(self.views_served, generation)
+
     def bump(self, views: bool = True) -> int:
         """One more reload (`views`) or refresh, made by this worker already: the new count."""
         with open(self.directory / ".lock", "a") as lock:
@@ -88,6 +99,8 @@ class WorkerSync:
             count, reloaded = self.counts()
             generation = count + 1
             replace_text(self.directory / GENERATION, f"{generation} {generation if views else reloaded}")
+        if views:
+            self.reloaded(generation)
         self.report(generation)
         return generation
 
@@ -134,10 +147,13 @@ class WorkerSync:
             generation, reloaded = self.counts()
             if generation <= self.served:
                 continue
+            views = reloaded > self.views_served  # a reload not followed yet (or that failed here)
             try:
-                await run_in_threadpool(reload if reloaded > self.served else refresh)
+                await run_in_threadpool(reload if views else refresh)
             except Exception as exc:  # noqa: BLE001 - reported to the worker that asked, served views kept
                 log.warning("worker %d: the declared views cannot be served: %s: %s", self.pid, type(exc).__name__, exc)
                 self.report(generation, f"{type(exc).__name__}: {exc}")
                 continue
+            if views:
+                self.reloaded(generation)
             self.report(generation)

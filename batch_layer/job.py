@@ -50,6 +50,7 @@ from stores.pointer import (
     behind,
     check_unmoved,
     run_basis,
+    run_tables,
 )
 from stores.registry import version_store
 
@@ -210,7 +211,7 @@ def run_batch(
             "tables": {k: vars(t) for k, t in tables.items()},
             "seconds": round(time.monotonic() - started, 1),
         }
-        store.record_run(version, state="verified", stats=run_stats)
+        store.record_run(version, state="verified", stats=run_stats, verified_ms=int(time.time() * 1000))
     except BaseException:
         store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
         raise
@@ -256,6 +257,12 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             store.retain(settings.batch.keep_versions)
             return current  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
+    missing = sorted(run_tables(version, run) - set(store.tables()))
+    if missing:
+        raise VerificationError(
+            f"version {version}'s tables {', '.join(missing)} were dropped (retention: a run verified over "
+            f"batch.retention_grace_s ago and never swapped); run the batch again"
+        )
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
     pointer = advance(
         current,

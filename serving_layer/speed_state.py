@@ -22,8 +22,9 @@ RECHECK_S = 60.0  # how often the marker and the replay marks are read again
 # A view with a switched replay is refused (HDFS unreadable) by a service that has not read the
 # replay marks for this long: a replay deletes the rows of the replays it replaced
 # REPLACED_ROWS_KEPT_S after its switch, so no answer reads rows already deleted.
-MARKS_TRUSTED_S = RECHECK_S + 5
+MARKS_TRUSTED_S = RECHECK_S + 5  # counted from when the read that listed them began
 REPLACED_ROWS_KEPT_S = MARKS_TRUSTED_S + 5
+MARKS_WAIT_S = 10.0  # how long a query waits for a read under way before it refuses on old marks
 
 
 class SpeedState:
@@ -35,8 +36,9 @@ class SpeedState:
         self.overlays: dict[str, ReplayMark] = {}  # view → its switched replay; read with the marker
         self.in_place: set[str] = set()  # views an older replay was rewriting in place (no shadow)
         self.unreadable: dict[str, str] = {}  # view → which mark file of it is no mark, and why
-        self._marks_read_at: float | None = None  # when the replay marks were last read (monotonic)
+        self._marks_read_at: float | None = None  # when the last read listing the replay marks began
         self.marks_error: str | None = None  # why the last read of the replay marks failed
+        self._epoch = 0  # +1 at every forget(): a read begun before it answers for nothing after it
 
     def known(
         self,
@@ -62,17 +64,27 @@ class SpeedState:
 
         self.marker()
         mark = self.overlays.get(name)
-        read_at = self._marks_read_at
-        if mark is not None and (read_at is None or time.monotonic() - read_at > MARKS_TRUSTED_S):
-            raise StoreUnavailable(
-                "hdfs",
-                f"the replay marks could not be read for over {MARKS_TRUSTED_S:.0f}s ({self.marks_error}): "
-                f"{name}'s replayed rows may have been replaced",
-            )
+        if mark is not None and self._marks_old():
+            # Another query may be reading them now (the first after an idle minute): wait for it.
+            if self._reading.acquire(timeout=MARKS_WAIT_S):
+                self._reading.release()
+            mark = self.overlays.get(name)
+            if mark is not None and self._marks_old():
+                raise StoreUnavailable(
+                    "hdfs",
+                    f"the replay marks were not read for over {MARKS_TRUSTED_S:.0f}s "
+                    f"({self.marks_error or 'a read under way'}): {name}'s replayed rows may have been replaced",
+                )
         return mark
 
+    def _marks_old(self) -> bool:
+        read_at = self._marks_read_at
+        return read_at is None or time.monotonic() - read_at > MARKS_TRUSTED_S
+
     def forget(self) -> None:
-        """Read both again at the next question (`lambdactl views apply` and `replay` ask for it)."""
+        """Read both again at the next question (`lambdactl views apply` and `replay` ask for it),
+        even if a read is under way: it may have listed them before what the caller changed."""
+        self._epoch += 1
         self._marker = None
 
     def marker(self) -> Marker | None:
@@ -97,6 +109,7 @@ class SpeedState:
         from stores.checkpoints import read_marker
 
         now = time.monotonic()
+        epoch = self._epoch
         try:
             marker = read_marker(self.settings)
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
@@ -118,20 +131,24 @@ class SpeedState:
                 marker.ingest_bucket_s,
                 self.settings.ingest_bucket_s,
             )
-        self._marker = (marker, now)
-        self._read_replays()
+        self._read_replays(now, epoch)
+        if epoch == self._epoch:  # else forgotten meanwhile: the next question reads again
+            self._marker = (marker, now)
         return marker
 
-    def _read_replays(self) -> None:
+    def _read_replays(self, began: float, epoch: int) -> None:
         from stores.replays import read_replays
 
         try:
-            claims, self.overlays = read_replays(self.settings)
+            claims, overlays = read_replays(self.settings)
         except Exception as exc:  # HDFS down: the last marks read (trusted MARKS_TRUSTED_S)
             log.warning("cannot read the replay marks from HDFS (%s: %s)", type(exc).__name__, exc)
             self.marks_error = f"{type(exc).__name__}: {exc}"
             return
-        self._marks_read_at, self.marks_error = time.monotonic(), None
+        if epoch != self._epoch:
+            return  # listed before a forget(): what they are after it is read next
+        self.overlays = overlays
+        self._marks_read_at, self.marks_error = began, None
         self.replaying = {view: m.from_ms for view, m in claims.items()}
         # A claim without a shadow name was left by a replay of an earlier release, which deleted
         # the view's rows before rewriting them: its answers would be short until `--resume` ends.

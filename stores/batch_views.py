@@ -163,19 +163,30 @@ class VersionStore:
             iso(cutoff),
         )
 
+    def tables(self) -> list[str]:
+        """The tables of the namespace (names relative to it)."""
+        conn = hbase_connection(self.settings)
+        try:
+            return [raw.decode() for raw in conn.tables()]
+        finally:
+            conn.close()
+
     def retain(self, keep: int, grace_ms: int | None = None) -> list[str]:
         """Per view keep the tables of the `keep` newest versions that served (the serving one
-        included); never drop a table the pointer names or one a run in flight may be writing or
-        about to swap (started within `grace_ms`, default `batch.retention_grace_s`); drop every
-        other table of this store's views."""
+        included); never drop a table the pointer names, one a run still writing on this host
+        writes, nor one a run may be writing elsewhere or is about to swap (started or verified
+        within `grace_ms`, default `batch.retention_grace_s`); drop every other table of this
+        store's views."""
         if grace_ms is None:
             grace_ms = self.settings.batch.retention_grace_s * 1000
-        current = self.pointer()
+        # Tables, then runs, then the pointer: a table listed was recorded by its run before it was
+        # made, and a run that swaps meanwhile has its tables named by the pointer read last.
+        tables = self.tables()
         runs = self.runs()
+        current = self.pointer()
         conn = hbase_connection(self.settings)
         dropped = []
         try:
-            tables = [raw.decode() for raw in conn.tables()]  # names relative to the namespace
             for name in retention_plan(current, runs, tables, keep, time.time() * 1000, grace_ms, _may_run):
                 conn.delete_table(name, disable=True)
                 dropped.append(name)

@@ -350,7 +350,7 @@ def run_basis(current: Pointer | None, views: Iterable[str], full: bool) -> dict
     """What a run computing `views` (every declared view: `full`) plans against, as JSON: the entries
     of its views (of every view for a full run, whose swap drops the others), the aliases, and which
     of its views are retiring. A move that leaves these as they were cannot change what its swap
-    does: check_unmoved lets the swap go on."""
+    does: check_unmoved lets the swap go on (for a run whose every view had an entry)."""
     names = set(views)
     entries = current.entries if current is not None else {}
     kept = {n: e for n, e in entries.items() if full or n in names}
@@ -388,9 +388,15 @@ def check_unmoved(current: Pointer | None, based_on: int | None, version: int, b
 
 
 def _same_basis(current: Pointer | None, basis: Mapping) -> bool:
-    views, full = basis.get("views"), basis.get("full")
-    if not isinstance(views, list) or not isinstance(full, bool):
+    if not isinstance(basis, Mapping):
         return False  # not a basis this code wrote: refused as if it had none
+    views, full, entries = basis.get("views"), basis.get("full"), basis.get("entries")
+    if not isinstance(views, list) or not isinstance(full, bool) or not isinstance(entries, dict):
+        return False
+    # A view no entry served at the plan may have been retired and cleaned up since, leaving no
+    # trace in the basis: such a run swaps only on the generation it read.
+    if any(view not in entries for view in views):
+        return False
     return run_basis(current, views, full) == basis
 
 
@@ -414,14 +420,15 @@ def retention_plan(
     wrote) except
     - every table the pointer names (any view's entry),
     - the tables of runs in flight: "writing" with its process running (`may_run` True: asked on this
-      host), or "writing" with a process that cannot be asked (None: another host) or "verified"
-      and not yet swapped, started within `grace_ms`,
+      host), or "writing" with a process that cannot be asked (None: another host) started within
+      `grace_ms`, or "verified" and not yet swapped, verified within `grace_ms`,
     - per view the pointer names, its `keep` newest versions that served (live or retired), the one
       serving included. A view it no longer names was retired (`lambdactl views apply`, or a full
       run after it was no longer declared): none of its tables is kept."""
     protected = set(pointer.tables()) if pointer is not None else set()
     for version, run in runs.items():
-        recent = now_ms - run.get("started_ms", 0) < grace_ms
+        since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0)
+        recent = now_ms - since < grace_ms
         state = run.get("state")
         running = may_run(run) if state == "writing" else False
         if running is True or (recent and (state == "verified" or running is None)):

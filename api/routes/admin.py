@@ -188,10 +188,20 @@ class ViewsRefreshed(BaseModel):
 async def refresh(request: Request) -> dict[str, Any]:
     """What `lambdactl replay` asks when a replay begins and when it switches. Unlike /views/reload it
     never reads a view module, so an edited view module is served only once it is applied."""
+    sync = request.app.state.worker_sync
+    due = sync.reload_due() if sync is not None else None
+    if due is not None:  # a reload this worker has not followed yet: counting a refresh would hide it
+        try:
+            await run_in_threadpool(reload, request.app, request.app.state.settings)
+        except Exception as exc:  # noqa: BLE001 - said below, the served views kept
+            log.warning("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
+            raise ApiError(
+                409, "this API worker cannot read the declared views; it serves the views it served"
+            ) from None
+        sync.reloaded(due)
     try:
         registry = await run_in_threadpool(refresh_views, request.app)
-    except MarksUnread as exc:
-        log.warning("the replay marks cannot be read again: %s", exc)
+    except MarksUnread:
         raise ApiError(
             503,
             "the API could not read the replay marks again; it answers from the last ones read, and refuses "

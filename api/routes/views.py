@@ -217,9 +217,9 @@ async def run_query(request: Request, fn, *args, **kwargs):
     finally:
         state.query_slots.release()
         if state.serving.take_stale_routes():  # the definitions answering the views moved: new routes
-            from api.views_install import install_views
+            from api.views_install import remake_routes
 
-            await run_in_threadpool(install_views, request.app, state.settings, state.views)
+            await run_in_threadpool(remake_routes, request.app)
 
 
 def provenance(p) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 
 from batch_layer.job import swap_version
 from stores.batch_views import PointerMoved, VersionStore
-from stores.batch_writer import create_table
+from stores.batch_writer import VerificationError, create_table
 from stores.clients import hbase_connection
 from stores.pointer import DOC, Pointer, advance, retiring_done, retiring_marked, run_basis, table_name
 
@@ -284,5 +284,8 @@ def test_retention_beyond_k_versions_with_partial_runs_keeps_every_named_table(o
     dropped = store.retain(settings.batch.keep_versions)
     assert table_name(a, alive) not in dropped and table_name(a, alive) in tables(settings)
     assert table_name(b, long_running) in tables(settings), "a run still writing keeps its tables however long"
+    with pytest.raises(VerificationError, match="dropped"):  # verified too long ago: its tables went
+        swap_version(settings, stale)
+    assert store.pointer().tables() <= tables(settings), "the refused swap names no dropped table"
     assert {table_name(a, dead), table_name(b, failed), table_name(c, stale)} <= set(dropped)
     assert store.pointer().tables() <= tables(settings)

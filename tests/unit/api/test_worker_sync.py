@@ -174,3 +174,43 @@ def test_a_worker_behind_a_reload_and_a_refresh_reads_the_views_again():
 
     with tempfile.TemporaryDirectory() as scratch:
         assert anyio.run(scenario, Path(scratch)) == ["reload", "refresh"]
+
+
+def test_a_worker_asked_to_refresh_before_it_followed_a_reload_makes_the_reload(declared, directory):
+    """A refresh answered by a worker that has not yet followed a reload counted just before (its
+    loop looks every 0.2 s, a reload takes seconds) makes that reload: counting the refresh must not
+    hide it, or `views apply` would be answered while this worker keeps the old routes."""
+    settings, declare = declared
+    auth = {"Authorization": f"Bearer {token(settings)}"}
+    for behind in make_client(settings, WorkerSync(directory)):
+        tripwires_fail_as_a_store(behind)
+        elsewhere = WorkerSync(directory)  # another worker, which reloaded (its views are read)
+        declare()
+        elsewhere.bump()
+        elsewhere.close()
+        done = behind.post(REFRESH, headers=auth)
+        assert done.status_code == 200, done.text
+        assert "clicks" in done.json()["views"]
+        assert behind.get(CLICKS).status_code == 503, "the declared view is routed (its store is down here)"
+
+
+def test_a_worker_that_cannot_read_the_replay_marks_is_named_without_internals(declared, directory, monkeypatch):
+    settings, _ = declared
+    auth = {"Authorization": f"Bearer {token(settings)}"}
+    from stores import checkpoints, replays
+
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
+    for first in make_client(settings, WorkerSync(directory)):
+        for second in make_client(settings, WorkerSync(directory)):
+            tripwires_fail_as_a_store(first, second)
+            cut_off = settings.model_copy()  # the settings the second worker reads HDFS with
+            second.app.state.serving.speed.settings = cut_off
+
+            def second_fails(asked, cut_off=cut_off):
+                if asked is cut_off:  # the answering worker reads them; the other cannot
+                    raise ConnectionError("HTTPConnectionPool(host='namenode.internal', port=9870)")
+                return {}, {}
+
+            monkeypatch.setattr(replays, "read_replays", second_fails)
+            refused = assert_error_shape(first.post(REFRESH, headers=auth), settings, 409)
+            assert "replay marks" in refused["detail"] and "namenode.internal" not in refused["detail"]

@@ -214,3 +214,29 @@ def test_a_swap_is_not_refused_for_moves_that_leave_its_views_as_it_read_them():
     for moved, basis in ((mine, partial), (own_retired, partial), (aliased, partial), (other, whole), (marked, None)):
         with pytest.raises(PointerMoved, match="the pointer moved since this run read it"):
             check_unmoved(moved, 4, version=9, basis=basis)
+
+
+def test_a_run_building_a_view_without_an_entry_keeps_the_strict_rule():
+    """A view no entry served when the run planned may have been retired and its clean-up finished
+    since (bookkeeping that leaves no trace in the basis): such a run swaps only on the generation it
+    read. An alias moved meanwhile refuses a run too, and so does a basis that is not one."""
+    from dataclasses import replace
+
+    from stores.pointer import retiring_done, retiring_marked, run_basis
+
+    current = per_view()
+    building = json.loads(json.dumps(run_basis(current, ["page_views", "top_pages"], full=False)))
+    marked = retiring_marked(current, ["top_pages"], T0 + 9 * MIN)
+    cleaned = retiring_done(marked, ["top_pages"], T0 + 10 * MIN)
+    assert run_basis(cleaned, ["page_views", "top_pages"], full=False) == building  # no trace left
+    with pytest.raises(PointerMoved):
+        check_unmoved(cleaned, 4, version=9, basis=building)
+    check_unmoved(current, 4, version=9, basis=building)  # unmoved: it swaps
+
+    partial = run_basis(current, ["page_views"], full=False)
+    aliased = replace(current, aliases={"unique_visitors": "unique_visitors~2"}, generation=5)
+    with pytest.raises(PointerMoved):
+        check_unmoved(aliased, 4, version=9, basis=partial)
+    for hostile in ([1], "x", {"views": "page_views", "full": False}):
+        with pytest.raises(PointerMoved):
+            check_unmoved(marked, 4, version=9, basis=hostile)  # type: ignore[arg-type]

@@ -289,8 +289,11 @@ def test_retention_keeps_a_long_run_whose_process_still_runs_here_past_the_grace
         3: {"state": "writing", "views": ["a"], "started_ms": now - 3 * hour, "pid": 3},  # ended here
         4: {"state": "writing", "views": ["a"], "started_ms": now - 3 * hour, "pid": 4},  # elsewhere, long ago
         5: {"state": "writing", "views": ["a"], "started_ms": now - 60_000, "pid": 5},  # elsewhere, just now
+        # verified after a long write, its swap still to come; and one verified long ago
+        6: {"state": "verified", "views": ["a"], "started_ms": now - 3 * hour, "verified_ms": now - 60_000, "pid": 6},
+        7: {"state": "verified", "views": ["a"], "started_ms": now - 3 * hour, "verified_ms": now - 2 * hour, "pid": 7},
     }
     alive = {2: True, 3: False, 4: None, 5: None}
-    tables = ["a_v1", "a_v2", "a_v3", "a_v4", "a_v5"]
+    tables = ["a_v1", "a_v2", "a_v3", "a_v4", "a_v5", "a_v6", "a_v7"]
     dropped = retention_plan(p, runs, tables, keep=1, now_ms=now, grace_ms=hour, may_run=lambda r: alive[r["pid"]])
-    assert dropped == ["a_v3", "a_v4"]
+    assert dropped == ["a_v3", "a_v4", "a_v7"]

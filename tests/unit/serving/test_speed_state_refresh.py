@@ -103,3 +103,103 @@ def test_a_switched_replay_is_not_answered_from_marks_older_than_its_replaced_ro
 
     hdfs_down = False
     assert state.overlay("page_views") is None and state.marks_error is None, "read again: the replay is gone"
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def switched_mark():
+    from stores.replays import ReplayMark
+
+    return ReplayMark("page_views", 1_000, 2_000, shadow="page_views~replay-2000", split_ms=60_000)
+
+
+def test_a_query_during_the_read_after_an_idle_minute_waits_for_it_rather_than_refuse(tmp_path, monkeypatch):
+    from stores import checkpoints, replays
+
+    clock = Clock()
+    monkeypatch.setattr(speed_state, "time", clock)
+    reading, release = threading.Event(), threading.Event()
+
+    def read_marker(_settings):
+        reading.set()
+        release.wait(5)
+        return None
+
+    monkeypatch.setattr(checkpoints, "read_marker", read_marker)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {"page_views": switched_mark()}))
+    state = SpeedState(Settings(state_dir=tmp_path))
+    state.known(None, overlays={"page_views": switched_mark()})
+    clock.now += 100  # idle for longer than the marks are trusted
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(state.overlay, "page_views")
+        assert reading.wait(5)
+        second = pool.submit(state.overlay, "page_views")
+        wait_for(lambda: second.running(), "the second query to ask", 3, 0.01)
+        release.set()
+        assert first.result(5) == switched_mark()
+        assert second.result(5) == switched_mark(), "it waited for the read instead of answering 503"
+
+
+def test_marks_are_trusted_from_when_their_read_began(tmp_path, monkeypatch):
+    """A slow read lists the marks as they were when it began: its age counts from then."""
+    from serving_layer.unavailable import StoreUnavailable
+    from stores import checkpoints, replays
+
+    clock = Clock()
+    monkeypatch.setattr(speed_state, "time", clock)
+    failing = False
+
+    def read_replays(_settings):
+        if failing:
+            raise ConnectionError("HDFS unreachable")
+        clock.now += 30  # a slow listing
+        return {}, {"page_views": switched_mark()}
+
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
+    monkeypatch.setattr(replays, "read_replays", read_replays)
+    state = SpeedState(Settings(state_dir=tmp_path))
+    began = clock.now
+    assert state.overlay("page_views") == switched_mark()  # read (30 s), from `began`
+    failing = True
+    clock.now = began + speed_state.MARKS_TRUSTED_S + 1  # the re-read fails
+    try:
+        state.overlay("page_views")
+        raise AssertionError("marks listed over MARKS_TRUSTED_S ago answered")
+    except StoreUnavailable as exc:
+        assert exc.component == "hdfs" and "None" not in exc.detail
+
+
+def test_a_read_begun_before_forget_does_not_answer_for_after_it(tmp_path, monkeypatch):
+    """`lambdactl replay` switches, then asks each worker to read the marks again (forget): a read
+    already under way listed them before the switch, so the worker reads them once more."""
+    from stores import checkpoints, replays
+
+    reads = {"n": 0}
+    reading, release = threading.Event(), threading.Event()
+
+    def read_marker(_settings):
+        reads["n"] += 1
+        if reads["n"] == 1:
+            reading.set()
+            release.wait(5)
+        return None
+
+    monkeypatch.setattr(checkpoints, "read_marker", read_marker)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    state = SpeedState(Settings(state_dir=tmp_path))
+    with ThreadPoolExecutor(2) as pool:
+        under_way = pool.submit(state.marker)
+        assert reading.wait(5)
+        state.forget()
+        after = pool.submit(state.marker)
+        release.set()
+        under_way.result(5), after.result(5)
+    assert reads["n"] == 2
