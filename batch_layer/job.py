@@ -7,8 +7,9 @@
 3. Write each view into new HBase tables for version N (batched puts from the Spark tasks),
    verify them against the computation (row count and value checksum per table),
 4. then move the pointer entries of the views it recomputed (table, version, cutoff, run id,
-   stats) with one compare-and-set against the pointer as the run read it in step 1 — another run
-   that swapped meanwhile makes this one fail, changing nothing — and apply retention.
+   stats) with one compare-and-set; a move since step 1 that changed what the run planned against
+   (its views' entries, an alias, one of its views marked retiring; any entry for a full run)
+   makes it fail, changing nothing — and apply retention.
 
 Run: `lambdactl batch` or `spark-submit batch_layer/job.py [--cutoff ISO] [--views a,b] [--force]`.
 """
@@ -38,6 +39,7 @@ from stores.batch_writer import (
     TableStats,
     VerificationError,
     create_table,
+    missing_tables,
     verify_table,
     write_partitions,
 )
@@ -244,9 +246,10 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
 
 
 def swap_version(settings: Settings, version: int) -> Pointer:
-    """Move the entries of the views a verified version recomputed to its tables — compare-and-set
-    against the pointer generation its run read (PointerMoved if another run swapped since) — then
-    apply retention."""
+    """Move the entries of the views a verified version recomputed to its tables — compare-and-set;
+    PointerMoved if the pointer moved since its run read it in a way that changed what the run
+    planned against (stores.pointer.check_unmoved), VerificationError if its tables were dropped —
+    then apply retention."""
     store = version_store(settings)
     run = store.runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
@@ -257,7 +260,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             store.retain(settings.batch.keep_versions)
             return current  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
-    missing = sorted(run_tables(version, run) - set(store.tables()))
+    missing = missing_tables(settings, run_tables(version, run))
     if missing:
         raise VerificationError(
             f"version {version}'s tables {', '.join(missing)} were dropped (retention: a run verified over "

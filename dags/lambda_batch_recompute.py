@@ -4,7 +4,8 @@ wait for completeness → recompute (write + verify a new version) → verify ag
 pointer entries of the recomputed views → accuracy report → clean absorbed realtime rows. Serving
 moves only at the swap, so a failed run leaves it on the previous version; rerunning a cutoff that
 already serves is a no-op. The swap is a compare-and-set against the pointer as the recompute task
-read it: if a manual `lambdactl batch` swapped meanwhile, this run's swap fails and changes nothing.
+read it: if a manual `lambdactl batch` of one of its views swapped meanwhile, this run's swap fails
+and changes nothing (another view's swap or a clean-up's bookkeeping does not fail it).
 The logic lives in the platform (`lambdactl batch ...`); this file only wires the steps.
 """
 

@@ -4,8 +4,8 @@ The pointer row is the only thing serving reads to choose, per view, a table and
 (stores/pointer.py: the format and the rules). A run writes its own tables, verifies them, and
 only then moves the pointer with one HBase compare-and-set (Thrift1 `checkAndPut` on the pointer
 document's column): readers see the old entries or the new ones, never a mix, and of two runs
-that read the same pointer only the first to swap moves it — the other fails with PointerMoved and
-changes nothing. A run that dies leaves the pointer where it was; its tables are dropped by a later
+of one view that read the same pointer only the first to swap moves it — the other fails with
+PointerMoved and changes nothing (stores.pointer.check_unmoved says which moves a swap survives). A run that dies leaves the pointer where it was; its tables are dropped by a later
 run's retention pass.
 """
 

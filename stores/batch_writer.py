@@ -36,6 +36,16 @@ def create_table(settings: Settings, name: str) -> None:
         conn.close()
 
 
+def missing_tables(settings: Settings, names: set[str]) -> list[str]:
+    """Which of the tables `names` do not exist (retention dropped them, or they were never made)."""
+    conn = hbase_connection(settings)
+    try:
+        present = {raw.decode() for raw in conn.tables()}
+    finally:
+        conn.close()
+    return sorted(names - present)
+
+
 def _write_partition(settings: Settings, table: str, view: View, granularity: str, rows) -> None:
     conn = hbase_connection(settings, timeout_s=60)
     try:
