@@ -236,6 +236,7 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     run = version_store(settings).runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} was not written and verified (run: {run})")
+    _tables_kept(settings, version, run)
     registry = {v.name: v for v in selected_views(settings, version_store(settings).pointer(), run.get("views"))}
     found = {}
     for name, recorded in run["stats"]["tables"].items():
@@ -243,6 +244,16 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
         verify_table(settings, layout.table_name(name, version), registry[name], expected)
         found[name] = expected
     return found
+
+
+def _tables_kept(settings: Settings, version: int, run: dict) -> None:
+    """VerificationError naming the tables of `version` that are gone (dropped by retention)."""
+    missing = missing_tables(settings, run_tables(version, run))
+    if missing:
+        raise VerificationError(
+            f"version {version}'s tables {', '.join(missing)} were dropped (retention: a run verified over "
+            f"batch.retention_grace_s ago and never swapped, or one that served long ago); run the batch again"
+        )
 
 
 def swap_version(settings: Settings, version: int) -> Pointer:
@@ -260,12 +271,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             store.retain(settings.batch.keep_versions)
             return current  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
-    missing = missing_tables(settings, run_tables(version, run))
-    if missing:
-        raise VerificationError(
-            f"version {version}'s tables {', '.join(missing)} were dropped (retention: a run verified over "
-            f"batch.retention_grace_s ago and never swapped); run the batch again"
-        )
+    _tables_kept(settings, version, run)
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
     pointer = advance(
         current,

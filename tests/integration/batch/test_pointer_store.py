@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from batch_layer.job import swap_version
+from batch_layer.job import swap_version, verify_version
 from stores.batch_views import PointerMoved, VersionStore
 from stores.batch_writer import VerificationError, create_table
 from stores.clients import hbase_connection
@@ -286,6 +286,8 @@ def test_retention_beyond_k_versions_with_partial_runs_keeps_every_named_table(o
     assert table_name(b, long_running) in tables(settings), "a run still writing keeps its tables however long"
     with pytest.raises(VerificationError, match="dropped"):  # verified too long ago: its tables went
         swap_version(settings, stale)
+    with pytest.raises(VerificationError, match="dropped"):  # the DAG's verify task says so too
+        verify_version(settings, stale)
     assert store.pointer().tables() <= tables(settings), "the refused swap names no dropped table"
     assert {table_name(a, dead), table_name(b, failed), table_name(c, stale)} <= set(dropped)
     assert store.pointer().tables() <= tables(settings)
