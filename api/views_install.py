@@ -35,10 +35,11 @@ def install_views(app: FastAPI, settings: Settings, registry: Registry) -> None:
         _install(app, settings, registry)
 
 
-def _install(app: FastAPI, settings: Settings, registry: Registry) -> None:
+def _install(app: FastAPI, settings: Settings, registry: Registry, read_stores: bool = True) -> None:
     serving = getattr(app.state, "serving", None)
     if serving is not None:
-        serving.reload(registry)
+        if read_stores:
+            serving.reload(registry)
         versions = serving.versions
     else:  # the app is being made: the serving layer reads the stores when it starts, then calls this again
         versions = versions_of(registry, None, None)
@@ -66,9 +67,10 @@ def reload_views(app: FastAPI, settings: Settings) -> tuple[Registry, Registry]:
 
 
 def remake_routes(app: FastAPI) -> None:
-    """The served views' routes made again (the definitions answering them moved)."""
+    """The served views' routes made again from the versions the serving layer has just read (the
+    definitions answering them moved): the stores are not read again."""
     with views_lock(app):
-        install_views(app, app.state.settings, app.state.views)
+        _install(app, app.state.settings, app.state.views, read_stores=False)
 
 
 def refresh_views(app: FastAPI) -> Registry:
@@ -78,10 +80,10 @@ def refresh_views(app: FastAPI) -> Registry:
     replay marks could not be read (the last ones read are kept: serving_layer.speed_state)."""
     with views_lock(app):
         install_views(app, app.state.settings, app.state.views)
-        failed = app.state.serving.speed.marks_error
+        failed = app.state.serving.speed.read_error
         if failed is not None:
-            log.warning("the replay marks cannot be read again: %s", failed)  # hosts and ports: the log only
-            raise MarksUnread("the replay marks cannot be read from HDFS")
+            log.warning("the speed marker or the replay marks cannot be read again: %s", failed)  # the log only
+            raise MarksUnread("the speed marker or the replay marks cannot be read from HDFS")
         return app.state.views
 
 

@@ -101,6 +101,10 @@ class WorkerSync:
             replace_text(self.directory / GENERATION, f"{generation} {generation if views else reloaded}")
         if views:
             self.reloaded(generation)
+        elif reloaded > self.views_served:
+            # A reload was counted that this worker has not read the views of: its loop makes it and
+            # then reports this count; reporting it now would tell the reload's waiter it is served.
+            return generation
         self.report(generation)
         return generation
 

@@ -256,6 +256,22 @@ def _tables_kept(settings: Settings, version: int, run: dict) -> None:
         )
 
 
+# A verified run swaps only this long before retention may drop its tables (stores.pointer.retention_plan).
+SWAP_MARGIN_MS = 60_000
+
+
+def _not_past_grace(settings: Settings, version: int, run: dict) -> None:
+    """A verified run whose grace period is (nearly) over is refused: retention, in any process, may
+    drop its tables between this check and the swap."""
+    since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0)
+    if time.time() * 1000 - since > settings.batch.retention_grace_s * 1000 - SWAP_MARGIN_MS:
+        raise VerificationError(
+            f"version {version} was verified over batch.retention_grace_s ({settings.batch.retention_grace_s}s) "
+            "ago and never swapped: retention may have dropped its tables, or may drop them at any time; run "
+            "the batch again"
+        )
+
+
 def swap_version(settings: Settings, version: int) -> Pointer:
     """Move the entries of the views a verified version recomputed to its tables — compare-and-set;
     PointerMoved if the pointer moved since its run read it in a way that changed what the run
@@ -273,6 +289,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
     _tables_kept(settings, version, run)
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
+    _not_past_grace(settings, version, run)
     pointer = advance(
         current,
         version=version,

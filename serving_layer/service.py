@@ -123,7 +123,6 @@ class ServingLayer:
         restarted or a changed view switched, and `lambdactl replay` when it begins and ends. Each
         view is answered by the definition that serves it (definitions.view_versions): a changed one
         by its old definition until its new one is built and switched to."""
-        self.speed.forget()
         self._pointer = None
         self.declared = declared
         try:
@@ -131,7 +130,7 @@ class ServingLayer:
         except StoreUnavailable as exc:  # refused per query until it can be read (the routes stay)
             log.warning("reading the declared views' versions without the pointer: %s", exc.detail)
             pointer = None
-        marker = self.speed.marker()
+        marker = self.speed.read_now()
         self.versions = versions_of(declared, marker, pointer)
         self.views = self.versions.maintained  # the served and the pending definitions, by storage name
         # Made again at a query once both stores were read (_refresh_versions).

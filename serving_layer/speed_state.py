@@ -24,7 +24,7 @@ RECHECK_S = 60.0  # how often the marker and the replay marks are read again
 # REPLACED_ROWS_KEPT_S after its switch, so no answer reads rows already deleted.
 MARKS_TRUSTED_S = RECHECK_S + 5  # counted from when the read that listed them began
 REPLACED_ROWS_KEPT_S = MARKS_TRUSTED_S + 5
-MARKS_WAIT_S = 10.0  # how long a query waits for a read under way before it refuses on old marks
+MARKS_WAIT_S = 2.0  # how long a query waits for a read under way before it refuses on old marks
 
 
 class SpeedState:
@@ -38,7 +38,9 @@ class SpeedState:
         self.unreadable: dict[str, str] = {}  # view → which mark file of it is no mark, and why
         self._marks_read_at: float | None = None  # when the last read listing the replay marks began
         self.marks_error: str | None = None  # why the last read of the replay marks failed
-        self._epoch = 0  # +1 at every forget(): a read begun before it answers for nothing after it
+        self._epoch = 0  # +1 at every read_now(): a read begun before it answers for nothing after it
+        self._read_epoch = -1  # the epoch of the last read completed
+        self.marker_error: str | None = None  # why the last read of the marker failed
 
     def known(
         self,
@@ -81,11 +83,25 @@ class SpeedState:
         read_at = self._marks_read_at
         return read_at is None or time.monotonic() - read_at > MARKS_TRUSTED_S
 
-    def forget(self) -> None:
-        """Read both again at the next question (`lambdactl views apply` and `replay` ask for it),
-        even if a read is under way: it may have listed them before what the caller changed."""
+    @property
+    def read_error(self) -> str | None:
+        """Why the last read of the marker or of the replay marks failed (None: both were read)."""
+        return self.marker_error or self.marks_error
+
+    def read_now(self) -> Marker | None:
+        """Read both again now, after any read already under way (it may have listed them before
+        what the caller changed: `lambdactl views apply` and `replay` ask for this through the API).
+        Other queries answer from what was read before meanwhile. On a failed read the last marker
+        is kept; read_error says why."""
         self._epoch += 1
-        self._marker = None
+        epoch = self._epoch
+        cached = self._marker
+        if cached is not None:
+            self._marker = (cached[0], -RECHECK_S)  # due: kept to answer from, read at the next question
+        with self._reading:
+            if self._read_epoch >= epoch and self._marker is not None:
+                return self._marker[0]  # read after this was asked, by a query that held the lock
+            return self._read(self._marker)
 
     def marker(self) -> Marker | None:
         """The speed layer's checkpoint marker, read again every minute; None before the speed layer's
@@ -112,8 +128,10 @@ class SpeedState:
         epoch = self._epoch
         try:
             marker = read_marker(self.settings)
+            self.marker_error = None
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
             marker = cached[0] if cached is not None else None
+            self.marker_error = f"{type(exc).__name__}: {exc}"
             log.warning(
                 "cannot read the speed layer's checkpoint marker from HDFS (%s: %s); using %s",
                 type(exc).__name__,
@@ -132,8 +150,9 @@ class SpeedState:
                 self.settings.ingest_bucket_s,
             )
         self._read_replays(now, epoch)
-        if epoch == self._epoch:  # else forgotten meanwhile: the next question reads again
+        if epoch == self._epoch:  # else asked to read again meanwhile: the next question reads
             self._marker = (marker, now)
+            self._read_epoch = epoch
         return marker
 
     def _read_replays(self, began: float, epoch: int) -> None:
@@ -146,7 +165,7 @@ class SpeedState:
             self.marks_error = f"{type(exc).__name__}: {exc}"
             return
         if epoch != self._epoch:
-            return  # listed before a forget(): what they are after it is read next
+            return  # listed before a read_now(): what they are after it is read next
         self.overlays = overlays
         self._marks_read_at, self.marks_error = began, None
         self.replaying = {view: m.from_ms for view, m in claims.items()}

@@ -288,6 +288,11 @@ def test_retention_beyond_k_versions_with_partial_runs_keeps_every_named_table(o
         swap_version(settings, stale)
     with pytest.raises(VerificationError, match="dropped"):  # the DAG's verify task says so too
         verify_version(settings, stale)
+    # Verified long ago, its tables not dropped yet: refused too, as retention may drop them mid-swap.
+    long_ago = int(time.time() * 1000) - 2 * settings.batch.retention_grace_s * 1000
+    late = written(settings, [c], T0 + 8 * STEP, started_ms=long_ago, verified_ms=long_ago)
+    with pytest.raises(VerificationError, match="retention may have dropped its tables"):
+        swap_version(settings, late)
     assert store.pointer().tables() <= tables(settings), "the refused swap names no dropped table"
     assert {table_name(a, dead), table_name(b, failed), table_name(c, stale)} <= set(dropped)
     assert store.pointer().tables() <= tables(settings)

@@ -214,3 +214,31 @@ def test_a_worker_that_cannot_read_the_replay_marks_is_named_without_internals(d
             monkeypatch.setattr(replays, "read_replays", second_fails)
             refused = assert_error_shape(first.post(REFRESH, headers=auth), settings, 409)
             assert "replay marks" in refused["detail"] and "namenode.internal" not in refused["detail"]
+
+
+def test_a_refresh_counted_while_a_reload_is_not_followed_yet_is_not_reported_as_served():
+    """Worker W is asked to refresh, finds no reload due, reads the stores; meanwhile worker X counts a
+    reload. W's refresh is counted after it: W must not report that count (it has not read the
+    views X's reload asks for), so X's reload waits for W, and W's loop makes the reload."""
+
+    async def scenario(path):
+        prepare(path)
+        w, x = WorkerSync(path), WorkerSync(path)
+        assert w.reload_due() is None
+        reload_count = x.bump()  # X reloads meanwhile
+        refresh_count = w.bump(views=False)
+        assert refresh_count == reload_count + 1
+        assert set(x.pending(reload_count)) == {w.file.name.removeprefix(worker_sync.WORKER_PREFIX)}
+        x.close()  # X's own following of W's refresh is not what this test is about
+        made: list[str] = []
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(w.follow, lambda: made.append("reload"), lambda: made.append("refresh"))
+            assert await w.wait_for(refresh_count, 5) == {}
+            tasks.cancel_scope.cancel()
+        return made
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as scratch:
+        assert anyio.run(scenario, Path(scratch)) == ["reload"]

@@ -177,9 +177,10 @@ def test_marks_are_trusted_from_when_their_read_began(tmp_path, monkeypatch):
         assert exc.component == "hdfs" and "None" not in exc.detail
 
 
-def test_a_read_begun_before_forget_does_not_answer_for_after_it(tmp_path, monkeypatch):
-    """`lambdactl replay` switches, then asks each worker to read the marks again (forget): a read
-    already under way listed them before the switch, so the worker reads them once more."""
+def test_a_read_begun_before_a_refresh_does_not_answer_for_it(tmp_path, monkeypatch):
+    """`lambdactl replay` switches, then asks each worker to read the marks again (read_now): a read
+    already under way listed them before the switch, so the worker reads them once more and keeps
+    what that later read listed."""
     from stores import checkpoints, replays
 
     reads = {"n": 0}
@@ -192,14 +193,35 @@ def test_a_read_begun_before_forget_does_not_answer_for_after_it(tmp_path, monke
             release.wait(5)
         return None
 
+    def read_replays(_settings):  # the first read lists the switched replay; the later one, none
+        return {}, ({"page_views": switched_mark()} if reads["n"] == 1 else {})
+
     monkeypatch.setattr(checkpoints, "read_marker", read_marker)
-    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    monkeypatch.setattr(replays, "read_replays", read_replays)
     state = SpeedState(Settings(state_dir=tmp_path))
     with ThreadPoolExecutor(2) as pool:
         under_way = pool.submit(state.marker)
         assert reading.wait(5)
-        state.forget()
-        after = pool.submit(state.marker)
+        refreshed = pool.submit(state.read_now)
         release.set()
-        under_way.result(5), after.result(5)
+        under_way.result(5), refreshed.result(5)
     assert reads["n"] == 2
+    assert state.overlays == {}, "the marks listed after the refresh was asked for are kept"
+
+
+def test_a_refresh_that_cannot_read_the_marker_keeps_the_last_and_says_so(tmp_path, monkeypatch):
+    """Without a marker every view would look maintained since 0 and unchanged: a refresh whose
+    marker read fails keeps the marker it had, and says the read failed."""
+    from stores import checkpoints, replays
+    from stores.checkpoints import Marker
+
+    def unreachable(_settings):
+        raise ConnectionError("HDFS unreachable")
+
+    monkeypatch.setattr(checkpoints, "read_marker", unreachable)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    state = SpeedState(Settings(state_dir=tmp_path))
+    kept = Marker(ingest_bucket_s=60, started_ms=1_000)
+    state.known(kept)
+    assert state.read_now() is kept and state.marker() is kept
+    assert "HDFS unreachable" in (state.read_error or "")
