@@ -8,6 +8,8 @@ could not). The worker that answers POST /api/v1/admin/views/reload (read the de
 /views/refresh (read the stores again, the served views kept) does so itself, counts one more, and
 answers once every live worker serves that count; each worker looks at the count every WATCH_S and,
 behind it, reloads if a reload was counted since the count it serves, else refreshes. A worker that
+fails to follow says why in its file, serves what it served, and tries again after a pause (doubled
+while it keeps failing, up to RETRY_MAX_S) until it follows or the count moves. A worker that
 starts (or is started again after a crash) reads the declared views after it read the count, so it
 serves at least the count it saw.
 """
@@ -30,6 +32,9 @@ from definitions.files import replace_text
 
 log = logging.getLogger("lambda.api")
 WATCH_S = 0.2
+# A worker that failed to follow tries again after this pause, doubled while it keeps failing.
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
 GENERATION = "generation"
 WORKER_PREFIX = "worker-"
 
@@ -79,8 +84,13 @@ class WorkerSync:
         return fields[0], min(fields[0], fields[1]) if len(fields) > 1 else fields[0]
 
     def report(self, generation: int, error: str | None = None) -> None:
-        self.served = max(self.served, generation)
-        replace_text(self.file, json.dumps({"generation": generation, "error": error}))
+        """This worker serves `generation`, or (`error`) failed to follow it and still serves the count
+        it served."""
+        if error is None:
+            self.served = max(self.served, generation)
+        replace_text(
+            self.file, json.dumps({"generation": generation if error is None else self.served, "error": error})
+        )
 
     def reload_due(self) -> int | None:
         """The count to reload up to when a reload was counted that this worker does not serve yet
@@ -146,18 +156,32 @@ class WorkerSync:
     async def follow(self, reload: Callable[[], object], refresh: Callable[[], object]) -> None:
         """Run for the worker's life: read the declared views again whenever another worker did, or
         only the stores when only refreshes were counted since the count this one serves."""
+        failed_at: int | None = None  # the count this worker last failed to follow
+        pause = retry_at = 0.0
         while True:
             await anyio.sleep(WATCH_S)
             generation, reloaded = self.counts()
             if generation <= self.served:
                 continue
+            if generation == failed_at and time.monotonic() < retry_at:
+                continue
             views = reloaded > self.views_served  # a reload not followed yet (or that failed here)
             try:
                 await run_in_threadpool(reload if views else refresh)
             except Exception as exc:  # noqa: BLE001 - reported to the worker that asked, served views kept
-                log.warning("worker %d: the declared views cannot be served: %s: %s", self.pid, type(exc).__name__, exc)
+                pause = min(RETRY_MAX_S, pause * 2) if generation == failed_at else RETRY_FIRST_S
+                failed_at, retry_at = generation, time.monotonic() + pause
+                log.warning(
+                    "worker %d: cannot follow the %s (tried again in %.0fs): %s: %s",
+                    self.pid,
+                    "views reload" if views else "refresh",
+                    pause,
+                    type(exc).__name__,
+                    exc,
+                )
                 self.report(generation, f"{type(exc).__name__}: {exc}")
                 continue
+            failed_at = None
             if views:
                 self.reloaded(generation)
             self.report(generation)

@@ -242,3 +242,38 @@ def test_a_refresh_counted_while_a_reload_is_not_followed_yet_is_not_reported_as
 
     with tempfile.TemporaryDirectory() as scratch:
         assert anyio.run(scenario, Path(scratch)) == ["reload"]
+
+
+def test_a_worker_that_failed_to_follow_tries_again_without_being_asked(monkeypatch):
+    """A worker whose reload or refresh failed (a store down a moment, a module file being written)
+    says why, keeps serving what it served, and tries again after a pause, doubled while it keeps
+    failing: the workers do not stay split until the next reload is asked for."""
+    monkeypatch.setattr(worker_sync, "RETRY_FIRST_S", 0.05)
+
+    async def scenario(path):
+        prepare(path)
+        follower, other = WorkerSync(path), WorkerSync(path)
+        made: list[str] = []
+
+        def reload():
+            made.append("reload")
+            if len(made) < 3:
+                raise ConnectionError("down for a moment")
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(follower.follow, reload, lambda: made.append("refresh"))
+            generation = other.bump()
+            failed = await other.wait_for(generation, 5)
+            assert list(failed.values()) == ["it could not read them (ConnectionError: down for a moment)"]
+            assert follower.served < generation, "a failed reload is not reported as served"
+            with anyio.fail_after(5):
+                while other.pending(generation):
+                    await anyio.sleep(0.01)
+            tasks.cancel_scope.cancel()
+        return made
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as scratch:
+        assert anyio.run(scenario, Path(scratch)) == ["reload", "reload", "reload"]
