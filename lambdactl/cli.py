@@ -284,6 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the view's batch cutoff)",
     )
     replay.add_argument("--resume", action="store_true", help="take over the mark of an interrupted replay of the view")
+    replay.add_argument(
+        "--cancel",
+        action="store_true",
+        help="take off the mark of an interrupted replay of the view and delete the rows it wrote",
+    )
     replay.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     replay.set_defaults(func=cmd_replay)
     config = sub.add_parser("config", help="the effective settings and where each came from")

@@ -19,7 +19,8 @@ the merge reads realtime rows of). Steps:
    the rows of the replays this one replaced.
 
 Interrupted before step 5, the view keeps answering as before and stays claimed until a replay of it
-completes (`--resume`, which replays from the earlier of its `--from` and the claim's). A replay of a
+completes (`--resume`, which replays from the earlier of its `--from` and the claim's) or the claim is
+cancelled (`--cancel`: the claim goes, then its rows, which no answer read). A replay of a
 view a switched replay answers for replays from the earlier `--from` of the two, so its rows cover
 the older ones'.
 """
@@ -126,7 +127,57 @@ def reader_refusal(reader: type, setting: str) -> str | None:
     )
 
 
+# How long `--cancel` waits between taking the claim off and deleting its rows: a replay elsewhere that
+# read the claim just before it went has written its overlay by then (its rows are then kept).
+CANCEL_SETTLE_S = 5.0
+
+
+def cancel(settings: Settings, view: str) -> dict:
+    """Take off the claim of an interrupted replay of `view` and delete the rows it wrote (no answer
+    read them: it never switched); the view then answers as before with nothing replaying. Refused
+    (changing nothing) when no replay holds the view, its holder still runs on this host, or the
+    claim is one `--resume` must finish (an unreadable mark, an earlier release's in-place replay)."""
+    from lambdactl.views import refresh_api
+    from stores import realtime_cleanup, replays
+
+    held = replays.read_replays(settings)[0].get(view)
+    if held is None:
+        raise Refused(f"no replay holds {view}'s mark: there is nothing to cancel")
+    if held.unreadable:
+        raise Refused(f"{view}'s replay mark is not one ({held.unreadable[:200]}): only `--resume` replaces it")
+    if not held.shadow:
+        raise Refused(
+            f"{view} is claimed by a replay of an earlier release, which rewrote its rows in place: only "
+            "`--resume` makes them exact again"
+        )
+    pid = running_holder(held)
+    if pid is not None:
+        raise Refused(f"the replay holding {view}'s mark still runs (pid {pid} on this host): stop it, then `--cancel`")
+    if not replays.release(settings, held):
+        raise Refused(f"another replay took {view}'s mark over meanwhile: it is that replay's now")
+    refresh_api(settings)
+    time.sleep(CANCEL_SETTLE_S)
+    if any(m.shadow == held.shadow for m in replays.read_replays(settings)[1].values()):
+        _say(f"{view}: its replay switched as it was cancelled: its rows ({held.shadow}) answer and are kept")
+        return {"view": view, "shadow": held.shadow, "rows_deleted": 0}
+    deleted = realtime_cleanup.delete_view_from(settings, held.shadow, 0, time.time_ns() // 1000)
+    return {"view": view, "shadow": held.shadow, "rows_deleted": deleted.rows_below_cutoff}
+
+
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
+    if getattr(args, "cancel", False):
+        if args.from_ or args.resume:
+            _say("replay refused, nothing changed: --cancel takes no --from or --resume")
+            return 2
+        try:
+            done = cancel(settings, args.view)
+        except Refused as exc:
+            _say(f"cancel refused, nothing changed: {exc}")
+            return 2
+        if args.json:
+            _emit(done)
+        _say(f"{args.view}: replay cancelled; {done['rows_deleted']:,} rows it wrote deleted; it answers as before")
+        return 0
     try:
         plan = _plan(settings, args)
     except MarkCleared as exc:

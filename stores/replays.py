@@ -208,14 +208,19 @@ def mark(
 
 
 def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
-    """Switch the view's answers to the claim's shadow rows: its overlay file appears, then the view's
-    other overlays (which the claim's rows cover, and whose start is earlier: lambdactl/replay.py
+    """Switch the view's answers to the claim's shadow rows (ReplayMarked when the view has no claim
+    any more: it was cancelled): its overlay file appears, then the view's other overlays (which the claim's rows cover, and whose start is earlier: lambdactl/replay.py
     starts a replay after every mark it read) and the claim are deleted."""
     from stores.webhdfs import WebHdfs
 
     switched = ReplayMark(claim.view, claim.from_ms, claim.started_ms, claim.shadow, split_ms)
     directory = marks_dir(settings)
     with WebHdfs(settings) as fs:
+        if fs.read(f"{directory}/{claim.view}.json", max_bytes=MAX_MARK_BYTES) is None:
+            raise ReplayMarked(
+                f"the replay mark of {claim.view} was cancelled (`lambdactl replay --cancel`): its rows are deleted, "
+                "not switched to"
+            )
         fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
         for name, kind, length in fs.entries(directory):
             found = _mark_name(name)
@@ -278,6 +283,18 @@ def drop_overlay(settings: Settings, overlay: ReplayMark) -> None:
 
 def _overlay_path(settings: Settings, view: str, started_ms: int) -> str:
     return f"{marks_dir(settings)}/{view}{SWITCHED}{started_ms}.json"
+
+
+def release(settings: Settings, claim: ReplayMark) -> bool:
+    """Delete the view's claim if it is still `claim` (not taken over by a `--resume` since): whether it was."""
+    from stores.webhdfs import WebHdfs
+
+    path = f"{marks_dir(settings)}/{claim.view}.json"
+    with WebHdfs(settings) as fs:
+        if not _holds(fs, path, claim):
+            return False
+        fs.delete(path)
+    return True
 
 
 def unmark(settings: Settings, view: str) -> None:

@@ -161,6 +161,52 @@ def test_a_second_replay_is_refused_and_an_interrupted_one_is_taken_over(setting
         refresh_api(settings)
 
 
+def test_an_interrupted_replay_is_cancelled_its_rows_deleted_and_the_view_answers_as_before(settings, stack):
+    from stores.realtime import RealtimeRow, RealtimeWriter
+
+    started_ms = int(time.time() * 1000)  # a claim as a replay killed half-way leaves it, with rows written
+    shadow = shadow_name(VIEW, started_ms)
+    mark(settings, VIEW, served_cutoff_ms(settings, VIEW), started_ms, shadow=shadow)
+    try:
+        writer = RealtimeWriter(settings)
+        try:
+            bucket = started_ms // 1000 // 60 * 60
+            key = '["US","mobile"]'
+            writer.write(
+                [
+                    RealtimeRow(shadow, "hour", key, bucket // 3600 * 3600, bucket, 1),
+                    RealtimeRow(shadow, "day", key, bucket // 86400 * 86400, bucket, 3),
+                ],
+                [],
+            )
+        finally:
+            writer.close()
+        assert rows_named(settings, shadow) == 2
+        refresh_api(settings)
+        before = by_country_device(settings)
+        assert before.status_code == 200, before.text
+
+        cancelled = lambdactl(settings, "replay", "--view", VIEW, "--cancel", "--json")
+        assert cancelled.returncode == 0, cancelled.stderr[-3000:]
+        assert json.loads(cancelled.stdout.strip().splitlines()[-1]) == {
+            "view": VIEW,
+            "shadow": shadow,
+            "rows_deleted": 2,
+        }
+        assert VIEW not in read_marks(settings)
+        assert rows_named(settings, shadow) == 0
+        views = {v["name"]: v for v in httpx.get(f"{api(settings)}/api/v1/views", timeout=30).json()["views"]}
+        assert views[VIEW]["state"] == "serving", views[VIEW]
+        after = by_country_device(settings)
+        assert after.status_code == 200, after.text
+
+        again = lambdactl(settings, "replay", "--view", VIEW, "--cancel")
+        assert again.returncode == 2 and "no replay holds" in again.stderr, again.stderr[-2000:]
+    finally:
+        unmark(settings, VIEW)
+        refresh_api(settings)
+
+
 def test_a_mark_file_that_is_no_mark_is_refused_by_name_until_resume_and_harms_no_other_view(settings, stack):
     from stores.replays import marks_dir
     from stores.webhdfs import WebHdfs

@@ -128,6 +128,28 @@ class Fs:
         return data if max_bytes is None or data is None else data[: max_bytes + 1]
 
 
+class WritableFs(Fs):
+    """Fs that writes and deletes too (WebHdfs as a context manager); a file not there reads as None."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def read(self, path: str, max_bytes: int | None = None) -> bytes | None:
+        return super().read(path, max_bytes) if path.rsplit("/", 1)[1] in self.files else None
+
+    def mkdirs(self, path: str) -> None:
+        return None
+
+    def write(self, path, data, overwrite=True):
+        self.files[path.rsplit("/", 1)[1]] = data
+
+    def delete(self, path, recursive=False):
+        return self.files.pop(path.rsplit("/", 1)[1], None) is not None
+
+
 def test_replay_marks_read_while_a_switch_deletes_one_are_listed_again_and_the_newest_overlay_counts():
     from stores.replays import ReplayMark, _read_listed
 
@@ -302,19 +324,6 @@ def test_a_switch_deletes_older_overlays_and_files_that_are_none_but_keeps_a_new
         "top_pages.switched-5.json": replays.ReplayMark("top_pages", 0, 5, "top_pages~replay-5", 60).to_json(),
     }
 
-    class WritableFs(Fs):
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-        def write(self, path, data, overwrite=True):
-            self.files[path.rsplit("/", 1)[1]] = data
-
-        def delete(self, path, recursive=False):
-            return self.files.pop(path.rsplit("/", 1)[1], None) is not None
-
     fs = WritableFs(files)
     monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: fs)
     replays.switch(settings, claim, 60_000)
@@ -347,3 +356,55 @@ def test_a_view_named_beyond_ascii_has_its_marks_read():
 
     claim = ReplayMark("ventes_été", 0, 3, "ventes_été~replay-3")
     assert _read_listed(Fs({"ventes_été.json": claim.to_json()}), "d")[0] == {"ventes_été": claim}
+
+
+def test_a_cancelled_claim_is_released_only_while_it_is_still_its_views_claim_and_its_replay_cannot_switch(
+    settings, monkeypatch
+):
+    from stores import replays, webhdfs
+
+    claim = replays.ReplayMark("page_views", 0, 50, "page_views~replay-50")
+    taken_over = replays.ReplayMark("page_views", 0, 70, "page_views~replay-70")  # a --resume elsewhere
+    files = {"page_views.json": taken_over.to_json()}
+    monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: WritableFs(files))
+    assert not replays.release(settings, claim), "a claim taken over since is not the one to release"
+    assert files == {"page_views.json": taken_over.to_json()}
+    files["page_views.json"] = claim.to_json()
+    assert replays.release(settings, claim)
+    assert files == {}
+    with pytest.raises(replays.ReplayMarked, match="cancelled"):
+        replays.switch(settings, claim, 60_000)  # the replay that held it, still running elsewhere
+    assert files == {}, "no overlay: its rows are about to be deleted"
+
+
+@pytest.mark.parametrize(
+    ("claim", "words"),
+    [
+        (None, "no replay holds"),
+        ("page_views~replay-1", None),
+        ("", "in place"),
+    ],
+)
+def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settings, monkeypatch, claim, words):
+    from lambdactl import replay
+    from stores import realtime_cleanup, replays
+
+    held = {} if claim is None else {"page_views": replays.ReplayMark("page_views", 0, 1, claim)}
+    deleted: list[str] = []
+    released: list[replays.ReplayMark] = []
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: (held, {}))
+    monkeypatch.setattr(replays, "release", lambda _settings, mark: released.append(mark) or True)
+    monkeypatch.setattr("lambdactl.views.refresh_api", lambda _settings: None)
+    monkeypatch.setattr(replay, "CANCEL_SETTLE_S", 0.0)
+    monkeypatch.setattr(
+        realtime_cleanup,
+        "delete_view_from",
+        lambda _settings, name, _from, _ts: deleted.append(name) or realtime_cleanup.Cleanup(0, rows_below_cutoff=7),
+    )
+    if words is not None:
+        with pytest.raises(replay.Refused, match=words):
+            replay.cancel(settings, "page_views")
+        assert not released and not deleted
+    else:
+        assert replay.cancel(settings, "page_views") == {"view": "page_views", "shadow": claim, "rows_deleted": 7}
+        assert released == [held["page_views"]] and deleted == [claim]
