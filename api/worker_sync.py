@@ -88,9 +88,10 @@ class WorkerSync:
         it served."""
         if error is None:
             self.served = max(self.served, generation)
-        replace_text(
-            self.file, json.dumps({"generation": generation if error is None else self.served, "error": error})
-        )
+        # The count served (a reload this worker made itself meanwhile may be ahead of `generation`),
+        # and the count an error is about: a waiter for a later count is not failed by it.
+        state = {"generation": self.served, "error": error, "failed": generation if error else None}
+        replace_text(self.file, json.dumps(state))
 
     def reload_due(self) -> int | None:
         """The count to reload up to when a reload was counted that this worker does not serve yet
@@ -136,9 +137,11 @@ class WorkerSync:
             if not _alive(pid):
                 path.unlink(missing_ok=True)
                 continue
-            if state.get("error"):
+            if int(state.get("generation", 0)) >= generation:
+                continue
+            if state.get("error") and int(state.get("failed") or generation) >= generation:
                 behind[worker] = f"it could not read them ({state['error']})"
-            elif int(state.get("generation", 0)) < generation:
+            else:
                 behind[worker] = "it has not read them yet"
         return behind
 

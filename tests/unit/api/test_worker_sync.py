@@ -277,3 +277,35 @@ def test_a_worker_that_failed_to_follow_tries_again_without_being_asked(monkeypa
 
     with tempfile.TemporaryDirectory() as scratch:
         assert anyio.run(scenario, Path(scratch)) == ["reload", "reload", "reload"]
+
+
+def test_an_error_of_an_earlier_count_does_not_fail_a_later_reload_at_once(tmp_path):
+    """A worker that failed to follow count 1 (and waits to try again) is not yet a failure for count
+    2: the waiter of 2 waits for it, and it follows 2 (here: at once)."""
+    prepare(tmp_path)
+    behind, asking = WorkerSync(tmp_path), WorkerSync(tmp_path)
+    first = asking.bump()
+    behind.report(first, "ConnectionError: down for a moment")
+    assert asking.pending(first) == {
+        behind.file.name.removeprefix(worker_sync.WORKER_PREFIX): (
+            "it could not read them (ConnectionError: down for a moment)"
+        )
+    }
+    second = asking.bump()
+    assert list(asking.pending(second).values()) == ["it has not read them yet"]
+    behind.report(second)
+    assert asking.pending(second) == {}
+
+
+def test_a_follow_that_ends_after_the_workers_own_reload_reports_the_count_it_serves(tmp_path):
+    """The loop follows count 1 while the worker's own route reloads and counts 2: when the loop's
+    reload ends (well or not), the worker still reports 2, which it serves, and nothing failed at 2."""
+    prepare(tmp_path)
+    worker, other = WorkerSync(tmp_path), WorkerSync(tmp_path)
+    first = other.bump()  # counted by another worker; this one's loop starts following it
+    other.close()
+    second = worker.bump()  # this worker's own reload, done meanwhile
+    worker.report(first)  # the loop's reload of count 1 ends
+    assert worker.pending(second) == {}
+    worker.report(first, "ImportError: a module being written")  # or it failed
+    assert worker.pending(second) == {}
