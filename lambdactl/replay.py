@@ -132,17 +132,26 @@ def reader_refusal(reader: type, setting: str) -> str | None:
 CANCEL_SETTLE_S = 5.0
 
 
-def cancel(settings: Settings, view: str) -> dict:
-    """Take off the claim of an interrupted replay of `view` and delete the rows it wrote (no answer
-    read them: it never switched); the view then answers as before with nothing replaying. Refused
-    (changing nothing) when no replay holds the view, its holder still runs on this host, or the
-    claim is one `--resume` must finish (an unreadable mark, an earlier release's in-place replay)."""
+def cancel(settings: Settings, name: str) -> dict:
+    """Take off the claim of an interrupted replay of view `name` and delete the rows it wrote (no
+    answer read them: it never switched); the view then answers as before with nothing replaying.
+    Refused (changing nothing) when no replay holds the view, its holder still runs on this host, or
+    the claim is one `--resume` must finish (an unreadable mark, an earlier release's in-place replay)."""
     from lambdactl.views import refresh_api
     from stores import realtime_cleanup, replays
+    from stores.view_versions import read_versions
 
-    held = replays.read_replays(settings)[0].get(view)
-    if held is None:
-        raise Refused(f"no replay holds {view}'s mark: there is nothing to cancel")
+    try:  # a view's name stands for the storage names of its served and pending definitions
+        names = read_versions(settings).storages([name])
+    except KeyError:
+        names = [name]  # a storage name no longer declared: its claim can still be cancelled
+    claims = replays.read_replays(settings)[0]
+    held_names = [n for n in names if n in claims]
+    if not held_names:
+        raise Refused(f"no replay holds {name}'s mark: there is nothing to cancel")
+    if len(held_names) > 1:
+        raise Refused(f"replays hold the marks of {', '.join(held_names)}: cancel one of them by that name")
+    view, held = held_names[0], claims[held_names[0]]
     if held.unreadable:
         raise Refused(f"{view}'s replay mark is not one ({held.unreadable[:200]}): only `--resume` replaces it")
     if not held.shadow:
@@ -154,14 +163,29 @@ def cancel(settings: Settings, view: str) -> dict:
     if pid is not None:
         raise Refused(f"the replay holding {view}'s mark still runs (pid {pid} on this host): stop it, then `--cancel`")
     if not replays.release(settings, held):
-        raise Refused(f"another replay took {view}'s mark over meanwhile: it is that replay's now")
-    refresh_api(settings)
-    time.sleep(CANCEL_SETTLE_S)
-    if any(m.shadow == held.shadow for m in replays.read_replays(settings)[1].values()):
-        _say(f"{view}: its replay switched as it was cancelled: its rows ({held.shadow}) answer and are kept")
-        return {"view": view, "shadow": held.shadow, "rows_deleted": 0}
-    deleted = realtime_cleanup.delete_view_from(settings, held.shadow, 0, time.time_ns() // 1000)
-    return {"view": view, "shadow": held.shadow, "rows_deleted": deleted.rows_below_cutoff}
+        raise Refused(f"{view}'s mark changed meanwhile (another `--resume` or `--cancel`): look again")
+    try:
+        refresh_api(settings)
+        time.sleep(CANCEL_SETTLE_S)
+        if any(m.shadow == held.shadow for m in replays.read_replays(settings)[1].values()):
+            return {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": True}
+        deleted = realtime_cleanup.delete_view_from(settings, held.shadow, 0, time.time_ns() // 1000)
+    except Exception as exc:
+        raise CancelIncomplete(
+            f"{view}'s replay mark is off, but its rows ({held.shadow}) could not be deleted: {type(exc).__name__}: "
+            f"{str(exc)[:300]}; no answer reads them, and they expire with the realtime TTL"
+        ) from None
+    if not deleted.complete:
+        raise CancelIncomplete(
+            f"{view}'s replay mark is off; {deleted.rows_below_cutoff:,} of its rows ({held.shadow}) were deleted, "
+            f"{len(deleted.unreadable)} token range(s) could not be read: no answer reads the rest, and they expire "
+            "with the realtime TTL"
+        )
+    return {"view": view, "shadow": held.shadow, "rows_deleted": deleted.rows_below_cutoff, "switched": False}
+
+
+class CancelIncomplete(Exception):
+    """A cancelled replay's claim is off, but not all of its rows could be deleted."""
 
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
@@ -174,9 +198,17 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         except Refused as exc:
             _say(f"cancel refused, nothing changed: {exc}")
             return 2
+        except CancelIncomplete as exc:
+            _say(f"replay cancelled, not cleaned up: {exc}")
+            return 1
         if args.json:
             _emit(done)
-        _say(f"{args.view}: replay cancelled; {done['rows_deleted']:,} rows it wrote deleted; it answers as before")
+        if done["switched"]:
+            _say(
+                f"{done['view']}: not cancelled: its replay switched as the cancel began; its rows answer and are kept"
+            )
+            return 2
+        _say(f"{done['view']}: replay cancelled; {done['rows_deleted']:,} rows it wrote deleted; it answers as before")
         return 0
     try:
         plan = _plan(settings, args)

@@ -208,18 +208,20 @@ def mark(
 
 
 def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
-    """Switch the view's answers to the claim's shadow rows (ReplayMarked when the view has no claim
-    any more: it was cancelled): its overlay file appears, then the view's other overlays (which the claim's rows cover, and whose start is earlier: lambdactl/replay.py
+    """Switch the view's answers to the claim's shadow rows (ReplayMarked when the view's claim is no
+    longer this one: cancelled, or taken over by a `--resume`, which replays what this one did): its
+    overlay file appears, then the view's other overlays (which the claim's rows cover, and whose start is earlier: lambdactl/replay.py
     starts a replay after every mark it read) and the claim are deleted."""
     from stores.webhdfs import WebHdfs
 
     switched = ReplayMark(claim.view, claim.from_ms, claim.started_ms, claim.shadow, split_ms)
     directory = marks_dir(settings)
     with WebHdfs(settings) as fs:
-        if fs.read(f"{directory}/{claim.view}.json", max_bytes=MAX_MARK_BYTES) is None:
+        if not _holds(fs, f"{directory}/{claim.view}.json", claim):
             raise ReplayMarked(
-                f"the replay mark of {claim.view} was cancelled (`lambdactl replay --cancel`): its rows are deleted, "
-                "not switched to"
+                f"the replay mark of {claim.view} is no longer this replay's (cancelled with `lambdactl replay "
+                f"--cancel`, or taken over by a `--resume`): not switched; the rows it wrote ({claim.shadow}) are "
+                "read by no answer and expire with the realtime TTL"
             )
         fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
         for name, kind, length in fs.entries(directory):

@@ -192,6 +192,7 @@ def test_an_interrupted_replay_is_cancelled_its_rows_deleted_and_the_view_answer
             "view": VIEW,
             "shadow": shadow,
             "rows_deleted": 2,
+            "switched": False,
         }
         assert VIEW not in read_marks(settings)
         assert rows_named(settings, shadow) == 0

@@ -3,6 +3,8 @@ holds what it must read, and the state a replayed view is in."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from lambdactl.replay import Refused, resolve_from
@@ -308,7 +310,7 @@ def test_a_claims_holder_of_the_wrong_type_is_no_mark(data):
         ReplayMark.from_json("page_views", data)
 
 
-def test_a_switch_deletes_older_overlays_and_files_that_are_none_but_keeps_a_newer_replay_and_anothers_claim(
+def test_a_switch_deletes_older_overlays_and_files_that_are_none_but_keeps_a_newer_replay_and_is_refused_once_taken_over(
     settings, monkeypatch
 ):
     from stores import replays, webhdfs
@@ -326,16 +328,17 @@ def test_a_switch_deletes_older_overlays_and_files_that_are_none_but_keeps_a_new
 
     fs = WritableFs(files)
     monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: fs)
+    before = dict(files)
+    with pytest.raises(replays.ReplayMarked, match="taken over"):
+        replays.switch(settings, claim, 60_000)  # its claim is another replay's now: that one switches
+    assert files == before
+    files["page_views.json"] = claim.to_json()
     replays.switch(settings, claim, 60_000)
     assert set(files) == {
         "page_views.switched-50.json",
         "page_views.switched-90.json",
-        "page_views.json",
         "top_pages.switched-5.json",
-    }
-    files["page_views.json"] = claim.to_json()
-    replays.switch(settings, claim, 60_000)
-    assert "page_views.json" not in files, "its own claim goes once switched"
+    }, "its own claim goes once switched"
 
 
 def test_a_broken_overlay_file_keeps_the_views_readable_claim_and_its_holder():
@@ -375,6 +378,10 @@ def test_a_cancelled_claim_is_released_only_while_it_is_still_its_views_claim_an
     with pytest.raises(replays.ReplayMarked, match="cancelled"):
         replays.switch(settings, claim, 60_000)  # the replay that held it, still running elsewhere
     assert files == {}, "no overlay: its rows are about to be deleted"
+    files["page_views.json"] = later = replays.ReplayMark("page_views", 0, 80, "page_views~replay-80").to_json()
+    with pytest.raises(replays.ReplayMarked):
+        replays.switch(settings, claim, 60_000)  # nor once a new replay claimed the view after the cancel
+    assert files == {"page_views.json": later}
 
 
 @pytest.mark.parametrize(
@@ -383,6 +390,7 @@ def test_a_cancelled_claim_is_released_only_while_it_is_still_its_views_claim_an
         (None, "no replay holds"),
         ("page_views~replay-1", None),
         ("", "in place"),
+        ("unreadable", "only `--resume`"),
     ],
 )
 def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settings, monkeypatch, claim, words):
@@ -390,11 +398,16 @@ def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settin
     from stores import realtime_cleanup, replays
 
     held = {} if claim is None else {"page_views": replays.ReplayMark("page_views", 0, 1, claim)}
+    if claim == "unreadable":
+        held = {"page_views": replays.ReplayMark("page_views", 0, 1, "page_views~replay-1", unreadable="x: [1]")}
     deleted: list[str] = []
     released: list[replays.ReplayMark] = []
     monkeypatch.setattr(replays, "read_replays", lambda _settings: (held, {}))
     monkeypatch.setattr(replays, "release", lambda _settings, mark: released.append(mark) or True)
     monkeypatch.setattr("lambdactl.views.refresh_api", lambda _settings: None)
+    monkeypatch.setattr(
+        "stores.view_versions.read_versions", lambda _settings: SimpleNamespace(storages=lambda names: list(names))
+    )
     monkeypatch.setattr(replay, "CANCEL_SETTLE_S", 0.0)
     monkeypatch.setattr(
         realtime_cleanup,
@@ -406,5 +419,10 @@ def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settin
             replay.cancel(settings, "page_views")
         assert not released and not deleted
     else:
-        assert replay.cancel(settings, "page_views") == {"view": "page_views", "shadow": claim, "rows_deleted": 7}
+        assert replay.cancel(settings, "page_views") == {
+            "view": "page_views",
+            "shadow": claim,
+            "rows_deleted": 7,
+            "switched": False,
+        }
         assert released == [held["page_views"]] and deleted == [claim]
