@@ -141,12 +141,15 @@ def cancel(settings: Settings, name: str) -> dict:
     from stores import realtime_cleanup, replays
     from stores.view_versions import read_versions
 
-    try:  # a view's name stands for the storage names of its served and pending definitions
-        names = read_versions(settings).storages([name])
-    except KeyError:
-        names = [name]  # a storage name no longer declared: its claim can still be cancelled
     claims = replays.read_replays(settings)[0]
-    held_names = [n for n in names if n in claims]
+    if name in claims:  # a storage name, or a view's name its claim is under
+        held_names = [name]
+    else:
+        try:  # a view's name stands for the storage names of its served and pending definitions
+            names = read_versions(settings).storages([name])
+        except Exception:  # noqa: BLE001 - undeclared, or the stores cannot say: the name as given
+            names = [name]
+        held_names = [n for n in names if n in claims]
     if not held_names:
         raise Refused(f"no replay holds {name}'s mark: there is nothing to cancel")
     if len(held_names) > 1:
@@ -172,20 +175,28 @@ def cancel(settings: Settings, name: str) -> dict:
         deleted = realtime_cleanup.delete_view_from(settings, held.shadow, 0, time.time_ns() // 1000)
     except Exception as exc:
         raise CancelIncomplete(
-            f"{view}'s replay mark is off, but its rows ({held.shadow}) could not be deleted: {type(exc).__name__}: "
-            f"{str(exc)[:300]}; no answer reads them, and they expire with the realtime TTL"
+            {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": False, "complete": False},
+            f"{view}'s replay mark is off, but its rows ({held.shadow}) could not be checked and deleted: "
+            f"{type(exc).__name__}: {str(exc)[:300]}; unless its replay switched meanwhile, no answer reads them, and "
+            "they expire with the realtime TTL (speed.ttl_s)",
         ) from None
+    done = {"view": view, "shadow": held.shadow, "rows_deleted": deleted.rows_below_cutoff, "switched": False}
     if not deleted.complete:
         raise CancelIncomplete(
+            {**done, "complete": False},
             f"{view}'s replay mark is off; {deleted.rows_below_cutoff:,} of its rows ({held.shadow}) were deleted, "
             f"{len(deleted.unreadable)} token range(s) could not be read: no answer reads the rest, and they expire "
-            "with the realtime TTL"
+            "with the realtime TTL (speed.ttl_s)",
         )
-    return {"view": view, "shadow": held.shadow, "rows_deleted": deleted.rows_below_cutoff, "switched": False}
+    return done
 
 
 class CancelIncomplete(Exception):
-    """A cancelled replay's claim is off, but not all of its rows could be deleted."""
+    """A cancelled replay's claim is off, but not all of its rows could be deleted: `summary` says how far."""
+
+    def __init__(self, summary: dict, message: str) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
@@ -199,6 +210,8 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
             _say(f"cancel refused, nothing changed: {exc}")
             return 2
         except CancelIncomplete as exc:
+            if args.json:
+                _emit(exc.summary)
             _say(f"replay cancelled, not cleaned up: {exc}")
             return 1
         if args.json:
@@ -221,8 +234,11 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     view, from_ms, replaced = plan
     try:
         return _run(settings, view, from_ms, replaced, args)
-    except (ReplayMarked, Refused) as exc:  # another replay took the mark, or the view moved, since the plan
+    except Refused as exc:  # the view moved since the plan
         _say(f"replay refused, nothing changed: {exc}")
+        return 2
+    except ReplayMarked as exc:  # another replay holds the mark (at the claim), or took it (at the switch)
+        _say(f"replay refused: {exc}")
         return 2
     except Exception as exc:  # a store or Spark failed part-way: the claim stays, the view answers as before
         _say(
@@ -327,7 +343,16 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
 
     started_ms = max([int(time.time() * 1000)] + [m.started_ms + 1 for m in replaced])  # after every mark read
     shadow = shadow_name(view.name, started_ms)
-    claim = mark(settings, view.name, from_ms, started_ms, take_over=args.resume, shadow=shadow)
+    taken = [(m.started_ms, *m.replaces) for m in replaced if not m.switched]  # the claim a --resume takes over
+    claim = mark(
+        settings,
+        view.name,
+        from_ms,
+        started_ms,
+        take_over=args.resume,
+        shadow=shadow,
+        replaces=taken[0] if taken else (),
+    )
     # Still maintained, now that the claim is made: a retirement (`views apply`) that began after the
     # plan first stops the speed layer maintaining the name, then deletes its rows unless claimed.
     try:

@@ -54,6 +54,9 @@ class ReplayMark:
     unreadable: str = ""
     host: str = ""  # the host and process of the replay holding the claim (`--resume` asks whether it runs)
     pid: int = 0
+    # A claim a `--resume` made: the started_ms of the claims it took over (theirs too). Such a replay,
+    # still running, may switch (the resume's newer rows replace its rows afterwards).
+    replaces: tuple[int, ...] = ()
 
     @property
     def switched(self) -> bool:
@@ -63,6 +66,8 @@ class ReplayMark:
         doc = {"from_ms": self.from_ms, "started_ms": self.started_ms, "shadow": self.shadow, "split_ms": self.split_ms}
         if self.host:
             doc.update(host=self.host, pid=self.pid)
+        if self.replaces:
+            doc["replaces"] = list(self.replaces)
         return json.dumps(doc).encode()
 
     @classmethod
@@ -95,7 +100,10 @@ class ReplayMark:
         host, pid = doc.get("host") or "", doc.get("pid") or 0
         if not isinstance(host, str) or len(host) > 255 or type(pid) is not int or not 0 <= pid < 2**31:
             raise ValueError("host or pid is not a host name and a process id")
-        return cls(view, from_ms, started_ms, shadow, split_ms, host=host, pid=pid)
+        replaces = doc.get("replaces", [])
+        if not isinstance(replaces, list) or not all(type(t) is int and 0 <= t <= _LATEST_MS for t in replaces):
+            raise ValueError("replaces is not a list of times in ms")
+        return cls(view, from_ms, started_ms, shadow, split_ms, host=host, pid=pid, replaces=tuple(replaces))
 
 
 SHADOW_SEPARATOR = "~replay-"  # never in a declared view's name (definitions.views: identifiers)
@@ -182,13 +190,22 @@ def _unreadable(claims: dict[str, ReplayMark], view: str, name: str, why: str) -
 
 
 def mark(
-    settings: Settings, view: str, from_ms: int, started_ms: int, take_over: bool = False, shadow: str = ""
+    settings: Settings,
+    view: str,
+    from_ms: int,
+    started_ms: int,
+    take_over: bool = False,
+    shadow: str = "",
+    replaces: tuple[int, ...] = (),
 ) -> ReplayMark:
-    """Claim the view's mark (unswitched); ReplayMarked when it is held and `take_over` is False."""
+    """Claim the view's mark (unswitched); ReplayMarked when it is held and `take_over` is False.
+    `replaces`: the started_ms of the claims a take-over replaces (ReplayMark.replaces)."""
     from stores.webhdfs import WebHdfs, WebHdfsError
 
     path = f"{marks_dir(settings)}/{view}.json"
-    claimed = ReplayMark(view, from_ms, started_ms, shadow, host=socket.gethostname(), pid=os.getpid())
+    claimed = ReplayMark(
+        view, from_ms, started_ms, shadow, host=socket.gethostname(), pid=os.getpid(), replaces=replaces
+    )
     data = claimed.to_json()
     with WebHdfs(settings) as fs:
         fs.mkdirs(marks_dir(settings))
@@ -208,20 +225,19 @@ def mark(
 
 
 def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
-    """Switch the view's answers to the claim's shadow rows (ReplayMarked when the view's claim is no
-    longer this one: cancelled, or taken over by a `--resume`, which replays what this one did): its
-    overlay file appears, then the view's other overlays (which the claim's rows cover, and whose start is earlier: lambdactl/replay.py
+    """Switch the view's answers to the claim's shadow rows (ReplayMarked when the view's claim is
+    neither this one nor a `--resume` that took this one over: it was cancelled): its overlay file appears, then the view's other overlays (which the claim's rows cover, and whose start is earlier: lambdactl/replay.py
     starts a replay after every mark it read) and the claim are deleted."""
     from stores.webhdfs import WebHdfs
 
     switched = ReplayMark(claim.view, claim.from_ms, claim.started_ms, claim.shadow, split_ms)
     directory = marks_dir(settings)
     with WebHdfs(settings) as fs:
-        if not _holds(fs, f"{directory}/{claim.view}.json", claim):
+        if not _answers_for(fs, f"{directory}/{claim.view}.json", claim):
             raise ReplayMarked(
                 f"the replay mark of {claim.view} is no longer this replay's (cancelled with `lambdactl replay "
-                f"--cancel`, or taken over by a `--resume`): not switched; the rows it wrote ({claim.shadow}) are "
-                "read by no answer and expire with the realtime TTL"
+                f"--cancel`, or another replay claimed the view since): not switched; the rows it wrote "
+                f"({claim.shadow}) are read by no answer and expire with the realtime TTL (speed.ttl_s)"
             )
         fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
         for name, kind, length in fs.entries(directory):
@@ -246,6 +262,18 @@ def _is_switched(fs, path: str, view: str, kind: str, length: int) -> bool:
         return data is not None and ReplayMark.from_json(view, data).switched
     except ValueError:
         return False
+
+
+def _answers_for(fs, path: str, claim: ReplayMark) -> bool:
+    """Whether the claim file is `claim`'s, or a `--resume`'s that took `claim` over."""
+    data = fs.read(path, max_bytes=MAX_MARK_BYTES)
+    if data is None:
+        return False
+    try:
+        current = ReplayMark.from_json(claim.view, data)
+    except ValueError:
+        return True  # no mark: not another replay's claim either
+    return current.started_ms == claim.started_ms or claim.started_ms in current.replaces
 
 
 def _holds(fs, path: str, claim: ReplayMark) -> bool:

@@ -3,6 +3,7 @@ holds what it must read, and the state a replayed view is in."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -310,7 +311,7 @@ def test_a_claims_holder_of_the_wrong_type_is_no_mark(data):
         ReplayMark.from_json("page_views", data)
 
 
-def test_a_switch_deletes_older_overlays_and_files_that_are_none_but_keeps_a_newer_replay_and_is_refused_once_taken_over(
+def test_a_switch_deletes_older_overlays_and_files_that_are_none_keeps_a_newer_replay_and_needs_its_claim_or_a_resume_of_it(
     settings, monkeypatch
 ):
     from stores import replays, webhdfs
@@ -329,16 +330,22 @@ def test_a_switch_deletes_older_overlays_and_files_that_are_none_but_keeps_a_new
     fs = WritableFs(files)
     monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: fs)
     before = dict(files)
-    with pytest.raises(replays.ReplayMarked, match="taken over"):
-        replays.switch(settings, claim, 60_000)  # its claim is another replay's now: that one switches
+    with pytest.raises(replays.ReplayMarked, match="no longer this replay's"):
+        replays.switch(settings, claim, 60_000)  # another replay claimed the view (not taking this one over)
     assert files == before
-    files["page_views.json"] = claim.to_json()
+    resumed = replays.ReplayMark("page_views", 0, 70, "page_views~replay-70", replaces=(50, 20))
+    files["page_views.json"] = resumed.to_json()  # a --resume took this claim over: this one may switch
     replays.switch(settings, claim, 60_000)
     assert set(files) == {
         "page_views.switched-50.json",
         "page_views.switched-90.json",
+        "page_views.json",
         "top_pages.switched-5.json",
-    }, "its own claim goes once switched"
+    }, "the resume's claim stays"
+    assert replays.ReplayMark.from_json("page_views", files["page_views.json"]) == resumed
+    files["page_views.json"] = claim.to_json()
+    replays.switch(settings, claim, 60_000)
+    assert "page_views.json" not in files, "its own claim goes once switched"
 
 
 def test_a_broken_overlay_file_keeps_the_views_readable_claim_and_its_holder():
@@ -426,3 +433,41 @@ def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settin
             "switched": False,
         }
         assert released == [held["page_views"]] and deleted == [claim]
+
+
+def test_cancel_names_what_it_left_a_switch_it_lost_to_and_finds_a_claim_under_the_name_given(settings, monkeypatch):
+    from lambdactl import replay
+    from stores import realtime_cleanup, replays
+
+    held = replays.ReplayMark("page_views__ab12", 0, 1, "page_views__ab12~replay-1")
+    overlays: dict = {}
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({"page_views__ab12": held}, overlays))
+    monkeypatch.setattr(replays, "release", lambda _settings, mark: True)
+    monkeypatch.setattr("lambdactl.views.refresh_api", lambda _settings: None)
+    monkeypatch.setattr(replay, "CANCEL_SETTLE_S", 0.0)
+
+    def stores_down(_settings):
+        raise ConnectionError("HBase is down")
+
+    monkeypatch.setattr("stores.view_versions.read_versions", stores_down)
+    from stores.realtime_scan import Unreadable
+
+    partial = realtime_cleanup.Cleanup(0, rows_below_cutoff=3, unreadable=[Unreadable("t", 0, 1, "timeout")])
+    monkeypatch.setattr(realtime_cleanup, "delete_view_from", lambda *_args: partial)
+    # The storage name as given needs no store to resolve it; a deletion that could not read every
+    # token range says how far it got.
+    with pytest.raises(replay.CancelIncomplete, match="3 of its rows") as incomplete:
+        replay.cancel(settings, "page_views__ab12")
+    assert incomplete.value.summary["complete"] is False and incomplete.value.summary["rows_deleted"] == 3
+    with pytest.raises(replay.Refused, match="no replay holds page_views's mark"):
+        replay.cancel(settings, "page_views")  # its storage names cannot be read: only the name given
+    overlays["page_views__ab12"] = replace(held, split_ms=60_000)  # it switched as the cancel began
+    assert replay.cancel(settings, "page_views__ab12")["switched"] is True
+
+
+@pytest.mark.parametrize("replaces", ['"1"', "[1.5]", "[-1]", '["x"]', "{}"])
+def test_a_claims_replaces_of_the_wrong_type_is_no_mark(replaces):
+    from stores.replays import ReplayMark
+
+    with pytest.raises(ValueError, match="replaces"):
+        ReplayMark.from_json("page_views", f'{{"from_ms": 5, "started_ms": 6, "replaces": {replaces}}}'.encode())
