@@ -226,8 +226,9 @@ def mark(
 
 def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
     """Switch the view's answers to the claim's shadow rows (ReplayMarked when the view's claim is
-    neither this one nor a `--resume` that took this one over: it was cancelled): its overlay file appears, then the view's other overlays (which the claim's rows cover, and whose start is earlier: lambdactl/replay.py
-    starts a replay after every mark it read) and the claim are deleted."""
+    neither this one nor a `--resume` that took this one over: it was cancelled): its overlay file
+    appears, then the view's other overlays (which the claim's rows cover, and whose start is
+    earlier: lambdactl/replay.py starts a replay after every mark it read) and the claim are deleted."""
     from stores.webhdfs import WebHdfs
 
     switched = ReplayMark(claim.view, claim.from_ms, claim.started_ms, claim.shadow, split_ms)
