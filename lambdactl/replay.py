@@ -127,80 +127,10 @@ def reader_refusal(reader: type, setting: str) -> str | None:
     )
 
 
-# How long `--cancel` waits between taking the claim off and deleting its rows: a replay elsewhere that
-# read the claim just before it went has written its overlay by then (its rows are then kept).
-CANCEL_SETTLE_S = 5.0
-
-
-def cancel(settings: Settings, name: str) -> dict:
-    """Take off the claim of an interrupted replay of view `name` and delete the rows it wrote (no
-    answer read them: it never switched); the view then answers as before with nothing replaying.
-    Refused (changing nothing) when no replay holds the view, its holder still runs on this host, or
-    the claim is one `--resume` must finish (an unreadable mark, an earlier release's in-place replay)."""
-    from lambdactl.views import refresh_api
-    from stores import realtime_cleanup, replays
-    from stores.view_versions import read_versions
-
-    claims = replays.read_replays(settings)[0]
-    if name in claims:  # a storage name, or a view's name its claim is under
-        held_names = [name]
-    else:
-        try:  # a view's name stands for the storage names of its served and pending definitions
-            names = read_versions(settings).storages([name])
-        except Exception:  # noqa: BLE001 - undeclared, or the stores cannot say: the name as given
-            names = [name]
-        held_names = [n for n in names if n in claims]
-    if not held_names:
-        raise Refused(f"no replay holds {name}'s mark: there is nothing to cancel")
-    if len(held_names) > 1:
-        raise Refused(f"replays hold the marks of {', '.join(held_names)}: cancel one of them by that name")
-    view, held = held_names[0], claims[held_names[0]]
-    if held.unreadable:
-        raise Refused(f"{view}'s replay mark is not one ({held.unreadable[:200]}): only `--resume` replaces it")
-    if not held.shadow:
-        raise Refused(
-            f"{view} is claimed by a replay of an earlier release, which rewrote its rows in place: only "
-            "`--resume` makes them exact again"
-        )
-    pid = running_holder(held)
-    if pid is not None:
-        raise Refused(f"the replay holding {view}'s mark still runs (pid {pid} on this host): stop it, then `--cancel`")
-    if not replays.release(settings, held):
-        raise Refused(f"{view}'s mark changed meanwhile (another `--resume` or `--cancel`): look again")
-    try:
-        refresh_api(settings)
-        time.sleep(CANCEL_SETTLE_S)
-        if any(m.shadow == held.shadow for m in replays.read_replays(settings)[1].values()):
-            return {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": True}
-        deleted = realtime_cleanup.delete_view_from(settings, held.shadow, 0, time.time_ns() // 1000)
-    except Exception as exc:
-        raise CancelIncomplete(
-            {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": False, "complete": False},
-            f"{view}'s replay mark is off, but its rows ({held.shadow}) could not be checked and deleted: "
-            f"{type(exc).__name__}: {str(exc)[:300]}; unless its replay switched meanwhile, no answer reads them, and "
-            "they expire with the realtime TTL (speed.ttl_s)",
-        ) from None
-    done = {"view": view, "shadow": held.shadow, "rows_deleted": deleted.rows_below_cutoff, "switched": False}
-    if not deleted.complete:
-        raise CancelIncomplete(
-            {**done, "complete": False},
-            f"{view}'s replay mark is off; {deleted.rows_below_cutoff:,} of its rows ({held.shadow}) were deleted, "
-            f"{len(deleted.unreadable)} token range(s) could not be read: no answer reads the rest, and they expire "
-            "with the realtime TTL (speed.ttl_s)",
-        )
-    return done
-
-
-class CancelIncomplete(Exception):
-    """A cancelled replay's claim is off, but not all of its rows could be deleted: `summary` says how far."""
-
-    def __init__(self, summary: dict, message: str) -> None:
-        super().__init__(message)
-        self.summary = summary
-
-
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     if getattr(args, "cancel", False):
+        from lambdactl.replay_cancel import CancelIncomplete, cancel
+
         if args.from_ or args.resume:
             _say("replay refused, nothing changed: --cancel takes no --from or --resume")
             return 2

@@ -401,7 +401,7 @@ def test_a_cancelled_claim_is_released_only_while_it_is_still_its_views_claim_an
     ],
 )
 def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settings, monkeypatch, claim, words):
-    from lambdactl import replay
+    from lambdactl import replay_cancel as replay
     from stores import realtime_cleanup, replays
 
     held = {} if claim is None else {"page_views": replays.ReplayMark("page_views", 0, 1, claim)}
@@ -436,7 +436,7 @@ def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settin
 
 
 def test_cancel_names_what_it_left_a_switch_it_lost_to_and_finds_a_claim_under_the_name_given(settings, monkeypatch):
-    from lambdactl import replay
+    from lambdactl import replay_cancel as replay
     from stores import realtime_cleanup, replays
 
     held = replays.ReplayMark("page_views__ab12", 0, 1, "page_views__ab12~replay-1")
