@@ -36,6 +36,15 @@ def directory(tmp_path):
     return path
 
 
+@pytest.fixture
+def marks_readable(monkeypatch):
+    """The speed marker (none yet) and the replay marks (none) read without HDFS."""
+    from stores import checkpoints, replays
+
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+
+
 def tripwires_fail_as_a_store(*clients) -> None:
     for client in clients:
         client.app.state.serving.failure = StoreUnavailable("hbase", "down for the test")
@@ -133,7 +142,7 @@ REFRESH = "/api/v1/admin/views/refresh"
 
 
 def test_a_refresh_answered_by_one_worker_is_made_by_the_other_without_reading_the_view_modules(
-    declared, directory, monkeypatch
+    declared, directory, monkeypatch, marks_readable
 ):
     settings, declare = declared
     auth = {"Authorization": f"Bearer {token(settings)}"}
@@ -176,7 +185,7 @@ def test_a_worker_behind_a_reload_and_a_refresh_reads_the_views_again():
         assert anyio.run(scenario, Path(scratch)) == ["reload", "refresh"]
 
 
-def test_a_worker_asked_to_refresh_before_it_followed_a_reload_makes_the_reload(declared, directory):
+def test_a_worker_asked_to_refresh_before_it_followed_a_reload_makes_the_reload(declared, directory, marks_readable):
     """A refresh answered by a worker that has not yet followed a reload counted just before (its
     loop looks every 0.2 s, a reload takes seconds) makes that reload: counting the refresh must not
     hide it, or `views apply` would be answered while this worker keeps the old routes."""
