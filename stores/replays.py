@@ -265,8 +265,8 @@ def _is_switched(fs, path: str, view: str, kind: str, length: int) -> bool:
         return False
 
 
-def _answers_for(fs, path: str, claim: ReplayMark) -> bool:
-    """Whether the claim file is `claim`'s, or a `--resume`'s that took `claim` over."""
+def _answers_for(fs, path: str, claim: ReplayMark, take_overs: bool = True) -> bool:
+    """Whether the claim file is `claim`'s, or (`take_overs`) a `--resume`'s that took `claim` over."""
     data = fs.read(path, max_bytes=MAX_MARK_BYTES)
     if data is None:
         return False
@@ -274,18 +274,12 @@ def _answers_for(fs, path: str, claim: ReplayMark) -> bool:
         current = ReplayMark.from_json(claim.view, data)
     except ValueError:
         return True  # no mark: not another replay's claim either
-    return current.started_ms == claim.started_ms or claim.started_ms in current.replaces
+    return current.started_ms == claim.started_ms or (take_overs and claim.started_ms in current.replaces)
 
 
 def _holds(fs, path: str, claim: ReplayMark) -> bool:
     """Whether the claim file is still `claim`'s (a `--resume` elsewhere may have taken it over since)."""
-    data = fs.read(path, max_bytes=MAX_MARK_BYTES)
-    if data is None:
-        return False
-    try:
-        return ReplayMark.from_json(claim.view, data).started_ms == claim.started_ms
-    except ValueError:
-        return True  # no mark: not another replay's claim either
+    return _answers_for(fs, path, claim, take_overs=False)
 
 
 def overlay_cutoffs(overlays: dict[str, ReplayMark], cutoffs_s: dict[str, int]) -> tuple[dict[str, int], list]:
