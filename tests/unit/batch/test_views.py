@@ -87,6 +87,68 @@ def test_unique_visitors_exact_and_sketch(spark, events):
     assert round(hll_sketch.deserialize(bytes(got["/"].sketch)).get_estimate()) == 3
 
 
+def test_distinct_counts_values_not_events_and_skips_missing_values(spark, events):
+    """The exact count is of distinct values: an event without one (no user) counts for nothing, and
+    a bucket whose events all lack one is 0, as countDistinct has it; extra keys split the groups."""
+    from datasketches import hll_sketch
+    from pyspark.sql import functions as F
+
+    extra = spark.createDataFrame([ev(0, "/", None), ev(5, "/n", None), ev(5, "/n", None, second=9)], EVENT_SCHEMA)
+    rows = events.unionByName(extra).withColumn("part", F.when(F.col("user_id") == "u2", 1).otherwise(0))
+    exact = F.countDistinct("user_id").alias("value")
+    expected = (
+        UNIQUE_VISITORS.filtered(rows)
+        .groupBy("url", (F.floor(F.unix_seconds("event_time") / 3600) * 3600).cast("bigint").alias("event_bucket"))
+        .agg(exact)
+    )
+    assertDataFrameEqual(UNIQUE_VISITORS.compute(rows, "hour").select("url", "event_bucket", "value"), expected)
+    got = {r.url: r for r in UNIQUE_VISITORS.compute(rows, "hour").collect()}
+    assert got["/n"].value == 0 and hll_sketch.deserialize(bytes(got["/n"].sketch)).is_empty()
+    for extra in (["part"], (k for k in ["part"])):  # any iterable of extra keys, a generator too
+        split = UNIQUE_VISITORS.compute(rows, "minute", extra_keys=extra).where("url = '/'")
+        assert sorted((r.event_bucket % 3600, r.part, r.value) for r in split.collect()) == [
+            (0, 0, 1),
+            (0, 1, 1),
+            (60, 0, 1),
+        ]
+
+
+def test_a_distinct_cells_estimate_does_not_depend_on_how_spark_split_the_work(spark):
+    """Built by updates in one order, a sketch's own estimate (HIP) depends on that order; the batch
+    layer's sketch is a union, estimated from its registers alone, so a recompute of the same events
+    answers the same whatever the partitioning."""
+    from datasketches import hll_sketch
+    from pyspark.sql import functions as F
+
+    events = spark.range(0, 30_000, numPartitions=4).select(
+        F.timestamp_seconds(F.lit(1_795_000_000)).alias("event_time"),
+        F.concat(F.lit("u"), ((F.col("id") * 7919) % 10_000).cast("string")).alias("user_id"),
+        F.lit("/").alias("url"),
+        F.lit("page_view").alias("event_type"),
+        F.lit(1).alias("schema_version"),
+    )
+    estimates = {
+        hll_sketch.deserialize(bytes(UNIQUE_VISITORS.compute(frame, "hour").first().sketch)).get_estimate()
+        for frame in (events, events.repartition(3), events.repartition(1), events.coalesce(2))
+    }
+    assert len(estimates) == 1, estimates
+
+
+def test_distinct_builds_one_sketch_per_cell_not_per_value(spark, events):
+    """countDistinct beside the sketch makes Spark group by the counted column first and build a
+    sketch for every (key, bucket, value): millions of sketch objects. The exact count and the
+    sketch come from the distinct (key, bucket, value) rows instead, one sketch per cell."""
+    import re
+
+    plan = UNIQUE_VISITORS.compute(events, "minute")._jdf.queryExecution().executedPlan().toString()
+    sketching = [line for line in plan.splitlines() if "hll_sketch_agg" in line]
+    assert sketching, plan
+    for line in sketching:  # grouped by the cell alone: the view's key and the bucket
+        keys = re.search(r"keys=\[([^\]]*)\]", line)
+        assert keys is not None, line
+        assert {re.sub(r"#\d+L?$", "", k.strip()) for k in keys.group(1).split(",")} == {"url", "event_bucket"}, line
+
+
 def test_speed_layer_form_keeps_extra_keys_and_only_the_sketch(spark, events):
     from pyspark.sql import functions as F
 
