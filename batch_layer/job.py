@@ -40,6 +40,7 @@ from stores.batch_writer import (
     VerificationError,
     create_table,
     missing_tables,
+    table_splits,
     verify_table,
     write_partitions,
 )
@@ -193,24 +194,32 @@ def run_batch(
         n_events = events.count()
         log.info("%d distinct events ingested before the cutoff", n_events)
         tables: dict[str, TableStats] = {}
+        splits: dict[str, list[bytes]] = {}
         for view in selected:
             name = layout.table_name(view, version)
             create_table(settings, name)
-            expected = TableStats()
+            written = []
             for granularity in view.granularities:
                 computed = view.compute(events, granularity)
-                stats = write_partitions(settings, name, view, granularity, computed)
-                expected = expected + stats
-                log.info("%s/%s: %d cells written", view.name, granularity, stats.cells)
-            verify_table(settings, name, view, expected)
+                written.append(write_partitions(settings, name, view, granularity, computed))
+                log.info("%s/%s: %d cells written", view.name, granularity, written[-1].stats.cells)
+            expected = sum((w.stats for w in written), TableStats())
+            splits[view.name] = table_splits(settings, written)
+            verify_table(settings, name, view, expected, splits[view.name])
             tables[view.name] = expected
             log.info(
-                "%s verified: %d rows, %d cells, checksum %d", name, expected.rows, expected.cells, expected.checksum
+                "%s verified in %d ranges: %d rows, %d cells, checksum %d",
+                name,
+                len(splits[view.name]) + 1,
+                expected.rows,
+                expected.cells,
+                expected.checksum,
             )
         events.unpersist()
         run_stats = {
             "events": n_events,
             "tables": {k: vars(t) for k, t in tables.items()},
+            "splits": {k: [key.hex() for key in keys] for k, keys in splits.items()},
             "seconds": round(time.monotonic() - started, 1),
         }
         store.record_run(version, state="verified", stats=run_stats, verified_ms=int(time.time() * 1000))
@@ -239,9 +248,11 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     _tables_kept(settings, version, run)
     registry = {v.name: v for v in selected_views(settings, version_store(settings).pointer(), run.get("views"))}
     found = {}
+    recorded_splits = run["stats"].get("splits", {})  # runs of earlier releases have none: one scan
     for name, recorded in run["stats"]["tables"].items():
         expected = TableStats(**recorded)
-        verify_table(settings, layout.table_name(name, version), registry[name], expected)
+        splits = [bytes.fromhex(key) for key in recorded_splits.get(name, [])]
+        verify_table(settings, layout.table_name(name, version), registry[name], expected, splits)
         found[name] = expected
     return found
 

@@ -12,7 +12,7 @@ from batch_engines import spark_events  # bench/ itself: the scripts run as file
 from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, UNIQUE_VISITORS, View
 from stores import batch_layout as layout
-from stores.batch_writer import TableStats, create_table, verify_table, write_partitions
+from stores.batch_writer import TableStats, create_table, table_splits, verify_table, write_partitions
 from stores.clients import hbase_connection
 
 log = logging.getLogger("bench.batch")
@@ -38,20 +38,28 @@ def load_view(
     computed: dict,
     verify: bool,
     granularities: tuple[str, ...] | None = None,
-) -> tuple[int, float]:
-    """Write `view` (every granularity by default) into a fresh table `name`, then drop it; (cells, seconds)."""
+) -> dict:
+    """Write `view` (every granularity by default) into a fresh table `name`, verify it (if asked)
+    both ways the job can, one scan and split into ranges as the job does, then drop it."""
     create_table(settings, name)
     try:
         started = time.monotonic()
-        written = TableStats()
-        for granularity in granularities or view.granularities:
-            written = written + write_partitions(settings, name, view, granularity, computed[(view.name, granularity)])
-        seconds = time.monotonic() - started
+        written = [
+            write_partitions(settings, name, view, g, computed[(view.name, g)])
+            for g in granularities or view.granularities
+        ]
+        load = {"cells": sum(w.stats.cells for w in written), "seconds": time.monotonic() - started}
         if verify:
-            verify_table(settings, name, view, written)
+            expected = sum((w.stats for w in written), TableStats())
+            splits = table_splits(settings, written)
+            for label, keys in (("verify_one_scan_s", []), ("verify_ranges_s", splits)):
+                started = time.monotonic()
+                verify_table(settings, name, view, expected, keys)
+                load[label] = time.monotonic() - started
+            load["verify_ranges"] = len(splits) + 1
     finally:
         drop_table(settings, name)
-    return written.cells, seconds
+    return load
 
 
 def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], rounds: int, verify: bool) -> dict:
@@ -66,7 +74,7 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
     computed = {(v.name, g): v.compute(events, g).localCheckpoint(eager=True) for v in views for g in v.granularities}
     events.unpersist(blocking=True)
     stamp = int(time.time())
-    samples: dict[int, dict[str, list[tuple[int, float]]]] = {b: {v.name: [] for v in views} for b in batch_sizes}
+    samples: dict[int, dict[str, list[dict]]] = {b: {v.name: [] for v in views} for b in batch_sizes}
     try:
         # Untimed: starts the Python workers and the Thrift connections' server side.
         load_view(settings, layout.table_name("bench_warmup", stamp), PAGE_VIEWS, computed, False, ("hour",))
@@ -75,36 +83,46 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
                 tuned = with_put_batch_size(settings, batch_size)
                 for view in views:
                     name = layout.table_name(f"bench_{view.name}", stamp + 1 + r * len(batch_sizes) + n)
-                    cells, seconds = load_view(tuned, name, view, computed, verify)
-                    samples[batch_size][view.name].append((cells, seconds))
+                    load = load_view(tuned, name, view, computed, verify)
+                    samples[batch_size][view.name].append(load)
                     log.info(
                         "round %d, put batch %d: %s, %d cells in %.1fs = %.0f cells/s%s",
                         r + 1,
                         batch_size,
                         name,
-                        cells,
-                        seconds,
-                        cells / seconds,
-                        " (verified)" if verify else "",
+                        load["cells"],
+                        load["seconds"],
+                        load["cells"] / load["seconds"],
+                        f" (verified: one scan {load['verify_one_scan_s']:.1f}s, {load['verify_ranges']} ranges "
+                        f"{load['verify_ranges_s']:.1f}s)"
+                        if verify
+                        else "",
                     )
     finally:
         for frame in computed.values():
             frame.unpersist()
     trials = []
     for batch_size in batch_sizes:
-        trial = {"put_batch_size": batch_size, "views": {}}
+        trial: dict = {"put_batch_size": batch_size, "views": {}}
         for view in views:
-            cells = samples[batch_size][view.name][0][0]
-            seconds = statistics.median(s for _, s in samples[batch_size][view.name])
+            loads = samples[batch_size][view.name]
+            seconds = statistics.median(x["seconds"] for x in loads)
             trial["views"][view.name] = {
-                "cells": cells,
+                "cells": loads[0]["cells"],
                 "seconds": seconds,
-                "cells_per_s": cells / seconds,
-                "runs_s": [s for _, s in samples[batch_size][view.name]],
+                "cells_per_s": loads[0]["cells"] / seconds,
+                "runs_s": [x["seconds"] for x in loads],
             }
+            if verify:
+                for label in ("verify_one_scan_s", "verify_ranges_s"):
+                    trial["views"][view.name][label] = statistics.median(x[label] for x in loads)
+                trial["views"][view.name]["verify_ranges"] = loads[0]["verify_ranges"]
         trial["cells"] = sum(v["cells"] for v in trial["views"].values())
         trial["seconds"] = sum(v["seconds"] for v in trial["views"].values())
         trial["cells_per_s"] = trial["cells"] / trial["seconds"]
+        if verify:
+            for label in ("verify_one_scan_s", "verify_ranges_s"):
+                trial[label] = sum(v[label] for v in trial["views"].values())
         trials.append(trial)
     fastest = max(trials, key=lambda t: t["cells_per_s"])
     return {

@@ -122,6 +122,9 @@ class BatchSettings(_Section):
     # alone for this long after it started; a killed run's tables go at the first swap after it.
     retention_grace_s: int = Field(3_600, ge=0)
     put_batch_size: int = Field(2_000, ge=1)
+    # Verification scans a written table back in this many row ranges at once (one Thrift
+    # connection each), split at row keys sampled from the computation.
+    verify_threads: int = Field(4, ge=1, le=32)
     # The realtime clean-up deletes rows a swap absorbed only this long after the swap: longer than
     # the API reuses a pointer (`api.pointer_cache_s`) plus the longest query, so no answer computed
     # from the previous pointer misses them.

@@ -4,6 +4,8 @@ layer's one way to put cells into a batch-view table (the row and column layout 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from definitions.settings import Settings
@@ -60,6 +62,19 @@ def _write_partition(settings: Settings, table: str, view: View, granularity: st
         conn.close()
 
 
+@dataclass(frozen=True)
+class Written:
+    """What one granularity's write produced: the figures verification checks, and a sample of the
+    row keys written (where the table's verification scan splits into ranges)."""
+
+    stats: TableStats
+    row_sample: tuple[bytes, ...] = ()
+
+
+# Row keys sampled per written granularity: enough to split a table into even ranges.
+ROW_SAMPLE = 256
+
+
 def computed_stats(view: View, computed) -> TableStats:
     """The figures verification checks, from a computed view's frame (cache it first: it is read again)."""
     from pyspark.sql import functions as F
@@ -73,24 +88,70 @@ def computed_stats(view: View, computed) -> TableStats:
     return TableStats(cells if view.layout == "by_key" else int(agg["buckets"]), cells, int(agg["checksum"] or 0))
 
 
-def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> TableStats:
+def sample_row_keys(view: View, granularity: str, computed, stats: TableStats, size: int = ROW_SAMPLE) -> list[bytes]:
+    """About `size` row keys of a computed granularity, drawn at random (the frame is read again:
+    cache it first)."""
+    if stats.cells == 0:
+        return []
+    fraction = min(1.0, 2.0 * size / stats.cells)
+    picked = computed.select(*view.keys, "event_bucket").sample(fraction=fraction, seed=17).limit(4 * size)
+    return [layout.row_key(view, granularity, [r[k] for k in view.keys], r["event_bucket"]) for r in picked.collect()]
+
+
+def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> Written:
     """Write one granularity of a view; what was written (the figures verification checks)."""
     computed = computed.cache()
     try:
         stats = computed_stats(view, computed)
+        sample = sample_row_keys(view, granularity, computed, stats)
         computed.foreachPartition(functools.partial(_write_partition, settings, table, view, granularity))
-        return stats
+        return Written(stats, tuple(sample))
     finally:
         computed.unpersist()
 
 
-def table_stats(settings: Settings, table: str, view: View) -> TableStats:
-    """Count and sum what a table holds, by scanning it."""
+def split_points(written: Sequence[Written], ranges: int) -> list[bytes]:
+    """Up to `ranges - 1` distinct row keys, sorted, that cut a table into ranges of about as many
+    cells each: each granularity's sampled keys stand for its share of the cells."""
+    weighted: dict[bytes, float] = {}
+    for part in written:
+        for key in part.row_sample:
+            weighted[key] = weighted.get(key, 0.0) + part.stats.cells / len(part.row_sample)
+    if ranges < 2 or not weighted:
+        return []
+    total, seen = sum(weighted.values()), 0.0
+    picked: list[bytes] = []
+    for key in sorted(weighted):
+        if seen >= total * (len(picked) + 1) / ranges and len(picked) < ranges - 1:
+            picked.append(key)
+        seen += weighted[key]
+    return picked
+
+
+# A table is verified in this many row ranges per scanning thread, so that a thread that finishes a
+# short range takes the next one.
+RANGES_PER_THREAD = 4
+
+
+def table_splits(settings: Settings, written: Sequence[Written]) -> list[bytes]:
+    """Where the verification of a table written in `written` splits its scan."""
+    return split_points(written, RANGES_PER_THREAD * settings.batch.verify_threads)
+
+
+def scan_ranges(splits: Sequence[bytes]) -> list[tuple[bytes | None, bytes | None]]:
+    """[start, stop) row ranges that cover every row once: before the first split, between two, after
+    the last (None: open; an empty key is no split, as HBase reads it as "open")."""
+    edges: list[bytes | None] = [None, *sorted({s for s in splits if s}), None]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _range_stats(settings: Settings, table: str, view: View, start: bytes | None, stop: bytes | None) -> TableStats:
     conn = hbase_connection(settings, timeout_s=120)
     rows = cells = checksum = 0
     try:
         columns = [layout.VALUE] if view.layout == "by_key" else [layout.FAMILY]
-        for _, data in conn.table(table).scan(columns=columns, batch_size=5_000):
+        scan = conn.table(table).scan(row_start=start, row_stop=stop, columns=columns, batch_size=5_000)
+        for _, data in scan:
             rows += 1
             for name, value in data.items():
                 if name != layout.SKETCH:
@@ -101,7 +162,20 @@ def table_stats(settings: Settings, table: str, view: View) -> TableStats:
     return TableStats(rows, cells, checksum)
 
 
-def verify_table(settings: Settings, table: str, view: View, expected: TableStats) -> None:
-    found = table_stats(settings, table, view)
+def table_stats(settings: Settings, table: str, view: View, splits: Sequence[bytes] = ()) -> TableStats:
+    """Count and sum what a table holds, by scanning it: one range per gap between `splits`, up to
+    `batch.verify_threads` of them at once (each thread on its own Thrift connection)."""
+    ranges = scan_ranges(splits)
+    if len(ranges) == 1:
+        return _range_stats(settings, table, view, None, None)
+    with ThreadPoolExecutor(max_workers=min(len(ranges), settings.batch.verify_threads)) as pool:
+        parts = list(pool.map(lambda r: _range_stats(settings, table, view, r[0], r[1]), ranges))
+    return sum(parts, TableStats())
+
+
+def verify_table(
+    settings: Settings, table: str, view: View, expected: TableStats, splits: Sequence[bytes] = ()
+) -> None:
+    found = table_stats(settings, table, view, splits)
     if found != expected:
         raise VerificationError(f"table {table} holds {found}, the computation produced {expected}")

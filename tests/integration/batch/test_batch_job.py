@@ -83,6 +83,21 @@ def test_every_batch_view_equals_ground_truth(bsettings, batch_run):
                     assert abs(estimate - exact) <= max(1.0, 0.05 * exact), (key, exact, estimate)
 
 
+def test_verification_scans_ranges_that_cover_each_table_once(bsettings, batch_run):
+    """The run records where each table's verification split its scan; scanning those ranges (in
+    threads) counts exactly what one scan of the whole table counts, and what the run wrote."""
+    from stores.batch_writer import TableStats, table_stats
+
+    run = VersionStore(bsettings).runs()[batch_run.version]
+    registry = load_views(bsettings)
+    assert len(run["stats"]["splits"]["page_views"]) > 1, run["stats"]["splits"]
+    for name, recorded in run["stats"]["tables"].items():
+        splits = [bytes.fromhex(key) for key in run["stats"]["splits"][name]]
+        table = layout.table_name(name, batch_run.version)
+        in_ranges = table_stats(bsettings, table, registry[name], splits)
+        assert in_ranges == table_stats(bsettings, table, registry[name]) == TableStats(**recorded), name
+
+
 def test_version_2_events_are_counted_by_both_layers(bsettings, batch_run):
     """page_views_by_channel over everything Kafka holds: version-1 events as `web` (the view's
     default), version-2 ones by their channel, in the batch part below the cutoff and in the speed
