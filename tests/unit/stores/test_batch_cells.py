@@ -29,7 +29,9 @@ def expected_cells(view: View, granularity: str, rows: list[dict]) -> set[tuple[
 
 def cells_of(spark, view: View, granularity: str, rows: list[dict], schema: str):
     computed = spark.createDataFrame([tuple(r.values()) for r in rows], schema)
-    return {(bytes(c.row), bytes(c.qualifier), bytes(c.value)) for c in table_cells(view, granularity, computed).collect()}
+    return {
+        (bytes(c.row), bytes(c.qualifier), bytes(c.value)) for c in table_cells(view, granularity, computed).collect()
+    }
 
 
 def url_rows(with_sketch: bool = False) -> list[dict]:
