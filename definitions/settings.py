@@ -14,6 +14,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -125,6 +126,11 @@ class BatchSettings(_Section):
     # Verification scans a written table back in this many row ranges at once (one Thrift
     # connection each), split at row keys sampled from the computation.
     verify_threads: int = Field(4, ge=1, le=32)
+    # How computed views reach their tables: "puts", batched puts through HBase Thrift from the Spark
+    # tasks (put_batch_size each); "bulk", HFiles written by the Spark tasks into the state directory
+    # and loaded whole by HBase (stores/batch_bulk_load: the driver, the executors and HBase must
+    # share that directory). LAMBDA_BATCH__LOAD=bulk.
+    load: Literal["puts", "bulk"] = "puts"
     # The realtime clean-up deletes rows a swap absorbed only this long after the swap: longer than
     # the API reuses a pointer (`api.pointer_cache_s`) plus the longest query, so no answer computed
     # from the previous pointer misses them.
