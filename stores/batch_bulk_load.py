@@ -1,0 +1,153 @@
+"""Loading a computed view into its HBase table as HFiles (batch.load = "bulk"): the Spark tasks
+write the cells (stores/batch_cells) into HFiles, sorted as HBase keeps them, and HBase takes the
+files in whole (stores/jvm/HBaseBulkLoad.java, compiled by infra/setup.sh) — no put goes through
+Thrift. The table and its verification are those of stores/batch_writer.
+
+The HFiles go to a folder of the state directory, by a file:// path: the driver and the executors
+must share it (local mode, or a cluster on one machine), and so must HBase's region servers, which
+move or copy the files in."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+from definitions.settings import Settings
+from definitions.views import View
+from stores.batch_cells import table_cells
+from stores.batch_layout import FAMILY
+from stores.batch_writer import TableStats, computed_stats
+
+log = logging.getLogger("lambda.batch")
+
+LOAD_CLASS = "lambdaplatform.stores.HBaseBulkLoad"
+LOAD_JAR = Path("hbase-load") / "lambda-hbase-load.jar"
+HBASE_GROUP = "hbase"
+# What the HFile writer and the bulk loader need beside pyspark's own jars (Hadoop's client,
+# ZooKeeper and the metrics library come with pyspark), from the HBase jars infra/maven resolves.
+# They go on the JVMs' class path (spark.driver/executor.extraClassPath), not through
+# `spark.jars`: loaded apart from Hadoop's classes, HBase's metrics cannot reach Hadoop's
+# package-private ones (IllegalAccessError on org.apache.hadoop.metrics2.lib.MetricsInfoImpl).
+HBASE_ARTIFACTS = (
+    "hbase-asyncfs",
+    "hbase-client",
+    "hbase-common",
+    "hbase-hadoop-compat",
+    "hbase-hadoop2-compat",
+    "hbase-logging",
+    "hbase-metrics",
+    "hbase-metrics-api",
+    "hbase-procedure",
+    "hbase-protocol",
+    "hbase-protocol-shaded",
+    "hbase-replication",
+    "hbase-server",
+    "hbase-zookeeper",
+    "hbase-shaded-gson",
+    "hbase-shaded-miscellaneous",
+    "hbase-shaded-netty",
+    "hbase-shaded-protobuf",
+    "hbase-unsafe",
+    "opentelemetry-api",
+    "opentelemetry-context",
+    "opentelemetry-semconv",
+)
+# HBase refuses to load more HFiles than this into one region and family at once
+# (hbase.mapreduce.bulkload.max.hfiles.perRegion.perFamily, 32 by default).
+MAX_FILES = 32
+CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+
+
+class BulkLoadUnavailable(RuntimeError):
+    """The bulk load's classes are not where a session can use them."""
+
+
+def class_path(settings: Settings) -> list[str]:
+    """The jars of the bulk load: its own class, then the HBase artifacts (one jar each)."""
+    own = settings.jars_dir / LOAD_JAR
+    if not own.is_file():
+        raise BulkLoadUnavailable(f"{own} is missing: run `make setup` (infra/setup.sh compiles it)")
+    folder = settings.jars_dir / HBASE_GROUP
+    names = [p.name for p in folder.glob("*.jar")] if folder.is_dir() else []
+    jars, missing = [str(own)], []
+    for artifact in HBASE_ARTIFACTS:
+        pattern = re.compile(rf"{re.escape(artifact)}-\d[^/]*\.jar")
+        found = sorted(n for n in names if pattern.fullmatch(n))
+        if not found:
+            missing.append(artifact)
+        else:
+            jars.append(str(folder / found[-1]))
+    if missing:
+        raise BulkLoadUnavailable(f"no jar of {', '.join(missing)} in {folder}: run `make setup`")
+    return jars
+
+
+def session_options(settings: Settings) -> dict[str, str]:
+    """The options a batch session needs for the bulk load: the jars on the driver's and the
+    executors' class path, after any class path `spark.conf` already gives them."""
+    jars = ":".join(class_path(settings))
+    options = {}
+    for key in CLASS_PATH_KEYS:
+        own = settings.spark.conf.get(key, "")
+        options[key] = f"{own}:{jars}" if own else jars
+    return options
+
+
+def check_session(spark) -> None:
+    """BulkLoadUnavailable unless the session's JVM holds the bulk load (a session started without
+    session_options, e.g. before, in the same process)."""
+    jvm = spark.sparkContext._jvm
+    for name in (LOAD_CLASS, "org.apache.hadoop.hbase.tool.BulkLoadHFiles"):
+        try:
+            jvm.java.lang.Class.forName(name)
+        except Exception:
+            raise BulkLoadUnavailable(
+                f"the Spark session has no {name}: batch.load = 'bulk' needs a session started with "
+                "stores.batch_bulk_load.session_options (a fresh process)"
+            ) from None
+
+
+def hbase_conf(settings: Settings, spark):
+    """The HBase client's Configuration (in the driver's JVM) for the platform's HBase."""
+    jvm = spark.sparkContext._jvm
+    conf = jvm.org.apache.hadoop.hbase.HBaseConfiguration.create()
+    conf.set("hbase.zookeeper.quorum", settings.hbase.host)
+    conf.set("hbase.zookeeper.property.clientPort", str(settings.hbase.zookeeper_port))
+    return conf
+
+
+def load_partitions(settings: Settings, spark, table: str, view: View, granularity: str, computed) -> TableStats:
+    """Write one granularity of a view into `table` as HFiles and load them; what was written (the
+    figures verification checks, as stores.batch_writer.write_partitions gives them)."""
+    folder = settings.state_dir / "run" / "bulk-load" / f"{table}-{granularity}-{uuid.uuid4().hex[:12]}"
+    computed = computed.cache()
+    try:
+        stats = computed_stats(view, computed)
+        family = FAMILY.decode()
+        partitions = max(1, min(settings.spark.shuffle_partitions, MAX_FILES))
+        cells = table_cells(view, granularity, computed)
+        jvm = spark.sparkContext._jvm
+        loader = jvm.lambdaplatform.stores.HBaseBulkLoad
+        folder.mkdir(parents=True)
+        written = list(loader.write(cells._jdf, family, folder.as_uri(), partitions, int(time.time() * 1000)))
+        files = [entry.split(",", 2)[0] for entry in written]
+        log.info("%s/%s: %d HFiles written, loading them", table, granularity, len(files))
+        if files:
+            paths = _string_array(spark, files)
+            loader.load(f"{settings.hbase.namespace}:{table}", family, paths, hbase_conf(settings, spark))
+        return stats
+    finally:
+        computed.unpersist()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _string_array(spark, values: list[str]):
+    gateway = spark.sparkContext._gateway
+    array = gateway.new_array(gateway.jvm.java.lang.String, len(values))
+    for i, value in enumerate(values):
+        array[i] = value
+    return array

@@ -1,0 +1,71 @@
+"""The bulk load's session options (no Spark, no service): the class path is built from the jars
+that exist and names what is missing; a user's own class path from `spark.conf` is kept; puts
+stay the default."""
+
+from __future__ import annotations
+
+import pytest
+
+from definitions.settings import Settings
+from stores import batch_bulk_load as bulk
+
+
+def jars_dir(tmp_path, skip: str = "", own: bool = True):
+    folder = tmp_path / "jars"
+    (folder / "hbase").mkdir(parents=True)
+    for artifact in bulk.HBASE_ARTIFACTS:
+        if artifact != skip:
+            (folder / "hbase" / f"{artifact}-2.6.1-hadoop3.jar").write_bytes(b"")
+    (folder / "hbase" / "hbase-thrift-2.6.1.jar").write_bytes(b"")  # not needed: left out
+    if own:
+        (folder / bulk.LOAD_JAR).parent.mkdir()
+        (folder / bulk.LOAD_JAR).write_bytes(b"")
+    return folder
+
+
+def test_the_class_path_holds_the_load_jar_and_one_jar_per_artifact(tmp_path):
+    settings = Settings(jars_dir=jars_dir(tmp_path))
+    path = bulk.class_path(settings)
+    assert path[0] == str(settings.jars_dir / bulk.LOAD_JAR)
+    assert len(path) == 1 + len(bulk.HBASE_ARTIFACTS)
+    names = [p.rsplit("/", 1)[1] for p in path[1:]]
+    assert "hbase-metrics-2.6.1-hadoop3.jar" in names and "hbase-metrics-api-2.6.1-hadoop3.jar" in names
+    assert "hbase-thrift-2.6.1.jar" not in names
+
+
+def test_a_missing_jar_is_named(tmp_path):
+    settings = Settings(jars_dir=jars_dir(tmp_path, skip="hbase-metrics"))  # hbase-metrics-api is there
+    with pytest.raises(bulk.BulkLoadUnavailable, match="no jar of hbase-metrics in .*make setup"):
+        bulk.class_path(settings)
+
+
+def test_a_missing_load_jar_is_named(tmp_path):
+    settings = Settings(jars_dir=jars_dir(tmp_path, own=False))
+    with pytest.raises(bulk.BulkLoadUnavailable, match="lambda-hbase-load.jar is missing"):
+        bulk.class_path(settings)
+
+
+def test_the_options_go_on_the_class_path_after_the_users_own(tmp_path):
+    folder = jars_dir(tmp_path)
+    plain = bulk.session_options(Settings(jars_dir=folder))
+    assert set(plain) == {"spark.driver.extraClassPath", "spark.executor.extraClassPath"}
+    assert "spark.jars" not in plain
+    own = Settings(jars_dir=folder, spark={"conf": {"spark.driver.extraClassPath": "/opt/extra.jar"}})
+    options = bulk.session_options(own)
+    assert options["spark.driver.extraClassPath"] == "/opt/extra.jar:" + plain["spark.driver.extraClassPath"]
+    assert options["spark.executor.extraClassPath"] == plain["spark.executor.extraClassPath"]
+
+
+def test_puts_are_the_default(monkeypatch):
+    monkeypatch.delenv("LAMBDA_BATCH__LOAD", raising=False)
+    assert Settings().batch.load == "puts"
+    monkeypatch.setenv("LAMBDA_BATCH__LOAD", "bulk")
+    assert Settings().batch.load == "bulk"
+    monkeypatch.setenv("LAMBDA_BATCH__LOAD", "hfiles")
+    with pytest.raises(ValueError):
+        Settings()
+
+
+def test_a_session_without_the_classes_is_refused(spark):
+    with pytest.raises(bulk.BulkLoadUnavailable, match="has no lambdaplatform.stores.HBaseBulkLoad"):
+        bulk.check_session(spark)
