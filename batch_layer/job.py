@@ -4,8 +4,9 @@
    one asked for, refused if not covered). T never goes backwards.
 2. Read the master dataset for ingest_time < T, keep one copy of each event_id (the first
    archived), compute every view at every granularity from its declaration.
-3. Write each view into new HBase tables for version N (batched puts from the Spark tasks),
-   verify them against the computation (row count and value checksum per table),
+3. Write each view into new HBase tables for version N (batched puts from the Spark tasks, or with
+   batch.load = "bulk" HFiles loaded whole: stores/batch_bulk_load), verify them against the
+   computation (row count and value checksum per table),
 4. then move the pointer entries of the views it recomputed (table, version, cutoff, run id,
    stats) with one compare-and-set; a move since step 1 that changed what the run planned against
    (its views' entries, an alias, one of its views marked retiring; any entry for a full run)
@@ -32,8 +33,8 @@ from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
 from definitions.times import parse_iso_ms
 from definitions.views import View
+from stores import batch_bulk_load, checkpoints, completeness
 from stores import batch_layout as layout
-from stores import checkpoints, completeness
 from stores.batch_views import Pointer
 from stores.batch_writer import (
     TableStats,
@@ -164,7 +165,13 @@ def run_batch(
         )
         return BatchResult(current.entries[names[0]].version, cutoff, current.run_id, skipped="already at this cutoff")
 
-    spark = spark or spark_session(settings, "lambda-batch", {"spark.driver.memory": settings.batch.driver_memory})
+    options = {"spark.driver.memory": settings.batch.driver_memory}
+    bulk = settings.batch.load == "bulk"
+    if bulk and spark is None:
+        options.update(batch_bulk_load.session_options(settings))
+    spark = spark or spark_session(settings, "lambda-batch", options)
+    if bulk:
+        batch_bulk_load.check_session(spark)  # before any work: a session without its classes cannot load
     version = store.allocate_version()
     bind(run=run_id, version=version)  # every later line of this process names the run
     me = psutil.Process()
@@ -201,7 +208,10 @@ def run_batch(
             written = []
             for granularity in view.granularities:
                 computed = view.compute(events, granularity)
-                written.append(write_partitions(settings, name, view, granularity, computed))
+                if bulk:
+                    written.append(batch_bulk_load.load_partitions(settings, spark, name, view, granularity, computed))
+                else:
+                    written.append(write_partitions(settings, name, view, granularity, computed))
                 log.info("%s/%s: %d cells written", view.name, granularity, written[-1].stats.cells)
             expected = sum((w.stats for w in written), TableStats())
             splits[view.name] = table_splits(settings, written)

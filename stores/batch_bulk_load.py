@@ -20,7 +20,7 @@ from definitions.settings import Settings
 from definitions.views import View
 from stores.batch_cells import table_cells
 from stores.batch_layout import FAMILY
-from stores.batch_writer import TableStats, computed_stats
+from stores.batch_writer import Written, computed_stats, sample_row_keys
 
 log = logging.getLogger("lambda.batch")
 
@@ -120,13 +120,15 @@ def hbase_conf(settings: Settings, spark):
     return conf
 
 
-def load_partitions(settings: Settings, spark, table: str, view: View, granularity: str, computed) -> TableStats:
+def load_partitions(settings: Settings, spark, table: str, view: View, granularity: str, computed) -> Written:
     """Write one granularity of a view into `table` as HFiles and load them; what was written (the
-    figures verification checks, as stores.batch_writer.write_partitions gives them)."""
+    figures verification checks and a sample of the row keys, as stores.batch_writer.write_partitions
+    gives them)."""
     folder = settings.state_dir / "run" / "bulk-load" / f"{table}-{granularity}-{uuid.uuid4().hex[:12]}"
     computed = computed.cache()
     try:
         stats = computed_stats(view, computed)
+        sample = sample_row_keys(view, granularity, computed, stats)
         family = FAMILY.decode()
         partitions = max(1, min(settings.spark.shuffle_partitions, MAX_FILES))
         cells = table_cells(view, granularity, computed)
@@ -139,7 +141,7 @@ def load_partitions(settings: Settings, spark, table: str, view: View, granulari
         if files:
             paths = _string_array(spark, files)
             loader.load(f"{settings.hbase.namespace}:{table}", family, paths, hbase_conf(settings, spark))
-        return stats
+        return Written(stats, tuple(sample))
     finally:
         computed.unpersist()
         shutil.rmtree(folder, ignore_errors=True)
