@@ -28,26 +28,24 @@ LOAD_CLASS = "lambdaplatform.stores.HBaseBulkLoad"
 LOAD_JAR = Path("hbase-load") / "lambda-hbase-load.jar"
 HBASE_GROUP = "hbase"
 # What the HFile writer and the bulk loader need beside pyspark's own jars (Hadoop's client,
-# ZooKeeper and the metrics library come with pyspark), from the HBase jars infra/maven resolves.
+# ZooKeeper and the metrics library come with pyspark), from the HBase jars infra/maven resolves:
+# found by writing and loading on the local stack (without hbase-unsafe, hbase-protocol,
+# opentelemetry-semconv or protobuf-java, for one, the write or the load fails with a
+# NoClassDefFoundError).
 # They go on the JVMs' class path (spark.driver/executor.extraClassPath), not through
 # `spark.jars`: loaded apart from Hadoop's classes, HBase's metrics cannot reach Hadoop's
 # package-private ones (IllegalAccessError on org.apache.hadoop.metrics2.lib.MetricsInfoImpl).
 HBASE_ARTIFACTS = (
-    "hbase-asyncfs",
     "hbase-client",
     "hbase-common",
     "hbase-hadoop-compat",
     "hbase-hadoop2-compat",
-    "hbase-logging",
     "hbase-metrics",
     "hbase-metrics-api",
-    "hbase-procedure",
     "hbase-protocol",
     "hbase-protocol-shaded",
-    "hbase-replication",
     "hbase-server",
     "hbase-zookeeper",
-    "hbase-shaded-gson",
     "hbase-shaded-miscellaneous",
     "hbase-shaded-netty",
     "hbase-shaded-protobuf",
@@ -55,6 +53,7 @@ HBASE_ARTIFACTS = (
     "opentelemetry-api",
     "opentelemetry-context",
     "opentelemetry-semconv",
+    "protobuf-java",
 )
 # HBase refuses to load more HFiles than this into one region and family at once
 # (hbase.mapreduce.bulkload.max.hfiles.perRegion.perFamily, 32 by default).
