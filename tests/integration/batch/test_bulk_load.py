@@ -1,0 +1,102 @@
+"""The batch layer's bulk load (batch.load = "bulk") on the real stack: a run whose views reach
+HBase as HFiles holds exactly what the ground truth from Kafka says, as the puts do, and leaves no
+HFile folder behind."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from datasketches import hll_sketch
+
+from batch_layer.job import run_batch
+from definitions.views import load_views
+from ingest.generator import GeneratorConfig
+from stores import batch_layout as layout
+from stores.batch_bulk_load import BulkLoadUnavailable
+from stores.batch_views import VersionStore
+from tests.support.cli import env
+from tests.support.events import fresh_seed, send, wait_cutoff_past
+from tests.support.hbase_read import read_table
+from tests.support.truth import kafka_events, view_truth
+
+
+@pytest.fixture(scope="module")
+def workload(settings, stack):
+    """Duplicates, late and invalid events, archived and past a cutoff."""
+    sent = send(
+        settings,
+        GeneratorConfig(
+            seed=fresh_seed(),
+            count=2_000,
+            late_fraction=0.15,
+            late_min_s=3_600,
+            late_max_s=2 * 86_400,
+            duplicate_fraction=0.05,
+            invalid_fraction=0.03,
+        ),
+    )
+    wait_cutoff_past(settings, sent, timeout_s=240 + settings.ingest_bucket_s)
+    return sent
+
+
+@pytest.fixture(scope="module")
+def bulk_run(settings, workload):
+    """`lambdactl batch --force --no-swap` in its own process (a fresh JVM) with batch.load = bulk:
+    the run's version and cutoff, and its log."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "lambdactl.cli", "batch", "--force", "--no-swap", "--no-report", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(env(settings), LAMBDA_BATCH__LOAD="bulk"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result, done.stderr
+
+
+def test_every_bulk_loaded_view_equals_ground_truth(settings, bulk_run):
+    result, log = bulk_run
+    assert "HFiles written, loading them" in log, "the run loaded HFiles"
+    version = result["version"]
+    run = VersionStore(settings).runs()[version]
+    assert run["state"] == "verified"
+    events = kafka_events(settings, result["cutoff_ms"])
+    assert run["stats"]["events"] == len(events)
+    registry = load_views(settings)
+    assert set(run["views"]) == set(registry.names())
+    for name in run["views"]:
+        view = registry[name]
+        stored = read_table(settings, layout.table_name(view, version), view)
+        for granularity in view.granularities:
+            truth = view_truth(name, events, granularity)
+            got = stored.get(granularity, {})
+            assert {k: v for k, (v, _) in got.items()} == truth, f"{name}/{granularity}"
+            if view.aggregation == "distinct":
+                for key, (exact, sketch) in got.items():
+                    assert sketch is not None, (name, key)
+                    estimate = hll_sketch.deserialize(sketch).get_estimate()
+                    assert abs(estimate - exact) <= max(1.0, 0.05 * exact), (key, exact, estimate)
+
+
+def test_no_hfile_folder_is_left(settings, bulk_run):
+    result, _ = bulk_run
+    folder = settings.state_dir / "run" / "bulk-load"
+    left = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+    assert not [n for n in left if f"_v{result['version']}-" in n], left
+
+
+def test_a_session_without_the_bulk_load_is_refused_before_any_work(settings, spark, stack):
+    """This process's session was started without the bulk load's class path."""
+    store = VersionStore(settings)
+    before = store.runs()
+    bulk = settings.model_copy(update={"batch": settings.batch.model_copy(update={"load": "bulk"})})
+    with pytest.raises(BulkLoadUnavailable, match="session_options"):
+        run_batch(bulk, force=True, spark=spark, swap=False)
+    mine = [v for v, r in store.runs().items() if v not in before and r.get("pid") == os.getpid()]
+    assert not mine, "no run was recorded"
