@@ -1,5 +1,6 @@
 """HBase load rate of bench/batch_recompute.py: computed views written through the real
-stores.batch_writer.write_partitions into fresh tables, per put batch size; each table dropped after."""
+stores.batch_writer.write_partitions into fresh tables, per put batch size, and optionally loaded as
+HFiles through stores.batch_bulk_load.load_partitions (batch.load = "bulk"); each table dropped after."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from batch_engines import spark_events  # bench/ itself: the scripts run as file
 
 from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, UNIQUE_VISITORS, View
+from stores import batch_bulk_load
 from stores import batch_layout as layout
 from stores.batch_writer import TableStats, create_table, table_splits, verify_table, write_partitions
 from stores.clients import hbase_connection
@@ -39,15 +41,18 @@ def load_view(
     verify: bool,
     granularities: tuple[str, ...] | None = None,
     ranges_first: bool = False,
+    bulk_spark=None,
 ) -> dict:
     """Write `view` (every granularity by default) into a fresh table `name`, verify it (if asked)
     both ways the job can, one scan and split into ranges as the job does (in the order asked),
-    then drop it."""
+    then drop it. With `bulk_spark` (a session holding the bulk load), as HFiles instead of puts."""
     create_table(settings, name)
     try:
         started = time.monotonic()
         written = [
-            write_partitions(settings, name, view, g, computed[(view.name, g)])
+            batch_bulk_load.load_partitions(settings, bulk_spark, name, view, g, computed[(view.name, g)])
+            if bulk_spark is not None
+            else write_partitions(settings, name, view, g, computed[(view.name, g)])
             for g in granularities or view.granularities
         ]
         load = {"cells": sum(w.stats.cells for w in written), "seconds": time.monotonic() - started}
@@ -65,8 +70,11 @@ def load_view(
     return load
 
 
-def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], rounds: int, verify: bool) -> dict:
-    """Write page_views and unique_visitors (every granularity) once per put batch size and round.
+def hbase_load(
+    spark, settings: Settings, url: str, batch_sizes: list[int], rounds: int, verify: bool, bulk: bool = False
+) -> dict:
+    """Write page_views and unique_visitors (every granularity) once per put batch size and round,
+    and with `bulk` once more per round as HFiles (the session must hold the bulk load).
 
     Rounds go through the batch sizes in turn (500, 2000, 10000, 500, ...), so that a drift of
     the machine's load does not favour one size; the figures are medians over the rounds.
@@ -78,6 +86,7 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
     events.unpersist(blocking=True)
     stamp = int(time.time())
     samples: dict[int, dict[str, list[dict]]] = {b: {v.name: [] for v in views} for b in batch_sizes}
+    bulk_samples: dict[str, list[dict]] = {v.name: [] for v in views}
     try:
         # Untimed: starts the Python workers and the Thrift connections' server side.
         load_view(settings, layout.table_name("bench_warmup", stamp), PAGE_VIEWS, computed, False, ("hour",))
@@ -102,6 +111,19 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
                         if verify
                         else "",
                     )
+            for view in views if bulk else ():
+                name = layout.table_name(f"bench_bulk_{view.name}", stamp + 1 + r)
+                load = load_view(settings, name, view, computed, verify, ranges_first=r % 2 == 1, bulk_spark=spark)
+                bulk_samples[view.name].append(load)
+                log.info(
+                    "round %d, bulk load: %s, %d cells in %.1fs = %.0f cells/s%s",
+                    r + 1,
+                    name,
+                    load["cells"],
+                    load["seconds"],
+                    load["cells"] / load["seconds"],
+                    " (verified)" if verify else "",
+                )
     finally:
         for frame in computed.values():
             frame.unpersist()
@@ -129,7 +151,18 @@ def hbase_load(spark, settings: Settings, url: str, batch_sizes: list[int], roun
                 trial[label] = sum(v[label] for v in trial["views"].values())
         trials.append(trial)
     fastest = max(trials, key=lambda t: t["cells_per_s"])
+    bulk_trial = None
+    if bulk:
+        per_view = {
+            name: {"cells": loads[0]["cells"], "seconds": statistics.median(x["seconds"] for x in loads)}
+            for name, loads in bulk_samples.items()
+        }
+        for figures in per_view.values():
+            figures["cells_per_s"] = figures["cells"] / figures["seconds"]
+        cells, seconds = sum(v["cells"] for v in per_view.values()), sum(v["seconds"] for v in per_view.values())
+        bulk_trial = {"views": per_view, "cells": cells, "seconds": seconds, "cells_per_s": cells / seconds}
     return {
+        "bulk": bulk_trial,
         "events": distinct,
         "rounds": rounds,
         "verified": verify,

@@ -17,7 +17,8 @@
    granularity, computed and checkpointed first (untimed), then written through the real
    `stores.batch_writer.write_partitions` into fresh tables `bench_<view>_v<N>` of the
    platform's namespace, once per `--put-batch-sizes` entry; cells/s per batch size (timed:
-   write_partitions only), each table verified by a scan, then dropped.
+   write_partitions only), each table verified by a scan, then dropped. With `--bulk`, also
+   loaded as HFiles (`stores.batch_bulk_load.load_partitions`, batch.load = "bulk") once per round.
 
     .venv/bin/python bench/batch_recompute.py --json /tmp/bench_batch.json
 
@@ -74,6 +75,7 @@ def main() -> int:
         help="records of an untimed first recompute that warms up both engines; 0 skips it",
     )
     parser.add_argument("--no-verify", action="store_true", help="skip scanning the HBase tables back")
+    parser.add_argument("--bulk", action="store_true", help="also time the HBase load as HFiles (batch.load = bulk)")
     parser.add_argument("--driver-memory", default="3g")
     parser.add_argument("--duckdb-memory", default="6GB")
     parser.add_argument("--json", type=Path)
@@ -87,7 +89,12 @@ def main() -> int:
     from definitions.spark import spark_session
 
     settings = get_settings()
-    spark = spark_session(settings, "lambda-bench-batch", {"spark.driver.memory": args.driver_memory})
+    options = {"spark.driver.memory": args.driver_memory}
+    if args.bulk and args.hbase_size:
+        from stores.batch_bulk_load import session_options
+
+        options.update(session_options(settings))
+    spark = spark_session(settings, "lambda-bench-batch", options)
     con = duckdb.connect()
     con.execute(f"SET memory_limit = '{args.duckdb_memory}'")
     con.execute(f"SET temp_directory = '{args.data_dir / 'duckdb-spill'}'")
@@ -168,7 +175,9 @@ def main() -> int:
             url = ensure_dataset(spark, args.data_dir, args.hbase_size)
             result["hbase"] = {
                 "records": args.hbase_size,
-                **hbase_load(spark, settings, url, args.put_batch_sizes, args.hbase_runs, not args.no_verify),
+                **hbase_load(
+                    spark, settings, url, args.put_batch_sizes, args.hbase_runs, not args.no_verify, bulk=args.bulk
+                ),
             }
     finally:
         con.close()

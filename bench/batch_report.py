@@ -48,6 +48,13 @@ def report(result: dict) -> str:
                 f"{t['put_batch_size']:>14,} {t['cells']:>9,} {t['seconds']:>8.1f} {t['cells_per_s']:>9,.0f} "
                 f"{t['views']['page_views']['cells_per_s']:>13,.0f} {t['views']['unique_visitors']['cells_per_s']:>18,.0f}"
             )
+        bulk = hbase.get("bulk")
+        if bulk:
+            lines.append(
+                f"{'bulk (HFiles)':>14} {bulk['cells']:>9,} {bulk['seconds']:>8.1f} {bulk['cells_per_s']:>9,.0f} "
+                f"{bulk['views']['page_views']['cells_per_s']:>13,.0f} "
+                f"{bulk['views']['unique_visitors']['cells_per_s']:>18,.0f}"
+            )
         lines.append(
             f"fastest: put_batch_size {hbase['fastest_put_batch_size']:,} (seconds: write_partitions, median of "
             f"{hbase['rounds']} round(s)"
