@@ -9,12 +9,17 @@ move or copy the files in."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 import shutil
+import socket
 import time
 import uuid
 from pathlib import Path
+
+import psutil
 
 from definitions.settings import Settings
 from definitions.views import View
@@ -119,11 +124,50 @@ def hbase_conf(settings: Settings, spark):
     return conf
 
 
+def _folders(settings: Settings) -> Path:
+    return settings.state_dir / "run" / "bulk-load"
+
+
+def _process_tag(pid: int) -> str | None:
+    """`<pid>.<start time in ms>.<host>` of a running process of this host (the host as 8 hex
+    digits of its name's hash), None if there is none with that pid."""
+    try:
+        started = int(psutil.Process(pid).create_time() * 1000)
+    except psutil.Error:
+        return None
+    return f"{pid}.{started}.{_HOST}"
+
+
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+# The folders of this process's loads start with its tag, so that a later run on this host can tell
+# the leftovers of a killed one (its process gone, or the pid now another process's); a folder of
+# another host's run (a shared state directory) is never taken for one.
+_OWNER = _process_tag(os.getpid())
+_TAG = re.compile(r"(\d+)\.\d+\.([0-9a-f]{8})-")
+
+
+def sweep_leftovers(settings: Settings) -> list[Path]:
+    """Remove the HFile folders of this host's loads whose process is gone (a killed batch run: its
+    `finally` never ran); the folders removed. Folders of other hosts, or not named by a process
+    tag, are left."""
+    root = _folders(settings)
+    removed = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        tag = _TAG.match(folder.name)
+        if tag is None or tag[2] != _HOST or folder.name.startswith(f"{_process_tag(int(tag[1]))}-"):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    if removed:
+        log.info("removed %d HFile folder(s) of killed batch runs under %s", len(removed), root)
+    return removed
+
+
 def load_partitions(settings: Settings, spark, table: str, view: View, granularity: str, computed) -> Written:
     """Write one granularity of a view into `table` as HFiles and load them; what was written (the
     figures verification checks and a sample of the row keys, as stores.batch_writer.write_partitions
     gives them)."""
-    folder = settings.state_dir / "run" / "bulk-load" / f"{table}-{granularity}-{uuid.uuid4().hex[:12]}"
+    folder = _folders(settings) / f"{_OWNER}-{table}-{granularity}-{uuid.uuid4().hex[:12]}"
     computed = computed.cache()
     try:
         stats = computed_stats(view, computed)

@@ -69,3 +69,34 @@ def test_puts_are_the_default(monkeypatch):
 def test_a_session_without_the_classes_is_refused(spark):
     with pytest.raises(bulk.BulkLoadUnavailable, match="has no lambdaplatform.stores.HBaseBulkLoad"):
         bulk.check_session(spark)
+
+
+def test_a_killed_runs_hfile_folders_are_swept_and_live_ones_kept(tmp_path):
+    """The folders of a load whose process is gone (or whose pid is now another process's) go;
+    this process's, another host's and foreign names stay."""
+    import os
+    import subprocess
+    import sys
+
+    settings = Settings(state_dir=tmp_path)
+    root = tmp_path / "run" / "bulk-load"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    mine = bulk._process_tag(os.getpid())
+    assert mine is not None and bulk._process_tag(dead_pid) is None
+    pid, started, host = mine.split(".")
+    names = {
+        "live": f"{mine}-page_views_v3-minute-abc",
+        "dead": f"{dead_pid}.{started}.{host}-page_views_v2-hour-def",
+        "reused pid": f"{pid}.{int(started) - 5000}.{host}-page_views_v1-day-012",
+        "other host": f"{dead_pid}.{started}.{'0' * 8 if host != '0' * 8 else '1' * 8}-top_pages_v2-day-345",
+        "foreign": "notes",
+    }
+    for name in names.values():
+        (root / name / "d").mkdir(parents=True)
+        (root / name / "d" / "part-0").write_bytes(b"hfile")
+    removed = bulk.sweep_leftovers(settings)
+    assert sorted(p.name for p in removed) == sorted([names["dead"], names["reused pid"]])
+    assert sorted(p.name for p in root.iterdir()) == sorted([names["live"], names["other host"], names["foreign"]])
+    assert bulk.sweep_leftovers(settings) == []
+    assert bulk.sweep_leftovers(Settings(state_dir=tmp_path / "nothing-here")) == []
