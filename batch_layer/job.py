@@ -262,10 +262,24 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     recorded_splits = run["stats"].get("splits", {})  # runs of earlier releases have none: one scan
     for name, recorded in run["stats"]["tables"].items():
         expected = TableStats(**recorded)
-        splits = [bytes.fromhex(key) for key in recorded_splits.get(name, [])]
+        splits = _recorded_splits(version, name, recorded_splits)
         verify_table(settings, layout.table_name(name, version), registry[name], expected, splits)
         found[name] = expected
     return found
+
+
+def _recorded_splits(version: int, name: str, recorded: object) -> list[bytes]:
+    """The row keys run `version` cut `name`'s verification at; VerificationError if the record
+    does not hold a list of hex strings there."""
+    keys = recorded.get(name, []) if isinstance(recorded, dict) else recorded
+    try:
+        if not isinstance(keys, list):
+            raise TypeError(type(keys).__name__)
+        return [bytes.fromhex(key) for key in keys]
+    except (TypeError, ValueError) as e:
+        raise VerificationError(
+            f"run {version}: its recorded verification cuts for {name} are malformed ({e})"
+        ) from None
 
 
 def _tables_kept(settings: Settings, version: int, run: dict) -> None:

@@ -9,17 +9,14 @@ move or copy the files in."""
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import fcntl
 import logging
-import os
 import re
 import shutil
-import socket
 import time
 import uuid
 from pathlib import Path
-
-import psutil
 
 from definitions.settings import Settings
 from definitions.views import View
@@ -128,36 +125,42 @@ def _folders(settings: Settings) -> Path:
     return settings.state_dir / "run" / "bulk-load"
 
 
-def _process_tag(pid: int) -> str | None:
-    """`<pid>.<start time in ms>.<host>` of a running process of this host (the host as 8 hex
-    digits of its name's hash), None if there is none with that pid."""
-    try:
-        started = int(psutil.Process(pid).create_time() * 1000)
-    except psutil.Error:
-        return None
-    return f"{pid}.{started}.{_HOST}"
-
-
-_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
-# The folders of this process's loads start with its tag, so that a later run on this host can tell
-# the leftovers of a killed one (its process gone, or the pid now another process's); a folder of
-# another host's run (a shared state directory) is never taken for one.
-_OWNER = _process_tag(os.getpid())
-_TAG = re.compile(r"(\d+)\.\d+\.([0-9a-f]{8})-")
+@contextlib.contextmanager
+def _load_folder(settings: Settings, name: str):
+    """A fresh folder for one load's HFiles, removed afterwards. While the load runs it holds an
+    exclusive lock on `<folder>.lock` beside it (taken before the folder exists), which the kernel
+    drops when the process dies: that is how sweep_leftovers tells a killed run's folder from a
+    live one, whatever its pid, host or clock."""
+    root = _folders(settings)
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / name
+    with open(folder.with_name(name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            folder.mkdir()
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.with_name(name + ".lock").unlink(missing_ok=True)
 
 
 def sweep_leftovers(settings: Settings) -> list[Path]:
-    """Remove the HFile folders of this host's loads whose process is gone (a killed batch run: its
-    `finally` never ran); the folders removed. Folders of other hosts, or not named by a process
-    tag, are left."""
+    """Remove the HFile folders of loads whose process is gone (a killed batch run: its clean-up
+    never ran), the folders removed: those whose lock nobody holds. A folder without a lock file
+    is left alone."""
     root = _folders(settings)
     removed = []
-    for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        tag = _TAG.match(folder.name)
-        if tag is None or tag[2] != _HOST or folder.name.startswith(f"{_process_tag(int(tag[1]))}-"):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
+    for lock_file in sorted(root.glob("*.lock")) if root.is_dir() else []:
+        folder = lock_file.with_name(lock_file.name.removesuffix(".lock"))
+        with open(lock_file, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its load is running
+            if folder.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+            lock_file.unlink(missing_ok=True)
     if removed:
         log.info("removed %d HFile folder(s) of killed batch runs under %s", len(removed), root)
     return removed
@@ -167,7 +170,6 @@ def load_partitions(settings: Settings, spark, table: str, view: View, granulari
     """Write one granularity of a view into `table` as HFiles and load them; what was written (the
     figures verification checks and a sample of the row keys, as stores.batch_writer.write_partitions
     gives them)."""
-    folder = _folders(settings) / f"{_OWNER}-{table}-{granularity}-{uuid.uuid4().hex[:12]}"
     computed = computed.cache()
     try:
         stats = computed_stats(view, computed)
@@ -177,17 +179,19 @@ def load_partitions(settings: Settings, spark, table: str, view: View, granulari
         cells = table_cells(view, granularity, computed)
         jvm = spark.sparkContext._jvm
         loader = jvm.lambdaplatform.stores.HBaseBulkLoad
-        folder.mkdir(parents=True)
-        written = list(loader.write(cells._jdf, family, folder.as_uri(), partitions, int(time.time() * 1000)))
-        files = [entry.split(",", 2)[0] for entry in written]
-        log.info("%s/%s: %d HFiles written, loading them", table, granularity, len(files))
-        if files:
-            paths = _string_array(spark, files)
-            loader.load(f"{settings.hbase.namespace}:{table}", family, paths, hbase_conf(settings, spark))
+        with _load_folder(settings, f"{table}-{granularity}-{uuid.uuid4().hex[:12]}") as folder:
+            # Not Path.as_uri(): Hadoop's Path keeps %-escapes as they are, so a space in the state
+            # directory would become a folder named with "%20" outside it.
+            url = f"file://{folder}"
+            written = list(loader.write(cells._jdf, family, url, partitions, int(time.time() * 1000)))
+            files = [entry.rsplit(",", 2)[0] for entry in written]  # "path,cells,first row": a path may hold commas
+            log.info("%s/%s: %d HFiles written, loading them", table, granularity, len(files))
+            if files:
+                paths = _string_array(spark, files)
+                loader.load(f"{settings.hbase.namespace}:{table}", family, paths, hbase_conf(settings, spark))
         return Written(stats, tuple(sample))
     finally:
         computed.unpersist()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _string_array(spark, values: list[str]):

@@ -57,7 +57,12 @@ def table_cells(view: View, granularity: str, computed: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     suffix = _bucket_suffix(granularity)
-    value = _big_endian(F.col("value").cast("bigint"), 8)
+    # A missing value fails the job, as the Thrift writer fails on it (an empty cell would pass
+    # for a value until verification decodes it).
+    present = F.when(
+        F.col("value").isNull(), F.raise_error(F.lit(f"view {view.name}/{granularity}: a cell without a value"))
+    ).otherwise(F.col("value"))
+    value = _big_endian(present.cast("bigint"), 8)
     if view.layout == "by_bucket":
         return computed.select(suffix.alias("row"), _encoded_key(view).alias("qualifier"), value.alias("value"))
     row = F.concat(_encoded_key(view), suffix)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from definitions.settings import Settings
@@ -110,9 +110,14 @@ def write_partitions(settings: Settings, table: str, view: View, granularity: st
         computed.unpersist()
 
 
+# Sampled row keys longer than this are not used as cuts (the run record keeps the cuts).
+SPLIT_KEY_MAX_BYTES = 256
+
+
 def split_points(written: Sequence[Written], ranges: int) -> list[bytes]:
     """Up to `ranges - 1` distinct row keys, sorted, that cut a table into ranges of about as many
-    cells each: each granularity's sampled keys stand for its share of the cells."""
+    cells each: each granularity's sampled keys stand for its share of the cells. Each is a row the
+    computation wrote (verification checks they are all there)."""
     weighted: dict[bytes, float] = {}
     for part in written:
         for key in part.row_sample:
@@ -122,7 +127,8 @@ def split_points(written: Sequence[Written], ranges: int) -> list[bytes]:
     total, seen = sum(weighted.values()), 0.0
     picked: list[bytes] = []
     for key in sorted(weighted):
-        if seen >= total * (len(picked) + 1) / ranges and len(picked) < ranges - 1:
+        due = seen >= total * (len(picked) + 1) / ranges and len(picked) < ranges - 1
+        if due and len(key) <= SPLIT_KEY_MAX_BYTES:
             picked.append(key)
         seen += weighted[key]
     return picked
@@ -168,14 +174,43 @@ def table_stats(settings: Settings, table: str, view: View, splits: Sequence[byt
     ranges = scan_ranges(splits)
     if len(ranges) == 1:
         return _range_stats(settings, table, view, None, None)
-    with ThreadPoolExecutor(max_workers=min(len(ranges), settings.batch.verify_threads)) as pool:
-        parts = list(pool.map(lambda r: _range_stats(settings, table, view, r[0], r[1]), ranges))
-    return sum(parts, TableStats())
+    pool = ThreadPoolExecutor(max_workers=min(len(ranges), settings.batch.verify_threads))
+    futures = [pool.submit(_range_stats, settings, table, view, start, stop) for start, stop in ranges]
+    try:
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failure = next((e for e in (f.exception() for f in done) if e is not None), None)
+        if failure is not None:
+            raise failure  # at once, not after the ranges still being scanned
+        return sum((f.result() for f in futures), TableStats())
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # ranges not started yet are not scanned
+
+
+def missing_rows(settings: Settings, table: str, keys: Sequence[bytes]) -> list[bytes]:
+    """Which of the row keys `keys` the table does not hold."""
+    wanted = sorted({k for k in keys if k})
+    if not wanted:
+        return []
+    conn = hbase_connection(settings, timeout_s=120)
+    try:
+        present = {key for key, _ in conn.table(table).rows(wanted, columns=[layout.FAMILY])}
+    finally:
+        conn.close()
+    return [k for k in wanted if k not in present]
 
 
 def verify_table(
     settings: Settings, table: str, view: View, expected: TableStats, splits: Sequence[bytes] = ()
 ) -> None:
+    """VerificationError unless the table holds the rows, cells and checksum the computation
+    produced, and the rows at `splits` (row keys sampled from the computation, as
+    stores/batch_layout encodes them: a write that encoded keys otherwise fails here)."""
     found = table_stats(settings, table, view, splits)
     if found != expected:
         raise VerificationError(f"table {table} holds {found}, the computation produced {expected}")
+    missing = missing_rows(settings, table, splits)
+    if missing:
+        raise VerificationError(
+            f"table {table} lacks {len(missing)} of the {len(splits)} row keys sampled from the computation "
+            f"(first: {missing[0].hex()})"
+        )

@@ -86,7 +86,7 @@ def test_every_batch_view_equals_ground_truth(bsettings, batch_run):
 def test_verification_scans_ranges_that_cover_each_table_once(bsettings, batch_run):
     """The run records where each table's verification split its scan; scanning those ranges (in
     threads) counts exactly what one scan of the whole table counts, and what the run wrote."""
-    from stores.batch_writer import TableStats, table_stats
+    from stores.batch_writer import TableStats, VerificationError, missing_rows, table_stats, verify_table
 
     run = VersionStore(bsettings).runs()[batch_run.version]
     registry = load_views(bsettings)
@@ -96,6 +96,19 @@ def test_verification_scans_ranges_that_cover_each_table_once(bsettings, batch_r
         table = layout.table_name(name, batch_run.version)
         in_ranges = table_stats(bsettings, table, registry[name], splits)
         assert in_ranges == table_stats(bsettings, table, registry[name]) == TableStats(**recorded), name
+        assert not missing_rows(bsettings, table, splits), "every cut is a row the run wrote"
+    # A row key the computation sampled but the table lacks (a write that encoded keys otherwise)
+    # fails verification even when the figures agree.
+    view = registry["page_views"]
+    table = layout.table_name(view, batch_run.version)
+    recorded = TableStats(**run["stats"]["tables"]["page_views"])
+    absent = layout.row_key(view, "minute", ["/no-such-page"], 0)
+    with pytest.raises(VerificationError, match="lacks 1 of the"):
+        verify_table(bsettings, table, view, recorded, [*bytes_splits(run, "page_views"), absent])
+
+
+def bytes_splits(run: dict, name: str) -> list[bytes]:
+    return [bytes.fromhex(key) for key in run["stats"]["splits"][name]]
 
 
 def test_version_2_events_are_counted_by_both_layers(bsettings, batch_run):

@@ -72,31 +72,44 @@ def test_a_session_without_the_classes_is_refused(spark):
 
 
 def test_a_killed_runs_hfile_folders_are_swept_and_live_ones_kept(tmp_path):
-    """The folders of a load whose process is gone (or whose pid is now another process's) go;
-    this process's, another host's and foreign names stay."""
-    import os
+    """A folder whose load's process died (its lock file left, nobody holding it) goes; the folder
+    of a load that runs (here, in a child process holding its lock) and folders without a lock
+    file stay; a load's own folder goes when it ends."""
     import subprocess
     import sys
+    import textwrap
 
     settings = Settings(state_dir=tmp_path)
     root = tmp_path / "run" / "bulk-load"
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(gone.stdout)
-    mine = bulk._process_tag(os.getpid())
-    assert mine is not None and bulk._process_tag(dead_pid) is None
-    pid, started, host = mine.split(".")
-    names = {
-        "live": f"{mine}-page_views_v3-minute-abc",
-        "dead": f"{dead_pid}.{started}.{host}-page_views_v2-hour-def",
-        "reused pid": f"{pid}.{int(started) - 5000}.{host}-page_views_v1-day-012",
-        "other host": f"{dead_pid}.{started}.{'0' * 8 if host != '0' * 8 else '1' * 8}-top_pages_v2-day-345",
-        "foreign": "notes",
-    }
-    for name in names.values():
-        (root / name / "d").mkdir(parents=True)
-        (root / name / "d" / "part-0").write_bytes(b"hfile")
-    removed = bulk.sweep_leftovers(settings)
-    assert sorted(p.name for p in removed) == sorted([names["dead"], names["reused pid"]])
-    assert sorted(p.name for p in root.iterdir()) == sorted([names["live"], names["other host"], names["foreign"]])
-    assert bulk.sweep_leftovers(settings) == []
+    holder = textwrap.dedent(
+        f"""
+        import sys
+        from definitions.settings import Settings
+        from stores import batch_bulk_load as bulk
+        with bulk._load_folder(Settings(state_dir={str(tmp_path)!r}), "live_v3-minute-abc") as folder:
+            (folder / "d").mkdir()
+            print("ready", flush=True)
+            sys.stdin.readline()
+        """
+    )
+    live = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout.readline().strip() == "ready"
+        killed = subprocess.Popen(
+            [sys.executable, "-c", holder.replace("live_v3", "killed_v2")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert killed.stdout.readline().strip() == "ready"
+        killed.kill()
+        killed.wait()
+        (root / "foreign" / "d").mkdir(parents=True)
+        removed = bulk.sweep_leftovers(settings)
+        assert [p.name for p in removed] == ["killed_v2-minute-abc"]
+        assert sorted(p.name for p in root.iterdir()) == ["foreign", "live_v3-minute-abc", "live_v3-minute-abc.lock"]
+        assert bulk.sweep_leftovers(settings) == []
+    finally:
+        live.communicate("\n", timeout=30)
+    assert sorted(p.name for p in root.iterdir()) == ["foreign"], "a load's folder and lock go when it ends"
     assert bulk.sweep_leftovers(Settings(state_dir=tmp_path / "nothing-here")) == []

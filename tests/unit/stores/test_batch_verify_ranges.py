@@ -92,3 +92,49 @@ def test_sampled_row_keys_are_row_keys_of_the_computed_frame(spark, view):
     assert len(sample) <= 4 * 64
     assert sample_row_keys(view, "minute", computed.limit(0), TableStats()) == []
     computed.unpersist()
+
+
+def test_a_failing_range_fails_the_scan_without_waiting_for_the_others(monkeypatch):
+    import threading
+
+    release, finished = threading.Event(), []
+
+    def scan(settings, table, view, start, stop):
+        if start is None:
+            raise ConnectionError("thrift server gone")
+        release.wait(30)
+        finished.append(start)
+        return TableStats()
+
+    monkeypatch.setattr(batch_writer, "_range_stats", scan)
+    try:
+        with pytest.raises(ConnectionError, match="thrift server gone"):
+            table_stats(get_settings(), "t", PAGE_VIEWS, [b"b", b"c", b"d"])
+        assert finished == [], "the failure was reported only after the other ranges ended"
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    [None, "0a0b", {"page_views": "0a0b"}, {"page_views": [1, 2]}, {"page_views": ["zz"]}, {"page_views": None}],
+)
+def test_malformed_recorded_cuts_fail_verification_clearly(recorded):
+    from batch_layer.job import _recorded_splits
+    from stores.batch_writer import VerificationError
+
+    with pytest.raises(VerificationError, match="run 7: its recorded verification cuts for page_views are malformed"):
+        _recorded_splits(7, "page_views", recorded)
+
+
+def test_recorded_cuts_read_back():
+    from batch_layer.job import _recorded_splits
+
+    assert _recorded_splits(7, "page_views", {"page_views": ["00ff", "61"]}) == [b"\x00\xff", b"a"]
+    assert _recorded_splits(7, "page_views", {}) == [], "a run of an earlier release: one scan"
+
+
+def test_long_sampled_keys_are_not_cuts():
+    keys = tuple(bytes([i]) * (300 if i % 2 else 10) for i in range(1, 100))
+    splits = split_points([Written(TableStats(99, 99, 0), keys)], 16)
+    assert splits and all(len(s) <= batch_writer.SPLIT_KEY_MAX_BYTES for s in splits)
