@@ -32,7 +32,7 @@ from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
 from definitions.times import parse_iso_ms
-from definitions.views import View
+from definitions.views import View, read_columns
 from stores import batch_bulk_load, checkpoints, completeness
 from stores import batch_layout as layout
 from stores.batch_views import Pointer
@@ -130,15 +130,23 @@ def selected_views(settings: Settings, current: Pointer | None, names: list[str]
         raise CutoffError(f"unknown view {exc.args[0]!r}; the views are: {', '.join(known)}") from None
 
 
-def deduplicated_events(spark, settings: Settings, cutoff_ms: int):
-    """Master records ingested before the cutoff, one per event_id (the first archived)."""
+def deduplicated_events(spark, settings: Settings, cutoff_ms: int, views: list[View]):
+    """Master records ingested before the cutoff, one per event_id (the first archived), with only
+    the columns `views` read."""
+    return events_before(read_master(spark, settings), cutoff_ms, views)
+
+
+def events_before(master, cutoff_ms: int, views: list[View]):
+    """`master`'s records ingested before the cutoff, one per event_id (the first archived), reduced
+    to the columns `views` read: the job caches this frame, and a column no view reads (a referrer,
+    the Kafka position once used) would be shuffled, sorted and cached for nothing."""
     from pyspark.sql import functions as F
 
     cutoff = datetime.fromtimestamp(cutoff_ms / 1000, UTC)
-    master = read_master(spark, settings).where(
+    before = master.where(
         (F.col("ingest_date") <= F.lit(cutoff.date())) & (F.col("ingest_time") < F.lit(cutoff.replace(tzinfo=None)))
     )
-    return first_copies(master)
+    return first_copies(before).select(*read_columns(views, master))
 
 
 def run_batch(
@@ -198,7 +206,7 @@ def run_batch(
         "run %s: version %d, cutoff %s, views %s", run_id, version, iso(cutoff), ", ".join(v.name for v in selected)
     )
     try:
-        events = deduplicated_events(spark, settings, cutoff).cache()
+        events = deduplicated_events(spark, settings, cutoff, selected).cache()
         n_events = events.count()
         log.info("%d distinct events ingested before the cutoff", n_events)
         tables: dict[str, TableStats] = {}

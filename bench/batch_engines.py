@@ -23,7 +23,7 @@ from stores.master import read_archived
 def spark_events(spark, settings: Settings, url: str):
     """`job.deduplicated_events` over the local copy, cached and counted as run_batch does."""
     with mock.patch.object(job, "read_master", lambda spark, settings: read_archived(spark, url)):
-        events = job.deduplicated_events(spark, settings, cutoff_ms()).cache()
+        events = job.deduplicated_events(spark, settings, cutoff_ms(), list(BUILT_IN)).cache()
     return events, events.count()
 
 

@@ -222,6 +222,21 @@ def cells(view: View) -> list[Column]:
     return out
 
 
+def read_columns(views: Iterable[View], events: DataFrame) -> list[str]:
+    """The columns of `events` that `views` read, in the frame's order: event_time, their keys and
+    measured columns, schema_version where a default stands in for a field, and what their filters
+    name, resolved by Spark's analyzer as `compute` will resolve them (any case, backticks, `*`)."""
+    read = {"event_time"}
+    for view in views:
+        read.update(view.keys, [view.column] if view.column else [], ["schema_version"] if view.defaults else [])
+        if view.where:
+            condition = view.filtered(events)._jdf.queryExecution().analyzed().condition()
+            attributes = condition.references().toSeq()
+            read.update(attributes.apply(i).name() for i in range(attributes.size()))
+    folded = {name.lower() for name in read}
+    return [c for c in events.columns if c.lower() in folded]
+
+
 def key_text(values) -> str:
     """A view key as text (the realtime store's partition key): a compact JSON array of the values."""
     import json
