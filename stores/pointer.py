@@ -288,8 +288,10 @@ def advance(
         retiring |= dropped
         aliases = {view: storage for view, storage in aliases.items() if storage in entries}
     retiring -= set(views)  # written again: live, not retiring
+    # The run's verification cuts stay in its run record: every reader of the pointer would fetch them.
+    figures = {k: v for k, v in stats.items() if k != "splits"} if isinstance(stats, dict) else stats
     return Pointer(
-        entries, version, run_id, stats, now_ms, generation, aliases=aliases, retiring=tuple(sorted(retiring))
+        entries, version, run_id, figures, now_ms, generation, aliases=aliases, retiring=tuple(sorted(retiring))
     )
 
 

@@ -240,3 +240,21 @@ def test_a_run_building_a_view_without_an_entry_keeps_the_strict_rule():
     for hostile in ([1], "x", {"views": "page_views", "full": False}):
         with pytest.raises(PointerMoved):
             check_unmoved(marked, 4, version=9, basis=hostile)  # type: ignore[arg-type]
+
+
+def test_the_pointer_keeps_a_runs_figures_but_not_its_verification_cuts():
+    """The API reads the pointer document on every refresh: the run's cuts (up to 15 row keys of up
+    to 256 bytes per view) serve only verification, which reads them from the run record."""
+    stats = {
+        "events": 7,
+        "tables": {"page_views": {"rows": 2, "cells": 3, "checksum": 9}},
+        "splits": {"page_views": ["ab" * 256] * 15},
+        "seconds": 1.5,
+    }
+    moved = advance(None, version=2, run_id="r", cutoff_ms=T0, views=["page_views"], full=True, stats=stats, now_ms=T0)
+    doc = json.loads(moved.to_doc())
+    legacy = b"".join(moved.legacy_columns().values())
+    assert "splits" not in json.dumps(doc) and b"ab" * 256 not in legacy and b'"events": 7' in legacy
+    assert moved.stats == {k: v for k, v in stats.items() if k != "splits"}
+    assert moved.entries["page_views"].stats == {"events": 7, "rows": 2, "cells": 3, "checksum": 9}
+    assert stats["splits"]  # the run's own record keeps them
