@@ -35,7 +35,12 @@ def spark(settings: Settings):
     """One Spark session for the whole run (tests that touch HDFS also ask for `stack`)."""
     from definitions.spark import spark_session
 
-    session = spark_session(settings, "lambda-tests", {"spark.sql.shuffle.partitions": "2"})
+    options = {"spark.sql.shuffle.partitions": "2"}
+    if settings.batch.load == "bulk":  # run_batch refuses a session without the bulk load's classes
+        from stores.batch_bulk_load import session_options
+
+        options.update(session_options(settings))
+    session = spark_session(settings, "lambda-tests", options)
     yield session
     session.stop()
 

@@ -10,11 +10,9 @@ import os
 import pytest
 from datasketches import hll_sketch
 
-from batch_layer.job import run_batch
 from definitions.views import load_views
 from ingest.generator import GeneratorConfig
 from stores import batch_layout as layout
-from stores.batch_bulk_load import BulkLoadUnavailable
 from stores.batch_views import VersionStore
 from tests.support.cli import env
 from tests.support.events import fresh_seed, send, wait_cutoff_past
@@ -91,12 +89,74 @@ def test_no_hfile_folder_is_left(settings, bulk_run):
     assert not [n for n in left if f"_v{result['version']}-" in n], left
 
 
-def test_a_session_without_the_bulk_load_is_refused_before_any_work(settings, spark, stack):
-    """This process's session was started without the bulk load's class path."""
+REFUSAL = """
+import os
+from batch_layer.job import run_batch
+from definitions.settings import get_settings
+from definitions.spark import spark_session
+from stores.batch_bulk_load import BulkLoadUnavailable
+
+settings = get_settings()
+spark = spark_session(settings, "lambda-tests-plain", {})  # no bulk load class path
+print("PID", os.getpid(), flush=True)
+try:
+    run_batch(settings, force=True, spark=spark, swap=False)
+except BulkLoadUnavailable as e:
+    print("REFUSED", e, flush=True)
+"""
+
+
+def test_a_session_without_the_bulk_load_is_refused_before_any_work(settings, stack):
+    """A session started without the bulk load's class path (in a process of its own: this one's
+    session may hold it) is refused before a version is allocated or a run recorded."""
+    import subprocess
+    import sys
+
     store = VersionStore(settings)
     before = store.runs()
-    bulk = settings.model_copy(update={"batch": settings.batch.model_copy(update={"load": "bulk"})})
-    with pytest.raises(BulkLoadUnavailable, match="session_options"):
-        run_batch(bulk, force=True, spark=spark, swap=False)
-    mine = [v for v, r in store.runs().items() if v not in before and r.get("pid") == os.getpid()]
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSAL],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(env(settings), LAMBDA_BATCH__LOAD="bulk"),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "REFUSED" in done.stdout and "session_options" in done.stdout, done.stdout
+    pid = int(done.stdout.split("PID ")[1].split()[0])
+    mine = [v for v, r in store.runs().items() if v not in before and r.get("pid") == pid]
     assert not mine, "no run was recorded"
+
+
+def test_a_bulk_run_killed_while_loading_leaves_hfiles_the_next_run_removes(settings, workload, tmp_path):
+    """kill -9 of a batch run (and its Spark driver) while a load holds its HFile folder: the folder
+    stays behind, its lock held by nobody; the next bulk run removes it and is exact all the same."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folders = settings.state_dir / "run" / "bulk-load"
+    before = set(folders.glob("*.lock")) if folders.is_dir() else set()
+    command = [sys.executable, "-m", "lambdactl.cli", "batch", "--force", "--no-swap", "--no-report", "--json"]
+    with open(tmp_path / "killed.log", "w") as log:
+        killed = subprocess.Popen(
+            command, stdout=log, stderr=log, env=dict(env(settings), LAMBDA_BATCH__LOAD="bulk"), start_new_session=True
+        )
+        deadline, locks = time.monotonic() + 600, set()
+        while not locks and killed.poll() is None and time.monotonic() < deadline:
+            locks = (set(folders.glob("*.lock")) if folders.is_dir() else set()) - before
+            time.sleep(0.05)
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(timeout=60)
+    assert locks, "the run started a load: " + (tmp_path / "killed.log").read_text()[-2000:]
+    assert all(lock.exists() for lock in locks), "a killed load cannot clean up"
+
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=900, env=dict(env(settings), LAMBDA_BATCH__LOAD="bulk")
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for lock in locks:
+        assert not lock.exists() and not lock.with_name(lock.name.removesuffix(".lock")).exists(), lock
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert VersionStore(settings).runs()[result["version"]]["state"] == "verified"
