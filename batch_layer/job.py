@@ -4,8 +4,8 @@
    one asked for, refused if not covered). T never goes backwards.
 2. Read the master dataset for ingest_time < T, keep one copy of each event_id (the first
    archived), compute every view at every granularity from its declaration.
-3. Write each view into new HBase tables for version N (batched puts from the Spark tasks, or with
-   batch.load = "bulk" HFiles loaded whole: stores/batch_bulk_load), verify them against the
+3. Write each view into new HBase tables for version N (HFiles loaded whole, stores/batch_bulk_load;
+   or with batch.load = "puts" batched puts from the Spark tasks), verify them against the
    computation (row count and value checksum per table),
 4. then move the pointer entries of the views it recomputed (table, version, cutoff, run id,
    stats) with one compare-and-set; a move since step 1 that changed what the run planned against
