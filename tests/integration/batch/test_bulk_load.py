@@ -1,6 +1,6 @@
-"""The batch layer's bulk load (batch.load = "bulk") on the real stack: a run whose views reach
-HBase as HFiles holds exactly what the ground truth from Kafka says, as the puts do, and leaves no
-HFile folder behind."""
+"""The batch layer's two loads on the real stack: a run whose views reach HBase as HFiles (batch.load
+= "bulk", the default) or as puts holds exactly what the ground truth from Kafka says, and a bulk
+run leaves no HFile folder behind."""
 
 from __future__ import annotations
 
@@ -39,10 +39,10 @@ def workload(settings, stack):
     return sent
 
 
-@pytest.fixture(scope="module")
-def bulk_run(settings, workload):
-    """`lambdactl batch --force --no-swap` in its own process (a fresh JVM) with batch.load = bulk:
-    the run's version and cutoff, and its log."""
+@pytest.fixture(scope="module", params=["bulk", "puts"])
+def load_run(request, settings, workload):
+    """`lambdactl batch --force --no-swap` in its own process (a fresh JVM) with each batch.load:
+    the load, the run's version and cutoff, and its log."""
     import subprocess
     import sys
 
@@ -51,16 +51,16 @@ def bulk_run(settings, workload):
         capture_output=True,
         text=True,
         timeout=900,
-        env=dict(env(settings), LAMBDA_BATCH__LOAD="bulk"),
+        env=dict(env(settings), LAMBDA_BATCH__LOAD=request.param),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return result, done.stderr
+    return request.param, result, done.stderr
 
 
-def test_every_bulk_loaded_view_equals_ground_truth(settings, bulk_run):
-    result, log = bulk_run
-    assert "HFiles written, loading them" in log, "the run loaded HFiles"
+def test_every_loaded_view_equals_ground_truth(settings, load_run):
+    load, result, log = load_run
+    assert ("HFiles written, loading them" in log) == (load == "bulk"), f"the run loaded by {load}"
     version = result["version"]
     run = VersionStore(settings).runs()[version]
     assert run["state"] == "verified"
@@ -82,8 +82,8 @@ def test_every_bulk_loaded_view_equals_ground_truth(settings, bulk_run):
                     assert abs(estimate - exact) <= max(1.0, 0.05 * exact), (key, exact, estimate)
 
 
-def test_no_hfile_folder_is_left(settings, bulk_run):
-    result, _ = bulk_run
+def test_no_hfile_folder_is_left(settings, load_run):
+    _, result, _ = load_run
     folder = settings.state_dir / "run" / "bulk-load"
     left = [p.name for p in folder.iterdir()] if folder.is_dir() else []
     assert not [n for n in left if f"_v{result['version']}-" in n], left
