@@ -174,7 +174,7 @@ def run_batch(
         return BatchResult(current.entries[names[0]].version, cutoff, current.run_id, skipped="already at this cutoff")
 
     options = {"spark.driver.memory": settings.batch.driver_memory}
-    bulk = settings.batch.load == "bulk"
+    bulk = batch_bulk_load.chosen_load(settings) == "bulk"
     if bulk and spark is None:
         options.update(batch_bulk_load.session_options(settings))
     spark = spark or spark_session(settings, "lambda-batch", options)

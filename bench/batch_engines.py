@@ -20,10 +20,12 @@ from stores.master import read_archived
 # --- Spark: the batch job's computation ------------------------------------------------------------
 
 
-def spark_events(spark, settings: Settings, url: str):
-    """`job.deduplicated_events` over the local copy, cached and counted as run_batch does."""
+def spark_events(spark, settings: Settings, url: str, views: list[View] | None = None):
+    """`job.deduplicated_events` over the local copy for `views` (every built-in view by default),
+    cached and counted as run_batch does."""
+    views = list(BUILT_IN) if views is None else views
     with mock.patch.object(job, "read_master", lambda spark, settings: read_archived(spark, url)):
-        events = job.deduplicated_events(spark, settings, cutoff_ms(), list(BUILT_IN)).cache()
+        events = job.deduplicated_events(spark, settings, cutoff_ms(), views).cache()
     return events, events.count()
 
 

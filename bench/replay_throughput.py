@@ -111,7 +111,13 @@ def added_view_runs(
     from definitions.spark import spark_session
     from stores.batch_writer import computed_stats
 
-    spark = spark_session(settings, "bench-added-view", {"spark.driver.memory": driver_memory})
+    options = {"spark.driver.memory": driver_memory}
+    from stores.batch_bulk_load import chosen_load, session_options
+
+    bulk = load and chosen_load(settings) == "bulk"  # loaded as the batch job would load it
+    if bulk:
+        options.update(session_options(settings))
+    spark = spark_session(settings, "bench-added-view", options)
     try:
         url = ensure_dataset(spark, data_dir, history)
         if hdfs:
@@ -120,12 +126,15 @@ def added_view_runs(
         seconds, load_seconds, cells = [], [], 0
         for run in range(runs):
             started = time.monotonic()
-            events, distinct = spark_events(spark, settings, url)
+            events, distinct = spark_events(spark, settings, url, [view])  # a run adding it reads its columns
             try:
                 computed = {(view.name, g): view.compute(events, g) for g in view.granularities}
                 if load:
-                    cells, spent = load_view(settings, f"bench_added_{run}", view, computed, verify=True)
-                    load_seconds.append(spent)
+                    loaded = load_view(
+                        settings, f"bench_added_{run}", view, computed, verify=True, bulk_spark=spark if bulk else None
+                    )
+                    cells = loaded["cells"]
+                    load_seconds.append(loaded["seconds"])
                 else:
                     for frame in computed.values():
                         computed_stats(view, frame)
@@ -141,7 +150,7 @@ def added_view_runs(
             "seconds": statistics.median(seconds),
         }
         if load:
-            out.update(cells=cells, load_seconds=statistics.median(load_seconds))
+            out.update(cells=cells, load_seconds=statistics.median(load_seconds), load="bulk" if bulk else "puts")
         return out
     finally:
         spark.stop()

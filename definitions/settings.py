@@ -128,10 +128,11 @@ class BatchSettings(_Section):
     verify_threads: int = Field(4, ge=1, le=32)
     # How computed views reach their tables: "bulk", HFiles written by the Spark tasks into the state
     # directory and loaded whole by HBase (stores/batch_bulk_load: the driver, the executors and HBase
-    # must share that directory; 1.6–2.9× the puts' rate measured); "puts", batched puts through HBase Thrift from
-    # the Spark tasks (put_batch_size each), for HBase the Spark nodes share no directory with.
-    # LAMBDA_BATCH__LOAD=puts.
-    load: Literal["puts", "bulk"] = "bulk"
+    # must share that directory; 1.6–2.9× the puts' rate measured); "puts", batched puts through
+    # HBase Thrift from the Spark tasks (put_batch_size each); "auto", bulk when HBase is a service of
+    # this machine's stack and Spark runs here too (local mode or the local cluster), else puts
+    # (stores.batch_bulk_load.chosen_load).
+    load: Literal["auto", "puts", "bulk"] = "auto"
     # The realtime clean-up deletes rows a swap absorbed only this long after the swap: longer than
     # the API reuses a pointer (`api.pointer_cache_s`) plus the longest query, so no answer computed
     # from the previous pointer misses them.

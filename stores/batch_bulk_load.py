@@ -17,6 +17,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
+from typing import Literal
 
 from definitions.settings import Settings
 from definitions.views import View
@@ -65,6 +66,19 @@ CLASS_PATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath
 
 class BulkLoadUnavailable(RuntimeError):
     """The bulk load's classes are not where a session can use them."""
+
+
+def chosen_load(settings: Settings) -> Literal["puts", "bulk"]:
+    """The load a batch run uses: `batch.load` when it names one; for "auto", HFiles when HBase is a
+    service `lambdactl up` runs on this machine and Spark's executors run here too (local mode or
+    the local cluster), so that HBase reads the files where the executors wrote them; otherwise
+    (a real Spark cluster, an HBase elsewhere such as another container) puts."""
+    from definitions.spark import on_cluster
+
+    if settings.batch.load != "auto":
+        return settings.batch.load
+    spark_here = not on_cluster(settings) or settings.spark.cluster.workers > 0
+    return "bulk" if spark_here and "hbase" in settings.stack.managed_services else "puts"
 
 
 def class_path(settings: Settings) -> list[str]:

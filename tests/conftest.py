@@ -36,9 +36,10 @@ def spark(settings: Settings):
     from definitions.spark import spark_session
 
     options = {"spark.sql.shuffle.partitions": "2"}
-    if settings.batch.load == "bulk":  # run_batch refuses a session without the bulk load's classes
-        from stores.batch_bulk_load import session_options
+    from stores.batch_bulk_load import chosen_load, session_options
 
+    if chosen_load(settings) == "bulk":  # run_batch refuses a session without the bulk load's classes
+        # so every test session carries HBase's jars, as only the batch layer's sessions do outside tests
         options.update(session_options(settings))
     session = spark_session(settings, "lambda-tests", options)
     yield session

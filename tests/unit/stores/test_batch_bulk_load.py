@@ -56,11 +56,29 @@ def test_the_options_go_on_the_class_path_after_the_users_own(tmp_path):
     assert options["spark.executor.extraClassPath"] == plain["spark.executor.extraClassPath"]
 
 
-def test_bulk_is_the_default(monkeypatch):
-    monkeypatch.delenv("LAMBDA_BATCH__LOAD", raising=False)
-    assert Settings().batch.load == "bulk"
+def test_the_default_loads_hfiles_only_where_hbase_and_spark_share_this_machine(monkeypatch):
+    """auto: HFiles when HBase is a service of this machine's stack and Spark runs here (local mode
+    or the local cluster); puts against a real cluster or an HBase elsewhere (containers), whose
+    region servers cannot read the executors' files. An explicit choice is kept."""
+    for name in ("LAMBDA_BATCH__LOAD", "LAMBDA_SPARK__MASTER", "LAMBDA_SPARK__CLUSTER__WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("LAMBDA_STACK__MANAGED_SERVICES", raising=False)
+    assert Settings().batch.load == "auto"
+    assert bulk.chosen_load(Settings()) == "bulk"
+    monkeypatch.setenv("LAMBDA_SPARK__CLUSTER__WORKERS", "2")
+    assert bulk.chosen_load(Settings()) == "bulk"  # the local cluster: same disk
+    monkeypatch.setenv("LAMBDA_SPARK__CLUSTER__WORKERS", "0")
+    monkeypatch.setenv("LAMBDA_SPARK__MASTER", "spark://spark-master.internal:7077")
+    assert bulk.chosen_load(Settings()) == "puts"
+    monkeypatch.setenv("LAMBDA_BATCH__LOAD", "bulk")
+    assert bulk.chosen_load(Settings()) == "bulk"  # the user says the directory is shared
+    monkeypatch.delenv("LAMBDA_SPARK__MASTER")
+    monkeypatch.delenv("LAMBDA_BATCH__LOAD")
+    monkeypatch.setenv("LAMBDA_STACK__MANAGED_SERVICES", '["kafka"]')  # HBase elsewhere
+    assert bulk.chosen_load(Settings()) == "puts"
     monkeypatch.setenv("LAMBDA_BATCH__LOAD", "puts")
-    assert Settings().batch.load == "puts"
+    monkeypatch.delenv("LAMBDA_STACK__MANAGED_SERVICES")
+    assert bulk.chosen_load(Settings()) == "puts"
     monkeypatch.setenv("LAMBDA_BATCH__LOAD", "hfiles")
     with pytest.raises(ValueError):
         Settings()
