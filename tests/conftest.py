@@ -34,10 +34,9 @@ def settings() -> Settings:
 def spark(settings: Settings):
     """One Spark session for the whole run (tests that touch HDFS also ask for `stack`)."""
     from definitions.spark import spark_session
-
-    options = {"spark.sql.shuffle.partitions": "2"}
     from stores.batch_bulk_load import chosen_load, session_options
 
+    options = {"spark.sql.shuffle.partitions": "2"}
     if chosen_load(settings) == "bulk":  # run_batch refuses a session without the bulk load's classes
         # so every test session carries HBase's jars, as only the batch layer's sessions do outside tests
         options.update(session_options(settings))
