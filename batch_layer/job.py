@@ -32,6 +32,7 @@ from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
 from definitions.times import parse_iso_ms
+from definitions.view_rollup import compute_each
 from definitions.views import View, read_columns
 from stores import batch_bulk_load, checkpoints, completeness
 from stores import batch_layout as layout
@@ -215,8 +216,7 @@ def run_batch(
             name = layout.table_name(view, version)
             create_table(settings, name)
             written = []
-            for granularity in view.granularities:
-                computed = view.compute(events, granularity)
+            for granularity, computed in compute_each(view, events):
                 if bulk:
                     written.append(batch_bulk_load.load_partitions(settings, spark, name, view, granularity, computed))
                 else:

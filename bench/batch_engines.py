@@ -13,6 +13,7 @@ from batch_dataset import cutoff_ms  # bench/ itself: the scripts run as files
 from batch_layer import job
 from definitions.events import FIELDS
 from definitions.settings import Settings
+from definitions.view_rollup import compute_each
 from definitions.views import BUILT_IN, GRANULARITIES, View
 from stores.batch_writer import TableStats, computed_stats
 from stores.master import read_archived
@@ -31,11 +32,13 @@ def spark_events(spark, settings: Settings, url: str, views: list[View] | None =
 
 def cached_stats(view: View, computed) -> TableStats:
     """What write_partitions does before its puts: cache the view and take the verified figures."""
+    owned = not computed.is_cached  # as the writers: a frame cached by compute_each stays cached
     computed = computed.cache()
     try:
         return computed_stats(view, computed)
     finally:
-        computed.unpersist()
+        if owned:
+            computed.unpersist()
 
 
 def spark_recompute(spark, settings: Settings, url: str) -> dict:
@@ -45,8 +48,8 @@ def spark_recompute(spark, settings: Settings, url: str) -> dict:
     stats = {}
     try:
         for view in BUILT_IN:
-            for granularity in view.granularities:
-                stats[f"{view.name}/{granularity}"] = cached_stats(view, view.compute(events, granularity))
+            for granularity, computed in compute_each(view, events):
+                stats[f"{view.name}/{granularity}"] = cached_stats(view, computed)
     finally:
         events.unpersist(blocking=True)
     total = time.monotonic() - started

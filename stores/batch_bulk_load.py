@@ -184,6 +184,7 @@ def load_partitions(settings: Settings, spark, table: str, view: View, granulari
     """Write one granularity of a view into `table` as HFiles and load them; what was written (the
     figures verification checks and a sample of the row keys, as stores.batch_writer.write_partitions
     gives them)."""
+    owned = not computed.is_cached  # a frame cached by the caller stays cached (definitions.view_rollup)
     computed = computed.cache()
     try:
         stats = computed_stats(view, computed)
@@ -205,7 +206,8 @@ def load_partitions(settings: Settings, spark, table: str, view: View, granulari
                 loader.load(f"{settings.hbase.namespace}:{table}", family, paths, hbase_conf(settings, spark))
         return Written(stats, tuple(sample))
     finally:
-        computed.unpersist()
+        if owned:
+            computed.unpersist()
 
 
 def _string_array(spark, values: list[str]):

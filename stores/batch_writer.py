@@ -100,6 +100,7 @@ def sample_row_keys(view: View, granularity: str, computed, stats: TableStats, s
 
 def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> Written:
     """Write one granularity of a view; what was written (the figures verification checks)."""
+    owned = not computed.is_cached  # a frame cached by the caller stays cached (definitions.view_rollup)
     computed = computed.cache()
     try:
         stats = computed_stats(view, computed)
@@ -107,7 +108,8 @@ def write_partitions(settings: Settings, table: str, view: View, granularity: st
         computed.foreachPartition(functools.partial(_write_partition, settings, table, view, granularity))
         return Written(stats, tuple(sample))
     finally:
-        computed.unpersist()
+        if owned:
+            computed.unpersist()
 
 
 # Sampled row keys longer than this are not used as cuts (the run record keeps the cuts).
