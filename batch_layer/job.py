@@ -206,6 +206,7 @@ def run_batch(
     log.info(
         "run %s: version %d, cutoff %s, views %s", run_id, version, iso(cutoff), ", ".join(v.name for v in selected)
     )
+    events = None
     try:
         events = deduplicated_events(spark, settings, cutoff, selected).cache()
         n_events = events.count()
@@ -234,7 +235,6 @@ def run_batch(
                 expected.cells,
                 expected.checksum,
             )
-        events.unpersist()
         run_stats = {
             "events": n_events,
             "tables": {k: vars(t) for k, t in tables.items()},
@@ -245,6 +245,9 @@ def run_batch(
     except BaseException:
         store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
         raise
+    finally:
+        if events is not None:  # a session the caller passed outlives the run
+            events.unpersist()
     if swap:
         swap_version(settings, version)
     elapsed = time.monotonic() - started

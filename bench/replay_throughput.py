@@ -29,11 +29,12 @@ import time
 from pathlib import Path
 
 from batch_dataset import ensure_dataset  # bench/ itself: the scripts run as files
-from batch_engines import spark_events  # bench/ itself
+from batch_engines import cached_stats, spark_events  # bench/ itself
 from figures import emit, fmt  # bench/ itself
 
 from definitions.settings import get_settings
 from definitions.times import iso_ms
+from definitions.view_rollup import compute_each
 from definitions.views import BUILT_IN
 from ingest.generator import GeneratorConfig, produce
 from stores.kafka import spans_from
@@ -109,7 +110,6 @@ def added_view_runs(
     from batch_hbase_load import load_view  # bench/ itself
 
     from definitions.spark import spark_session
-    from stores.batch_writer import computed_stats
 
     options = {"spark.driver.memory": driver_memory}
     from stores.batch_bulk_load import chosen_load, session_options
@@ -128,16 +128,17 @@ def added_view_runs(
             started = time.monotonic()
             events, distinct = spark_events(spark, settings, url, [view])  # a run adding it reads its columns
             try:
-                computed = {(view.name, g): view.compute(events, g) for g in view.granularities}
                 if load:
+                    # Each granularity taken while compute_each's cache lives, as the job's writers take them.
+                    computed = {(view.name, g): f.localCheckpoint(eager=True) for g, f in compute_each(view, events)}
                     loaded = load_view(
                         settings, f"bench_added_{run}", view, computed, verify=True, bulk_spark=spark if bulk else None
                     )
                     cells = loaded["cells"]
                     load_seconds.append(loaded["seconds"])
                 else:
-                    for frame in computed.values():
-                        computed_stats(view, frame)
+                    for _, frame in compute_each(view, events):
+                        cached_stats(view, frame)
             finally:
                 events.unpersist(blocking=True)
             seconds.append(time.monotonic() - started)

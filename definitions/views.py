@@ -55,6 +55,8 @@ class View:
             raise ValueError(f"view {self.name}: unknown event column(s) {unknown}; known: {FIELD_NAMES}")
         if not self.keys:
             raise ValueError(f"view {self.name}: needs at least one key column")
+        if len(set(self.keys)) != len(self.keys):
+            raise ValueError(f"view {self.name}: a key column is named twice: {list(self.keys)}")
         if self.aggregation in ("sum", "distinct") and not self.column:
             raise ValueError(f"view {self.name}: {self.aggregation} needs a column")
         if self.layout == "by_bucket" and not self.additive:

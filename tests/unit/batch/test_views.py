@@ -201,6 +201,8 @@ def test_declarations_are_checked():
         View("x", keys=("url",), aggregation="count", granularities=("week",))
     with pytest.raises(ValueError, match="additive"):
         View("x", keys=("url",), aggregation="distinct", column="user_id", layout="by_bucket")
+    with pytest.raises(ValueError, match="named twice"):
+        View("x", keys=("url", "url"), aggregation="count")
     with pytest.raises(ValueError, match="declared twice"):
         Registry((PAGE_VIEWS, PAGE_VIEWS))
 
