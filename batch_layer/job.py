@@ -28,11 +28,11 @@ from datetime import UTC, datetime
 
 import psutil
 
+from batch_layer.tables import write_tables
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
 from definitions.times import iso_ms as iso
 from definitions.times import parse_iso_ms
-from definitions.view_rollup import compute_each
 from definitions.views import View, read_columns
 from stores import batch_bulk_load, checkpoints, completeness
 from stores import batch_layout as layout
@@ -40,11 +40,8 @@ from stores.batch_views import Pointer
 from stores.batch_writer import (
     TableStats,
     VerificationError,
-    create_table,
     missing_tables,
-    table_splits,
     verify_table,
-    write_partitions,
 )
 from stores.master import first_copies, read_master
 from stores.pointer import (
@@ -211,30 +208,7 @@ def run_batch(
         events = deduplicated_events(spark, settings, cutoff, selected).cache()
         n_events = events.count()
         log.info("%d distinct events ingested before the cutoff", n_events)
-        tables: dict[str, TableStats] = {}
-        splits: dict[str, list[bytes]] = {}
-        for view in selected:
-            name = layout.table_name(view, version)
-            create_table(settings, name)
-            written = []
-            for granularity, computed in compute_each(view, events):
-                if bulk:
-                    written.append(batch_bulk_load.load_partitions(settings, spark, name, view, granularity, computed))
-                else:
-                    written.append(write_partitions(settings, name, view, granularity, computed))
-                log.info("%s/%s: %d cells written", view.name, granularity, written[-1].stats.cells)
-            expected = sum((w.stats for w in written), TableStats())
-            splits[view.name] = table_splits(settings, written)
-            verify_table(settings, name, view, expected, splits[view.name])
-            tables[view.name] = expected
-            log.info(
-                "%s verified in %d ranges: %d rows, %d cells, checksum %d",
-                name,
-                len(splits[view.name]) + 1,
-                expected.rows,
-                expected.cells,
-                expected.checksum,
-            )
+        tables, splits = write_tables(settings, spark, version, selected, events, bulk)
         run_stats = {
             "events": n_events,
             "tables": {k: vars(t) for k, t in tables.items()},
