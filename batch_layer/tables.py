@@ -3,12 +3,14 @@ and verified, one table per view.
 
 Views whose cells are the same (declarations equal but for their layout, such as page_views and
 top_pages) are computed once, and each computed granularity is written into each of their tables.
+Each table is scanned back (verified) while the next ones are computed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from definitions.settings import Settings
 from definitions.view_rollup import compute_each
@@ -34,42 +36,68 @@ def write_tables(
     settings: Settings, spark, version: int, views: list[View], events, bulk: bool
 ) -> tuple[dict[str, TableStats], dict[str, list[bytes]]]:
     """Write and verify each view's table of `version` from `events`; what each holds and the cuts
-    its verification scanned by (the run record keeps them)."""
+    its verification scanned by (the run record keeps them).
+
+    A table is verified (scanned back through HBase) while Spark computes and writes the next
+    group: the two use different processes. The first failed verification fails the run, at the
+    latest once every table is written."""
     tables: dict[str, TableStats] = {}
     splits: dict[str, list[bytes]] = {}
-    for group in same_cells(views):
-        names = {view.name: layout.table_name(view, version) for view in group}
-        for name in names.values():
-            create_table(settings, name)
-        written: dict[str, list] = {view.name: [] for view in group}
-        for granularity, computed in compute_each(group[0], events):
-            shared = len(group) > 1 and not computed.is_cached
-            if shared:  # read by every table of the group: computed once
-                computed = computed.cache()
-            try:
-                for view in group:
-                    name = names[view.name]
-                    if bulk:
-                        done = batch_bulk_load.load_partitions(settings, spark, name, view, granularity, computed)
-                    else:
-                        done = write_partitions(settings, name, view, granularity, computed)
-                    written[view.name].append(done)
-                    log.info("%s/%s: %d cells written", view.name, granularity, done.stats.cells)
-            finally:
-                if shared:
-                    computed.unpersist()
-        for view in group:
-            name = names[view.name]
-            expected = sum((w.stats for w in written[view.name]), TableStats())
-            splits[view.name] = table_splits(settings, written[view.name])
-            verify_table(settings, name, view, expected, splits[view.name])
-            tables[view.name] = expected
-            log.info(
-                "%s verified in %d ranges: %d rows, %d cells, checksum %d",
-                name,
-                len(splits[view.name]) + 1,
-                expected.rows,
-                expected.cells,
-                expected.checksum,
-            )
+    verifying = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
+    checks: list[Future] = []
+    try:
+        for group in same_cells(views):
+            _raise_failed(checks)  # a table already found wrong: no point writing more
+            written = _write_group(settings, spark, version, group, events, bulk)
+            for view in group:
+                tables[view.name] = sum((w.stats for w in written[view.name]), TableStats())
+                splits[view.name] = table_splits(settings, written[view.name])
+                name = layout.table_name(view, version)
+                checks.append(verifying.submit(_verify, settings, name, view, tables[view.name], splits[view.name]))
+        wait(checks)
+        _raise_failed(checks)
+    finally:
+        verifying.shutdown(wait=True, cancel_futures=True)
     return tables, splits
+
+
+def _write_group(settings: Settings, spark, version: int, group: list[View], events, bulk: bool) -> dict[str, list]:
+    names = {view.name: layout.table_name(view, version) for view in group}
+    for name in names.values():
+        create_table(settings, name)
+    written: dict[str, list] = {view.name: [] for view in group}
+    for granularity, computed in compute_each(group[0], events):
+        shared = len(group) > 1 and not computed.is_cached
+        if shared:  # read by every table of the group: computed once
+            computed = computed.cache()
+        try:
+            for view in group:
+                name = names[view.name]
+                if bulk:
+                    done = batch_bulk_load.load_partitions(settings, spark, name, view, granularity, computed)
+                else:
+                    done = write_partitions(settings, name, view, granularity, computed)
+                written[view.name].append(done)
+                log.info("%s/%s: %d cells written", view.name, granularity, done.stats.cells)
+        finally:
+            if shared:
+                computed.unpersist()
+    return written
+
+
+def _verify(settings: Settings, name: str, view: View, expected: TableStats, splits: list[bytes]) -> None:
+    verify_table(settings, name, view, expected, splits)
+    log.info(
+        "%s verified in %d ranges: %d rows, %d cells, checksum %d",
+        name,
+        len(splits) + 1,
+        expected.rows,
+        expected.cells,
+        expected.checksum,
+    )
+
+
+def _raise_failed(checks: list[Future]) -> None:
+    for check in checks:
+        if check.done() and check.exception() is not None:
+            raise check.exception()  # type: ignore[misc]

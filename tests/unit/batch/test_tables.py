@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
+import pytest
+
+from batch_layer import tables
 from batch_layer.tables import same_cells
 from definitions.views import BUILT_IN, PAGE_VIEWS, TOP_PAGES
+from stores.batch_writer import TableStats, VerificationError
 
 
 def test_views_equal_but_for_layout_are_computed_once():
@@ -29,3 +34,60 @@ def test_any_difference_in_what_decides_the_cells_keeps_views_apart():
     ):
         other = dataclasses.replace(TOP_PAGES, name="other", **change)
         assert len(same_cells([PAGE_VIEWS, other])) == 2, change
+
+
+class Written:
+    def __init__(self, cells: int) -> None:
+        self.stats = TableStats(cells, cells, cells)
+
+
+@pytest.fixture
+def fake_stores(monkeypatch):
+    """write_tables' orchestration alone: writing and scanning replaced (the real ones are
+    exercised on the stack by tests/integration/batch)."""
+    calls: dict[str, list] = {"written": [], "verified": []}
+    wrong: set[str] = set()
+    found_wrong = threading.Event()
+
+    def write_group(settings, spark, version, group, events, bulk):
+        if group[0].name == "page_views_by_country_device" and "unique_visitors" in wrong:
+            assert found_wrong.wait(10)  # the scan of an earlier table has come back wrong by now
+        calls["written"].append([v.name for v in group])
+        return {v.name: [Written(7)] for v in group}
+
+    def verify(settings, name, view, expected, splits):
+        calls["verified"].append(name)
+        if view.name in wrong:
+            found_wrong.set()
+            raise VerificationError(f"table {name} holds less")
+
+    monkeypatch.setattr(tables, "_write_group", write_group)
+    monkeypatch.setattr(tables, "verify_table", verify)
+    monkeypatch.setattr(tables, "table_splits", lambda settings, written: [])
+    return calls, wrong
+
+
+def test_every_table_is_written_and_verified(fake_stores):
+    calls, _ = fake_stores
+    stats, splits = tables.write_tables(None, None, 3, list(BUILT_IN), None, bulk=True)
+    assert calls["written"] == [[v.name for v in g] for g in same_cells(BUILT_IN)]
+    assert sorted(calls["verified"]) == sorted(f"{v.name}_v3" for v in BUILT_IN)
+    assert stats == {v.name: TableStats(7, 7, 7) for v in BUILT_IN}
+    assert splits == {v.name: [] for v in BUILT_IN}
+
+
+def test_a_table_found_wrong_stops_the_run_before_the_next_group(fake_stores):
+    calls, wrong = fake_stores
+    wrong.add("unique_visitors")
+    with pytest.raises(VerificationError, match="unique_visitors_v3"):
+        tables.write_tables(None, None, 3, list(BUILT_IN), None, bulk=True)
+    # the check before each group sees the failure (one group of slack for the scan's thread)
+    assert "page_views_by_channel" not in [g[0] for g in calls["written"]]
+
+
+def test_the_last_tables_verification_still_decides_the_run(fake_stores):
+    calls, wrong = fake_stores
+    wrong.add("page_views_by_channel")
+    with pytest.raises(VerificationError, match="page_views_by_channel_v3"):
+        tables.write_tables(None, None, 3, list(BUILT_IN), None, bulk=True)
+    assert "page_views_by_channel_v3" in calls["verified"]
