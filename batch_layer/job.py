@@ -31,6 +31,7 @@ import psutil
 from batch_layer.tables import write_tables
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
+from definitions.spark import batch_session_options
 from definitions.times import iso_ms as iso
 from definitions.times import parse_iso_ms
 from definitions.views import View, read_columns
@@ -171,7 +172,7 @@ def run_batch(
         )
         return BatchResult(current.entries[names[0]].version, cutoff, current.run_id, skipped="already at this cutoff")
 
-    options = {"spark.driver.memory": settings.batch.driver_memory}
+    options = batch_session_options(settings)
     bulk = batch_bulk_load.chosen_load(settings) == "bulk"
     if bulk and spark is None:
         options.update(batch_bulk_load.session_options(settings))

@@ -100,7 +100,8 @@ def one_run(settings: Settings, url: str) -> dict:
 def report(result: dict) -> str:
     run = sorted(result["runs"], key=lambda r: r["seconds"])[len(result["runs"]) // 2]  # the median one
     lines = [
-        f"Batch end to end ({result['records']:,} master records, load {run['load']}, "
+        f"Batch end to end ({result['records']:,} master records, load {run['load']}, driver "
+        f"{result['driver_memory']} {result['jvm_options']}, "
         f"median of {len(result['runs'])} run(s)): {fmt(result['seconds'], 1)} s",
         f"  one run's phases ({fmt(run['seconds'], 1)} s):",
         f"    session start, plan, run recorded: {fmt(run['session_s'], 1)} s",
@@ -157,6 +158,8 @@ def main() -> int:
         log.info("run %d: %.1fs", i + 1, runs[-1]["seconds"])
     result = {
         "records": args.size,
+        "driver_memory": settings.batch.driver_memory,
+        "jvm_options": settings.batch.jvm_options,
         "seconds": statistics.median(r["seconds"] for r in runs),
         "runs": runs,
         "load_average_1m": [round(x, 1) for x in loads],

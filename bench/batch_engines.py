@@ -33,7 +33,8 @@ def spark_events(spark, settings: Settings, url: str, views: list[View] | None =
 def cached_stats(view: View, computed) -> TableStats:
     """What write_partitions does before its puts: cache the view and take the verified figures."""
     owned = not computed.is_cached  # as the writers: a frame cached by compute_each stays cached
-    computed = computed.cache()
+    if owned:
+        computed = computed.cache()
     try:
         return computed_stats(view, computed)
     finally:

@@ -23,7 +23,7 @@
     .venv/bin/python bench/batch_recompute.py --json /tmp/bench_batch.json
 
 (defaults: `--sizes 1000000,5000000,10000000 --runs 1 --hbase-size 1000000
---put-batch-sizes 500,2000,10000 --driver-memory 3g --data-dir /tmp/lambda-bench-batch`).
+--put-batch-sizes 500,2000,10000 --data-dir /tmp/lambda-bench-batch`).
 Needs the stack up (`lambdactl up`) for part 3 only; `--hbase-size 0` skips it. The stack keeps
 running meanwhile, so the figures include its background load (the archiver) on the 2 cores.
 """
@@ -76,7 +76,7 @@ def main() -> int:
     )
     parser.add_argument("--no-verify", action="store_true", help="skip scanning the HBase tables back")
     parser.add_argument("--bulk", action="store_true", help="also time the HBase load as HFiles (batch.load = bulk)")
-    parser.add_argument("--driver-memory", default="3g")
+    parser.add_argument("--driver-memory", help="the driver's heap (default: batch.driver_memory, as a run has)")
     parser.add_argument("--duckdb-memory", default="6GB")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -86,10 +86,12 @@ def main() -> int:
 
     import duckdb
 
-    from definitions.spark import spark_session
+    from definitions.spark import batch_session_options, spark_session
 
     settings = get_settings()
-    options = {"spark.driver.memory": args.driver_memory}
+    options = batch_session_options(settings)  # as a batch run's session
+    if args.driver_memory:
+        options["spark.driver.memory"] = args.driver_memory
     if args.bulk and args.hbase_size:
         from stores.batch_bulk_load import session_options
 
@@ -102,7 +104,7 @@ def main() -> int:
     result = {
         "spark_master": spark.sparkContext.master,
         "shuffle_partitions": int(spark.conf.get("spark.sql.shuffle.partitions")),
-        "driver_memory": args.driver_memory,
+        "driver_memory": options["spark.driver.memory"],
         "duckdb_version": duckdb.__version__,
         "duckdb_threads": int(con.execute("SELECT current_setting('threads')").fetchone()[0]),
         "runs": args.runs,

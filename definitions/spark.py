@@ -154,6 +154,15 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
     return conf
 
 
+def batch_session_options(settings: Settings) -> dict[str, str]:
+    """What a batch run's session sets beyond session_conf: its driver's memory and JVM options
+    (batch.jvm_options instead of the streaming jobs' spark.jvm_options)."""
+    return {
+        "spark.driver.memory": settings.batch.driver_memory,
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC {settings.batch.jvm_options}".strip(),
+    }
+
+
 def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> SparkSession:
     from pyspark.sql import SparkSession
 

@@ -185,7 +185,8 @@ def load_partitions(settings: Settings, spark, table: str, view: View, granulari
     figures verification checks and a sample of the row keys, as stores.batch_writer.write_partitions
     gives them)."""
     owned = not computed.is_cached  # a frame cached by the caller stays cached (definitions.view_rollup)
-    computed = computed.cache()
+    if owned:
+        computed = computed.cache()
     try:
         stats = computed_stats(view, computed)
         sample = sample_row_keys(view, granularity, computed, stats)

@@ -101,7 +101,8 @@ def sample_row_keys(view: View, granularity: str, computed, stats: TableStats, s
 def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> Written:
     """Write one granularity of a view; what was written (the figures verification checks)."""
     owned = not computed.is_cached  # a frame cached by the caller stays cached (definitions.view_rollup)
-    computed = computed.cache()
+    if owned:
+        computed = computed.cache()
     try:
         stats = computed_stats(view, computed)
         sample = sample_row_keys(view, granularity, computed, stats)

@@ -6,7 +6,7 @@ import sys
 import zipfile
 
 from definitions.settings import Settings
-from definitions.spark import JOB_PACKAGES, code_archive, master_url, on_cluster, session_conf
+from definitions.spark import JOB_PACKAGES, batch_session_options, code_archive, master_url, on_cluster, session_conf
 
 
 def settings_with(jars, tmp_path, **cluster) -> Settings:
@@ -62,3 +62,15 @@ def test_the_code_archive_holds_the_job_packages_and_is_named_by_its_content(jar
     assert {name.split("/")[0] for name in names} == set(JOB_PACKAGES)
     assert "speed_layer/job.py" in names and "stores/realtime.py" in names and "definitions/spark.py" in names
     assert not any(name.startswith(("api/", "tests/", "infra/")) for name in names)
+
+
+def test_a_batch_run_has_its_own_driver_heap_and_collector(jars, tmp_path):
+    """The streaming jobs' G1 options (heap handed back when idle) and the batch run's throughput
+    collector cannot both be given to one JVM: the run's replace them, the time zone stays."""
+    settings = settings_with(jars, tmp_path)
+    streaming = session_conf(settings, "lambda-speed")
+    batch = session_conf(settings, "lambda-batch", batch_session_options(settings))
+    assert "-XX:+UseG1GC" in streaming["spark.driver.extraJavaOptions"]
+    assert batch["spark.driver.extraJavaOptions"].split() == ["-Duser.timezone=UTC", "-XX:+UseParallelGC"]
+    assert batch["spark.driver.memory"] == settings.batch.driver_memory
+    assert streaming["spark.driver.memory"] == settings.spark.driver_memory
