@@ -222,7 +222,10 @@ def run_batch(
         raise
     finally:
         if events is not None:  # a session the caller passed outlives the run
-            events.unpersist()
+            try:
+                events.unpersist()
+            except Exception as exc:  # a dead driver JVM: the run's own error is the one to see
+                log.warning("could not release the run's cached events: %s", exc)
     if swap:
         swap_version(settings, version)
     elapsed = time.monotonic() - started

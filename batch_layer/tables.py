@@ -45,6 +45,7 @@ def write_tables(
     splits: dict[str, list[bytes]] = {}
     verifying = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
     checks: list[Future] = []
+    finished = False
     try:
         for group in same_cells(views):
             _raise_failed(checks)  # a table already found wrong: no point writing more
@@ -56,8 +57,10 @@ def write_tables(
                 checks.append(verifying.submit(_verify, settings, name, view, tables[view.name], splits[view.name]))
         wait(checks)
         _raise_failed(checks)
+        finished = True
     finally:
-        verifying.shutdown(wait=True, cancel_futures=True)
+        # A failed or interrupted run is recorded failed at once, not after the scan in progress.
+        verifying.shutdown(wait=finished, cancel_futures=True)
     return tables, splits
 
 

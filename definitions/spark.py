@@ -154,12 +154,19 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
     return conf
 
 
+_GC_CHOICE = re.compile(r"^-XX:[+-]Use\w*GC$")  # -XX:+UseG1GC, -XX:+UseParallelGC, ...
+
+
 def batch_session_options(settings: Settings) -> dict[str, str]:
-    """What a batch run's session sets beyond session_conf: its driver's memory and JVM options
-    (batch.jvm_options instead of the streaming jobs' spark.jvm_options)."""
+    """What a batch run's session sets beyond session_conf: its driver's memory, and its JVM options:
+    every driver's (spark.jvm_options, or spark.conf's own spark.driver.extraJavaOptions) without
+    their choice of collector, then batch.jvm_options (one JVM takes one collector)."""
+    key = "spark.driver.extraJavaOptions"
+    every = settings.spark.conf.get(key) or f"-Duser.timezone=UTC {settings.spark.jvm_options}"
+    kept = [o for o in every.split() if not _GC_CHOICE.match(o)]
     return {
         "spark.driver.memory": settings.batch.driver_memory,
-        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC {settings.batch.jvm_options}".strip(),
+        key: " ".join([*kept, *settings.batch.jvm_options.split()]),
     }
 
 

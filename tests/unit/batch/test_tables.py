@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import pytest
 
@@ -91,3 +92,29 @@ def test_the_last_tables_verification_still_decides_the_run(fake_stores):
     with pytest.raises(VerificationError, match="page_views_by_channel_v3"):
         tables.write_tables(None, None, 3, list(BUILT_IN), None, bulk=True)
     assert "page_views_by_channel_v3" in calls["verified"]
+
+
+def test_a_failed_run_does_not_wait_for_the_scan_in_progress(monkeypatch):
+    """The run is recorded failed at once: the verification thread's scan is left to end on its own."""
+    scanning, release = threading.Event(), threading.Event()
+
+    def write_group(settings, spark, version, group, events, bulk):
+        if group[0].name == "unique_visitors":
+            assert scanning.wait(10)
+            raise RuntimeError("a Spark job failed")
+        return {v.name: [Written(7)] for v in group}
+
+    def verify(settings, name, view, expected, splits):
+        scanning.set()
+        release.wait(60)
+
+    monkeypatch.setattr(tables, "_write_group", write_group)
+    monkeypatch.setattr(tables, "verify_table", verify)
+    monkeypatch.setattr(tables, "table_splits", lambda settings, written: [])
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="Spark job failed"):
+            tables.write_tables(None, None, 3, list(BUILT_IN), None, bulk=True)
+        assert time.monotonic() - started < 30
+    finally:
+        release.set()

@@ -71,6 +71,24 @@ def test_a_batch_run_has_its_own_driver_heap_and_collector(jars, tmp_path):
     streaming = session_conf(settings, "lambda-speed")
     batch = session_conf(settings, "lambda-batch", batch_session_options(settings))
     assert "-XX:+UseG1GC" in streaming["spark.driver.extraJavaOptions"]
-    assert batch["spark.driver.extraJavaOptions"].split() == ["-Duser.timezone=UTC", "-XX:+UseParallelGC"]
+    options = batch["spark.driver.extraJavaOptions"].split()
+    assert options[0] == "-Duser.timezone=UTC" and options[-1] == "-XX:+UseParallelGC"
+    assert [o for o in options if o.startswith("-XX:+Use") and o.endswith("GC")] == ["-XX:+UseParallelGC"]
     assert batch["spark.driver.memory"] == settings.batch.driver_memory
     assert streaming["spark.driver.memory"] == settings.spark.driver_memory
+
+
+def test_a_batch_run_keeps_the_users_other_driver_options(jars, tmp_path):
+    settings = settings_with(jars, tmp_path)
+    krb = "-Djava.security.krb5.conf=/etc/krb5.conf"
+    own = settings.model_copy(
+        update={
+            "spark": settings.spark.model_copy(update={"jvm_options": f"-XX:+UseG1GC {krb} -XX:MaxHeapFreeRatio=30"})
+        }
+    )
+    options = batch_session_options(own)["spark.driver.extraJavaOptions"].split()
+    assert options == ["-Duser.timezone=UTC", krb, "-XX:MaxHeapFreeRatio=30", "-XX:+UseParallelGC"]
+    conf = {"spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -XX:+UseZGC {krb}"}
+    in_conf = own.model_copy(update={"spark": own.spark.model_copy(update={"conf": conf})})
+    options = batch_session_options(in_conf)["spark.driver.extraJavaOptions"].split()
+    assert options == ["-Duser.timezone=UTC", krb, "-XX:+UseParallelGC"]
