@@ -126,6 +126,14 @@ def markdown(results: dict) -> str:
                 f"{f(biggest['spark_s'], 1)} s / {f(biggest['duckdb_s'], 1)} s",
             ]
         )
+    end_to_end = (steps.get("batch_end_to_end") or {}).get("result")
+    if end_to_end:
+        summary.append(
+            [
+                f"batch run of {f(end_to_end['records'])} master records end to end (HBase load and verification included)",
+                f"{f(end_to_end['seconds'], 1)} s",
+            ]
+        )
     mem = results["memory"].get("after") or results["memory"].get("before") or {}
     if mem.get("services") and any(x["running"] for x in mem["services"]):
         summary.append(["stack RSS (all services)", f"{f(mem['total_rss_mb'])} MiB"])
@@ -302,6 +310,23 @@ def markdown(results: dict) -> str:
                     for t in hb["trials"]
                 ],
             )
+    if end_to_end:
+        run = sorted(end_to_end["runs"], key=lambda r: r["seconds"])[len(end_to_end["runs"]) // 2]
+        lines += [
+            f"## Batch run end to end ({f(end_to_end['records'])} master records, load {run['load']}, "
+            f"driver {end_to_end['driver_memory']} `{end_to_end['jvm_options']}`)",
+            "",
+        ]
+        rows = [
+            ["session start, plan", f(run["session_s"], 1)],
+            ["read, de-duplicate, cache", f(run["deduplication_s"], 1)],
+        ]
+        rows += [[f"`{name}` computed and loaded", f(sec, 1)] for name, sec in run["views_written_s"].items()]
+        rows += [
+            ["waiting for the last verifications", f(run["last_verification_s"], 1)],
+            ["**total**", f"**{f(run['seconds'], 1)}**"],
+        ]
+        lines += table(["phase", "seconds"], rows)
     before, after = results["memory"].get("before") or {}, results["memory"].get("after") or {}
     if before.get("services") or after.get("services"):
         names = [s["service"] for s in (before.get("services") or after.get("services"))]

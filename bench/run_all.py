@@ -4,7 +4,8 @@ Each benchmark runs as a subprocess of .venv/bin/python with `--json` to a tempo
 after another (the machine has few cores): bench/api_latency.py, bench/speed_freshness.py,
 bench/ingest_throughput.py (`--runs 1 --gen-count 50000 --arch-count 100000`; it pauses the
 stack's archiver during its drain and starts it again), bench/batch_recompute.py (`--sizes
-1000000,5000000,10000000 --runs 1`), bench/replay_throughput.py (a replay of 1M Kafka records and
+1000000,5000000,10000000 --runs 1`), bench/batch_end_to_end.py (a real batch run over 10M master
+records, HBase load and verification included, `--size 10000000 --runs 1`), bench/replay_throughput.py (a replay of 1M Kafka records and
 an added view's history over 10M master records, `--runs 1`). `--quick` uses smaller sizes and shorter durations
 everywhere. Also the resident memory of each process tree of the running stack, before and after
 the benchmarks, and a description of the machine. bench/stack_startup.py needs the stack down
@@ -40,7 +41,15 @@ PYTHON = REPO / ".venv" / "bin" / "python"
 
 log = logging.getLogger("bench.run_all")
 
-STEP_NAMES = ("api_latency", "api_load", "speed_layer", "ingest_throughput", "batch_recompute", "replay")
+STEP_NAMES = (
+    "api_latency",
+    "api_load",
+    "speed_layer",
+    "ingest_throughput",
+    "batch_recompute",
+    "batch_end_to_end",
+    "replay",
+)
 
 
 def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[str]]:
@@ -78,6 +87,7 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
                 "--hbase-size",
                 "200000",
             ],
+            "batch_end_to_end": ["bench/batch_end_to_end.py", "--size", "500000", "--runs", "1"],
             "replay": ["bench/replay_throughput.py", "--records", "100000", "--history", "500000", "--runs", "1"],
         }
     return {
@@ -94,6 +104,7 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
             "100000",
         ],
         "batch_recompute": ["bench/batch_recompute.py", "--sizes", "1000000,5000000,10000000", "--runs", "1"],
+        "batch_end_to_end": ["bench/batch_end_to_end.py", "--size", "10000000", "--runs", "1"],
         "replay": ["bench/replay_throughput.py", "--records", "1000000", "--history", "10000000", "--runs", "1"],
     }
 
