@@ -8,6 +8,8 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from batch_layer.job import events_before
+from definitions.settings import Settings
+from definitions.spark import WINDOW_GROUP_LIMIT, batch_session_options
 from definitions.views import BUILT_IN, PAGE_VIEWS, PAGE_VIEWS_BY_CHANNEL, UNIQUE_VISITORS, View, read_columns
 from stores.master import first_copies, master_ddl
 
@@ -102,3 +104,29 @@ def test_events_before_never_reads_unused_columns_from_storage(master, tmp_path)
 def test_events_before_applies_the_cutoff(master):
     early = int(T0.replace(minute=4, tzinfo=UTC).timestamp() * 1000)  # ingested at minutes 1 to 3
     assert sorted(r.url for r in events_before(master, early, [PAGE_VIEWS]).collect()) == ["/", "/", "/a", "/a"]
+
+
+def test_a_batch_sessions_de_duplication_sorts_the_records_once(master, tmp_path):
+    """Spark's WindowGroupLimit sorts every record before the shuffle as well as after it; a batch
+    run's session turns it off (definitions.spark.batch_session_options), and the copies kept are
+    the same."""
+    spark = master.sparkSession
+    key = WINDOW_GROUP_LIMIT
+    option = batch_session_options(Settings(state_dir=tmp_path))[key]
+    before = spark.conf.get(key)
+
+    def planned():
+        frame = events_before(master, CUTOFF_MS, [PAGE_VIEWS, UNIQUE_VISITORS])
+        return frame, frame._jdf.queryExecution().executedPlan().toString()
+
+    try:
+        spark.conf.unset(key)
+        default, plan = planned()
+        assert "WindowGroupLimit" in plan, "Spark's default plans the early limit"
+        kept = sorted(default.collect())
+        spark.conf.set(key, option)
+        turned_off, plan = planned()
+        assert "WindowGroupLimit" not in plan and plan.count("Sort [event_id") == 1, plan
+        assert sorted(turned_off.collect()) == kept
+    finally:
+        spark.conf.set(key, before)
