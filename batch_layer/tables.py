@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 
 from definitions.settings import Settings
+from definitions.spark import cached
 from definitions.view_rollup import compute_each
 from definitions.views import View
 from stores import batch_bulk_load
 from stores import batch_layout as layout
-from stores.batch_writer import TableStats, create_table, table_splits, verify_table, write_partitions
+from stores.batch_writer import RangeCounter, TableStats, create_table, table_splits, verify_table, write_partitions
 
 log = logging.getLogger("lambda.batch")
 
@@ -54,7 +56,11 @@ def write_tables(
                 tables[view.name] = sum((w.stats for w in written[view.name]), TableStats())
                 splits[view.name] = table_splits(settings, written[view.name])
                 name = layout.table_name(view, version)
-                checks.append(verifying.submit(_verify, settings, name, view, tables[view.name], splits[view.name]))
+                # A bulk run's driver holds the HBase client: it counts the table, not Thrift and Python.
+                counter = batch_bulk_load.range_counter(settings, spark, name, view) if bulk else None
+                checks.append(
+                    verifying.submit(_verify, settings, name, view, tables[view.name], splits[view.name], counter)
+                )
         wait(checks)
         _raise_failed(checks)
         finished = True
@@ -70,10 +76,8 @@ def _write_group(settings: Settings, spark, version: int, group: list[View], eve
         create_table(settings, name)
     written: dict[str, list] = {view.name: [] for view in group}
     for granularity, computed in compute_each(group[0], events):
-        shared = len(group) > 1 and not computed.is_cached
-        if shared:  # read by every table of the group: computed once
-            computed = computed.cache()
-        try:
+        # Read by every table of the group: computed once.
+        with cached(computed) if len(group) > 1 else nullcontext(computed) as computed:
             for view in group:
                 name = names[view.name]
                 if bulk:
@@ -82,14 +86,13 @@ def _write_group(settings: Settings, spark, version: int, group: list[View], eve
                     done = write_partitions(settings, name, view, granularity, computed)
                 written[view.name].append(done)
                 log.info("%s/%s: %d cells written", view.name, granularity, done.stats.cells)
-        finally:
-            if shared:
-                computed.unpersist()
     return written
 
 
-def _verify(settings: Settings, name: str, view: View, expected: TableStats, splits: list[bytes]) -> None:
-    verify_table(settings, name, view, expected, splits)
+def _verify(
+    settings: Settings, name: str, view: View, expected: TableStats, splits: list[bytes], counter: RangeCounter | None
+) -> None:
+    verify_table(settings, name, view, expected, splits, counter)
     log.info(
         "%s verified in %d ranges: %d rows, %d cells, checksum %d",
         name,

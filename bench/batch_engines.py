@@ -13,6 +13,7 @@ from batch_dataset import cutoff_ms  # bench/ itself: the scripts run as files
 from batch_layer import job
 from definitions.events import FIELDS
 from definitions.settings import Settings
+from definitions.spark import cached
 from definitions.view_rollup import compute_each
 from definitions.views import BUILT_IN, GRANULARITIES, View
 from stores.batch_writer import TableStats, computed_stats
@@ -32,14 +33,8 @@ def spark_events(spark, settings: Settings, url: str, views: list[View] | None =
 
 def cached_stats(view: View, computed) -> TableStats:
     """What write_partitions does before its puts: cache the view and take the verified figures."""
-    owned = not computed.is_cached  # as the writers: a frame cached by compute_each stays cached
-    if owned:
-        computed = computed.cache()
-    try:
+    with cached(computed) as computed:  # as the writers: a frame cached by compute_each stays cached
         return computed_stats(view, computed)
-    finally:
-        if owned:
-            computed.unpersist()
 
 
 def spark_recompute(spark, settings: Settings, url: str) -> dict:

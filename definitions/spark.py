@@ -9,14 +9,15 @@ import secrets
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from definitions.settings import LOCAL_HOST, Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 KAFKA_CONNECTOR_GROUP = "spark-kafka"
 # The event contract's JVM validator, compiled from definitions/jvm by infra/setup.sh.
@@ -176,6 +177,21 @@ def batch_session_options(settings: Settings) -> dict[str, str]:
         key: " ".join([*kept, *settings.batch.jvm_options.split()]),
         WINDOW_GROUP_LIMIT: "-1",
     }
+
+
+@contextmanager
+def cached(frame: DataFrame) -> Iterator[DataFrame]:
+    """`frame` cached while the block runs, then released, unless it was cached before: a frame its
+    caller cached (definitions.view_rollup keeps a view's finest cells cached) stays cached, since
+    releasing it would cost a recomputation, not a wrong cell."""
+    if frame.is_cached:
+        yield frame
+        return
+    frame = frame.cache()
+    try:
+        yield frame
+    finally:
+        frame.unpersist()
 
 
 def spark_session(settings: Settings, app_name: str, extra: Mapping[str, str] | None = None) -> SparkSession:

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from definitions.events import FIELDS
-from definitions.views import _DISTINCT_VALUE, GRANULARITIES, HLL_LG_K, View, _keys_present
+from definitions.views import _DISTINCT_VALUE, GRANULARITIES, HLL_LG_K, View, _keys_present, bucket_start, event_bucket
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 _FIELD_KINDS = {f.name: f.kind for f in FIELDS}
 _BUCKETS = "__buckets"  # the finest buckets of one (keys, value) pair, while a distinct view is computed
@@ -46,13 +46,6 @@ def compute_each(view: View, events: DataFrame) -> Iterator[tuple[str, DataFrame
             yield granularity, view.compute(events, granularity)
 
 
-def _rebucket(column: str, granularity: str) -> Column:
-    from pyspark.sql import functions as F
-
-    size = GRANULARITIES[granularity]
-    return (F.floor(F.col(column) / size) * size).cast("bigint")
-
-
 def _additive(view: View, events: DataFrame, ordered: list[str]) -> Iterator[tuple[str, DataFrame]]:
     from pyspark.sql import functions as F
 
@@ -62,9 +55,9 @@ def _additive(view: View, events: DataFrame, ordered: list[str]) -> Iterator[tup
         for granularity in ordered[1:]:
             yield (
                 granularity,
-                finest.groupBy(*view.keys, _rebucket("event_bucket", granularity).alias("event_bucket")).agg(
-                    F.sum("value").cast("bigint").alias("value")
-                ),
+                finest.groupBy(
+                    *view.keys, bucket_start(F.col("event_bucket"), GRANULARITIES[granularity]).alias("event_bucket")
+                ).agg(F.sum("value").cast("bigint").alias("value")),
             )
     finally:
         finest.unpersist()
@@ -73,9 +66,8 @@ def _additive(view: View, events: DataFrame, ordered: list[str]) -> Iterator[tup
 def _distinct(view: View, events: DataFrame, ordered: list[str]) -> Iterator[tuple[str, DataFrame]]:
     from pyspark.sql import functions as F
 
-    size = GRANULARITIES[ordered[0]]
     # collect_set skips nulls: every archived event has its event_time (the contract requires it).
-    bucket = (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint")
+    bucket = event_bucket(GRANULARITIES[ordered[0]])
     seen = (
         view.filtered(events)
         .where(_keys_present(view))

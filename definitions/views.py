@@ -166,7 +166,7 @@ class View:
 
         extra_keys = list(extra_keys)  # read twice below
         size = GRANULARITIES[granularity]
-        bucket = (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint").alias("event_bucket")
+        bucket = event_bucket(size).alias("event_bucket")
         groups = [*[self.column_of(k).alias(k) for k in self.keys], bucket, *[F.col(k) for k in extra_keys]]
         selected = self.filtered(events).where(_keys_present(self))
         if self.aggregation != "distinct" or not exact:
@@ -208,7 +208,7 @@ def cells(view: View) -> list[Column]:
             F.lit(view.name).alias("view"),
             F.lit(granularity).alias("granularity"),
             F.array(*[view.column_of(k).cast("string") for k in view.keys]).alias("key"),
-            (F.floor(F.unix_seconds(F.col("event_time")) / size) * size).cast("bigint").alias("event_bucket"),
+            event_bucket(size).alias("event_bucket"),
             (
                 view.column_of(view.measured_column).cast("bigint")
                 if view.aggregation == "sum"
@@ -244,6 +244,20 @@ def key_text(values) -> str:
     import json
 
     return json.dumps([None if v is None else str(v) for v in values], ensure_ascii=False, separators=(",", ":"))
+
+
+def bucket_start(seconds: Column, size: int) -> Column:
+    """The start (epoch seconds, bigint) of the `size`-second bucket holding `seconds`."""
+    from pyspark.sql import functions as F
+
+    return (F.floor(seconds / size) * size).cast("bigint")
+
+
+def event_bucket(size: int) -> Column:
+    """The start of the `size`-second bucket of each event's event_time."""
+    from pyspark.sql import functions as F
+
+    return bucket_start(F.unix_seconds(F.col("event_time")), size)
 
 
 def _keys_present(view: View) -> Column:

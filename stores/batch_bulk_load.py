@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Literal
 
 from definitions.settings import Settings
+from definitions.spark import cached
 from definitions.views import View
 from stores.batch_cells import table_cells
-from stores.batch_layout import FAMILY
-from stores.batch_writer import Written, computed_stats, sample_row_keys
+from stores.batch_layout import FAMILY, SKETCH, VALUE
+from stores.batch_writer import RangeCounter, TableStats, Written, computed_stats, sample_row_keys
 
 log = logging.getLogger("lambda.batch")
 
@@ -135,6 +136,24 @@ def hbase_conf(settings: Settings, spark):
     return conf
 
 
+def range_counter(settings: Settings, spark, table: str, view: View) -> RangeCounter:
+    """Counts row ranges of `table` as stores.batch_writer's Thrift scan does, from the driver's JVM
+    (stores/jvm/HBaseTableStats.java): the region servers send their rows to the HBase client the
+    bulk load already holds, not through the Thrift server and Python. Ranges may be counted from
+    several threads at once."""
+    stats = spark.sparkContext._jvm.lambdaplatform.stores.HBaseTableStats
+    conf = hbase_conf(settings, spark)
+    name = f"{settings.hbase.namespace}:{table}"
+    qualifier = VALUE.split(b":", 1)[1].decode() if view.layout == "by_key" else None
+    skip = SKETCH.split(b":", 1)[1].decode()
+
+    def count(start: bytes | None, stop: bytes | None) -> TableStats:
+        rows, cells, checksum = stats.range(name, FAMILY.decode(), qualifier, skip, start, stop, conf).split(",")
+        return TableStats(int(rows), int(cells), int(checksum))
+
+    return count
+
+
 def _folders(settings: Settings) -> Path:
     return settings.state_dir / "run" / "bulk-load"
 
@@ -184,10 +203,7 @@ def load_partitions(settings: Settings, spark, table: str, view: View, granulari
     """Write one granularity of a view into `table` as HFiles and load them; what was written (the
     figures verification checks and a sample of the row keys, as stores.batch_writer.write_partitions
     gives them)."""
-    owned = not computed.is_cached  # a frame cached by the caller stays cached (definitions.view_rollup)
-    if owned:
-        computed = computed.cache()
-    try:
+    with cached(computed) as computed:
         stats = computed_stats(view, computed)
         sample = sample_row_keys(view, granularity, computed, stats)
         family = FAMILY.decode()
@@ -206,9 +222,6 @@ def load_partitions(settings: Settings, spark, table: str, view: View, granulari
                 paths = _string_array(spark, files)
                 loader.load(f"{settings.hbase.namespace}:{table}", family, paths, hbase_conf(settings, spark))
         return Written(stats, tuple(sample))
-    finally:
-        if owned:
-            computed.unpersist()
 
 
 def _string_array(spark, values: list[str]):

@@ -4,11 +4,12 @@ layer's one way to put cells into a batch-view table (the row and column layout 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from definitions.settings import Settings
+from definitions.spark import cached
 from definitions.views import View
 from stores import batch_layout as layout
 from stores.clients import hbase_connection
@@ -100,17 +101,11 @@ def sample_row_keys(view: View, granularity: str, computed, stats: TableStats, s
 
 def write_partitions(settings: Settings, table: str, view: View, granularity: str, computed) -> Written:
     """Write one granularity of a view; what was written (the figures verification checks)."""
-    owned = not computed.is_cached  # a frame cached by the caller stays cached (definitions.view_rollup)
-    if owned:
-        computed = computed.cache()
-    try:
+    with cached(computed) as computed:
         stats = computed_stats(view, computed)
         sample = sample_row_keys(view, granularity, computed, stats)
         computed.foreachPartition(functools.partial(_write_partition, settings, table, view, granularity))
         return Written(stats, tuple(sample))
-    finally:
-        if owned:
-            computed.unpersist()
 
 
 # Sampled row keys longer than this are not used as cuts (the run record keeps the cuts).
@@ -171,14 +166,24 @@ def _range_stats(settings: Settings, table: str, view: View, start: bytes | None
     return TableStats(rows, cells, checksum)
 
 
-def table_stats(settings: Settings, table: str, view: View, splits: Sequence[bytes] = ()) -> TableStats:
+# Counts one [start, stop) row range of a table (None: open): rows, cells other than a sketch, their sum.
+RangeCounter = Callable[[bytes | None, bytes | None], TableStats]
+
+
+def table_stats(
+    settings: Settings, table: str, view: View, splits: Sequence[bytes] = (), count_range: RangeCounter | None = None
+) -> TableStats:
     """Count and sum what a table holds, by scanning it: one range per gap between `splits`, up to
-    `batch.verify_threads` of them at once (each thread on its own Thrift connection)."""
+    `batch.verify_threads` of them at once, each counted by `count_range` (by default a scan through
+    its own Thrift connection; stores.batch_bulk_load.range_counter reads the region servers from
+    the run's driver)."""
+    if count_range is None:
+        count_range = functools.partial(_range_stats, settings, table, view)
     ranges = scan_ranges(splits)
     if len(ranges) == 1:
-        return _range_stats(settings, table, view, None, None)
+        return count_range(None, None)
     pool = ThreadPoolExecutor(max_workers=min(len(ranges), settings.batch.verify_threads))
-    futures = [pool.submit(_range_stats, settings, table, view, start, stop) for start, stop in ranges]
+    futures = [pool.submit(count_range, start, stop) for start, stop in ranges]
     try:
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failure = next((e for e in (f.exception() for f in done) if e is not None), None)
@@ -203,12 +208,17 @@ def missing_rows(settings: Settings, table: str, keys: Sequence[bytes]) -> list[
 
 
 def verify_table(
-    settings: Settings, table: str, view: View, expected: TableStats, splits: Sequence[bytes] = ()
+    settings: Settings,
+    table: str,
+    view: View,
+    expected: TableStats,
+    splits: Sequence[bytes] = (),
+    count_range: RangeCounter | None = None,
 ) -> None:
     """VerificationError unless the table holds the rows, cells and checksum the computation
     produced, and the rows at `splits` (row keys sampled from the computation, as
     stores/batch_layout encodes them: a write that encoded keys otherwise fails here)."""
-    found = table_stats(settings, table, view, splits)
+    found = table_stats(settings, table, view, splits, count_range)
     if found != expected:
         raise VerificationError(f"table {table} holds {found}, the computation produced {expected}")
     missing = missing_rows(settings, table, splits)

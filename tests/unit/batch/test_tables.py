@@ -46,7 +46,7 @@ class Written:
 def fake_stores(monkeypatch):
     """write_tables' orchestration alone: writing and scanning replaced (the real ones are
     exercised on the stack by tests/integration/batch)."""
-    calls: dict[str, list] = {"written": [], "verified": []}
+    calls: dict[str, list] = {"written": [], "verified": [], "counters": []}
     wrong: set[str] = set()
     found_wrong = threading.Event()
 
@@ -56,8 +56,9 @@ def fake_stores(monkeypatch):
         calls["written"].append([v.name for v in group])
         return {v.name: [Written(7)] for v in group}
 
-    def verify(settings, name, view, expected, splits):
+    def verify(settings, name, view, expected, splits, counter=None):
         calls["verified"].append(name)
+        calls["counters"].append(counter)
         if view.name in wrong:
             found_wrong.set()
             raise VerificationError(f"table {name} holds less")
@@ -65,6 +66,7 @@ def fake_stores(monkeypatch):
     monkeypatch.setattr(tables, "_write_group", write_group)
     monkeypatch.setattr(tables, "verify_table", verify)
     monkeypatch.setattr(tables, "table_splits", lambda settings, written: [])
+    monkeypatch.setattr(tables.batch_bulk_load, "range_counter", lambda settings, spark, name, view: ("jvm", name))
     return calls, wrong
 
 
@@ -75,6 +77,13 @@ def test_every_table_is_written_and_verified(fake_stores):
     assert sorted(calls["verified"]) == sorted(f"{v.name}_v3" for v in BUILT_IN)
     assert stats == {v.name: TableStats(7, 7, 7) for v in BUILT_IN}
     assert splits == {v.name: [] for v in BUILT_IN}
+    assert calls["counters"] == [("jvm", name) for name in calls["verified"]], "a bulk run counts from its driver"
+
+
+def test_a_puts_run_counts_through_thrift(fake_stores):
+    calls, _ = fake_stores
+    tables.write_tables(None, None, 3, list(BUILT_IN), None, bulk=False)
+    assert calls["counters"] == [None] * len(list(BUILT_IN))
 
 
 def test_a_table_found_wrong_stops_the_run_before_the_next_group(fake_stores):
@@ -104,13 +113,14 @@ def test_a_failed_run_does_not_wait_for_the_scan_in_progress(monkeypatch):
             raise RuntimeError("a Spark job failed")
         return {v.name: [Written(7)] for v in group}
 
-    def verify(settings, name, view, expected, splits):
+    def verify(settings, name, view, expected, splits, counter=None):
         scanning.set()
         release.wait(60)
 
     monkeypatch.setattr(tables, "_write_group", write_group)
     monkeypatch.setattr(tables, "verify_table", verify)
     monkeypatch.setattr(tables, "table_splits", lambda settings, written: [])
+    monkeypatch.setattr(tables.batch_bulk_load, "range_counter", lambda settings, spark, name, view: None)
     started = time.monotonic()
     try:
         with pytest.raises(RuntimeError, match="Spark job failed"):

@@ -1,0 +1,96 @@
+"""A bulk run counts its tables for verification from the driver's JVM
+(stores.batch_bulk_load.range_counter, stores/jvm/HBaseTableStats.java): on the real HBase, every
+range gives the rows, cells and sum the Thrift scan gives, and what the table holds."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from py4j.protocol import Py4JJavaError
+
+from definitions.views import PAGE_VIEWS, TOP_PAGES
+from stores import batch_writer
+from stores.batch_bulk_load import chosen_load, range_counter
+from stores.batch_writer import TableStats, create_table, scan_ranges, table_stats
+from stores.clients import hbase_connection
+
+LONG_MAX = 2**63 - 1
+
+
+def count(value: int) -> bytes:
+    return struct.pack(">q", value)
+
+
+# Row -> cells. Values near a long's limits: their sum leaves a long's range, twice, both ways.
+BY_KEY = {
+    b"\x00\x02/a\x00\x00": {b"d:v": count(5), b"d:s": b"\x02\x01\x07sketch"},
+    b"\x00\x02/b": {b"d:v": count(-7)},
+    b"\x00\x02/c": {b"d:v": count(LONG_MAX), b"d:s": b"\x00"},
+    b"\x00\x02/d": {b"d:v": count(LONG_MAX)},
+    b"\x00\x02/e": {b"d:v": count(-(2**63))},
+    b"\xff\xfe": {b"d:v": count(LONG_MAX)},
+}
+BY_BUCKET = {
+    b"\x00\x00\x00\x01": {b"d:/a": count(3), b"d:/b": count(4), b"d:s": b"not a count"},
+    b"\x00\x00\x00\x02": {b"d:/a": count(LONG_MAX), b"d:/\xc3\xa9": count(LONG_MAX)},
+    b"\x00\x00\x00\x03": {b"d:/b": count(-1)},
+}
+
+
+def expected(rows: dict[bytes, dict[bytes, bytes]]) -> TableStats:
+    values = [struct.unpack(">q", v)[0] for cells in rows.values() for k, v in cells.items() if k != b"d:s"]
+    return TableStats(len(rows), len(values), sum(values))
+
+
+@pytest.fixture
+def bulk(settings, spark):
+    if chosen_load(settings) != "bulk":
+        pytest.skip("the batch load here is puts: the session has no HBase client")
+    return spark
+
+
+@pytest.fixture
+def filled(settings, stack, unique):
+    made = []
+
+    def fill(rows: dict[bytes, dict[bytes, bytes]]) -> str:
+        name = f"count_probe_{unique}_{len(made)}"
+        create_table(settings, name)
+        made.append(name)
+        conn = hbase_connection(settings)
+        try:
+            table = conn.table(name)
+            for row, cells in rows.items():
+                table.put(row, cells)
+        finally:
+            conn.close()
+        return name
+
+    yield fill
+    conn = hbase_connection(settings)
+    try:
+        for name in made:
+            conn.delete_table(name, disable=True)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("view", "rows"), [(PAGE_VIEWS, BY_KEY), (TOP_PAGES, BY_BUCKET)], ids=["by_key", "by_bucket"])
+def test_the_jvm_counts_every_range_as_the_thrift_scan(settings, bulk, filled, view, rows):
+    name = filled(rows)
+    counter = range_counter(settings, bulk, name, view)
+    keys = sorted(rows)
+    for splits in ([], keys[1:3], keys, [b"\x00\x02/bb", b"\xff"], [b"\xff\xff\xff"]):
+        for start, stop in scan_ranges(splits):
+            assert counter(start, stop) == batch_writer._range_stats(settings, name, view, start, stop), (start, stop)
+        assert table_stats(settings, name, view, splits, counter) == expected(rows), splits
+    assert expected(rows).checksum > LONG_MAX, "the sum leaves a long's range"
+
+
+def test_a_cell_that_is_no_count_fails_both(settings, bulk, filled):
+    name = filled({**BY_KEY, b"\x00\x02/x": {b"d:v": b"abc"}})
+    with pytest.raises(Py4JJavaError, match="holds 3 bytes, not an 8-byte count"):
+        range_counter(settings, bulk, name, PAGE_VIEWS)(None, None)
+    with pytest.raises(struct.error):
+        batch_writer._range_stats(settings, name, PAGE_VIEWS, None, None)
