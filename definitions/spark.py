@@ -168,7 +168,9 @@ def batch_session_options(settings: Settings) -> dict[str, str]:
     The run's de-duplication (stores.master.first_copies) keeps row 1 of each event_id's window.
     Spark would sort every record by event_id once more before the shuffle to drop later copies
     early, and almost every event_id has one copy: 10M records, 2 % of them copies, took 34.2 s with
-    it and 31.4 s without (de-duplicated and cached; medians of 8 and 4 runs, stack up, 2026-11-28)."""
+    it and 31.4 s without (de-duplicated and cached; medians of 8 and 4 runs, stack up, 2026-11-28).
+    A master dataset made mostly of copies would lose the early dropping: a matter of speed, not of
+    which copy is kept."""
     key = "spark.driver.extraJavaOptions"
     every = settings.spark.conf.get(key) or f"-Duser.timezone=UTC {settings.spark.jvm_options}"
     kept = [o for o in every.split() if not _GC_CHOICE.match(o)]

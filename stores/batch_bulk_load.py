@@ -29,6 +29,7 @@ from stores.batch_writer import RangeCounter, TableStats, Written, computed_stat
 log = logging.getLogger("lambda.batch")
 
 LOAD_CLASS = "lambdaplatform.stores.HBaseBulkLoad"
+COUNT_CLASS = "lambdaplatform.stores.HBaseTableStats"  # verification's counts (range_counter)
 LOAD_JAR = Path("hbase-load") / "lambda-hbase-load.jar"
 HBASE_GROUP = "hbase"
 # What the HFile writer and the bulk loader need beside pyspark's own jars (Hadoop's client,
@@ -117,7 +118,7 @@ def check_session(spark) -> None:
     """BulkLoadUnavailable unless the session's JVM holds the bulk load (a session started without
     session_options, e.g. before, in the same process)."""
     jvm = spark.sparkContext._jvm
-    for name in (LOAD_CLASS, "org.apache.hadoop.hbase.tool.BulkLoadHFiles"):
+    for name in (LOAD_CLASS, COUNT_CLASS, "org.apache.hadoop.hbase.tool.BulkLoadHFiles"):
         try:
             jvm.java.lang.Class.forName(name)
         except Exception:
@@ -138,8 +139,9 @@ def hbase_conf(settings: Settings, spark):
 
 def range_counter(settings: Settings, spark, table: str, view: View) -> RangeCounter:
     """Counts row ranges of `table` as stores.batch_writer's Thrift scan does, from the driver's JVM
-    (stores/jvm/HBaseTableStats.java): the region servers send their rows to the HBase client the
-    bulk load already holds, not through the Thrift server and Python. Ranges may be counted from
+    (stores/jvm/HBaseTableStats.java): the region servers send their rows to an HBase client in the
+    JVM that already holds the bulk load's classes, not through the Thrift server and Python (the
+    sampled rows verify_table also looks up still go through Thrift). Ranges may be counted from
     several threads at once."""
     stats = spark.sparkContext._jvm.lambdaplatform.stores.HBaseTableStats
     conf = hbase_conf(settings, spark)

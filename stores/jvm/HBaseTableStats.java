@@ -1,6 +1,7 @@
 package lambdaplatform.stores;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.math.BigInteger;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -81,17 +82,21 @@ public final class HBaseTableStats {
         return rows + "," + cells + "," + overflowed.add(BigInteger.valueOf(sum));
     }
 
+    /** The JVM's connection to the HBase of {@code conf}; a closed or aborted one is replaced. */
     private static Connection connection(Configuration conf) throws IOException {
         String key = conf.get("hbase.zookeeper.quorum") + ":" + conf.get("hbase.zookeeper.property.clientPort");
         try {
-            return CONNECTIONS.computeIfAbsent(key, k -> {
+            return CONNECTIONS.compute(key, (k, known) -> {
+                if (known != null && !known.isClosed() && !known.isAborted()) {
+                    return known;
+                }
                 try {
                     return ConnectionFactory.createConnection(HBaseConfiguration.create(conf));
                 } catch (IOException e) {
-                    throw new java.io.UncheckedIOException(e);
+                    throw new UncheckedIOException(e);
                 }
             });
-        } catch (java.io.UncheckedIOException e) {
+        } catch (UncheckedIOException e) {
             throw e.getCause();
         }
     }
