@@ -29,6 +29,7 @@ from typing import IO
 
 from definitions.events import CHANNELS, MAX_EVENT_BYTES, SCHEMA_VERSION, format_time
 from definitions.settings import Settings
+from stores.kafka import COMPRESSION_CODECS
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ class GeneratorConfig:
     # Share of events sent as an older producer would, as schema_version 1 (no channel); the others
     # are version 2 and carry a channel.
     v1_fraction: float = 0.3
+    # The producer's compression codec, as a Kafka client may choose it: none, gzip, snappy, lz4, zstd.
+    compression: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("late_fraction", "duplicate_fraction", "invalid_fraction", "v1_fraction"):
@@ -108,6 +111,8 @@ class GeneratorConfig:
             raise ValueError("url_prefix must start with '/'")
         if self.late_min_s > self.late_max_s:
             raise ValueError("late_min_s must not exceed late_max_s")
+        if self.compression not in COMPRESSION_CODECS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSION_CODECS)}, got {self.compression!r}")
 
 
 @dataclass
@@ -305,6 +310,7 @@ def produce(
         batch_size=256 * 1024,
         max_request_size=2 * 1024 * 1024,
         retries=5,
+        compression_type=None if config.compression == "none" else config.compression,
     )
     report = SendReport()
     lock = threading.Lock()

@@ -19,6 +19,7 @@ from lambdactl.output import _say
 from lambdactl.replay import cmd_replay
 from lambdactl.status import cmd_status
 from lambdactl.views import cmd_views, cmd_views_apply
+from stores.kafka import COMPRESSION_CODECS
 
 log = logging.getLogger("lambdactl")
 
@@ -97,6 +98,7 @@ def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
         duplicate_fraction=args.duplicate_fraction,
         invalid_fraction=args.invalid_fraction,
         topic=args.topic or "",
+        compression=args.compression,
     )
     events_out = args.events_out
     if args.truth_out and not events_out:
@@ -209,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--duplicate-fraction", type=float, default=0.0)
     gen.add_argument("--invalid-fraction", type=float, default=0.0)
     gen.add_argument("--topic", help="default: the events topic from settings")
+    gen.add_argument(
+        "--compression",
+        choices=COMPRESSION_CODECS,
+        default="none",
+        help="the producer's compression codec, as any Kafka client may choose it",
+    )
     gen.add_argument(
         "--events-out", type=Path, help="write every sent record (kind, partition, offset, ingest time) as JSONL"
     )

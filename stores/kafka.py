@@ -14,6 +14,10 @@ from stores.clients import kafka_admin, kafka_options
 log = logging.getLogger(__name__)
 
 TIMESTAMP_TYPE = "LogAppendTime"
+# The codecs a producer may compress its record batches with ("none": uncompressed). Brokers keep a
+# batch as its producer compressed it, so every reader here must decode all of them: kafka-python
+# does snappy, lz4 and zstd through optional libraries, which the dependencies name.
+COMPRESSION_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def producer(settings: Settings, client_id: str, **options: Any):
