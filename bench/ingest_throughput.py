@@ -15,6 +15,7 @@ Needs the stack up (`lambdactl up`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import logging
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kafka.admin import NewTopic
@@ -71,72 +73,87 @@ def generator_rate(settings: Settings, count: int, runs: int) -> list[float]:
     return rates
 
 
-def archiver_rate(settings: Settings, count: int) -> dict:
+@contextlib.contextmanager
+def separate_archiver(
+    settings: Settings, name: str, preload: Callable[[str], None] | None = None
+) -> Iterator[tuple[Settings, Path]]:
+    """An archiver process of its own on fresh topics `<name>` and `<name>.dlq`, with its own master
+    path, checkpoints and state dir: (its settings, its progress file). `preload(topic)` runs before
+    the process starts. Everything is removed after."""
     stamp = int(time.time())
-    topic = f"bench-archive-{stamp}"
+    topic = f"{name}-{stamp}"
     dlq = f"{topic}.dlq"
-    root = f"/lambda/bench/archiver-{stamp}"
+    root = f"/lambda/bench/{name}-{stamp}"
     make_topic(settings, topic)
     make_topic(settings, dlq)
-    produce(settings, GeneratorConfig(seed=7, count=count, invalid_fraction=0.05, late_fraction=0.1, topic=topic), None)
-    log.info("pre-loaded %d records into %s", count, topic)
     with tempfile.TemporaryDirectory(prefix="lambda-bench-") as state:
+        paths = {
+            "master_path": f"{root}/master",
+            "completeness_path": f"{root}/completeness",
+            "checkpoint_dir": f"{root}/checkpoints",
+        }
         env = dict(
             os.environ,
             LAMBDA_STATE_DIR=state,
             LAMBDA_KAFKA__EVENTS_TOPIC=topic,
             LAMBDA_KAFKA__DLQ_TOPIC=dlq,
-            LAMBDA_ARCHIVER__MASTER_PATH=f"{root}/master",
-            LAMBDA_ARCHIVER__COMPLETENESS_PATH=f"{root}/completeness",
-            LAMBDA_ARCHIVER__CHECKPOINT_DIR=f"{root}/checkpoints",
+            **{f"LAMBDA_ARCHIVER__{key.upper()}": value for key, value in paths.items()},
         )
         bench_settings = Settings(
             state_dir=Path(state),
-            kafka={**settings.kafka.model_dump(), "events_topic": topic},
-            archiver={
-                **settings.archiver.model_dump(),
-                "master_path": f"{root}/master",
-                "completeness_path": f"{root}/completeness",
-                "checkpoint_dir": f"{root}/checkpoints",
-            },
+            kafka={**settings.kafka.model_dump(), "events_topic": topic, "dlq_topic": dlq},
+            archiver={**settings.archiver.model_dump(), **paths},
         )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ingest.archiver"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        progress = Path(state) / "run" / "archiver.progress.json"
-        first_batch = None
+        proc = None
         try:
-            deadline = time.monotonic() + 1800
-            while time.monotonic() < deadline:
-                if first_batch is None and progress.exists():
-                    queries = json.loads(progress.read_text()).get("queries", {})
-                    if queries.get("archiver-master", {}).get("active"):
-                        first_batch = time.monotonic()
-                marker = completeness.latest(bench_settings)
-                if marker is not None and marker.complete_before_ms is not None:
-                    totals = json.loads(progress.read_text()).get("totals", {})
-                    if totals.get("events", 0) + totals.get("records", 0) >= count:
-                        elapsed = time.monotonic() - (first_batch or time.monotonic())
-                        return {
-                            "records": count,
-                            "seconds": elapsed,
-                            "rate": count / elapsed,
-                            "archived": totals.get("events"),
-                            "dead_lettered": totals.get("records"),
-                        }
-                time.sleep(1)
-            raise RuntimeError("the benchmark archiver did not drain the topic in 30 minutes")
+            if preload is not None:
+                preload(topic)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ingest.archiver"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            yield bench_settings, Path(state) / "run" / "archiver.progress.json"
         finally:
-            proc.terminate()
-            proc.wait(60)
+            if proc is not None:
+                proc.terminate()
+                proc.wait(60)
             drop_topic(settings, topic)
             drop_topic(settings, dlq)
             with WebHdfs(settings) as fs:
                 fs.delete(root, recursive=True)
+
+
+def archiver_rate(settings: Settings, count: int) -> dict:
+    def preload(topic: str) -> None:
+        config = GeneratorConfig(seed=7, count=count, invalid_fraction=0.05, late_fraction=0.1, topic=topic)
+        produce(settings, config, None)
+        log.info("pre-loaded %d records into %s", count, topic)
+
+    with separate_archiver(settings, "bench-archive", preload) as (bench_settings, progress):
+        first_batch = None
+        deadline = time.monotonic() + 1800
+        while time.monotonic() < deadline:
+            if first_batch is None and progress.exists():
+                queries = json.loads(progress.read_text()).get("queries", {})
+                if queries.get("archiver-master", {}).get("active"):
+                    first_batch = time.monotonic()
+            marker = completeness.latest(bench_settings)
+            if marker is not None and marker.complete_before_ms is not None:
+                totals = json.loads(progress.read_text()).get("totals", {})
+                if totals.get("events", 0) + totals.get("records", 0) >= count:
+                    elapsed = time.monotonic() - (first_batch or time.monotonic())
+                    return {
+                        "records": count,
+                        "seconds": elapsed,
+                        "rate": count / elapsed,
+                        "archived": totals.get("events"),
+                        "dead_lettered": totals.get("records"),
+                    }
+            time.sleep(1)
+        raise RuntimeError("the benchmark archiver did not drain the topic in 30 minutes")
 
 
 def main() -> int:
@@ -147,7 +164,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "httpx", "infra"):
+    for noisy in ("kafka", "httpx", "infra", "hdfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from figures import fmt  # bench/ itself: the scripts run as files
 from generator_thread import Background  # bench/ itself
@@ -41,18 +43,40 @@ def wait_drained(lag: LagProbe, target_end: int, timeout: float) -> float | None
     return None
 
 
-def rate_step(settings: Settings, lag: LagProbe, run: str, rate: int, duration: float, drain_timeout: float) -> dict:
+def generator_source(settings: Settings, run: str) -> Callable[[int, int], Background]:
+    """Steps sent by the platform's generator (one Python process: up to ~9,000 records/s here)."""
+
+    def start(rate: int, count: int) -> Background:
+        config = GeneratorConfig(seed=rate, count=count, rate=rate, url_prefix=f"/bench-rate-{run}")
+        return Background(settings, config).start()
+
+    return start
+
+
+def rate_step(
+    settings: Settings,
+    lag: LagProbe,
+    run: str,
+    rate: int,
+    duration: float,
+    drain_timeout: float,
+    source: Callable[[int, int], Any] | None = None,
+    progress_of: Callable[[], dict | None] | None = None,
+) -> dict:
+    """One step of `rate` records/s for `duration` s. `source(rate, count)` starts the sender (the
+    generator by default) and `progress_of()` reads the job's last batch (the speed layer's by default)."""
     count = int(rate * duration)
-    config = GeneratorConfig(seed=rate, count=count, rate=rate, url_prefix=f"/bench-rate-{run}")
+    start = source or generator_source(settings, run)
+    read_progress = progress_of or (lambda: speed_progress(settings))
     samples, batches = [], {}
     first = lag.sample()
     started = time.time()
-    background = Background(settings, config).start()
+    background = start(rate, count)
     while background.thread.is_alive():
         s = lag.sample()
         s["t"] -= started
         samples.append(s)
-        progress = speed_progress(settings)
+        progress = read_progress()
         if progress and progress.get("batch_id") is not None and progress.get("timestamp", "") >= _iso(started):
             batches[progress["batch_id"]] = {
                 k: progress.get(k)
@@ -71,7 +95,7 @@ def rate_step(settings: Settings, lag: LagProbe, run: str, rate: int, duration: 
     end_at_stop = lag.end_offsets()
     report = background.report
     drained_s = wait_drained(lag, end_at_stop, drain_timeout)
-    progress = speed_progress(settings)
+    progress = read_progress()
     if progress and progress.get("batch_id") is not None and progress.get("timestamp", "") >= _iso(started):
         batches[progress["batch_id"]] = {
             k: progress.get(k)

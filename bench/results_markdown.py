@@ -60,6 +60,7 @@ def markdown(results: dict) -> str:
     api = (steps.get("api_latency") or {}).get("result")
     speed = (steps.get("speed_layer") or {}).get("result")
     ingest = (steps.get("ingest_throughput") or {}).get("result")
+    sustained = (steps.get("archiver_sustained") or {}).get("result")
     batch = (steps.get("batch_recompute") or {}).get("result")
     for route in ((steps.get("api_load") or {}).get("result") or {}).get("routes", []):
         summary.append(
@@ -118,6 +119,13 @@ def markdown(results: dict) -> str:
     if ingest:
         summary.append(["generator send rate", f"{f(ingest.get('generator_records_per_s_median'))} records/s"])
         summary.append(["archiver drain into HDFS", f"{f(ingest.get('archiver_events_per_s_median'))} records/s"])
+    if sustained:
+        summary.append(
+            [
+                "archiver, highest sustained input rate (steps tried)",
+                f"{f(sustained.get('highest_sustained_offered_rate'))} records/s ({archiver_steps(sustained)})",
+            ]
+        )
     if batch and batch.get("sizes"):
         biggest = batch["sizes"][-1]
         summary.append(
@@ -265,6 +273,34 @@ def markdown(results: dict) -> str:
                 ],
             ],
         )
+    if sustained:
+        lines += [
+            f"Archiver input rate steps of {f(sustained['step_duration_s'])} s sent by Kafka's producer performance "
+            f"tool (trigger {sustained['trigger_s']} s; a separate archiver, warmed up on "
+            f"{f(sustained['warmup_records'])} records):",
+            "",
+        ]
+        lines += table(
+            [
+                "target /s",
+                "offered /s",
+                "batch ms (median / max)",
+                "lag after commits",
+                "drained after (s)",
+                "sustained",
+            ],
+            [
+                [
+                    f(s["target_rate"]),
+                    f(s["offered_rate"]),
+                    f"{f(s['batch_ms_median'])} / {f(s['batch_ms_max'])}",
+                    " → ".join(f(x) for x in s["lag_after_commits"]),
+                    f(s["drained_after_s"], 1),
+                    "yes" if s["sustained"] else "no: " + "; ".join(s["not_sustained_because"]),
+                ]
+                for s in sustained["steps"]
+            ],
+        )
     if batch and batch.get("sizes"):
         lines += [
             f"## Batch recompute (Spark {batch['spark_master']}, driver {batch['driver_memory']}; "
@@ -369,3 +405,8 @@ def markdown(results: dict) -> str:
         )
     lines += ["Step durations: " + ", ".join(f"{n} {f(s.get('seconds'))} s" for n, s in steps.items()) + ".", ""]
     return "\n".join(lines)
+
+
+def archiver_steps(result: dict) -> str:
+    """`20,000 yes, 30,000 no` for an archiver ladder."""
+    return ", ".join(f"{f(s['target_rate'])} {'yes' if s['sustained'] else 'no'}" for s in result.get("steps", []))

@@ -3,7 +3,9 @@
 Each benchmark runs as a subprocess of .venv/bin/python with `--json` to a temporary file, one
 after another (the machine has few cores): bench/api_latency.py, bench/speed_freshness.py,
 bench/ingest_throughput.py (`--runs 1 --gen-count 50000 --arch-count 100000`; it pauses the
-stack's archiver during its drain and starts it again), bench/batch_recompute.py (`--sizes
+stack's archiver during its drain and starts it again), bench/archiver_sustained.py (rate steps of
+20k-50k records/s from Kafka's producer performance tool on a separate archiver; it pauses the
+stack's archiver too), bench/batch_recompute.py (`--sizes
 1000000,5000000,10000000 --runs 1`), bench/batch_end_to_end.py (a real batch run over 10M master
 records, HBase load and verification included, `--size 10000000 --runs 1`), bench/replay_throughput.py (a replay of 1M Kafka records and
 an added view's history over 10M master records, `--runs 1`). `--quick` uses smaller sizes and shorter durations
@@ -46,6 +48,7 @@ STEP_NAMES = (
     "api_load",
     "speed_layer",
     "ingest_throughput",
+    "archiver_sustained",
     "batch_recompute",
     "batch_end_to_end",
     "replay",
@@ -78,6 +81,15 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
                 "--arch-count",
                 "50000",
             ],
+            "archiver_sustained": [
+                "bench/archiver_sustained.py",
+                "--rates",
+                "20000,30000",
+                "--step-duration",
+                "30",
+                "--warmup",
+                "200000",
+            ],
             "batch_recompute": [
                 "bench/batch_recompute.py",
                 "--sizes",
@@ -103,6 +115,7 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
             "--arch-count",
             "100000",
         ],
+        "archiver_sustained": ["bench/archiver_sustained.py", "--rates", "20000,30000,40000,50000"],
         "batch_recompute": ["bench/batch_recompute.py", "--sizes", "1000000,5000000,10000000", "--runs", "1"],
         "batch_end_to_end": ["bench/batch_end_to_end.py", "--size", "10000000", "--runs", "1"],
         "replay": ["bench/replay_throughput.py", "--records", "1000000", "--history", "10000000", "--runs", "1"],
@@ -285,10 +298,10 @@ def main() -> int:
                 "ok": False,
                 "error": f"{type(exc).__name__}: {exc}",
             }
-        if name == "ingest_throughput":
+        if name in ("ingest_throughput", "archiver_sustained"):
             archiver = next((s for s in stack_memory().get("services", []) if s["service"] == "archiver"), None)
             if archiver is not None and not archiver["running"]:
-                log.error("the stack's archiver is not running after ingest_throughput: start it with `lambdactl up`")
+                log.error("the stack's archiver is not running after %s: start it with `lambdactl up`", name)
                 results["steps"][name]["archiver_not_running_after"] = True
     results["memory"]["after"] = stack_memory()
     results["finished"] = datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,5 +1,6 @@
-"""How far the speed layer is behind: Kafka's end offsets of `events` against the offsets of its last
-committed micro-batch (read from its checkpoint on HDFS), and its progress file."""
+"""How far the speed layer (or another query on `events`) is behind: Kafka's end offsets of `events`
+against the offsets of its last committed micro-batch (read from its checkpoint on HDFS), and its
+progress file."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ log = logging.getLogger("bench.speed")
 
 
 class LagProbe:
-    def __init__(self, settings: Settings) -> None:
+    """The lag of a streaming query reading topic `events`; the speed layer's unless `checkpoint`
+    names another query's checkpoint directory on HDFS."""
+
+    def __init__(self, settings: Settings, checkpoint: str | None = None) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
         self.settings = settings
@@ -27,7 +31,7 @@ class LagProbe:
         partitions = self.consumer.partitions_for_topic(self.topic) or set(range(settings.kafka.partitions))
         self.partitions = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         self.fs = WebHdfs(settings)
-        self.checkpoint = settings.speed.checkpoint_dir.rstrip("/")
+        self.checkpoint = (checkpoint or settings.speed.checkpoint_dir).rstrip("/")
         self._last_batch: int | None = None
         self._last_committed = 0
 
