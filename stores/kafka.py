@@ -18,6 +18,10 @@ TIMESTAMP_TYPE = "LogAppendTime"
 # batch as its producer compressed it, so every reader here must decode all of them: kafka-python
 # does snappy, lz4 and zstd through optional libraries, which the dependencies name.
 COMPRESSION_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+# Records of a transaction its producer aborted are no events: every reader of `events` reads committed
+# records only (and nothing past an open transaction until it ends), as Kafka's exactly-once producers
+# expect of their consumers.
+ISOLATION_LEVEL = "read_committed"
 
 
 def producer(settings: Settings, client_id: str, **options: Any):
@@ -29,10 +33,14 @@ def producer(settings: Settings, client_id: str, **options: Any):
 
 
 def consumer(settings: Settings, client_id: str, **options: Any):
-    """A KafkaConsumer to the platform's brokers that commits nothing unless `options` says so."""
+    """A KafkaConsumer to the platform's brokers that commits nothing and reads committed records
+    only (ISOLATION_LEVEL, as the Spark jobs do) unless `options` says otherwise."""
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(client_id=client_id, **{"enable_auto_commit": False, **kafka_options(settings), **options})
+    return KafkaConsumer(
+        client_id=client_id,
+        **{"enable_auto_commit": False, "isolation_level": ISOLATION_LEVEL, **kafka_options(settings), **options},
+    )
 
 
 def partition(topic: str, number: int):

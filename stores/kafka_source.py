@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from definitions.events import FIELD_NAMES, JVM_VALIDATOR_CLASS, TICK_KEY, VALIDATION_DDL, contract_json
 from definitions.settings import EventLimits, Settings
 from stores.clients import kafka_spark_options
+from stores.kafka import ISOLATION_LEVEL
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -24,12 +25,18 @@ SOURCE_COLUMNS = ("kafka_partition", "kafka_offset", "ingest_time")
 VALIDATOR_FUNCTION = "lambda_validate_event"
 
 
+def kafka_source_options(settings: Settings) -> dict[str, str]:
+    """Spark's Kafka source options for topic `events`: the brokers and security, and committed
+    records only (an aborted transaction's records are no events; stores.kafka.ISOLATION_LEVEL)."""
+    return {**kafka_spark_options(settings), "kafka.isolation.level": ISOLATION_LEVEL}
+
+
 def kafka_stream(
     spark: "SparkSession", settings: Settings, max_offsets_per_trigger: "int | None" = None
 ) -> "DataFrame":
     reader = (
         spark.readStream.format("kafka")
-        .options(**kafka_spark_options(settings))
+        .options(**kafka_source_options(settings))
         .option("subscribe", settings.kafka.events_topic)
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
@@ -46,7 +53,7 @@ def kafka_range(spark: "SparkSession", settings: Settings, offsets: dict[int, tu
     topic = settings.kafka.events_topic
     return (
         spark.read.format("kafka")
-        .options(**kafka_spark_options(settings))
+        .options(**kafka_source_options(settings))
         .option("subscribe", topic)
         .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in offsets.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in offsets.items()}}))

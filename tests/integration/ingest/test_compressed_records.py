@@ -42,8 +42,8 @@ def test_every_compression_codec_is_archived_dead_lettered_and_counted(settings,
         for r in records:
             if r.offset > last.get(r.partition, (-1, 0))[0]:
                 last[r.partition] = (r.offset, r.ingest_time_ms)
-        stamps = completeness.record_timestamps(settings, {p: offset for p, (offset, _) in last.items()})
-        assert stamps == {p: ingest for p, (_, ingest) in last.items()}, codec
+        progress = completeness.progress_from_end_offsets(settings, {p: offset + 1 for p, (offset, _) in last.items()})
+        assert {p: pp.complete_before_ms for p, pp in progress.items()} == {p: t for p, (_, t) in last.items()}, codec
 
     rows = master_rows(spark, settings, everything)
     archived = {(row.kafka_partition, row.kafka_offset) for row in rows}
