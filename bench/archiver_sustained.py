@@ -101,12 +101,17 @@ def main() -> int:
     for noisy in ("kafka", "httpx", "infra", "hdfs"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = get_settings()
+    if args.step_duration < 4 * settings.archiver.trigger_s:
+        parser.error(
+            f"--step-duration must be at least 4 triggers ({4 * settings.archiver.trigger_s:g} s): a step is "
+            "judged by the lag after its commits, the first one left out"
+        )
     rates = int_list(args.rates)
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
     archiver = Stack(settings, ["archiver"])
-    archiver.down()
     try:
+        archiver.down()
         with tempfile.TemporaryDirectory(prefix="lambda-bench-payload-") as tmp:
             payload = write_payload(Path(tmp) / "payload.txt", args.payload_records)
             result = ladder(settings, payload, rates, args.step_duration, args.drain_timeout, args.warmup)

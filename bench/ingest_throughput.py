@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -119,7 +120,11 @@ def separate_archiver(
         finally:
             if proc is not None:
                 proc.terminate()
-                proc.wait(60)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)  # its own session: the JVM goes with it
+                    proc.wait(30)
             drop_topic(settings, topic)
             drop_topic(settings, dlq)
             with WebHdfs(settings) as fs:

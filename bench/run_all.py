@@ -86,7 +86,7 @@ def step_commands(quick: bool, api_port: int | None = None) -> dict[str, list[st
                 "--rates",
                 "20000,30000",
                 "--step-duration",
-                "30",
+                "60",
                 "--warmup",
                 "200000",
             ],

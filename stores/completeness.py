@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 
 from definitions.settings import Settings
@@ -57,63 +56,10 @@ class Completeness:
         return cls(doc["batch_id"], doc["written_ms"], parts, doc.get("expected_partitions", 0))
 
 
-def last_stamps(settings: Settings, end_offsets: dict[int, int], timeout_s: float = 30.0) -> dict[int, int]:
-    """Per partition of topic `events`, the ingest timestamp (ms) of the last record below its end
-    offset.
-
-    That is the record at `end - 1`, unless a transactional producer's commit or abort marker holds
-    that offset: no consumer is given a marker, so the last record before it is taken. Timestamps
-    never decrease within a partition (LogAppendTime), so its stamp bounds what comes after as
-    safely. The read is uncommitted: a record of an aborted transaction is no event (no job reads
-    it, stores.kafka_source), but its stamp is an ingest time like any other."""
-    from kafka import TopicPartition
-
-    from stores.kafka import consumer as kafka_consumer
-
-    ends = {p: end for p, end in end_offsets.items() if end > 0}
-    if not ends:
-        return {}
-    topic = settings.kafka.events_topic
-    parts = {p: TopicPartition(topic, p) for p in ends}
-    client = kafka_consumer(settings, "lambda-completeness", isolation_level="read_uncommitted", max_poll_records=500)
-    try:
-        client.assign(list(parts.values()))
-        begins = client.beginning_offsets(list(parts.values()))
-        found: dict[int, tuple[int, int]] = {}
-        deadline = time.monotonic() + timeout_s
-        lookback = 1
-        pending = set(ends)
-        while pending:
-            starts = {p: max(begins[parts[p]], ends[p] - lookback) for p in pending}
-            for p in pending:
-                client.seek(parts[p], starts[p])
-            client.resume(*[parts[p] for p in pending])
-            reading = set(pending)
-            while reading:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"could not read partitions {sorted(reading)} of {topic} up to {[ends[p] for p in sorted(reading)]}"
-                    )
-                for tp, messages in client.poll(timeout_ms=1000).items():
-                    for msg in messages:
-                        if msg.offset < ends[tp.partition] and msg.offset >= found.get(tp.partition, (-1, 0))[0]:
-                            found[tp.partition] = (msg.offset, msg.timestamp)
-                for p in list(reading):
-                    if (p in found and found[p][0] == ends[p] - 1) or client.position(parts[p]) >= ends[p]:
-                        client.pause(parts[p])
-                        reading.discard(p)
-            exhausted = {p for p in pending if p not in found and starts[p] <= begins[parts[p]]}
-            if exhausted:
-                raise RuntimeError(f"partitions {sorted(exhausted)} of {topic} keep no record below their end offsets")
-            pending = {p for p in pending if p not in found}
-            lookback *= 32
-        return {p: stamp for p, (_, stamp) in found.items()}
-    finally:
-        client.close()
-
-
 def progress_from_end_offsets(settings: Settings, end_offsets: dict[int, int]) -> dict[int, PartitionProgress]:
     """Archived up to (excluding) `end_offsets` → per-partition completeness."""
+    from stores.kafka import last_stamps
+
     stamps = last_stamps(settings, end_offsets)
     return {p: PartitionProgress(end_offsets[p], stamps[p]) for p in stamps}
 

@@ -5,6 +5,7 @@ and the dead-letter topic). Spark's reading of `events` is in stores/kafka_sourc
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,32 +156,24 @@ def ingest_time_at(settings: Settings, number: int, offset: int) -> int:
 
 
 def latest_ingest_ms(settings: Settings) -> int | None:
-    """The latest ingest time (the brokers' clock) of any record `events` holds now; None when it
-    holds none. A record appended later has an ingest time at or after it (LogAppendTime)."""
+    """The latest ingest time (the brokers' clock) of any record `events` holds now, an open or
+    aborted transaction's included; None when it holds none. A record appended later has an ingest
+    time at or after it (LogAppendTime)."""
     topic = settings.kafka.events_topic
-    client = consumer(settings, "lambda-replay", consumer_timeout_ms=10_000)
+    client = consumer(settings, "lambda-replay", isolation_level="read_uncommitted")
     try:
         parts = [partition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
         ends, begins = client.end_offsets(parts), client.beginning_offsets(parts)
-        last = {tp: ends[tp] - 1 for tp in parts if ends[tp] > begins[tp]}
-        if not last:
-            return None
-        client.assign(list(last))
-        for tp, offset in last.items():
-            client.seek(tp, offset)
-        latest: int | None = None
-        for record in client:  # one record per partition: the last one of each, then it is paused
-            latest = max(latest or 0, int(record.timestamp))
-            seen = partition(topic, record.partition)
-            client.pause(seen)
-            last.pop(seen, None)
-            if not last:
-                break
-        if last:  # a last offset that returned no record (a transaction marker, say) within the timeout
-            log.warning("latest ingest time: no record read from partitions %s", sorted(tp.partition for tp in last))
-        return latest
     finally:
         client.close()
+    kept = {tp.partition: ends[tp] for tp in parts if ends[tp] > begins[tp]}
+    if not kept:
+        return None
+    try:
+        return max(last_stamps(settings, kept, timeout_s=10.0).values(), default=None)
+    except RuntimeError as exc:  # a partition keeps only markers below its end, say
+        log.warning("latest ingest time: %s", exc)
+        return None
 
 
 def lost_since(spans: list[PartitionSpan], from_ms: int) -> list[str]:
@@ -254,3 +247,64 @@ def partition_count(settings: Settings, topic: str) -> int:
         return len(admin.describe_topics([topic])[0]["partitions"])
     finally:
         admin.close()
+
+
+def last_stamps(settings: Settings, end_offsets: dict[int, int], timeout_s: float = 30.0) -> dict[int, int]:
+    """Per partition of topic `events`, the ingest timestamp (ms) of the last record below its end
+    offset. The ends are read committed (stores.completeness: a batch's end offsets) or the high
+    watermarks (latest_ingest_ms): below either, every record's stamp is an ingest time already given.
+
+    That is the record at `end - 1`, unless a transactional producer's commit or abort marker holds
+    that offset: no consumer is given a marker, so the last record before it is taken. Timestamps
+    never decrease within a partition (LogAppendTime), so its stamp bounds what comes after as
+    safely. The read is uncommitted: a record of an aborted transaction is no event (no job reads
+    it, stores.kafka_source), but its stamp is an ingest time like any other."""
+    ends = {p: end for p, end in end_offsets.items() if end > 0}
+    if not ends:
+        return {}
+    topic = settings.kafka.events_topic
+    parts = {p: partition(topic, p) for p in ends}
+    # Earliest: a start deleted by retention meanwhile moves to the first offset kept, not to the end.
+    client = consumer(
+        settings,
+        "lambda-completeness",
+        isolation_level="read_uncommitted",
+        max_poll_records=500,
+        auto_offset_reset="earliest",
+    )
+    try:
+        client.assign(list(parts.values()))
+        begins = client.beginning_offsets(list(parts.values()))
+        found: dict[int, tuple[int, int]] = {}
+        deadline = time.monotonic() + timeout_s
+        lookback = 1
+        pending = set(ends)
+        while pending:
+            starts = {p: max(begins[parts[p]], ends[p] - lookback) for p in pending}
+            for p in pending:
+                client.seek(parts[p], starts[p])
+            client.resume(*[parts[p] for p in pending])
+            reading = set(pending)
+            while reading:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"could not read partitions {sorted(reading)} of {topic} up to {[ends[p] for p in sorted(reading)]}"
+                    )
+                for tp, messages in client.poll(timeout_ms=1000).items():
+                    for msg in messages:
+                        if msg.offset < ends[tp.partition] and msg.offset >= found.get(tp.partition, (-1, 0))[0]:
+                            found[tp.partition] = (msg.offset, msg.timestamp)
+                for p in list(reading):
+                    if (p in found and found[p][0] == ends[p] - 1) or client.position(
+                        parts[p], timeout_ms=5_000
+                    ) >= ends[p]:
+                        client.pause(parts[p])
+                        reading.discard(p)
+            exhausted = {p for p in pending if p not in found and starts[p] <= begins[parts[p]]}
+            if exhausted:
+                raise RuntimeError(f"partitions {sorted(exhausted)} of {topic} keep no record below their end offsets")
+            pending = {p for p in pending if p not in found}
+            lookback *= 32
+        return {p: stamp for p, (_, stamp) in found.items()}
+    finally:
+        client.close()

@@ -50,14 +50,11 @@ def old_records(settings, spark, min_age_s: float, seed: int) -> dict[str, list[
 
 def raw_records(settings, positions: list[tuple[int, int]]) -> list:
     """The Kafka records (key and exact value bytes) at the given positions."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
-    consumer = KafkaConsumer(
-        bootstrap_servers=settings.kafka.bootstrap,
-        enable_auto_commit=False,
-        max_poll_records=1,
-        client_id="lambda-test-resend",
-    )
+    from stores.kafka import consumer as kafka_consumer
+
+    consumer = kafka_consumer(settings, "lambda-test-resend", max_poll_records=1)
     out = []
     try:
         for partition, offset in positions:

@@ -58,12 +58,13 @@ def wait_cutoff_past(settings: Settings, sent: list[SentRecord], timeout_s: floa
 
 def end_offsets(settings: Settings) -> dict[int, int]:
     """{partition: next offset} of topic `events` now: where records sent from now on will start."""
-    from kafka import KafkaConsumer, TopicPartition
+    from stores.kafka import consumer as kafka_consumer
+    from stores.kafka import partition
 
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, enable_auto_commit=False)
+    consumer = kafka_consumer(settings, "lambda-test-offsets")
     try:
         topic = settings.kafka.events_topic
-        ends = consumer.end_offsets([TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)])
+        ends = consumer.end_offsets([partition(topic, p) for p in consumer.partitions_for_topic(topic)])
         return {tp.partition: offset for tp, offset in ends.items()}
     finally:
         consumer.close()

@@ -9,22 +9,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from kafka import KafkaConsumer, TopicPartition
-
 from definitions.events import TICK_KEY, InvalidEvent, validate
 from definitions.views import GRANULARITIES
+from stores.kafka import consumer as kafka_consumer
+from stores.kafka import partition
 
 
 def kafka_events(settings, cutoff_ms: int) -> list[dict]:
     topic = settings.kafka.events_topic
-    consumer = KafkaConsumer(
-        bootstrap_servers=settings.kafka.bootstrap,
-        enable_auto_commit=False,
-        consumer_timeout_ms=3_000,
-        max_poll_records=5_000,
-        fetch_max_bytes=50 * 2**20,
+    # Committed records only, as every job reads them: an aborted transaction's records are no events.
+    consumer = kafka_consumer(
+        settings, "lambda-test-truth", consumer_timeout_ms=3_000, max_poll_records=5_000, fetch_max_bytes=50 * 2**20
     )
-    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    parts = [partition(topic, p) for p in consumer.partitions_for_topic(topic)]
     consumer.assign(parts)
     consumer.seek_to_beginning()
     first: dict[str, tuple] = {}

@@ -16,6 +16,7 @@ from stores import completeness
 from stores.kafka import consumer
 from tests.integration.ingest.test_archiver import dlq_records
 from tests.support.events import VALID_KINDS, fresh_seed, master_rows, wait_archived
+from tests.support.polling import wait_for
 from tests.support.realtime import realtime, wait_until_exact
 
 
@@ -69,24 +70,32 @@ def test_the_stamp_of_a_partition_ending_in_a_transaction_marker(settings):
     admin.create_topics([NewTopic(topic, 2, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
     admin.close()
     local = Settings(kafka={**settings.kafka.model_dump(), "events_topic": topic})
-    producer = transactional_producer(settings)
+    producer = None
     try:
+        producer = transactional_producer(settings)
         for commit in (True, False):
             sent = send_transaction(producer, topic, GeneratorConfig(seed=fresh_seed(), count=40), commit)
-            ends = end_offsets(settings, topic)
             last = {}
             for r in sent:
                 if r.offset > last.get(r.partition, (-1, 0))[0]:
                     last[r.partition] = (r.offset, r.ingest_time_ms)
             assert set(last) == {0, 1}
-            # The marker follows the transaction's last record in each partition.
-            assert {p: end - 1 for p, end in ends.items()} == {p: offset + 1 for p, (offset, _) in last.items()}
+            # The marker follows the transaction's last record in each partition (the brokers write
+            # it just after the transaction ends).
+            marked = {p: offset + 2 for p, (offset, _) in last.items()}
+            ends = wait_for(
+                lambda marked=marked: (e := end_offsets(settings, topic)) == marked and e,
+                "the transaction's markers",
+                30,
+                0.2,
+            )
             progress = completeness.progress_from_end_offsets(local, ends)
             assert {p: (pp.next_offset, pp.complete_before_ms) for p, pp in progress.items()} == {
                 p: (ends[p], stamp) for p, (_, stamp) in last.items()
             }, "commit" if commit else "abort"
     finally:
-        producer.close()
+        if producer is not None:
+            producer.close()
         admin = kafka_admin(settings)
         admin.delete_topics([topic])
         admin.close()
@@ -144,4 +153,9 @@ def test_the_platforms_consumers_stop_at_an_open_transaction(settings):
     finally:
         producer.close()
     assert held == meta.offset
-    assert end_offsets(settings, settings.kafka.events_topic)[meta.partition] > meta.offset
+    wait_for(
+        lambda: end_offsets(settings, settings.kafka.events_topic)[meta.partition] > meta.offset,
+        "the end of the partition past the aborted transaction",
+        30,
+        0.2,
+    )
