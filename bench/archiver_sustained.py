@@ -25,7 +25,7 @@ from pathlib import Path
 from figures import fmt, int_list  # bench/ itself: the scripts run as files
 from ingest_throughput import separate_archiver  # bench/ itself
 from native_producer import NativeProducer, write_payload  # bench/ itself
-from rate_ladder import batch_cost_fit, rate_step, wait_drained  # bench/ itself
+from rate_ladder import climb, ladder_summary, rate_step, wait_drained  # bench/ itself
 from speed_lag import LagProbe  # bench/ itself
 
 from definitions.settings import get_settings
@@ -49,42 +49,25 @@ def ladder(settings, payload: Path, rates: list[int], duration: float, drain_tim
         def source(rate: int, count: int) -> NativeProducer:
             return NativeProducer(settings, topic, payload, count, rate).start()
 
-        steps = []
+        steps: list[dict] = []
         try:
             source(-1, warmup).join()
             warmed = wait_drained(lag, lag.end_offsets(), 600)
             if warmed is None:
                 raise RuntimeError(f"the benchmark archiver did not archive {warmup:,} warm-up records in 600 s")
             log.info("warm-up of %d records archived", warmup)
-            for rate in rates:
-                step = rate_step(bench, lag, "archiver", rate, duration, drain_timeout, source, master_progress)
-                steps.append(step)
-                log.info(
-                    "step %d/s: offered %.0f/s, batches %s ms (median), lag after commits %s, drained after %s s: %s",
-                    rate,
-                    step["offered_rate"],
-                    fmt(step["batch_ms_median"]),
-                    step["lag_after_commits"],
-                    fmt(step["drained_after_s"], 1),
-                    "sustained" if step["sustained"] else "NOT sustained: " + "; ".join(step["not_sustained_because"]),
-                )
-                if not step["sustained"]:
-                    break
+            steps = climb(
+                rates,
+                lambda rate: rate_step(bench, lag, "archiver", rate, duration, drain_timeout, source, master_progress),
+            )
         finally:
             lag.close()
-    ok = [s for s in steps if s["sustained"]]
     return {
-        "rates": rates,
+        **ladder_summary(rates, steps),
         "step_duration_s": duration,
         "trigger_s": settings.archiver.trigger_s,
         "max_offsets_per_trigger": settings.archiver.max_offsets_per_trigger,
         "warmup_records": warmup,
-        "highest_sustained_target_rate": max((s["target_rate"] for s in ok), default=None),
-        "highest_sustained_offered_rate": max((s["offered_rate"] for s in ok), default=None),
-        "first_unsustained_target_rate": next((s["target_rate"] for s in steps if not s["sustained"]), None),
-        "not_run": [r for r in rates if r not in {s["target_rate"] for s in steps}],
-        "batch_cost_fit": batch_cost_fit(steps),
-        "steps": steps,
     }
 
 

@@ -192,41 +192,57 @@ def _iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def sustained_rates(settings: Settings, run: str, rates: list[int], duration: float, drain_timeout: float) -> dict:
-    lag = LagProbe(settings)
+def climb(rates: list[int], step_at: Callable[[int], dict]) -> list[dict]:
+    """Run `step_at(rate)` for each rate in turn, logging each, until one is not sustained."""
     steps = []
-    try:
-        start_end = lag.end_offsets()
-        settle = wait_drained(lag, start_end, drain_timeout)
-        if settle is None:
-            log.warning("the speed layer is still behind before the first step (lag %d)", lag.sample()["lag"])
-        for rate in rates:
-            log.info("rate step %d records/s for %.0fs", rate, duration)
-            step = rate_step(settings, lag, run, rate, duration, drain_timeout)
-            steps.append(step)
-            log.info(
-                "step %d/s: offered %.0f/s, processed %s/s (Spark), lag after commits %s, drained after %s s: %s",
-                rate,
-                step["offered_rate"],
-                fmt(step["processed_rows_per_s"]),
-                step["lag_after_commits"],
-                fmt(step["drained_after_s"], 1),
-                "sustained" if step["sustained"] else "NOT sustained: " + "; ".join(step["not_sustained_because"]),
-            )
-            if not step["sustained"]:
-                break
-    finally:
-        lag.close()
+    for rate in rates:
+        log.info("rate step %d records/s", rate)
+        step = step_at(rate)
+        steps.append(step)
+        log.info(
+            "step %d/s: offered %.0f/s, processed %s/s (Spark), batches %s ms (median), lag after commits %s, "
+            "drained after %s s: %s",
+            rate,
+            step["offered_rate"],
+            fmt(step["processed_rows_per_s"]),
+            fmt(step["batch_ms_median"]),
+            step["lag_after_commits"],
+            fmt(step["drained_after_s"], 1),
+            "sustained" if step["sustained"] else "NOT sustained: " + "; ".join(step["not_sustained_because"]),
+        )
+        if not step["sustained"]:
+            break
+    return steps
+
+
+def ladder_summary(rates: list[int], steps: list[dict]) -> dict:
+    """The highest sustained rate of a climb, the first that was not, the rates not tried, the cost fit."""
     ok = [s for s in steps if s["sustained"]]
     return {
         "batch_cost_fit": batch_cost_fit(steps),
         "rates": rates,
-        "step_duration_s": duration,
-        "trigger_s": settings.speed.trigger_s,
-        "max_offsets_per_trigger": settings.speed.max_offsets_per_trigger,
         "highest_sustained_target_rate": max((s["target_rate"] for s in ok), default=None),
         "highest_sustained_offered_rate": max((s["offered_rate"] for s in ok), default=None),
         "first_unsustained_target_rate": next((s["target_rate"] for s in steps if not s["sustained"]), None),
         "not_run": [r for r in rates if r not in {s["target_rate"] for s in steps}],
         "steps": steps,
+    }
+
+
+def sustained_rates(settings: Settings, run: str, rates: list[int], duration: float, drain_timeout: float) -> dict:
+    lag = LagProbe(settings)
+    steps: list[dict] = []
+    try:
+        start_end = lag.end_offsets()
+        settle = wait_drained(lag, start_end, drain_timeout)
+        if settle is None:
+            log.warning("the speed layer is still behind before the first step (lag %d)", lag.sample()["lag"])
+        steps = climb(rates, lambda rate: rate_step(settings, lag, run, rate, duration, drain_timeout))
+    finally:
+        lag.close()
+    return {
+        **ladder_summary(rates, steps),
+        "step_duration_s": duration,
+        "trigger_s": settings.speed.trigger_s,
+        "max_offsets_per_trigger": settings.speed.max_offsets_per_trigger,
     }
