@@ -246,6 +246,7 @@ def move_pointer(store, change, retry_hint: str = "run `lambdactl views apply` a
 
 
 def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
+    from lambdactl.replay_orphans import Orphans, delete_orphaned_replays
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
     from stores.replays import drop_overlay, overlay_cutoffs, read_overlays
@@ -265,6 +266,19 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     for overlay in finished if cleanup.complete else []:
         drop_overlay(settings, overlay)
         _say(f"{overlay.view}: its batch cutoff reached the replay's split: the replayed rows are read no more")
+    # Rows of replays no mark names any more (a cancel that could not delete them, say); the shadows
+    # of the overlays just finished lost their rows in this scan.
+    absorbed = {overlay.shadow for overlay in finished} if cleanup.complete else set()
+    orphaned = Orphans()
+    try:
+        orphaned = delete_orphaned_replays(settings, cleanup.views_seen - absorbed)
+    except Exception as exc:  # noqa: BLE001 - no answer reads them: a later clean-up, or their TTL, ends them
+        _say(f"rows of replays no mark names are kept for a later clean-up: {type(exc).__name__}: {str(exc)[:300]}")
+    if orphaned.names:
+        _say(
+            f"{orphaned.rows:,} rows of replays no mark names deleted ({', '.join(orphaned.names)})"
+            + ("" if orphaned.complete else "; some token ranges could not be read: a later clean-up goes on")
+        )
     if args.json:
         _emit(
             {
@@ -275,6 +289,7 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
                 "deletions": cleanup.deletions,
                 "complete": cleanup.complete,
                 "unreadable": [u.describe() for u in cleanup.unreadable],
+                "orphaned_replays": orphaned.as_json(),
             }
         )
     return 0

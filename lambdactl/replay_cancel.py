@@ -62,15 +62,15 @@ def cancel(settings: Settings, name: str) -> dict:
             {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": False, "complete": False},
             f"{view}'s replay mark is off, but its rows ({held.shadow}) could not be checked and deleted: "
             f"{type(exc).__name__}: {str(exc)[:300]}; unless its replay switched meanwhile, no answer reads them, and "
-            "they expire with the realtime TTL (speed.ttl_s)",
+            "the realtime clean-up after a later batch run deletes them",
         ) from None
     done = {"view": view, "shadow": held.shadow, "rows_deleted": deleted.rows_below_cutoff, "switched": False}
     if not deleted.complete:
         raise CancelIncomplete(
             {**done, "complete": False},
             f"{view}'s replay mark is off; {deleted.rows_below_cutoff:,} of its rows ({held.shadow}) were deleted, "
-            f"{len(deleted.unreadable)} token range(s) could not be read: no answer reads the rest, and they expire "
-            "with the realtime TTL (speed.ttl_s)",
+            f"{len(deleted.unreadable)} token range(s) could not be read: no answer reads the rest, and the realtime "
+            "clean-up after a later batch run deletes it",
         )
     return done
 

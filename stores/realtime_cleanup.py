@@ -39,6 +39,7 @@ class Cleanup:
     rows_below_cutoff: int = 0  # delete_view_from: the rows found from its bucket on
     deletions: int = 0
     unreadable: list[Unreadable] = field(default_factory=list)
+    views_seen: set[str] = field(default_factory=set)  # the storage names of every row the scan read
 
     @property
     def complete(self) -> bool:
@@ -145,6 +146,7 @@ def _range_deletions(
                 stamp = () if timestamp_us is None else (timestamp_us,)
                 columns = ", ".join(dict.fromkeys(("view_name", *names, "ingest_bucket")))
                 for rows in scan(session, table, partition_key, columns, where, params, unreadable=result.unreadable):
+                    result.views_seen.update(row.view_name for row in rows)
                     kept = [row for row in rows if keep(row)]
                     targets = {tuple(getattr(row, c) for c in names): bound(row) for row in kept}
                     issued = issued or bool(targets)

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from definitions.settings import Settings
@@ -115,6 +116,35 @@ def shadow_name(view: str, started_ms: int) -> str:
     return f"{view}{SHADOW_SEPARATOR}{started_ms}"
 
 
+_SHADOW = re.compile(r"(?P<view>[^./~]{1,200})" + re.escape(SHADOW_SEPARATOR) + r"(?P<started>[0-9]{1,16})")
+
+
+def unreferenced_shadows(
+    names: Iterable[str],
+    claims: dict[str, ReplayMark],
+    overlays: dict[str, ReplayMark],
+    claims_being_written: Iterable[str] = (),
+) -> set[str]:
+    """The replays' rows (shadow names) among `names` that no mark refers to: no claim is theirs or
+    took theirs over (a `--resume`'s `replaces`), and no view's newest overlay reads them. No replay
+    can switch to them any more, and an answer reads them only from marks read before that held
+    (lambdactl/replay_orphans.py waits those out). Left by a `--cancel` that could not delete them,
+    a replay refused at its switch, a switch killed before it deleted the overlays it replaced, or
+    a replay killed before it deleted the rows it replaced. A view whose claim file is no mark, or
+    is still empty (`claims_being_written`: being created, or left so by a crash), keeps all its
+    replays' rows: a replay still running may switch under such a file (_answers_for)."""
+    referenced = {m.shadow for m in overlays.values() if m.shadow}
+    for held in claims.values():
+        referenced.update(shadow_name(held.view, t) for t in (held.started_ms, *held.replaces))
+    unreadable = {view for view, held in claims.items() if held.unreadable} | set(claims_being_written)
+    found = set()
+    for name in names:
+        parts = _SHADOW.fullmatch(name)
+        if parts is not None and name not in referenced and parts["view"] not in unreadable:
+            found.add(name)
+    return found
+
+
 class ReplayMarked(RuntimeError):
     """Another replay of the view holds its mark (or one was interrupted)."""
 
@@ -146,6 +176,20 @@ def read_replays(settings: Settings) -> tuple[dict[str, ReplayMark], dict[str, R
             if found is not None:
                 return found
     raise RuntimeError(f"the replay marks in {marks_dir(settings)} kept changing while they were read")
+
+
+def claims_being_written(settings: Settings) -> set[str]:
+    """The views whose claim file is empty: being created, or left so by a crash (read_replays leaves
+    them out, but a replay may switch under one)."""
+    from stores.webhdfs import WebHdfs
+
+    with WebHdfs(settings) as fs:
+        entries = fs.entries(marks_dir(settings))
+    return {
+        found["view"]
+        for name, kind, length in entries
+        if (found := _mark_name(name)) is not None and not found["switched"] and kind == "FILE" and length == 0
+    }
 
 
 def _read_listed(fs, directory: str) -> tuple[dict[str, ReplayMark], dict[str, ReplayMark]] | None:
@@ -238,7 +282,7 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
             raise ReplayMarked(
                 f"the replay mark of {claim.view} is no longer this replay's (cancelled with `lambdactl replay "
                 f"--cancel`, or another replay claimed the view since): not switched; the rows it wrote "
-                f"({claim.shadow}) are read by no answer and expire with the realtime TTL (speed.ttl_s)"
+                f"({claim.shadow}) are read by no answer; the realtime clean-up after a later batch run deletes them"
             )
         fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
         for name, kind, length in fs.entries(directory):

@@ -1,0 +1,63 @@
+"""Rows of replays that no replay mark names any more, deleted by the realtime clean-up.
+
+A replay writes a view's rows under a fresh storage name (stores.replays: its shadow). Its rows are
+deleted by the replay that replaces it, by the clean-up once the view's cutoff passes its split, or
+by `lambdactl replay --cancel`; but a cancel that could not reach Cassandra, a replay refused at its
+switch (its claim was cancelled meanwhile), and a replay killed in the wait before it deletes the
+rows it replaced leave rows that no mark names (stores.replays.unreferenced_shadows).
+
+No replay can switch to such rows any more, but an API worker may still answer from replay marks it
+read just before they stopped naming them; every worker reads the marks again within
+`REPLACED_ROWS_KEPT_S` or refuses the view (serving_layer/speed_state.py). So the rows are deleted
+only if no mark names them when read after the scan that found them and again that long after.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from definitions.settings import Settings
+from lambdactl.output import _say
+from serving_layer.speed_state import REPLACED_ROWS_KEPT_S
+
+
+@dataclass
+class Orphans:
+    names: list[str] = field(default_factory=list)  # the replays whose rows were deleted
+    rows: int = 0
+    complete: bool = True  # False: some token range could not be read (a later clean-up goes on)
+
+    def as_json(self) -> dict:
+        return {"names": self.names, "rows": self.rows, "complete": self.complete}
+
+
+def delete_orphaned_replays(
+    settings: Settings,
+    seen: Iterable[str],
+    settle_s: float = REPLACED_ROWS_KEPT_S,
+    wait: Callable[[float], None] = time.sleep,
+) -> Orphans:
+    """Delete every row of the replays among the storage names `seen` (by a scan that ended before
+    this call) that no replay mark names now and again `settle_s` later, in one pass."""
+    from stores.realtime_cleanup import delete_absorbed
+    from stores.replays import claims_being_written, read_replays, unreferenced_shadows
+
+    def unreferenced(names: Iterable[str]) -> set[str]:
+        return unreferenced_shadows(names, *read_replays(settings), claims_being_written(settings))
+
+    candidates = unreferenced(seen)
+    if not candidates:
+        return Orphans()
+    _say(
+        f"{len(candidates)} replay(s) no mark names left rows ({', '.join(sorted(candidates)[:5])}): deleting them "
+        f"in {settle_s:.0f}s, once no API worker answers from marks that named them"
+    )
+    wait(settle_s)
+    orphans = sorted(unreferenced(candidates))
+    if not orphans:
+        return Orphans()
+    everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
+    cleanup = delete_absorbed(settings, dict.fromkeys(orphans, everything))
+    return Orphans(orphans, cleanup.rows_below_cutoff, cleanup.complete)
