@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-from figures import emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
+from figures import configure_logging, emit, fmt, int_list, percentile  # bench/ itself: the scripts run as files
 
 from definitions.events import SCHEMA_VERSION, format_time
 from definitions.settings import Settings, get_settings
@@ -322,9 +322,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, help="the API's port on the loopback interface (default: settings)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging()
     settings = get_settings()
     base = base_url(settings, args.port)
     known = {**ROUTES, **HEALTH}

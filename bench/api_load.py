@@ -30,7 +30,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from figures import emit, fmt, percentile  # bench/ itself: the scripts run as files
+from figures import configure_logging, emit, fmt, percentile  # bench/ itself: the scripts run as files
 
 from definitions.settings import get_settings
 
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging()
     if shutil.which("hey") is None:
         raise SystemExit("hey is not installed (`make setup` installs it)")
     settings = get_settings()

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from figures import fmt, int_list  # bench/ itself: the scripts run as files
+from figures import configure_logging, fmt, int_list  # bench/ itself: the scripts run as files
 from ingest_throughput import separate_archiver  # bench/ itself
 from native_producer import NativeProducer, write_payload  # bench/ itself
 from rate_ladder import climb, ladder_summary, rate_step, wait_drained  # bench/ itself
@@ -80,9 +80,7 @@ def main() -> int:
     parser.add_argument("--payload-records", type=int, default=50_000)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "httpx", "infra", "hdfs"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging("infra")
     settings = get_settings()
     if args.step_duration < 4 * settings.archiver.trigger_s:
         parser.error(

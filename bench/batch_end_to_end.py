@@ -29,7 +29,7 @@ from unittest import mock
 
 from batch_dataset import cutoff_ms, ensure_dataset  # bench/ itself: the scripts run as files
 from batch_hbase_load import drop_table  # bench/ itself
-from figures import emit, fmt  # bench/ itself
+from figures import configure_logging, emit, fmt  # bench/ itself
 
 from batch_layer import job
 from definitions.settings import Settings, get_settings
@@ -126,9 +126,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--step", choices=("dataset", "run"), help=argparse.SUPPRESS)  # what a child process does
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("py4j", "happybase", "thriftpy2"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging()
     settings = bench_settings(get_settings(), args.namespace)
     if args.step == "dataset":
         from definitions.spark import spark_session

@@ -41,7 +41,7 @@ from batch_dataset import ensure_dataset  # bench/ itself: the scripts run as fi
 from batch_engines import duckdb_recompute, spark_recompute  # bench/ itself
 from batch_hbase_load import hbase_load  # bench/ itself
 from batch_report import report  # bench/ itself
-from figures import emit, int_list  # bench/ itself
+from figures import configure_logging, emit, int_list  # bench/ itself
 
 from definitions.settings import get_settings
 from stores.batch_writer import TableStats
@@ -80,9 +80,7 @@ def main() -> int:
     parser.add_argument("--duckdb-memory", default="6GB")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("py4j", "happybase", "thriftpy2"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging()
 
     import duckdb
 

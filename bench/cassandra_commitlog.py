@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from figures import emit, fmt, percentile
+from figures import configure_logging, emit, fmt, percentile
 
 from definitions.settings import get_settings
 from infra.stack import Stack
@@ -88,9 +88,7 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=19_142, help="native port of the throwaway node (storage: +1)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("cassandra", "infra", "kafka"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging("infra")
     results = [measure(mode, args.rows, args.concurrency, args.port) for mode in args.modes.split(",")]
     periodic = next((r for r in results if r["mode"] == "periodic"), None)
     lines = [

@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 from batch_dataset import ensure_dataset  # bench/ itself: the scripts run as files
 from batch_engines import spark_recompute  # bench/ itself
-from figures import emit, fmt, int_list  # bench/ itself
+from figures import configure_logging, emit, fmt, int_list  # bench/ itself
 from rate_ladder import sustained_rates  # bench/ itself
 
 from definitions.settings_store import load
@@ -195,9 +195,7 @@ def main() -> int:
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/lambda-bench-batch"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("py4j", "kafka", "cassandra"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging()
     result = {
         "rates": args.rates,
         "step_duration_s": args.step_duration,

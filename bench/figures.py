@@ -1,4 +1,4 @@
-"""Small helpers the benchmark scripts share: percentiles, number formatting, list arguments.
+"""Small helpers the benchmark scripts share: percentiles, number formatting, list arguments, logging.
 
 The scripts run as files (`python bench/<name>.py`), so they import this module as `figures`.
 """
@@ -6,8 +6,20 @@ The scripts run as files (`python bench/<name>.py`), so they import this module 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
+
+from definitions.logs import configure
+
+
+def configure_logging(*quiet: str) -> None:
+    """The platform's one logging set-up (definitions.logs), as a person at a terminal reads it: the
+    drivers log warnings and worse only, and so do the loggers named in `quiet` (`infra`: the stack's
+    own lines while a benchmark restarts a service)."""
+    configure("bench", fmt="short")
+    for name in quiet:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from figures import emit, fmt  # bench/ itself: the scripts run as files
+from figures import configure_logging, emit, fmt  # bench/ itself: the scripts run as files
 
 from definitions.settings import Settings, get_settings
 
@@ -317,8 +317,7 @@ def main() -> int:
     parser.add_argument("--pid", type=int, help="the API's pid (default: the state directory's run/api.pid)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging()
     settings = get_settings()
     base = base_url(settings, args.port)
     pid = args.pid or api_pid(settings, args.port or settings.api.port)

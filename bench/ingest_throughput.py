@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from figures import configure_logging  # bench/ itself: the scripts run as files
 from kafka.admin import NewTopic
 
 from definitions.settings import Settings, get_settings
@@ -168,9 +169,7 @@ def main() -> int:
     parser.add_argument("--arch-count", type=int, default=300_000)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "httpx", "infra", "hdfs"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging("infra")
     settings = get_settings()
 
     rates = generator_rate(settings, args.gen_count, args.runs)

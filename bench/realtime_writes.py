@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from figures import emit, fmt, int_list  # bench/ itself: the scripts run as files
+from figures import configure_logging, emit, fmt, int_list  # bench/ itself: the scripts run as files
 
 from definitions.settings import get_settings
 from stores.clients import cassandra_cluster
@@ -78,8 +78,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    logging.getLogger("cassandra").setLevel(logging.ERROR)
+    configure_logging()
+    logging.getLogger("cassandra").setLevel(logging.ERROR)  # its warnings about the throw-away keyspace
     base = get_settings()
     keyspace = f"bench_writes_{uuid.uuid4().hex[:8]}"
     settings = base.model_copy(update={"cassandra": base.cassandra.model_copy(update={"keyspace": keyspace})})

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from batch_dataset import ensure_dataset  # bench/ itself: the scripts run as files
 from batch_engines import cached_stats, spark_events  # bench/ itself
-from figures import emit, fmt  # bench/ itself
+from figures import configure_logging, emit, fmt  # bench/ itself
 
 from definitions.settings import get_settings
 from definitions.times import iso_ms
@@ -170,7 +170,7 @@ def main() -> int:
     parser.add_argument("--load", action="store_true", help="write the added view into HBase too (the stack's)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging()
     settings = get_settings()
     result: dict = {}
     lines = []

@@ -36,6 +36,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from figures import configure_logging
 from results_markdown import markdown  # bench/ itself: the scripts run as files
 
 REPO = Path(__file__).resolve().parent.parent
@@ -250,9 +251,7 @@ def main() -> int:
     parser.add_argument("--step-timeout", type=float, default=5400.0, help="seconds before a step is interrupted")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "infra", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging("infra")
     names = [n.strip() for n in args.steps.split(",") if n.strip()]
     unknown = [n for n in names if n not in STEP_NAMES]
     if unknown:

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from figures import emit, int_list  # bench/ itself: the scripts run as files
+from figures import configure_logging, emit, int_list  # bench/ itself: the scripts run as files
 from freshness_probes import freshness  # bench/ itself
 from rate_ladder import sustained_rates  # bench/ itself
 from speed_lag import speed_progress  # bench/ itself
@@ -62,9 +62,7 @@ def main() -> int:
     parser.add_argument("--skip-rates", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "cassandra", "httpx", "infra"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging("infra")
     settings = get_settings()
     progress = speed_progress(settings)
     if not progress or not progress.get("active"):

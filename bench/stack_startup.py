@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 from api_latency import base_url, freshness  # bench/ itself: the scripts run as files
+from figures import configure_logging
 
 from definitions.settings import get_settings
 from infra.process import ports_in_use
@@ -64,9 +65,7 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=30.0, help="seconds to idle before reading memory")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("kafka", "cassandra", "infra", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_logging("infra")
 
     settings = get_settings()
     busy = {}

@@ -147,3 +147,28 @@ def test_the_check_sees_a_forbidden_import_anywhere_in_a_file(tmp_path, package,
     for other in PACKAGES:
         (tmp_path / other).mkdir(exist_ok=True)
     assert (not crossings(tmp_path)) == allowed
+
+
+def logging_setups(root: Path = ROOT) -> set[str]:
+    """Files of the project that configure logging themselves (`logging.basicConfig`, or a
+    `logging.config` set-up) instead of through definitions.logs, the one set-up."""
+    found = set()
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            if path == root / "definitions" / "logs.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and (node.value.id, node.attr) in {("logging", "basicConfig"), ("logging", "config")}
+                ):
+                    found.add(str(path.relative_to(root)))
+    return found
+
+
+def test_logging_is_set_up_in_one_place():
+    found = sorted(logging_setups())
+    assert not found, "logging configured outside definitions/logs.py (call its configure):\n" + "\n".join(
+        f"  {f}" for f in found
+    )
