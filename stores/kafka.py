@@ -53,9 +53,11 @@ def partition(topic: str, number: int):
 
 def offsets_at(settings: Settings, ingest_ms: int) -> dict[int, int]:
     """Per partition of `events`, the first offset whose ingest time is at or after `ingest_ms` (the
-    end offset when there is none yet): every record before the time lies below it."""
+    end offset when there is none yet): every record before the time lies below it. Read
+    uncommitted: a record appended after an open transaction began lies past the end a committed
+    read sees (the transaction holds it back), and must be waited for too."""
     topic = settings.kafka.events_topic
-    client = consumer(settings, "lambda-accuracy")
+    client = consumer(settings, "lambda-accuracy", isolation_level="read_uncommitted")
     try:
         parts = [partition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
         found = client.offsets_for_times({tp: ingest_ms for tp in parts})

@@ -159,3 +159,38 @@ def test_the_platforms_consumers_stop_at_an_open_transaction(settings):
         30,
         0.2,
     )
+
+
+def test_the_accuracy_reports_wait_reaches_past_an_open_transaction(settings):
+    """offsets_at (the report's wait for the speed layer: every record ingested before the window's
+    end) gives the offset past a record appended after an open transaction began, not the end the
+    open transaction holds back: the report waits for the speed layer to read it, or says it did not."""
+    from kafka.admin import NewTopic
+
+    from stores.clients import kafka_admin
+    from stores.kafka import offsets_at
+
+    topic = f"test-txn-offsets-{uuid.uuid4().hex[:8]}"
+    admin = kafka_admin(settings)
+    admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"})])
+    admin.close()
+    local = Settings(kafka={**settings.kafka.model_dump(), "events_topic": topic})
+    producer = plain = None
+    try:
+        producer = transactional_producer(settings)
+        producer.begin_transaction()
+        opened = producer.send(topic, partition=0, key=b"u-open", value=b'{"open": true}').get(30)
+        plain = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all")
+        after = plain.send(topic, partition=0, key=b"u-after", value=b'{"after": true}').get(30)
+        assert after.offset > opened.offset
+        needed = offsets_at(local, after.timestamp + 1)
+        producer.abort_transaction()
+        assert needed == {0: after.offset + 1}, f"the record at {after.offset} lies below the offset waited for"
+        assert offsets_at(local, after.timestamp) == {0: after.offset}
+    finally:
+        for client in (producer, plain):
+            if client is not None:
+                client.close()
+        admin = kafka_admin(settings)
+        admin.delete_topics([topic])
+        admin.close()
