@@ -225,7 +225,7 @@ def run_step(name: str, args: list[str], logs: Path, timeout_s: float) -> dict:
     if not step["ok"]:
         step["stderr_tail"] = tail(stderr_path)
         last = next((line for line in reversed(step["stderr_tail"].splitlines()) if line.strip()), "")
-        last = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", "", last)[:300]
+        last = re.sub(r"^\d\d:\d\d:\d\d [A-Z]+ \S+: ", "", last)[:300]  # figures.configure_logging's prefix
         step.setdefault(
             "error",
             f"exit code {step.get('returncode')}"

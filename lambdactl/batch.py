@@ -273,7 +273,8 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     try:
         orphaned = delete_orphaned_replays(settings, cleanup.views_seen - absorbed)
     except Exception as exc:  # noqa: BLE001 - no answer reads them: a later clean-up, or their TTL, ends them
-        _say(f"rows of replays no mark names are kept for a later clean-up: {type(exc).__name__}: {str(exc)[:300]}")
+        orphaned = Orphans(error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        _say(f"rows of replays no mark names are kept for a later clean-up: {orphaned.error}")
     if orphaned.names:
         _say(
             f"{orphaned.rows:,} rows of replays no mark names deleted ({', '.join(orphaned.names)})"

@@ -28,9 +28,11 @@ class Orphans:
     names: list[str] = field(default_factory=list)  # the replays whose rows were deleted
     rows: int = 0
     complete: bool = True  # False: some token range could not be read (a later clean-up goes on)
+    error: str = ""  # why the pass did not run to its end
 
     def as_json(self) -> dict:
-        return {"names": self.names, "rows": self.rows, "complete": self.complete}
+        doc: dict = {"names": self.names, "rows": self.rows, "complete": self.complete and not self.error}
+        return {**doc, "error": self.error} if self.error else doc
 
 
 def delete_orphaned_replays(
@@ -42,10 +44,10 @@ def delete_orphaned_replays(
     """Delete every row of the replays among the storage names `seen` (by a scan that ended before
     this call) that no replay mark names now and again `settle_s` later, in one pass."""
     from stores.realtime_cleanup import delete_absorbed
-    from stores.replays import claims_being_written, read_replays, unreferenced_shadows
+    from stores.replays import read_replays_and_empty_claims, unreferenced_shadows
 
-    def unreferenced(names: Iterable[str]) -> set[str]:
-        return unreferenced_shadows(names, *read_replays(settings), claims_being_written(settings))
+    def unreferenced(names: Iterable[str]) -> set[str]:  # claims, overlays and empty claims of one listing
+        return unreferenced_shadows(names, *read_replays_and_empty_claims(settings))
 
     candidates = unreferenced(seen)
     if not candidates:

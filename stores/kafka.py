@@ -21,7 +21,8 @@ TIMESTAMP_TYPE = "LogAppendTime"
 COMPRESSION_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 # Records of a transaction its producer aborted are no events: every reader of `events` reads committed
 # records only (and nothing past an open transaction until it ends), as Kafka's exactly-once producers
-# expect of their consumers.
+# expect of their consumers. Only where offsets and stamps are read without reading events does a
+# reader see uncommitted ones (last_stamps, latest_ingest_ms, offsets_at: each says why).
 ISOLATION_LEVEL = "read_committed"
 
 

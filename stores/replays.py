@@ -131,8 +131,8 @@ def unreferenced_shadows(
     (lambdactl/replay_orphans.py waits those out). Left by a `--cancel` that could not delete them,
     a replay refused at its switch, a switch killed before it deleted the overlays it replaced, or
     a replay killed before it deleted the rows it replaced. A view whose claim file is no mark, or
-    is still empty (`claims_being_written`: being created, or left so by a crash), keeps all its
-    replays' rows: a replay still running may switch under such a file (_answers_for)."""
+    is empty (`claims_being_written`: read_replays_and_empty_claims, from the same listing as the
+    marks), keeps all its replays' rows: a replay still running may switch under such a file."""
     referenced = {m.shadow for m in overlays.values() if m.shadow}
     for held in claims.values():
         referenced.update(shadow_name(held.view, t) for t in (held.started_ms, *held.replaces))
@@ -168,34 +168,34 @@ def read_replays(settings: Settings) -> tuple[dict[str, ReplayMark], dict[str, R
     """(claims, overlays) from one listing. A file still being created is left out (it is not there
     yet); one deleted between the listing and its read means a switch happened meanwhile, so the
     directory is listed again (an older overlay read as gone must not hide the newer one)."""
+    claims, overlays, _ = read_replays_and_empty_claims(settings)
+    return claims, overlays
+
+
+def read_replays_and_empty_claims(
+    settings: Settings,
+) -> tuple[dict[str, ReplayMark], dict[str, ReplayMark], set[str]]:
+    """read_replays, and from the same listing the views whose claim file is empty: being created (a
+    `--resume` overwriting a claim, say), or left so by a crash. read_replays leaves such a file out,
+    but a replay may switch under it (_answers_for)."""
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
         for _ in range(5):
-            found = _read_listed(fs, marks_dir(settings))
+            empty: set[str] = set()
+            found = _read_listed(fs, marks_dir(settings), empty)
             if found is not None:
-                return found
+                return (*found, empty)
     raise RuntimeError(f"the replay marks in {marks_dir(settings)} kept changing while they were read")
 
 
-def claims_being_written(settings: Settings) -> set[str]:
-    """The views whose claim file is empty: being created, or left so by a crash (read_replays leaves
-    them out, but a replay may switch under one)."""
-    from stores.webhdfs import WebHdfs
-
-    with WebHdfs(settings) as fs:
-        entries = fs.entries(marks_dir(settings))
-    return {
-        found["view"]
-        for name, kind, length in entries
-        if (found := _mark_name(name)) is not None and not found["switched"] and kind == "FILE" and length == 0
-    }
-
-
-def _read_listed(fs, directory: str) -> tuple[dict[str, ReplayMark], dict[str, ReplayMark]] | None:
+def _read_listed(
+    fs, directory: str, empty: set[str] | None = None
+) -> tuple[dict[str, ReplayMark], dict[str, ReplayMark]] | None:
     """One listing's marks; None when a file vanished between the listing and its read. A name that
     is no mark's is left alone; an empty file is still being created (HDFS shows it empty until it is
-    closed); a mark file that is none (no file, too big, not a mark) is a claim marked `unreadable`."""
+    closed; its view goes into `empty` for a claim); a mark file that is none (no file, too big, not a
+    mark) is a claim marked `unreadable`."""
     claims: dict[str, ReplayMark] = {}
     overlays: dict[str, ReplayMark] = {}
     for name, kind, length in sorted(fs.entries(directory)):
@@ -207,6 +207,8 @@ def _read_listed(fs, directory: str) -> tuple[dict[str, ReplayMark], dict[str, R
             _unreadable(claims, view, name, "a directory" if kind != "FILE" else f"{length} bytes")
             continue
         if length == 0:
+            if empty is not None and not switched:
+                empty.add(view)
             continue
         data = fs.read(f"{directory}/{name}", max_bytes=MAX_MARK_BYTES)
         if data is None:  # deleted since the listing

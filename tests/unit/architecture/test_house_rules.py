@@ -158,11 +158,19 @@ def logging_setups(root: Path = ROOT) -> set[str]:
             if path == root / "definitions" / "logs.py":
                 continue
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-                if (
+                attribute = (
                     isinstance(node, ast.Attribute)
                     and isinstance(node.value, ast.Name)
                     and (node.value.id, node.attr) in {("logging", "basicConfig"), ("logging", "config")}
-                ):
+                )
+                imported = (
+                    isinstance(node, ast.ImportFrom)
+                    and (
+                        node.module == "logging.config"
+                        or (node.module == "logging" and any(a.name in ("basicConfig", "config") for a in node.names))
+                    )
+                ) or (isinstance(node, ast.Import) and any(a.name == "logging.config" for a in node.names))
+                if attribute or imported:
                     found.add(str(path.relative_to(root)))
     return found
 

@@ -40,3 +40,15 @@ def test_no_row_of_a_view_whose_claim_cannot_be_read_or_is_empty_is_unreferenced
 def test_names_that_only_look_like_replay_rows_are_left_alone():
     names = {"~replay-100", f"{V}~replay-", f"{V}~replay-12x", f"{V}~replay-+5", f"{V}~replay-٣"}
     assert unreferenced_shadows(names, {}, {}) == set()
+
+
+def test_a_clean_up_pass_that_failed_says_so_in_its_json():
+    from lambdactl.replay_orphans import Orphans
+
+    assert Orphans().as_json() == {"names": [], "rows": 0, "complete": True}
+    assert Orphans(error="WebHdfsError: down").as_json() == {
+        "names": [],
+        "rows": 0,
+        "complete": False,
+        "error": "WebHdfsError: down",
+    }

@@ -167,6 +167,9 @@ def test_replay_marks_read_while_a_switch_deletes_one_are_listed_again_and_the_n
         "unique_visitors.json": b"",  # being created
     }
     assert _read_listed(Fs(files), "d") == ({"top_pages": claim}, {"page_views": newer})
+    empty: set[str] = set()
+    _read_listed(Fs(files), "d", empty)
+    assert empty == {"unique_visitors"}, "an empty claim file is named (the orphan clean-up keeps its view's rows)"
     files["page_views.switched-2.json"] = None  # listed, then deleted before its read: a switch meanwhile
     assert _read_listed(Fs(files), "d") is None, "read again rather than miss an overlay"
 
