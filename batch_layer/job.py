@@ -307,11 +307,20 @@ def swap_version(settings: Settings, version: int) -> Pointer:
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} cannot serve: its run is {run.get('state') if run else 'unknown'}")
     current = store.pointer()
+    served = (
+        current
+        if current is not None and all((e := current.entry(n)) and e.version == version for n in run["views"])
+        else None
+    )
     if run["state"] != "verified":
-        if current is not None and all((e := current.entry(n)) and e.version == version for n in run["views"]):
+        if served is not None:
             store.retain(settings.batch.keep_versions)
-            return current  # it serves already: swapping it again changes nothing
+            return served  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
+    if served is not None:  # its swap moved the pointer, and its process ended before recording so
+        store.record_run(version, state="live", swapped_ms=served.swapped_ms)
+        store.retain(settings.batch.keep_versions)
+        return served
     _tables_kept(settings, version, run)
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
     _not_past_grace(settings, version, run)
@@ -324,10 +333,20 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         full=bool(run.get("full")),
         stats=run.get("stats", {}),
         now_ms=int(time.time() * 1000),
+        maintained=_speed_layer_maintains(settings) if run.get("full") else (),
     )
     store.swap(current, pointer)
     store.retain(settings.batch.keep_versions)
     return pointer
+
+
+def _speed_layer_maintains(settings: Settings) -> set[str] | None:
+    """The storage names the speed layer maintains, as its marker says now (None: a marker of older
+    code, which does not list them). A full run keeps their entries (stores.pointer.advance)."""
+    marker = checkpoints.read_marker(settings)
+    if marker is None:
+        return set()
+    return None if marker.views is None else set(marker.views)
 
 
 def parse_cutoff(text: str) -> int:

@@ -179,16 +179,20 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
     if pointer is None or not pointer.retiring:
         return
     todo, again = _retiring_now(settings, pointer, say=True)
+    as_of_us = 0
     if todo:
         settle_after_swap(settings, pointer)
-        # Read again after the wait: a name maintained or replayed meanwhile keeps its rows.
+        # Read again after the wait: a name maintained or replayed meanwhile keeps its rows. One
+        # maintained again during the deletion (`views apply` adding it back) keeps those written
+        # since this read: the deletion spares rows written after it.
+        as_of_us = time.time_ns() // 1000
         after, again = _retiring_now(settings, pointer)
         todo = sorted(set(todo) & set(after))
     if todo:
         everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
         overlays = [m for view, m in read_overlays(settings).items() if view in todo]
         names = [*todo, *(m.shadow for m in overlays if m.shadow)]  # with the rows of their replays
-        cleanup = delete_absorbed(settings, dict.fromkeys(names, everything))
+        cleanup = delete_absorbed(settings, dict.fromkeys(names, everything), timestamp_us=as_of_us)
         if not cleanup.complete:
             _say(f"realtime rows of {', '.join(todo)} not all deleted ({cleanup.summary()}): they stay retiring")
             todo = []

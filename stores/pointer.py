@@ -261,15 +261,25 @@ def advance(
     full: bool,
     stats: dict,
     now_ms: int,
+    maintained: Iterable[str] | None = (),
 ) -> Pointer:
     """The pointer after run `version` (cutoff `cutoff_ms`) recomputed `views`: their entries name its
     tables; every other view keeps its entry — unless the run was `full` (every declared view), which
-    also drops entries of views no longer declared. A view's cutoff never goes back."""
+    also drops the entries of views no longer declared, but not of those among `maintained` (storage
+    names the speed layer still maintains; None: unknown, all of them): until `lambdactl views apply`
+    stops maintaining a view, the API answers it, and without its entry an answer would lack every
+    event below its old cutoff. A view's cutoff never goes back."""
     views = list(views)
     late = behind(current, views, cutoff_ms)
     if late:
         raise CutoffError(f"version {version} (cutoff {iso(cutoff_ms)}) is behind what serves " + ", ".join(late))
-    entries = {} if full or current is None else dict(current.entries)
+    if current is None:
+        entries = {}
+    elif full:
+        keep = set(current.entries) if maintained is None else set(maintained)
+        entries = {name: e for name, e in current.entries.items() if name in keep}
+    else:
+        entries = dict(current.entries)
     tables = stats.get("tables", {}) if isinstance(stats, dict) else {}
     for name in views:
         entries[name] = ViewEntry(

@@ -56,10 +56,11 @@ class Cleanup:
         return text
 
 
-def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int]) -> Cleanup:
+def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int], timestamp_us: int | None = None) -> Cleanup:
     """Delete realtime rows of ingest buckets below their view's cutoff (seconds): `cutoffs` maps a
     view to the cutoff of the batch table serving it; an int is one cutoff for every view. Only
-    call with cutoffs the serving batch tables cover."""
+    call with cutoffs the serving batch tables cover. `timestamp_us`: only rows written before it
+    (a row written later survives the deletion)."""
     per_view: dict[str, int] | None
     if isinstance(cutoffs, Mapping):
         per_view = dict(cutoffs)
@@ -79,6 +80,7 @@ def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int]) -> Cle
         (top,),
         keep=lambda row: row.ingest_bucket < cutoff_of(row),
         bound=cutoff_of,
+        timestamp_us=timestamp_us,
     )
     where = f"{top}" if per_view is None else ", ".join(f"{v} {c}" for v, c in sorted(per_view.items()))
     (log.info if result.complete else log.warning)("realtime clean-up below %s: %s", where, result.summary())

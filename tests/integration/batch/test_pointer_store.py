@@ -20,6 +20,7 @@ import pytest
 from batch_layer.job import swap_version, verify_version
 from stores.batch_views import PointerMoved, VersionStore
 from stores.batch_writer import VerificationError, create_table
+from stores.checkpoints import marker_path, write_marker
 from stores.clients import hbase_connection
 from stores.pointer import DOC, Pointer, advance, retiring_done, retiring_marked, run_basis, table_name
 
@@ -129,6 +130,58 @@ def test_of_two_runs_that_read_the_same_pointer_the_second_to_swap_fails_and_cha
     )
     assert done.returncode == 2 and "the pointer moved since this run read it" in done.stderr, done.stderr[-2000:]
     assert pointer_row(settings) == before
+
+
+def test_a_full_run_leaves_the_entry_of_a_view_the_speed_layer_still_maintains(own):
+    """A view dropped from its module but not applied yet (or put back before an apply) is still
+    maintained by the speed layer and answered by the API: a full run (the DAG's) that no longer
+    computes it keeps its entry, so its answers keep their batch part. Once the speed layer stops
+    maintaining it, a full run retires it as before."""
+    from stores.webhdfs import WebHdfs
+
+    settings, (a, b, c) = own
+    speed = settings.speed.model_copy(update={"checkpoint_dir": f"/lambda/test/pointer-{a}"})
+    mine = settings.model_copy(update={"speed": speed})
+    first = written(mine, [a, b, c], T0, full=True)
+    swap_version(mine, first)
+    try:
+        write_marker(mine, views={a: 0, b: 0, c: 0})
+        kept = swap_version(mine, written(mine, [a, b], T0 + STEP, full=True))  # c left its module
+        assert kept.entry(c) is not None and kept.entry(c).version == first, "c still answers from its batch table"
+        assert c not in kept.retiring and kept.cutoff_of(a) == T0 + STEP
+        write_marker(mine, views={a: 0, b: 0})  # `lambdactl views apply`: the speed layer stopped maintaining c
+        dropped = swap_version(mine, written(mine, [a, b], T0 + 2 * STEP, full=True))
+        assert dropped.entry(c) is None and c in dropped.retiring
+    finally:
+        with WebHdfs(mine) as fs:
+            fs.delete(marker_path(mine))
+
+
+def test_a_swap_stopped_after_its_compare_and_set_completes_when_run_again(own):
+    """The swap task killed after the pointer moved and before its run was recorded as live: run
+    again (Airflow's retry), the swap sees its own move and finishes, instead of failing with
+    "the pointer moved"."""
+    settings, (a, b, c) = own
+    store = VersionStore(settings)
+    swap_version(settings, written(settings, [a, b], T0, full=True))
+    version = written(settings, [a], T0 + STEP)
+    current = store.pointer()
+    run = store.runs()[version]
+    moved = advance(
+        current,
+        version=version,
+        run_id=run["run_id"],
+        cutoff_ms=run["cutoff_ms"],
+        views=run["views"],
+        full=False,
+        stats=run["stats"],
+        now_ms=int(time.time() * 1000),
+    )
+    store.compare_and_set(current, moved)  # the first half of VersionStore.swap, then the process died
+    assert store.runs()[version]["state"] == "verified"
+    again = swap_version(settings, version)
+    assert again.entry(a).version == version and again.generation == moved.generation, "the pointer did not move again"
+    assert store.runs()[version]["state"] == "live"
 
 
 def test_a_run_swaps_after_moves_that_left_its_views_as_it_read_them(own):

@@ -4,6 +4,8 @@ it) keeps every row."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter
 from stores.realtime_cleanup import delete_absorbed
 from tests.integration.speed.test_realtime_cleanup import COLUMNS, own  # noqa: F401  (the keyspace fixture)
@@ -49,3 +51,29 @@ def test_each_view_loses_only_its_rows_below_its_own_cutoff(own):  # noqa: F811
     again = delete_absorbed(mine, CUTOFFS)
     assert (again.rows_below_cutoff, again.deletions) == (0, 0)
     assert delete_absorbed(mine, {}).deletions == 0, "no view with a cutoff: nothing goes"
+
+
+def test_a_deletion_as_of_a_time_spares_the_rows_written_after_it(own):  # noqa: F811
+    """A retired view's deletion (lambdactl.batch.delete_retiring) is as of the last read that its
+    view is not maintained: rows the speed layer writes after it (the view added back) survive."""
+    mine, session = own
+    before = [RealtimeRow("page_views", "minute", f"/p{k}", T - 60, ib, 1) for k in range(3) for ib in INGEST]
+    after = [RealtimeRow("page_views", "minute", f"/q{k}", T - 60, ib, 2) for k in range(2) for ib in INGEST]
+    writer = RealtimeWriter(mine)
+    try:
+        writer.write(before, [], timestamp_us=1_000)
+        writer.write(after, [], timestamp_us=3_000)
+        writer.write([replace(before[0], value=5)], [], timestamp_us=3_000)  # one row rewritten since
+    finally:
+        writer.close()
+
+    cleanup = delete_absorbed(mine, {"page_views": T + 3_600}, timestamp_us=2_000)
+
+    assert cleanup.complete and cleanup.rows_below_cutoff == len(before) + len(after)
+    rows = {
+        (r.key, r.ingest_bucket): r.value for r in session.execute(f"SELECT key, ingest_bucket, value FROM {BY_KEY}")
+    }
+    assert rows == {
+        **{(r.key, r.ingest_bucket): 2 for r in after},
+        (before[0].key, before[0].ingest_bucket): 5,
+    }, "only what was written before the deletion's time is gone"

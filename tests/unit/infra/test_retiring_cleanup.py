@@ -5,6 +5,7 @@ tests/integration/api/test_view_definition_change.py runs it on the real stack."
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -40,20 +41,34 @@ def stores(monkeypatch):
     import stores.replays
 
     state = SimpleNamespace(
-        store=OneStore(RETIRED), markers=[], marks=[], deleted=[], settled=0, overlays={}, dropped=[]
+        store=OneStore(RETIRED),
+        markers=[],
+        marks=[],
+        deleted=[],
+        settled=0,
+        overlays={},
+        dropped=[],
+        as_of=[],
+        marker_read_us=[],
     )
 
     def answer(queue):
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
     monkeypatch.setattr(stores.registry, "version_store", lambda settings: state.store)
-    monkeypatch.setattr(stores.checkpoints, "read_marker", lambda settings: answer(state.markers))
+
+    def read_marker(settings):
+        state.marker_read_us.append(time.time_ns() // 1000)
+        return answer(state.markers)
+
+    monkeypatch.setattr(stores.checkpoints, "read_marker", read_marker)
     monkeypatch.setattr(stores.replays, "read_marks", lambda settings: answer(state.marks))
     monkeypatch.setattr(stores.replays, "read_overlays", lambda settings: state.overlays)
     monkeypatch.setattr(stores.replays, "drop_overlay", lambda settings, overlay: state.dropped.append(overlay))
 
-    def delete_absorbed(settings, cutoffs):
+    def delete_absorbed(settings, cutoffs, timestamp_us=None):
         state.deleted.append(sorted(cutoffs))
+        state.as_of.append(timestamp_us)
         return SimpleNamespace(complete=True, summary=lambda: "ok")
 
     monkeypatch.setattr(stores.realtime_cleanup, "delete_absorbed", delete_absorbed)
@@ -108,3 +123,16 @@ def test_a_marker_that_lists_no_views_deletes_nothing(stores):
     stores.markers, stores.marks = [Marker(60, 0, views=None)], [{}]
     batch.delete_retiring(None)
     assert stores.deleted == [] and stores.store.value == RETIRED
+
+
+def test_the_deletion_spares_rows_written_after_the_last_read_of_the_marker(stores):
+    """The deletion of a retired name scans both realtime tables: the name may be maintained again
+    (`views apply` adding it back) while it runs. It deletes only rows written before the marker was
+    last read without the name, so the rows of a speed layer that maintains it since survive."""
+    stores.markers, stores.marks = [marker("page_views")], [{}]
+    batch.delete_retiring(None)
+    assert stores.deleted == [["old"]]
+    (as_of,) = stores.as_of
+    assert as_of is not None, "deleted as of a time, not whatever is there when the scan reaches it"
+    first, last_before = stores.marker_read_us[:2]  # the reads before the deletion (a third follows it)
+    assert first <= as_of <= last_before, (as_of, stores.marker_read_us)

@@ -122,6 +122,29 @@ def test_a_full_run_retires_what_it_dropped_and_the_aliases_to_it():
     assert again.retiring == ("page_views",), "a storage name written again is live, not retiring"
 
 
+def test_a_full_run_keeps_what_the_speed_layer_still_maintains():
+    """A view dropped from its module but not yet applied (or put back before an apply) is still
+    maintained by the speed layer and answered by the API: a full run that no longer computes it
+    leaves its entry and alias as they were (`lambdactl views apply` retires it), never half a view."""
+    from stores.pointer import advance
+
+    switched = switch(Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")}), "page_views", NEW, 1)
+    kept = advance(
+        switched,
+        version=3,
+        run_id="r",
+        cutoff_ms=120_000,
+        views=["other"],
+        full=True,
+        stats={},
+        now_ms=2,
+        maintained=[NEW, "other"],
+    )
+    assert kept.entry(NEW) == switched.entry(NEW) and kept.aliases == {"page_views": NEW}
+    assert kept.retiring == ("page_views",), "what nothing maintains any more is retired as before"
+    assert kept.entry("other").version == 3
+
+
 def test_a_retiring_name_a_replay_holds_keeps_its_rows_until_a_later_clean_up():
     from stores.pointer import retire, retiring_now
 
