@@ -170,9 +170,25 @@ def logging_setups(root: Path = ROOT) -> set[str]:
                         or (node.module == "logging" and any(a.name in ("basicConfig", "config") for a in node.names))
                     )
                 ) or (isinstance(node, ast.Import) and any(a.name == "logging.config" for a in node.names))
-                if attribute or imported:
+                if attribute or imported or _root_handler(node):
                     found.add(str(path.relative_to(root)))
     return found
+
+
+def _root_handler(node: ast.AST) -> bool:
+    """`<root logger>.addHandler(...)`: `logging.root`, `logging.getLogger()` or `logging.getLogger("")`
+    (a handler on a named logger, such as a benchmark's marks, configures nothing else)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "addHandler"):
+        return False
+    target = node.func.value
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+        return (target.value.id, target.attr) == ("logging", "root")
+    return (
+        isinstance(target, ast.Call)
+        and isinstance(target.func, ast.Attribute)
+        and target.func.attr == "getLogger"
+        and (not target.args or (isinstance(target.args[0], ast.Constant) and target.args[0].value in ("", None)))
+    )
 
 
 def test_logging_is_set_up_in_one_place():
@@ -180,3 +196,22 @@ def test_logging_is_set_up_in_one_place():
     assert not found, "logging configured outside definitions/logs.py (call its configure):\n" + "\n".join(
         f"  {f}" for f in found
     )
+
+
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        ("import logging\nlogging.basicConfig()\n", True),
+        ("from logging import basicConfig\n", True),
+        ("import logging.config\n", True),
+        ("import logging\nlogging.getLogger().addHandler(logging.StreamHandler())\n", True),
+        ("import logging\nlogging.getLogger('').addHandler(logging.StreamHandler())\n", True),
+        ("import logging\nlogging.root.addHandler(logging.StreamHandler())\n", True),
+        ("import logging\nlogging.getLogger('lambda.batch').addHandler(logging.NullHandler())\n", False),
+        ("import logging\nlog = logging.getLogger(__name__)\nlog.info('x')\n", False),
+    ],
+)
+def test_the_logging_rule_finds_each_way_of_configuring_the_root(tmp_path, source, found):
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "module.py").write_text(source)
+    assert logging_setups(tmp_path) == ({"api/module.py"} if found else set())
