@@ -343,7 +343,13 @@ def swap_version(settings: Settings, version: int) -> Pointer:
 def _speed_layer_maintains(settings: Settings) -> set[str] | None:
     """The storage names the speed layer maintains, as its marker says now (None: a marker of older
     code, which does not list them). A full run keeps their entries (stores.pointer.advance)."""
-    marker = checkpoints.read_marker(settings)
+    try:
+        marker = checkpoints.read_marker(settings)
+    except Exception as exc:  # HDFS unreadable: refuse the swap, changing nothing, rather than guess
+        raise CutoffError(
+            f"the speed layer's marker cannot be read ({type(exc).__name__}: {exc}): nothing was changed; "
+            "swap again once HDFS answers"
+        ) from None
     if marker is None:
         return set()
     return None if marker.views is None else set(marker.views)

@@ -438,7 +438,7 @@ def retention_plan(
       `grace_ms`, or "verified" and not yet swapped, verified within `grace_ms`,
     - per view the pointer names, its `keep` newest versions that served (live or retired), the one
       serving included. A view it no longer names was retired (`lambdactl views apply`, or a full
-      run after it was no longer declared): none of its tables is kept."""
+      run after it was no longer declared nor maintained): none of its tables is kept."""
     protected = set(pointer.tables()) if pointer is not None else set()
     for version, run in runs.items():
         since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0)

@@ -22,7 +22,7 @@ from stores.batch_views import PointerMoved, VersionStore
 from stores.batch_writer import VerificationError, create_table
 from stores.checkpoints import marker_path, write_marker
 from stores.clients import hbase_connection
-from stores.pointer import DOC, Pointer, advance, retiring_done, retiring_marked, run_basis, table_name
+from stores.pointer import DOC, CutoffError, Pointer, advance, retiring_done, retiring_marked, run_basis, table_name
 
 T0 = 1_800_000_000_000
 STEP = 60_000
@@ -155,6 +155,22 @@ def test_a_full_run_leaves_the_entry_of_a_view_the_speed_layer_still_maintains(o
     finally:
         with WebHdfs(mine) as fs:
             fs.delete(marker_path(mine))
+
+
+def test_a_full_runs_swap_refuses_clearly_when_the_speed_layers_marker_cannot_be_read(own):
+    """Which entries a full run keeps depends on the marker: with HDFS unreachable the swap is refused,
+    saying why, and the pointer does not move (the DAG's retry swaps once HDFS answers)."""
+    settings, (a, b, c) = own
+    swap_version(settings, written(settings, [a, b, c], T0, full=True))
+    version = written(settings, [a, b], T0 + STEP, full=True)
+    before = pointer_row(settings)
+    unreachable = settings.model_copy(
+        update={"hdfs": settings.hdfs.model_copy(update={"webhdfs_urls": ["http://127.0.0.1:9"]})}
+    )
+    with pytest.raises(CutoffError, match="marker cannot be read.*nothing was changed"):
+        swap_version(unreachable, version)
+    assert pointer_row(settings) == before
+    assert VersionStore(settings).runs()[version]["state"] == "verified"
 
 
 def test_a_swap_stopped_after_its_compare_and_set_completes_when_run_again(own):

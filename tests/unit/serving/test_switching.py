@@ -141,8 +141,24 @@ def test_a_full_run_keeps_what_the_speed_layer_still_maintains():
         maintained=[NEW, "other"],
     )
     assert kept.entry(NEW) == switched.entry(NEW) and kept.aliases == {"page_views": NEW}
-    assert kept.retiring == ("page_views",), "what nothing maintains any more is retired as before"
+    assert kept.entry("page_views") is None and kept.retiring == ("page_views",), (
+        "what the speed layer no longer maintains loses its entry as before"
+    )
     assert kept.entry("other").version == 3
+    unknown = advance(
+        switched,
+        version=3,
+        run_id="r",
+        cutoff_ms=120_000,
+        views=["other"],
+        full=True,
+        stats={},
+        now_ms=2,
+        maintained=None,
+    )
+    assert set(unknown.entries) == {"page_views", NEW, "other"} and unknown.retiring == switched.retiring, (
+        "a marker that lists no views (older code): nothing is known to be unmaintained, every entry stays"
+    )
 
 
 def test_a_retiring_name_a_replay_holds_keeps_its_rows_until_a_later_clean_up():
