@@ -303,7 +303,8 @@ def swap_version(settings: Settings, version: int) -> Pointer:
     planned against (stores.pointer.check_unmoved), VerificationError if its tables were dropped —
     then apply retention."""
     store = version_store(settings)
-    run = store.runs().get(version)
+    runs = store.runs()  # before the pointer: a run live here and not named by it was replaced
+    run = runs.get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} cannot serve: its run is {run.get('state') if run else 'unknown'}")
     current = store.pointer()
@@ -318,7 +319,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             return served  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
     if served is not None:  # its swap moved the pointer, and its process ended before recording so
-        store.record_run(version, state="live", swapped_ms=served.swapped_ms)
+        store.complete_swap(runs, served, version)
         store.retain(settings.batch.keep_versions)
         return served
     _tables_kept(settings, version, run)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from definitions.settings import Settings
+from definitions.times import iso_ms
 from stores.clients import cassandra_cluster
 from stores.realtime import BY_BUCKET, BY_KEY, TABLES, execute_with_retries
 from stores.realtime_scan import Unreadable, scan
@@ -40,6 +41,7 @@ class Cleanup:
     deletions: int = 0
     unreadable: list[Unreadable] = field(default_factory=list)
     views_seen: set[str] = field(default_factory=set)  # the storage names of every row the scan read
+    as_of_us: int | None = None  # the deletions' timestamp: rows written after it were counted but survive
 
     @property
     def complete(self) -> bool:
@@ -47,6 +49,8 @@ class Cleanup:
 
     def summary(self) -> str:
         text = f"{self.rows_below_cutoff:,} realtime rows below the cutoff, {self.deletions:,} range deletions issued"
+        if self.as_of_us is not None:
+            text += f" as of {iso_ms(self.as_of_us // 1000)} (rows written after it were counted and stay)"
         if self.unreadable:
             text += (
                 f"; {len(self.unreadable)} token range(s) could not be read and were left "
@@ -68,7 +72,7 @@ def delete_absorbed(settings: Settings, cutoffs: int | Mapping[str, int], timest
     else:
         per_view = None
         top = lowest = int(cutoffs)
-    result = Cleanup(lowest, per_view)
+    result = Cleanup(lowest, per_view, as_of_us=timestamp_us)
     if top <= 0:
         return result
     cutoff_of = (lambda row: top) if per_view is None else (lambda row: per_view.get(row.view_name, -1))
@@ -91,7 +95,7 @@ def delete_view_from(settings: Settings, view: str, from_s: int, timestamp_us: i
     """Delete `view`'s realtime rows of ingest buckets at or after `from_s`, as of `timestamp_us`
     (a write with a later timestamp, such as the replay's or the running speed layer's, survives the
     deletion whenever it reaches the store). For `lambdactl replay`, which then rewrites them."""
-    result = Cleanup(from_s, {view: from_s})
+    result = Cleanup(from_s, {view: from_s}, as_of_us=timestamp_us)
     _range_deletions(
         settings,
         result,

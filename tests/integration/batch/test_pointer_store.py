@@ -200,6 +200,34 @@ def test_a_swap_stopped_after_its_compare_and_set_completes_when_run_again(own):
     assert store.runs()[version]["state"] == "live"
 
 
+def test_a_swap_completed_after_a_crash_retires_the_versions_it_replaced(own):
+    """As an uninterrupted swap does: the version the crashed swap replaced in full is recorded
+    retired, the one it replaced in part stays live."""
+    settings, (a, b, c) = own
+    store = VersionStore(settings)
+    first = written(settings, [a, b], T0, full=True)
+    swap_version(settings, first)
+    only_c = written(settings, [c], T0)
+    swap_version(settings, only_c)
+    version = written(settings, [c], T0 + STEP)
+    current = store.pointer()
+    run = store.runs()[version]
+    moved = advance(
+        current,
+        version=version,
+        run_id=run["run_id"],
+        cutoff_ms=run["cutoff_ms"],
+        views=run["views"],
+        full=False,
+        stats=run["stats"],
+        now_ms=int(time.time() * 1000),
+    )
+    store.compare_and_set(current, moved)
+    swap_version(settings, version)
+    runs = store.runs()
+    assert (runs[version]["state"], runs[only_c]["state"], runs[first]["state"]) == ("live", "retired", "live")
+
+
 def test_a_run_swaps_after_moves_that_left_its_views_as_it_read_them(own):
     """Another view's swap and clean-up bookkeeping (what `clean-realtime` and `views apply` move)
     while a run computes: its swap goes on, its work is not lost. A full run planned before another

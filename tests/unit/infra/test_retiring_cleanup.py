@@ -136,3 +136,14 @@ def test_the_deletion_spares_rows_written_after_the_last_read_of_the_marker(stor
     assert as_of is not None, "deleted as of a time, not whatever is there when the scan reaches it"
     first, last_before = stores.marker_read_us[:2]  # the reads before the deletion (a third follows it)
     assert first <= as_of <= last_before, (as_of, stores.marker_read_us)
+
+
+def test_a_deletion_as_of_a_time_says_that_rows_written_after_it_were_counted_and_stay():
+    """The count is of rows the scan read: with a timestamp, some of them survive, and the summary
+    (what `clean-realtime` prints) says so rather than calling them all deleted."""
+    from stores.realtime_cleanup import Cleanup
+
+    plain = Cleanup(0, rows_below_cutoff=7, deletions=2).summary()
+    assert "as of" not in plain and plain.startswith("7 realtime rows")
+    dated = Cleanup(0, rows_below_cutoff=7, deletions=2, as_of_us=1_700_000_000_123_456).summary()
+    assert "as of 2023-11-14T22:13:20Z" in dated and "counted and stay" in dated, dated
