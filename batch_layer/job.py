@@ -319,7 +319,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             return served  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
     if served is not None:  # its swap moved the pointer, and its process ended before recording so
-        store.complete_swap(runs, served, version)
+        _record_completed_swap(store, runs, served, version)
         store.retain(settings.batch.keep_versions)
         return served
     _tables_kept(settings, version, run)
@@ -339,6 +339,16 @@ def swap_version(settings: Settings, version: int) -> Pointer:
     store.swap(current, pointer)
     store.retain(settings.batch.keep_versions)
     return pointer
+
+
+def _record_completed_swap(store, runs: dict[int, dict], served: Pointer, version: int) -> None:
+    """Record what the swap of `version`, whose compare-and-set moved the pointer to `served` but
+    whose process ended before recording it, would have: the run serves, and the runs it replaced
+    are retired — those `runs` (read before `served`) has as live that `served` does not name."""
+    store.record_run(version, state="live", swapped_ms=served.swapped_ms)
+    for replaced, record in runs.items():
+        if record.get("state") == "live" and replaced not in served.versions():
+            store.record_run(replaced, state="retired")
 
 
 def _speed_layer_maintains(settings: Settings) -> set[str] | None:

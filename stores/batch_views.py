@@ -163,15 +163,6 @@ class VersionStore:
             iso(cutoff),
         )
 
-    def complete_swap(self, runs: Mapping[int, dict], served: Pointer, version: int) -> None:
-        """Finish the swap of a run whose compare-and-set moved the pointer to `served` but whose
-        process ended before recording so: the run serves, and the runs it replaced are retired —
-        those `runs` (read before `served`) records as live that `served` no longer names."""
-        self.record_run(version, state="live", swapped_ms=served.swapped_ms)
-        for replaced, run in runs.items():
-            if run.get("state") == "live" and replaced not in served.versions():
-                self.record_run(replaced, state="retired")
-
     def tables(self) -> list[str]:
         """The tables of the namespace (names relative to it)."""
         conn = hbase_connection(self.settings)
