@@ -25,10 +25,20 @@ SOURCE_COLUMNS = ("kafka_partition", "kafka_offset", "ingest_time")
 VALIDATOR_FUNCTION = "lambda_validate_event"
 
 
+# A task's range of offsets ends at the end of the log, often after a transaction's commit marker,
+# which is no record: the consumer's fetch there waits for data up to fetch.max.wait.ms (Kafka's
+# default 500 ms) before the task can end. Every micro-batch paid it, once per wave of tasks.
+FETCH_MAX_WAIT_MS = 10
+
+
 def kafka_source_options(settings: Settings) -> dict[str, str]:
     """Spark's Kafka source options for topic `events`: the brokers and security, and committed
     records only (an aborted transaction's records are no events; stores.kafka.ISOLATION_LEVEL)."""
-    return {**kafka_spark_options(settings), "kafka.isolation.level": ISOLATION_LEVEL}
+    return {
+        **kafka_spark_options(settings),
+        "kafka.isolation.level": ISOLATION_LEVEL,
+        "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+    }
 
 
 def kafka_stream(
