@@ -21,6 +21,7 @@ def main() -> int:
     import uvicorn
 
     from api.app import InsecureSettings, check_settings, create_app
+    from api.http_protocol import BoundedHttpToolsProtocol
 
     settings = get_settings()
     configure_from("api", settings)
@@ -30,12 +31,12 @@ def main() -> int:
         logging.getLogger("lambda.api").error("refusing to start: %s", exc)
         return 2
     # uvloop and httptools: the event loop and HTTP parser in C (uvicorn's pure-Python ones cost a
-    # large share of each query's CPU).
+    # large share of each query's CPU); each request's head bounded (api.http_protocol).
     serve = dict(
         host=settings.api.host,
         port=settings.api.port,
         loop="uvloop",
-        http="httptools",
+        http=BoundedHttpToolsProtocol,
         log_config=None,
         access_log=False,
     )

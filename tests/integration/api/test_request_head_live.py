@@ -1,0 +1,32 @@
+"""The running API (uvicorn, its worker processes) bounds each request's head: an endless URL is
+answered 431 at once and its connection closed, and the API goes on answering."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+
+from api.http_protocol import MAX_HEAD_BYTES
+
+
+def test_the_running_api_refuses_an_endless_url_and_goes_on_answering(settings, stack):
+    address = (settings.api.host, settings.api.port)
+    started = time.monotonic()
+    with socket.create_connection(address, timeout=10) as conn:
+        try:
+            conn.sendall(b"GET /api/v1/views?x=" + b"a" * (64 * MAX_HEAD_BYTES))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        response = b""
+        try:
+            while chunk := conn.recv(65536):
+                response += chunk
+        except ConnectionResetError:
+            pass
+    assert response.startswith(b"HTTP/1.1 431 "), response[:200]
+    assert b'{"detail": "the request line and headers are longer than' in response
+    assert time.monotonic() - started < 10
+    answer = httpx.get(f"http://{settings.api.host}:{settings.api.port}/api/v1/views", timeout=10)
+    assert answer.status_code == 200

@@ -1,0 +1,130 @@
+"""A request's line and headers are bounded in size and time (api.http_protocol): a client sending
+an endless URL or header, or a head that never ends, gets 4xx and its connection closed, and the
+worker goes on answering others. Served by uvicorn on a loopback socket, with a minimal app."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+
+from api import http_protocol
+from api.http_protocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
+
+
+async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+    if scope["type"] != "http":
+        return
+    size = 0
+    while True:
+        message = await receive()
+        size += len(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = json.dumps({"path": scope["path"], "body_bytes": size}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.fixture
+def server(monkeypatch) -> Iterator[tuple[str, int]]:
+    monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 1.0)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, http=BoundedHttpToolsProtocol, loop="asyncio", log_config=None, access_log=False)
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    yield sock.getsockname()
+    srv.should_exit = True
+    thread.join(10)
+    sock.close()
+
+
+def exchange(address, *parts: bytes, timeout: float = 5.0) -> bytes:
+    """Send `parts` (stopping early if the server closes), then read until the server closes."""
+    with socket.create_connection(address, timeout=timeout) as conn:
+        try:
+            for part in parts:
+                conn.sendall(part)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        chunks = []
+        try:
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        except ConnectionResetError:
+            pass
+        return b"".join(chunks)
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])
+
+
+def ok(address) -> None:
+    response = exchange(address, b"GET /still HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status_of(response) == 200 and b'"/still"' in response
+
+
+def test_an_endless_url_is_refused_with_431_and_the_worker_answers_others(server):
+    started = time.monotonic()
+    response = exchange(server, b"GET /" + b"a" * (4 * 1024 * 1024))
+    assert status_of(response) == 431, response[:200]
+    assert b"longer than" in response and b"Traceback" not in response
+    assert time.monotonic() - started < 5
+    ok(server)
+
+
+def test_an_endless_header_is_refused_with_431(server):
+    response = exchange(server, b"GET / HTTP/1.1\r\nHost: x\r\nX-A: " + b"b" * (1024 * 1024))
+    assert status_of(response) == 431
+    ok(server)
+
+
+def test_endless_headers_are_refused_with_431(server):
+    response = exchange(server, b"GET / HTTP/1.1\r\n", *[b"X-A: b\r\n" * 1000] * 100)
+    assert status_of(response) == 431
+    ok(server)
+
+
+def test_a_head_within_the_bound_and_a_large_body_are_served(server):
+    header = b"X-Big: " + b"c" * (MAX_HEAD_BYTES // 2) + b"\r\n"
+    response = exchange(server, b"GET /near HTTP/1.1\r\nHost: x\r\n" + header + b"Connection: close\r\n\r\n")
+    assert status_of(response) == 200 and b'"/near"' in response
+    body = b"x" * (4 * MAX_HEAD_BYTES)
+    head = b"POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+    response = exchange(server, head + body)
+    assert status_of(response) == 200 and b'"body_bytes": %d' % len(body) in response
+
+
+def test_kept_alive_requests_each_get_their_own_bound(server):
+    header = b"X-Big: " + b"d" * (MAX_HEAD_BYTES * 3 // 4) + b"\r\n"
+    request = b"GET /again HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n"
+    last = b"GET /last HTTP/1.1\r\nHost: x\r\n" + header + b"Connection: close\r\n\r\n"
+    response = exchange(server, request, request, last)
+    assert response.count(b"HTTP/1.1 200") == 3, response[:300]
+
+
+def test_a_head_that_never_ends_is_refused_with_408(server):
+    started = time.monotonic()
+    response = exchange(server, b"GET / HTTP/1.1\r\nHost: x\r\n")
+    assert status_of(response) == 408 and b"did not arrive within" in response
+    assert 0.9 < time.monotonic() - started < 5
+    ok(server)
+
+
+def test_a_connection_that_sends_nothing_is_closed(server):
+    started = time.monotonic()
+    response = exchange(server)
+    assert status_of(response) == 408
+    assert time.monotonic() - started < 5
