@@ -36,7 +36,7 @@ async def require_token(
     """The bearer token, checked from the headers alone: before any request body is read."""
     expected = request.app.state.settings.api.token.get_secret_value()
     given = credentials.credentials if credentials is not None else ""
-    if not secrets.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode()):
+    if not given or not secrets.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode()):
         raise ApiError(
             401,
             "a valid bearer token is required: send `Authorization: Bearer <token>`",

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -33,6 +33,8 @@ __all__ = ["AIRFLOW_COMPANIONS", "LoggingSettings", "Settings", "StackSettings",
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TOKEN = "dev-token-change-me"
+MIN_TOKEN_CHARS = 16
+BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 DEFAULT_AIRFLOW_PASSWORD = "admin"
 
 
@@ -221,6 +223,21 @@ class ApiSettings(_Section):
     token: SecretStr = SecretStr(DEFAULT_TOKEN)
     cors_origins: list[str] = []
     max_buckets: int = Field(2_000, ge=1)
+
+    @field_validator("token")
+    @classmethod
+    def _token_is_a_bearer_token(cls, token: SecretStr) -> SecretStr:
+        """An empty token would let a request without credentials through; one a client cannot send
+        in an Authorization header would lock every client out."""
+        value = token.get_secret_value()
+        if len(value) < MIN_TOKEN_CHARS or not BEARER_TOKEN.fullmatch(value):
+            raise ValueError(
+                f"api.token must be at least {MIN_TOKEN_CHARS} characters of A-Z a-z 0-9 - . _ ~ + / "
+                "(then = signs), as a bearer token is; make one with "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
+        return token
+
     max_events_per_request: int = Field(1_000, ge=1)
     # Bytes of a request body; larger bodies are answered 413 before they are read.
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1_024)

@@ -113,7 +113,7 @@ def test_default_token_is_refused_outside_development(settings):
         settings.model_copy(
             update={
                 "environment": "production",
-                "api": settings.api.model_copy(update={"token": SecretStr("s3cret-value")}),
+                "api": settings.api.model_copy(update={"token": SecretStr("s3cret-value-long-enough")}),
             }
         )
     )

@@ -242,3 +242,17 @@ def test_any_airflow_refusal_body_gives_a_reason_and_never_raises(body):
     from stores.airflow import refusal_reason
 
     assert isinstance(refusal_reason(httpx.Response(400, json=body)), str)
+
+
+def test_a_token_that_is_empty_at_run_time_lets_no_request_without_credentials_through(settings):
+    """Settings refuse an empty token (definitions.settings); should one reach the app anyway (a
+    copy made without validation), a request without credentials is still 401."""
+    from pydantic import SecretStr
+
+    from tests.support.tripwire_api import make_client
+
+    empty = settings.model_copy(update={"api": settings.api.model_copy(update={"token": SecretStr("")})})
+    for client in make_client(empty):
+        for headers in ({}, {"authorization": "Bearer "}):
+            resp = client.post("/api/v1/admin/views/refresh", headers=headers)
+            assert resp.status_code == 401, resp.text

@@ -26,7 +26,7 @@ def test_up_refuses_default_secrets_before_starting_anything(tmp_path):
 def test_secrets_set_or_development_mode_pass_the_check():
     secret = Settings(
         environment="production",
-        api=ApiSettings(token=SecretStr("t0k3n")),
+        api=ApiSettings(token=SecretStr("t0k3n-long-enough-42")),
         airflow=AirflowSettings(admin_password=SecretStr("pw")),
     )
     assert default_secrets(secret) == []
@@ -34,3 +34,30 @@ def test_secrets_set_or_development_mode_pass_the_check():
         "api.token (LAMBDA_API__TOKEN)",
         "airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD)",
     ]
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        " ",
+        "                    ",
+        "short-token",
+        "has a space in it!!",
+        "ünïcödé-token-value-1",
+        "line\nbreak-token-value",
+    ],
+)
+def test_a_token_no_client_can_send_or_anyone_can_guess_is_refused_naming_the_setting(token, monkeypatch):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"api\.token must be at least 16 characters"):
+        ApiSettings(token=SecretStr(token))
+    monkeypatch.setenv("LAMBDA_API__TOKEN", token)
+    with pytest.raises(ValidationError, match=r"api\.token"):
+        Settings()
+
+
+def test_a_bearer_token_is_accepted():
+    for token in ("dev-token-change-me", "Zm9vYmFyYmF6cXV4cXV1eA==", "a.b_c~d+e/f-0123456789"):
+        assert ApiSettings(token=SecretStr(token)).token.get_secret_value() == token

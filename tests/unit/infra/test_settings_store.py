@@ -22,7 +22,7 @@ def _plain_shell(monkeypatch, tmp_path):
 def test_a_plain_shell_gets_what_up_persisted(monkeypatch, tmp_path):
     monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
     monkeypatch.setenv("LAMBDA_SPEED__DEDUPE_WINDOW_S", "120")
-    monkeypatch.setenv("LAMBDA_API__TOKEN", "s3cret-token")
+    monkeypatch.setenv("LAMBDA_API__TOKEN", "s3cret-token-long-enough")
     path = persist(Settings())
     for key in ("LAMBDA_INGEST_BUCKET_S", "LAMBDA_SPEED__DEDUPE_WINDOW_S", "LAMBDA_API__TOKEN"):
         monkeypatch.delenv(key)
@@ -30,7 +30,7 @@ def test_a_plain_shell_gets_what_up_persisted(monkeypatch, tmp_path):
     assert Settings().ingest_bucket_s == 3600, "without the persisted file the default applies"
     loaded = load()
     assert loaded.ingest_bucket_s == 60 and loaded.speed.dedupe_window_s == 120
-    assert loaded.api.token.get_secret_value() == "s3cret-token"
+    assert loaded.api.token.get_secret_value() == "s3cret-token-long-enough"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600, "the file may hold secrets"
     assert json.loads(path.read_text())["views"]["modules"] == [], "data-shaping values are kept even as defaults"
 
@@ -94,7 +94,7 @@ def test_cli_refuses_with_a_clear_message(monkeypatch, capsys, caplog):
 
 def test_config_says_where_each_setting_came_from(monkeypatch, tmp_path):
     monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
-    monkeypatch.setenv("LAMBDA_API__TOKEN", "s3cret-token")
+    monkeypatch.setenv("LAMBDA_API__TOKEN", "s3cret-token-long-enough")
     persist(Settings())
     monkeypatch.delenv("LAMBDA_INGEST_BUCKET_S")
     monkeypatch.delenv("LAMBDA_API__TOKEN")
