@@ -34,6 +34,9 @@ __all__ = ["AIRFLOW_COMPANIONS", "LoggingSettings", "Settings", "StackSettings",
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TOKEN = "dev-token-change-me"
 MIN_TOKEN_CHARS = 16
+# The UTF-8 bytes of one view key: HBase's row key takes 32,767 (with the parts' lengths and the
+# bucket), Cassandra's partition key 65,535 (the key as a JSON array, each byte at most 2 there).
+MAX_KEY_BYTES = 32_000
 BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 DEFAULT_AIRFLOW_PASSWORD = "admin"
 
@@ -213,6 +216,21 @@ class EventLimits(_Section):
     # Raw bytes of an invalid record kept in its dead-letter envelope (its size and SHA-256 are kept
     # too), so the envelope always fits in one Kafka record.
     max_dlq_raw_bytes: int = Field(4_096, ge=64, le=256_000)
+
+    @model_validator(mode="after")
+    def _keys_fit_the_stores(self) -> EventLimits:
+        """A view's key is made of an event's fields: at most every free-text field at 4 bytes a
+        character, and at most one record's bytes. It must fit HBase's row key and, JSON-quoted,
+        Cassandra's partition key: otherwise one valid event fails every batch run for good."""
+        chars = self.max_url_chars + self.max_referrer_chars + self.max_user_id_chars + self.max_event_id_chars
+        worst = min(self.max_record_bytes, 4 * chars)
+        if worst > MAX_KEY_BYTES:
+            raise ValueError(
+                f"events.max_record_bytes ({self.max_record_bytes}) and 4 bytes a character of events.max_url_chars, "
+                f"max_referrer_chars, max_user_id_chars and max_event_id_chars ({chars} in all) both allow a view key "
+                f"of {worst} bytes; the stores take at most {MAX_KEY_BYTES}: lower either"
+            )
+        return self
 
 
 class ApiSettings(_Section):

@@ -61,3 +61,21 @@ def test_a_token_no_client_can_send_or_anyone_can_guess_is_refused_naming_the_se
 def test_a_bearer_token_is_accepted():
     for token in ("dev-token-change-me", "Zm9vYmFyYmF6cXV4cXV1eA==", "a.b_c~d+e/f-0123456789"):
         assert ApiSettings(token=SecretStr(token)).token.get_secret_value() == token
+
+
+def test_event_limits_that_allow_a_key_no_store_can_hold_are_refused():
+    """A valid event whose url fills 9,000 four-byte characters made a 36 KB HBase row key: every
+    batch run failed on it, for good (the master dataset keeps it)."""
+    from pydantic import ValidationError
+
+    from definitions.settings import MAX_KEY_BYTES, EventLimits
+    from stores.batch_layout import encode_key
+
+    with pytest.raises(ValidationError, match=r"events\.max_record_bytes .*max_url_chars"):
+        EventLimits(max_url_chars=9_000, max_record_bytes=100_000)
+    big_records = EventLimits(max_record_bytes=1_000_000)  # the fields' own limits bound the key
+    small_records = EventLimits(max_url_chars=100_000, max_referrer_chars=100_000)  # one record bounds it
+    for limits in (EventLimits(), big_records, small_records):
+        worst = "\U0001f600" * (min(limits.max_record_bytes, 4 * limits.max_url_chars) // 4)
+        assert len(encode_key([worst]) + b"\0" * 9) <= 32_767
+        assert len(worst.encode()) <= MAX_KEY_BYTES
