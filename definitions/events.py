@@ -254,6 +254,19 @@ def _validate_document(doc: Any, ingest_time_ms: int | None, limits: EventLimits
     return event
 
 
+def value_pattern(field: Field) -> str | None:
+    """A regular expression (Python's and the Rust regex crate's syntax alike) every valid value of
+    text field `field` matches, for checks made outside validate() such as the API's query
+    parameters: the field's own pattern, or no control character (and a url is a path); None for a
+    field of choices or not text."""
+    if field.kind != "string" or field.choices:
+        return None
+    if field.pattern is not None:
+        return field.pattern.pattern
+    text = r"[^\x00-\x1f\x7f]"
+    return rf"^/{text}*$" if field.name == "url" else rf"^{text}+$"
+
+
 def _floor_text(limits: EventLimits) -> str:
     return datetime.fromtimestamp(limits.min_event_time_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError, error_responses
 from api.window import DEFAULT_SPAN_BUCKETS, TIME_EXAMPLE, TIME_PATTERN, iso, resolve_window
-from definitions.events import FIELDS
+from definitions.events import FIELDS, value_pattern
 from definitions.settings import Settings
 from definitions.view_versions import Versions
 from definitions.views import View
@@ -184,7 +184,7 @@ def _key_param(name: str, settings: Settings) -> inspect.Parameter:
     query = Query(
         min_length=None if field.choices else 1,
         max_length=None if field.choices else (max_len or None),
-        pattern=field.pattern.pattern if field.pattern is not None else None,
+        pattern=value_pattern(field),
         description=f"the view's key {name}: {field.doc}",
     )
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, query])
@@ -199,9 +199,13 @@ async def run_query(request: Request, fn, *args, **kwargs):
     state = request.app.state
     queue_s = state.settings.api.query_queue_s
     acquired = False
-    with anyio.move_on_after(queue_s):
-        await state.query_slots.acquire()
+    try:  # a free slot is taken at once, whatever the wait allowed (move_on_after(0) never tries)
+        state.query_slots.acquire_nowait()
         acquired = True
+    except anyio.WouldBlock:
+        with anyio.move_on_after(queue_s):
+            await state.query_slots.acquire()
+            acquired = True
     if not acquired:
         raise ApiError(
             429,

@@ -10,6 +10,7 @@ import json
 import time
 import tracemalloc
 
+import anyio
 import pytest
 
 from serving_layer.service import StoreUnavailable
@@ -98,6 +99,10 @@ def test_bad_view_parameters_are_422s(client, settings):
         ("page_views_by_country_device?country=de&device=mobile&granularity=day", "country"),
         ("page_views_by_country_device?country=DE&device=phone&granularity=day", "device"),
         (f"page_views?url=/{'x' * settings.events.max_url_chars}", "url"),
+        ("page_views?url=no-slash", "url"),
+        ("page_views?url=/a%00b", "url"),
+        ("page_views?url=/a%0Ab", "url"),
+        ("page_views?url=/a%7F", "url"),
     ):
         body = assert_error_shape(client.get(f"{VIEWS}/{path}"), settings, 422)
         assert name in body["detail"], (path, body)
@@ -136,6 +141,28 @@ def test_queries_beyond_the_concurrency_limit_get_429_with_retry_after(settings)
         assert 0.2 <= waited < 2, waited
         # a free slot: the query goes on (to the tripwire, which answers the generic 500)
         assert client.get(f"{VIEWS}/page_views", params={"url": "/", "granularity": "hour"}).status_code == 500
+
+
+def test_with_no_queueing_a_free_slot_is_still_taken(settings):
+    """api.query_queue_s = 0 means "do not wait for a slot", not "refuse every query"."""
+    eager = settings.model_copy(update={"api": settings.api.model_copy(update={"query_queue_s": 0})})
+    for client in make_client(eager):
+        # the query gets a slot and goes on (to the tripwire, which answers the generic 500)
+        assert client.get(f"{VIEWS}/page_views", params={"url": "/", "granularity": "hour"}).status_code == 500
+        slots = client.app.state.query_slots
+        taken = 0
+        try:
+            while True:
+                slots.acquire_nowait()
+                taken += 1
+        except anyio.WouldBlock:
+            pass
+        try:
+            resp = client.get(f"{VIEWS}/page_views", params={"url": "/", "granularity": "hour"})
+        finally:
+            for _ in range(taken):
+                client.portal.call(slots.release)
+        assert_error_shape(resp, eager, 429)
 
 
 # --- store failures and unexpected errors say nothing internal -----------------------------------

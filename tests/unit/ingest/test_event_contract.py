@@ -141,3 +141,36 @@ def test_spark_struct_is_derived_from_the_declaration():
     ddl = event_struct_ddl()
     assert [part.split()[0] for part in ddl.split(", ")] == [f.name for f in FIELDS]
     assert "event_time BIGINT" in ddl
+
+
+# value_pattern: what the API checks a view key against, outside validate()
+def _field_accepts(field, value: str) -> bool:
+    from definitions.events import _check_field
+    from definitions.settings import EventLimits
+
+    limits = EventLimits(max_record_bytes=1_000_000)
+    try:
+        _check_field(field, value, limits)
+    except InvalidEvent:
+        return False
+    return field.name != "url" or value.startswith("/")
+
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if f.kind == "string" and not f.choices], ids=lambda f: f.name)
+def test_a_text_fields_pattern_accepts_exactly_the_values_the_contract_accepts(field):
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from definitions.events import value_pattern
+
+    pattern = re.compile(value_pattern(field))
+    alphabet = st.sampled_from(["/", "a", "Z", "é", "\U0001f600", "\x00", "\n", "\x1f", "\x7f", " ", "D", "E"])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.text(alphabet=alphabet, max_size=6))
+    def agree(value):
+        assert bool(pattern.fullmatch(value)) == _field_accepts(field, value), repr(value)
+
+    agree()
