@@ -1,9 +1,20 @@
-"""The base of every settings section: unknown keys are refused, values never change after loading."""
+"""The base of every settings section: unknown keys are refused, values never change after loading.
+With the types settings share: a TCP port, and the port of a `host:port` entry."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Port = Annotated[int, Field(ge=1, le=65_535)]
+
+
+def is_port(text: str) -> bool:
+    """Whether `text` is a TCP port written in ASCII digits ("²" is a digit to str.isdigit)."""
+    return text.isascii() and text.isdigit() and 0 < int(text) < 65_536

@@ -14,7 +14,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -24,6 +24,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from definitions.section import Port
 from definitions.section import Section as _Section
 from definitions.stack_settings import AIRFLOW_COMPANIONS, LoggingSettings, StackSettings
 from definitions.store_connections import LOCAL_HOST, CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
@@ -49,8 +50,8 @@ class SparkClusterSettings(_Section):
 
     workers: int = Field(0, ge=0, le=4)
     host: str = LOCAL_HOST
-    port: int = 7077
-    ui_port: int = 8090  # the master's web UI and JSON (/json/); workers use the ports after it
+    port: Port = 7077
+    ui_port: Port = 8090  # the master's web UI and JSON (/json/); workers use the ports after it
     # Task slots and memory each worker offers. Slots may exceed the machine's cores: the archiver and
     # the speed layer hold theirs all the time, and a batch run, a report and a manual run beside a
     # DAG run each need their own (an application that finds none waits).
@@ -235,12 +236,12 @@ class EventLimits(_Section):
 
 class ApiSettings(_Section):
     host: str = LOCAL_HOST
-    port: int = 8000
+    port: Port = 8000
     # Bearer token for POST /api/v1/events and admin routes. The service refuses to start with
     # the default outside development.
     token: SecretStr = SecretStr(DEFAULT_TOKEN)
     cors_origins: list[str] = []
-    max_buckets: int = Field(2_000, ge=1)
+    max_buckets: int = Field(2_000, ge=1, le=1_000_000)
 
     @field_validator("token")
     @classmethod
@@ -260,9 +261,9 @@ class ApiSettings(_Section):
     # Bytes of a request body; larger bodies are answered 413 before they are read.
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1_024)
     # Queries may ask about event times from this instant (epoch seconds; 2000-01-01T00:00:00Z) …
-    earliest_query_time_s: int = Field(946_684_800, ge=0)
+    earliest_query_time_s: int = Field(946_684_800, ge=0, le=253_402_300_799)
     # … up to this far ahead of now.
-    max_query_ahead_s: int = Field(7 * 86_400, ge=0)
+    max_query_ahead_s: int = Field(7 * 86_400, ge=0, le=100 * 366 * 86_400)  # now + this: a year before 9999
     # View queries served at once; a query waits up to `query_queue_s` for a slot, then gets 429.
     max_concurrent_queries: int = Field(8, ge=1)
     query_queue_s: float = Field(2.0, ge=0)
@@ -290,7 +291,7 @@ class AirflowSettings(_Section):
     """Airflow 3, in its own virtualenv, scheduling and triggering the batch recomputation."""
 
     host: str = LOCAL_HOST
-    port: int = 8080
+    port: Port = 8080
     venv: Path = REPO_ROOT / ".venv-airflow"
     # AIRFLOW_HOME; empty: a directory in the state dir.
     home: str = ""
@@ -408,8 +409,22 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = config_path()
         if config_file is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config_file))
+            sources.append(_TomlFile(settings_cls, toml_file=config_file))
         return tuple(sources)
+
+
+class SettingsFileError(ValueError):
+    """The TOML settings file is missing, unreadable or not TOML: the message names the file."""
+
+
+class _TomlFile(TomlConfigSettingsSource):
+    """The TOML settings file; an error reading it names the file (tomllib's does not)."""
+
+    def _read_file(self, file_path: Path) -> dict[str, Any]:
+        try:
+            return super()._read_file(file_path)
+        except (OSError, ValueError, RecursionError) as exc:  # TOMLDecodeError, UnicodeDecodeError: ValueErrors
+            raise SettingsFileError(f"the settings file {file_path} is not readable TOML: {exc}") from None
 
 
 def default_secrets(settings: Settings) -> list[str]:
@@ -428,7 +443,7 @@ def config_path() -> Path | None:
     if explicit:
         path = Path(explicit)
         if not path.is_file():
-            raise FileNotFoundError(f"LAMBDA_CONFIG names {path}, which is not a file")
+            raise SettingsFileError(f"LAMBDA_CONFIG names {path}, which is not a file")
         return path
     default = Path.cwd() / "lambda.toml"
     return default if default.is_file() else None

@@ -86,9 +86,9 @@ def read_persisted(path: Path) -> dict[str, Any] | None:
         return None
     try:
         doc = json.loads(path.read_text())
-    except ValueError as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8 or JSON, nested too deep
         raise SettingsConflict(
-            f"the persisted settings {path} are not valid JSON ({exc}); fix or remove the file"
+            f"the persisted settings {path} are not readable JSON ({type(exc).__name__}: {exc}); fix or remove the file"
         ) from None
     if not isinstance(doc, dict):
         raise SettingsConflict(f"the persisted settings {path} do not hold a JSON object; fix or remove the file")

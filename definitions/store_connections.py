@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
+from definitions.section import Port, is_port
 from definitions.section import Section as _Section
 
 LOCAL_HOST = "127.0.0.1"
@@ -16,10 +17,10 @@ DC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 class KafkaSettings(_Section):
     host: str = LOCAL_HOST
-    port: int = 9092
+    port: Port = 9092
     # The brokers of a cluster ("host:port" each); empty: host:port above (the local broker).
     bootstrap_servers: list[str] = []
-    controller_port: int = 9093
+    controller_port: Port = 9093
     events_topic: str = "events"
     dlq_topic: str = "events.dlq"
     # Topics `lambdactl bootstrap` creates: partitions and copies of each (at most the brokers).
@@ -40,10 +41,10 @@ class KafkaSettings(_Section):
     # The local broker also listens with SASL_PLAINTEXT (PLAIN) on this port, for user `lambda`
     # with a password generated into its configuration directory: where SASL clients are checked
     # (infra.store_services.local_sasl_password). 0: no such listener.
-    sasl_listener_port: int = Field(9094, ge=0)
+    sasl_listener_port: int = Field(9094, ge=0, le=65_535)
     # ... and with SSL on this port, requiring a client certificate signed by the local stack's CA
     # (infra.local_tls): where TLS and mutual-TLS clients are checked. 0: no such listener.
-    ssl_listener_port: int = Field(9096, ge=0)
+    ssl_listener_port: int = Field(9096, ge=0, le=65_535)
     heap_mb: int = 512
     health_timeout_s: float = 90
 
@@ -68,23 +69,23 @@ class KafkaSettings(_Section):
             )
         for server in self.bootstrap_servers:
             host, _, port = server.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65_536:
+            if not host or not is_port(port):
                 raise ValueError(f"kafka.bootstrap_servers: {server!r} is not host:port")
         return self
 
 
 class HdfsSettings(_Section):
     host: str = LOCAL_HOST
-    port: int = 9000
+    port: Port = 9000
     # An HA name service: paths become hdfs://<name_service>/… (its namenodes are Hadoop settings,
     # passed through spark.conf as spark.hadoop.dfs.*); empty: hdfs://host:port.
     name_service: str = ""
     # WebHDFS endpoints tried in turn (an HA pair's namenodes, "http://host:port"); empty: host:http_port.
     webhdfs_urls: list[str] = []
-    http_port: int = 9870
-    datanode_port: int = 9866
-    datanode_http_port: int = 9864
-    datanode_ipc_port: int = 9867
+    http_port: Port = 9870
+    datanode_port: Port = 9866
+    datanode_http_port: Port = 9864
+    datanode_ipc_port: Port = 9867
     # The user WebHDFS requests act as; empty: the operating-system user of the process, as Spark's
     # HDFS client does (simple authentication).
     user: str = ""
@@ -114,16 +115,16 @@ class HdfsSettings(_Section):
 
 class HBaseSettings(_Section):
     host: str = LOCAL_HOST
-    thrift_port: int = 9090
+    thrift_port: Port = 9090
     # Thrift servers tried in turn ("host" or "host:port"): a new connection goes to the first that
     # answers; empty: host:thrift_port.
     thrift_hosts: list[str] = []
-    thrift_info_port: int = 9095
-    master_port: int = 16000
-    master_info_port: int = 16010
-    regionserver_port: int = 16020
-    regionserver_info_port: int = 16030
-    zookeeper_port: int = 2181
+    thrift_info_port: Port = 9095
+    master_port: Port = 16000
+    master_info_port: Port = 16010
+    regionserver_port: Port = 16020
+    regionserver_info_port: Port = 16030
+    zookeeper_port: Port = 2181
     namespace: str = "lambda"
     meta_table: str = "meta"
     # Where the standalone master keeps its tables; empty = a directory in the state dir.
@@ -144,15 +145,15 @@ class HBaseSettings(_Section):
     def _thrift_hosts_parse(self) -> HBaseSettings:
         for entry in self.thrift_hosts:
             host, sep, port = entry.rpartition(":")
-            if not entry or (sep and (not host or not port.isdigit())):
+            if not entry or (sep and (not host or not is_port(port))):
                 raise ValueError(f"hbase.thrift_hosts: {entry!r} is not host or host:port")
         return self
 
 
 class CassandraSettings(_Section):
     hosts: list[str] = [LOCAL_HOST]
-    port: int = 9042
-    storage_port: int = 7000
+    port: Port = 9042
+    storage_port: Port = 7000
     keyspace: str = "lambda"
     # The keyspace the platform creates: SimpleStrategy with `replication_factor`, or, when
     # `replication` names data centres, NetworkTopologyStrategy with those copies per data centre.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from definitions.settings import Settings
+from definitions.settings import Settings, SettingsFileError
 
 
 @pytest.fixture(autouse=True)
@@ -66,8 +66,51 @@ def test_unknown_keys_are_refused(monkeypatch, tmp_path):
 
 def test_missing_config_file_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv("LAMBDA_CONFIG", str(tmp_path / "nope.toml"))
-    with pytest.raises(FileNotFoundError, match="nope.toml"):
+    with pytest.raises(SettingsFileError, match="nope.toml"):
         Settings()
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"[kafka]\nport = 90 92\n", "line 2"),
+        (b'[kafka]\nhost = "\xff\xfe"\n', "codec"),
+        (b"a = " + b"[" * 100_000 + b"]" * 100_000, "recursion"),
+    ],
+    ids=["not TOML", "not UTF-8", "nested deep"],
+)
+def test_a_settings_file_that_is_not_toml_is_an_error_naming_the_file(monkeypatch, tmp_path, content, problem):
+    config = tmp_path / "broken.toml"
+    config.write_bytes(content)
+    monkeypatch.setenv("LAMBDA_CONFIG", str(config))
+    with pytest.raises(SettingsFileError, match=f"the settings file {config} is not readable TOML: .*{problem}"):
+        Settings()
+
+
+def test_a_persisted_settings_file_nested_too_deep_is_an_error_naming_the_file(tmp_path):
+    from definitions.settings_store import SettingsConflict, read_persisted
+
+    persisted = tmp_path / "settings.json"
+    persisted.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SettingsConflict, match=f"{persisted} are not readable JSON"):
+        read_persisted(persisted)
+
+
+@pytest.mark.parametrize(
+    "section, values, name",
+    [
+        ("api", {"port": 70_000}, "port"),
+        ("kafka", {"port": -5}, "port"),
+        ("kafka", {"bootstrap_servers": ["broker:²"]}, "bootstrap_servers"),
+        ("hbase", {"thrift_hosts": ["h:²"]}, "thrift_hosts"),
+        ("hbase", {"thrift_hosts": ["h:99999"]}, "thrift_hosts"),
+        ("api", {"max_query_ahead_s": 10**12}, "max_query_ahead_s"),
+        ("api", {"earliest_query_time_s": 10**13}, "earliest_query_time_s"),
+    ],
+)
+def test_a_port_or_time_no_one_can_use_is_refused_naming_the_setting(section, values, name):
+    with pytest.raises(pydantic.ValidationError, match=name):
+        Settings(_env_file=None, **{section: values})
 
 
 def test_a_list_written_when_the_stack_ran_a_triggerer_starts_without_it():

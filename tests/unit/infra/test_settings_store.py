@@ -115,7 +115,7 @@ def test_a_broken_persisted_file_is_a_clear_error(tmp_path):
     path = persisted_path(Settings())
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
-    with pytest.raises(SettingsConflict, match="not valid JSON"):
+    with pytest.raises(SettingsConflict, match="not readable JSON"):
         load()
 
 
