@@ -7,9 +7,12 @@ or header took a worker's memory and, copying, its CPU (a 32 MB URL: about 4 s o
 every other request on that worker waited. And a connection that never finishes its head was held
 for ever. Here:
 
-- a head longer than MAX_HEAD_BYTES is answered 431 and its connection closed;
+- a head (or a chunked body's trailers) longer than MAX_HEAD_BYTES is answered 431 and its
+  connection closed;
 - a head not complete HEAD_TIMEOUT_S after its first byte (or after the connection opened, for a
-  connection that sends nothing) is answered 408 and its connection closed.
+  connection that sends nothing) is answered 408 and its connection closed. A pipelined head
+  waiting behind the answer to an earlier request has its time from that answer's end, and any
+  refusal is written after the earlier answers.
 
 Between requests of a kept-alive connection uvicorn's own keep-alive timeout applies.
 """
@@ -34,12 +37,18 @@ REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the request head bounded (module docstring)."""
+    """uvicorn's httptools protocol with the request head bounded (module docstring).
+
+    `_bounded`: the bytes read now belong to a head or to a chunked body's trailers (which the
+    parser gathers as it gathers headers), and count against MAX_HEAD_BYTES. `_in_head`: a
+    request's head is incomplete; its timer runs only while no earlier request of the connection
+    is still being answered (uvicorn reads no further meanwhile)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_bytes = 0
-        self._in_head = True
+        self._bounded = self._in_head = True
         self._head_timer: asyncio.TimerHandle | None = None
+        self._refusal: tuple[int, str] | None = None  # decided while an earlier answer is written
         super().connection_made(transport)
         self._start_head_timer()
 
@@ -50,17 +59,42 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_bytes = 0
-        self._in_head = True
-        self._start_head_timer()
+        self._bounded = self._in_head = True
+        if not self._answering():
+            self._start_head_timer()
 
     def on_headers_complete(self) -> None:
-        self._in_head = False
+        self._bounded = self._in_head = False
         self._stop_head_timer()
         super().on_headers_complete()
 
+    def on_chunk_header(self) -> None:
+        # After the last chunk's size line come the trailers, if any: bounded like a head.
+        self._head_bytes = 0
+        self._bounded = True
+
+    def on_body(self, body: bytes) -> None:
+        self._bounded = False
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._bounded = False
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.transport.is_closing() or self._answering():
+            return
+        if self._refusal is not None:
+            self._refuse(*self._refusal)
+        elif self._in_head:  # a head that waited behind the answers: its time starts now
+            self._start_head_timer()
+
     def data_received(self, data: bytes) -> None:
-        if not self._in_head or self._head_bytes + len(data) <= MAX_HEAD_BYTES:
-            if self._in_head:
+        if self._refusal is not None:
+            return  # refused: nothing more is read
+        if not self._bounded or self._head_bytes + len(data) <= MAX_HEAD_BYTES:
+            if self._bounded:
                 self._head_bytes += len(data)
             super().data_received(data)
             return
@@ -71,10 +105,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data[:room])
         if self.transport.is_closing():
             return
-        if self._in_head and self._head_bytes >= MAX_HEAD_BYTES:
-            self._refuse(431, f"the request line and headers are longer than {MAX_HEAD_BYTES} bytes")
+        if self._bounded and self._head_bytes >= MAX_HEAD_BYTES:
+            if self._in_head:
+                self._refuse(431, f"the request line and headers are longer than {MAX_HEAD_BYTES} bytes")
+            else:  # the trailers of the request being answered: it is refused now
+                self._refuse_current(431, f"the request's trailers are longer than {MAX_HEAD_BYTES} bytes")
             return
         self.data_received(data[room:])
+
+    def _answering(self) -> bool:
+        """Whether a request of this connection is still being answered (or waits to be)."""
+        return bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
 
     def _start_head_timer(self) -> None:
         if self._head_timer is None:
@@ -91,8 +132,30 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(408, f"the request line and headers did not arrive within {HEAD_TIMEOUT_S:g} s")
 
     def _refuse(self, status: int, detail: str) -> None:
-        """Answer `status` with the API's error body and close the connection."""
+        """Answer `status` with the API's error body and close the connection; after the answers
+        to earlier requests, if one is still being written (meanwhile nothing more is read)."""
         self._stop_head_timer()
+        if self._answering():
+            self._refusal = (status, detail)
+            self.flow.pause_reading()
+            return
+        self._write_refusal(status, detail)
+
+    def _refuse_current(self, status: int, detail: str) -> None:
+        """Refuse the request being answered: `status` unless its answer has begun, then close."""
+        self._stop_head_timer()
+        self._refusal = (status, detail)  # nothing more is read
+        started = self.cycle is not None and self.cycle.response_started
+        if self.cycle is not None:  # the app's receive() says the client left, its send() is dropped
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        if started:
+            self.transport.close()
+            log.info("closed a connection (%d): %s", status, detail)
+        else:
+            self._write_refusal(status, detail)
+
+    def _write_refusal(self, status: int, detail: str) -> None:
         body = json.dumps({"detail": detail}).encode()
         head = [f"HTTP/1.1 {status} {REASONS[status]}\r\n".encode()]
         for name, value in self.server_state.default_headers:

@@ -70,6 +70,11 @@ class SparkClusterSettings(_Section):
 
     @model_validator(mode="after")
     def _executors_fit_the_workers(self) -> SparkClusterSettings:
+        if self.ui_port + self.workers > 65_535:
+            raise ValueError(
+                f"spark.cluster.ui_port {self.ui_port}: its {self.workers} workers' web UIs take the ports after it, "
+                "past 65535"
+            )
         match = re.fullmatch(r"(\d+)([kmgt])", self.executor_memory.strip().lower())
         if not match:
             raise ValueError(f"spark.cluster.executor_memory: {self.executor_memory!r} is not like 768m or 2g")

@@ -4,6 +4,7 @@ worker goes on answering others. Served by uvicorn on a loopback socket, with a 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -19,6 +20,11 @@ from api.http_protocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
 
 async def app(scope, receive, send):  # type: ignore[no-untyped-def]
     if scope["type"] != "http":
+        return
+    if scope["path"] == "/slow":  # a slow answer that reads no body (as the API's GET routes)
+        await asyncio.sleep(2 * http_protocol.HEAD_TIMEOUT_S)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"slow"})
         return
     size = 0
     while True:
@@ -50,11 +56,14 @@ def server(monkeypatch) -> Iterator[tuple[str, int]]:
     sock.close()
 
 
-def exchange(address, *parts: bytes, timeout: float = 5.0) -> bytes:
-    """Send `parts` (stopping early if the server closes), then read until the server closes."""
+def exchange(address, *parts: bytes, timeout: float = 5.0, pause: float = 0.0) -> bytes:
+    """Send `parts` (`pause` seconds apart; stopping early if the server closes), then read until
+    the server closes."""
     with socket.create_connection(address, timeout=timeout) as conn:
         try:
-            for part in parts:
+            for i, part in enumerate(parts):
+                if i and pause:
+                    time.sleep(pause)
                 conn.sendall(part)
         except (BrokenPipeError, ConnectionResetError):
             pass
@@ -128,3 +137,42 @@ def test_a_connection_that_sends_nothing_is_closed(server):
     response = exchange(server)
     assert status_of(response) == 408
     assert time.monotonic() - started < 5
+
+
+CHUNKED = b"POST /trailers HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+
+
+def test_endless_trailers_are_refused_with_431(server):
+    """The parser gathers a chunked body's trailers as it gathers headers: bounded alike."""
+    response = exchange(server, CHUNKED + b"0\r\nX-T: ", *[b"a" * MAX_HEAD_BYTES] * 4)
+    assert status_of(response) == 431 and b"trailers are longer than" in response, response[:200]
+    ok(server)
+
+
+def test_a_chunked_body_with_short_trailers_and_large_chunks_is_served(server):
+    chunk = b"%x\r\n" % (2 * MAX_HEAD_BYTES) + b"z" * (2 * MAX_HEAD_BYTES) + b"\r\n"
+    request = CHUNKED + chunk + b"0\r\nX-T: fine\r\n\r\n"
+    response = exchange(server, request.replace(b"Host: x", b"Host: x\r\nConnection: close"))
+    assert status_of(response) == 200 and b'"body_bytes": %d' % (5 + 2 * MAX_HEAD_BYTES) in response
+
+
+def test_pipelined_heads_behind_a_slow_answer_are_answered_in_order(server):
+    """A head whose end waits behind a slow answer (uvicorn reads no further meanwhile) has its
+    time from that answer's end: no 408 overtakes the answers."""
+    response = exchange(
+        server,
+        b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /two HTTP/1.1\r\nHost: x\r\n\r\nGET /thr",
+        b"ee HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        pause=0.1,
+        timeout=10,
+    )
+    assert response.startswith(b"HTTP/1.1 200"), response[:200]
+    assert response.count(b"HTTP/1.1 200") == 3 and b"408" not in response, response
+    assert response.index(b"slow") < response.index(b'"/two"') < response.index(b'"/three"')
+
+
+def test_a_refusal_behind_a_slow_answer_comes_after_it(server):
+    response = exchange(server, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /" + b"a" * (2 * MAX_HEAD_BYTES), timeout=10)
+    assert response.startswith(b"HTTP/1.1 200"), response[:200]
+    assert b"HTTP/1.1 431" in response and response.index(b"slow") < response.index(b"HTTP/1.1 431")

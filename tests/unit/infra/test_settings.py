@@ -106,6 +106,7 @@ def test_a_persisted_settings_file_nested_too_deep_is_an_error_naming_the_file(t
         ("hbase", {"thrift_hosts": ["h:99999"]}, "thrift_hosts"),
         ("api", {"max_query_ahead_s": 10**12}, "max_query_ahead_s"),
         ("api", {"earliest_query_time_s": 10**13}, "earliest_query_time_s"),
+        ("spark", {"cluster": {"ui_port": 65_535, "workers": 1}}, "ui_port"),
     ],
 )
 def test_a_port_or_time_no_one_can_use_is_refused_naming_the_setting(section, values, name):
