@@ -92,9 +92,35 @@ def merge_distinct(
     return MergedSeries(out, total, exact)
 
 
-def merge_top(batch: Mapping[str, int], speed: Mapping[str, int], limit: int) -> list[tuple[str, int, int, int]]:
-    """Top keys by merged value: (key, merged, batch part, speed part), ties broken by key."""
-    keys = set(batch) | set(speed)
-    rows = [(k, batch.get(k, 0) + speed.get(k, 0), batch.get(k, 0), speed.get(k, 0)) for k in keys]
+@dataclass(frozen=True)
+class RankedTotals:
+    """A batch part of a top query: each key's total, and the keys in answer order (by total,
+    descending, ties by key). Kept per batch table and window, so a query merges without sorting
+    every key again (merge_top)."""
+
+    values: Mapping[str, int]
+    order: tuple[str, ...]
+
+    @classmethod
+    def of(cls, values: Mapping[str, int]) -> RankedTotals:
+        return cls(values, tuple(sorted(values, key=lambda k: (-values[k], k))))
+
+
+def merge_top(
+    batch: Mapping[str, int] | RankedTotals, speed: Mapping[str, int], limit: int
+) -> list[tuple[str, int, int, int]]:
+    """Top keys by merged value: (key, merged, batch part, speed part), ties broken by key.
+
+    With the batch part ranked, only the speed part's keys and the batch's first `limit + len(speed)`
+    keys can be in the answer: a key the speed part lacks keeps its batch total, and at most
+    len(speed) of those first keys are the speed part's, so at least `limit` others rank above every
+    later key."""
+    if isinstance(batch, RankedTotals):
+        values = batch.values
+        keys = set(speed).union(batch.order[: limit + len(speed)])
+    else:
+        values = batch
+        keys = set(batch) | set(speed)
+    rows = [(k, values.get(k, 0) + speed.get(k, 0), values.get(k, 0), speed.get(k, 0)) for k in keys]
     rows.sort(key=lambda r: (-r[1], r[0]))
     return rows[:limit]

@@ -20,7 +20,15 @@ from definitions.settings import Settings
 from definitions.view_versions import unresolved_message
 from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
 from serving_layer import replay_overlay
-from serving_layer.merge import BatchCell, MergedSeries, SpeedCell, merge_additive, merge_distinct, merge_top
+from serving_layer.merge import (
+    BatchCell,
+    MergedSeries,
+    RankedTotals,
+    SpeedCell,
+    merge_additive,
+    merge_distinct,
+    merge_top,
+)
 from serving_layer.part_cache import PartCache
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.realtime_reads import RealtimeReads
@@ -284,13 +292,16 @@ class ServingLayer:
         key = ("series", table, source.run_id, view.name, granularity, tuple(keys), buckets[0], buckets[-1])
         return self.batch_cache.get(key, read)
 
-    def _batch_top(self, source: ViewSource, view: View, granularity: str, buckets: list[int]) -> dict[str, int]:
+    def _batch_top(self, source: ViewSource, view: View, granularity: str, buckets: list[int]) -> RankedTotals:
         if source.table is None or not buckets:
-            return {}
+            return RankedTotals.of({})
         table = source.table
         key = ("totals", table, source.run_id, view.name, granularity, buckets[0], buckets[-1])
         return self.batch_cache.get(
-            key, lambda: self._hbase(self.batch_views.totals, table, view, granularity, buckets[0], buckets[-1])
+            key,
+            lambda: RankedTotals.of(
+                self._hbase(self.batch_views.totals, table, view, granularity, buckets[0], buckets[-1])
+            ),
         )
 
     # --- speed part ----------------------------------------------------------------------------

@@ -8,6 +8,8 @@ from collections import defaultdict
 
 import pytest
 from datasketches import hll_sketch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from definitions.views import HLL_LG_K
 from serving_layer.merge import BatchCell, SpeedCell, merge_additive, merge_distinct, merge_top
@@ -120,3 +122,18 @@ def test_batch_only_buckets_are_exact_and_a_speed_part_makes_them_estimates():
 def test_top_merges_both_parts_and_breaks_ties_by_key():
     rows = merge_top({"/a": 5, "/b": 3}, {"/b": 2, "/c": 9}, limit=3)
     assert rows == [("/c", 9, 0, 9), ("/a", 5, 5, 0), ("/b", 5, 3, 2)]
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@example({"/a": 5, "/b": 4}, {"/a": -3}, 1)  # the answer lies beyond the batch's first `limit` keys
+@given(
+    st.dictionaries(st.sampled_from([f"/{i}" for i in range(10)]), st.integers(0, 6), max_size=10),
+    st.dictionaries(st.sampled_from([f"/{i}" for i in range(12)]), st.integers(-6, 6), max_size=6),
+    st.integers(1, 6),
+)
+def test_a_ranked_batch_part_gives_the_same_top_as_merging_every_key(batch, speed, limit):
+    """merge_top reads only the ranked batch's first limit + len(speed) keys: the answer, ties
+    and negative speed parts (a replay's correction) included, is the full merge's."""
+    from serving_layer.merge import RankedTotals
+
+    assert merge_top(RankedTotals.of(batch), speed, limit) == merge_top(batch, speed, limit)
