@@ -34,7 +34,7 @@ from definitions.settings import Settings, get_settings
 from definitions.spark import batch_session_options
 from definitions.times import iso_ms as iso
 from definitions.times import parse_iso_ms
-from definitions.views import View, read_columns
+from definitions.views import View, read_columns, view_names
 from stores import batch_bulk_load, checkpoints, completeness
 from stores import batch_layout as layout
 from stores.batch_views import Pointer
@@ -96,6 +96,12 @@ def choose_cutoff(
         if requested_ms % bucket_ms:
             raise CutoffError(
                 f"cutoff {iso(requested_ms)} is not on an ingest-bucket boundary ({settings.ingest_bucket_s}s)"
+            )
+        now_ms = int(time.time() * 1000)
+        if requested_ms > now_ms + bucket_ms:  # a typo, not a wait: the DAG would poll it for an hour
+            raise CutoffError(
+                f"cutoff {iso(requested_ms)} is more than one ingest bucket after now ({iso(now_ms)}): "
+                "give a time the archiver can have covered"
             )
         if requested_ms > covered:
             raise NotCoveredYet(
@@ -380,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cutoff", type=parse_cutoff, help="ISO time on an ingest-bucket boundary (default: the last complete one)"
     )
-    parser.add_argument("--views", help="comma-separated view names (default: all)")
+    parser.add_argument("--views", type=view_names, help="comma-separated view names (default: all)")
     parser.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
     args = parser.parse_args(argv)
     settings = get_settings()
@@ -389,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_batch(
             settings,
             args.cutoff,
-            args.views.split(",") if args.views else None,
+            args.views,
             args.force,
         )
     except (CutoffError, PointerMoved) as exc:

@@ -239,6 +239,19 @@ def read_columns(views: Iterable[View], events: DataFrame) -> list[str]:
     return [c for c in events.columns if c.lower() in folded]
 
 
+def view_names(text: str) -> list[str]:
+    """A command line's comma-separated view names (an argparse type): an empty list or an empty
+    name is refused, since the absence of --views means every view (a full run)."""
+    import argparse
+
+    names = [name.strip() for name in text.split(",")]
+    if not any(names):
+        raise argparse.ArgumentTypeError("names no view; leave --views out to recompute every view")
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r} holds an empty view name")
+    return names
+
+
 def key_text(values) -> str:
     """A view key as text (the realtime store's partition key): a compact JSON array of the values."""
     import json

@@ -182,7 +182,7 @@ def tail_file(path: Path, lines: int = 40) -> str:
             data = handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(data.splitlines()[-lines:])
+    return "\n".join(data.splitlines()[-lines:]) if lines > 0 else ""
 
 
 def port_owner(host: str, port: int) -> str | None:

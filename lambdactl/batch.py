@@ -38,7 +38,7 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     try:
         if args.plan:
             current = version_store(settings).pointer()
-            names = planned_names(settings, current, args.views.split(",") if args.views else None)
+            names = planned_names(settings, current, args.views)
             planned = choose_cutoff(settings, cutoff, current, names)
             # new when some view of the run would move past the cutoff it serves at
             fresh = current is None or any(current.entry(n) is None or current.cutoff_of(n) < planned for n in names)
@@ -68,9 +68,7 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
                 }
             )
             return 0
-        result = run_batch(
-            settings, cutoff, args.views.split(",") if args.views else None, args.force, swap=not args.no_swap
-        )
+        result = run_batch(settings, cutoff, args.views, args.force, swap=not args.no_swap)
     except NotCoveredYet as exc:
         log.error("batch refused for now: %s", exc)
         return NOT_COVERED_YET

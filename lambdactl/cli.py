@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from definitions.logs import configure
 from definitions.settings import Settings, get_settings
+from definitions.views import view_names
 from infra.errors import StackError
 from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
 from lambdactl.output import _say
@@ -57,6 +59,8 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
     from infra.process import ProcessSupervisor, tail_file
 
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.service):
+        raise StackError(args.service, "not a service name (`lambdactl status` lists them)")
     path = ProcessSupervisor(settings.state_dir).log_file(args.service)
     if not path.exists():
         raise StackError(args.service, f"no log at {path}")
@@ -229,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     batch.add_argument(
         "--views",
+        type=view_names,
         help="comma-separated view names (default: all); only these views' pointer "
         "entries move, the others keep their version and cutoff",
     )

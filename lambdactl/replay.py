@@ -57,7 +57,7 @@ def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, i
         pairs = []
         for item in text[len("offsets:") :].split(","):
             p, _, o = item.partition("=")
-            if not (p.strip().isdigit() and o.strip().isdigit()):
+            if not all(part.strip().isascii() and part.strip().isdigit() for part in (p, o)):  # "²" is a digit too
                 raise Refused(f"--from offsets: expected PARTITION=OFFSET, got {item!r}")
             pairs.append((int(p), int(o)))
         if not pairs or ingest_time_at is None:

@@ -23,7 +23,7 @@ from stores import batch_layout as layout
 from stores import completeness
 from stores.batch_views import VersionStore
 from stores.clients import hbase_connection
-from stores.pointer import table_version, table_view
+from stores.pointer import NotCoveredYet, table_version, table_view
 from tests.support.events import fresh_seed, send, wait_cutoff_past
 from tests.support.hbase_read import read_table
 from tests.support.polling import wait_for
@@ -168,9 +168,12 @@ def test_rerun_of_the_same_cutoff_is_a_no_op(bsettings, batch_run, spark):
 def test_cutoff_not_covered_is_refused(bsettings, batch_run):
     marker = completeness.latest(bsettings)
     step = bucket_s(bsettings) * 1000
-    beyond = marker.complete_before_ms - marker.complete_before_ms % step + 100 * step
-    with pytest.raises(CutoffError, match="not covered"):
-        choose_cutoff(bsettings, beyond, VersionStore(bsettings).pointer())
+    next_bucket = marker.complete_before_ms - marker.complete_before_ms % step + step
+    with pytest.raises(NotCoveredYet, match="not covered"):  # the DAG waits for it
+        choose_cutoff(bsettings, next_bucket, VersionStore(bsettings).pointer())
+    with pytest.raises(CutoffError, match="more than one ingest bucket after now") as far:  # a typo: refused
+        choose_cutoff(bsettings, next_bucket + 100 * step, VersionStore(bsettings).pointer())
+    assert not isinstance(far.value, NotCoveredYet)
     with pytest.raises(CutoffError, match="boundary"):
         choose_cutoff(bsettings, batch_run.cutoff_ms + 1, None)
     with pytest.raises(CutoffError, match="behind"):

@@ -36,3 +36,34 @@ def test_the_start_of_generated_events_is_the_time_given_read_as_validated(monke
 
     args = build_parser().parse_args(["generate", "--start", " 2026-11-27T02:00:00 ", "--count", "1"])
     assert cli.generation_start(args) == datetime(2026, 11, 27, 2, 0, tzinfo=UTC)  # no zone: UTC, as validated
+
+
+@pytest.mark.parametrize("views", ["", " ", ",", "page_views,", "page_views,,top_pages"])
+def test_views_naming_no_view_or_an_empty_one_exit_2_instead_of_recomputing_every_view(views, capsys):
+    """`--views "$V"` with V unset used to mean no --views: a full run that moved every view."""
+    from batch_layer.job import main as job_main
+
+    for parse in (lambda: build_parser().parse_args(["batch", "--views", views]), lambda: job_main(["--views", views])):
+        with pytest.raises(SystemExit) as caught:
+            parse()
+        assert caught.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --views" in err and "view" in err and "Traceback" not in err
+
+
+def test_views_are_read_as_a_list_of_names():
+    assert build_parser().parse_args(["batch", "--views", "page_views, top_pages"]).views == ["page_views", "top_pages"]
+    assert build_parser().parse_args(["batch"]).views is None
+
+
+def test_logs_of_no_lines_or_a_name_that_is_no_service(tmp_path):
+    from infra.errors import StackError
+    from infra.process import tail_file
+    from lambdactl.cli import cmd_logs
+
+    log = tmp_path / "x.log"
+    log.write_text("one\ntwo\nthree\n")
+    assert tail_file(log, 0) == "" and tail_file(log, -2) == "" and tail_file(log, 2) == "two\nthree"
+    args = build_parser().parse_args(["logs", "../../etc/x"])
+    with pytest.raises(StackError, match="not a service name"):
+        cmd_logs(None, args)  # type: ignore[arg-type]

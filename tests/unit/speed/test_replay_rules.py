@@ -41,6 +41,8 @@ def test_from_offsets_starts_at_the_earliest_of_their_ingest_times():
         ("2999-01-01T00:00:00Z", "in the future"),
         ("offsets:0=x", "PARTITION=OFFSET"),
         ("offsets:", "PARTITION=OFFSET"),
+        ("offsets:0=\u00b2", "PARTITION=OFFSET"),  # a digit to str.isdigit, not to int()
+        ("offsets:\u0661=5", "PARTITION=OFFSET"),
     ],
 )
 def test_a_bad_from_is_refused_naming_what_is_wrong(text, words):
