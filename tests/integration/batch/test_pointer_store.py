@@ -173,14 +173,9 @@ def test_a_full_runs_swap_refuses_clearly_when_the_speed_layers_marker_cannot_be
     assert VersionStore(settings).runs()[version]["state"] == "verified"
 
 
-def test_a_swap_stopped_after_its_compare_and_set_completes_when_run_again(own):
-    """The swap task killed after the pointer moved and before its run was recorded as live: run
-    again (Airflow's retry), the swap sees its own move and finishes, instead of failing with
-    "the pointer moved"."""
-    settings, (a, b, c) = own
-    store = VersionStore(settings)
-    swap_version(settings, written(settings, [a, b], T0, full=True))
-    version = written(settings, [a], T0 + STEP)
+def compare_and_set_only(store: VersionStore, version: int):
+    """The first half of VersionStore.swap for a verified run: its entries moved by compare-and-set,
+    the run not recorded (the swap's process died there); the pointer written."""
     current = store.pointer()
     run = store.runs()[version]
     moved = advance(
@@ -193,7 +188,19 @@ def test_a_swap_stopped_after_its_compare_and_set_completes_when_run_again(own):
         stats=run["stats"],
         now_ms=int(time.time() * 1000),
     )
-    store.compare_and_set(current, moved)  # the first half of VersionStore.swap, then the process died
+    store.compare_and_set(current, moved)
+    return moved
+
+
+def test_a_swap_stopped_after_its_compare_and_set_completes_when_run_again(own):
+    """The swap task killed after the pointer moved and before its run was recorded as live: run
+    again (Airflow's retry), the swap sees its own move and finishes, instead of failing with
+    "the pointer moved"."""
+    settings, (a, b, c) = own
+    store = VersionStore(settings)
+    swap_version(settings, written(settings, [a, b], T0, full=True))
+    version = written(settings, [a], T0 + STEP)
+    moved = compare_and_set_only(store, version)  # the process died after it
     assert store.runs()[version]["state"] == "verified"
     again = swap_version(settings, version)
     assert again.entry(a).version == version and again.generation == moved.generation, "the pointer did not move again"
@@ -210,19 +217,7 @@ def test_a_swap_completed_after_a_crash_retires_the_versions_it_replaced(own):
     only_c = written(settings, [c], T0)
     swap_version(settings, only_c)
     version = written(settings, [c], T0 + STEP)
-    current = store.pointer()
-    run = store.runs()[version]
-    moved = advance(
-        current,
-        version=version,
-        run_id=run["run_id"],
-        cutoff_ms=run["cutoff_ms"],
-        views=run["views"],
-        full=False,
-        stats=run["stats"],
-        now_ms=int(time.time() * 1000),
-    )
-    store.compare_and_set(current, moved)
+    compare_and_set_only(store, version)
     swap_version(settings, version)
     runs = store.runs()
     assert (runs[version]["state"], runs[only_c]["state"], runs[first]["state"]) == ("live", "retired", "live")
