@@ -147,9 +147,11 @@ def events_before(master, cutoff_ms: int, views: list[View]):
     the Kafka position once used) would be shuffled, sorted and cached for nothing."""
     from pyspark.sql import functions as F
 
-    cutoff = datetime.fromtimestamp(cutoff_ms / 1000, UTC)
+    # The instant goes to Spark as epoch milliseconds: a datetime literal is converted in the Python
+    # process's local time zone, whatever Spark's session zone says.
+    cutoff_date = datetime.fromtimestamp(cutoff_ms / 1000, UTC).date()
     before = master.where(
-        (F.col("ingest_date") <= F.lit(cutoff.date())) & (F.col("ingest_time") < F.lit(cutoff.replace(tzinfo=None)))
+        (F.col("ingest_date") <= F.lit(cutoff_date)) & (F.col("ingest_time") < F.timestamp_millis(F.lit(cutoff_ms)))
     )
     return first_copies(before).select(*read_columns(views, master))
 

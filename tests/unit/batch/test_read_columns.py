@@ -106,6 +106,23 @@ def test_events_before_applies_the_cutoff(master):
     assert sorted(r.url for r in events_before(master, early, [PAGE_VIEWS]).collect()) == ["/", "/", "/a", "/a"]
 
 
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York", "Asia/Kolkata"])
+def test_the_cutoff_does_not_move_with_the_local_time_zone(master, monkeypatch, zone):
+    """The Python process of `lambdactl batch` or an Airflow worker may run in any time zone; the
+    cutoff is an instant, and Spark compares ingest times in UTC."""
+    import time
+
+    early = int(T0.replace(minute=4, tzinfo=UTC).timestamp() * 1000)
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        kept = sorted(r.url for r in events_before(master, early, [PAGE_VIEWS]).collect())
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert kept == ["/", "/", "/a", "/a"]
+
+
 def test_a_batch_sessions_de_duplication_sorts_the_records_once(master, tmp_path):
     """Spark's WindowGroupLimit sorts every record before the shuffle as well as after it; a batch
     run's session turns it off (definitions.spark.batch_session_options), and the copies kept are
