@@ -37,16 +37,39 @@ class LambdactlError(RuntimeError):
         self.code = code
 
 
-def lambdactl(*args: str, timeout_s: float = 3_600) -> dict:
+# What a command leaves its task, of the task's execution_timeout, to report why it stopped: a
+# minute, or a quarter of a shorter limit.
+TIMEOUT_MARGIN_S = 60
+
+
+def command_timeout_s() -> float | None:
+    """How long the running task's command may take: the task's own execution_timeout (a batch over
+    a large master dataset may take hours), less the margin to name the cause; None without one."""
+    limit = get_current_context()["ti"].task.execution_timeout
+    if limit is None:
+        return None
+    total = limit.total_seconds()
+    return max(total - min(TIMEOUT_MARGIN_S, total / 4), 1.0)
+
+
+def lambdactl(*args: str) -> dict:
     """Run one lambdactl command; the JSON object of its last stdout line (empty if none). When it
     fails, its last words are also the task's `failure_cause` XCom: the UI shows it in the task's
     XCom tab, without opening the log."""
     binary = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
-    done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout_s)
+    command = f"lambdactl {' '.join(args)}"
+    timeout_s = command_timeout_s()
+    try:
+        done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:  # the command was killed; the next try starts afresh
+        cause = f"{command} did not finish within {timeout_s:.0f}s (the task's execution_timeout): stopped"
+        get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause)
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise LambdactlError(list(args), -9, f"{stderr}\n{cause}") from None
     print(done.stderr[-20_000:])  # into the task log, for the Airflow UI
     if done.returncode != 0:
         said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        cause = f"lambdactl {' '.join(args)} exited {done.returncode}: {said[-1] if said else 'no message'}"
+        cause = f"{command} exited {done.returncode}: {said[-1] if said else 'no message'}"
         get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
         raise LambdactlError(list(args), done.returncode, done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]

@@ -87,6 +87,59 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     assert result["views"]["items"]["enum"] == ["page_views", "clicks"], "only the declared views are accepted"
 
 
+COMMAND_TIMEOUT = textwrap.dedent("""
+    import json, sys, time
+    from datetime import timedelta
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_batch_recompute as dag_file
+
+    pushed = {}
+    def context(limit):
+        ti = SimpleNamespace(task=SimpleNamespace(execution_timeout=limit),
+                             xcom_push=lambda key, value: pushed.update({key: value}))
+        return lambda: {"ti": ti}
+
+    dag_file.get_current_context = context(timedelta(hours=2))
+    two_hours = dag_file.command_timeout_s()
+    dag_file.get_current_context = context(timedelta(minutes=2))  # the sensor's poke
+    poke = dag_file.command_timeout_s()
+    dag_file.get_current_context = context(timedelta(seconds=2.4))
+    started = time.monotonic()
+    try:
+        dag_file.lambdactl("batch", "--json")
+        outcome = "returned"
+    except dag_file.LambdactlError as exc:
+        outcome = str(exc)
+    print(json.dumps({"two_hours": two_hours, "poke": poke, "outcome": outcome, "took": time.monotonic() - started,
+                      "cause": pushed.get(dag_file.FAILURE_CAUSE_KEY)}))
+""")
+
+
+def test_a_command_gets_the_tasks_own_time_and_a_cause_when_it_runs_out(settings, tmp_path):
+    """A task's command may run as long as the task may (a batch over a large master dataset takes
+    over an hour); one that runs out is stopped and named as the failure's cause."""
+    fake = tmp_path / "bin" / "lambdactl"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexec sleep 120\n")
+    fake.chmod(0o755)
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(fake.parent))
+    done = subprocess.run(
+        [str(settings.airflow.venv / "bin" / "python"), "-c", COMMAND_TIMEOUT, str(DAGS_FOLDER)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 3_600 < result["two_hours"] < 7_200 and 60 <= result["poke"] < 120, result
+    assert result["took"] < 60, result
+    assert "did not finish within 2s" in result["cause"] and "execution_timeout" in result["cause"], result
+    assert "lambdactl batch --json" in result["outcome"], result
+
+
 def trigger(settings, conf: dict) -> str:
     resp = httpx.post(f"{api(settings)}/api/v1/admin/recompute", json=conf, headers=token(settings), timeout=60)
     assert resp.status_code == 202, resp.text
