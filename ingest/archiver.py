@@ -14,10 +14,12 @@ Run: `python -m ingest.archiver` (`lambdactl up` does). Nothing starts at import
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 
 from definitions import jobs
 from definitions.events import FIELD_NAMES
@@ -109,13 +111,16 @@ def dead_letter_raw(raw, keep_bytes: int) -> list:
     ]
 
 
-def completeness_hook(settings: Settings, partitions: int):
-    """After each committed master batch: publish the completeness marker, keep it in the progress file."""
+def completeness_hook(settings: Settings, partitions: Callable[[], int]):
+    """After each committed master batch: publish the completeness marker, keep it in the progress
+    file. The marker expects as many partitions as `events` has now (`partitions()`): one added
+    while the archiver runs holds completeness back until the batch's offsets include it."""
 
     def publish(p) -> dict:
+        expected = partitions()
         end = source_offsets(p.sources[0].endOffset).get(settings.kafka.events_topic, {})
         parts = completeness.progress_from_end_offsets(settings, end)
-        marker = completeness.Completeness(p.batchId, int(time.time() * 1000), parts, partitions)
+        marker = completeness.Completeness(p.batchId, int(time.time() * 1000), parts, expected)
         completeness.publish(settings, marker)
         return {"completeness": json.loads(marker.to_json())}
 
@@ -126,7 +131,7 @@ def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode})
-    partitions = partition_count(settings, settings.kafka.events_topic)
+    partitions = functools.partial(partition_count, settings, settings.kafka.events_topic)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
     progress = ProgressFile(
         settings, JOB, {MASTER_QUERY: completeness_hook(settings, partitions)}, publish=HdfsPublisher(settings, JOB)
