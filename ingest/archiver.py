@@ -26,7 +26,7 @@ from definitions.events import FIELD_NAMES
 from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from ingest.ticker import Ticker
-from stores import completeness, health
+from stores import completeness, health, kafka_gaps
 from stores.kafka import partition_count
 from stores.kafka_source import SOURCE_COLUMNS, kafka_sink_options, kafka_stream, validated_events
 from stores.master import master_url
@@ -40,12 +40,13 @@ DLQ_QUERY = jobs.ARCHIVER_DLQ_QUERY
 PARTITION_COLUMNS = ("ingest_date", "ingest_hour")
 
 
-def build_queries(spark, settings: Settings):
+def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
     """Start both queries; (master query, dlq query)."""
     from pyspark.sql import functions as F
 
     a = settings.archiver
-    events = validated_events(kafka_stream(spark, settings, a.max_offsets_per_trigger), settings.events)
+    stream = kafka_stream(spark, settings, a.max_offsets_per_trigger, fail_on_data_loss)
+    events = validated_events(stream, settings.events)
     trigger = f"{a.trigger_s} seconds"
     checkpoints = f"{settings.hdfs.url}{a.checkpoint_dir}"
 
@@ -131,6 +132,7 @@ def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode})
+    strict = kafka_gaps.fail_on_data_loss(settings, JOB)
     partitions = functools.partial(partition_count, settings, settings.kafka.events_topic)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
     progress = ProgressFile(
@@ -139,7 +141,7 @@ def run(settings: Settings) -> int:
     spark.streams.addListener(progress.listener())
     ticker = Ticker(settings)
     stopping = stop_on_signal("the archiver's queries")
-    master, dlq = build_queries(spark, settings)
+    master, dlq = build_queries(spark, settings, strict)
     ticker.start()
     log.info(
         "archiving %s → %s (trigger %ss); dead letters → %s",

@@ -27,7 +27,7 @@ from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, Registry, View, key_text, load_views
 from definitions.views import cells as view_cells
-from stores import health
+from stores import health, kafka_gaps
 from stores.kafka_source import kafka_stream, validated_events
 from stores.master import first_copies
 from stores.progress import HdfsPublisher, ProgressFile
@@ -40,12 +40,13 @@ JOB = jobs.SPEED_LAYER
 QUERY = jobs.SPEED_QUERY
 
 
-def aggregated_cells(spark, settings: Settings, registry: Registry):
+def aggregated_cells(spark, settings: Settings, registry: Registry, fail_on_data_loss: bool = True):
     """The streaming DataFrame of per-(view, granularity, key, event bucket, ingest bucket) aggregates
     of the views in `registry` (under their storage names: definitions.view_versions)."""
     from pyspark.sql import functions as F
 
-    events = validated_events(kafka_stream(spark, settings, settings.speed.max_offsets_per_trigger), settings.events)
+    stream = kafka_stream(spark, settings, settings.speed.max_offsets_per_trigger, fail_on_data_loss)
+    events = validated_events(stream, settings.events)
     counted = events.observe(
         "speed_input",
         F.count(F.lit(1)).alias("records"),
@@ -278,6 +279,7 @@ def run(settings: Settings) -> int:
         },
     )
     maintained = check_checkpoint_settings(settings, load_views(settings))
+    strict = kafka_gaps.fail_on_data_loss(settings, JOB)
     spark = spark_session(
         settings,
         "lambda-speed-layer",
@@ -301,7 +303,7 @@ def run(settings: Settings) -> int:
     realtime_writer(settings).close()
     writer = BatchWriter(settings, maintained)
     query = (
-        aggregated_cells(spark, settings, maintained)
+        aggregated_cells(spark, settings, maintained, strict)
         .writeStream.queryName(QUERY)
         .outputMode("update")
         .foreachBatch(writer)

@@ -114,22 +114,8 @@ def speed_layer_position(settings: Settings) -> dict[int, int] | None:
     """Per partition of topic `events`, the next offset after the speed layer's last committed
     micro-batch (read from its checkpoint on HDFS); None before its first commit. A committed
     micro-batch has written its realtime rows (foreachBatch runs before the commit)."""
-    from stores.progress import source_offsets
+    from stores.kafka_gaps import committed_position
     from stores.webhdfs import WebHdfs
 
-    root = settings.speed.checkpoint_dir.rstrip("/")
     with WebHdfs(settings) as fs:
-        commits = [int(name) for name in fs.list(f"{root}/commits") if name.isdigit()]
-        if not commits:
-            return None
-        raw = fs.read(f"{root}/offsets/{max(commits)}")
-    if raw is None:
-        return None
-    for line in raw.decode().splitlines()[2:]:  # "v1", the batch metadata, then one line per source
-        try:
-            offsets = source_offsets(line)
-        except ValueError:
-            continue
-        if settings.kafka.events_topic in offsets:
-            return offsets[settings.kafka.events_topic]
-    return None
+        return committed_position(fs, settings.speed.checkpoint_dir.rstrip("/"), settings.kafka.events_topic)

@@ -158,6 +158,17 @@ def ingest_time_at(settings: Settings, number: int, offset: int) -> int:
         client.close()
 
 
+def first_offsets(settings: Settings) -> dict[int, int]:
+    """Per partition of `events`, the first offset Kafka keeps (retention deletes below it)."""
+    topic = settings.kafka.events_topic
+    client = consumer(settings, "lambda-gaps")
+    try:
+        parts = [partition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
+        return {tp.partition: offset for tp, offset in client.beginning_offsets(parts).items()}
+    finally:
+        client.close()
+
+
 def latest_ingest_ms(settings: Settings) -> int | None:
     """The latest ingest time (the brokers' clock) of any record `events` holds now, an open or
     aborted transaction's included; None when it holds none. A record appended later has an ingest

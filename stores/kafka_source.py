@@ -42,14 +42,19 @@ def kafka_source_options(settings: Settings) -> dict[str, str]:
 
 
 def kafka_stream(
-    spark: "SparkSession", settings: Settings, max_offsets_per_trigger: "int | None" = None
+    spark: "SparkSession",
+    settings: Settings,
+    max_offsets_per_trigger: "int | None" = None,
+    fail_on_data_loss: bool = True,
 ) -> "DataFrame":
+    """`events` as a stream. It fails on records Kafka deleted before they were read unless
+    `fail_on_data_loss` is False: a loss the operator accepted (stores.kafka_gaps)."""
     reader = (
         spark.readStream.format("kafka")
         .options(**kafka_source_options(settings))
         .option("subscribe", settings.kafka.events_topic)
         .option("startingOffsets", "earliest")
-        .option("failOnDataLoss", "true")
+        .option("failOnDataLoss", str(fail_on_data_loss).lower())
     )
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))

@@ -1,0 +1,162 @@
+"""Records Kafka deleted before a streaming job read them, and the operator's acceptance of that loss.
+
+A streaming job (the archiver, the speed layer) resumes from its checkpoint: per partition of
+`events`, the next offset after its last committed micro-batch. When Kafka's retention
+(`kafka.retention_hours`) deleted records past that offset while the job was down or behind, those
+records are gone: the job can neither archive nor count them. Its Kafka source fails on such a gap
+(failOnDataLoss), so the job would fail at every restart, and nothing said which records were lost.
+
+Each job asks `resume_check` before it starts Spark:
+- no gap: it runs as always, and fails on any later loss;
+- a gap not accepted: `DataLost`, naming each partition's lost offsets and the command that accepts
+  them (`lambdactl accept-loss JOB`); the job exits;
+- a gap the operator accepted (`accept` wrote the gaps it saw beside the checkpoint, and nothing
+  more is missing since): the loss is recorded for good (`<checkpoint>-losses/<ms>.json`), the
+  acceptance removed, and the job runs from the first offsets Kafka keeps (its source no longer
+  fails on a loss, until its next start).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from definitions import jobs
+from definitions.settings import Settings
+from stores.progress import source_offsets
+from stores.webhdfs import WebHdfs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Offsets [first_lost, first_kept) of a partition, deleted before the job read them."""
+
+    checkpoint: str
+    partition: int
+    first_lost: int
+    first_kept: int
+
+    def describe(self) -> str:
+        return f"partition {self.partition}: offsets {self.first_lost} to {self.first_kept - 1} ({self.checkpoint})"
+
+
+class DataLost(RuntimeError):
+    """Kafka deleted records a job had not read, and no operator accepted the loss."""
+
+
+def checkpoint_dirs(settings: Settings, job: str) -> list[str]:
+    """The checkpoints (HDFS paths) of `job`'s queries that read `events`."""
+    if job == jobs.ARCHIVER:
+        root = settings.archiver.checkpoint_dir.rstrip("/")
+        return [f"{root}/master", f"{root}/dlq"]
+    if job == jobs.SPEED_LAYER:
+        return [settings.speed.checkpoint_dir.rstrip("/")]
+    raise ValueError(f"no streaming job {job!r}: {jobs.ARCHIVER} or {jobs.SPEED_LAYER}")
+
+
+def committed_position(fs: WebHdfs, checkpoint: str, topic: str) -> dict[int, int] | None:
+    """Per partition of `topic`, the next offset after the last committed micro-batch of the query
+    checkpointed at `checkpoint`; None before its first commit."""
+    commits = [int(name) for name in fs.list(f"{checkpoint}/commits") if name.isdigit()]
+    if not commits:
+        return None
+    raw = fs.read(f"{checkpoint}/offsets/{max(commits)}")
+    if raw is None:
+        return None
+    for line in raw.decode().splitlines()[2:]:  # "v1", the batch metadata, then one line per source
+        try:
+            offsets = source_offsets(line)
+        except ValueError:
+            continue
+        if topic in offsets:
+            return offsets[topic]
+    return None
+
+
+def gaps(settings: Settings, job: str) -> list[Gap]:
+    """What Kafka deleted past where `job`'s queries resume, per checkpoint and partition."""
+    from stores.kafka import first_offsets
+
+    topic = settings.kafka.events_topic
+    with WebHdfs(settings) as fs:
+        positions = {c: committed_position(fs, c, topic) for c in checkpoint_dirs(settings, job)}
+    if not any(positions.values()):
+        return []
+    kept = first_offsets(settings)
+    return [
+        Gap(checkpoint, p, offset, kept[p])
+        for checkpoint, position in positions.items()
+        for p, offset in sorted((position or {}).items())
+        if p in kept and offset < kept[p]
+    ]
+
+
+def _acceptance_path(settings: Settings, job: str) -> str:
+    return f"{checkpoint_dirs(settings, job)[0]}-accepted-loss.json"
+
+
+def _encode(found: Iterable[Gap], **extra) -> bytes:
+    return json.dumps({**extra, "gaps": [asdict(g) for g in found]}, sort_keys=True).encode()
+
+
+def _decode(data: bytes) -> list[Gap]:
+    return [Gap(**g) for g in json.loads(data)["gaps"]]
+
+
+def accept(settings: Settings, job: str, found: list[Gap]) -> None:
+    """Record that the operator accepts losing `found`: `job`'s next start runs past them."""
+    with WebHdfs(settings) as fs:
+        fs.write(_acceptance_path(settings, job), _encode(found, accepted_ms=int(time.time() * 1000)), overwrite=True)
+
+
+def covered(accepted: list[Gap], found: list[Gap]) -> bool:
+    """Each gap found is one accepted, or a part of one: the same checkpoint, partition and first
+    lost offset, no more records lost (retention deleting more since asks for a new acceptance)."""
+    by_start = {(g.checkpoint, g.partition, g.first_lost): g.first_kept for g in accepted}
+    return all(by_start.get((g.checkpoint, g.partition, g.first_lost), -1) >= g.first_kept for g in found)
+
+
+def resume_check(settings: Settings, job: str) -> list[Gap]:
+    """Before `job` starts: the accepted gaps it may run past (their loss now recorded), or [] when
+    nothing is missing. DataLost when records are missing that no operator accepted."""
+    found = gaps(settings, job)
+    path = _acceptance_path(settings, job)
+    with WebHdfs(settings) as fs:
+        raw = fs.read(path)
+        accepted = _decode(raw) if raw is not None else []
+        if not found:
+            if raw is not None:
+                fs.delete(path)  # accepted, then found whole again: nothing to run past
+            return []
+        if not covered(accepted, found):
+            raise DataLost(
+                f"Kafka's retention deleted records {job} had not read ("
+                + "; ".join(g.describe() for g in found)
+                + f"): they cannot be {'archived' if job == jobs.ARCHIVER else 'counted'}. "
+                f"`lambdactl accept-loss {job}` accepts the loss; the next start then runs from the "
+                "first offsets Kafka keeps"
+            )
+        now_ms = int(time.time() * 1000)
+        fs.write(
+            f"{checkpoint_dirs(settings, job)[0]}-losses/{now_ms}.json", _encode(found, job=job, recorded_ms=now_ms)
+        )
+        fs.delete(path)
+    return found
+
+
+def fail_on_data_loss(settings: Settings, job: str) -> bool:
+    """Whether `job`'s Kafka source may fail on a loss this run: True unless the operator accepted
+    one it runs past now. Exits (SystemExit, the message in the job's log) on a loss not accepted."""
+    try:
+        past = resume_check(settings, job)
+    except DataLost as exc:
+        log.error("%s", exc)
+        raise SystemExit(1) from None
+    for gap in past:
+        log.warning("running past records Kafka deleted, as accepted: %s", gap.describe())
+    return not past
