@@ -29,8 +29,9 @@ from ingest.ticker import Ticker
 from stores import completeness, health, kafka_gaps
 from stores.kafka import partition_count
 from stores.kafka_source import SOURCE_COLUMNS, kafka_sink_options, kafka_stream, validated_events
-from stores.master import master_url
+from stores.master import last_archived_batch, master_url
 from stores.progress import HdfsPublisher, ProgressFile, source_offsets
+from stores.webhdfs import WebHdfs
 
 log = logging.getLogger("lambda.archiver")
 
@@ -112,6 +113,30 @@ def dead_letter_raw(raw, keep_bytes: int) -> list:
     ]
 
 
+def check_checkpoint_kept(settings: Settings) -> None:
+    """Exit (SystemExit, the reason in the log) when the master query's checkpoint has planned fewer
+    batches than the master dataset holds: the checkpoint was deleted, lost or restored from an
+    older copy. Spark's file sink skips every batch id its log already holds, so the checkpoint's
+    next batches (Kafka's earliest offsets on, for a new one) would be read and never written."""
+    checkpoint = kafka_gaps.checkpoint_dirs(settings, JOB)[0]
+    with WebHdfs(settings) as fs:
+        planned = max((int(name) for name in fs.list(f"{checkpoint}/offsets") if name.isdigit()), default=None)
+        last = last_archived_batch(fs, settings)
+    if last is None or (planned is not None and planned >= last):
+        return
+    log.error(
+        "the archiver's checkpoint %s has planned %s, but the master dataset %s holds batches 0 to %d: Spark's "
+        "file sink would skip the records of the checkpoint's next batches up to %d as already written. Not "
+        "starting: restore the checkpoint (docs/operations.md)",
+        checkpoint,
+        "no batch" if planned is None else f"batches up to {planned}",
+        settings.archiver.master_path,
+        last,
+        last,
+    )
+    raise SystemExit(1)
+
+
 def completeness_hook(settings: Settings, partitions: Callable[[], int]):
     """After each committed master batch: publish the completeness marker, keep it in the progress
     file. The marker expects as many partitions as `events` has now (`partitions()`): one added
@@ -132,6 +157,7 @@ def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode})
+    check_checkpoint_kept(settings)
     strict = kafka_gaps.fail_on_data_loss(settings, JOB)
     partitions = functools.partial(partition_count, settings, settings.kafka.events_topic)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})

@@ -10,6 +10,8 @@ from definitions.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from stores.webhdfs import WebHdfs
+
 
 def master_url(settings: Settings) -> str:
     return f"{settings.hdfs.url}{settings.archiver.master_path}"
@@ -47,3 +49,10 @@ def read_archived(spark: SparkSession, url: str) -> DataFrame:
     """Archived events at `url` with the contract's schema (not one inferred from some file's footer,
     which may predate a field)."""
     return spark.read.schema(master_ddl()).parquet(url)
+
+
+def last_archived_batch(fs: WebHdfs, settings: Settings) -> int | None:
+    """The id of the last batch the archiver's file sink committed to the master dataset (its log,
+    `_spark_metadata`: `N` and compacted `N.compact` files), or None before the first."""
+    ids = [int(name.split(".")[0]) for name in fs.list(f"{settings.archiver.master_path}/_spark_metadata")]
+    return max(ids, default=None)

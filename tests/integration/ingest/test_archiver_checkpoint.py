@@ -1,0 +1,44 @@
+"""The archiver refuses to start on a checkpoint with no committed batch beside a master dataset that
+holds archived batches (a deleted or lost checkpoint): Spark's file sink would skip the records of
+the new checkpoint's first batches, as batches it already committed."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+from ingest.archiver import check_checkpoint_kept
+from stores.webhdfs import WebHdfs
+
+
+def with_archiver(settings, **changes):
+    return settings.model_copy(update={"archiver": settings.archiver.model_copy(update=changes)})
+
+
+def test_a_lost_checkpoint_beside_an_archived_master_dataset_stops_the_archiver(settings, stack, caplog):
+    unique = uuid.uuid4().hex[:8]
+    lost = with_archiver(settings, checkpoint_dir=f"/lambda/test/lost-{unique}")
+    with caplog.at_level(logging.ERROR), pytest.raises(SystemExit) as stopped:
+        check_checkpoint_kept(lost)
+    assert stopped.value.code == 1
+    said = caplog.text
+    assert f"/lambda/test/lost-{unique}/master" in said and settings.archiver.master_path in said
+    assert "skip" in said and "restore" in said
+
+    # A checkpoint restored from an older copy: it planned fewer batches than the sink committed.
+    old = with_archiver(settings, checkpoint_dir=f"/lambda/test/old-{unique}")
+    with WebHdfs(settings) as fs:
+        fs.write(f"/lambda/test/old-{unique}/master/offsets/0", b"v1\n{}\n")
+    with caplog.at_level(logging.ERROR), pytest.raises(SystemExit):
+        check_checkpoint_kept(old)
+    assert "has planned batches up to 0" in caplog.text
+
+    check_checkpoint_kept(settings)  # the stack's own checkpoint: it starts
+    fresh = with_archiver(
+        settings,
+        checkpoint_dir=f"/lambda/test/new-{unique}/checkpoints",
+        master_path=f"/lambda/test/new-{unique}/master",
+    )
+    check_checkpoint_kept(fresh)  # a new platform: nothing archived yet
