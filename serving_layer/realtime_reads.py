@@ -1,6 +1,10 @@
 """The serving layer's reads of the realtime store: one reader made when first needed (and made
 again after a failed read), each read tried twice, then StoreUnavailable naming the store; and the
-speed part of answers kept until the store is written again (serving_layer.speed_cache)."""
+speed part of answers kept until the store is written again (serving_layer.speed_cache).
+
+A failed read replaces only the reader it failed on, and that reader is closed `CLOSE_AFTER_S`
+later: reads still running on it (other requests) finish, instead of failing on a closed cluster
+and replacing the reader their neighbours had just made."""
 
 from __future__ import annotations
 
@@ -20,6 +24,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# How long a replaced reader stays open for the reads still running on it: longer than a read's
+# own timeouts (the reader is made with 5 s ones).
+CLOSE_AFTER_S = 30.0
+
 
 class RealtimeReads:
     def __init__(self, settings: Settings) -> None:
@@ -34,22 +42,34 @@ class RealtimeReads:
                 self._reader = registry.realtime_reader(self.settings, timeout_s=5)
             return self._reader
 
-    def reset(self) -> None:
+    def close(self) -> None:
+        """Close the reader now (the service is closing: no read runs any more)."""
         with self._lock:
-            if self._reader is not None:
-                try:
-                    self._reader.close()
-                except Exception:  # a broken cluster object may fail to shut down; drop it anyway
-                    pass
-                self._reader = None
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            _close(reader)
+
+    def replace(self, failed: RealtimeReaderAdapter) -> None:
+        """The next read makes a new reader, unless another read replaced `failed` already; `failed`
+        is closed once the reads running on it had their time."""
+        with self._lock:
+            if self._reader is not failed:
+                return
+            self._reader = None
+        closing = threading.Timer(CLOSE_AFTER_S, _close, args=(failed,))
+        closing.daemon = True
+        closing.start()
 
     def read(self, fn: Callable[[RealtimeReaderAdapter], T], attempts: int = 2) -> T:
         """`fn(reader)`; any failure makes a new reader and tries again, then is StoreUnavailable."""
         for attempt in range(1, attempts + 1):
+            reader = None
             try:
-                return fn(self.reader())
+                reader = self.reader()
+                return fn(reader)
             except Exception as exc:
-                self.reset()
+                if reader is not None:
+                    self.replace(reader)
                 if attempt == attempts:
                     log.warning("cassandra read failed: %s: %s", type(exc).__name__, exc)
                     raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc
@@ -62,6 +82,13 @@ class RealtimeReads:
         if not hasattr(reader, "generation"):
             return self.read(fn)
         return self.cache.get(key, lambda: self.read(_marks), lambda: self.read(fn))
+
+
+def _close(reader: RealtimeReaderAdapter) -> None:
+    try:
+        reader.close()
+    except Exception:  # a broken cluster object may fail to shut down; it is dropped anyway
+        log.debug("closing a replaced realtime reader failed", exc_info=True)
 
 
 def _marks(reader: object) -> Hashable:

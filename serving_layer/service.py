@@ -119,7 +119,7 @@ class ServingLayer:
     # --- store access --------------------------------------------------------------------------
 
     def close(self) -> None:
-        self.realtime.reset()
+        self.realtime.close()
 
     def speed_marker(self) -> Marker | None:
         """The speed layer's checkpoint marker (serving_layer.speed_state)."""
