@@ -11,9 +11,10 @@ Each job asks `resume_check` before it starts Spark:
 - a gap not accepted: `DataLost`, naming each partition's lost offsets and the command that accepts
   them (`lambdactl accept-loss JOB`); the job exits;
 - a gap the operator accepted (`accept` wrote the gaps it saw beside the checkpoint, and nothing
-  more is missing since): the loss is recorded for good (`<checkpoint>-losses/<ms>.json`), the
-  acceptance removed, and the job runs from the first offsets Kafka keeps (its source no longer
-  fails on a loss, until its next start).
+  more is missing since): the loss is recorded for good (`<checkpoint>-losses/<accepted ms>.json`,
+  once however often the job starts) and the job runs from the first offsets Kafka keeps (its
+  source no longer fails on a loss, until its next start). The acceptance stays until a start finds
+  nothing missing: a start that fails before it commits past the gap needs no new acceptance.
 """
 
 from __future__ import annotations
@@ -131,9 +132,9 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
         accepted = _decode(raw) if raw is not None else []
         if not found:
             if raw is not None:
-                fs.delete(path)  # accepted, then found whole again: nothing to run past
+                fs.delete(path)  # the job got past the gap (or nothing was lost): used up
             return []
-        if not covered(accepted, found):
+        if raw is None or not covered(accepted, found):
             raise DataLost(
                 f"Kafka's retention deleted records {job} had not read ("
                 + "; ".join(g.describe() for g in found)
@@ -141,11 +142,11 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
                 f"`lambdactl accept-loss {job}` accepts the loss; the next start then runs from the "
                 "first offsets Kafka keeps"
             )
-        now_ms = int(time.time() * 1000)
+        accepted_ms = json.loads(raw)["accepted_ms"]
         fs.write(
-            f"{checkpoint_dirs(settings, job)[0]}-losses/{now_ms}.json", _encode(found, job=job, recorded_ms=now_ms)
+            f"{checkpoint_dirs(settings, job)[0]}-losses/{accepted_ms}.json",
+            _encode(found, job=job, accepted_ms=accepted_ms, recorded_ms=int(time.time() * 1000)),
         )
-        fs.delete(path)
     return found
 
 

@@ -15,7 +15,11 @@ def env(settings) -> dict[str, str]:
     )
 
 
-def lambdactl(settings, *args: str) -> subprocess.CompletedProcess:
+def lambdactl(settings, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "lambdactl.cli", *args], capture_output=True, text=True, timeout=900, env=env(settings)
+        [sys.executable, "-m", "lambdactl.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**env(settings), **(extra_env or {})},
     )

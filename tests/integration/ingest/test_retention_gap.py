@@ -1,92 +1,100 @@
-"""Kafka's retention deletes records the archiver had not read while it was down: the archiver stops,
-naming the lost offsets, at every start (its Kafka source would fail without saying which records
-were lost); the operator accepts the loss (`lambdactl accept-loss archiver`) and it runs on from
-what Kafka keeps, the loss on record."""
+"""Kafka's retention deletes records a streaming job had not read while it was down: the job stops at
+its start, naming the lost offsets (its Kafka source would fail at every restart without saying
+which records were lost); the operator accepts the loss (`lambdactl accept-loss JOB`) and the job's
+next start records it and runs on.
+
+Real Kafka and HDFS, on a topic and checkpoints of the test's own: deleting records of `events`
+would take the history other tests replay from. The checkpoint is what Spark leaves
+(`offsets/N`, `commits/N`), written by the test."""
 
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 
-from kafka import KafkaProducer, TopicPartition
+import pytest
+from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
-from infra.stack import Stack
-from ingest.generator import GeneratorConfig
 from stores import kafka_gaps
-from stores.checkpoints import speed_layer_position
+from stores.kafka import producer
 from stores.webhdfs import WebHdfs
 from tests.support.cli import lambdactl
-from tests.support.events import end_offsets, fresh_seed, send, wait_archived
-from tests.support.polling import wait_for
+from tests.support.kafka_topics import scratch_topic
 
 
-def archiver_position(settings, partition: int) -> int:
+def commit_batch(settings, checkpoint: str, batch_id: int, topic: str, next_offset: int) -> None:
+    """What a query's committed micro-batch leaves in its checkpoint: its end offsets, then its commit."""
     with WebHdfs(settings) as fs:
-        master = kafka_gaps.checkpoint_dirs(settings, "archiver")[0]
-        return (kafka_gaps.committed_position(fs, master, settings.kafka.events_topic) or {})[partition]
+        fs.write(f"{checkpoint}/offsets/{batch_id}", f'v1\n{{}}\n{{"{topic}":{{"0":{next_offset}}}}}'.encode())
+        fs.write(f"{checkpoint}/commits/{batch_id}", b'v1\n{"nextBatchWatermarkMs":0}')
 
 
-def loss_records(settings) -> list[dict]:
-    root = f"{kafka_gaps.checkpoint_dirs(settings, 'archiver')[0]}-losses"
+def loss_records(settings, checkpoint: str) -> list[dict]:
     with WebHdfs(settings) as fs:
-        return [json.loads(fs.read(f"{root}/{name}") or b"{}") for name in fs.list(root)]
+        return [json.loads(fs.read(f"{checkpoint}-losses/{n}") or b"{}") for n in fs.list(f"{checkpoint}-losses")]
 
 
-def test_records_deleted_before_the_archiver_read_them_stop_it_until_the_loss_is_accepted(settings, stack):
-    supervisor, topic, p = stack.supervisord, settings.kafka.events_topic, 0
-    log_file = settings.state_dir / "logs" / "archiver.log"
-    losses_before = len(loss_records(settings))
-    supervisor.stop("archiver")
-    try:
-        first_lost = archiver_position(settings, p)
-        producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap, acks="all")
-        for i in range(3):
-            producer.send(topic, key=b"u-lost", value=f"lost {i}".encode(), partition=p)
-        producer.flush()
-        producer.close()
-        first_kept = end_offsets(settings)[p]
-        # The speed layer has read them (it is not what this test loses), then retention "deletes" them.
-        wait_for(
-            lambda: (speed_layer_position(settings) or {}).get(p, 0) >= first_kept,
-            "the speed layer to read them",
-            timeout_s=60,
+def test_records_deleted_before_a_job_read_them_stop_it_until_the_loss_is_accepted(settings, stack, caplog):
+    unique = uuid.uuid4().hex[:8]
+    root = f"/lambda/test/gaps-{unique}"
+    with scratch_topic(settings, f"test-gaps-{unique}") as topic:
+        mine = settings.model_copy(
+            update={
+                "kafka": settings.kafka.model_copy(update={"events_topic": topic}),
+                "archiver": settings.archiver.model_copy(update={"checkpoint_dir": root}),
+            }
         )
+        master, dlq = kafka_gaps.checkpoint_dirs(mine, "archiver")
+        send = producer(mine, "test-gaps")
+        for i in range(10):
+            send.send(topic, value=f"record {i}".encode(), partition=0).get(timeout=30)
+        send.close()
+        commit_batch(mine, master, 0, topic, 4)  # the archiver read offsets 0-3, then stopped
+        commit_batch(mine, dlq, 0, topic, 4)
+        assert kafka_gaps.fail_on_data_loss(mine, "archiver") is True, "nothing lost: its source stays strict"
+
         admin = KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap)
-        admin.delete_records({TopicPartition(topic, p): first_kept})
+        admin.delete_records({TopicPartition(topic, 0): 7})  # retention: offsets 4-6 go unread
         admin.close()
+        with caplog.at_level(logging.ERROR), pytest.raises(SystemExit) as stopped:
+            kafka_gaps.fail_on_data_loss(mine, "archiver")
+        assert stopped.value.code == 1
+        assert f"partition 0: offsets 4 to 6 ({master})" in caplog.text
+        assert "lambdactl accept-loss archiver" in caplog.text
+        assert loss_records(mine, master) == [], "nothing is recorded lost before it is accepted"
 
-        expected = [
-            kafka_gaps.Gap(checkpoint, p, first_lost, first_kept)
-            for checkpoint in kafka_gaps.checkpoint_dirs(settings, "archiver")
+        operator = {"LAMBDA_KAFKA__EVENTS_TOPIC": topic, "LAMBDA_ARCHIVER__CHECKPOINT_DIR": root}
+        accepted = lambdactl(settings, "accept-loss", "archiver", "--json", extra_env=operator)
+        assert accepted.returncode == 0, accepted.stderr
+        assert json.loads(accepted.stdout.strip().splitlines()[-1])["accepted"] == [
+            {"checkpoint": master, "partition": 0, "first_lost": 4, "first_kept": 7},
+            {"checkpoint": dlq, "partition": 0, "first_lost": 4, "first_kept": 7},
         ]
-        assert kafka_gaps.gaps(settings, "archiver")[0] == expected[0]
-        said_before = log_file.read_text(errors="replace") if log_file.exists() else ""
-        supervisor.start("archiver")
-        named = f"partition {p}: offsets {first_lost} to {first_kept - 1}"
-        wait_for(
-            lambda: named in log_file.read_text(errors="replace")[len(said_before) :],
-            "the archiver to stop, naming the lost offsets",
-            timeout_s=120,
-        )
-        assert "lambdactl accept-loss archiver" in log_file.read_text(errors="replace")[len(said_before) :]
-        assert len(loss_records(settings)) == losses_before, "nothing is recorded lost before it is accepted"
-    finally:
-        accepted = lambdactl(settings, "accept-loss", "archiver", "--json")
-        Stack(settings).up()  # starts the archiver again (the restart listener may have given it up)
-    assert accepted.returncode == 0, accepted.stderr
-    doc = json.loads(accepted.stdout.strip().splitlines()[-1])
-    assert [g for g in doc["accepted"] if g["partition"] == p][:1] == [
-        {"checkpoint": expected[0].checkpoint, "partition": p, "first_lost": first_lost, "first_kept": first_kept}
-    ]
 
-    # It runs on: new records are archived, the loss is on record, the acceptance is used up.
-    sent = send(settings, GeneratorConfig(seed=fresh_seed(), count=200))
-    wait_archived(settings, sent)
-    recorded = loss_records(settings)[losses_before:]
-    assert len(recorded) == 1 and recorded[0]["job"] == "archiver"
-    assert {(g["partition"], g["first_lost"], g["first_kept"]) for g in recorded[0]["gaps"]} >= {
-        (p, first_lost, first_kept)
-    }
-    assert kafka_gaps.gaps(settings, "archiver") == []
-    again = lambdactl(settings, "accept-loss", "archiver")
-    assert again.returncode == 0 and "lost nothing" in again.stderr
+        # Its next start runs past the gap, the loss on record; a start that fails before it got
+        # past needs no new acceptance, and records the loss once.
+        assert kafka_gaps.fail_on_data_loss(mine, "archiver") is False
+        assert kafka_gaps.fail_on_data_loss(mine, "archiver") is False
+        recorded = loss_records(mine, master)
+        assert len(recorded) == 1 and recorded[0]["job"] == "archiver"
+        assert [(g["partition"], g["first_lost"], g["first_kept"]) for g in recorded[0]["gaps"]] == [(0, 4, 7)] * 2
+
+        # Retention deleting more before the job got past: a new acceptance, naming the larger gap.
+        admin = KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap)
+        admin.delete_records({TopicPartition(topic, 0): 9})
+        admin.close()
+        with caplog.at_level(logging.ERROR), pytest.raises(SystemExit):
+            kafka_gaps.fail_on_data_loss(mine, "archiver")
+        assert f"partition 0: offsets 4 to 8 ({master})" in caplog.text
+
+        # Once it committed past the gap, it is strict again and the acceptance is used up.
+        commit_batch(mine, master, 1, topic, 10)
+        commit_batch(mine, dlq, 1, topic, 10)
+        assert kafka_gaps.fail_on_data_loss(mine, "archiver") is True
+        again = lambdactl(settings, "accept-loss", "archiver", extra_env=operator)
+        assert again.returncode == 0 and "lost nothing" in again.stderr
+        with WebHdfs(settings) as fs:
+            assert fs.read(f"{master}-accepted-loss.json") is None
+            fs.delete(root, recursive=True)
