@@ -166,10 +166,13 @@ def speed_layer(settings: Settings) -> str:
     totals = state.get("totals", {})
     behind = q.get("rows_behind")
     backlog = f"{behind:,} records behind Kafka" if behind is not None else "backlog not measured yet"
+    late = totals.get("dropped_late", 0)
+    dropped = f", {late:,} rows dropped as later than the watermark since start" if late else ""
     return (
         f"micro-batch {q['batch_id']}: {q['input_rows_per_s'] or 0:,.0f} records/s in, "
         f"{q['processed_rows_per_s'] or 0:,.0f} records/s processed, {(q['batch_ms'] or 0) / 1000:.1f} s per batch, "
-        f"{q['state_rows'] or 0:,} state rows, {backlog}; invalid skipped {totals.get('invalid_skipped', 0):,} since start"
+        f"{q['state_rows'] or 0:,} state rows, {backlog}; invalid skipped {totals.get('invalid_skipped', 0):,}{dropped} "
+        "since start"
     )
 
 
