@@ -323,9 +323,23 @@ class RealtimeWriter:
             return
         now = int(time.time() * 1000)
         ts = timestamp_us if timestamp_us is not None else now * 1000
+        from cassandra.query import UNSET_VALUE
+
+        # A row without a sketch (count and sum views) leaves that column unset: a null bound for it
+        # would write a cell tombstone per row and write, which every read of the partition meets.
         bound = [
             self.by_key.bind(
-                (r.view, r.granularity, r.key, r.event_bucket, r.ingest_bucket, r.value, r.sketch, now, ts)
+                (
+                    r.view,
+                    r.granularity,
+                    r.key,
+                    r.event_bucket,
+                    r.ingest_bucket,
+                    r.value,
+                    UNSET_VALUE if r.sketch is None else r.sketch,
+                    now,
+                    ts,
+                )
             )
             for r in by_key
         ] + [
