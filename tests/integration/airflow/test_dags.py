@@ -55,6 +55,19 @@ def token(settings) -> dict:
     return {"Authorization": f"Bearer {settings.api.token.get_secret_value()}"}
 
 
+def in_airflow(settings, script: str, env: dict[str, str]) -> dict:
+    """Run `script` (given the DAGs folder) in Airflow's virtualenv: the JSON of its last line."""
+    done = subprocess.run(
+        [str(settings.airflow.venv / "bin" / "python"), "-c", script, str(DAGS_FOLDER)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_dags_import_cleanly_without_a_database(settings, tmp_path):
 
     env = environment(settings)
@@ -63,15 +76,7 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     # The trigger form offers the declared views, as the platform wrote them.
     (tmp_path / "views.json").write_text(json.dumps({"views": ["page_views", "clicks"]}))
     env["LAMBDA_VIEWS_FILE"] = str(tmp_path / "views.json")
-    done = subprocess.run(
-        [str(settings.airflow.venv / "bin" / "python"), "-c", PARSE, str(DAGS_FOLDER)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = in_airflow(settings, PARSE, env)
     assert result["errors"] == {}
     assert result["dags"]["lambda_batch_recompute"] == [
         "wait_for_completeness",
@@ -125,15 +130,7 @@ def test_a_command_gets_the_tasks_own_time_and_a_cause_when_it_runs_out(settings
     fake.chmod(0o755)
     env = environment(settings)
     env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(fake.parent))
-    done = subprocess.run(
-        [str(settings.airflow.venv / "bin" / "python"), "-c", COMMAND_TIMEOUT, str(DAGS_FOLDER)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = in_airflow(settings, COMMAND_TIMEOUT, env)
     assert 3_600 < result["two_hours"] < 7_200 and 60 <= result["poke"] < 120, result
     assert result["took"] < 60, result
     assert "did not finish within 2s" in result["cause"] and "execution_timeout" in result["cause"], result

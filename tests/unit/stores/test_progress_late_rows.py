@@ -11,27 +11,18 @@ from types import SimpleNamespace
 from definitions.settings import Settings
 from stores import health
 from stores.progress import ProgressFile
+from tests.unit.stores.test_progress_publish import batch as batch_of
 
 
 def batch(n: int, dropped: list[int]) -> SimpleNamespace:
-    operators = [
+    progress = batch_of(n)
+    progress.stateOperators = [
         SimpleNamespace(
             numRowsTotal=10, numRowsDroppedByWatermark=d, allUpdatesTimeMs=1, allRemovalsTimeMs=1, commitTimeMs=1
         )
         for d in dropped
     ]
-    return SimpleNamespace(
-        name="speed-views",
-        batchId=n,
-        timestamp="2026-11-24T00:00:00.000Z",
-        numInputRows=1,
-        inputRowsPerSecond=1.0,
-        processedRowsPerSecond=1.0,
-        durationMs={"triggerExecution": 10},
-        sources=[],
-        stateOperators=operators,
-        observedMetrics={},
-    )
+    return progress
 
 
 def test_rows_dropped_by_the_watermark_are_counted_logged_and_shown(tmp_path, monkeypatch, caplog):
