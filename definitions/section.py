@@ -9,7 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Errors name the setting and never repeat the value (it may be a secret, and every process
+    that loads the settings prints them into its log); NaN and infinity are no setting's value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True, allow_inf_nan=False)
 
 
 Port = Annotated[int, Field(ge=1, le=65_535)]

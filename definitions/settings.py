@@ -325,6 +325,8 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        hide_input_in_errors=True,
+        allow_inf_nan=False,
     )
 
     # "development" accepts the development token and Airflow password; any other value refuses to

@@ -34,14 +34,15 @@ class StackSettings(_Section):
         "airflow-dag-processor",
     ]
     java_home: str = ""
-    stop_timeout_s: float = 30
+    # Seconds `down` waits for a process after SIGTERM before it SIGKILLs it.
+    stop_timeout_s: float = Field(30, ge=1, le=3_600)
     # The platform's processes (archiver, speed layer, API, Airflow) run under supervisord, which
     # restarts one that exits: after `restart_backoff_s`, doubling with each restart still inside
     # the window, up to `restart_backoff_max_s`. At most `restart_max` restarts within
     # `restart_window_s`: the next exit is a restart loop, and the supervisor gives up on that
     # process (`lambdactl status` says why; `lambdactl up` tries it again). See docs/operations.md.
-    restart_max: int = Field(5, ge=0)
-    restart_window_s: float = Field(600, gt=0)
+    restart_max: int = Field(5, ge=0, le=1_000)
+    restart_window_s: float = Field(600, gt=0, le=7 * 86_400)
     restart_backoff_s: float = Field(1.0, gt=0)
     restart_backoff_max_s: float = Field(60.0, gt=0)
     # How readily each supervised process yields the CPU (0..19; a process not named: 0, as the

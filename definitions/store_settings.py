@@ -36,7 +36,7 @@ def is_dotted_path(value: str) -> bool:
 class StoresSettings(BaseModel):
     """The adapter of each role: a short name of `BUILTIN_ADAPTERS`, or a dotted path to a class."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     # The serving layer's reader of the batch views and of the pointer.
     batch_views: str = "hbase"

@@ -35,7 +35,7 @@ class Budget:
         made = len(self.recent(restarts, now))
         if made >= self.max_restarts:
             return None
-        return min(self.backoff_max_s, self.backoff_s * 2.0**made)
+        return min(self.backoff_max_s, self.backoff_s * 2.0 ** min(made, 64))
 
     def describe(self) -> str:
         return f"at most {self.max_restarts} restarts within {self.window_s:.0f}s"

@@ -135,3 +135,40 @@ def test_managing_airflow_manages_all_three_of_its_programs():
 def test_ticks_follow_the_ingest_bucket_unless_set(bucket_s, explicit, expected):
     archiver = {} if explicit is None else {"tick_interval_s": explicit}
     assert Settings(ingest_bucket_s=bucket_s, archiver=archiver).tick_interval_s == expected
+
+
+@pytest.mark.parametrize(
+    "values, name",
+    [
+        ({"stop_timeout_s": -1}, "stop_timeout_s"),
+        ({"stop_timeout_s": 0}, "stop_timeout_s"),
+        ({"stop_timeout_s": float("nan")}, "stop_timeout_s"),
+        ({"stop_timeout_s": float("inf")}, "stop_timeout_s"),
+        ({"stop_timeout_s": 1e9}, "stop_timeout_s"),
+        ({"restart_window_s": float("inf")}, "restart_window_s"),
+        ({"restart_backoff_s": float("nan")}, "restart_backoff_s"),
+        ({"restart_max": 10**6}, "restart_max"),
+    ],
+)
+def test_a_stop_or_restart_setting_no_process_can_follow_is_refused(values, name):
+    """A negative, NaN or infinite stop timeout made `down` fail half-way after its SIGTERMs; 0
+    SIGKILLed every store at once; an endless one hung `down`."""
+    with pytest.raises(pydantic.ValidationError, match=name):
+        Settings(_env_file=None, stack=values)
+
+
+@pytest.mark.parametrize("token", ["My secret pass!", "short-secret", "ünïcödé-secret-value-1"])
+def test_a_refused_secret_is_not_repeated_in_the_error(token, monkeypatch):
+    """The error is printed by every process that loads the settings, into logs and the restart
+    record: it names the setting and never carries the value."""
+    monkeypatch.setenv("LAMBDA_API__TOKEN", token)
+    with pytest.raises(pydantic.ValidationError) as refused:
+        Settings()
+    assert "api.token" in str(refused.value)
+    assert token not in str(refused.value)
+    monkeypatch.delenv("LAMBDA_API__TOKEN")
+    monkeypatch.setenv("LAMBDA_AIRFLOW__ADMIN_PASSWORD", "")
+    monkeypatch.setenv("LAMBDA_KAFKA__PORT", "secret-looking-port-value")
+    with pytest.raises(pydantic.ValidationError) as refused:
+        Settings()
+    assert "secret-looking-port-value" not in str(refused.value)

@@ -142,6 +142,8 @@ def test_budget_doubles_the_backoff_and_gives_up_past_the_limit():
     assert delays == [1, 2, 4, 8, 16, None]
     assert budget.delay(restarts[:5], now=100 + 600 + 5) == 1, "restarts older than the window no longer count"
     assert Budget(10, 600, 1, 60).delay([0.0] * 8, now=1) == 60, "the backoff stops growing at its maximum"
+    many = Budget(5_000, 600, 1, 60)
+    assert many.delay([0.0] * 2_000, now=1) == 60, "past a thousand restarts the doubling overflowed a float"
 
 
 class FakeSupervisord:
