@@ -47,6 +47,10 @@ class Marker:
         return out
 
 
+class MarkerUnreadable(ValueError):
+    """The marker file holds no marker (it is only ever written whole, so something else wrote it)."""
+
+
 def marker_path(settings: Settings) -> str:
     return f"{settings.speed.checkpoint_dir.rstrip('/')}-settings.json"
 
@@ -60,17 +64,23 @@ def read_marker(settings: Settings) -> Marker | None:
         data = fs.read(marker_path(settings))
     if data is None:
         return None
-    doc = json.loads(data)
-    views = doc.get("views")
-    definitions = doc.get("definitions")
-    declarations = doc.get("declarations")
-    return Marker(
-        int(doc["ingest_bucket_s"]),
-        doc.get("started_ms"),
-        None if views is None else {str(k): int(v) for k, v in views.items()},
-        None if definitions is None else {str(k): str(v) for k, v in definitions.items()},
-        None if not isinstance(declarations, dict) else {str(k): v for k, v in declarations.items()},
-    )
+    try:
+        doc = json.loads(data)
+        views = doc.get("views")
+        definitions = doc.get("definitions")
+        declarations = doc.get("declarations")
+        return Marker(
+            int(doc["ingest_bucket_s"]),
+            doc.get("started_ms"),
+            None if views is None else {str(k): int(v) for k, v in views.items()},
+            None if definitions is None else {str(k): str(v) for k, v in definitions.items()},
+            None if not isinstance(declarations, dict) else {str(k): v for k, v in declarations.items()},
+        )
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise MarkerUnreadable(
+            f"the speed layer's checkpoint marker {marker_path(settings)} is not a marker "
+            f"({type(exc).__name__}: {str(exc)[:100]}); it holds {len(data)} bytes"
+        ) from None
 
 
 def read_bucket_s(settings: Settings) -> int | None:
@@ -98,8 +108,12 @@ def write_marker(
         doc["definitions"] = definitions
     if declarations is not None:
         doc["declarations"] = declarations
+    path = marker_path(settings)
     with WebHdfs(settings) as fs:
-        fs.write(marker_path(settings), json.dumps(doc).encode())
+        # Written beside it, then moved over it: HDFS shows a file being created as empty until it is
+        # closed, so a writer killed half-way would leave an empty marker.
+        fs.write(f"{path}.tmp", json.dumps(doc).encode())
+        fs.replace(f"{path}.tmp", path)
 
 
 def file_written_ms(settings: Settings) -> int:

@@ -87,6 +87,15 @@ class WebHdfs:
 
         return self._call("RENAME", source, rename)
 
+    def replace(self, source: str, destination: str) -> None:
+        """Move a file over another in one step (HDFS's rename with OVERWRITE): a reader sees the old
+        file or the new one, never none. HdfsCLI's rename has no options; its request takes them."""
+
+        def replace(p: str) -> None:
+            self.client._rename(p, destination=self.client.resolve(destination), renameoptions="OVERWRITE")
+
+        self._call("RENAME", source, replace)
+
     def mkdirs(self, path: str) -> None:
         self._call("MKDIRS", path, self.client.makedirs)
 
