@@ -330,12 +330,12 @@ def swap_version(settings: Settings, version: int) -> Pointer:
     )
     if run["state"] != "verified":
         if served is not None:
-            store.retain(settings.batch.keep_versions)
+            _retain(settings, store)
             return served  # it serves already: swapping it again changes nothing
         raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
     if served is not None:  # its swap moved the pointer, and its process ended before recording so
         _record_completed_swap(store, runs, served, version)
-        store.retain(settings.batch.keep_versions)
+        _retain(settings, store)
         return served
     _tables_kept(settings, version, run)
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
@@ -352,8 +352,17 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         maintained=_speed_layer_maintains(settings) if run.get("full") else (),
     )
     store.swap(current, pointer)
-    store.retain(settings.batch.keep_versions)
+    _retain(settings, store)
     return pointer
+
+
+def _retain(settings: Settings, store) -> None:
+    """Retention after a swap: the swap is done whatever it meets (a failure leaves old tables,
+    which the next swap drops), so it never fails the run that swapped."""
+    try:
+        store.retain(settings.batch.keep_versions)
+    except Exception as exc:
+        log.warning("retention after the swap failed (%s: %s); the next swap tries again", type(exc).__name__, exc)
 
 
 def _record_completed_swap(store, runs: dict[int, dict], served: Pointer, version: int) -> None:

@@ -388,3 +388,33 @@ def test_retention_beyond_k_versions_with_partial_runs_keeps_every_named_table(o
     assert store.pointer().tables() <= tables(settings), "the refused swap names no dropped table"
     assert {table_name(a, dead), table_name(b, failed), table_name(c, stale)} <= set(dropped)
     assert store.pointer().tables() <= tables(settings)
+
+
+def test_a_table_another_swap_dropped_first_does_not_fail_this_swap(own, monkeypatch):
+    """Two swaps at once (the DAG's and a manual partial run) plan to drop the same old tables; the
+    one that finds a table already gone goes on, and its swap, done already, succeeds."""
+    settings, (a, b, _) = own
+    store = VersionStore(settings)
+    runs = []
+    for i in range(3):
+        runs.append(written(settings, [a, b], T0 + i * STEP, full=True))
+        swap_version(settings, runs[-1])
+    newest = written(settings, [a, b], T0 + 4 * STEP)
+    listed = VersionStore.tables
+
+    def listed_then_dropped_by_another(self):
+        names = listed(self)
+        conn = hbase_connection(settings)
+        try:
+            conn.delete_table(table_name(a, runs[1]), disable=True)  # the other swap's retention, first
+        finally:
+            conn.close()
+        return names
+
+    monkeypatch.setattr(VersionStore, "tables", listed_then_dropped_by_another)
+    pointer = swap_version(settings, newest)
+    monkeypatch.undo()
+    assert pointer.entry(a).version == newest and store.pointer() == pointer
+    assert table_name(a, runs[1]) not in tables(settings)
+    assert table_name(b, runs[1]) not in tables(settings), "the other table it planned to drop went too"
+    assert store.runs()[runs[1]]["state"] == "dropped"
