@@ -135,8 +135,9 @@ class BatchSettings(_Section):
     # How often the batch views are recomputed (the Airflow schedule).
     interval_s: int = Field(3_600, ge=60)
     # Per view, versions that served, kept (the serving one included) for rollback; older tables
-    # are dropped — never a table the pointer names.
-    keep_versions: int = Field(3, ge=1)
+    # are dropped — never a table the pointer names. At least 2: an answer that read the pointer
+    # just before a swap still reads the previous table (longer with api.pointer_cache_s).
+    keep_versions: int = Field(3, ge=2)
     # Retention leaves the tables of a run in flight (writing, or verified and not swapped yet)
     # alone for this long after it started; a killed run's tables go at the first swap after it.
     retention_grace_s: int = Field(3_600, ge=0)
@@ -383,11 +384,6 @@ class Settings(BaseSettings):
                 f"batch.cleanup_settle_s ({self.batch.cleanup_settle_s:g}s) must exceed api.pointer_cache_s "
                 f"({self.api.pointer_cache_s:g}s) by 5s at least: the clean-up would delete realtime rows an "
                 "answer from the previous pointer still needs"
-            )
-        if self.api.pointer_cache_s > 0 and self.batch.keep_versions < 2:
-            raise ValueError(
-                "batch.keep_versions must be at least 2 while api.pointer_cache_s > 0: answers from the "
-                "previous pointer still read the previous table for that long (or set api.pointer_cache_s=0)"
             )
         if self.stack.stuck_after_s < 3 * self.tick_interval_s:
             raise ValueError(
