@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 GRANULARITIES: dict[str, int] = {"minute": 60, "hour": 3_600, "day": 86_400}
 HLL_LG_K = 12  # 4096 registers: relative standard error 1.04 / sqrt(4096) = 1.6 %
+# Tables, replays' shadow names and HDFS mark files are named from a view's name (HDFS: 255 bytes a name).
+MAX_NAME_CHARS = 64
 _DISTINCT_VALUE = "__distinct_value"  # the counted column, beside the keys, while a distinct view is computed
 
 Aggregation = Literal["count", "sum", "distinct"]
@@ -49,7 +51,9 @@ class View:
         for name, value in pairs:
             _check_default(self.name, name, value)
         if not self.name.isidentifier():
-            raise ValueError(f"view name must be an identifier: {self.name!r}")
+            raise ValueError(f"view name must be an identifier: {self.name[:100]!r}")
+        if len(self.name) > MAX_NAME_CHARS:
+            raise ValueError(f"view name must be at most {MAX_NAME_CHARS} characters: {self.name[:100]!r}…")
         unknown = [k for k in (*self.keys, *([self.column] if self.column else [])) if k not in FIELD_NAMES]
         if unknown:
             raise ValueError(f"view {self.name}: unknown event column(s) {unknown}; known: {FIELD_NAMES}")

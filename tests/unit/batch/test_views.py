@@ -207,6 +207,22 @@ def test_declarations_are_checked():
         Registry((PAGE_VIEWS, PAGE_VIEWS))
 
 
+def test_a_view_name_is_short_enough_for_every_name_made_from_it():
+    """Table, shadow, replay-mark and HDFS file names are made from a view's name: one of 201
+    characters was never listed as replaying, and its replay's switch failed on HDFS's 255 bytes."""
+    from definitions.view_versions import storage_name
+    from stores.replays import _mark_name, shadow_name, unreferenced_shadows
+
+    longest = "v" * 64
+    View(longest, keys=("url",), aggregation="count")
+    storage = storage_name(longest, "f" * 64)
+    mark = f"{storage}.switched-{'9' * 16}.json"
+    assert len(mark.encode()) <= 255 and _mark_name(mark) is not None
+    assert unreferenced_shadows([shadow_name(storage, 9 * 10**15)], {}, {}) == {shadow_name(storage, 9 * 10**15)}
+    with pytest.raises(ValueError, match="at most 64 characters"):
+        View("v" * 65, keys=("url",), aggregation="count")
+
+
 def test_built_in_views():
     assert BUILT_IN.names() == [
         "page_views",
