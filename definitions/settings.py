@@ -156,6 +156,8 @@ class BatchSettings(_Section):
     # the API reuses a pointer (`api.pointer_cache_s`) plus the longest query, so no answer computed
     # from the previous pointer misses them.
     cleanup_settle_s: float = Field(20.0, ge=0)
+    # Accuracy reports kept (one per batch run; the newest, here and on HDFS).
+    keep_reports: int = Field(500, ge=1)
 
 
 class SpeedSettings(_Section):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,6 +22,7 @@ from definitions.settings import Settings
 HDFS_DIR = "/lambda/reports"
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
 _ID = re.compile(ID_PATTERN)
+STRAY_AFTER_S = 3_600  # a temporary file this old is no build's in flight
 
 
 class InvalidReportId(ValueError):
@@ -46,27 +49,52 @@ def check_id(report_id: str) -> str:
 
 
 def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
-    """Write `<id>.json` and `<id>.html` under state_dir/reports (what the API serves) and a copy on
-    HDFS under /lambda/reports/; their paths."""
+    """Write `<id>.html` and `<id>.json` under state_dir/reports (what the API serves) and a copy on
+    HDFS under /lambda/reports/, then drop all but the newest `batch.keep_reports`; their paths.
+    The page goes first: the list reads the JSON files, so a listed report has its page."""
     from stores.webhdfs import WebHdfs
 
     rid = check_id(report["id"])
     folder = reports_dir(settings)
     folder.mkdir(parents=True, exist_ok=True)
-    payload = {".json": json.dumps(report, indent=1, sort_keys=False, default=str).encode(), ".html": html.encode()}
+    payload = {".html": html.encode(), ".json": json.dumps(report, indent=1, sort_keys=False, default=str).encode()}
     paths: dict[str, str] = {}
     for suffix, data in payload.items():
         target = folder / f"{rid}{suffix}"
-        tmp = folder / f".{rid}{suffix}.tmp"
-        tmp.write_bytes(data)
-        tmp.replace(target)  # the API never reads a half-written file
+        # A name of its own: two builds of one report at once each move a whole file into place.
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{rid}{suffix}.", suffix=".tmp", delete=False) as tmp:
+            tmp.write(data)
+        Path(tmp.name).replace(target)  # the API never reads a half-written file
         paths[suffix[1:]] = str(target)
+    _prune_local(folder, settings.batch.keep_reports)
     with WebHdfs(settings, timeout_s=30) as fs:
         fs.mkdirs(HDFS_DIR)
         for suffix, data in payload.items():
             fs.write(f"{HDFS_DIR}/{rid}{suffix}", data)
             paths[f"hdfs_{suffix[1:]}"] = f"{settings.hdfs.url}{HDFS_DIR}/{rid}{suffix}"
+        for name in _beyond(fs.list(HDFS_DIR), settings.batch.keep_reports):
+            fs.delete(f"{HDFS_DIR}/{name}")
     return paths
+
+
+def _beyond(names: list[str], keep: int) -> list[str]:
+    """The files (names) of the reports older than the newest `keep` (ids sort by creation)."""
+    ids = sorted({name.rsplit(".", 1)[0] for name in names if name.endswith((".json", ".html"))}, reverse=True)
+    old = {rid for rid in ids[keep:] if _ID.fullmatch(rid)}
+    return [name for name in names if name.rsplit(".", 1)[0] in old]
+
+
+def _prune_local(folder: Path, keep: int) -> None:
+    """Drop the reports beyond the newest `keep`, and temporary files a killed build left."""
+    now = time.time()
+    for path in folder.iterdir():
+        try:
+            if path.name.startswith(".") and path.name.endswith(".tmp") and now - path.stat().st_mtime > STRAY_AFTER_S:
+                path.unlink()
+        except OSError:
+            continue
+    for name in _beyond([p.name for p in folder.iterdir() if not p.name.startswith(".")], keep):
+        (folder / name).unlink(missing_ok=True)
 
 
 def _report_files(settings: Settings) -> list[Path]:
@@ -132,8 +160,15 @@ def _path(settings: Settings, report_id: str, suffix: str) -> Path:
 
 
 def read_report(settings: Settings, report_id: str) -> dict:
-    """A stored report's document. Raises InvalidReportId, ReportNotFound."""
-    return json.loads(_path(settings, report_id, ".json").read_text())
+    """A stored report's document. Raises InvalidReportId, ReportNotFound (also for a damaged file)."""
+    path = _path(settings, report_id, ".json")
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, RecursionError) as exc:
+        raise ReportNotFound(f"report {report_id!r} cannot be read ({type(exc).__name__})") from None
+    if not isinstance(doc, dict):
+        raise ReportNotFound(f"report {report_id!r} cannot be read (not a report document)")
+    return doc
 
 
 def read_report_html(settings: Settings, report_id: str) -> str:

@@ -30,6 +30,12 @@ class MemoryHdfs:
     def write(self, path: str, data: bytes, overwrite: bool = True) -> None:
         self.files[path] = data
 
+    def list(self, path: str) -> list[str]:
+        return sorted(name.rsplit("/", 1)[1] for name in self.files if name.rsplit("/", 1)[0] == path)
+
+    def delete(self, path: str, recursive: bool = False) -> bool:
+        return self.files.pop(path, None) is not None
+
 
 @pytest.fixture
 def local(settings, tmp_path, monkeypatch):
@@ -107,3 +113,65 @@ def test_the_api_serves_what_storage_holds(local):
         assert client.get("/api/v1/reports/20260101T100000Z-none/html").status_code == 404
         assert client.get("/api/v1/reports/bad id").status_code == 422
         assert client.get("/api/v1/reports/bad%20id/html").status_code == 422
+
+
+def test_only_the_newest_reports_are_kept_here_and_on_hdfs(local):
+    """Every batch run stores a report of megabytes; without retention they filled the disk, and
+    the list (asked without a token) went through them all."""
+    kept = local.model_copy(update={"batch": local.batch.model_copy(update={"keep_reports": 3})})
+    folder = storage.reports_dir(kept)
+    folder.mkdir(parents=True)
+    stray = folder / ".20260101T000000Z-v0.json.123.tmp"  # left by a build killed long ago
+    stray.write_text("{")
+    import os
+
+    os.utime(stray, (0, 0))
+    ids = [f"20260101T1{i}0000Z-v{i}" for i in range(5)]
+    for rid in ids:
+        storage.store_report(kept, doc(rid), f"<p>{rid}</p>")
+    assert [r.id for r in storage.list_reports(kept)] == ids[:1:-1]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        f"{rid}{x}" for rid in ids[2:] for x in (".json", ".html")
+    )
+    assert sorted(MemoryHdfs.files) == sorted(
+        f"{storage.HDFS_DIR}/{rid}{x}" for rid in ids[2:] for x in (".json", ".html")
+    )
+
+
+def test_the_page_is_in_place_before_the_report_is_listed(local, monkeypatch):
+    """The list reads the JSON files: a build killed between the two left a listed report whose page
+    was missing."""
+    from pathlib import Path
+
+    moved: list[str] = []
+    replace = Path.replace
+
+    def recorded(self, target):
+        moved.append(Path(target).suffix)
+        return replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", recorded)
+    storage.store_report(local, doc("20260101T100000Z-v1"), "<p>page</p>")
+    assert moved == [".html", ".json"]
+    assert [name.rsplit(".", 1)[1] for name in MemoryHdfs.files] == ["html", "json"]
+
+
+def test_two_builds_of_one_id_at_once_leave_one_whole_report(local):
+    from concurrent.futures import ThreadPoolExecutor
+
+    rid = "20260101T100000Z-v1"
+    big = {f"k{i}": "x" * 1000 for i in range(300)}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: storage.store_report(local, doc(rid, n=n, **big), f"<p>{n}</p>" * 10_000), range(16)))
+    report = storage.read_report(local, rid)
+    assert report["k299"] == "x" * 1000
+    assert not list(storage.reports_dir(local).glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("content", ["{not json", "[" * 100_000, ""])
+def test_a_damaged_report_is_not_found_with_its_reason(local, content):
+    folder = storage.reports_dir(local)
+    folder.mkdir(parents=True)
+    (folder / "20260101T100000Z-v1.json").write_text(content)
+    with pytest.raises(storage.ReportNotFound, match="cannot be read"):
+        storage.read_report(local, "20260101T100000Z-v1")
