@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -68,6 +69,27 @@ def window_for_version(settings: Settings, version: int | None = None) -> Window
     return Window(int(previous), int(run["cutoff_ms"]), version, run.get("run_id") or f"v{version}")
 
 
+def cleaned_below_s(runs: Mapping[int, Mapping]) -> dict[str, int]:
+    """Per view, the ingest time (s) below which the realtime clean-up deleted its rows (recorded on
+    the run that served when it began: lambdactl.batch.cmd_clean_realtime)."""
+    below: dict[str, int] = {}
+    for run in runs.values():
+        for view, cutoff_s in (run.get("realtime_cleaned_s") or {}).items():
+            below[str(view)] = max(below.get(str(view), 0), int(cutoff_s))
+    return below
+
+
+def check_not_cleaned(views: list[View], cleaned_s: Mapping[str, int], end_ms: int) -> None:
+    """Refuse a window whose realtime rows the clean-up deleted for every view: nothing is left to
+    compare (a window it deleted in part is compared where rows are left: match_cells)."""
+    if views and all(cleaned_s.get(v.name, 0) * 1000 >= end_ms for v in views):
+        raise NoWindow(
+            f"the realtime rows of the window ending {iso_ms(end_ms)} were deleted by the realtime clean-up "
+            f"(below {iso_ms(min(cleaned_s[v.name] for v in views) * 1000)}): a report compares them with the "
+            "batch, so it is made before the clean-up, as the DAG's report task is (`lambdactl report` lists them)"
+        )
+
+
 @dataclass
 class Comparison:
     """Both sides of a window, matched cell by cell (what `assemble` makes a report of)."""
@@ -76,7 +98,7 @@ class Comparison:
     end_ms: int
     views: list[View]
     cells: dict[str, list[Cell]]  # per view, attributed
-    skipped: dict[str, int]  # {"expired_ingest_buckets": n}
+    skipped: dict[str, int]  # {"expired_ingest_buckets": n, "cleaned_ingest_buckets": n}
     realtime: RealtimeSnapshot
     inputs: dict[str, Any]  # figures about the master records of the window (read.batch_cells)
     speed: dict[str, Any]  # the wait for the speed layer, or when the given snapshot was read
@@ -114,7 +136,12 @@ def compare_window(
     check_window(settings, start_ms, end_ms)
     began, started = datetime.now(UTC), time.monotonic()
     views = list(read_versions(settings).maintained)  # under their storage names (definitions.view_versions)
+    cleaned_s: dict[str, int] = {}
     if realtime is None:
+        from stores.registry import version_store
+
+        cleaned_s = cleaned_below_s(version_store(settings).runs())
+        check_not_cleaned(views, cleaned_s, end_ms)
         speed = wait_for_speed_layer(settings, end_ms, wait_for_speed_s)
         realtime = read_realtime(settings, start_ms, end_ms, views)
     elif realtime.start_ms > start_ms or (realtime.end_ms is not None and realtime.end_ms < end_ms):
@@ -123,7 +150,7 @@ def compare_window(
         speed = {"caught_up": None, "snapshot_read": iso_ms(realtime.read_ms)}
     exact, inputs = batch if batch is not None else batch_cells(settings, spark, views, start_ms, end_ms)
     ttl_floor_s = int(time.time()) - settings.realtime_ttl_s + TTL_MARGIN_S
-    cells, skipped = match_cells(views, realtime.cells, exact, start_ms, end_ms, ttl_floor_s)
+    cells, skipped = match_cells(views, realtime.cells, exact, start_ms, end_ms, ttl_floor_s, cleaned_s)
     return Comparison(
         start_ms, end_ms, views, cells, skipped, realtime, inputs, speed, began, time.monotonic() - started
     )
@@ -175,6 +202,7 @@ def assemble(settings: Settings, comparison: Comparison, version: int | None, ru
             "realtime_read": iso_ms(c.realtime.read_ms),
             "realtime_unreadable": [u.describe() for u in c.realtime.unreadable],
             "skipped_expired_ingest_buckets": c.skipped["expired_ingest_buckets"],
+            "skipped_cleaned_ingest_buckets": c.skipped.get("cleaned_ingest_buckets", 0),
         },
         "views": details,
         "seconds": round(c.seconds + time.monotonic() - started, 1),

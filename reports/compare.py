@@ -30,12 +30,15 @@ def match_cells(
     start_ms: int,
     end_ms: int,
     ttl_floor_s: int,
+    cleaned_s: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, list[Cell]], dict[str, int]]:
     """The cells of both sides in the window's ingest buckets, matched and attributed, per view;
-    and how many ingest buckets older than `ttl_floor_s` (the realtime rows' TTL) were left out."""
+    and how many ingest buckets older than `ttl_floor_s` (the realtime rows' TTL), and of a view
+    below `cleaned_s[view]` (where the realtime clean-up deleted its rows), were left out."""
     by_name = {v.name: v for v in views}
     lo, hi = start_ms // 1000, end_ms // 1000
     expired_ingest_buckets: set[int] = set()
+    cleaned_ingest_buckets: set[tuple[str, int]] = set()
     out: dict[str, list[Cell]] = {name: [] for name in by_name}
     for cell_id in sorted(set(batch) | set(realtime)):
         name, granularity, key, event_bucket, ingest_bucket = cell_id
@@ -45,6 +48,9 @@ def match_cells(
         if ingest_bucket < ttl_floor_s:
             expired_ingest_buckets.add(ingest_bucket)
             continue
+        if cleaned_s and ingest_bucket < cleaned_s.get(name, 0):
+            cleaned_ingest_buckets.add((name, ingest_bucket))
+            continue
         b = batch.get(cell_id, BatchCell())
         present = cell_id in realtime
         if not present and b.first_records + b.recounts == 0:
@@ -52,7 +58,10 @@ def match_cells(
         cell = Cell(name, granularity, key, event_bucket, ingest_bucket, realtime.get(cell_id, 0.0), present, b)
         attribute(view, cell)
         out[name].append(cell)
-    return out, {"expired_ingest_buckets": len(expired_ingest_buckets)}
+    return out, {
+        "expired_ingest_buckets": len(expired_ingest_buckets),
+        "cleaned_ingest_buckets": len(cleaned_ingest_buckets),
+    }
 
 
 # --- figures --------------------------------------------------------------------------------------

@@ -142,6 +142,10 @@ def _inputs(report: dict) -> list[tuple[str, str]]:
         ("realtime rows read", num(inputs.get("realtime_rows_read"))),
         ("speed layer past the cutoff", caught_text),
         ("ingest buckets past the realtime TTL (skipped)", num(inputs.get("skipped_expired_ingest_buckets"))),
+        (
+            "ingest buckets of a view the realtime clean-up deleted (skipped)",
+            num(inputs.get("skipped_cleaned_ingest_buckets", 0)),
+        ),
     ]
 
 

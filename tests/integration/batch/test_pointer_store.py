@@ -418,3 +418,34 @@ def test_a_table_another_swap_dropped_first_does_not_fail_this_swap(own, monkeyp
     assert table_name(a, runs[1]) not in tables(settings)
     assert table_name(b, runs[1]) not in tables(settings), "the other table it planned to drop went too"
     assert store.runs()[runs[1]]["state"] == "dropped"
+
+
+def test_the_realtime_clean_up_is_recorded_for_the_reports(own):
+    """A report compares the window's realtime rows with the batch; once the clean-up deleted them,
+    every batch cell read as counted by one layer only: a false alarm, reported as not ok. The
+    clean-up records below what it deletes, per view, so a report leaves those cells out."""
+    import argparse
+
+    from definitions.views import View
+    from lambdactl.batch import cmd_clean_realtime
+    from reports.build import NoWindow, check_not_cleaned, cleaned_below_s, window_for_version
+
+    settings, (a, b, _) = own
+    settings = settings.model_copy(update={"batch": settings.batch.model_copy(update={"cleanup_settle_s": 0})})
+    store = VersionStore(settings)
+    first = written(settings, [a, b], T0, full=True)
+    swap_version(settings, first)
+    second = written(settings, [a], T0 + STEP)
+    swap_version(settings, second)
+    assert cleaned_below_s(store.runs()) == {}
+    assert cmd_clean_realtime(settings, argparse.Namespace(json=False)) == 0
+    assert cleaned_below_s(store.runs()) == {a: (T0 + STEP) // 1000, b: T0 // 1000}
+    window = window_for_version(settings, second)  # [T0, T0 + STEP): a's rows there are gone, b's kept
+    views = [View(n, keys=("url",), aggregation="count") for n in (a, b)]
+    check_not_cleaned(views, cleaned_below_s(store.runs()), window.end_ms)
+    with pytest.raises(NoWindow, match="deleted by the realtime clean-up"):
+        check_not_cleaned(views[:1], cleaned_below_s(store.runs()), window.end_ms)
+    third = written(settings, [a, b], T0 + 3 * STEP, full=True)
+    swap_version(settings, third)
+    assert cmd_clean_realtime(settings, argparse.Namespace(json=False)) == 0
+    assert cleaned_below_s(store.runs()) == dict.fromkeys([a, b], (T0 + 3 * STEP) // 1000), "the highest per view"

@@ -41,12 +41,33 @@ def test_cells_are_matched_within_the_window_and_above_the_ttl_floor():
     }
     realtime = {inside: 5.0, speed_only: 2.0, other_granularity: 1.0}
     cells, skipped = match_cells([PAGE_VIEWS], realtime, batch, *window(), ttl_floor_s=T0 + 1)
-    assert skipped == {"expired_ingest_buckets": 1}
+    assert skipped == {"expired_ingest_buckets": 1, "cleaned_ingest_buckets": 0}
     got = {(c.key, c.ingest_bucket): c for c in cells["page_views"]}
     assert set(got) == {('["/a"]', T0 + MINUTE), ('["/c"]', T0 + 2 * MINUTE)}
     a, c = got[('["/a"]', T0 + MINUTE)], got[('["/c"]', T0 + 2 * MINUTE)]
     assert a.diff == 0 and a.parts == {} and a.speed_present and a.batch_present
     assert c.diff == 2 and c.parts == {"accepted_by_one_layer": 2} and not c.batch_present
+
+
+def test_cells_of_a_view_the_realtime_clean_up_deleted_are_left_out_not_blamed():
+    """After the clean-up deleted a view's rows below its cutoff, its batch cells there had no speed
+    side: each read as counted by one layer only, and the report was not ok."""
+    from definitions.views import TOP_PAGES
+    from reports.build import NoWindow, check_not_cleaned
+
+    cleaned = cell_id("page_views", "minute", ["/a"], T0 + MINUTE)
+    kept = cell_id("page_views", "minute", ["/a"], T0 + 5 * MINUTE)
+    other = cell_id("top_pages", "minute", ["/a"], T0 + MINUTE)
+    batch = {cleaned: BatchCell(5, 5, 5), kept: BatchCell(2, 2, 2), other: BatchCell(1, 1, 1)}
+    cleaned_s = {"page_views": T0 + 5 * MINUTE, "top_pages": T0}
+    cells, skipped = match_cells([PAGE_VIEWS, TOP_PAGES], {kept: 2.0, other: 1.0}, batch, *window(), 0, cleaned_s)
+    assert skipped["cleaned_ingest_buckets"] == 1
+    assert [(c.ingest_bucket, c.diff) for c in cells["page_views"]] == [(T0 + 5 * MINUTE, 0)]
+    assert [(c.ingest_bucket, c.diff) for c in cells["top_pages"]] == [(T0 + MINUTE, 0)]
+    start_ms, end_ms = window()
+    check_not_cleaned([PAGE_VIEWS, TOP_PAGES], cleaned_s, end_ms)  # top_pages' rows are all there
+    with pytest.raises(NoWindow, match="deleted by the realtime clean-up"):
+        check_not_cleaned([PAGE_VIEWS, TOP_PAGES], dict.fromkeys(["page_views", "top_pages"], end_ms // 1000), end_ms)
 
 
 def test_figures_of_a_view_count_exact_cells_drift_and_causes():
