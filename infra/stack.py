@@ -24,6 +24,7 @@ from infra.java import JavaRuntime, find_java
 from infra.process import STATE_TAG, ProcessSupervisor, port_owner
 from infra.restarts import Budget
 from infra.spark_services import cluster_services
+from infra.state_lock import stack_lock
 from infra.supervision import NAME as SUPERVISOR
 from infra.supervision import Program, StackProcesses
 from stores.restarts import read_status, restart_report, summary
@@ -69,12 +70,16 @@ class Stack:
         """Start what is not running, wait until every service is healthy; what each did.
 
         The stores come up first; on the whole stack they are then bootstrapped (topics, tables,
-        keyspace) before the platform's own processes start.
+        keyspace) before the platform's own processes start. One `up` or `down` at a time.
         """
+        say = on_progress or (lambda msg: log.info("%s", msg))
+        with stack_lock(self.settings.state_dir, say):
+            return self._up(say)
+
+    def _up(self, say: Callable[[str], None]) -> dict[str, str]:
         from definitions.settings import default_secrets
         from definitions.settings_store import persist
 
-        say = on_progress or (lambda msg: log.info("%s", msg))
         insecure = default_secrets(self.settings) if self.settings.environment != "development" else []
         if insecure and any(s.name in ("api", "airflow") for s in self.services):
             raise StackError(
@@ -326,6 +331,10 @@ class Stack:
 
     def down(self, on_progress: Callable[[str], None] | None = None) -> dict[str, str]:
         say = on_progress or (lambda msg: log.info("%s", msg))
+        with stack_lock(self.settings.state_dir, say):
+            return self._down(say)
+
+    def _down(self, say: Callable[[str], None]) -> dict[str, str]:
         timeout = self.settings.stack.stop_timeout_s
         outcome = {}
         # The platform's processes first (the supervisor must not restart them while the stores go).

@@ -1,0 +1,27 @@
+"""One `lambdactl up` or `down` at a time per state directory.
+
+Two at once each launched the stores (both saw none running, and both passed the port checks as
+nothing was bound yet); the second pid file hid the first process. A second one now waits for the
+first, saying so, and then finds what the first did."""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def stack_lock(state_dir: Path, say: Callable[[str], None] = lambda _: None) -> Iterator[None]:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / "stack.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another lambdactl up or down on {state_dir} to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
