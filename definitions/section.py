@@ -1,5 +1,5 @@
 """The base of every settings section: unknown keys are refused, values never change after loading.
-With the types settings share: a TCP port, and the port of a `host:port` entry."""
+With the types settings share: a TCP port, a host, and the port of a `host:port` entry."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ class Section(BaseModel):
 
 
 Port = Annotated[int, Field(ge=1, le=65_535)]
+# A host name or an IP address (v6 in brackets or bare): nothing that could end a line of the
+# configuration files it is written into, nor a URL it is put in.
+Host = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:%\[\]-]{1,253}$")]
 
 
 def is_port(text: str) -> bool:

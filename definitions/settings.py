@@ -24,7 +24,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from definitions.section import Port
+from definitions.section import Host, Port
 from definitions.section import Section as _Section
 from definitions.stack_settings import AIRFLOW_COMPANIONS, LoggingSettings, StackSettings
 from definitions.store_connections import LOCAL_HOST, CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
@@ -49,7 +49,7 @@ class SparkClusterSettings(_Section):
     reports) runs as an application of this cluster, its work in the workers' executors."""
 
     workers: int = Field(0, ge=0, le=4)
-    host: str = LOCAL_HOST
+    host: Host = LOCAL_HOST
     port: Port = 7077
     ui_port: Port = 8090  # the master's web UI and JSON (/json/); workers use the ports after it
     # Task slots and memory each worker offers. Slots may exceed the machine's cores: the archiver and
@@ -243,7 +243,7 @@ class EventLimits(_Section):
 
 
 class ApiSettings(_Section):
-    host: str = LOCAL_HOST
+    host: Host = LOCAL_HOST
     port: Port = 8000
     # Bearer token for POST /api/v1/events and admin routes. The service refuses to start with
     # the default outside development.
@@ -298,7 +298,7 @@ class ApiSettings(_Section):
 class AirflowSettings(_Section):
     """Airflow 3, in its own virtualenv, scheduling and triggering the batch recomputation."""
 
-    host: str = LOCAL_HOST
+    host: Host = LOCAL_HOST
     port: Port = 8080
     venv: Path = REPO_ROOT / ".venv-airflow"
     # AIRFLOW_HOME; empty: a directory in the state dir.
@@ -339,6 +339,15 @@ class Settings(BaseSettings):
     state_dir: Path = REPO_ROOT / ".lambda" / "state"
     # Where `make setup` puts the jars resolved by infra/maven.
     jars_dir: Path = REPO_ROOT / ".lambda" / "jars"
+
+    @field_validator("state_dir", "jars_dir")
+    @classmethod
+    def _no_control_characters(cls, path: Path) -> Path:
+        """The paths are written into the stores' configuration files: a line break would add lines."""
+        if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
+            raise ValueError("must not contain a line break or another control character")
+        return path
+
     ingest_bucket_s: int = Field(3600, ge=1)
 
     kafka: KafkaSettings = KafkaSettings()

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from definitions.section import Port, is_port
+from definitions.section import Host, Port, is_port
 from definitions.section import Section as _Section
 
 LOCAL_HOST = "127.0.0.1"
@@ -16,7 +16,7 @@ DC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class KafkaSettings(_Section):
-    host: str = LOCAL_HOST
+    host: Host = LOCAL_HOST
     port: Port = 9092
     # The brokers of a cluster ("host:port" each); empty: host:port above (the local broker).
     bootstrap_servers: list[str] = []
@@ -75,7 +75,7 @@ class KafkaSettings(_Section):
 
 
 class HdfsSettings(_Section):
-    host: str = LOCAL_HOST
+    host: Host = LOCAL_HOST
     port: Port = 9000
     # An HA name service: paths become hdfs://<name_service>/… (its namenodes are Hadoop settings,
     # passed through spark.conf as spark.hadoop.dfs.*); empty: hdfs://host:port.
@@ -114,7 +114,7 @@ class HdfsSettings(_Section):
 
 
 class HBaseSettings(_Section):
-    host: str = LOCAL_HOST
+    host: Host = LOCAL_HOST
     thrift_port: Port = 9090
     # Thrift servers tried in turn ("host" or "host:port"): a new connection goes to the first that
     # answers; empty: host:thrift_port.
@@ -151,7 +151,7 @@ class HBaseSettings(_Section):
 
 
 class CassandraSettings(_Section):
-    hosts: list[str] = [LOCAL_HOST]
+    hosts: list[Host] = [LOCAL_HOST]
     port: Port = 9042
     storage_port: Port = 7000
     keyspace: str = "lambda"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
+from xml.sax.saxutils import escape as xml_escape
 
 from definitions.settings import Settings
 from infra.errors import StackError
@@ -159,7 +160,8 @@ def render_template(source: str, target: Path, private: bool = False, **values: 
     """Render a template into `target`; `private`: readable by the owner only (it holds a secret)."""
     from definitions.files import write_private
 
-    text = Template((TEMPLATES / source).read_text()).substitute({k: str(v) for k, v in values.items()})
+    escape = xml_escape if source.endswith(".xml") else str
+    text = Template((TEMPLATES / source).read_text()).substitute({k: escape(str(v)) for k, v in values.items()})
     target.parent.mkdir(parents=True, exist_ok=True)
     if private:
         write_private(target, text)

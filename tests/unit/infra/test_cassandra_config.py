@@ -27,3 +27,20 @@ def test_commitlog_mode_is_rendered(tmp_path, mode, lines):
 
 def test_batch_is_the_default():
     assert Settings().cassandra.commitlog_sync == "batch"
+
+
+def test_values_are_escaped_in_xml_and_a_line_break_is_refused(tmp_path):
+    """A state directory such as /home/R&D broke hdfs-site.xml (the namenode did not start); one
+    with a line break could add lines to a properties file."""
+    import xml.etree.ElementTree as ET
+
+    from infra.service_base import render_template
+
+    target = tmp_path / "hdfs-site.xml"
+    odd = tmp_path / "R&D"
+    ports = dict(http_port=1, datanode_port=2, datanode_http_port=3, datanode_ipc_port=4)
+    render_template("hadoop/hdfs-site.xml", target, name_dir=odd / "n", data_dir=odd / "d", host="127.0.0.1", **ports)
+    values = [p.findtext("value") for p in ET.parse(target).getroot()]
+    assert f"file://{odd / 'n'}" in values
+    with pytest.raises(ValueError, match="state_dir"):
+        Settings(state_dir=tmp_path / "x\nlog4j.rootLogger=OFF")

@@ -172,3 +172,21 @@ def test_a_refused_secret_is_not_repeated_in_the_error(token, monkeypatch):
     with pytest.raises(pydantic.ValidationError) as refused:
         Settings()
     assert "secret-looking-port-value" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "section, values",
+    [
+        ("kafka", {"host": "127.0.0.1\nauto.create.topics.enable=true"}),
+        ("hdfs", {"host": "namenode</value></property><property>"}),
+        ("cassandra", {"hosts": ["10.0.0.1", "db; rm -rf /"]}),
+        ("api", {"host": "0.0.0.0 "}),
+        ("hbase", {"host": ""}),
+    ],
+)
+def test_a_host_that_is_no_host_is_refused_naming_the_setting(section, values):
+    """Hosts are written into the stores' configuration files and URLs: a line break added
+    arbitrary properties to Kafka's server.properties."""
+    with pytest.raises(pydantic.ValidationError, match="host"):
+        Settings(_env_file=None, **{section: values})
+    assert Settings(_env_file=None, kafka={"host": "kafka-1.example.org"}, cassandra={"hosts": ["::1", "[fe80::1]"]})
