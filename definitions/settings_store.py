@@ -84,6 +84,7 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 def read_persisted(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
+    _check_owned(path)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8 or JSON, nested too deep
@@ -93,6 +94,25 @@ def read_persisted(path: Path) -> dict[str, Any] | None:
     if not isinstance(doc, dict):
         raise SettingsConflict(f"the persisted settings {path} do not hold a JSON object; fix or remove the file")
     return doc
+
+
+def _check_owned(path: Path) -> None:
+    """The persisted settings name the modules every process imports (views.modules) and the Java it
+    runs: a file another user can change, or another user's, is refused, naming what is wrong."""
+    import os
+    import stat
+
+    for item in (path, path.parent):
+        mode = item.stat()
+        if mode.st_uid != os.getuid():
+            raise SettingsConflict(
+                f"{item} belongs to another user (uid {mode.st_uid}): the settings are not read from it"
+            )
+        if mode.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise SettingsConflict(
+                f"{item} can be changed by other users (mode {stat.filemode(mode.st_mode)}): "
+                f"the settings are not read from it; `chmod go-w {item}`"
+            )
 
 
 def conflicts(persisted: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:

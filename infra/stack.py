@@ -88,7 +88,7 @@ class Stack:
                 "still hold the development defaults: set them to secrets, or set "
                 "LAMBDA_ENVIRONMENT=development on a development machine",
             )
-        self.settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}
         stores = [s for s in self.services if s.phase == 0]

@@ -119,6 +119,19 @@ def test_a_broken_persisted_file_is_a_clear_error(tmp_path):
         load()
 
 
+@pytest.mark.parametrize("which", ["file", "directory"])
+def test_persisted_settings_others_can_change_are_not_read(which):
+    """They name the modules every process imports (views.modules): whoever can write them runs code."""
+    persist(Settings())
+    path = persisted_path(Settings())
+    target = path if which == "file" else path.parent
+    target.chmod(target.stat().st_mode | stat.S_IWOTH)
+    with pytest.raises(SettingsConflict, match=f"{target} can be changed by other users .*chmod go-w"):
+        load()
+    target.chmod(target.stat().st_mode & ~stat.S_IWOTH)
+    assert load() == Settings()
+
+
 def test_a_store_that_does_not_answer_is_one_clear_line_not_a_traceback(monkeypatch, tmp_path, caplog):
     import socket
 
