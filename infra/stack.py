@@ -434,12 +434,17 @@ class Stack:
                 "not running: nothing restarts a platform process that exits (run `lambdactl up`)",
             )
         answers = self.supervisord.answering()
+        listener = self.supervisord.listener_state() if answers else "UNKNOWN"
         detail = (
-            f"supervisord restarts the platform's processes, {budget.describe()}, backoff "
+            "supervisord does not answer"
+            if not answers
+            else f"supervisord runs, but its restart listener is {listener}: nothing restarts a platform process "
+            "that exits (see logs/restarts.log; `lambdactl up` starts it again)"
+            if listener not in ("RUNNING", "STARTING")
+            else f"supervisord restarts the platform's processes, {budget.describe()}, backoff "
             f"{budget.backoff_s:.0f}s doubling to {budget.backoff_max_s:.0f}s"
-            if answers
-            else "supervisord does not answer"
         )
+        answers = answers and listener in ("RUNNING", "STARTING")
         try:
             rss = proc.memory_info().rss / 2**20
         except psutil.Error:

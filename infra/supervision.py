@@ -352,6 +352,13 @@ class Supervisord:
         for name in (*changed, *added):
             rpc.addProcessGroup(name)
 
+    def listener_state(self) -> str:
+        """supervisord's state of the restart listener (RUNNING, FATAL …); "UNKNOWN" when it cannot tell."""
+        try:
+            return str(self.rpc().getProcessInfo(LISTENER)["statename"])
+        except (OSError, xmlrpc.client.Error):
+            return "UNKNOWN"
+
     def _ensure_listener(self) -> None:
         rpc = self.rpc()
         if rpc.getProcessInfo(LISTENER)["statename"] not in ("RUNNING", "STARTING", "BACKOFF"):

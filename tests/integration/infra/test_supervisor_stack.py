@@ -184,3 +184,21 @@ def test_up_with_a_setting_that_changes_a_program_restarts_it_and_waits_for_it(i
     assert row["healthy"] and row["pid"] not in (None, before), row
     conf = (isolated.state_dir / "supervisor" / "supervisord.conf").read_text()
     assert f"stdout_logfile_maxbytes={3 * 2**20}" in conf
+
+
+def test_status_shows_a_restart_listener_that_stopped_and_up_brings_it_back(isolated):
+    """supervisord gives its restart listener up after its own retries; nothing then restarts a
+    platform process that exits, and the status said the supervisor restarts them."""
+    from infra.process import ProcessSupervisor
+    from infra.supervision import LISTENER, Supervisord
+
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert isolated.status()["supervisor"]["healthy"]
+    settings = isolated.settings()
+    Supervisord(settings, ProcessSupervisor(settings.state_dir)).rpc().stopProcess(LISTENER, True)
+    row = isolated.status()["supervisor"]
+    assert row["healthy"] is False and "restart listener is STOPPED" in row["detail"], row
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert isolated.status()["supervisor"]["healthy"]
