@@ -27,6 +27,7 @@ from lambdactl.output import _emit, _say
 log = logging.getLogger("lambdactl")
 
 SPEED_LAYER = "speed-layer"
+API_ANSWER_S = 60.0  # the API reloads the view modules and reads the stores before it answers
 
 
 def _states(settings: Settings, registry) -> list:
@@ -225,7 +226,17 @@ def _ask_api(settings: Settings, what: str, doing: str, refused_is_fatal: bool =
     url = f"http://{settings.api.host}:{settings.api.port}/api/v1/admin/views/{what}"
     token = settings.api.token.get_secret_value()
     try:
-        answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=API_ANSWER_S)
+    except httpx.TimeoutException as exc:  # it runs, and is stuck (a view module whose import hangs, say)
+        stuck = (
+            f"the API took the request to {doing} and did not answer within {API_ANSWER_S:g}s "
+            f"({type(exc).__name__}): restart it (end its process, `lambdactl status` shows it; the supervisor "
+            "starts it again) and run this again"
+        )
+        if refused_is_fatal:
+            raise SystemExit(stuck) from None
+        _say(stuck)
+        return None
     except httpx.HTTPError as exc:
         _say(f"the API did not answer ({type(exc).__name__}): it reads the declared views when it starts")
         return None

@@ -68,3 +68,25 @@ def test_a_pointer_that_keeps_moving_stops_the_command_naming_what_to_do():
 
     with pytest.raises(SystemExit, match="pointer kept moving: run the clean-up again"):
         move_pointer(_MovingStore(moves=99), lambda p: p + 1, "run the clean-up again")
+
+
+def test_an_api_that_takes_the_request_and_never_answers_stops_the_apply(monkeypatch):
+    """A view module whose reload hangs inside the API: the apply took the timeout for an API not
+    running and went on to switch and retire, the API never having served the new views."""
+    import socket
+
+    from lambdactl import views
+
+    with socket.socket() as stuck:  # connections are accepted by the kernel; nothing ever answers
+        stuck.bind(("127.0.0.1", 0))
+        stuck.listen(8)
+        port = stuck.getsockname()[1]
+        settings = Settings(api={"port": port})
+        monkeypatch.setattr(views, "API_ANSWER_S", 0.5)
+        with pytest.raises(SystemExit, match="did not answer within 0.5s .*restart it"):
+            views._ask_api(settings, "reload", "serve the declared views")
+        assert views._ask_api(settings, "refresh", "read the replay marks again", refused_is_fatal=False) is None
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        closed = free.getsockname()[1]
+    assert views._ask_api(Settings(api={"port": closed}), "reload", "serve the declared views") is None, "not running"
