@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 
 import psutil
 
+from batch_layer.heartbeat import beat_every_s, heartbeat
 from batch_layer.tables import write_tables
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
@@ -221,10 +222,11 @@ def run_batch(
     )
     events = None
     try:
-        events = deduplicated_events(spark, settings, cutoff, selected).cache()
-        n_events = events.count()
-        log.info("%d distinct events ingested before the cutoff", n_events)
-        tables, splits = write_tables(settings, spark, version, selected, events, bulk)
+        with heartbeat(store, version, beat_every_s(settings.batch.retention_grace_s)):
+            events = deduplicated_events(spark, settings, cutoff, selected).cache()
+            n_events = events.count()
+            log.info("%d distinct events ingested before the cutoff", n_events)
+            tables, splits = write_tables(settings, spark, version, selected, events, bulk)
         run_stats = {
             "events": n_events,
             "tables": {k: vars(t) for k, t in tables.items()},

@@ -139,7 +139,8 @@ class BatchSettings(_Section):
     # just before a swap still reads the previous table (longer with api.pointer_cache_s).
     keep_versions: int = Field(3, ge=2)
     # Retention leaves the tables of a run in flight (writing, or verified and not swapped yet)
-    # alone for this long after it started; a killed run's tables go at the first swap after it.
+    # alone for this long after it started, verified or last beat (a writing run records a heartbeat
+    # at least every minute); a killed run's tables go at the first swap after it.
     retention_grace_s: int = Field(3_600, ge=0)
     put_batch_size: int = Field(2_000, ge=1)
     # Verification scans a written table back in this many row ranges at once (one Thrift

@@ -434,14 +434,14 @@ def retention_plan(
     wrote) except
     - every table the pointer names (any view's entry),
     - the tables of runs in flight: "writing" with its process running (`may_run` True: asked on this
-      host), or "writing" with a process that cannot be asked (None: another host) started within
-      `grace_ms`, or "verified" and not yet swapped, verified within `grace_ms`,
+      host), or "writing" with a process that cannot be asked (None: another host) started or beating
+      (batch_layer.heartbeat) within `grace_ms`, or "verified" and not yet swapped, verified within `grace_ms`,
     - per view the pointer names, its `keep` newest versions that served (live or retired), the one
       serving included. A view it no longer names was retired (`lambdactl views apply`, or a full
       run after it was no longer declared nor maintained): none of its tables is kept."""
     protected = set(pointer.tables()) if pointer is not None else set()
     for version, run in runs.items():
-        since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0)
+        since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0, run.get("heartbeat_ms", 0) or 0)
         recent = now_ms - since < grace_ms
         state = run.get("state")
         running = may_run(run) if state == "writing" else False

@@ -297,3 +297,42 @@ def test_retention_keeps_a_long_run_whose_process_still_runs_here_past_the_grace
     tables = ["a_v1", "a_v2", "a_v3", "a_v4", "a_v5", "a_v6", "a_v7"]
     dropped = retention_plan(p, runs, tables, keep=1, now_ms=now, grace_ms=hour, may_run=lambda r: alive[r["pid"]])
     assert dropped == ["a_v3", "a_v4", "a_v7"]
+
+
+def test_a_run_of_another_host_that_still_beats_keeps_its_tables_past_the_grace_period():
+    """A DAG run in another container, writing for longer than batch.retention_grace_s: a swap on
+    this host dropped its tables, and hours of work failed at the verification."""
+    p = advance(None, version=1, run_id="r1", cutoff_ms=60_000, views=["a"], full=True, stats={}, now_ms=0)
+    hour = 3_600_000
+    now = 10 * hour
+    runs = {
+        1: {"state": "live", "views": ["a"], "started_ms": 0},
+        2: {"state": "writing", "views": ["a"], "started_ms": now - 3 * hour, "heartbeat_ms": now - 60_000},
+        3: {"state": "writing", "views": ["a"], "started_ms": now - 3 * hour, "heartbeat_ms": now - 2 * hour},
+    }
+    dropped = retention_plan(p, runs, ["a_v1", "a_v2", "a_v3"], 1, now, grace_ms=hour, may_run=lambda r: None)
+    assert dropped == ["a_v3"], "the one whose beats stopped goes; the one beating stays"
+
+
+def test_a_run_beats_while_it_computes_and_stops_when_it_ends():
+    import threading
+
+    from batch_layer.heartbeat import heartbeat
+
+    class Runs:
+        def __init__(self) -> None:
+            self.beats: list[int] = []
+            self.third = threading.Event()
+
+        def record_run(self, version: int, **fields) -> None:
+            assert version == 7 and set(fields) == {"heartbeat_ms"}
+            self.beats.append(fields["heartbeat_ms"])
+            if len(self.beats) >= 3:
+                self.third.set()
+
+    store = Runs()
+    with heartbeat(store, 7, every_s=0.01):
+        assert store.third.wait(10), "no third beat"
+    after = len(store.beats)
+    assert not any(t.name == "run-heartbeat" for t in threading.enumerate()), "it stopped with the run"
+    assert len(store.beats) == after and store.beats == sorted(store.beats)
