@@ -288,12 +288,22 @@ def test_resume_refuses_while_the_replay_holding_the_claim_still_runs_on_this_ho
     import subprocess
     import sys
 
+    import psutil
+
     from lambdactl.replay import running_holder
     from stores.replays import ReplayMark
+    from tests.support.polling import wait_for
 
     here = socket.gethostname()
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "lambdactl", "replay"])
     try:
+        # Until the child has exec'd, its command line is this process's (a busy machine: a moment).
+        wait_for(
+            lambda: "replay" in psutil.Process(holder.pid).cmdline(),
+            "the child to run its command",
+            30,
+            interval_s=0.01,
+        )
         live = ReplayMark("page_views", 0, 1, "page_views~replay-1", host=here, pid=holder.pid)
         assert running_holder(live) == holder.pid
         assert ReplayMark.from_json("page_views", live.to_json()) == live, "the holder is written with the claim"
