@@ -279,14 +279,21 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
 
     switched = ReplayMark(claim.view, claim.from_ms, claim.started_ms, claim.shadow, split_ms)
     directory = marks_dir(settings)
+    refused = ReplayMarked(
+        f"the replay mark of {claim.view} is no longer this replay's (cancelled with `lambdactl replay "
+        f"--cancel`, or another replay claimed the view since): not switched; the rows it wrote "
+        f"({claim.shadow}) are read by no answer; the realtime clean-up after a later batch run deletes them"
+    )
+    overlay = _overlay_path(settings, claim.view, claim.started_ms)
     with WebHdfs(settings) as fs:
         if not _answers_for(fs, f"{directory}/{claim.view}.json", claim):
-            raise ReplayMarked(
-                f"the replay mark of {claim.view} is no longer this replay's (cancelled with `lambdactl replay "
-                f"--cancel`, or another replay claimed the view since): not switched; the rows it wrote "
-                f"({claim.shadow}) are read by no answer; the realtime clean-up after a later batch run deletes them"
-            )
-        fs.write(_overlay_path(settings, claim.view, claim.started_ms), switched.to_json(), overwrite=True)
+            raise refused
+        fs.write(overlay, switched.to_json(), overwrite=True)
+        # A `--cancel` may have released the claim between the check and the write (it deletes the
+        # rows once it has waited and seen no overlay): the overlay is taken back, the cancel wins.
+        if not _answers_for(fs, f"{directory}/{claim.view}.json", claim):
+            fs.delete(overlay)
+            raise refused
         for name, kind, length in fs.entries(directory):
             found = _mark_name(name)
             if not found or found["view"] != claim.view or not found["switched"]:

@@ -406,6 +406,26 @@ def test_a_cancelled_claim_is_released_only_while_it_is_still_its_views_claim_an
     assert files == {"page_views.json": later}
 
 
+def test_a_cancel_that_lands_between_the_switchs_check_and_its_overlay_withdraws_the_overlay(settings, monkeypatch):
+    """The replay switches on another host: it read its claim, then (a slow HDFS, a pause) `--cancel`
+    released the claim, waited, found no overlay and deleted the rows, and the overlay appeared after:
+    answers read the view's speed part from deleted rows, still said complete."""
+    from stores import replays, webhdfs
+
+    claim = replays.ReplayMark("page_views", 0, 50, "page_views~replay-50")
+    files = {"page_views.json": claim.to_json()}
+
+    class CancelledMeanwhile(WritableFs):
+        def write(self, path, data, overwrite=True):
+            self.files.pop("page_views.json", None)  # the cancel's release, just before the overlay lands
+            super().write(path, data, overwrite)
+
+    monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: CancelledMeanwhile(files))
+    with pytest.raises(replays.ReplayMarked, match="cancelled"):
+        replays.switch(settings, claim, 60_000)
+    assert files == {}, "the overlay it wrote is taken back: no answer reads the rows being deleted"
+
+
 @pytest.mark.parametrize(
     ("claim", "words"),
     [
