@@ -11,7 +11,7 @@ def write_private(path: Path, text: str) -> Path:
     """Write `text` to `path` atomically, readable by the owner only from the first byte on (the
     file may hold secrets): a fresh temporary file created with mode 0600, then renamed over `path`
     (a name of its own per writer: writers at once each replace it whole)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:

@@ -108,10 +108,10 @@ def _check_owned(path: Path) -> None:
             raise SettingsConflict(
                 f"{item} belongs to another user (uid {mode.st_uid}): the settings are not read from it"
             )
-        if mode.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if mode.st_mode & stat.S_IWOTH:  # group-writable is left to the group (umask 002: the user's own)
             raise SettingsConflict(
-                f"{item} can be changed by other users (mode {stat.filemode(mode.st_mode)}): "
-                f"the settings are not read from it; `chmod go-w {item}`"
+                f"{item} can be changed by every user (mode {stat.filemode(mode.st_mode)}): "
+                f"the settings are not read from it; `chmod o-w {item}`"
             )
 
 

@@ -7,6 +7,7 @@ first, saying so, and then finds what the first did."""
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,12 +16,17 @@ from pathlib import Path
 @contextmanager
 def stack_lock(state_dir: Path, say: Callable[[str], None] = lambda _: None) -> Iterator[None]:
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the settings in it are read by every process
-    with open(state_dir / "stack.lock", "a") as handle:
+    with open(state_dir / "stack.lock", "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            say(f"waiting for another lambdactl up or down on {state_dir} to finish")
+            handle.seek(0)
+            holder = handle.read().strip()[:20] or "?"
+            say(f"waiting for another lambdactl up or down on {state_dir} (pid {holder}) to finish")
             fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
         try:
             yield
         finally:

@@ -122,7 +122,11 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.spark import spark_session
 
     spark = spark_session(settings, "lambda-report", {"spark.driver.memory": settings.batch.driver_memory})
-    report, paths = produce(settings, spark, window)
+    try:
+        report, paths = produce(settings, spark, window)
+    except NoWindow as exc:  # the clean-up deleted the window's realtime rows
+        log.error("%s", exc)
+        return 2
     url = f"http://{settings.api.host}:{settings.api.port}/api/v1/reports/{report['id']}/html"
     _say(f"report {report['id']} for version {args.version}: {url} ({paths.get('json')})")
     if args.json:

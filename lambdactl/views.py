@@ -227,7 +227,10 @@ def _ask_api(settings: Settings, what: str, doing: str, refused_is_fatal: bool =
     token = settings.api.token.get_secret_value()
     try:
         answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=API_ANSWER_S)
-    except httpx.TimeoutException as exc:  # it runs, and is stuck (a view module whose import hangs, say)
+    except (
+        httpx.ReadTimeout,
+        httpx.WriteTimeout,
+    ) as exc:  # it took the request and is stuck (a view module whose import hangs)
         stuck = (
             f"the API took the request to {doing} and did not answer within {API_ANSWER_S:g}s "
             f"({type(exc).__name__}): restart it (end its process, `lambdactl status` shows it; the supervisor "

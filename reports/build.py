@@ -79,10 +79,11 @@ def cleaned_below_s(runs: Mapping[int, Mapping]) -> dict[str, int]:
     return below
 
 
-def check_not_cleaned(views: list[View], cleaned_s: Mapping[str, int], end_ms: int) -> None:
+def check_not_cleaned(views: list[View], cleaned_s: Mapping[str, int], start_ms: int, end_ms: int) -> None:
     """Refuse a window whose realtime rows the clean-up deleted for every view: nothing is left to
-    compare (a window it deleted in part is compared where rows are left: match_cells)."""
-    if views and all(cleaned_s.get(v.name, 0) * 1000 >= end_ms for v in views):
+    compare (a window it deleted in part is compared where rows are left: match_cells; an empty one,
+    a recomputation at the same cutoff, has nothing to compare either way)."""
+    if views and start_ms < end_ms and all(cleaned_s.get(v.name, 0) * 1000 >= end_ms for v in views):
         raise NoWindow(
             f"the realtime rows of the window ending {iso_ms(end_ms)} were deleted by the realtime clean-up "
             f"(below {iso_ms(min(cleaned_s[v.name] for v in views) * 1000)}): a report compares them with the "
@@ -141,7 +142,7 @@ def compare_window(
         from stores.registry import version_store
 
         cleaned_s = cleaned_below_s(version_store(settings).runs())
-        check_not_cleaned(views, cleaned_s, end_ms)
+        check_not_cleaned(views, cleaned_s, start_ms, end_ms)
         speed = wait_for_speed_layer(settings, end_ms, wait_for_speed_s)
         realtime = read_realtime(settings, start_ms, end_ms, views)
     elif realtime.start_ms > start_ms or (realtime.end_ms is not None and realtime.end_ms < end_ms):

@@ -126,10 +126,21 @@ def test_persisted_settings_others_can_change_are_not_read(which):
     path = persisted_path(Settings())
     target = path if which == "file" else path.parent
     target.chmod(target.stat().st_mode | stat.S_IWOTH)
-    with pytest.raises(SettingsConflict, match=f"{target} can be changed by other users .*chmod go-w"):
+    with pytest.raises(SettingsConflict, match=f"{target} can be changed by every user .*chmod o-w"):
         load()
-    target.chmod(target.stat().st_mode & ~stat.S_IWOTH)
+    target.chmod(target.stat().st_mode & ~stat.S_IWOTH | stat.S_IWGRP)  # umask 002: the user's own group
     assert load() == Settings()
+
+
+def test_settings_persisted_under_umask_002_are_read_back():
+    import os
+
+    old = os.umask(0o002)
+    try:
+        persist(Settings())
+        assert load() == Settings()
+    finally:
+        os.umask(old)
 
 
 def test_a_store_that_does_not_answer_is_one_clear_line_not_a_traceback(monkeypatch, tmp_path, caplog):

@@ -4,6 +4,7 @@ second pid file hid the first process, and the next `up` found the ports taken."
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -21,7 +22,7 @@ def test_a_second_up_waits_for_the_one_running(settings, tmp_path):
         deadline = time.monotonic() + 10
         while not any("waiting for" in m for m in said) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert any("another lambdactl up or down" in m for m in said), said
+        assert any(f"another lambdactl up or down on {ours.state_dir} (pid {os.getpid()})" in m for m in said), said
         assert not (ours.state_dir / "settings.json").exists(), "it waits before it changes anything"
     second.join(timeout=30)
     assert outcome == [{}]

@@ -65,9 +65,12 @@ def test_cells_of_a_view_the_realtime_clean_up_deleted_are_left_out_not_blamed()
     assert [(c.ingest_bucket, c.diff) for c in cells["page_views"]] == [(T0 + 5 * MINUTE, 0)]
     assert [(c.ingest_bucket, c.diff) for c in cells["top_pages"]] == [(T0 + MINUTE, 0)]
     start_ms, end_ms = window()
-    check_not_cleaned([PAGE_VIEWS, TOP_PAGES], cleaned_s, end_ms)  # top_pages' rows are all there
+    check_not_cleaned([PAGE_VIEWS, TOP_PAGES], cleaned_s, start_ms, end_ms)  # top_pages' rows are all there
+    everything = dict.fromkeys(["page_views", "top_pages"], end_ms // 1000)
     with pytest.raises(NoWindow, match="deleted by the realtime clean-up"):
-        check_not_cleaned([PAGE_VIEWS, TOP_PAGES], dict.fromkeys(["page_views", "top_pages"], end_ms // 1000), end_ms)
+        check_not_cleaned([PAGE_VIEWS, TOP_PAGES], everything, start_ms, end_ms)
+    # A full recomputation at the unchanged cutoff: an empty window, reported (empty) as before.
+    check_not_cleaned([PAGE_VIEWS, TOP_PAGES], everything, end_ms, end_ms)
 
 
 def test_figures_of_a_view_count_exact_cells_drift_and_causes():
