@@ -63,6 +63,10 @@ class View:
             raise ValueError(f"view {self.name}: a key column is named twice: {list(self.keys)}")
         if self.aggregation in ("sum", "distinct") and not self.column:
             raise ValueError(f"view {self.name}: {self.aggregation} needs a column")
+        if self.aggregation == "sum" and self.column and _FIELD_BY_NAME[self.column].kind != "int":
+            raise ValueError(
+                f"view {self.name}: sum needs a number column; {self.column} is a {_FIELD_BY_NAME[self.column].kind}"
+            )
         if self.layout == "by_bucket" and not self.additive:
             raise ValueError(f"view {self.name}: the by_bucket layout serves additive views only")
         if self.aggregation == "count" and self.column:

@@ -203,6 +203,11 @@ def test_declarations_are_checked():
         View("x", keys=("url",), aggregation="distinct", column="user_id", layout="by_bucket")
     with pytest.raises(ValueError, match="named twice"):
         View("x", keys=("url", "url"), aggregation="count")
+    # A sum of a text column failed on the first event whose value was no number (Spark's ANSI
+    # cast), in both layers, at every restart of the speed layer.
+    with pytest.raises(ValueError, match="sum needs a number column; country is a string"):
+        View("x", keys=("url",), aggregation="sum", column="country")
+    View("x", keys=("url",), aggregation="sum", column="schema_version")
     with pytest.raises(ValueError, match="declared twice"):
         Registry((PAGE_VIEWS, PAGE_VIEWS))
 
