@@ -14,6 +14,14 @@ for ever. Here:
   waiting behind the answer to an earlier request has its time from that answer's end, and any
   refusal is written after the earlier answers.
 
+And a request's body:
+
+- a body not complete BODY_TIMEOUT_S after its head is answered 408 (or, its answer begun, the
+  connection closed): one that stops arriving held the request, and the app reading it, for ever;
+- a request answered before its body arrived (the app did not read it, as GET routes do not) has its
+  connection closed after the answer: uvicorn arms its keep-alive timer at the answer, and the next
+  byte of the unread body cancelled it, so nothing closed the connection any more.
+
 Between requests of a kept-alive connection uvicorn's own keep-alive timeout applies.
 """
 
@@ -32,6 +40,8 @@ log = logging.getLogger("lambda.api")
 # at most one read (the event loop reads up to 256 KiB): bounded all the same.
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 10.0
+# The body of one request, from the end of its head: 4 MiB (api.max_body_bytes) at 1 Mbit/s is 34 s.
+BODY_TIMEOUT_S = 60.0
 
 REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
@@ -48,12 +58,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._bounded = self._in_head = True
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None  # decided while an earlier answer is written
         super().connection_made(transport)
         self._start_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._stop_body_timer()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -67,6 +79,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._bounded = self._in_head = False
         self._stop_head_timer()
         super().on_headers_complete()
+        self._stop_body_timer()
+        self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_timed_out)
 
     def on_chunk_header(self) -> None:
         # After the last chunk's size line come the trailers, if any: bounded like a head.
@@ -79,11 +93,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._bounded = False
+        self._stop_body_timer()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        unread = self.cycle is not None and self.cycle.more_body  # answered before its body came
         super().on_response_complete()
-        if self.transport.is_closing() or self._answering():
+        if self.transport.is_closing():
+            return
+        if unread:
+            self._stop_body_timer()
+            self.transport.close()
+            return
+        if self._answering():
             return
         if self._refusal is not None:
             self._refuse(*self._refusal)
@@ -126,6 +148,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
 
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if not self.transport.is_closing() and self.cycle is not None and self.cycle.more_body:
+            self._refuse_current(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s")
+
     def _head_timed_out(self) -> None:
         self._head_timer = None
         if self._in_head and not self.transport.is_closing():
@@ -144,6 +176,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse_current(self, status: int, detail: str) -> None:
         """Refuse the request being answered: `status` unless its answer has begun, then close."""
         self._stop_head_timer()
+        self._stop_body_timer()
         self._refusal = (status, detail)  # nothing more is read
         started = self.cycle is not None and self.cycle.response_started
         if self.cycle is not None:  # the app's receive() says the client left, its send() is dropped

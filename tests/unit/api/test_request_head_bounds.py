@@ -21,6 +21,10 @@ from api.http_protocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
 async def app(scope, receive, send):  # type: ignore[no-untyped-def]
     if scope["type"] != "http":
         return
+    if scope["path"] == "/unread":  # an answer that reads no body (as the API's GET routes), at once
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"unread"})
+        return
     if scope["path"] == "/slow":  # a slow answer that reads no body (as the API's GET routes)
         await asyncio.sleep(2 * http_protocol.HEAD_TIMEOUT_S)
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -40,6 +44,7 @@ async def app(scope, receive, send):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def server(monkeypatch) -> Iterator[tuple[str, int]]:
     monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(http_protocol, "BODY_TIMEOUT_S", 1.5)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, http=BoundedHttpToolsProtocol, loop="asyncio", log_config=None, access_log=False)
@@ -176,3 +181,30 @@ def test_a_refusal_behind_a_slow_answer_comes_after_it(server):
     response = exchange(server, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /" + b"a" * (2 * MAX_HEAD_BYTES), timeout=10)
     assert response.startswith(b"HTTP/1.1 200"), response[:200]
     assert b"HTTP/1.1 431" in response and response.index(b"slow") < response.index(b"HTTP/1.1 431")
+
+
+def test_a_connection_whose_answer_came_before_its_body_is_closed(server):
+    """A request declaring a body it never sends, answered without reading it: the keep-alive timer
+    was armed at the answer and cancelled by the next byte, and nothing ever closed the connection
+    (any client could hold as many as the worker has file descriptors)."""
+    began = time.monotonic()
+    response = exchange(
+        server, b"GET /unread HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n", b"a", pause=0.3
+    )
+    assert status_of(response) == 200 and b"unread" in response
+    assert time.monotonic() - began < 3, "closed once answered, not held"
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n",
+    ],
+)
+def test_a_body_that_stops_arriving_is_refused_with_408(server, head):
+    """A body read by the app that never ends held the request, and its worker's thread, for ever."""
+    began = time.monotonic()
+    response = exchange(server, head, timeout=10)
+    assert status_of(response) == 408 and b"request body did not arrive within" in response
+    assert time.monotonic() - began < 5
