@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -54,44 +55,50 @@ HEALTH_PERIOD_S = 2.0
 
 
 class _HealthCache:
+    """The last answer of an unauthenticated route that reads the stores, kept HEALTH_PERIOD_S: the
+    stores are read once per period however many ask, by one request at a time."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.answer: tuple[float, dict[str, Any]] | None = None
 
+    def get(self, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        kept = self.answer
+        if kept is not None and time.monotonic() - kept[0] < HEALTH_PERIOD_S:
+            return kept[1]
+        if kept is not None and not self.lock.acquire(blocking=False):
+            return kept[1]  # another request is reading: the last answer meanwhile, no thread held up
+        if kept is None:
+            self.lock.acquire()  # the first answer: wait for the request reading
+        try:
+            kept = self.answer
+            if kept is None or time.monotonic() - kept[0] >= HEALTH_PERIOD_S:
+                kept = self.answer = (time.monotonic(), compute())
+            return kept[1]
+        finally:
+            self.lock.release()
 
-def _health_cache(app) -> _HealthCache:
-    cache = getattr(app.state, "health_cache", None)
-    if cache is None:
-        cache = app.state.health_cache = _HealthCache()
-    return cache
+
+def _health_cache(app, name: str = "health") -> _HealthCache:
+    caches = getattr(app.state, "health_caches", None)
+    if caches is None:
+        caches = app.state.health_caches = {}
+    return caches.setdefault(name, _HealthCache())
 
 
 def forget_health(app) -> None:
-    """Probe again at the next request (tests)."""
-    cache = _health_cache(app)
-    with cache.lock:
-        cache.answer = None
+    """Read the stores again at the next request (tests)."""
+    for name in ("health", "status"):
+        cache = _health_cache(app, name)
+        with cache.lock:
+            cache.answer = None
 
 
 @router.get(
     "/health", summary="200 with each component's state", response_model=None, responses={200: {"model": HealthBody}}
 )
 def health(request: Request, settings: SettingsDep) -> dict[str, Any]:
-    cache = _health_cache(request.app)
-    kept = cache.answer
-    if kept is not None and time.monotonic() - kept[0] < HEALTH_PERIOD_S:
-        return kept[1]
-    if kept is not None and not cache.lock.acquire(blocking=False):
-        return kept[1]  # another request is probing: the last answer meanwhile, no thread held up
-    if kept is None:
-        cache.lock.acquire()  # the first answer: wait for the request probing
-    try:
-        kept = cache.answer
-        if kept is None or time.monotonic() - kept[0] >= HEALTH_PERIOD_S:
-            kept = cache.answer = (time.monotonic(), _probe_all(settings))
-        return kept[1]
-    finally:
-        cache.lock.release()
+    return _health_cache(request.app).get(lambda: _probe_all(settings))
 
 
 def _probe_all(settings) -> dict[str, Any]:
@@ -120,7 +127,11 @@ def _probe_all(settings) -> dict[str, Any]:
 
 
 @router.get("/api/v1/status", summary="Batch version, cutoff, speed-layer lag, freshness")
-def status(settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
+def status(request: Request, settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
+    return _health_cache(request.app, "status").get(lambda: _status(settings, serving))
+
+
+def _status(settings, serving) -> dict[str, Any]:
     from definitions.jobs import SPEED_LAYER as JOB
     from definitions.jobs import SPEED_QUERY as QUERY
     from stores import completeness

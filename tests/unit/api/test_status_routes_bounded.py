@@ -52,6 +52,37 @@ def test_health_asked_by_many_at_once_probes_each_store_once_and_again_only_afte
     assert calls["n"] == 12, "after the period: probed again"
 
 
+def test_status_asked_by_many_at_once_reads_hdfs_once_per_period(client, monkeypatch):
+    """Each /api/v1/status read the speed layer's progress and the completeness markers from HDFS:
+    unauthenticated and uncached, a request rate became three times as many NameNode requests."""
+    from serving_layer.service import StoreUnavailable
+    from stores import completeness, progress
+
+    calls = {"n": 0}
+    gate = threading.Event()
+
+    def read_progress(_settings, _job):
+        calls["n"] += 1
+        gate.wait(2)
+        return {"queries": {}}
+
+    monkeypatch.setattr(progress, "read_progress", read_progress)
+    monkeypatch.setattr(completeness, "latest", lambda _settings: None)
+    client.app.state.serving.failure = StoreUnavailable("hbase", "not read in this test")  # said in the body
+    health_route.forget_health(client.app)
+    with ThreadPoolExecutor(16) as pool:
+        answers = [pool.submit(client.get, "/api/v1/status") for _ in range(16)]
+        time.sleep(0.3)
+        gate.set()
+        bodies = [a.result().json() for a in answers]
+    assert calls["n"] == 1, "one read for 16 requests"
+    assert all(b["master_dataset"] == {"complete_before": None, "lag_s": None} for b in bodies)
+    monkeypatch.setattr(health_route, "HEALTH_PERIOD_S", 0.0)
+    client.get("/api/v1/status")
+    assert calls["n"] == 2, "after the period: read again"
+    health_route.forget_health(client.app)
+
+
 def test_the_reports_list_reads_each_file_once_and_at_most_limit_of_them(client, settings, monkeypatch):
     from reports import storage
 
