@@ -95,6 +95,12 @@ def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: 
         version="1",
         description="Merged answers of the batch (HBase) and speed (Cassandra) views, exact at the ingest-time cutoff.",
         lifespan=lifespan,
+        # A trailing slash is no route: Starlette's redirect named the request's Host in its Location.
+        redirect_slashes=False,
+        # The interactive docs load Swagger UI's script from a CDN onto the API's origin: in
+        # development only; /openapi.json is always served.
+        docs_url="/docs" if settings.environment == "development" else None,
+        redoc_url="/redoc" if settings.environment == "development" else None,
     )
     errors.install(app)
     if settings.api.cors_origins:

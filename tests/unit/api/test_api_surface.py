@@ -1,0 +1,32 @@
+"""What the API answers beyond its routes: no redirect built from the request's Host header, and no
+page loading a script from a CDN outside development (no service: the app in a TestClient)."""
+
+from __future__ import annotations
+
+from pydantic import SecretStr
+
+from api.app import create_app
+from definitions.settings import ApiSettings
+from tests.support.tripwire_api import make_client
+
+
+def test_a_trailing_slash_is_not_redirected_to_the_host_the_client_named(settings):
+    """Starlette answered 307 with Location: http://<the request's Host>/…: an open redirect, and a
+    poisoned cache entry behind a proxy that forwards Host."""
+    for client in make_client(settings):
+        for path in ("/api/v1/views/", "/api/v1/reports/", "/openapi.json/"):
+            answer = client.get(path, headers={"Host": "evil.example"}, follow_redirects=False)
+            assert answer.status_code == 404 and "location" not in answer.headers, path
+        assert client.get("/openapi.json").status_code == 200
+
+
+def test_the_interactive_docs_are_served_in_development_only(settings):
+    """They load Swagger UI's script from a CDN, on the API's origin, where users paste their token."""
+    for client in make_client(settings.model_copy(update={"environment": "development"})):
+        assert client.get("/docs").status_code == 200
+    production = settings.model_copy(
+        update={"environment": "production", "api": ApiSettings(token=SecretStr("t0k3n-long-enough-42"))}
+    )
+    app = create_app(production)
+    paths = {getattr(r, "path", "") for r in app.router.routes}
+    assert "/docs" not in paths and "/redoc" not in paths and "/openapi.json" in paths
