@@ -33,7 +33,7 @@ from serving_layer.part_cache import PartCache
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.realtime_reads import RealtimeReads
 from serving_layer.speed_state import SpeedState
-from serving_layer.staleness import Horizon, stale_reason
+from serving_layer.staleness import Horizon, late_drop_reason, stale_reason
 from serving_layer.switching import Switched, answering_view
 from serving_layer.unavailable import StoreUnavailable
 from serving_layer.view_states import ViewState, view_states
@@ -423,6 +423,10 @@ class ServingLayer:
         reason = self.stale_reason(view.name, source)
         if reason is not None:
             provenance.incomplete(reason)
+        self.speed.marker()  # the late drops are read with it
+        dropped = late_drop_reason(source.cutoff_ms, self.speed.late_drops)
+        if dropped is not None:
+            provenance.incomplete(dropped)
         return provenance
 
     def now_s(self) -> int:

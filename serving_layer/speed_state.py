@@ -41,6 +41,9 @@ class SpeedState:
         self._epoch = 0  # +1 at every read_now(): a read begun before it answers for nothing after it
         self._read_epoch = -1  # the epoch of the last read completed
         self.marker_error: str | None = None  # why the last read of the marker failed
+        # (the highest watermark below which the speed layer dropped rows as late, ms; the rows):
+        # stores.checkpoints.record_late_drops; read with the marker, the last one kept on a failure
+        self.late_drops: tuple[int, int] | None = None
 
     def known(
         self,
@@ -49,9 +52,11 @@ class SpeedState:
         overlays: dict[str, ReplayMark] | None = None,
         in_place: set[str] | None = None,
         unreadable: dict[str, str] | None = None,
+        late_drops: tuple[int, int] | None = None,
     ) -> None:
         """Take `marker` (and replay marks) as just read: a service or a test that knows them."""
         self._marker = (marker, time.monotonic())
+        self.late_drops = late_drops
         self.replaying = dict(replaying or {})
         self.overlays = dict(overlays or {})
         self.in_place = set(in_place or ())
@@ -122,12 +127,13 @@ class SpeedState:
             self._reading.release()
 
     def _read(self, cached: tuple[Marker | None, float] | None) -> Marker | None:
-        from stores.checkpoints import read_marker
+        from stores.checkpoints import read_late_drops, read_marker
 
         now = time.monotonic()
         epoch = self._epoch
         try:
             marker = read_marker(self.settings)
+            self.late_drops = read_late_drops(self.settings) if marker is not None else None
             self.marker_error = None
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
             marker = cached[0] if cached is not None else None

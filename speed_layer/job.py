@@ -30,7 +30,7 @@ from definitions.views import cells as view_cells
 from stores import health, kafka_gaps
 from stores.kafka_source import kafka_stream, validated_events
 from stores.master import first_copies
-from stores.progress import HdfsPublisher, ProgressFile
+from stores.progress import HdfsPublisher, ProgressFile, dropped_by_watermark, watermark_ms
 from stores.realtime import RealtimeRow
 from stores.registry import process_realtime_writer, realtime_writer
 
@@ -266,6 +266,25 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     return maintained
 
 
+def late_drops_recorder(settings: Settings):
+    """A progress hook: rows a batch dropped as later than the watermark are recorded beside the
+    checkpoint (stores.checkpoints.record_late_drops), where the serving layer reads them and says
+    the answers they are missing from are not complete."""
+    from stores.checkpoints import record_late_drops
+
+    def record(progress) -> dict:
+        dropped = dropped_by_watermark(progress)
+        below = watermark_ms(progress) if dropped else None
+        if dropped and below is not None:
+            try:
+                record_late_drops(settings, below, dropped)
+            except Exception as exc:  # noqa: BLE001 - HDFS away: the progress file and the log still say it
+                log.warning("could not record %d rows dropped as late: %s: %s", dropped, type(exc).__name__, exc)
+        return {}
+
+    return record
+
+
 def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
@@ -293,6 +312,7 @@ def run(settings: Settings) -> int:
     progress = ProgressFile(
         settings,
         JOB,
+        hooks={QUERY: late_drops_recorder(settings)},
         extra={"ingest_bucket_s": settings.ingest_bucket_s, "dedupe_window_s": settings.speed.dedupe_window_s},
         publish=HdfsPublisher(settings, JOB),
     )

@@ -116,6 +116,39 @@ def write_marker(
         fs.replace(f"{path}.tmp", path)
 
 
+def late_drops_path(settings: Settings) -> str:
+    return f"{settings.speed.checkpoint_dir.rstrip('/')}-late-drops.json"
+
+
+def record_late_drops(settings: Settings, below_ms: int, rows: int) -> None:
+    """Rows the speed layer dropped as later than its watermark (`below_ms`, their ingest times were
+    below it): the highest such watermark and the rows in all are kept beside the checkpoint. They
+    are in no realtime row, so answers whose batch cutoff is below it are not complete."""
+    from stores.webhdfs import WebHdfs
+
+    path = late_drops_path(settings)
+    try:
+        kept = read_late_drops(settings) or (0, 0)
+    except (ValueError, TypeError, KeyError):
+        kept = (0, 0)  # not a record: started again from this one
+    doc = {"below_ms": max(kept[0], below_ms), "rows": kept[1] + rows}
+    with WebHdfs(settings) as fs:
+        fs.write(f"{path}.tmp", json.dumps(doc).encode())
+        fs.replace(f"{path}.tmp", path)
+
+
+def read_late_drops(settings: Settings) -> tuple[int, int] | None:
+    """(the highest watermark below which the speed layer dropped rows, ms; the rows), or None."""
+    from stores.webhdfs import WebHdfs
+
+    with WebHdfs(settings) as fs:
+        data = fs.read(late_drops_path(settings), max_bytes=4096)
+    if data is None:
+        return None
+    doc = json.loads(data)
+    return int(doc["below_ms"]), int(doc["rows"])
+
+
 def file_written_ms(settings: Settings) -> int:
     """When the marker file was last written, by HDFS's clock (its modification time)."""
     from stores.webhdfs import WebHdfs

@@ -76,6 +76,21 @@ def source_offsets(text: str | None) -> dict[str, dict[int, int]]:
         raise ValueError(f"not Kafka source offsets: {text!r:.100}") from exc
 
 
+def dropped_by_watermark(progress) -> int:
+    """Rows the query's stateful operators dropped in this batch as later than the watermark."""
+    return sum(int(getattr(op, "numRowsDroppedByWatermark", 0) or 0) for op in (progress.stateOperators or ()))
+
+
+def watermark_ms(progress) -> int | None:
+    """The event-time watermark the batch ran with (ms), or None when the query has none yet."""
+    from datetime import datetime
+
+    text = (progress.eventTime or {}).get("watermark")
+    if not text:
+        return None
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
 def rows_behind(progress) -> int | None:
     """How many records the query's last batch left unread in Kafka (latest − end offsets)."""
     total = 0
@@ -141,7 +156,7 @@ class ProgressFile:
         # Rows a stateful operator dropped as later than the watermark: the speed layer's is on
         # ingest time, so none is in steady state; a catch-up whose partitions advance unevenly can
         # leave some behind it, and they are missing from the speed part until a batch run.
-        dropped_late = sum(int(getattr(op, "numRowsDroppedByWatermark", 0) or 0) for op in (p.stateOperators or ()))
+        dropped_late = dropped_by_watermark(p)
         if dropped_late:
             log.warning(
                 "%s batch %s: %d rows later than the watermark dropped (missing from its output until a batch run "

@@ -379,3 +379,23 @@ def test_a_pointer_document_that_is_none_is_the_batch_store_unavailable_not_a_fa
     with pytest.raises(StoreUnavailable) as caught:
         _total(serving)
     assert caught.value.component == "hbase" and "pointer" in caught.value.detail
+
+
+def test_answers_say_incomplete_while_rows_the_speed_layer_dropped_late_are_not_in_a_batch(tmp_path):
+    """Rows held back behind an open transaction (or a partition that lagged) came in later than the
+    speed layer's watermark and were dropped; answers said complete all the same."""
+    serving, store = _serving(tmp_path)
+    store.publish(1, "run-1", {CUTOFF_MS // 1000 - HOUR: 3})
+    view = next(v for v in serving.views if v.name == "page_views")
+    start = CUTOFF_MS // 1000 - 10 * HOUR
+
+    def answer():
+        return serving.series(view, {"url": "/a"}, start, start + 10 * HOUR, "hour").provenance
+
+    assert answer().complete
+    serving.speed.known(None, late_drops=(CUTOFF_MS + HOUR * 1000, 7))  # dropped after the cutoff
+    provenance = answer()
+    assert not provenance.complete
+    assert "7 rows" in provenance.reasons[0] and "later than its watermark" in provenance.reasons[0]
+    serving.speed.known(None, late_drops=(CUTOFF_MS, 7))  # a batch covers every row it dropped
+    assert answer().complete
