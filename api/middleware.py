@@ -1,4 +1,5 @@
-"""The API's one middleware, plain ASGI: security headers on every answer and the latency histogram.
+"""The API's one middleware, plain ASGI: security headers on every answer, the latency histogram,
+and HEAD answered as GET without the body (FastAPI's routes take GET only; monitors ask HEAD).
 
 (Starlette's `@app.middleware("http")` wraps every request in extra tasks and memory streams; at
 hundreds of queries a second that was a large share of the API's CPU.)
@@ -31,6 +32,9 @@ class HeadersAndLatency:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET"}
         path = scope["path"]
         dashboard = path == "/" or path.startswith("/static/")
         status = 500
@@ -44,6 +48,8 @@ class HeadersAndLatency:
                 if dashboard:
                     headers.setdefault("Content-Security-Policy", DASHBOARD_CSP)
                     headers.setdefault("Cache-Control", "no-cache")  # revalidate: page and script change together
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
             await send(message)
 
         try:

@@ -30,3 +30,14 @@ def test_the_interactive_docs_are_served_in_development_only(settings):
     app = create_app(production)
     paths = {getattr(r, "path", "") for r in app.router.routes}
     assert "/docs" not in paths and "/redoc" not in paths and "/openapi.json" in paths
+
+
+def test_head_is_answered_as_get_without_a_body(settings):
+    """Monitors ask HEAD; every route answered 405."""
+    for client in make_client(settings):
+        got, head = client.get("/openapi.json"), client.head("/openapi.json")
+        assert head.status_code == 200 and head.content == b""
+        assert head.headers["content-type"] == got.headers["content-type"]
+        assert head.headers["x-content-type-options"] == "nosniff"
+        assert client.head("/").status_code == 200 and client.head("/").content == b""
+        assert client.head("/api/v1/admin/recompute").status_code == 405, "a POST route takes no HEAD"
