@@ -18,9 +18,13 @@ And a request's body:
 
 - a body not complete BODY_TIMEOUT_S after its head is answered 408 (or, its answer begun, the
   connection closed): one that stops arriving held the request, and the app reading it, for ever;
-- a request answered before its body arrived (the app did not read it, as GET routes do not) has its
-  connection closed after the answer: uvicorn arms its keep-alive timer at the answer, and the next
-  byte of the unread body cancelled it, so nothing closed the connection any more.
+- that timer keeps running after an answer given before the body arrived (the app did not read it,
+  as GET routes do not, or refused it: 401, 413): uvicorn reads and drops the rest, so the client
+  gets its answer, and the connection is closed when the rest does not come. (uvicorn arms its
+  keep-alive timer at the answer, and the next byte of the unread body cancelled it: nothing closed
+  the connection any more.) Once such a body has all arrived, the keep-alive timer runs again.
+- a request waiting behind an earlier one's answer (pipelined: nothing is read meanwhile) has its
+  body's time from when it is its turn.
 
 Between requests of a kept-alive connection uvicorn's own keep-alive timeout applies.
 """
@@ -95,15 +99,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._bounded = False
         self._stop_body_timer()
         super().on_message_complete()
+        if (
+            self.cycle is not None
+            and self.cycle.response_complete  # answered before this body ended: its bytes cancelled
+            and not self.pipeline  # uvicorn's keep-alive timer, which is armed again here
+            and self.timeout_keep_alive_task is None
+            and not self.transport.is_closing()
+        ):
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def on_response_complete(self) -> None:
-        unread = self.cycle is not None and self.cycle.more_body  # answered before its body came
         super().on_response_complete()
         if self.transport.is_closing():
-            return
-        if unread:
-            self._stop_body_timer()
-            self.transport.close()
             return
         if self._answering():
             return
@@ -155,8 +164,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _body_timed_out(self) -> None:
         self._body_timer = None
-        if not self.transport.is_closing() and self.cycle is not None and self.cycle.more_body:
-            self._refuse_current(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s")
+        if self.transport.is_closing() or self.cycle is None or not self.cycle.more_body:
+            return
+        if self.pipeline:  # it waits behind an earlier answer, nothing is read meanwhile: its time is not up
+            self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_timed_out)
+            return
+        self._refuse_current(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s")
 
     def _head_timed_out(self) -> None:
         self._head_timer = None

@@ -133,7 +133,6 @@ class SpeedState:
         epoch = self._epoch
         try:
             marker = read_marker(self.settings)
-            self.late_drops = read_late_drops(self.settings) if marker is not None else None
             self.marker_error = None
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
             marker = cached[0] if cached is not None else None
@@ -155,6 +154,11 @@ class SpeedState:
                 marker.ingest_bucket_s,
                 self.settings.ingest_bucket_s,
             )
+        if marker is not None:
+            try:
+                self.late_drops = read_late_drops(self.settings)
+            except Exception as exc:  # HDFS away, or no record: the last one read stands
+                log.warning("cannot read the speed layer's record of late drops: %s: %s", type(exc).__name__, exc)
         self._read_replays(now, epoch)
         if epoch == self._epoch:  # else asked to read again meanwhile: the next question reads
             self._marker = (marker, now)

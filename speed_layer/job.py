@@ -270,16 +270,21 @@ def late_drops_recorder(settings: Settings):
     """A progress hook: rows a batch dropped as later than the watermark are recorded beside the
     checkpoint (stores.checkpoints.record_late_drops), where the serving layer reads them and says
     the answers they are missing from are not complete."""
-    from stores.checkpoints import record_late_drops
+    from stores import checkpoints
+
+    pending = [0, 0]  # (below_ms, rows) not recorded yet: tried again at every batch until it is
 
     def record(progress) -> dict:
         dropped = dropped_by_watermark(progress)
         below = watermark_ms(progress) if dropped else None
         if dropped and below is not None:
+            pending[0], pending[1] = max(pending[0], below), pending[1] + dropped
+        if pending[1]:
             try:
-                record_late_drops(settings, below, dropped)
-            except Exception as exc:  # noqa: BLE001 - HDFS away: the progress file and the log still say it
-                log.warning("could not record %d rows dropped as late: %s: %s", dropped, type(exc).__name__, exc)
+                checkpoints.record_late_drops(settings, pending[0], pending[1])
+                pending[0] = pending[1] = 0
+            except Exception as exc:  # noqa: BLE001 - HDFS away: the next batch tries again
+                log.warning("could not record %d rows dropped as late: %s: %s", pending[1], type(exc).__name__, exc)
         return {}
 
     return record

@@ -82,7 +82,9 @@ def dropped_by_watermark(progress) -> int:
 
 
 def watermark_ms(progress) -> int | None:
-    """The event-time watermark the batch ran with (ms), or None when the query has none yet."""
+    """The event-time watermark the progress reports (ms), or None when the query has none yet. Rows
+    a batch drops as late are older than it (with several stateful operators Spark drops against the
+    previous batch's, which is not later): a bound above them."""
     from datetime import datetime
 
     text = (progress.eventTime or {}).get("watermark")

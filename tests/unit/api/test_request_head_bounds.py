@@ -183,16 +183,32 @@ def test_a_refusal_behind_a_slow_answer_comes_after_it(server):
     assert b"HTTP/1.1 431" in response and response.index(b"slow") < response.index(b"HTTP/1.1 431")
 
 
-def test_a_connection_whose_answer_came_before_its_body_is_closed(server):
+def test_a_connection_whose_answer_came_before_its_body_is_closed_when_the_rest_does_not_come(server):
     """A request declaring a body it never sends, answered without reading it: the keep-alive timer
     was armed at the answer and cancelled by the next byte, and nothing ever closed the connection
-    (any client could hold as many as the worker has file descriptors)."""
+    (any client could hold as many as the worker has file descriptors). Now the body's time runs on."""
     began = time.monotonic()
     response = exchange(
         server, b"GET /unread HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n", b"a", pause=0.3
     )
-    assert status_of(response) == 200 and b"unread" in response
-    assert time.monotonic() - began < 3, "closed once answered, not held"
+    assert status_of(response) == 200 and b"unread" in response, "the answer is whole"
+    assert time.monotonic() - began < http_protocol.BODY_TIMEOUT_S + 2, "closed when the body's time is up"
+
+
+def test_an_answer_before_the_body_reaches_a_client_that_sends_it_all(server):
+    """A refusal before the body is read (a bad token, too large): uvicorn drops the rest and the
+    client, still sending, gets the answer; the connection then goes on as kept alive."""
+    body = b"x" * 2_000_000
+    with socket.create_connection(server, timeout=10) as conn:
+        conn.sendall(b"POST /unread HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
+        conn.sendall(body)  # no reset: the server reads what it does not need
+        conn.sendall(b"GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+        seen = b""
+        while b'"path": "/echo"' not in seen:
+            chunk = conn.recv(65536)
+            assert chunk, f"closed early: {seen!r}"
+            seen += chunk
+    assert b"unread" in seen and b'"path": "/echo"' in seen
 
 
 @pytest.mark.parametrize(
@@ -208,3 +224,17 @@ def test_a_body_that_stops_arriving_is_refused_with_408(server, head):
     response = exchange(server, head, timeout=10)
     assert status_of(response) == 408 and b"request body did not arrive within" in response
     assert time.monotonic() - began < 5
+
+
+def test_after_an_unread_body_has_all_come_the_idle_connection_is_closed(server):
+    """Its bytes cancelled the keep-alive timer armed at the answer: armed again once it has all come."""
+    with socket.create_connection(server, timeout=20) as conn:
+        conn.sendall(b"GET /unread HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+        seen = b""
+        while b"unread" not in seen:
+            seen += conn.recv(65536)
+        conn.sendall(b"0123456789")
+        began = time.monotonic()
+        while conn.recv(65536):
+            pass
+        assert time.monotonic() - began < 5 + 2, "closed after uvicorn's keep-alive timeout (5 s)"

@@ -225,3 +225,27 @@ def test_a_refresh_that_cannot_read_the_marker_keeps_the_last_and_says_so(tmp_pa
     state.known(kept)
     assert state.read_now() is kept and state.marker() is kept
     assert "HDFS unreachable" in (state.read_error or "")
+
+
+def test_a_record_of_late_drops_that_cannot_be_read_keeps_the_marker_and_the_last_record(tmp_path, monkeypatch):
+    from stores import checkpoints, replays
+    from stores.checkpoints import Marker
+
+    marker = Marker(60, 1_000)
+    records = iter([(5_000, 2), ValueError("not JSON"), (7_000, 3)])
+
+    def read_late_drops(_settings):
+        found = next(records)
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
+    monkeypatch.setattr(checkpoints, "read_late_drops", read_late_drops)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    state = SpeedState(Settings(state_dir=tmp_path))
+    assert state.read_now() == marker and state.late_drops == (5_000, 2)
+    assert state.read_now() == marker and state.read_error is None, "the marker was read all the same"
+    assert state.late_drops == (5_000, 2), "the last record read stands"
+    state.read_now()
+    assert state.late_drops == (7_000, 3)

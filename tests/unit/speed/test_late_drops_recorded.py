@@ -27,3 +27,9 @@ def test_a_batch_that_dropped_late_rows_records_them_with_its_watermark(monkeypa
     assert recorded == [(1_795_924_800_000, 5)]
     monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: (_ for _ in ()).throw(OSError("hdfs away")))
     assert record(progress(1, "2026-11-29T04:00:00.000Z")) == {}, "a failed record does not stop the listener"
+    assert record(progress(2, "2026-11-29T04:01:00.000Z")) == {}
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
+    record(progress(0, "2026-11-29T04:02:00.000Z"))  # HDFS back: what could not be recorded is, at the next batch
+    assert recorded == [(1_795_924_800_000, 5), (1_795_924_860_000, 3)]
+    record(progress(0, "2026-11-29T04:03:00.000Z"))
+    assert len(recorded) == 2, "recorded once"
