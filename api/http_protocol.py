@@ -112,9 +112,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.transport.is_closing():
-            return
-        if self._answering():
+        if self.transport.is_closing() or self._answering():
             return
         if self._refusal is not None:
             self._refuse(*self._refusal)
