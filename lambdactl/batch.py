@@ -268,7 +268,7 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     cutoffs = pointer.cleanup_cutoffs_s()
     shadows, finished = overlay_cutoffs(read_overlays(settings), cutoffs)
     # Recorded first: a report of a window below these cutoffs would compare batch cells with rows
-    # deleted (reports.build.window_for_version refuses it), even if the clean-up stops half-way.
+    # deleted (reports.build.compare_window leaves those cells out), even if the clean-up stops half-way.
     version_store(settings).record_run(pointer.version, realtime_cleaned_s=cutoffs)
     cleanup = delete_absorbed(settings, {**cutoffs, **shadows})
     _say(f"realtime clean-up below each view's serving cutoff: {cleanup.summary()}")
