@@ -423,7 +423,6 @@ class ServingLayer:
         reason = self.stale_reason(view.name, source)
         if reason is not None:
             provenance.incomplete(reason)
-        self.speed.marker()  # the late drops are read with it
         dropped = late_drop_reason(source.cutoff_ms, self.speed.late_drops)
         if dropped is not None:
             provenance.incomplete(dropped)

@@ -108,12 +108,8 @@ def write_marker(
         doc["definitions"] = definitions
     if declarations is not None:
         doc["declarations"] = declarations
-    path = marker_path(settings)
     with WebHdfs(settings) as fs:
-        # Written beside it, then moved over it: HDFS shows a file being created as empty until it is
-        # closed, so a writer killed half-way would leave an empty marker.
-        fs.write(f"{path}.tmp", json.dumps(doc).encode())
-        fs.replace(f"{path}.tmp", path)
+        fs.write_whole(marker_path(settings), json.dumps(doc).encode())
 
 
 def late_drops_path(settings: Settings) -> str:
@@ -126,15 +122,13 @@ def record_late_drops(settings: Settings, below_ms: int, rows: int) -> None:
     are in no realtime row, so answers whose batch cutoff is below it are not complete."""
     from stores.webhdfs import WebHdfs
 
-    path = late_drops_path(settings)
     try:
         kept = read_late_drops(settings) or (0, 0)
     except (ValueError, TypeError, KeyError):
         kept = (0, 0)  # not a record: started again from this one
     doc = {"below_ms": max(kept[0], below_ms), "rows": kept[1] + rows}
     with WebHdfs(settings) as fs:
-        fs.write(f"{path}.tmp", json.dumps(doc).encode())
-        fs.replace(f"{path}.tmp", path)
+        fs.write_whole(late_drops_path(settings), json.dumps(doc).encode())
 
 
 def read_late_drops(settings: Settings) -> tuple[int, int] | None:

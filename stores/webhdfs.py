@@ -96,6 +96,12 @@ class WebHdfs:
 
         self._call("RENAME", source, replace)
 
+    def write_whole(self, path: str, data: bytes) -> None:
+        """Write a file beside `path`, then move it over `path` in one step: HDFS shows a file being
+        created as empty until it is closed, so a writer killed half-way would leave an empty file."""
+        self.write(f"{path}.tmp", data)
+        self.replace(f"{path}.tmp", path)
+
     def mkdirs(self, path: str) -> None:
         self._call("MKDIRS", path, self.client.makedirs)
 

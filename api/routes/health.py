@@ -88,8 +88,7 @@ def _health_cache(app, name: str = "health") -> _HealthCache:
 
 def forget_health(app) -> None:
     """Read the stores again at the next request (tests)."""
-    for name in ("health", "status"):
-        cache = _health_cache(app, name)
+    for cache in getattr(app.state, "health_caches", {}).values():
         with cache.lock:
             cache.answer = None
 
