@@ -9,6 +9,7 @@ unreadable part is small (a few partitions at most), and records what it could n
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def _ranges(session, statement, table, params, pending, unreadable) -> Iterator[
                 pending.extend(((middle, end), (start, middle)))
                 continue
             gap = Unreadable(table, start, end, _short(exc))
-            log.warning("could not read %s", gap.describe())
+            log.warning("could not read %s (%s)", gap.describe(), exc)
             if unreadable is not None:
                 unreadable.append(gap)
             continue
@@ -119,12 +120,32 @@ class _TombstoneWarnings(logging.Filter):
         return True
 
 
+# Cassandra's read failure reason codes (native protocol v5, section 9).
+_FAILURE_CODES = {
+    0x0000: "UNKNOWN",
+    0x0001: "READ_TOO_MANY_TOMBSTONES",
+    0x0002: "INDEX_NOT_AVAILABLE",
+    0x0003: "CDC_SPACE_FULL",
+    0x0004: "COUNTER_WRITE",
+    0x0005: "TABLE_NOT_FOUND",
+    0x0006: "KEYSPACE_NOT_FOUND",
+}
+
+
 def _short(exc: Exception) -> str:
+    """The failure as reports show it: its kind and reason, never the driver's message, which names
+    replicas by address (reports are readable without a token). The log keeps the whole text."""
     text = str(exc)
+    reasons = set()
+    for code in (getattr(exc, "error_code_map", None) or {}).values():
+        with contextlib.suppress(TypeError, ValueError):
+            code = int(code, 0) if isinstance(code, str) else int(code)
+        reasons.add(_FAILURE_CODES.get(code, "UNKNOWN") if isinstance(code, int) else "UNKNOWN")
     for reason in ("READ_TOO_MANY_TOMBSTONES", "Operation timed out"):
         if reason in text:
-            return f"{type(exc).__name__}: {reason}"
-    return f"{type(exc).__name__}: {text[:200]}"
+            reasons.add(reason)
+    named = ", ".join(sorted(reasons)) or "a replica failed the read"
+    return f"{type(exc).__name__}: {named}"
 
 
 def rows_ingested_between(
