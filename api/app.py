@@ -121,7 +121,10 @@ def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: 
     def metrics(request: Request) -> Response:
         return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    app.add_middleware(HeadersAndLatency)  # outermost of the platform's own: sees every answer
+    # Outermost of all, outside Starlette's own error middleware too: a 500 it answers gets the same
+    # headers and is counted like every other answer.
+    build = app.build_middleware_stack
+    app.build_middleware_stack = lambda: HeadersAndLatency(build())  # type: ignore[method-assign]
 
     # The dashboard: markup, script (dashboard.js puts data in the page only as text) and style are files.
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

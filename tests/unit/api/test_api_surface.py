@@ -3,6 +3,7 @@ page loading a script from a CDN outside development (no service: the app in a T
 
 from __future__ import annotations
 
+from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from api.app import create_app
@@ -41,3 +42,24 @@ def test_head_is_answered_as_get_without_a_body(settings):
         assert head.headers["x-content-type-options"] == "nosniff"
         assert client.head("/").status_code == 200 and client.head("/").content == b""
         assert client.head("/api/v1/admin/recompute").status_code == 405, "a POST route takes no HEAD"
+
+
+def test_an_unexpected_failure_carries_the_headers_every_answer_has(settings):
+    """Starlette answers a 500 from its outermost middleware, outside the app's own: the answer went
+    out without `nosniff`, and on the dashboard's paths without its policy, and was never counted."""
+    app = create_app(settings)
+
+    def broken() -> None:
+        raise RuntimeError("at /internal/path on 10.0.0.7")
+
+    app.add_api_route("/api/v1/broken", broken)
+    app.add_api_route("/static/broken", broken)
+    app.router.routes.insert(0, app.router.routes.pop())  # before the static files' mount
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for path in ("/api/v1/broken", "/static/broken"):
+            answer = client.get(path)
+            assert answer.status_code == 500, path
+            assert answer.headers["x-content-type-options"] == "nosniff", path
+            assert "10.0.0.7" not in answer.text and "/internal" not in answer.text
+        assert "content-security-policy" in client.get("/static/broken").headers
+        assert 'status="500"' in client.get("/metrics").text
