@@ -1,0 +1,74 @@
+"""What one POST /api/v1/events body may cost the API: a body of 4 MiB of empty objects parsed into
+~1.4 million dicts (~100 MB, 1.4 s of the interpreter) before the per-request cap was checked, and
+nothing bounded how many such parses ran at once (40 threads: ~4 GB per worker). Bodies are now
+parsed one at a time per worker process. And an event's size is its UTF-8 size, as on Kafka: a
+non-ASCII event was measured with every character escaped (\\uXXXX), refused at a third of its limit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import httpx
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.routes import events as route
+from tests.support.tripwire_api import token
+
+
+def event(url: str) -> dict:
+    return {
+        "event_id": "3f1c6a52-0d7e-4c8e-9a57-2f1e1b0c9d11",
+        "event_time": "2026-11-21T10:00:00.123Z",
+        "user_id": "u-829",
+        "url": url,
+        "event_type": "page_view",
+    }
+
+
+def test_an_event_is_measured_in_utf8_as_kafka_holds_it(settings):
+    url = "/" + "商品" * 400  # 2,401 bytes of UTF-8; 4,801 as \\uXXXX escapes
+    try:
+        ((key, value),) = route.check_events(settings, json.dumps([event(url)], ensure_ascii=False).encode())
+    except route.ApiError as exc:
+        raise AssertionError(exc.errors) from None
+    assert len(value) < settings.events.max_record_bytes
+    assert json.loads(value)["url"] == url and "商品".encode() in value
+
+
+def test_request_bodies_are_parsed_one_at_a_time_per_worker(settings, monkeypatch):
+    running, most = 0, 0
+    lock = threading.Lock()
+    real = route.check_events
+
+    def counted(settings, data):
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        try:
+            time.sleep(0.05)
+            return real(settings, data)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(route, "check_events", counted)
+    app = create_app(settings)
+    body = json.dumps([{}] * 5).encode()  # invalid events: answered 422 before Kafka is reached
+
+    async def post_many() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {token(settings)}", "Content-Type": "application/json"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            answers = await asyncio.gather(
+                *(client.post("/api/v1/events", content=body, headers=headers) for _ in range(6))
+            )
+        return [a.status_code for a in answers]
+
+    with TestClient(app):  # its startup
+        assert asyncio.run(post_many()) == [422] * 6
+    assert most == 1, f"{most} bodies were parsed at once"
