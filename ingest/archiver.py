@@ -83,7 +83,8 @@ def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
                     F.col("kafka_offset").alias("source_offset"),
                     F.date_format("ingest_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ingest_time"),
                     *dead_letter_raw(F.col("raw"), settings.events.max_dlq_raw_bytes),
-                )
+                ),
+                DEAD_LETTER_JSON,
             ).alias("value"),
         )
     )
@@ -97,6 +98,11 @@ def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
         .start()
     )
     return master, dlq
+
+
+# Every key of the envelope in every dead letter: a record without a value (a tombstone) has null
+# raw_* fields, where Spark's default left them out.
+DEAD_LETTER_JSON = {"ignoreNullFields": "false"}
 
 
 def dead_letter_raw(raw, keep_bytes: int) -> list:

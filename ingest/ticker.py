@@ -24,24 +24,31 @@ class Ticker(threading.Thread):
         self.settings = settings
         self.stopped = threading.Event()
         self.sent = 0
+        self.retry_s = 5.0  # between attempts to reach a broker the producer could not
 
     def run(self) -> None:
         from stores import kafka
 
         topic = self.settings.kafka.events_topic
-        producer = kafka.producer(self.settings, "lambda-ticker")
+        producer = None
         try:
             while not self.stopped.is_set():
                 try:
+                    if producer is None:  # a broker unreachable now (at start too) only pauses the ticks
+                        producer = kafka.producer(self.settings, "lambda-ticker")
                     for partition in sorted(producer.partitions_for(topic) or ()):
                         producer.send(topic, key=TICK_KEY, value=b"", partition=partition)
                         self.sent += 1
                     producer.flush(timeout=10)
                 except Exception:  # keep ticking through a broker hiccup; completeness just pauses
                     log.exception("could not send tick records")
+                    if producer is None:
+                        self.stopped.wait(self.retry_s)
+                        continue
                 self.stopped.wait(self.settings.tick_interval_s)
         finally:
-            producer.close(timeout=5)
+            if producer is not None:
+                producer.close(timeout=5)
 
     def stop(self) -> None:
         self.stopped.set()

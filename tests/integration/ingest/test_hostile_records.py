@@ -81,6 +81,7 @@ def test_hostile_records_stop_nothing_and_all_reach_the_dead_letter_topic(settin
         value = hostile[position][1]
         if value is None:
             assert letter["reason"] == "empty record: no value"
+            assert letter["raw_bytes"] is None and letter["raw_sha256"] is None and "raw_base64" in letter, letter
             continue
         assert letter["raw_bytes"] == len(value)
         assert letter["raw_sha256"] == hashlib.sha256(value).hexdigest()

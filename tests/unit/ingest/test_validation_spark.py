@@ -9,7 +9,7 @@ import json
 from datetime import UTC, datetime
 
 from definitions.events import TICK_KEY
-from ingest.archiver import dead_letter_raw
+from ingest.archiver import DEAD_LETTER_JSON, dead_letter_raw
 from stores.kafka_source import validated_events
 from tests.support.hostile import BASE, CONFIRMED, corpus
 
@@ -45,7 +45,9 @@ def test_a_dead_letter_fits_in_one_kafka_record(spark, settings):
     frame = spark.createDataFrame([(raw,), (b"small",), (None,)], "raw BINARY")
     envelopes = [
         json.loads(row.value)
-        for row in frame.select(F.to_json(F.struct(*dead_letter_raw(F.col("raw"), keep))).alias("value")).collect()
+        for row in frame.select(
+            F.to_json(F.struct(*dead_letter_raw(F.col("raw"), keep)), DEAD_LETTER_JSON).alias("value")
+        ).collect()
     ]
 
     big, small, empty = envelopes
@@ -58,4 +60,5 @@ def test_a_dead_letter_fits_in_one_kafka_record(spark, settings):
         "raw_truncated": False,
         "raw_sha256": hashlib.sha256(b"small").hexdigest(),
     }
-    assert empty == {"raw_truncated": False}
+    # A record without a value (a tombstone): every key of the envelope all the same, as documented.
+    assert empty == {"raw_base64": None, "raw_bytes": None, "raw_truncated": False, "raw_sha256": None}
