@@ -233,15 +233,45 @@ def ensure_topics(settings: Settings) -> list[str]:
         if new:
             admin.create_topics(new, validate_only=False)
             log.info("created topics %s", ", ".join(t.name for t in new))
-        for name in wanted.keys() & existing:
-            described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+        for name in sorted(wanted.keys() & existing):
+            resource = ConfigResource(ConfigResourceType.TOPIC, name)
+            described = admin.describe_configs([resource])
             current = _topic_config(described, "message.timestamp.type")
-            if current != TIMESTAMP_TYPE:
-                log.warning("topic %s has message.timestamp.type=%s; setting %s", name, current, TIMESTAMP_TYPE)
-                admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs=wanted[name])])
+            if current == TIMESTAMP_TYPE:
+                continue
+            log.warning("topic %s has message.timestamp.type=%s; setting %s", name, current, TIMESTAMP_TYPE)
+            # AlterConfigs replaces the topic's whole configuration: its other overrides go along.
+            configs = {**_topic_overrides(described), **wanted[name]}
+            answer = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs=configs)])
+            responses = answer if isinstance(answer, list) else [answer]
+            refused = [f"{r[1] or 'error ' + str(r[0])}" for response in responses for r in response.resources if r[0]]
+            after = _topic_config(admin.describe_configs([resource]), "message.timestamp.type")
+            if after != TIMESTAMP_TYPE:  # the platform's time model needs the brokers' clock
+                raise RuntimeError(
+                    f"topic {name} keeps message.timestamp.type={after}"
+                    + (f" (Kafka refused the change: {'; '.join(refused)})" if refused else "")
+                    + f": set it to {TIMESTAMP_TYPE} (kafka-configs.sh --alter --entity-type topics "
+                    f"--entity-name {name} --add-config message.timestamp.type={TIMESTAMP_TYPE})"
+                )
         return [t.name for t in new]
     finally:
         admin.close()
+
+
+# DescribeConfigs' config_source of a value set on the topic itself (DYNAMIC_TOPIC_CONFIG).
+_TOPIC_SOURCE = 1
+
+
+def _topic_overrides(described) -> dict[str, str]:
+    """The values set on the topic itself (not inherited from the broker), as DescribeConfigs gives
+    them: (name, value, read_only, config_source, is_sensitive, synonyms)."""
+    return {
+        entry[0]: entry[1]
+        for response in described
+        for resource in response.resources
+        for entry in resource[4]
+        if len(entry) > 3 and entry[3] == _TOPIC_SOURCE and entry[1] is not None and not entry[2]
+    }
 
 
 def _topic_config(described, key: str) -> str | None:

@@ -1,0 +1,52 @@
+"""`lambdactl bootstrap` on topics that already exist, on the real Kafka: a topic stamped by its
+producers (CreateTime) is changed to LogAppendTime, the platform's time model, and keeps its other
+settings. Kafka's AlterConfigs replaces a topic's whole configuration: every other override (here
+`max.message.bytes`) went back to the broker's default, silently. Scratch topics of the test's own."""
+
+from __future__ import annotations
+
+import uuid
+
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+from definitions.settings import KafkaSettings
+from stores.clients import kafka_admin
+from stores.kafka import ensure_topics
+
+
+def configs(admin, name: str) -> dict[str, str]:
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+    return {e[0]: e[1] for response in described for resource in response.resources for e in resource[4]}
+
+
+def test_an_existing_topic_gets_log_append_time_and_keeps_its_other_settings(settings, stack):
+    unique = uuid.uuid4().hex[:8]
+    events, dlq = f"test-events-{unique}", f"test-dlq-{unique}"
+    kafka = settings.kafka.model_dump()
+    scratch = settings.model_copy(
+        update={"kafka": KafkaSettings.model_validate({**kafka, "events_topic": events, "dlq_topic": dlq})}
+    )
+    admin = kafka_admin(settings, client_id=f"test-topics-{unique}")
+    try:
+        admin.create_topics(
+            [
+                NewTopic(
+                    name,
+                    num_partitions=1,
+                    replication_factor=1,
+                    topic_configs={"message.timestamp.type": "CreateTime", "max.message.bytes": "123456"},
+                )
+                for name in (events, dlq)
+            ]
+        )
+        assert ensure_topics(scratch) == [], "both existed"
+        for name in (events, dlq):
+            now = configs(admin, name)
+            assert now["message.timestamp.type"] == "LogAppendTime", (name, now)
+            assert now["max.message.bytes"] == "123456", f"{name}: its other setting was reset"
+            assert now["retention.ms"] == str(settings.kafka.retention_hours * 3_600_000)
+    finally:
+        try:
+            admin.delete_topics([events, dlq])
+        finally:
+            admin.close()
