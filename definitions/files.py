@@ -20,6 +20,16 @@ def write_private(path: Path, text: str) -> Path:
     return path
 
 
+def private_dir(folder: Path) -> Path:
+    """`folder`, made if missing (0700), closed to other users if it was made before (its group keeps
+    what it had); one owned by another user is left as it is."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = folder.stat()
+    if mode.st_uid == os.geteuid() and mode.st_mode & 0o007:
+        folder.chmod(mode.st_mode & 0o770)
+    return folder
+
+
 def replace_text(path: Path, text: str) -> None:
     """Replace `path` in one step: a reader sees the old text or the new, never a part (a temporary
     name of its own per writer, so writers in several processes do not meet)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from definitions.files import private_dir
 from definitions.settings import Settings
 from infra import services as svc
 from infra.diagnoses import likely_causes
@@ -88,7 +89,7 @@ class Stack:
                 "still hold the development defaults: set them to secrets, or set "
                 "LAMBDA_ENVIRONMENT=development on a development machine",
             )
-        self.settings.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(self.settings.state_dir)
         say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}
         stores = [s for s in self.services if s.phase == 0]

@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from definitions.files import private_dir
+
 
 @contextmanager
 def stack_lock(state_dir: Path, say: Callable[[str], None] = lambda _: None) -> Iterator[None]:
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the settings in it are read by every process
+    private_dir(state_dir)  # the settings in it are read by every process; the logs and Airflow's database
     with open(state_dir / "stack.lock", "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -35,3 +35,18 @@ def test_writers_of_one_private_file_at_once_each_replace_it_whole(tmp_path):
         list(pool.map(lambda text: [write_private(target, text) for _ in range(20)], texts))
     assert target.read_text() in texts
     assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]
+
+
+def test_a_state_directory_made_before_is_closed_to_other_users(tmp_path):
+    """`mkdir(mode=0o700, exist_ok=True)` leaves an existing directory as it was: a state directory
+    made 0755 left Airflow's database (run confs, XComs) and every log readable by every local user.
+    Its group keeps what it had (a shared group is a choice)."""
+    from definitions.files import private_dir
+
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o775)
+    assert private_dir(state) == state
+    assert state.stat().st_mode & 0o777 == 0o770
+    fresh = private_dir(tmp_path / "a" / "b")
+    assert fresh.is_dir() and fresh.stat().st_mode & 0o007 == 0
