@@ -131,6 +131,16 @@ def _document_errors(schema: dict[str, Any]) -> dict[str, Any]:
 _CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z0-9_]*(?:Error|Exception|Warning): ")
 
 
+# An absolute file path of two or more parts: everything before its last part.
+_DIRECTORIES = re.compile(r"(?<![\w.:/])/(?:[^\s'\"()<>:,;/]+/)+(?=[^\s'\"()<>:,;/])")
+
+
+def failure_text(exc: BaseException) -> str:
+    """An exception as an answer may say it: its kind and message, each absolute file path cut to
+    its file name (the host's directory layout is not the client's business)."""
+    return f"{type(exc).__name__}: {_DIRECTORIES.sub('', str(exc))}"
+
+
 def _text(value: Any) -> str:
     """Text safe to put in a JSON body: bounded, valid Unicode (a lone surrogate becomes "?"),
     without Python exception class names (`JSONDecodeError: …` says nothing to a user)."""

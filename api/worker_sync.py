@@ -28,6 +28,7 @@ from pathlib import Path
 import anyio
 from starlette.concurrency import run_in_threadpool
 
+from api.errors import failure_text
 from definitions.files import replace_text
 
 log = logging.getLogger("lambda.api")
@@ -182,7 +183,7 @@ class WorkerSync:
                     type(exc).__name__,
                     exc,
                 )
-                self.report(generation, f"{type(exc).__name__}: {exc}")
+                self.report(generation, failure_text(exc))
                 continue
             failed_at = None
             if views:

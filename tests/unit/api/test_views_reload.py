@@ -99,3 +99,19 @@ def test_a_refresh_that_cannot_read_the_replay_marks_says_so(settings, monkeypat
         assert "replay marks" in refused["detail"] and "unreachable" not in refused["detail"]
         monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
         assert client.post(REFRESH, headers=auth).status_code == 200
+
+
+def test_a_module_that_fails_is_named_without_the_hosts_directories(module):
+    """The refusal said the failure in full: an OSError's absolute path (the host's directory
+    layout) went to whoever holds the API token, which event producers hold too."""
+    folder, name = module
+    broken = f"{name}_broken"
+    (folder / f"{broken}.py").write_text("open('/srv/private/area51/views.cfg')\n")
+    settings = load()
+    for client in make_client(settings):
+        auth = {"Authorization": f"Bearer {token(settings)}"}
+        persist_view_modules(with_view_modules(settings, [broken], [str(folder)]))
+        refused = assert_error_shape(client.post(RELOAD, headers=auth), settings, 409)
+        assert "/srv/private" not in refused["detail"] and "area51" not in refused["detail"], refused
+        assert "views.cfg" in refused["detail"], "the file is still named"
+        persist_view_modules(with_view_modules(settings, [], []))
