@@ -11,6 +11,9 @@ export LAMBDA_SPEED__DEDUPE_WINDOW_S ?= 120
 # The demo and the tests run in development mode, explicitly: the development token and Airflow
 # password are accepted (anywhere else the API and Airflow refuse to start with them).
 export LAMBDA_ENVIRONMENT ?= development
+# The batch DAG created paused (a new install's runs every batch.interval_s): the tests unpause
+# it when they run it, and no scheduled run lands in the middle of another test.
+export LAMBDA_AIRFLOW__PAUSED_AT_CREATION ?= true
 # Spark jobs in local mode (0 workers) unless a target asks for the local standalone cluster.
 export LAMBDA_SPARK__CLUSTER__WORKERS ?= 0
 CLUSTER_WORKERS ?= 1

@@ -72,11 +72,6 @@ class BatchResult:
     seconds: float = 0.0
 
 
-# How far past the current ingest bucket a requested cutoff may lie: the DAG's sensor waits for the
-# archiver to cover it for at most this long, so a later one is a typo, not a wait.
-CUTOFF_WAIT_S = 3_600
-
-
 def choose_cutoff(
     settings: Settings, requested_ms: int | None, current: Pointer | None, views: list[str] | None = None
 ) -> int:
@@ -105,11 +100,14 @@ def choose_cutoff(
             )
         now_ms = int(time.time() * 1000)
         bucket_end_ms = now_ms - now_ms % bucket_ms + bucket_ms
-        if requested_ms > bucket_end_ms + CUTOFF_WAIT_S * 1000:  # a typo, not a wait
+        # How far past the current ingest bucket a requested cutoff may lie: the DAG's sensor waits
+        # for the archiver to cover it for at most this long, so a later one is a typo, not a wait.
+        wait_s = settings.batch.completeness_wait_s
+        if requested_ms > bucket_end_ms + wait_s * 1000:  # a typo, not a wait
             raise CutoffError(
-                f"cutoff {iso(requested_ms)} is more than an hour after the ingest bucket of now "
-                f"({iso(now_ms)}) ends: the DAG's sensor would give up on it; give a time the archiver "
-                "can cover by then"
+                f"cutoff {iso(requested_ms)} is more than batch.completeness_wait_s ({wait_s}s) after the "
+                f"ingest bucket of now ({iso(now_ms)}) ends: the DAG's sensor would give up on it; give a "
+                "time the archiver can cover by then"
             )
         if requested_ms > covered:
             raise NotCoveredYet(

@@ -20,6 +20,9 @@ from airflow.exceptions import AirflowSkipException
 from airflow.sdk import Param, PokeReturnValue, dag, get_current_context, task
 
 INTERVAL = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__INTERVAL_S", "3600")))
+# Settings too (batch.task_timeout_s, batch.completeness_wait_s), as infra/airflow passes them.
+TASK_TIMEOUT = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__TASK_TIMEOUT_S", "7200")))
+COMPLETENESS_WAIT_S = int(os.environ.get("LAMBDA_BATCH__COMPLETENESS_WAIT_S", "3600"))
 NOTHING_NEW = 3  # `lambdactl batch --plan` exit code: no cutoff newer than the serving one
 NOT_COVERED_YET = 4  # ... the master dataset is not complete up to the cutoff yet: wait
 # XCom keys the Airflow UI shows: the accuracy report's address (the "Accuracy report" extra link of
@@ -52,10 +55,11 @@ def command_timeout_s() -> float | None:
     return max(total - min(TIMEOUT_MARGIN_S, total / 4), 1.0)
 
 
-def lambdactl(*args: str) -> dict:
+def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
     """Run one lambdactl command; the JSON object of its last stdout line (empty if none). When it
     fails, its last words are also the task's `failure_cause` XCom: the UI shows it in the task's
-    XCom tab, without opening the log."""
+    XCom tab, without opening the log; exit codes in `expected` (the caller's answer, not a failure)
+    leave no cause."""
     binary = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
     command = f"lambdactl {' '.join(args)}"
     timeout_s = command_timeout_s()
@@ -69,8 +73,9 @@ def lambdactl(*args: str) -> dict:
     print(done.stderr[-20_000:])  # into the task log, for the Airflow UI
     if done.returncode != 0:
         said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        cause = f"{command} exited {done.returncode}: {said[-1] if said else 'no message'}"
-        get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
+        if done.returncode not in expected:
+            cause = f"{command} exited {done.returncode}: {said[-1] if said else 'no message'}"
+            get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
         raise LambdactlError(list(args), done.returncode, done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
     return json.loads(lines[-1]) if lines else {}
@@ -101,7 +106,7 @@ def _params() -> dict:
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "execution_timeout": timedelta(hours=2)},
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "execution_timeout": TASK_TIMEOUT},
     params={
         "mode": Param(
             "next_cutoff",
@@ -131,12 +136,12 @@ def _params() -> dict:
 )
 def lambda_batch_recompute():
     # A sensor in reschedule mode: between pokes it holds no worker slot (the task instance shows
-    # `up_for_reschedule`); it gives up after an hour. A refusal that waiting cannot fix (a cutoff
+    # `up_for_reschedule`); it gives up after batch.completeness_wait_s (an hour). A refusal that waiting cannot fix (a cutoff
     # off the bucket grid, behind serving) fails the poke, naming why; any failure is retried twice
     # (a store that blinked), each poke at most two minutes.
     @task.sensor(
         poke_interval=15,
-        timeout=3_600,
+        timeout=COMPLETENESS_WAIT_S,
         mode="reschedule",
         retries=2,
         retry_delay=timedelta(seconds=20),
@@ -151,7 +156,8 @@ def lambda_batch_recompute():
         if p["mode"] == "full_recompute":
             args.append("--force")
         try:
-            plan = lambdactl(*args)
+            # "Not covered yet" stays the cause: the one a sensor that gives up is left with.
+            plan = lambdactl(*args, expected=(NOTHING_NEW,))
         except LambdactlError as exc:
             if exc.code == NOTHING_NEW:
                 raise AirflowSkipException("no cutoff newer than the serving version's") from exc

@@ -134,6 +134,10 @@ class BatchSettings(_Section):
     jvm_options: str = "-XX:+UseParallelGC"
     # How often the batch views are recomputed (the Airflow schedule).
     interval_s: int = Field(3_600, ge=60)
+    # The DAG's limits: each task's execution_timeout (a recompute of a large master dataset takes
+    # hours), and how long its sensor waits for the archiver's completeness before it gives up.
+    task_timeout_s: int = Field(7_200, ge=300, le=7 * 86_400)
+    completeness_wait_s: int = Field(3_600, ge=60, le=7 * 86_400)
     # Per view, versions that served, kept (the serving one included) for rollback; older tables
     # are dropped — never a table the pointer names. At least 2: an answer that read the pointer
     # just before a swap still reads the previous table (longer with api.pointer_cache_s).
@@ -313,6 +317,9 @@ class AirflowSettings(_Section):
     parallelism: int = Field(1, ge=1)
     dag_id: str = "lambda_batch_recompute"
     health_timeout_s: float = 300
+    # A new install's DAG is active: it runs every batch.interval_s. True creates it paused (the
+    # Makefile's tests: no scheduled run in their way). Either way a pause set later is kept.
+    paused_at_creation: bool = False
 
 
 class ViewSettings(_Section):

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from definitions.files import write_private
+from definitions.files import private_dir, write_private
 from definitions.logs import configure_from
 from definitions.settings import DEFAULT_AIRFLOW_PASSWORD, REPO_ROOT, Settings, get_settings
 from stores.airflow import base_url
@@ -54,6 +54,7 @@ def environment(settings: Settings) -> dict[str, str]:
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS_FOLDER),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(a.paused_at_creation),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(a.parallelism),
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(a.parallelism),
@@ -72,6 +73,8 @@ def environment(settings: Settings) -> dict[str, str]:
             "LAMBDA_PLATFORM_BIN": str(Path(sys.executable).parent),
             "LAMBDA_INGEST_BUCKET_S": str(settings.ingest_bucket_s),
             "LAMBDA_BATCH__INTERVAL_S": str(settings.batch.interval_s),
+            "LAMBDA_BATCH__TASK_TIMEOUT_S": str(settings.batch.task_timeout_s),
+            "LAMBDA_BATCH__COMPLETENESS_WAIT_S": str(settings.batch.completeness_wait_s),
             "LAMBDA_API_URL": f"http://{settings.api.host}:{settings.api.port}",
             "LAMBDA_VIEWS_FILE": str(views_file(settings)),
         }
@@ -96,8 +99,7 @@ def write_declared_views(settings: Settings, names: Sequence[str]) -> None:
 def prepare_home(settings: Settings) -> None:
     from definitions.views import load_views
 
-    home = airflow_home(settings)
-    home.mkdir(parents=True, exist_ok=True)
+    home = private_dir(airflow_home(settings))  # its database holds run confs and XComs
     write_declared_views(settings, load_views(settings).names())
     passwords = home / "passwords.json"
     write_private(

@@ -81,6 +81,16 @@ class AirflowClient:
         run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
         return run["dag_run_id"]
 
+    def runs(self, dag_id: str, states: list[str]) -> list[dict]:
+        """The DAG's runs in any of `states` (e.g. "queued", "running"), oldest first."""
+        doc = self._call(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"state": states, "order_by": "run_after", "limit": 100}
+        )
+        return doc["dag_runs"]
+
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        self._call("DELETE", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+
     def run(self, dag_id: str, run_id: str) -> dict:
         return self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
 

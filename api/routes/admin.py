@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import SettingsDep, TokenDep, read_body
-from api.errors import ApiError, error_responses
+from api.errors import ApiError, error_responses, failure_text
 from api.views_install import MarksUnread, refresh_views
 from api.views_install import reload_views as reload
 from definitions.settings import Settings
@@ -61,13 +61,28 @@ def refusal(dag_id: str, reason: str) -> tuple[int, str]:
     return 422, f"Airflow's {dag_id} refused the run: {reason or 'no reason given'}"
 
 
+class NotNow(Exception):
+    """Airflow would take the run, but it should not be asked to now (409, saying why)."""
+
+
 def _trigger(settings: Settings, body: RecomputeRequest) -> str:
+    """Trigger one run, unless one already waits to start (every request queued a run before: a
+    loop of requests queued a day of full recomputations), or an operator paused the DAG (each
+    request unpaused it, silently ending a maintenance pause and starting its schedule again)."""
     from stores.airflow import AirflowClient
 
+    dag_id = settings.airflow.dag_id
     client = AirflowClient(settings, timeout_s=15)
     try:
-        client.unpause(settings.airflow.dag_id)
-        return client.trigger(settings.airflow.dag_id, body.model_dump())
+        waiting = client.runs(dag_id, ["queued"])
+        if waiting:
+            raise NotNow(
+                f"a run of {dag_id} already waits to start ({waiting[0]['dag_run_id'][:200]}); "
+                "try again once it has started"
+            )
+        if client.dag(dag_id).get("is_paused"):
+            raise NotNow(f"{dag_id} is paused in Airflow; unpause it there to run recomputations")
+        return client.trigger(dag_id, body.model_dump())
     finally:
         client.close()
 
@@ -107,6 +122,8 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
 
     try:
         run_id = await run_in_threadpool(_trigger, settings, body)
+    except NotNow as exc:
+        raise ApiError(409, str(exc), component="airflow") from None
     except AirflowRefused as exc:
         log.warning("Airflow refused a run of %s: %s", settings.airflow.dag_id, exc)
         status, message = refusal(settings.airflow.dag_id, exc.reason)
@@ -168,7 +185,7 @@ async def reload_views(request: Request, settings: SettingsDep) -> dict[str, Any
         log.warning("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
         raise ApiError(
             409,
-            f"the declared views cannot be loaded ({type(exc).__name__}: {exc}); the API serves the views it served",
+            f"the declared views cannot be loaded ({failure_text(exc)}); the API serves the views it served",
         ) from None
     await _every_worker_reloads(request)
     old, new = set(before.names()), set(after.names())

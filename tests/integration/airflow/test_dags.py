@@ -30,7 +30,10 @@ PARSE = textwrap.dedent("""
     print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()},
                       "dags": {d.dag_id: [t.task_id for t in d.tasks] for d in bag.dags.values()},
                       "schedule": str(bag.dags["lambda_batch_recompute"].schedule),
-                      "views": bag.dags["lambda_batch_recompute"].params.get_param("views").schema}))
+                      "views": bag.dags["lambda_batch_recompute"].params.get_param("views").schema,
+                      "timeouts": {t.task_id: t.execution_timeout.total_seconds()
+                                   for t in bag.dags["lambda_batch_recompute"].tasks},
+                      "sensor_timeout": bag.dags["lambda_batch_recompute"].get_task("wait_for_completeness").timeout}))
 """)
 
 
@@ -76,6 +79,8 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     # The trigger form offers the declared views, as the platform wrote them.
     (tmp_path / "views.json").write_text(json.dumps({"views": ["page_views", "clicks"]}))
     env["LAMBDA_VIEWS_FILE"] = str(tmp_path / "views.json")
+    # The DAG's limits are settings (batch.task_timeout_s, batch.completeness_wait_s), passed by infra/airflow.
+    env.update(LAMBDA_BATCH__TASK_TIMEOUT_S="10800", LAMBDA_BATCH__COMPLETENESS_WAIT_S="5400")
     result = in_airflow(settings, PARSE, env)
     assert result["errors"] == {}
     assert result["dags"]["lambda_batch_recompute"] == [
@@ -90,6 +95,9 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     assert result["views"]["type"] == "array"
     assert result["views"]["examples"] == ["page_views", "clicks"], result["views"]
     assert result["views"]["items"]["enum"] == ["page_views", "clicks"], "only the declared views are accepted"
+    assert result["timeouts"]["recompute"] == 10_800 and result["timeouts"]["swap"] == 10_800, result["timeouts"]
+    assert result["timeouts"]["wait_for_completeness"] == 120, "each poke: two minutes"
+    assert result["sensor_timeout"] == 5_400
 
 
 COMMAND_TIMEOUT = textwrap.dedent("""
@@ -138,6 +146,12 @@ def test_a_command_gets_the_tasks_own_time_and_a_cause_when_it_runs_out(settings
 
 
 def trigger(settings, conf: dict) -> str:
+    """Trigger a run through the platform's API, the DAG unpaused first (the API keeps a pause)."""
+    client = AirflowClient(settings)
+    try:
+        client.unpause(settings.airflow.dag_id)
+    finally:
+        client.close()
     resp = httpx.post(f"{api(settings)}/api/v1/admin/recompute", json=conf, headers=token(settings), timeout=60)
     assert resp.status_code == 202, resp.text
     return resp.json()["dag_run_id"]
@@ -210,6 +224,32 @@ def run_watching(settings, conf: dict, task_id: str, timeout_s: float = 1_200) -
 
 def test_recompute_needs_the_token(settings, stack):
     assert httpx.post(f"{api(settings)}/api/v1/admin/recompute", json={}, timeout=30).status_code == 401
+
+
+def test_recompute_keeps_a_pause_and_queues_no_second_waiting_run(settings, stack):
+    """Each request unpaused the DAG (ending an operator's maintenance pause, its schedule running
+    again) and queued one more run: a loop of requests queued a day of full recomputations."""
+    dag_id = settings.airflow.dag_id
+    client = AirflowClient(settings)
+    try:
+        client.pause(dag_id)
+        post = lambda: httpx.post(  # noqa: E731
+            f"{api(settings)}/api/v1/admin/recompute", json={}, headers=token(settings), timeout=60
+        )
+        paused = post()
+        assert paused.status_code == 409 and "paused" in paused.json()["detail"], paused.text
+        assert client.dag(dag_id)["is_paused"] and not client.runs(dag_id, ["queued"])
+        # A run that waits (the DAG is paused, so it stays queued): no second one is queued.
+        waiting = client.trigger(dag_id, {"mode": "next_cutoff", "cutoff": "", "views": []})
+        try:
+            again = post()
+            assert again.status_code == 409 and waiting in again.json()["detail"], again.text
+            assert [r["dag_run_id"] for r in client.runs(dag_id, ["queued"])] == [waiting]
+        finally:
+            client.delete_run(dag_id, waiting)
+        assert client.dag(dag_id)["is_paused"]
+    finally:
+        client.close()
 
 
 def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(settings, stack):

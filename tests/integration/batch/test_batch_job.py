@@ -16,7 +16,7 @@ import httpx
 import pytest
 from datasketches import hll_sketch
 
-from batch_layer.job import CUTOFF_WAIT_S, CutoffError, choose_cutoff, run_batch
+from batch_layer.job import CutoffError, choose_cutoff, run_batch
 from definitions.views import load_views
 from ingest.generator import GeneratorConfig
 from stores import batch_layout as layout
@@ -172,8 +172,9 @@ def test_cutoff_not_covered_is_refused(bsettings, batch_run):
     for ahead in (next_bucket, next_bucket + 2 * step):  # the DAG's sensor waits for these
         with pytest.raises(NotCoveredYet, match="not covered"):
             choose_cutoff(bsettings, ahead, VersionStore(bsettings).pointer())
-    far_ms = next_bucket + step + CUTOFF_WAIT_S * 1000 + step  # a typo: no sensor waits that long
-    with pytest.raises(CutoffError, match="more than an hour after") as far:
+    wait_ms = bsettings.batch.completeness_wait_s * 1000
+    far_ms = next_bucket + step + wait_ms + step  # a typo: no sensor waits that long
+    with pytest.raises(CutoffError, match=r"more than batch.completeness_wait_s \(3600s\) after") as far:
         choose_cutoff(bsettings, far_ms, VersionStore(bsettings).pointer())
     assert not isinstance(far.value, NotCoveredYet)
     with pytest.raises(CutoffError, match="boundary"):
