@@ -112,3 +112,13 @@ def test_compose_pins_every_image_to_the_exact_release_the_local_stack_runs():
         assert release and compose[name]["image"].endswith(f":{release}"), (
             f"{name} runs {compose[name]['image']}, the local stack {prop} {release}"
         )
+
+
+def test_the_api_container_reaches_airflow_with_its_password():
+    """POST /api/v1/admin/recompute asks Airflow: the API container looked for it on its own
+    127.0.0.1 with the development password, and answered 503 every time."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    env = services["api"]["environment"]
+    assert env.get("LAMBDA_AIRFLOW__HOST") == "airflow", env
+    assert "LAMBDA_AIRFLOW__ADMIN_PASSWORD" in env, env
+    assert env["LAMBDA_AIRFLOW__ADMIN_PASSWORD"] == services["airflow"]["environment"]["LAMBDA_AIRFLOW__ADMIN_PASSWORD"]
