@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 from pathlib import Path
 
@@ -26,7 +27,7 @@ def private_dir(folder: Path) -> Path:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     mode = folder.stat()
     if mode.st_uid == os.geteuid() and mode.st_mode & 0o007:
-        folder.chmod(mode.st_mode & 0o770)
+        folder.chmod(stat.S_IMODE(mode.st_mode) & ~0o007)  # setgid and the group's bits kept
     return folder
 
 

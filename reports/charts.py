@@ -218,26 +218,36 @@ def fill_buckets(series: Sequence[dict], bucket_s: int, window: dict | None = No
 
 
 # What merge_buckets adds up when it draws neighbouring buckets as one bar.
-_SUMMED = ("speed", "batch", "drift", "abs_error", "cells", "duplicates")
+_SUMMED = ("speed", "batch", "abs_error", "cells")
 
 
 def merge_buckets(series: Sequence[dict], limit: int = 400) -> list[dict]:
     """At most `limit` entries: past it, each run of neighbouring buckets becomes one entry, named by
-    its first bucket, with the sums of its counts (a chart of one bar per bucket grew with the
-    report's window divided by the bucket: 30 MB of SVG for 1 s buckets over two days)."""
+    its first bucket, with the sums of its counts and the drift (and duplicates) of its bucket of
+    largest drift, so drifts of opposite signs do not cancel out of sight (a chart of one bar per
+    bucket grew with the report's window: 30 MB of SVG for 1 s buckets over two days)."""
     if len(series) <= limit:
         return list(series)
     size = -(-len(series) // limit)
     merged = []
     for at in range(0, len(series), size):
         group = series[at : at + size]
-        merged.append({**group[0], **{key: sum(d.get(key, 0) for d in group) for key in _SUMMED}})
+        worst = max(group, key=lambda d: abs(d.get("drift", 0)))
+        merged.append(
+            {
+                **group[0],
+                **{key: sum(d.get(key, 0) for d in group) for key in _SUMMED},
+                "drift": worst.get("drift", 0),
+                "duplicates": worst.get("duplicates", 0),
+            }
+        )
     return merged
 
 
 def drift_chart(series: Sequence[dict], label: str, width: int = 1140, height: int = 220) -> Markup:
     """Per ingest bucket: drift (speed − batch) as bars around zero; orange when duplicates explain it
-    all. At most 400 bars: past that, neighbouring buckets share one (merge_buckets)."""
+    all. At most 400 bars: past that, neighbouring buckets share one, showing the largest drift
+    among them (merge_buckets)."""
     series = merge_buckets(series)
     with _figure(label, width, height) as (fig, ax):
         drifts = [float(d["drift"]) for d in series]

@@ -245,7 +245,7 @@ def ensure_topics(settings: Settings) -> list[str]:
             answer = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs=configs)])
             responses = answer if isinstance(answer, list) else [answer]
             refused = [f"{r[1] or 'error ' + str(r[0])}" for response in responses for r in response.resources if r[0]]
-            after = _topic_config(admin.describe_configs([resource]), "message.timestamp.type")
+            after = _applied_timestamp_type(admin, resource, wait_s=0 if refused else 15)
             if after != TIMESTAMP_TYPE:  # the platform's time model needs the brokers' clock
                 raise RuntimeError(
                     f"topic {name} keeps message.timestamp.type={after}"
@@ -256,6 +256,17 @@ def ensure_topics(settings: Settings) -> list[str]:
         return [t.name for t in new]
     finally:
         admin.close()
+
+
+def _applied_timestamp_type(admin, resource, wait_s: float) -> str | None:
+    """The topic's timestamp type once the change has reached the broker asked (a change reaches
+    the other brokers of a cluster a moment later): read again for up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = _topic_config(admin.describe_configs([resource]), "message.timestamp.type")
+        if found == TIMESTAMP_TYPE or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.5)
 
 
 # DescribeConfigs' config_source of a value set on the topic itself (DYNAMIC_TOPIC_CONFIG).

@@ -46,7 +46,7 @@ def test_head_is_answered_as_get_without_a_body(settings):
 
 def test_an_unexpected_failure_carries_the_headers_every_answer_has(settings):
     """Starlette answers a 500 from its outermost middleware, outside the app's own: the answer went
-    out without `nosniff`, and on the dashboard's paths without its policy, and was never counted."""
+    out without `nosniff`, and on the dashboard's paths without its policy."""
     app = create_app(settings)
 
     def broken() -> None:

@@ -45,8 +45,8 @@ def test_a_state_directory_made_before_is_closed_to_other_users(tmp_path):
 
     state = tmp_path / "state"
     state.mkdir()
-    state.chmod(0o775)
+    state.chmod(0o2775)  # setgid: files made in it take its group
     assert private_dir(state) == state
-    assert state.stat().st_mode & 0o777 == 0o770
+    assert state.stat().st_mode & 0o7777 == 0o2770
     fresh = private_dir(tmp_path / "a" / "b")
     assert fresh.is_dir() and fresh.stat().st_mode & 0o007 == 0
