@@ -34,7 +34,17 @@ async def require_token(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
     """The bearer token, checked from the headers alone: before any request body is read."""
-    expected = request.app.state.settings.api.token.get_secret_value()
+    _check(credentials, request.app.state.settings.api.token.get_secret_value())
+
+
+async def require_admin_token(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    """The admin routes' token (`api.admin_token`, else `api.token`), checked as require_token does."""
+    _check(credentials, request.app.state.settings.api.admin_secret())
+
+
+def _check(credentials: HTTPAuthorizationCredentials | None, expected: str) -> None:
     given = credentials.credentials if credentials is not None else ""
     if not given or not secrets.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode()):
         raise ApiError(
@@ -68,3 +78,4 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 ServingDep = Annotated[ServingLayer, Depends(get_serving)]
 MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]
 TokenDep = Depends(require_token)
+AdminTokenDep = Depends(require_admin_token)

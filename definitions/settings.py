@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -253,22 +253,33 @@ class ApiSettings(_Section):
     # Bearer token for POST /api/v1/events and admin routes. The service refuses to start with
     # the default outside development.
     token: SecretStr = SecretStr(DEFAULT_TOKEN)
+    # Bearer token for the admin routes (trigger a recomputation, reload the views) only, so that
+    # event producers cannot; empty: the admin routes take `token` too.
+    admin_token: SecretStr = SecretStr("")
     cors_origins: list[str] = []
     max_buckets: int = Field(2_000, ge=1, le=1_000_000)
 
-    @field_validator("token")
+    @field_validator("token", "admin_token")
     @classmethod
-    def _token_is_a_bearer_token(cls, token: SecretStr) -> SecretStr:
+    def _token_is_a_bearer_token(cls, token: SecretStr, info: ValidationInfo) -> SecretStr:
         """An empty token would let a request without credentials through; one a client cannot send
         in an Authorization header would lock every client out."""
         value = token.get_secret_value()
+        if info.field_name == "admin_token" and not value:
+            return token
         if len(value) < MIN_TOKEN_CHARS or not BEARER_TOKEN.fullmatch(value):
             raise ValueError(
-                f"api.token must be at least {MIN_TOKEN_CHARS} characters of A-Z a-z 0-9 - . _ ~ + / "
+                f"api.{info.field_name} must be at least {MIN_TOKEN_CHARS} characters of A-Z a-z 0-9 - . _ ~ + / "
                 "(then = signs), as a bearer token is; make one with "
                 "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
             )
+        if info.field_name == "admin_token" and value == info.data.get("token", SecretStr("")).get_secret_value():
+            raise ValueError("api.admin_token must differ from api.token (leave it empty to use api.token)")
         return token
+
+    def admin_secret(self) -> str:
+        """The token the admin routes take."""
+        return self.admin_token.get_secret_value() or self.token.get_secret_value()
 
     max_events_per_request: int = Field(1_000, ge=1)
     # Bytes of a request body; larger bodies are answered 413 before they are read.

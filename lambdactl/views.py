@@ -224,7 +224,7 @@ def _ask_api(settings: Settings, what: str, doing: str, refused_is_fatal: bool =
     import httpx
 
     url = f"http://{settings.api.host}:{settings.api.port}/api/v1/admin/views/{what}"
-    token = settings.api.token.get_secret_value()
+    token = settings.api.admin_secret()
     try:
         answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=API_ANSWER_S)
     except (

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import SettingsDep, TokenDep, read_body
+from api.deps import AdminTokenDep, SettingsDep, read_body
 from api.errors import ApiError, error_responses, failure_text
 from api.views_install import MarksUnread, refresh_views
 from api.views_install import reload_views as reload
@@ -21,7 +21,7 @@ from definitions.settings import Settings
 from definitions.times import parse_iso_ms
 
 log = logging.getLogger("lambda.api")
-router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[TokenDep])
+router = APIRouter(prefix="/api/v1/admin", tags=["admin"], dependencies=[AdminTokenDep])
 
 
 class RecomputeRequest(BaseModel):
