@@ -101,8 +101,12 @@ def shown(text: str, limit: int = 40) -> str:
 
 def parse_time(text: str) -> datetime:
     """An ISO-8601 time with a zone, in UTC; ValueError for anything else (never another exception)."""
-    if not _ISO_TIME.match(text):
+    matched = _ISO_TIME.match(text)
+    if not matched:
         raise ValueError(f"not an ISO-8601 time with a zone: '{shown(text)}'")
+    zone = matched.group(2).replace(":", "")
+    if zone != "Z" and (int(zone[1:3]) > 23 or int(zone[3:5]) > 59):  # Python reads +00:99 as 99 minutes
+        raise ValueError(f"not a valid time: '{shown(text)}'")
     fixed = text.replace("Z", "+00:00")
     # Python's parser accepts at most 6 fractional digits.
     fixed = re.sub(r"\.(\d{6})\d+", r".\1", fixed)

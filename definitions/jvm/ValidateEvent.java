@@ -524,6 +524,9 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
         String zone = text.substring(pos + 1).replace(":", "");
         int zoneHours = Integer.parseInt(zone.substring(0, 2));
         int zoneMinutes = Integer.parseInt(zone.substring(2, 4));
+        if (zoneHours > 23 || zoneMinutes > 59) {
+          throw new DateTimeException("offset out of range");
+        }
         offsetSeconds = (sign == '-' ? -1 : 1) * (zoneHours * 3600 + zoneMinutes * 60);
         if (Math.abs(offsetSeconds) >= 86_400) {
           throw new DateTimeException("offset out of range");

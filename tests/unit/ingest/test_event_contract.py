@@ -79,6 +79,18 @@ def test_event_time_must_be_iso_with_zone():
     assert reason(event(event_time="2026-11-17T08:00:00")).startswith("mistyped field: event_time")
 
 
+@pytest.mark.parametrize("zone", ["+00:99", "+0060", "-24:00", "+99:00", "+2400"])
+def test_a_zone_offset_is_hours_0_to_23_and_minutes_0_to_59(zone):
+    """RFC 3339's offset: both validators read `+00:99` as 99 minutes, an instant the producer never meant."""
+    got = reason(event(event_time=f"2026-11-17T08:00:00{zone}"))
+    assert got.startswith("mistyped field: event_time not a valid time"), got
+
+
+def test_the_widest_zone_offsets_are_valid():
+    for zone in ("+23:59", "-2359", "+05:30", "-00:00"):
+        validate(json.dumps(event(event_time=f"2026-11-17T08:00:00{zone}")), INGEST_MS + 86_400_000)
+
+
 def test_absurd_timestamps():
     assert reason(event(event_time="1969-07-20T20:17:40Z")) == "absurd event_time: before 2000-01-01T00:00:00Z"
     assert reason(event(event_time="2999-01-01T00:00:00Z")).startswith("absurd event_time: more than")

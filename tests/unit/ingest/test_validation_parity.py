@@ -115,3 +115,18 @@ def test_ingest_times_at_the_ends_of_a_long_judge_like_python(spark, settings):
     for ms in ends:
         event, reason = verdict(record, ms, settings.events)
         assert jvm[ms] == (reason, event["event_time"] if event else None), ms
+
+
+def test_zone_offsets_out_of_range_get_the_same_verdict(spark, settings):
+    """`+00:99` was read as 99 minutes by both validators; now both refuse it, with the same reason."""
+    base = {"event_id": "e", "user_id": "u", "url": "/z", "event_type": "page_view"}
+    zones = ["+00:99", "+0060", "-24:00", "+23:59", "-2359", "+05:30", "Z"]
+    import json
+
+    corpus = [
+        (json.dumps({**base, "event_time": f"2026-11-17T08:00:00{zone}"}).encode(), 1_794_906_000_000 + 86_400_000)
+        for zone in zones
+    ]
+    differ, expected = disagreements(spark, settings.events, corpus)
+    assert not differ, differ
+    assert [v[0] is None for v in expected.values()] == [False, False, False, True, True, True, True]
