@@ -36,11 +36,14 @@ class InsecureSettings(RuntimeError):
 
 def check_settings(settings: Settings) -> None:
     """Refuse to serve with the default token anywhere but development."""
-    if settings.environment != "development" and settings.api.token.get_secret_value() == DEFAULT_TOKEN:
-        raise InsecureSettings(
-            f"environment is {settings.environment!r} but api.token is the development default: "
-            "set LAMBDA_API__TOKEN to a secret"
-        )
+    if settings.environment == "development":
+        return
+    for name, token in (("token", settings.api.token), ("admin_token", settings.api.admin_token)):
+        if token.get_secret_value() == DEFAULT_TOKEN:
+            raise InsecureSettings(
+                f"environment is {settings.environment!r} but api.{name} is the development default: "
+                f"set LAMBDA_API__{name.upper()} to a secret"
+            )
 
 
 class _LazyProducer:

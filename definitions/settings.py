@@ -465,6 +465,8 @@ def default_secrets(settings: Settings) -> list[str]:
     found = []
     if settings.api.token.get_secret_value() == DEFAULT_TOKEN:
         found.append("api.token (LAMBDA_API__TOKEN)")
+    if settings.api.admin_token.get_secret_value() == DEFAULT_TOKEN:
+        found.append("api.admin_token (LAMBDA_API__ADMIN_TOKEN)")
     if settings.airflow.admin_password.get_secret_value() == DEFAULT_AIRFLOW_PASSWORD:
         found.append("airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD)")
     return found

@@ -55,7 +55,8 @@ def api(settings) -> str:
 
 
 def token(settings) -> dict:
-    return {"Authorization": f"Bearer {settings.api.token.get_secret_value()}"}
+    """The admin routes' token (api.admin_token, else api.token)."""
+    return {"Authorization": f"Bearer {settings.api.admin_secret()}"}
 
 
 def in_airflow(settings, script: str, env: dict[str, str]) -> dict:

@@ -72,7 +72,7 @@ def test_queries_spread_over_the_workers_and_metrics_count_every_one(settings, s
 
 def test_a_killed_worker_is_replaced_and_a_reload_reaches_its_successor(settings, stack):
     base = f"http://{settings.api.host}:{settings.api.port}"
-    auth = {"Authorization": f"Bearer {settings.api.token.get_secret_value()}"}
+    auth = {"Authorization": f"Bearer {settings.api.admin_secret()}"}  # admin routes only below
     workers = _workers(stack)
     victim, others = workers[0], workers[1:]
     os.kill(victim.pid, signal.SIGKILL)

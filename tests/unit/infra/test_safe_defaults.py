@@ -79,3 +79,18 @@ def test_event_limits_that_allow_a_key_no_store_can_hold_are_refused():
         worst = "\U0001f600" * (min(limits.max_record_bytes, 4 * limits.max_url_chars) // 4)
         assert len(encode_key([worst]) + b"\0" * 9) <= 32_767
         assert len(worst.encode()) <= MAX_KEY_BYTES
+
+
+def test_the_development_token_is_no_admin_token_outside_development():
+    """It is printed in the repository: as `api.admin_token` it opened the admin routes to anyone."""
+    from api.app import InsecureSettings, check_settings
+    from definitions.settings import DEFAULT_TOKEN
+
+    settings = Settings(
+        environment="production",
+        api=ApiSettings(token=SecretStr("t0k3n-long-enough-42"), admin_token=SecretStr(DEFAULT_TOKEN)),
+        airflow=AirflowSettings(admin_password=SecretStr("pw")),
+    )
+    assert default_secrets(settings) == ["api.admin_token (LAMBDA_API__ADMIN_TOKEN)"]
+    with pytest.raises(InsecureSettings, match="api.admin_token"):
+        check_settings(settings)
