@@ -21,7 +21,7 @@ from api.middleware import HeadersAndLatency
 from api.routes import admin, events, health, reports
 from api.views_install import install_views, refresh_views, reload_views
 from api.worker_sync import WorkerSync
-from definitions.settings import DEFAULT_TOKEN, Settings
+from definitions.settings import Settings, default_secrets
 from definitions.views import load_views
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.service import ServingLayer
@@ -38,12 +38,12 @@ def check_settings(settings: Settings) -> None:
     """Refuse to serve with the default token anywhere but development."""
     if settings.environment == "development":
         return
-    for name, token in (("token", settings.api.token), ("admin_token", settings.api.admin_token)):
-        if token.get_secret_value() == DEFAULT_TOKEN:
-            raise InsecureSettings(
-                f"environment is {settings.environment!r} but api.{name} is the development default: "
-                f"set LAMBDA_API__{name.upper()} to a secret"
-            )
+    tokens = [name for name in default_secrets(settings) if name.startswith("api.")]
+    if tokens:
+        raise InsecureSettings(
+            f"environment is {settings.environment!r} but these still hold the development default: "
+            f"{', '.join(tokens)}; set them to secrets"
+        )
 
 
 class _LazyProducer:
@@ -125,7 +125,7 @@ def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: 
         return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     # Outermost of all, outside Starlette's own error middleware too: a 500 it answers gets the same
-    # headers and is counted like every other answer.
+    # headers as every other answer.
     build = app.build_middleware_stack
     app.build_middleware_stack = lambda: HeadersAndLatency(build())  # type: ignore[method-assign]
 
