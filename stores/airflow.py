@@ -38,6 +38,10 @@ def refusal_reason(resp: httpx.Response) -> str:
     return lines[0][:300] if lines else ""
 
 
+class AirflowConflict(RuntimeError):
+    """Airflow answered 409: what the request would create exists already (e.g. a run of that id)."""
+
+
 class AirflowClient:
     """The bits of Airflow's REST API (v2) the platform uses."""
 
@@ -64,6 +68,8 @@ class AirflowClient:
         resp = self.http.request(method, path, headers=headers, **kwargs)
         if resp.status_code in (400, 422):
             raise AirflowRefused(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}", refusal_reason(resp))
+        if resp.status_code == 409:
+            raise AirflowConflict(f"Airflow {method} {path}: 409 {resp.text[:300]}")
         if resp.status_code >= 400:
             raise RuntimeError(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}")
         return resp.json() if resp.content else {}
@@ -77,9 +83,18 @@ class AirflowClient:
     def pause(self, dag_id: str) -> None:
         self._call("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": True})
 
-    def trigger(self, dag_id: str, conf: dict) -> str:
-        run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+    def trigger(self, dag_id: str, conf: dict, run_id: str | None = None) -> str:
+        """Queue a run; `run_id` given: Airflow refuses it (AirflowConflict) if a run has that id."""
+        body: dict = {"logical_date": None, "conf": conf}
+        if run_id is not None:
+            body["dag_run_id"] = run_id
+        run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", json=body)
         return run["dag_run_id"]
+
+    def latest_run(self, dag_id: str) -> dict | None:
+        """The DAG's run created last, whatever its state (None: it has none)."""
+        doc = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"order_by": "-id", "limit": 1})
+        return doc["dag_runs"][0] if doc["dag_runs"] else None
 
     def runs(self, dag_id: str, states: list[str]) -> list[dict]:
         """The DAG's runs in any of `states` (e.g. "queued", "running"), oldest first."""

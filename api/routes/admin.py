@@ -6,6 +6,7 @@ As for every body, the token is checked first and the body read with the api.max
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any, Literal
 
@@ -65,11 +66,19 @@ class NotNow(Exception):
     """Airflow would take the run, but it should not be asked to now (409, saying why)."""
 
 
+def next_run_id(latest: str) -> str:
+    """The id of the run a request queues, given the id of the DAG's run created last: requests that
+    saw the same runs name the same run, so Airflow takes one of them and refuses the others."""
+    return "api_recompute__" + hashlib.sha256(latest.encode()).hexdigest()[:16]
+
+
 def _trigger(settings: Settings, body: RecomputeRequest) -> str:
     """Trigger one run, unless one already waits to start (every request queued a run before: a
     loop of requests queued a day of full recomputations), or an operator paused the DAG (each
-    request unpaused it, silently ending a maintenance pause and starting its schedule again)."""
-    from stores.airflow import AirflowClient
+    request unpaused it, silently ending a maintenance pause and starting its schedule again).
+    Requests at the same instant all pass those checks: the run's id, chosen from the run created
+    last, makes Airflow queue one of them only."""
+    from stores.airflow import AirflowClient, AirflowConflict
 
     dag_id = settings.airflow.dag_id
     client = AirflowClient(settings, timeout_s=15)
@@ -82,7 +91,14 @@ def _trigger(settings: Settings, body: RecomputeRequest) -> str:
             )
         if client.dag(dag_id).get("is_paused"):
             raise NotNow(f"{dag_id} is paused in Airflow; unpause it there to run recomputations")
-        return client.trigger(dag_id, body.model_dump())
+        latest = client.latest_run(dag_id)
+        run_id = next_run_id(latest["dag_run_id"] if latest else "")
+        try:
+            return client.trigger(dag_id, body.model_dump(), run_id=run_id)
+        except AirflowConflict:
+            raise NotNow(
+                f"another request has just queued a run of {dag_id} ({run_id}); try again once it has started"
+            ) from None
     finally:
         client.close()
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import httpx
@@ -146,16 +148,36 @@ def test_a_command_gets_the_tasks_own_time_and_a_cause_when_it_runs_out(settings
     assert "lambdactl batch --json" in result["outcome"], result
 
 
-def trigger(settings, conf: dict) -> str:
-    """Trigger a run through the platform's API, the DAG unpaused first (the API keeps a pause)."""
+def trigger(settings, conf: dict, at_once: int = 1) -> str:
+    """Trigger a run through the platform's API, the DAG unpaused first (the API keeps a pause).
+    `at_once` > 1: that many identical requests at the same instant (on both API workers); exactly
+    one queues a run, the others are told one already waits (409)."""
+    dag_id = settings.airflow.dag_id
     client = AirflowClient(settings)
     try:
-        client.unpause(settings.airflow.dag_id)
+        client.unpause(dag_id)
+        before = {r["dag_run_id"] for r in client.runs(dag_id, ["queued", "running"]) if r["run_type"] == "manual"}
     finally:
         client.close()
-    resp = httpx.post(f"{api(settings)}/api/v1/admin/recompute", json=conf, headers=token(settings), timeout=60)
-    assert resp.status_code == 202, resp.text
-    return resp.json()["dag_run_id"]
+    start = threading.Barrier(at_once)
+
+    def post(_: int) -> httpx.Response:
+        start.wait()
+        return httpx.post(f"{api(settings)}/api/v1/admin/recompute", json=conf, headers=token(settings), timeout=60)
+
+    with ThreadPoolExecutor(at_once) as pool:
+        answers = list(pool.map(post, range(at_once)))
+    accepted = [r for r in answers if r.status_code == 202]
+    assert len(accepted) == 1, [(r.status_code, r.text[:200]) for r in answers]
+    assert all(r.status_code == 409 for r in answers if r not in accepted), [r.text[:200] for r in answers]
+    run_id = accepted[0].json()["dag_run_id"]
+    client = AirflowClient(settings)
+    try:
+        now = {r["dag_run_id"] for r in client.runs(dag_id, ["queued", "running"]) if r["run_type"] == "manual"}
+    finally:
+        client.close()
+    assert now - before <= {run_id}, f"requests at once started {sorted(now - before)}"
+    return run_id
 
 
 def run_to_the_end(settings, conf: dict, timeout_s: float, through_api: bool = True) -> tuple[dict, dict[str, str]]:
@@ -204,7 +226,7 @@ def scheduled_run_done(settings) -> bool:
 def run_watching(settings, conf: dict, task_id: str, timeout_s: float = 1_200) -> tuple[dict, dict[str, str], list]:
     """Trigger the DAG through the API and poll the run until it ends: (run, {task id: state}, the
     states `task_id` went through, in order)."""
-    run_id = trigger(settings, conf)
+    run_id = trigger(settings, conf, at_once=6)
     client = AirflowClient(settings)
     seen: list = []
     try:
