@@ -25,12 +25,16 @@ RECHECK_S = 60.0  # how often the marker and the replay marks are read again
 MARKS_TRUSTED_S = RECHECK_S + 5  # counted from when the read that listed them began
 REPLACED_ROWS_KEPT_S = MARKS_TRUSTED_S + 5
 MARKS_WAIT_S = 2.0  # how long a query waits for a read under way before it refuses on old marks
+# How soon a service that has never read the marker or the replay marks (HDFS unreadable since it
+# started) tries again: it refuses every query meanwhile.
+UNREAD_RETRY_S = 5.0
 
 
 class SpeedState:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._marker: tuple[Marker | None, float] | None = None  # (marker, when read)
+        self._marker_read = False  # a read of the marker succeeded once (None then: never started)
         self._reading = threading.Lock()  # held by the one query reading the marker and marks again
         self.replaying: dict[str, int] = {}  # view → since when a replay rebuilds it; read with the marker
         self.overlays: dict[str, ReplayMark] = {}  # view → its switched replay; read with the marker
@@ -56,6 +60,7 @@ class SpeedState:
     ) -> None:
         """Take `marker` (and replay marks) as just read: a service or a test that knows them."""
         self._marker = (marker, time.monotonic())
+        self._marker_read = True
         self.late_drops = late_drops
         self.replaying = dict(replaying or {})
         self.overlays = dict(overlays or {})
@@ -134,6 +139,7 @@ class SpeedState:
         try:
             marker = read_marker(self.settings)
             self.marker_error = None
+            self._marker_read = True
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering
             marker = cached[0] if cached is not None else None
             self.marker_error = f"{type(exc).__name__}: {exc}"
@@ -161,7 +167,10 @@ class SpeedState:
                 log.warning("cannot read the speed layer's record of late drops: %s: %s", type(exc).__name__, exc)
         self._read_replays(now, epoch)
         if epoch == self._epoch:  # else asked to read again meanwhile: the next question reads
-            self._marker = (marker, now)
+            # Never read yet: what was cached says nothing, and every query is refused until a read
+            # succeeds, so try again soon rather than in a minute.
+            unread = not self._marker_read or self._marks_read_at is None
+            self._marker = (marker, now - RECHECK_S + UNREAD_RETRY_S if unread else now)
             self._read_epoch = epoch
         return marker
 
@@ -190,8 +199,19 @@ class SpeedState:
         return changed_definitions({v.name: v.fingerprint for v in views}, applied)
 
     def lifecycle(self, name: str, pointer: Pointer | None, views: Registry) -> Lifecycle:
-        """One view's state (asked on every query: it fingerprints only that view)."""
+        """One view's state (asked on every query: it fingerprints only that view). Raises
+        StoreUnavailable("hdfs") while the marker or the replay marks were never read: unread, the
+        marker looks like a speed layer never started (every view serving, a changed definition
+        too) and the marks like no switched replay (its rows not read): short answers as complete."""
+        from serving_layer.unavailable import StoreUnavailable
+
         marker = self.marker()
+        if not self._marker_read or self._marks_read_at is None:
+            raise StoreUnavailable(
+                "hdfs",
+                "the speed layer's checkpoint marker and replay marks were not read since this service "
+                f"started ({self.read_error or 'a read under way'}): which views it maintains is unknown",
+            )
         maintained = marker.views if marker is not None else None
         applied = marker.definitions if marker is not None else None
         changed = changed_definitions({name: views[name].fingerprint}, applied)

@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from definitions.settings import Settings
+from definitions.views import PAGE_VIEWS, Registry
 from serving_layer import speed_state
 from serving_layer.speed_state import SpeedState
 from tests.support.polling import wait_for
@@ -249,3 +250,44 @@ def test_a_record_of_late_drops_that_cannot_be_read_keeps_the_marker_and_the_las
     assert state.late_drops == (5_000, 2), "the last record read stands"
     state.read_now()
     assert state.late_drops == (7_000, 3)
+
+
+def test_a_service_that_never_read_the_marks_refuses_queries_until_it_does(tmp_path, monkeypatch):
+    """A worker starting while HDFS cannot be read took "no marker" for a speed layer never started
+    (every view serving, one being built too) and "no marks" for no switched replay (its rows
+    unread): short answers marked complete. It refuses instead, and tries again within seconds."""
+    from serving_layer.unavailable import StoreUnavailable
+    from stores import checkpoints, replays
+
+    clock = Clock()
+    monkeypatch.setattr(speed_state, "time", clock)
+    hdfs_down = {"marker": True, "marks": True}
+
+    def read_marker(_settings):
+        if hdfs_down["marker"]:
+            raise ConnectionError("HDFS unreachable")
+        return None
+
+    def read_replays(_settings):
+        if hdfs_down["marks"]:
+            raise ConnectionError("HDFS unreachable")
+        return {}, {"page_views": switched_mark()}
+
+    monkeypatch.setattr(checkpoints, "read_marker", read_marker)
+    monkeypatch.setattr(replays, "read_replays", read_replays)
+    state = SpeedState(Settings(state_dir=tmp_path))
+    views = Registry((PAGE_VIEWS,))
+    for down in ({"marker": True, "marks": True}, {"marker": False, "marks": True}, {"marker": True, "marks": False}):
+        hdfs_down.update(down)
+        clock.now += speed_state.UNREAD_RETRY_S + 0.1
+        try:
+            state.lifecycle("page_views", None, views)
+            raise AssertionError(f"a query answered from marks never read ({down})")
+        except StoreUnavailable as exc:
+            assert exc.component == "hdfs" and "HDFS unreachable" in exc.detail
+        if down == {"marker": False, "marks": True}:
+            state = SpeedState(Settings(state_dir=tmp_path))  # the marker read, never the marks: a new worker
+    hdfs_down.update(marker=False, marks=False)
+    clock.now += speed_state.UNREAD_RETRY_S + 0.1  # read again within seconds, not a minute
+    assert state.lifecycle("page_views", None, views).state == "serving"
+    assert state.overlay("page_views") == switched_mark(), "the switched replay's rows are read"
