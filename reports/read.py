@@ -45,8 +45,7 @@ def read_realtime(
     Distinct views: the sketch's estimate. A view a switched replay answers for (stores.replays):
     its replayed rows for the ingest buckets they cover, as the serving layer reads them.
     """
-    from datasketches import hll_sketch
-
+    from definitions.sketches import read_sketch
     from stores.realtime import BY_BUCKET
     from stores.realtime_scan import rows_ingested_between
     from stores.replays import read_overlays
@@ -67,7 +66,7 @@ def read_realtime(
         value = float(row.value or 0)
         sketch = getattr(row, "sketch", None)
         if view.aggregation == "distinct" and sketch is not None:
-            value = hll_sketch.deserialize(bytes(sketch)).get_estimate()
+            value = read_sketch(bytes(sketch)).get_estimate()  # BadSketch (named) when it holds none
         snapshot.cells[(name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = value
         snapshot.rows += 1
     return snapshot

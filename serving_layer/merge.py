@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from definitions.views import HLL_LG_K
+from serving_layer.unavailable import StoreUnavailable
 
 
 @dataclass(frozen=True)
@@ -55,40 +56,57 @@ def merge_additive(
     return MergedSeries(out, sum(m.value for m in out), True)
 
 
-def union_estimate(sketches: Iterable[bytes]) -> float:
-    """The estimate of the union of serialized HLL sketches (Apache DataSketches format)."""
-    from datasketches import hll_sketch, hll_union
+def _read(raws: Iterable[bytes], store: str) -> list:
+    """The sketches a store holds; StoreUnavailable naming it when one is no sketch: its bytes are
+    not trusted to the library (definitions.sketches), and its error is not a 500."""
+    from definitions.sketches import BadSketch, read_sketch
 
-    union = hll_union(HLL_LG_K)
-    for raw in sketches:
-        union.update(hll_sketch.deserialize(raw))
-    return union.get_result().get_estimate()
+    try:
+        return [read_sketch(raw) for raw in raws]
+    except BadSketch as exc:
+        raise StoreUnavailable(store, f"a distinct view's sketch that is none: {exc}") from None
+
+
+def _estimate(sketches: list, store: str) -> float:
+    from definitions.sketches import BadSketch
+    from definitions.sketches import union_estimate as estimate
+
+    try:
+        return estimate(sketches, HLL_LG_K)
+    except BadSketch as exc:
+        raise StoreUnavailable(store, f"a distinct view's sketches could not be united: {exc}") from None
 
 
 def merge_distinct(
     buckets: Iterable[int], batch: Mapping[int, BatchCell], speed: Mapping[int, SpeedCell]
 ) -> MergedSeries:
     """Per bucket: the batch's exact count when there is no speed part, else the union of the sketches.
-    The total over the range is the union of every sketch (a visitor in two buckets counts once)."""
+    The total over the range is the union of every sketch (a visitor in two buckets counts once).
+    A batch cell without its sketch cannot be united with anything: StoreUnavailable, not a total
+    that leaves it out."""
     out = []
-    everything: list[bytes] = []
+    everything: list = []
     all_exact = True
     for b in buckets:
         bc, sc = batch.get(b), speed.get(b)
-        sketches = ([bc.sketch] if bc is not None and bc.sketch else []) + (list(sc.sketches) if sc else [])
+        if bc is not None and not bc.sketch:
+            raise StoreUnavailable("hbase", f"a distinct view's cell of bucket {b} without its sketch")
+        batch_sketches = _read([bc.sketch], "hbase") if bc is not None and bc.sketch else []
+        speed_sketches = _read(sc.sketches, "cassandra") if sc else []
+        sketches = batch_sketches + speed_sketches
         everything.extend(sketches)
         batch_part = float(bc.value) if bc is not None else 0.0
-        speed_part = union_estimate(sc.sketches) if sc and sc.sketches else 0.0
-        if sc is None or not sc.sketches:
+        if not speed_sketches:
             out.append(MergedBucket(b, batch_part, batch_part, 0.0, exact=True))
         else:
-            out.append(MergedBucket(b, union_estimate(sketches), batch_part, speed_part, exact=False))
+            speed_part = _estimate(speed_sketches, "cassandra")
+            out.append(MergedBucket(b, _estimate(sketches, "hbase"), batch_part, speed_part, exact=False))
             all_exact = False
     nonempty = [m for m in out if m.value]
     if len(nonempty) <= 1 and all_exact:
         total, exact = (nonempty[0].value if nonempty else 0.0), True
     else:
-        total, exact = (union_estimate(everything) if everything else 0.0), False
+        total, exact = (_estimate(everything, "hbase") if everything else 0.0), False
     return MergedSeries(out, total, exact)
 
 

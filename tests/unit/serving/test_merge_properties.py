@@ -7,7 +7,7 @@ import random
 from collections import defaultdict
 
 import pytest
-from datasketches import hll_sketch
+from datasketches import hll_sketch, tgt_hll_type
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -60,7 +60,7 @@ def layers(events: list[dict], cutoff: int):
 
 
 def sketch_of(users) -> bytes:
-    s = hll_sketch(HLL_LG_K)
+    s = hll_sketch(HLL_LG_K, tgt_hll_type.HLL_8)  # as Spark writes them
     for u in users:
         s.update(u)
     return s.serialize_compact()
@@ -137,3 +137,23 @@ def test_a_ranked_batch_part_gives_the_same_top_as_merging_every_key(batch, spee
     from serving_layer.merge import RankedTotals
 
     assert merge_top(RankedTotals.of(batch), speed, limit) == merge_top(batch, speed, limit)
+
+
+def test_a_distinct_cell_without_or_with_a_broken_sketch_is_a_store_that_cannot_be_read():
+    """A batch cell without its sketch was left out of the total (two such cells: total 0), and the
+    library's errors on broken bytes were 500s: both are the store's fault, named, and no answer."""
+    from serving_layer.unavailable import StoreUnavailable
+
+    broken = bytearray(sketch_of("abc"))
+    broken[4] = 34  # a coupon array of 2^34 entries: ~20 GB if the library were given it
+    cases = [
+        ({0: BatchCell(100), 3600: BatchCell(50)}, {}, "hbase"),
+        ({0: BatchCell(100)}, {0: SpeedCell(0, (sketch_of("xy"),))}, "hbase"),
+        ({0: BatchCell(2, bytes(broken))}, {}, "hbase"),
+        ({0: BatchCell(5, sketch_of("abcde"))}, {0: SpeedCell(0, (bytes(broken),))}, "cassandra"),
+        ({}, {0: SpeedCell(0, (b"\x00" * 40,))}, "cassandra"),
+    ]
+    for batch, speed, store in cases:
+        with pytest.raises(StoreUnavailable) as refused:
+            merge_distinct([0, 3600], batch, speed)
+        assert refused.value.component == store, (batch, speed)
