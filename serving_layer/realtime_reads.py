@@ -61,12 +61,19 @@ class RealtimeReads:
         closing.start()
 
     def read(self, fn: Callable[[RealtimeReaderAdapter], T], attempts: int = 2) -> T:
-        """`fn(reader)`; any failure makes a new reader and tries again, then is StoreUnavailable."""
+        """`fn(reader)`; any failure makes a new reader and tries again, then is StoreUnavailable.
+        A row that is wrong is StoreUnavailable at once: a new reader would read it again (and one
+        bad row under steady queries kept many readers open, each closing only after a while)."""
+        from stores.realtime import BadRealtimeRow
+
         for attempt in range(1, attempts + 1):
             reader = None
             try:
                 reader = self.reader()
                 return fn(reader)
+            except BadRealtimeRow as exc:
+                log.warning("a realtime row cannot be read: %s", exc)
+                raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc
             except Exception as exc:
                 if reader is not None:
                     self.replace(reader)

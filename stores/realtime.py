@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from definitions.settings import Settings
+from definitions.views import key_text
 from stores.clients import cassandra_cluster
 from stores.realtime_writes import MarkReader, WriteMarks, create_statement
 
@@ -374,6 +375,26 @@ def chunks(items: Sequence, size: int) -> Iterable[Sequence]:
         yield items[i : i + size]
 
 
+class BadRealtimeRow(ValueError):
+    """A realtime row the speed layer cannot have written (a null value, a distinct view's row
+    without its sketch, a key that is not a JSON array of strings): the store's content, not its
+    connection, is wrong, so reading it again or from a new session would not help."""
+
+
+def canonical_key(key: object) -> str:
+    """A by_bucket row's key as key_text writes it. Another spelling of the same values (spaces,
+    escapes) would otherwise be a second row of the same key, its counts split between them."""
+    import json
+
+    try:
+        values = json.loads(key)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        values = None
+    if not isinstance(values, list) or not all(v is None or isinstance(v, str) for v in values):
+        raise BadRealtimeRow(f"a key that is not a JSON array of strings: {str(key)[:100]!r}")
+    return key_text(values)
+
+
 @dataclass
 class RealtimeCell:
     """The speed part of one event bucket: the values summed over the ingest buckets read."""
@@ -436,10 +457,12 @@ class RealtimeReader:
         for event_bucket, ingest_bucket, value, sketch in self._rows(self.series_stmt, params):
             if low <= ingest_bucket < high:
                 continue
+            if value is None or (with_sketches and sketch is None):
+                raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} without its value or sketch")
             cell = out.setdefault(event_bucket, RealtimeCell(sketches=[] if with_sketches else None))
             cell.value += value
             cell.ingest_buckets += 1
-            if cell.sketches is not None and sketch is not None:  # a list exactly when with_sketches
+            if cell.sketches is not None:  # a list exactly when with_sketches
                 cell.sketches.append(bytes(sketch))
         return out
 
@@ -458,6 +481,9 @@ class RealtimeReader:
         for event_bucket, ingest_bucket, key, value in self._rows(self.bucket_stmt, params):
             if low <= ingest_bucket < high:
                 continue
+            if value is None:
+                raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} without its value")
+            key = canonical_key(key)
             keys = out.setdefault(event_bucket, {})
             keys[key] = keys.get(key, 0) + value
         return out

@@ -75,3 +75,48 @@ def test_a_read_failing_on_every_reader_is_store_unavailable(reads):
 
     with pytest.raises(StoreUnavailable, match="cassandra"):
         reads.read(always)
+
+
+def rows_reader(rows: list[tuple]):
+    """The realtime store's reader over `rows` as Cassandra would return them (its row handling
+    only: the prepared statements are never sent)."""
+    from stores.realtime import RealtimeReader
+
+    reader = RealtimeReader.__new__(RealtimeReader)
+    reader.series_stmt = reader.bucket_stmt = None
+    reader._rows = lambda _statement, _params: iter(rows)  # type: ignore[method-assign]
+    return reader
+
+
+def test_rows_the_speed_layer_cannot_have_written_are_refused_not_counted():
+    """A distinct view's row without its sketch was counted in the value and left out of the
+    union; a top row's key spelt otherwise split one key's counts over two rows."""
+    from stores.realtime import BadRealtimeRow
+
+    sketchless = rows_reader([(0, 60, 3, b"\x02\x01\x07\x0c"), (0, 120, 2, None)])
+    with pytest.raises(BadRealtimeRow, match="sketch"):
+        sketchless.series("visitors", "hour", "[]", [0], 0, with_sketches=True)
+    with pytest.raises(BadRealtimeRow, match="value"):
+        rows_reader([(0, 60, None, None)]).series("page_views", "hour", "[]", [0], 0)
+    for key in ("u-1", "5", '{"a": 1}', "[1]"):
+        with pytest.raises(BadRealtimeRow, match="JSON array of strings"):
+            rows_reader([(0, 60, key, 1)]).bucket("top_pages", "hour", [0], 0)
+    same = rows_reader([(0, 60, '["/a"]', 2), (0, 120, '[ "/a" ]', 3), (0, 120, '["\\u002fb"]', 1)])
+    assert same.bucket("top_pages", "hour", [0], 0) == {0: {'["/a"]': 5, '["/b"]': 1}}
+
+
+def test_a_wrong_row_is_unavailable_at_once_and_keeps_the_reader(reads):
+    """Reading it again, from a new reader, cannot help: one bad row under steady queries kept a
+    new Cassandra cluster open per query."""
+    from stores.realtime import BadRealtimeRow
+
+    calls = []
+
+    def bad_row(reader):
+        calls.append(reader)
+        raise BadRealtimeRow("a row without its value")
+
+    with pytest.raises(StoreUnavailable) as refused:
+        reads.read(bad_row)
+    assert refused.value.component == "cassandra"
+    assert len(calls) == 1 and len(Reader.built) == 1 and not Reader.built[0].closed
