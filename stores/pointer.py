@@ -51,6 +51,21 @@ class PointerFormatError(ValueError):
     """The stored pointer row cannot be read."""
 
 
+# The latest time a pointer may name: 9999-12-31T23:59:59.999Z (later ones have no ISO text).
+MAX_MS = 253_402_300_799_999
+# What reading a stored document can raise besides the usual: a number of 400 digits as a float
+# (1e400 is inf: int() overflows) or a document nested thousands deep.
+READ_ERRORS = (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError)
+
+
+def _ms(value: object) -> int:
+    """A time of the pointer (ms since the epoch), within what an ISO time can say."""
+    ms = int(value)  # type: ignore[call-overload]
+    if not 0 <= ms <= MAX_MS:
+        raise ValueError(f"a time of {ms} ms, outside 0..{MAX_MS}")
+    return ms
+
+
 @dataclass(frozen=True)
 class ViewEntry:
     """What serves one view: its table, that table's version and the cutoff the table covers."""
@@ -178,17 +193,22 @@ class Pointer:
         raw = data.get(DOC)
         if raw is not None:
             return cls.from_doc(raw)
-        legacy = {k.decode()[2:]: json.loads(v) for k, v in data.items() if k.startswith(b"p:")}
-        missing = [k for k in ("version", "cutoff_ms", "views") if k not in legacy]
-        if missing:
-            raise PointerFormatError(f"pointer row has neither {DOC.decode()} nor the columns {missing}")
-        version, cutoff = int(legacy["version"]), int(legacy["cutoff_ms"])
-        run_id, swapped = str(legacy.get("run_id", "")), int(legacy.get("swapped_ms", 0))
-        entries = {
-            name: ViewEntry(table, table_version(table) or version, cutoff, run_id, swapped)
-            for name, table in legacy["views"].items()
-        }
-        return cls(entries, version, run_id, dict(legacy.get("stats") or {}), swapped, generation=0, stored=None)
+        try:
+            legacy = {k.decode()[2:]: json.loads(v) for k, v in data.items() if k.startswith(b"p:")}
+            missing = [k for k in ("version", "cutoff_ms", "views") if k not in legacy]
+            if missing:
+                raise PointerFormatError(f"pointer row has neither {DOC.decode()} nor the columns {missing}")
+            version, cutoff = int(legacy["version"]), _ms(legacy["cutoff_ms"])
+            run_id, swapped = str(legacy.get("run_id", "")), _ms(legacy.get("swapped_ms", 0))
+            entries = {
+                name: ViewEntry(str(table), table_version(str(table)) or version, cutoff, run_id, swapped)
+                for name, table in legacy["views"].items()
+            }
+            return cls(entries, version, run_id, dict(legacy.get("stats") or {}), swapped, generation=0, stored=None)
+        except PointerFormatError:
+            raise
+        except READ_ERRORS as exc:
+            raise PointerFormatError(f"pointer columns cannot be read: {type(exc).__name__}: {exc}"[:300]) from exc
 
     @classmethod
     def from_doc(cls, raw: bytes) -> Pointer:
@@ -198,9 +218,9 @@ class Pointer:
                 name: ViewEntry(
                     str(e["table"]),
                     int(e["version"]),
-                    int(e["cutoff_ms"]),
+                    _ms(e["cutoff_ms"]),
                     str(e.get("run_id", "")),
-                    int(e.get("swapped_ms", 0)),
+                    _ms(e.get("swapped_ms", 0)),
                     dict(e.get("stats") or {}),
                 )
                 for name, e in doc["views"].items()
@@ -210,15 +230,15 @@ class Pointer:
                 int(doc["version"]),
                 str(doc.get("run_id", "")),
                 dict(doc.get("stats") or {}),
-                int(doc.get("swapped_ms", 0)),
+                _ms(doc.get("swapped_ms", 0)),
                 int(doc["generation"]),
                 stored=bytes(raw),
                 aliases={str(k): str(v) for k, v in (doc.get("aliases") or {}).items()},
                 retiring=tuple(str(n) for n in doc.get("retiring") or ()),
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except READ_ERRORS as exc:
             raise PointerFormatError(
-                f"pointer document {DOC.decode()} cannot be read: {type(exc).__name__}: {exc}"
+                f"pointer document {DOC.decode()} cannot be read: {type(exc).__name__}: {exc}"[:300]
             ) from exc
 
 

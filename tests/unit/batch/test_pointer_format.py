@@ -38,6 +38,14 @@ def per_view() -> Pointer:
     )
 
 
+def doc_with(**entry) -> bytes:
+    """A per-view document whose one entry has `entry`'s fields."""
+    doc = json.loads(per_view().to_doc())
+    name = next(iter(doc["views"]))
+    doc["views"][name].update(entry)
+    return json.dumps(doc).encode()
+
+
 def old_row(version: int, cutoff_ms: int, views: dict[str, str]) -> dict[bytes, bytes]:
     """A pointer row exactly as the single-cutoff code wrote it (one JSON value per `p:` column)."""
     doc = {
@@ -101,6 +109,13 @@ def test_legacy_columns_tell_an_older_reader_the_smallest_cutoff_and_every_table
         {DOC: json.dumps({"format": 2, "views": {}}).encode()},  # no generation, no version
         {DOC: json.dumps({"format": 2, "generation": 1, "version": 1, "views": {"v": {"table": "v_v1"}}}).encode()},
         {b"p:run_id": b'"x"'},
+        # What a stored row can hold that raised other errors (each a 500 on every query):
+        {DOC: doc_with(cutoff_ms=1e400)},  # inf: OverflowError
+        {DOC: doc_with(cutoff_ms=3_600_000 * 10**12)},  # no ISO text for it: ValueError in iso()
+        {DOC: doc_with(swapped_ms=-5)},
+        {DOC: b'{"views": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"},  # RecursionError
+        {**old_row(3, 7_200_000, {"v": "v_v3"}), b"p:cutoff_ms": b"1e400"},
+        {**old_row(3, 7_200_000, {"v": "v_v3"}), b"p:swapped_ms": b"99999999999999999999"},
     ],
 )
 def test_an_unreadable_row_is_a_clear_error(row):
