@@ -81,6 +81,23 @@ def cmd_views(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
+    """One at a time per state directory: two at once each saved their own views and restarted the
+    speed layer, and the one that lost retired the other's new views. A second one waits, then
+    reads the settings the first saved (without --modules, it would re-apply those it read before)."""
+    from definitions.settings_store import SettingsConflict, load
+    from infra.state_lock import state_lock
+
+    with state_lock(settings.state_dir, "views.lock", "lambdactl views apply", _say) as waited:
+        if waited:
+            try:
+                settings = load()
+            except SettingsConflict as exc:
+                log.error("%s", exc)
+                return 2
+        return _apply(settings, args)
+
+
+def _apply(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.settings_store import SettingsConflict, persist_view_modules, with_view_modules
     from definitions.view_versions import unresolved_message
     from definitions.views import load_views
