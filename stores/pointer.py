@@ -28,6 +28,10 @@ from dataclasses import dataclass, field, replace
 from definitions.times import iso_ms as iso
 
 DOC = b"p:doc"
+# Written beside the single-cutoff columns since the document exists: a row that has it but lacks
+# the document lost it, and its single cutoff (the smallest) would make views whose own cutoff is
+# later count their realtime rows in between twice.
+HAS_DOC = b"p:has_doc"
 FORMAT = 2
 LEGACY_FIELDS = ("version", "cutoff_ms", "run_id", "views", "stats", "swapped_ms")
 SERVED_STATES = ("live", "retired")  # a run in one of these states had its tables named by the pointer
@@ -185,7 +189,7 @@ class Pointer:
             "stats": self.stats,
             "swapped_ms": self.swapped_ms,
         }
-        return {f"p:{k}".encode(): json.dumps(v).encode() for k, v in doc.items()}
+        return {**{f"p:{k}".encode(): json.dumps(v).encode() for k, v in doc.items()}, HAS_DOC: b"true"}
 
     @classmethod
     def from_columns(cls, data: Mapping[bytes, bytes]) -> Pointer:
@@ -193,8 +197,12 @@ class Pointer:
         raw = data.get(DOC)
         if raw is not None:
             return cls.from_doc(raw)
+        if HAS_DOC in data:
+            raise PointerFormatError(
+                f"pointer row lost its document {DOC.decode()}: its single-cutoff columns do not say each view's cutoff"
+            )
         try:
-            legacy = {k.decode()[2:]: json.loads(v) for k, v in data.items() if k.startswith(b"p:")}
+            legacy = {k.decode()[2:]: json.loads(v) for k, v in data.items() if k.startswith(b"p:") and k != HAS_DOC}
             missing = [k for k in ("version", "cutoff_ms", "views") if k not in legacy]
             if missing:
                 raise PointerFormatError(f"pointer row has neither {DOC.decode()} nor the columns {missing}")

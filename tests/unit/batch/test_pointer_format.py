@@ -10,6 +10,7 @@ import pytest
 
 from stores.pointer import (
     DOC,
+    HAS_DOC,
     CutoffError,
     Pointer,
     PointerFormatError,
@@ -96,10 +97,20 @@ def test_the_document_wins_over_stale_legacy_columns():
 def test_legacy_columns_tell_an_older_reader_the_smallest_cutoff_and_every_table():
     pointer = per_view()
     legacy = pointer.legacy_columns()
-    assert set(legacy) == {b"p:version", b"p:cutoff_ms", b"p:run_id", b"p:views", b"p:stats", b"p:swapped_ms"}
-    seen_by_old_code = Pointer.from_columns(legacy)
+    assert set(legacy) == {b"p:version", b"p:cutoff_ms", b"p:run_id", b"p:views", b"p:stats", b"p:swapped_ms", HAS_DOC}
+    old_code_reads = {k: v for k, v in legacy.items() if k != HAS_DOC}  # it takes every p: column as JSON
+    assert json.loads(legacy[HAS_DOC]) is True
+    seen_by_old_code = Pointer.from_columns(old_code_reads)
     assert seen_by_old_code.version == 4 and seen_by_old_code.cutoff_ms == T0
     assert seen_by_old_code.views == pointer.views
+
+
+def test_a_row_that_lost_its_document_is_refused_rather_than_read_at_the_smallest_cutoff():
+    """Each view has a cutoff of its own; the single-cutoff columns hold the smallest. Read from
+    them, a view whose cutoff is later would add its realtime rows in between to a batch table
+    that already counts them."""
+    with pytest.raises(PointerFormatError, match="lost its document"):
+        Pointer.from_columns(per_view().legacy_columns())
 
 
 @pytest.mark.parametrize(
