@@ -63,6 +63,8 @@ def decode_key(data: bytes) -> tuple[str, ...]:
     parts, i = [], 0
     while i < len(data):
         (length,) = struct.unpack_from(">H", data, i)
+        if i + 2 + length > len(data):
+            raise ValueError(f"a key part of {length} bytes runs past the key's {len(data)}")
         parts.append(data[i + 2 : i + 2 + length].decode())
         i += 2 + length
     return tuple(parts)

@@ -9,6 +9,7 @@ connection (a connection broken by a dropped table is replaced by the pool), the
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -28,6 +29,15 @@ class BatchViewsUnavailable(RuntimeError):
     def __init__(self, detail: str) -> None:
         super().__init__("hbase cannot be read")
         self.detail = detail
+
+
+class BadBatchCell(ValueError):
+    """A batch view's cell or row key the batch layer cannot have written (a value of the wrong
+    length, a row key that does not parse): reading it again, or from another server, cannot help."""
+
+
+# What decoding a stored cell or row key raises when its bytes are wrong.
+DECODE_ERRORS = (struct.error, ValueError, KeyError, IndexError, StopIteration, UnicodeDecodeError)
 
 
 class BatchViewReader:
@@ -54,6 +64,9 @@ class BatchViewReader:
             try:
                 with self._connections().connection(timeout=self.wait_s) as conn:
                     return read(conn)
+            except BadBatchCell as exc:  # the store's content: not retried, the server not forgotten
+                log.warning("a batch view's cell cannot be read: %s", exc)
+                raise BatchViewsUnavailable(str(exc)) from exc
             except Exception as exc:
                 if attempt == self.attempts:
                     log.warning("hbase read failed: %s: %s", type(exc).__name__, exc)
@@ -83,8 +96,11 @@ class BatchViewReader:
         def read(conn) -> dict[int, tuple[int, bytes | None]]:
             out = {}
             for row, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000):
-                _, _, bucket = layout.parse_row_key(view, row)
-                out[bucket] = (layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
+                try:
+                    _, _, bucket = layout.parse_row_key(view, row)
+                    out[bucket] = (layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
+                except DECODE_ERRORS as exc:
+                    raise BadBatchCell(f"{table}: row {row[:80]!r}: {type(exc).__name__}: {exc}"[:300]) from None
             return out
 
         return self._read(read)
@@ -97,8 +113,13 @@ class BatchViewReader:
             totals: dict[str, int] = {}
             for _, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=100):
                 for column, value in data.items():
-                    key = key_text(layout.decode_key(column[2:]))
-                    totals[key] = totals.get(key, 0) + layout.decode_int(value)
+                    try:
+                        key = key_text(layout.decode_key(column[2:]))
+                        totals[key] = totals.get(key, 0) + layout.decode_int(value)
+                    except DECODE_ERRORS as exc:
+                        raise BadBatchCell(
+                            f"{table}: column {column[:80]!r}: {type(exc).__name__}: {exc}"[:300]
+                        ) from None
             return totals
 
         return self._read(read)
