@@ -56,7 +56,7 @@ def merge_additive(
     return MergedSeries(out, sum(m.value for m in out), True)
 
 
-def _read(raws: Iterable[bytes], store: str) -> list:
+def read_sketches(raws: Iterable[bytes], store: str) -> list:
     """The sketches a store holds; StoreUnavailable naming it when one is no sketch: its bytes are
     not trusted to the library (definitions.sketches), and its error is not a 500."""
     from definitions.sketches import BadSketch, read_sketch
@@ -91,8 +91,8 @@ def merge_distinct(
         bc, sc = batch.get(b), speed.get(b)
         if bc is not None and not bc.sketch:
             raise StoreUnavailable("hbase", f"a distinct view's cell of bucket {b} without its sketch")
-        batch_sketches = _read([bc.sketch], "hbase") if bc is not None and bc.sketch else []
-        speed_sketches = _read(sc.sketches, "cassandra") if sc else []
+        batch_sketches = read_sketches([bc.sketch], "hbase") if bc is not None and bc.sketch else []
+        speed_sketches = read_sketches(sc.sketches, "cassandra") if sc else []
         sketches = batch_sketches + speed_sketches
         everything.extend(sketches)
         batch_part = float(bc.value) if bc is not None else 0.0
@@ -100,13 +100,15 @@ def merge_distinct(
             out.append(MergedBucket(b, batch_part, batch_part, 0.0, exact=True))
         else:
             speed_part = _estimate(speed_sketches, "cassandra")
-            out.append(MergedBucket(b, _estimate(sketches, "hbase"), batch_part, speed_part, exact=False))
+            # The batch sketch was read; the union refusing is the speed part's.
+            out.append(MergedBucket(b, _estimate(sketches, "cassandra"), batch_part, speed_part, exact=False))
             all_exact = False
     nonempty = [m for m in out if m.value]
     if len(nonempty) <= 1 and all_exact:
         total, exact = (nonempty[0].value if nonempty else 0.0), True
     else:
-        total, exact = (_estimate(everything, "hbase") if everything else 0.0), False
+        store = "cassandra" if speed else "hbase"
+        total, exact = (_estimate(everything, store) if everything else 0.0), False
     return MergedSeries(out, total, exact)
 
 

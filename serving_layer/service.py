@@ -28,6 +28,7 @@ from serving_layer.merge import (
     merge_additive,
     merge_distinct,
     merge_top,
+    read_sketches,
 )
 from serving_layer.part_cache import PartCache
 from serving_layer.pointer_floor import PointerFloor
@@ -360,6 +361,8 @@ class ServingLayer:
                 ),
             )
             speed = {b: SpeedCell(c.value, tuple(c.sketches or ())) for b, c in realtime.items()}
+            for cell in speed.values() if distinct else ():  # a broken one is the speed part's failure
+                read_sketches(cell.sketches, "cassandra")
         except StoreUnavailable as exc:
             if not allow_partial:
                 raise

@@ -478,12 +478,14 @@ class RealtimeReader:
         low, high = skip_ingest or (0, 0)
         params = [(view, granularity, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)]
         out: dict[int, dict[str, int]] = {}
+        canonical: dict[str, str] = {}  # each key as stored → as key_text writes it (parsed once per read)
         for event_bucket, ingest_bucket, key, value in self._rows(self.bucket_stmt, params):
             if low <= ingest_bucket < high:
                 continue
             if value is None:
                 raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} without its value")
-            key = canonical_key(key)
+            known = canonical.get(key)
+            key = known if known is not None else canonical.setdefault(key, canonical_key(key))
             keys = out.setdefault(event_bucket, {})
             keys[key] = keys.get(key, 0) + value
         return out

@@ -93,12 +93,19 @@ def _trigger(settings: Settings, body: RecomputeRequest) -> str:
             raise NotNow(f"{dag_id} is paused in Airflow; unpause it there to run recomputations")
         latest = client.latest_run(dag_id)
         run_id = next_run_id(latest["dag_run_id"] if latest else "")
-        try:
-            return client.trigger(dag_id, body.model_dump(), run_id=run_id)
-        except AirflowConflict:
-            raise NotNow(
-                f"another request has just queued a run of {dag_id} ({run_id}); try again once it has started"
-            ) from None
+        for _ in range(3):
+            try:
+                return client.trigger(dag_id, body.model_dump(), run_id=run_id)
+            except AirflowConflict:
+                if client.run(dag_id, run_id).get("state") in ("queued", "running"):
+                    raise NotNow(
+                        f"another request has just triggered a run of {dag_id} ({run_id}); try again once it has "
+                        "started"
+                    ) from None
+                # A run of that id has ended (the run created last was deleted, then made again with
+                # its id): the next id of the chain.
+                run_id = next_run_id(run_id)
+        raise NotNow(f"runs of {dag_id} named after the latest one exist already; try again shortly")
     finally:
         client.close()
 

@@ -15,7 +15,7 @@ from definitions.settings import Settings
 from serving_layer.merge import BatchCell
 from serving_layer.part_cache import PartCache, approx_bytes
 from serving_layer.pointer_floor import PointerFloor
-from serving_layer.service import ServingLayer
+from serving_layer.service import ServingLayer, StoreUnavailable
 from stores.pointer import DOC, advance
 from tests.support.polling import wait_for
 
@@ -399,3 +399,41 @@ def test_answers_say_incomplete_while_rows_the_speed_layer_dropped_late_are_not_
     assert "7 rows" in provenance.reasons[0] and "later than its watermark" in provenance.reasons[0]
     serving.speed.known(None, late_drops=(CUTOFF_MS, 7))  # a batch covers every row it dropped
     assert answer().complete
+
+
+class BrokenSketches(NoRealtime):
+    """A realtime store whose one row of a distinct view holds bytes that are no sketch."""
+
+    def series(self, *args: Any, **kwargs: Any) -> dict:
+        from stores.realtime import RealtimeCell
+
+        return {CUTOFF_MS // 1000: RealtimeCell(1, [b"\x02\x01\x07\x0c\x22\x00\x01\x08"], 1)}
+
+
+def test_a_broken_speed_sketch_is_the_speed_parts_failure_and_a_partial_answer_leaves_it_out(tmp_path):
+    from datasketches import hll_sketch, tgt_hll_type
+
+    settings = Settings(
+        state_dir=tmp_path,
+        ingest_bucket_s=HOUR,
+        stores={"batch_views": f"{__name__}.MemoryBatchViews", "realtime_reader": f"{__name__}.BrokenSketches"},
+    )
+    serving = ServingLayer(settings)
+    serving.speed.known(None)
+    store = MemoryBatchViews.current
+    assert store is not None
+    pointer = advance(
+        None, version=1, run_id="r", cutoff_ms=CUTOFF_MS, views=["unique_visitors"], full=False, stats={}, now_ms=0
+    )
+    sketch = hll_sketch(12, tgt_hll_type.HLL_8)
+    for visitor in ("v1", "v2", "v3"):
+        sketch.update(visitor)
+    first = CUTOFF_MS // 1000 - HOUR
+    store.doc = pointer.to_doc()
+    store.series = lambda *_: {first: (3, bytes(sketch.serialize_updatable()))}  # type: ignore[method-assign]
+    view = next(v for v in serving.views if v.name == "unique_visitors")
+    with pytest.raises(StoreUnavailable) as refused:
+        serving.series(view, {"url": "/a"}, first, first + 2 * HOUR, "hour")
+    assert refused.value.component == "cassandra"
+    answer = serving.series(view, {"url": "/a"}, first, first + 2 * HOUR, "hour", allow_partial=True)
+    assert answer.series.total == 3 and answer.provenance.unavailable == ["cassandra"]

@@ -1,0 +1,72 @@
+"""How the recompute route names the run it queues (the route's own logic; the integration test
+tests/integration/airflow/test_dags.py sends six requests at once to the real Airflow): requests
+that saw the same latest run name the same run, so Airflow takes one; a run of that id that has
+ended already (the latest run deleted and made again) moves the name along the chain."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.routes import admin
+from definitions.settings import Settings
+from stores import airflow
+
+
+class Airflow:
+    """Airflow's runs as the route sees them: {run id: state}, the latest one last."""
+
+    def __init__(self, runs: dict[str, str]) -> None:
+        self.runs_by_id = dict(runs)
+        self.triggered: list[str] = []
+
+    def __call__(self, settings, timeout_s):  # the AirflowClient constructor
+        return self
+
+    def runs(self, dag_id, states):
+        return [{"dag_run_id": r} for r, s in self.runs_by_id.items() if s in states]
+
+    def dag(self, dag_id):
+        return {"is_paused": False}
+
+    def latest_run(self, dag_id):
+        return {"dag_run_id": list(self.runs_by_id)[-1]} if self.runs_by_id else None
+
+    def run(self, dag_id, run_id):
+        return {"state": self.runs_by_id[run_id]}
+
+    def trigger(self, dag_id, conf, run_id=None):
+        if run_id in self.runs_by_id:
+            raise airflow.AirflowConflict("409")
+        self.runs_by_id[run_id] = "queued"
+        self.triggered.append(run_id)
+        return run_id
+
+    def close(self):
+        pass
+
+
+def trigger(monkeypatch, fake: Airflow) -> str:
+    monkeypatch.setattr(airflow, "AirflowClient", fake)
+    return admin._trigger(Settings(), admin.RecomputeRequest())
+
+
+def test_a_request_names_its_run_after_the_latest_and_one_seeing_the_same_latest_is_refused(monkeypatch):
+    fake = Airflow({"scheduled__1": "success"})
+    first = trigger(monkeypatch, fake)
+    assert first == admin.next_run_id("scheduled__1")
+    fake.runs_by_id = {"scheduled__1": "success", first: "running"}
+    fake.latest_run = lambda dag_id: {"dag_run_id": "scheduled__1"}  # listed just before the first was made
+    with pytest.raises(admin.NotNow, match="just triggered"):
+        trigger(monkeypatch, fake)
+    assert fake.triggered == [first]
+
+
+def test_a_name_taken_by_a_run_that_ended_moves_along_the_chain(monkeypatch):
+    taken = admin.next_run_id("scheduled__1")
+    fake = Airflow({taken: "success", "scheduled__1": "failed"})  # scheduled__1 deleted and made again
+    assert trigger(monkeypatch, fake) == admin.next_run_id(taken)
+    assert fake.triggered == [admin.next_run_id(taken)]
+
+
+def test_no_run_yet_names_the_first_run(monkeypatch):
+    assert trigger(monkeypatch, Airflow({})) == admin.next_run_id("")
