@@ -15,12 +15,30 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import asdict, dataclass, field
 
 from definitions.settings import Settings
 from stores.webhdfs import WebHdfs
 
 log = logging.getLogger(__name__)
+
+MARKER_NAME = re.compile(r"\d{12}\.json")  # the archiver's own markers; anything else there is not one
+MAX_INT = 2**53  # epoch ms, offsets and batch ids all fit well below this
+
+
+class MarkerMalformed(ValueError):
+    """A completeness marker's file holds no marker (the message says what is wrong)."""
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_INT:
+        raise MarkerMalformed(f"{what}: {str(value)[:40]!r} is not a count")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise MarkerMalformed(f"{name} is not a number")
 
 
 @dataclass(frozen=True)
@@ -51,9 +69,29 @@ class Completeness:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Completeness:
-        doc = json.loads(text)
-        parts = {int(k): PartitionProgress(**v) for k, v in doc["partitions"].items()}
-        return cls(doc["batch_id"], doc["written_ms"], parts, doc.get("expected_partitions", 0))
+        """The marker `text` holds; MarkerMalformed naming what is wrong when it holds none."""
+        try:
+            doc = json.loads(text, parse_constant=_no_constant)
+            if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), dict):
+                raise MarkerMalformed("not an object with partitions")
+            parts = {}
+            for key, value in doc["partitions"].items():
+                if not isinstance(value, dict):
+                    raise MarkerMalformed(f"partition {key[:20]!r}: not an object")
+                parts[_count(int(key), "a partition")] = PartitionProgress(
+                    _count(value.get("next_offset"), f"partition {key}: next_offset"),
+                    _count(value.get("complete_before_ms"), f"partition {key}: complete_before_ms"),
+                )
+            return cls(
+                _count(doc.get("batch_id"), "batch_id"),
+                _count(doc.get("written_ms"), "written_ms"),
+                parts,
+                _count(doc.get("expected_partitions", 0), "expected_partitions"),
+            )
+        except MarkerMalformed:
+            raise
+        except (ValueError, TypeError, RecursionError) as exc:  # not JSON, not UTF-8, a key not a number
+            raise MarkerMalformed(f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def progress_from_end_offsets(settings: Settings, end_offsets: dict[int, int]) -> dict[int, PartitionProgress]:
@@ -74,17 +112,22 @@ def publish(settings: Settings, marker: Completeness) -> None:
         fs.delete(f"{root}/{name}")  # a replayed batch may have published this one already
         if not fs.rename(tmp, f"{root}/{name}"):
             raise RuntimeError(f"could not move completeness marker into {root}/{name}")
-        markers = [n for n in fs.list(root) if not n.startswith("_")]
+        markers = [n for n in fs.list(root) if MARKER_NAME.fullmatch(n)]
         for old in markers[: -settings.archiver.keep_markers]:
             fs.delete(f"{root}/{old}")
 
 
 def latest(settings: Settings) -> Completeness | None:
-    """The newest completeness marker, or None if the archiver has published none."""
+    """The newest completeness marker, or None if the archiver has published none. A file there that
+    is no marker of the archiver's is passed over (logged): an older marker says less, never more."""
     root = settings.archiver.completeness_path
     with WebHdfs(settings) as fs:
-        for name in reversed([n for n in fs.list(root) if not n.startswith("_")]):
+        for name in reversed([n for n in fs.list(root) if MARKER_NAME.fullmatch(n)]):
             data = fs.read(f"{root}/{name}")
-            if data is not None:
+            if data is None:
+                continue
+            try:
                 return Completeness.from_json(data)
+            except MarkerMalformed as exc:
+                log.warning("completeness marker %s/%s is not one (%s): passed over", root, name, exc)
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from definitions.events import FIELDS
@@ -20,6 +21,7 @@ def master_url(settings: Settings) -> str:
 # Spark types of the archived columns: the contract's fields, the record's source position, and the
 # partition columns the archiver derives from the ingest time.
 _TYPES = {"string": "STRING", "timestamp": "TIMESTAMP", "int": "INT"}
+SINK_LOG_FILE = re.compile(r"(\d+)(?:\.compact)?")  # the file sink's log: `N`, or `N.compact`
 SOURCE_DDL = "kafka_partition INT, kafka_offset BIGINT, ingest_time TIMESTAMP, ingest_date DATE, ingest_hour INT"
 
 
@@ -54,5 +56,7 @@ def read_archived(spark: SparkSession, url: str) -> DataFrame:
 def last_archived_batch(fs: WebHdfs, settings: Settings) -> int | None:
     """The id of the last batch the archiver's file sink committed to the master dataset (its log,
     `_spark_metadata`: `N` and compacted `N.compact` files), or None before the first."""
-    ids = [int(name.split(".")[0]) for name in fs.list(f"{settings.archiver.master_path}/_spark_metadata")]
+    names = fs.list(f"{settings.archiver.master_path}/_spark_metadata")
+    # Only the log's own files: a commit killed part-way leaves Spark's `.N.<uuid>.tmp` beside them.
+    ids = [int(found.group(1)) for found in map(SINK_LOG_FILE.fullmatch, names) if found]
     return max(ids, default=None)
