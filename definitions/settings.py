@@ -144,8 +144,10 @@ class BatchSettings(_Section):
     keep_versions: int = Field(3, ge=2)
     # Retention leaves the tables of a run in flight (writing, or verified and not swapped yet)
     # alone for this long after it started, verified or last beat (a writing run records a heartbeat
-    # at least every minute); a killed run's tables go at the first swap after it.
-    retention_grace_s: int = Field(3_600, ge=0)
+    # at least every minute); a killed run's tables go at the first swap after it. At least 10 min:
+    # a verified run swaps only while a minute of its grace is left (batch_layer.job.SWAP_MARGIN_MS),
+    # so under one no run would ever swap.
+    retention_grace_s: int = Field(3_600, ge=600)
     put_batch_size: int = Field(2_000, ge=1)
     # Verification scans a written table back in this many row ranges at once (one Thrift
     # connection each), split at row keys sampled from the computation.
@@ -362,9 +364,16 @@ class Settings(BaseSettings):
     @field_validator("state_dir", "jars_dir")
     @classmethod
     def _no_control_characters(cls, path: Path) -> Path:
-        """The paths are written into the stores' configuration files: a line break would add lines."""
+        """The paths are written into the stores' configuration files: a line break would add lines;
+        `#` starts a comment in Cassandra's YAML (its five data directories became one, outside the
+        state directory), `,` separates Kafka's log directories, and `:` is no part of a Hadoop path."""
         if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
             raise ValueError("must not contain a line break or another control character")
+        odd = sorted({c for c in str(path) if c in "#,:"})
+        if odd:
+            raise ValueError(
+                f"must not contain {' or '.join(repr(c) for c in odd)}: the stores' configurations split there"
+            )
         return path
 
     ingest_bucket_s: int = Field(3600, ge=1)

@@ -190,3 +190,21 @@ def test_a_host_that_is_no_host_is_refused_naming_the_setting(section, values):
     with pytest.raises(pydantic.ValidationError, match="host"):
         Settings(_env_file=None, **{section: values})
     assert Settings(_env_file=None, kafka={"host": "kafka-1.example.org"}, cassandra={"hosts": ["::1", "[fe80::1]"]})
+
+
+def test_a_retention_grace_under_which_no_run_could_swap_is_refused():
+    """A verified run swaps only while a minute of its grace is left: with a grace of 30 s, every
+    run wrote and verified its tables, was refused its swap, and left them behind."""
+    from definitions.settings import BatchSettings
+
+    with pytest.raises(pydantic.ValidationError, match="retention_grace_s"):
+        BatchSettings(retention_grace_s=30)
+    assert BatchSettings(retention_grace_s=600).retention_grace_s == 600
+
+
+@pytest.mark.parametrize("path", ["/srv/run #2/state", "/srv/a,b/state", "/srv/c:d/state"])
+def test_a_state_directory_the_stores_configurations_would_split_is_refused(path, tmp_path):
+    """Cassandra's YAML read `/srv/run #2/...` as `/srv/run` for all five of its directories."""
+    with pytest.raises(pydantic.ValidationError, match="state_dir"):
+        Settings(state_dir=path)
+    assert Settings(state_dir=tmp_path / "with space").state_dir.name == "with space"
