@@ -82,8 +82,10 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_persisted(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
+    if not path.is_file():  # a directory, a FIFO (reading it would hang), a dangling link
+        raise SettingsConflict(f"the persisted settings {path} are not a regular file; fix or remove it")
     _check_owned(path)
     try:
         doc = json.loads(path.read_text())

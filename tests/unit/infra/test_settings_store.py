@@ -4,6 +4,7 @@ contradicting data-shaping settings refused, secrets written owner-only."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 
 import pytest
@@ -116,6 +117,22 @@ def test_a_broken_persisted_file_is_a_clear_error(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     with pytest.raises(SettingsConflict, match="not readable JSON"):
+        load()
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling link"])
+def test_persisted_settings_that_are_no_regular_file_are_a_clear_error(kind):
+    """Taken for absent before: the data-shaping values the platform's data was written with were
+    dropped without a word (and a FIFO, once read, would hang every command)."""
+    path = persisted_path(Settings())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(path.parent / "gone.json")
+    with pytest.raises(SettingsConflict, match="not a regular file"):
         load()
 
 
