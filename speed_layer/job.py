@@ -227,6 +227,14 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     from stores.view_versions import versions_of
 
     marker = checkpoints.read_marker(settings)
+    if marker is None and checkpoints.speed_layer_position(settings) is not None:
+        # Taken for a first start, it would say every view is maintained since time 0 (a view added
+        # since would be served exact from any cutoff) and resume windows of an unknown bucket size.
+        raise SystemExit(
+            f"the speed layer's checkpoint {settings.speed.checkpoint_dir} has committed micro-batches but no "
+            "marker (what it was made with): restore the marker, or remove the checkpoint too (the speed layer "
+            "then recomputes from the earliest Kafka offset)"
+        )
     if marker is not None and marker.ingest_bucket_s != settings.ingest_bucket_s:
         made_with = marker.ingest_bucket_s
         raise SystemExit(
