@@ -226,7 +226,10 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     from stores.view_lifecycle import maintained_since
     from stores.view_versions import versions_of
 
-    marker = checkpoints.read_marker(settings)
+    try:
+        marker = checkpoints.read_marker(settings)
+    except checkpoints.MarkerUnreadable as exc:  # a stop naming it, not a traceback at every restart
+        raise SystemExit(str(exc)) from None
     if marker is None and checkpoints.speed_layer_position(settings) is not None:
         # Taken for a first start, it would say every view is maintained since time 0 (a view added
         # since would be served exact from any cutoff) and resume windows of an unknown bucket size.
@@ -241,6 +244,12 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
             f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with ingest_bucket_s="
             f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "
             "and its marker (the speed layer then recomputes from the earliest Kafka offset)"
+        )
+    if marker is not None and marker.dedupe_window_s not in (None, settings.speed.dedupe_window_s):
+        raise SystemExit(
+            f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with speed.dedupe_window_s="
+            f"{marker.dedupe_window_s}, settings say {settings.speed.dedupe_window_s}: keep "
+            f"{marker.dedupe_window_s}, or remove the checkpoint and its marker"
         )
     versions = versions_of(declared, marker, version_store(settings).pointer())
     if versions.unresolved:
@@ -265,6 +274,7 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         or started != marker.started_ms
         or definitions != marker.definitions
         or declarations != marker.declarations
+        or marker.dedupe_window_s is None  # an older marker: recorded from now on
     ):
         added = sorted(set(views) - set(previous))
         removed = sorted(set(previous) - set(views))

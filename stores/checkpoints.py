@@ -6,8 +6,9 @@ Realtime rows are keyed by ingest buckets of that size, so it decides which batc
 merge can use exactly (a cutoff inside a bucket would split it between the layers). The start time
 bounds how old the oldest realtime row can be (serving_layer.staleness). The file sits on HDFS
 beside the checkpoint: `<checkpoint_dir>-settings.json`,
-`{"ingest_bucket_s": N, "started_ms": T, "views": {"<view>": since_ms, ...}, "definitions": {"<view>":
-fingerprint, ...}}`: `views` says since when the speed layer maintains each view
+`{"format": 1, "ingest_bucket_s": N, "dedupe_window_s": W, "started_ms": T, "views": {"<view>": since_ms,
+...}, "definitions": {"<view>": fingerprint, ...}}`: `format` (absent: 1) is refused when later than
+this release reads; `dedupe_window_s` is the window its de-duplication state was made with; `views` says since when the speed layer maintains each view
 (stores.view_lifecycle); a marker without it is from before views could be added to a running
 platform, when every view was maintained from the first start. `definitions` says which definition of
 each view it maintains (View.fingerprint), and `declarations` the definitions themselves
@@ -34,6 +35,8 @@ class Marker:
     definitions: dict[str, str] | None = None
     # storage name → the definition (View.shape) maintained under it; None: not recorded (older marker)
     declarations: dict[str, dict] | None = None
+    # speed.dedupe_window_s its de-duplication state was made with; None: not recorded (older marker)
+    dedupe_window_s: int | None = None
 
     def recorded(self) -> dict[str, View]:
         """The definitions the speed layer maintains, as views under their storage names (one that
@@ -51,6 +54,19 @@ class MarkerUnreadable(ValueError):
     """The marker file holds no marker (it is only ever written whole, so something else wrote it)."""
 
 
+# The marker's layout. A later release that changes its meaning raises it: this one then refuses the
+# marker rather than read part of it and rewrite it without what it does not know.
+MARKER_FORMAT = 1
+
+
+def _ms_or_none(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"started_ms {str(value)[:40]!r} is not a time")
+    return value
+
+
 def marker_path(settings: Settings) -> str:
     return f"{settings.speed.checkpoint_dir.rstrip('/')}-settings.json"
 
@@ -66,16 +82,26 @@ def read_marker(settings: Settings) -> Marker | None:
         return None
     try:
         doc = json.loads(data)
+        found = doc.get("format", 1)
+        if isinstance(found, bool) or not isinstance(found, int) or found > MARKER_FORMAT:
+            raise MarkerUnreadable(
+                f"the speed layer's checkpoint marker {marker_path(settings)} has format {str(found)[:20]}, written by "
+                f"a later release (this one reads format {MARKER_FORMAT}): run that release, or remove the "
+                "checkpoint and its marker"
+            )
         views = doc.get("views")
         definitions = doc.get("definitions")
         declarations = doc.get("declarations")
         return Marker(
             int(doc["ingest_bucket_s"]),
-            doc.get("started_ms"),
+            _ms_or_none(doc.get("started_ms")),
             None if views is None else {str(k): int(v) for k, v in views.items()},
             None if definitions is None else {str(k): str(v) for k, v in definitions.items()},
             None if not isinstance(declarations, dict) else {str(k): v for k, v in declarations.items()},
+            None if doc.get("dedupe_window_s") is None else int(doc["dedupe_window_s"]),
         )
+    except MarkerUnreadable:
+        raise
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
         raise MarkerUnreadable(
             f"the speed layer's checkpoint marker {marker_path(settings)} is not a marker "
@@ -99,7 +125,9 @@ def write_marker(
     from stores.webhdfs import WebHdfs
 
     doc: dict = {
+        "format": MARKER_FORMAT,
         "ingest_bucket_s": settings.ingest_bucket_s,
+        "dedupe_window_s": settings.speed.dedupe_window_s,
         "started_ms": started_ms if started_ms is not None else int(time.time() * 1000),
     }
     if views is not None:

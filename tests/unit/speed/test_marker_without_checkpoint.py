@@ -34,3 +34,71 @@ def test_a_first_start_writes_its_marker(stores, monkeypatch):
     monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
     assert check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,))).names() == ["page_views"]
     assert len(stores) == 1
+
+
+class MarkerFile:
+    """HDFS holding the marker file `data` (read_marker's one read)."""
+
+    def __init__(self, data: bytes | None) -> None:
+        self.data = data
+
+    def __call__(self, _settings):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def read(self, path: str, **_):
+        return self.data
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b'{"format": 2, "ingest_bucket_s": 60}', "later release"),
+        (b'{"format": "1", "ingest_bucket_s": 60}', "later release"),
+        (b'{"ingest_bucket_s": 60, "started_ms": "yesterday"}', "not a marker"),
+        (b'{"ingest_bucket_s": 60, "started_ms": true}', "not a marker"),
+    ],
+)
+def test_a_marker_this_release_cannot_read_whole_stops_the_speed_layer_naming_it(monkeypatch, data, says):
+    """A later release's marker was read in part and rewritten without what this one does not know;
+    one that is no marker restarted the job on a traceback, again and again."""
+    from stores import webhdfs
+
+    monkeypatch.setattr(webhdfs, "WebHdfs", MarkerFile(data))
+    with pytest.raises(checkpoints.MarkerUnreadable, match=says):
+        checkpoints.read_marker(Settings())
+    with pytest.raises(SystemExit, match=says):
+        check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
+
+
+def test_a_checkpoint_made_with_another_dedupe_window_is_refused(monkeypatch):
+    """Its de-duplication state was made with that window (a host whose local settings were wiped
+    while HDFS kept the checkpoint resumed it with another)."""
+    from definitions.settings import SpeedSettings
+    from stores import webhdfs
+
+    monkeypatch.setattr(
+        webhdfs, "WebHdfs", MarkerFile(b'{"format": 1, "ingest_bucket_s": 3600, "dedupe_window_s": 60}')
+    )
+    settings = Settings(ingest_bucket_s=3600, speed=SpeedSettings(dedupe_window_s=600))
+    assert checkpoints.read_marker(settings).dedupe_window_s == 60  # type: ignore[union-attr]
+    with pytest.raises(SystemExit, match="dedupe_window_s=60"):
+        check_checkpoint_settings(settings, Registry((PAGE_VIEWS,)))
+
+
+def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatch):
+    from definitions.settings import SpeedSettings
+    from stores import webhdfs
+
+    hdfs = MarkerFile(None)
+    hdfs.write_whole = lambda _path, data: setattr(hdfs, "data", data)  # type: ignore[attr-defined]
+    monkeypatch.setattr(webhdfs, "WebHdfs", hdfs)
+    settings = Settings(ingest_bucket_s=60, speed=SpeedSettings(dedupe_window_s=120))
+    checkpoints.write_marker(settings, 5_000, {"page_views": 0})
+    assert b'"format": 1' in hdfs.data  # type: ignore[operator]
+    assert checkpoints.read_marker(settings) == checkpoints.Marker(60, 5_000, {"page_views": 0}, dedupe_window_s=120)
