@@ -83,6 +83,9 @@ def _trigger(settings: Settings, body: RecomputeRequest) -> str:
     dag_id = settings.airflow.dag_id
     client = AirflowClient(settings, timeout_s=15)
     try:
+        # The latest run is read before anything is checked: a request whose checks passed before
+        # another's run was made, but which read the latest run after, would name a run of its own.
+        latest = client.latest_run(dag_id)
         waiting = client.runs(dag_id, ["queued"])
         if waiting:
             raise NotNow(
@@ -91,7 +94,6 @@ def _trigger(settings: Settings, body: RecomputeRequest) -> str:
             )
         if client.dag(dag_id).get("is_paused"):
             raise NotNow(f"{dag_id} is paused in Airflow; unpause it there to run recomputations")
-        latest = client.latest_run(dag_id)
         run_id = next_run_id(latest["dag_run_id"] if latest else "")
         for _ in range(3):
             try:

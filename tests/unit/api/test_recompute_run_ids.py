@@ -70,3 +70,21 @@ def test_a_name_taken_by_a_run_that_ended_moves_along_the_chain(monkeypatch):
 
 def test_no_run_yet_names_the_first_run(monkeypatch):
     assert trigger(monkeypatch, Airflow({})) == admin.next_run_id("")
+
+
+def test_a_run_made_between_a_requests_checks_and_its_naming_is_still_the_one_run(monkeypatch):
+    """Seen on the real Airflow (CI): request B checked that no run waited, request A's run was made,
+    then B read the latest run (A's) and named a run of its own after it: two runs queued."""
+    fake = Airflow({"scheduled__1": "success"})
+    a_run = admin.next_run_id("scheduled__1")
+    listed = fake.runs
+
+    def runs_then_a_lands(dag_id, states):
+        answer = listed(dag_id, states)
+        fake.runs_by_id[a_run] = "queued"  # A's trigger lands just after B's check
+        return answer
+
+    fake.runs = runs_then_a_lands  # type: ignore[method-assign]
+    with pytest.raises(admin.NotNow):
+        trigger(monkeypatch, fake)
+    assert fake.triggered == [], "B queued no run of its own"
