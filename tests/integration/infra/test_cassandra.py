@@ -37,9 +37,11 @@ def test_platform_keyspace_exists(settings, stack):
 
 def test_realtime_rows_written_in_replica_batches_read_back_exactly(settings, stack, unique):
     """RealtimeWriter sends unlogged batches (speed.write_batch_bytes): every row lands, sketches
-    included, and writing new absolute values over them replaces them."""
+    included, and writing new absolute values over them replaces them. Top rows' keys are JSON arrays,
+    as the speed layer writes them (key_text): the reader refuses any other key."""
     import random
 
+    from definitions.views import key_text
     from stores.realtime import RealtimeRow
 
     small = settings.model_copy(update={"speed": settings.speed.model_copy(update={"write_batch_bytes": 5_120})})
@@ -60,7 +62,7 @@ def test_realtime_rows_written_in_replica_batches_read_back_exactly(settings, st
                 for b in range(4)
             ]
             by_bucket = [
-                RealtimeRow("top_pages", "minute", f"/p{k}", 60 * b, 60 * b + 60, r.randrange(10**6))
+                RealtimeRow("top_pages", "minute", key_text([f"/p{k}"]), 60 * b, 60 * b + 60, r.randrange(10**6))
                 for k in range(400)
                 for b in range(3)
             ]
