@@ -5,15 +5,16 @@ committed micro-batch in Spark's checkpoint layout (`commits/N`, `offsets/N`).
 Realtime rows are keyed by ingest buckets of that size, so it decides which batch cutoffs the
 merge can use exactly (a cutoff inside a bucket would split it between the layers). The start time
 bounds how old the oldest realtime row can be (serving_layer.staleness). The file sits on HDFS
-beside the checkpoint: `<checkpoint_dir>-settings.json`,
-`{"format": 1, "ingest_bucket_s": N, "dedupe_window_s": W, "started_ms": T, "views": {"<view>": since_ms,
-...}, "definitions": {"<view>": fingerprint, ...}}`: `format` (absent: 1) is refused when later than
-this release reads; `dedupe_window_s` is the window its de-duplication state was made with; `views` says since when the speed layer maintains each view
-(stores.view_lifecycle); a marker without it is from before views could be added to a running
-platform, when every view was maintained from the first start. `definitions` says which definition of
-each view it maintains (View.fingerprint), and `declarations` the definitions themselves
-(View.shape), by storage name: a view whose declaration changes keeps being computed and served by
-the recorded definition until the new one is built (definitions.view_versions).
+beside the checkpoint: `<checkpoint_dir>-settings.json`, `{"format": 1, "ingest_bucket_s": N,
+"dedupe_window_s": W, "started_ms": T, "views": {"<view>": since_ms, ...}, "definitions": {"<view>":
+fingerprint, ...}}`: `format` (absent: 1) is refused when later than this release reads;
+`dedupe_window_s` is the window its de-duplication state was made with; `views` says since when the
+speed layer maintains each view (stores.view_lifecycle); a marker without it is from before views
+could be added to a running platform, when every view was maintained from the first start.
+`definitions` says which definition of each view it maintains (View.fingerprint), and `declarations`
+the definitions themselves (View.shape), by storage name: a view whose declaration changes keeps
+being computed and served by the recorded definition until the new one is built
+(definitions.view_versions).
 """
 
 from __future__ import annotations
