@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -37,3 +40,41 @@ def replace_text(path: Path, text: str) -> None:
     part = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
     part.write_text(text)
     os.replace(part, path)
+
+
+class LockHeld(Exception):
+    """Another process (or thread) holds the lock and the caller would not wait."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"held by pid {holder}")
+        self.holder = holder
+
+
+@contextmanager
+def state_lock(
+    state_dir: Path, name: str, doing: str, say: Callable[[str], None] = lambda _: None, wait: bool = True
+) -> Iterator[bool]:
+    """Hold `state_dir`/`name` (an flock: the kernel releases it when its holder dies, so no lock
+    outlives a killed command; each holding opens the file, so threads of one process exclude each
+    other too). A second holder waits, saying so, or raises LockHeld if it would not `wait`; yields
+    whether it waited (what the first did may have changed what the second read before it)."""
+    private_dir(state_dir)  # the settings in it are read by every process; the logs and Airflow's database
+    with open(state_dir / name, "a+") as handle:
+        waited = False
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()[:20] or "?"
+            if not wait:
+                raise LockHeld(holder) from None
+            say(f"waiting for another {doing} on {state_dir} (pid {holder}) to finish")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            waited = True
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield waited
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

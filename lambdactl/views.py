@@ -84,8 +84,8 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     """One at a time per state directory: two at once each saved their own views and restarted the
     speed layer, and the one that lost retired the other's new views. A second one waits, then
     reads the settings the first saved (without --modules, it would re-apply those it read before)."""
+    from definitions.files import state_lock
     from definitions.settings_store import SettingsConflict, load
-    from infra.state_lock import state_lock
 
     with state_lock(settings.state_dir, "views.lock", "lambdactl views apply", _say) as waited:
         if waited:

@@ -18,6 +18,7 @@ from api.deps import AdminTokenDep, SettingsDep, read_body
 from api.errors import ApiError, error_responses, failure_text
 from api.views_install import MarksUnread, refresh_views
 from api.views_install import reload_views as reload
+from definitions.files import LockHeld, state_lock
 from definitions.settings import Settings
 from definitions.times import parse_iso_ms
 
@@ -72,7 +73,24 @@ def next_run_id(latest: str) -> str:
     return "api_recompute__" + hashlib.sha256(latest.encode()).hexdigest()[:16]
 
 
+# One request at a time triggers on this host (the API's workers share its state directory).
+TRIGGER_LOCK = "recompute.lock"
+
+
 def _trigger(settings: Settings, body: RecomputeRequest) -> str:
+    """One request at a time on this host: Airflow's SQLite-backed API has answered two simultaneous
+    reads of the latest run differently, so two requests at once could name two runs."""
+    try:
+        with state_lock(settings.state_dir, TRIGGER_LOCK, "recompute request", wait=False):
+            return _trigger_one(settings, body)
+    except LockHeld:
+        raise NotNow(
+            f"another recompute request is triggering a run of {settings.airflow.dag_id} now; try again once it "
+            "has been answered"
+        ) from None
+
+
+def _trigger_one(settings: Settings, body: RecomputeRequest) -> str:
     """Trigger one run, unless one already waits to start (every request queued a run before: a
     loop of requests queued a day of full recomputations), or an operator paused the DAG (each
     request unpaused it, silently ending a maintenance pause and starting its schedule again).

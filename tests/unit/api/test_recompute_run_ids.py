@@ -47,7 +47,7 @@ class Airflow:
 
 def trigger(monkeypatch, fake: Airflow) -> str:
     monkeypatch.setattr(airflow, "AirflowClient", fake)
-    return admin._trigger(Settings(), admin.RecomputeRequest())
+    return admin._trigger_one(Settings(), admin.RecomputeRequest())
 
 
 def test_a_request_names_its_run_after_the_latest_and_one_seeing_the_same_latest_is_refused(monkeypatch):
@@ -88,3 +88,19 @@ def test_a_run_made_between_a_requests_checks_and_its_naming_is_still_the_one_ru
     with pytest.raises(admin.NotNow):
         trigger(monkeypatch, fake)
     assert fake.triggered == [], "B queued no run of its own"
+
+
+def test_a_request_while_another_triggers_on_this_host_is_refused_without_asking_airflow(monkeypatch, tmp_path):
+    """Airflow's SQLite-backed API answered two simultaneous reads of the latest run differently (seen
+    in CI), so two requests named two runs. The API's workers share a host: one request at a time
+    triggers, and one arriving meanwhile is a 409 before it reads anything."""
+    from definitions.files import state_lock
+
+    fake = Airflow({"scheduled__1": "success"})
+    monkeypatch.setattr(airflow, "AirflowClient", fake)
+    settings = Settings(state_dir=tmp_path)
+    with state_lock(tmp_path, admin.TRIGGER_LOCK, "a recompute request"):
+        with pytest.raises(admin.NotNow, match="another recompute request"):
+            admin._trigger(settings, admin.RecomputeRequest())
+    assert fake.triggered == []
+    assert admin._trigger(settings, admin.RecomputeRequest()) == admin.next_run_id("scheduled__1")

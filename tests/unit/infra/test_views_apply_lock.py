@@ -9,9 +9,9 @@ import logging
 import os
 import threading
 
+from definitions.files import state_lock
 from definitions.settings import Settings
 from definitions.settings_store import persist_view_modules, with_view_modules
-from infra.state_lock import state_lock
 from lambdactl import views as views_cli
 from tests.support.polling import wait_for
 
