@@ -50,8 +50,11 @@ class View:
         object.__setattr__(self, "defaults", pairs)
         for name, value in pairs:
             _check_default(self.name, name, value)
-        if not self.name.isidentifier():
-            raise ValueError(f"view name must be an identifier: {self.name[:100]!r}")
+        if not (self.name.isascii() and self.name.isidentifier()):
+            raise ValueError(
+                f"view name must be an identifier of ASCII letters, digits and _ (tables are named from it): "
+                f"{self.name[:100]!r}"
+            )
         if len(self.name) > MAX_NAME_CHARS:
             raise ValueError(f"view name must be at most {MAX_NAME_CHARS} characters: {self.name[:100]!r}…")
         unknown = [k for k in (*self.keys, *([self.column] if self.column else [])) if k not in FIELD_NAMES]

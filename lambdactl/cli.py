@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import re
 import sys
 import time
@@ -180,6 +181,26 @@ def iso_time(text: str) -> str:
     return text
 
 
+def finite(text: str) -> float:
+    """An argparse type: a number that is neither NaN nor infinite (a timeout of `nan` never ran out:
+    every comparison with it is false)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {text[:40]!r}")
+    return value
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number above 0 (seconds to wait)."""
+    value = finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0: {text[:40]!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lambdactl", description="Run and inspect the Lambda-architecture platform.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -199,22 +220,22 @@ def build_parser() -> argparse.ArgumentParser:
     logs.set_defaults(func=cmd_logs)
     gen = sub.add_parser("generate", help="produce a realistic, seeded clickstream into Kafka")
     gen.add_argument("--count", type=int, default=10_000, help="records to send")
-    gen.add_argument("--rate", type=float, default=0.0, help="records per second (0: as fast as possible)")
+    gen.add_argument("--rate", type=finite, default=0.0, help="records per second (0: as fast as possible)")
     gen.add_argument("--seed", type=int, default=42)
     gen.add_argument("--pages", type=int, default=500)
     gen.add_argument("--users", type=int, default=5_000)
     gen.add_argument(
         "--span",
-        type=float,
+        type=finite,
         default=0.0,
         help="spread event times over this many seconds before --start, following a daily rhythm (0: live)",
     )
     gen.add_argument("--start", type=iso_time, help="ISO time the simulated span ends at (default: now)")
-    gen.add_argument("--late-fraction", type=float, default=0.0)
-    gen.add_argument("--late-min", type=float, default=3_600.0, help="seconds")
-    gen.add_argument("--late-max", type=float, default=172_800.0, help="seconds")
-    gen.add_argument("--duplicate-fraction", type=float, default=0.0)
-    gen.add_argument("--invalid-fraction", type=float, default=0.0)
+    gen.add_argument("--late-fraction", type=finite, default=0.0)
+    gen.add_argument("--late-min", type=finite, default=3_600.0, help="seconds")
+    gen.add_argument("--late-max", type=finite, default=172_800.0, help="seconds")
+    gen.add_argument("--duplicate-fraction", type=finite, default=0.0)
+    gen.add_argument("--invalid-fraction", type=finite, default=0.0)
     gen.add_argument("--topic", help="default: the events topic from settings")
     gen.add_argument(
         "--compression",
@@ -284,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--paths", help="with --modules: comma-separated absolute directories searched for them first (views.paths)"
     )
     apply.add_argument(
-        "--timeout", type=float, default=1800.0, help="seconds to wait for the speed layer and the master dataset"
+        "--timeout", type=positive, default=1800.0, help="seconds to wait for the speed layer and the master dataset"
     )
     apply.set_defaults(func=cmd_views_apply)
     replay = sub.add_parser(
@@ -312,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.set_defaults(func=cmd_config)
     demo = sub.add_parser("demo", help="the whole story on generated data")
     demo.add_argument("--count", type=int, default=20_000, help="records to stream")
-    demo.add_argument("--rate", type=float, default=1_000.0, help="records per second")
+    demo.add_argument("--rate", type=finite, default=1_000.0, help="records per second")
     demo.set_defaults(func=cmd_demo)
     return parser
 

@@ -34,6 +34,18 @@ def test_apply_refuses_relative_view_paths(tmp_path, monkeypatch, caplog):
     assert "relative/dir" in caplog.text
 
 
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-1", "0"])
+def test_apply_refuses_a_timeout_that_never_runs_out(timeout, tmp_path, monkeypatch, capsys):
+    """`--timeout nan` made every deadline check false: a stuck speed layer kept apply waiting, and
+    holding the views lock, for ever."""
+    plain_shell(monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["views", "apply", "--timeout", timeout])
+    assert exit_.value.code == 2
+    assert "--timeout" in capsys.readouterr().err
+    assert not (tmp_path / "state" / "settings.json").exists(), "nothing was written"
+
+
 class _MovingStore:
     """A pointer store another writer moves `moves` times between a read and the swap."""
 
