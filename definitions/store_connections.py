@@ -161,6 +161,10 @@ class CassandraSettings(_Section):
     replication: dict[str, int] = {}
     # The data centre the clients send requests to first; empty: the first contact point's.
     local_dc: str = ""
+    # The replicas every read and write of the platform waits for: a quorum, so that a read meets
+    # at least one replica that took each acknowledged write (with one copy, that copy). LOCAL_QUORUM
+    # counts the client's data centre only; QUORUM, every copy (reads then cross data centres).
+    consistency: Literal["LOCAL_QUORUM", "QUORUM"] = "LOCAL_QUORUM"
     # Password authentication (PasswordAuthenticator); empty username: none.
     username: str = ""
     password: SecretStr = SecretStr("")

@@ -138,14 +138,22 @@ def hbase_pool(settings: Settings, size: int, timeout_s: float = 10.0):
 
 def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
     """A driver Cluster for the contact points: requests go to a replica of their partition in the
-    local data centre first (token aware), with password authentication when a username is set."""
+    local data centre first (token aware), at `cassandra.consistency` (a quorum), with password
+    authentication when a username is set."""
+    from cassandra import ConsistencyLevel
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
     c = settings.cassandra
     policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=c.local_dc or None))
-    profile = ExecutionProfile(load_balancing_policy=policy, request_timeout=timeout_s)
+    local = c.consistency == "LOCAL_QUORUM"
+    profile = ExecutionProfile(
+        load_balancing_policy=policy,
+        request_timeout=timeout_s,
+        consistency_level=ConsistencyLevel.name_to_value[c.consistency],
+        serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL if local else ConsistencyLevel.SERIAL,
+    )
     auth = PlainTextAuthProvider(c.username, c.password.get_secret_value()) if c.username else None
     return Cluster(
         c.hosts,

@@ -146,6 +146,22 @@ def test_cassandra_replication_per_data_centre_and_authentication():
         CassandraSettings(replication={"dc1": 0})
 
 
+def test_cassandra_reads_and_writes_go_to_a_quorum_of_replicas():
+    """With more than one copy, the driver's default (LOCAL_ONE for reads and writes) let a query
+    read a replica that had missed an acknowledged write: whole realtime rows missing from an
+    answer that said complete. A quorum for both overlaps in at least one replica."""
+    from cassandra import ConsistencyLevel
+
+    default = cassandra_cluster(with_(cassandra=CassandraSettings())).profile_manager.default
+    assert default.consistency_level == ConsistencyLevel.LOCAL_QUORUM
+    assert default.serial_consistency_level == ConsistencyLevel.LOCAL_SERIAL
+    every_dc = cassandra_cluster(with_(cassandra=CassandraSettings(consistency="QUORUM"))).profile_manager.default
+    assert every_dc.consistency_level == ConsistencyLevel.QUORUM
+    assert every_dc.serial_consistency_level == ConsistencyLevel.SERIAL
+    with pytest.raises(ValidationError, match="consistency"):
+        CassandraSettings(consistency="ONE")
+
+
 def test_hdfs_name_service_and_webhdfs_failover_urls():
     assert HdfsSettings().url == "hdfs://127.0.0.1:9000"
     h = HdfsSettings(name_service="lambda-ha", webhdfs_urls=["http://nn1:9870/", "http://nn2:9870"])
