@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from definitions.settings import Settings
-from definitions.view_versions import unresolved_message
+from definitions.view_versions import Versions, unresolved_message
 from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
 from serving_layer import replay_overlay
 from serving_layer.merge import (
@@ -43,7 +43,6 @@ from stores.batch_reader import BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
-from stores.view_lifecycle import Lifecycle
 from stores.view_versions import versions_of
 
 log = logging.getLogger(__name__)
@@ -105,7 +104,8 @@ class ServingLayer:
         self.declared = views if views is not None else load_views(settings)
         self.versions = versions_of(self.declared, None, None)  # until reload() reads the stores
         self.views = self.versions.maintained
-        self._versions_basis: tuple[Marker | None, dict[str, str]] | None = None  # what they were made from
+        # What they were made from: (marker, the pointer's aliases, its generation).
+        self._versions_basis: tuple[Marker | None, dict[str, str], int] | None = None
         self._routes_stale = False  # the definitions answering the views moved since the routes were made
         self.batch_views = registry.batch_view_reader(
             settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
@@ -143,25 +143,36 @@ class ServingLayer:
         self.versions = versions_of(declared, marker, pointer)
         self.views = self.versions.maintained  # the served and the pending definitions, by storage name
         # Made again at a query once both stores were read (_refresh_versions).
-        self._versions_basis = (marker, dict(pointer.aliases)) if marker is not None and pointer is not None else None
+        self._versions_basis = (
+            (marker, dict(pointer.aliases), pointer.generation) if marker is not None and pointer is not None else None
+        )
         self._routes_stale = False
 
-    def _refresh_versions(self, pointer: Pointer | None) -> None:
-        """Make the versions again when the marker or the pointer's aliases differ from what they were
-        made from: a store that could not be read at the last reload, a switch this process was not
-        told of. Never from a failed read (no marker: the last ones stay)."""
+    def _refresh_versions(self, pointer: Pointer | None) -> Versions:
+        """The versions a query holding `pointer` is answered by, for its whole check: made again
+        when the marker or the pointer's aliases differ from what the service's were made from (a
+        store that could not be read at the last reload, a switch this process was not told of).
+        The service keeps them unless `pointer` is older than theirs (a query still holding the
+        pointer from before a switch, beside queries from after it). Never from a failed read (no
+        marker: the last ones stay)."""
+        versions, basis = self.versions, self._versions_basis
         marker = self.speed.marker()
         if marker is None:
-            return
+            return versions
         aliases = dict(pointer.aliases) if pointer is not None else {}
-        basis = self._versions_basis
         if basis is not None and (basis[0] is marker or basis[0] == marker) and basis[1] == aliases:
-            return
+            return versions
         fresh = versions_of(self.declared, marker, pointer)
         shapes = lambda versions: {n: (v.name, v.fingerprint) for n, v in versions.served.items()}  # noqa: E731
-        if shapes(fresh) != shapes(self.versions):
-            self._routes_stale = True  # the API makes its routes again (take_stale_routes)
-        self.versions, self.views, self._versions_basis = fresh, fresh.maintained, (marker, aliases)
+        with self._lock:
+            basis = self._versions_basis
+            if basis is not None and _generation(pointer) < basis[2]:
+                return fresh
+            if shapes(fresh) != shapes(self.versions):
+                self._routes_stale = True  # the API makes its routes again (take_stale_routes)
+            self.versions, self.views = fresh, fresh.maintained
+            self._versions_basis = (marker, aliases, _generation(pointer))
+        return fresh
 
     def take_stale_routes(self) -> bool:
         """True once after the definitions answering the views moved: the caller makes the routes again."""
@@ -169,19 +180,19 @@ class ServingLayer:
             stale, self._routes_stale = self._routes_stale, False
         return stale
 
-    def lifecycle(self, name: str, pointer: Pointer | None) -> Lifecycle:
-        return self.speed.lifecycle(name, pointer, self.views)
-
     def _check_serving(self, view: View, pointer: Pointer | None, granularity: str) -> View:
         """The storage view answering a query of `view`'s route (serving_layer.switching), if serving."""
-        self._refresh_versions(pointer)
-        if self.versions.public(view.name) in self.versions.unresolved:
-            raise ViewBuilding(unresolved_message([self.versions.public(view.name)]))
+        versions = self._refresh_versions(pointer)
+        public = versions.public(view.name)
+        if public in versions.unresolved:
+            raise ViewBuilding(unresolved_message([public]))
         try:
-            view = answering_view(self.versions, view, pointer, granularity)
+            view = answering_view(versions, view, pointer, granularity)
         except Switched as exc:
             raise ViewBuilding(str(exc)) from None
-        state = self.lifecycle(view.name, pointer)
+        if view.name not in versions.maintained.names():  # dropped since this query's route was matched
+            raise ViewBuilding(f"view {public} is no longer declared: the API stops serving it")
+        state = self.speed.lifecycle(view.name, pointer, versions.maintained)
         if state.state not in ("serving", "replaying"):  # a replay writes fresh rows, then switches
             raise ViewBuilding(state.reason)
         if state.state == "replaying" and view.name in self.speed.unreadable:
@@ -419,7 +430,8 @@ class ServingLayer:
         """Each declared view's state (serving_layer.view_states; raises StoreUnavailable when the
         pointer cannot be read)."""
         pointer = self.pointer()
-        return view_states(self.versions, self.speed.lifecycles(pointer, self.views), pointer, self.stale_reason)
+        versions = self._refresh_versions(pointer)
+        return view_states(versions, self.speed.lifecycles(pointer, versions.maintained), pointer, self.stale_reason)
 
     def _provenance(self, view: View, source: ViewSource) -> Provenance:
         provenance = Provenance(source.version, source.cutoff_ms)
