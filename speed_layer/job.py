@@ -262,6 +262,7 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     declarations = {v.name: v.shape() for v in maintained}
     now_ms = int(time.time() * 1000)
     if marker is None:
+        clear_earlier_rows(settings)
         checkpoints.write_marker(settings, now_ms, maintained_since(None, names, now_ms), definitions, declarations)
         return maintained
     # A marker from before start times were recorded was written at the first start; one from before
@@ -282,6 +283,29 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
             log.info("views added since the last start: %s; removed: %s", added or "none", removed or "none")
         checkpoints.write_marker(settings, started, views, definitions, declarations)
     return maintained
+
+
+def clear_earlier_rows(settings: Settings) -> None:
+    """A fresh checkpoint writes every realtime row again from the earliest Kafka offset: rows an
+    earlier checkpoint wrote go first. Left, they were counted beside the new ones, twice or under
+    the old ingest buckets (the documented change of ingest_bucket_s removes the checkpoint). A
+    replay's rows answer beside the view's own, so a fresh start waits until none is recorded."""
+    from stores import realtime, replays
+
+    claims, overlays = replays.read_replays(settings)
+    if claims or overlays:
+        raise SystemExit(
+            f"the speed layer starts from a fresh checkpoint, which writes every realtime row again, but replays of "
+            f"{sorted({*claims, *overlays})} are recorded: cancel them (`lambdactl replay --view V --cancel`) or "
+            "let a batch run absorb them (`lambdactl batch`, then `lambdactl clean-realtime`), then start again"
+        )
+    cleared = realtime.clear_rows(settings)
+    if cleared:
+        log.warning(
+            "fresh checkpoint: emptied the realtime tables %s (rows of an earlier checkpoint); every row is written "
+            "again from the earliest offset Kafka holds",
+            cleared,
+        )
 
 
 def late_drops_recorder(settings: Settings):

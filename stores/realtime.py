@@ -165,6 +165,29 @@ def ensure_keyspace(settings: Settings) -> None:
         cluster.shutdown()
 
 
+def clear_rows(settings: Settings) -> list[str]:
+    """Empty the realtime tables that hold rows (TRUNCATE: every node must be up); the tables emptied.
+    For a speed layer starting from a fresh checkpoint, which writes every row again from Kafka:
+    rows left by an earlier checkpoint (another ingest bucket size, another dedupe window) would be
+    read beside the new ones."""
+    ks = settings.cassandra.keyspace
+    cluster = cassandra_cluster(settings, timeout_s=120)
+    try:
+        session = cluster.connect()
+        existing = {
+            row.table_name
+            for row in session.execute("SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (ks,))
+        }
+        cleared = []
+        for table in TABLES:
+            if table in existing and session.execute(f"SELECT view_name FROM {ks}.{table} LIMIT 1").one() is not None:
+                session.execute(f"TRUNCATE {ks}.{table}")
+                cleared.append(table)
+        return cleared
+    finally:
+        cluster.shutdown()
+
+
 def same_replication(stored: Mapping[str, str], wanted: Mapping[str, object]) -> bool:
     """Whether a keyspace's stored replication (system_schema: full class name, counts as text) is
     `wanted` (CassandraSettings.replication_map)."""

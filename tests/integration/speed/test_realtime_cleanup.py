@@ -9,7 +9,7 @@ import pytest
 
 from infra.bootstrap import ensure_keyspace
 from stores.clients import cassandra_cluster
-from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, ensure_schema
+from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, clear_rows, ensure_schema
 from stores.realtime_cleanup import delete_absorbed
 
 CUTOFF = 1_800_000_000
@@ -131,3 +131,28 @@ def test_cleanup_deletes_rows_below_the_cutoff_and_reports_what_it_cannot_read(o
     again = delete_absorbed(mine, CUTOFF)
     assert (again.rows_below_cutoff, again.deletions) == (0, 0)
     assert [(u.table, u.start, u.end) for u in again.unreadable] == [(gap.table, gap.start, gap.end)]
+
+
+def test_a_fresh_checkpoint_empties_the_tables_of_an_earlier_one(settings, stack, unique):
+    """clear_rows (the speed layer's start from a fresh checkpoint): a keyspace without the tables
+    yet is left alone; tables holding rows are emptied, an empty one is not touched."""
+    mine = _settings(settings, f"fresh_{unique}")
+    cluster = cassandra_cluster(mine, timeout_s=60)
+    session = cluster.connect()
+    try:
+        session.execute(
+            f"CREATE KEYSPACE {mine.cassandra.keyspace} WITH replication = "
+            "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+        )
+        assert clear_rows(mine) == [], "no tables yet: nothing to empty"
+        ensure_schema(mine)
+        writer = RealtimeWriter(mine)
+        writer.write([RealtimeRow("page_views", "minute", f"/p{k}", CUTOFF, CUTOFF + 60 * k, 1) for k in range(30)], [])
+        writer.close()
+        count = lambda table: session.execute(f"SELECT count(*) FROM {mine.cassandra.keyspace}.{table}").one()[0]  # noqa: E731
+        assert (count(BY_KEY), count(BY_BUCKET)) == (30, 0)
+        assert clear_rows(mine) == [BY_KEY]
+        assert (count(BY_KEY), count(BY_BUCKET)) == (0, 0)
+    finally:
+        session.execute(f"DROP KEYSPACE IF EXISTS {mine.cassandra.keyspace}")
+        cluster.shutdown()

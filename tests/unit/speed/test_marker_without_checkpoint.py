@@ -11,12 +11,14 @@ import pytest
 from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, Registry
 from speed_layer.job import check_checkpoint_settings
-from stores import checkpoints, registry
+from stores import checkpoints, realtime, registry, replays
 
 
 @pytest.fixture
 def stores(monkeypatch):
     written: list[tuple] = []
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    monkeypatch.setattr(realtime, "clear_rows", lambda _settings: written.append(("cleared",)) or [])
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
     monkeypatch.setattr(checkpoints, "write_marker", lambda *args: written.append(args))
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: None))
@@ -30,10 +32,27 @@ def test_a_checkpoint_with_commits_and_no_marker_is_refused(stores, monkeypatch)
     assert not stores, "no marker was written"
 
 
-def test_a_first_start_writes_its_marker(stores, monkeypatch):
+def test_a_first_start_empties_the_realtime_tables_then_writes_its_marker(stores, monkeypatch):
+    """After the checkpoint and its marker were removed (the documented change of ingest_bucket_s),
+    the rows of the earlier checkpoint stayed beside the rows written again from Kafka: counted twice."""
     monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
     assert check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,))).names() == ["page_views"]
-    assert len(stores) == 1
+    assert len(stores) == 2 and stores[0] == ("cleared",), "emptied before the marker says a fresh start"
+
+
+def test_a_fresh_start_beside_a_recorded_replay_is_refused(stores, monkeypatch):
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {"page_views": object()}))
+    with pytest.raises(SystemExit, match=r"replays of \['page_views'\] are recorded"):
+        check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
+    assert not stores, "nothing emptied, no marker written"
+
+
+def test_a_resumed_checkpoint_keeps_its_rows(stores, monkeypatch):
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: checkpoints.Marker(60, 1, dedupe_window_s=None))
+    check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
+    assert ("cleared",) not in stores
 
 
 class MarkerFile:
