@@ -308,10 +308,16 @@ def clear_earlier_rows(settings: Settings) -> None:
         )
 
 
+# The progress file's key for late drops not recorded on HDFS yet: [below_ms, rows], or None.
+PENDING = "late_drops_pending"
+
+
 def late_drops_recorder(settings: Settings):
     """A progress hook: rows a batch dropped as later than the watermark are recorded beside the
     checkpoint (stores.checkpoints.record_late_drops), where the serving layer reads them and says
-    the answers they are missing from are not complete."""
+    the answers they are missing from are not complete. Drops it could not record yet (HDFS away)
+    are kept in the progress file beside the driver (PENDING) for the next start, should the job
+    stop first (record_pending_late_drops)."""
     from stores import checkpoints
 
     pending = [0, 0]  # (below_ms, rows) not recorded yet: tried again at every batch until it is
@@ -321,15 +327,39 @@ def late_drops_recorder(settings: Settings):
         below = watermark_ms(progress) if dropped else None
         if dropped and below is not None:
             pending[0], pending[1] = max(pending[0], below), pending[1] + dropped
-        if pending[1]:
-            try:
-                checkpoints.record_late_drops(settings, pending[0], pending[1])
-                pending[0] = pending[1] = 0
-            except Exception as exc:  # noqa: BLE001 - HDFS away: the next batch tries again
-                log.warning("could not record %d rows dropped as late: %s: %s", pending[1], type(exc).__name__, exc)
-        return {}
+        if not pending[1]:
+            return {PENDING: None}
+        try:
+            checkpoints.record_late_drops(settings, pending[0], pending[1])
+            pending[0] = pending[1] = 0
+            return {PENDING: None}
+        except Exception as exc:  # noqa: BLE001 - HDFS away: the next batch tries again
+            log.warning("could not record %d rows dropped as late: %s: %s", pending[1], type(exc).__name__, exc)
+            return {PENDING: list(pending)}
 
     return record
+
+
+def record_pending_late_drops(settings: Settings) -> None:
+    """Record the late drops the last run kept in its progress file but could not record on HDFS
+    before it stopped. Raises what HDFS raises (the start fails, and the next one tries again: the
+    file is only written anew once the query starts)."""
+    import json
+
+    from stores import checkpoints
+    from stores.progress import progress_path
+
+    try:
+        kept = json.loads(progress_path(settings, JOB).read_text()).get(PENDING)
+    except (OSError, ValueError, AttributeError):
+        return  # no file (a first start on this machine), or one that is no record
+    try:
+        below_ms, rows = (int(value) for value in kept)
+    except (TypeError, ValueError):
+        return  # None: nothing pending
+    if rows > 0:
+        checkpoints.record_late_drops(settings, below_ms, rows)
+        log.warning("recorded %d rows the last run dropped as late but could not record before it stopped", rows)
 
 
 def run(settings: Settings) -> int:
@@ -356,6 +386,7 @@ def run(settings: Settings) -> int:
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         },
     )
+    record_pending_late_drops(settings)  # before the progress file is written anew
     progress = ProgressFile(
         settings,
         JOB,

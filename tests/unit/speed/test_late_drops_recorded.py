@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from definitions.settings import Settings
-from speed_layer.job import late_drops_recorder
+from speed_layer.job import PENDING, late_drops_recorder, record_pending_late_drops
+from stores.progress import ProgressFile
 
 
 def progress(dropped: int, watermark: str | None):
-    ops = [SimpleNamespace(numRowsDroppedByWatermark=dropped), SimpleNamespace(numRowsDroppedByWatermark=0)]
+    ops = [
+        SimpleNamespace(numRowsDroppedByWatermark=dropped, numRowsTotal=10),
+        SimpleNamespace(numRowsDroppedByWatermark=0, numRowsTotal=10),
+    ]
     return SimpleNamespace(stateOperators=ops, eventTime={"watermark": watermark} if watermark else {})
 
 
@@ -26,10 +32,48 @@ def test_a_batch_that_dropped_late_rows_records_them_with_its_watermark(monkeypa
     record(progress(5, "2026-11-29T04:00:00.000Z"))
     assert recorded == [(1_795_924_800_000, 5)]
     monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: (_ for _ in ()).throw(OSError("hdfs away")))
-    assert record(progress(1, "2026-11-29T04:00:00.000Z")) == {}, "a failed record does not stop the listener"
-    assert record(progress(2, "2026-11-29T04:01:00.000Z")) == {}
+    pending = record(progress(1, "2026-11-29T04:00:00.000Z"))
+    assert pending == {PENDING: [1_795_924_800_000, 1]}, "a failed record does not stop the listener"
+    assert record(progress(2, "2026-11-29T04:01:00.000Z")) == {PENDING: [1_795_924_860_000, 3]}
     monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
-    record(progress(0, "2026-11-29T04:02:00.000Z"))  # HDFS back: what could not be recorded is, at the next batch
+    # HDFS back: what could not be recorded is, at the next batch
+    assert record(progress(0, "2026-11-29T04:02:00.000Z")) == {PENDING: None}
     assert recorded == [(1_795_924_800_000, 5), (1_795_924_860_000, 3)]
     record(progress(0, "2026-11-29T04:03:00.000Z"))
     assert len(recorded) == 2, "recorded once"
+
+
+def test_drops_not_recorded_when_the_job_died_are_recorded_at_its_next_start(tmp_path, monkeypatch):
+    """HDFS away: the record failed, then the next commit failed too and the job stopped. The drops,
+    kept only in its memory, were lost, and answers missing those rows said complete. They are
+    kept in the progress file beside the driver, and the next start records them first."""
+    from stores import checkpoints
+
+    settings = Settings(state_dir=tmp_path)
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: (_ for _ in ()).throw(OSError("hdfs away")))
+    hook = late_drops_recorder(settings)
+    file = ProgressFile(settings, "speed-layer", hooks={"speed": hook})
+    file.progress(
+        SimpleNamespace(
+            name="speed",
+            batchId=7,
+            timestamp="",
+            numInputRows=9,
+            inputRowsPerSecond=0.0,
+            processedRowsPerSecond=0.0,
+            durationMs={},
+            stateOperators=progress(4, "2026-11-29T04:00:00.000Z").stateOperators,
+            eventTime={"watermark": "2026-11-29T04:00:00.000Z"},
+            observedMetrics={},
+            sources=[],
+        )
+    )
+    with pytest.raises(OSError):
+        record_pending_late_drops(settings)  # HDFS still away: the start fails, the record stays
+    recorded = []
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
+    record_pending_late_drops(settings)
+    assert recorded == [(1_795_924_800_000, 4)]
+    ProgressFile(settings, "speed-layer").started("q", "speed")  # the new run's file
+    record_pending_late_drops(settings)
+    assert len(recorded) == 1, "nothing pending any more"
