@@ -180,9 +180,20 @@ def clear_rows(settings: Settings) -> list[str]:
         }
         cleared = []
         for table in TABLES:
-            if table in existing and session.execute(f"SELECT view_name FROM {ks}.{table} LIMIT 1").one() is not None:
+            if table not in existing:
+                continue
+            try:
+                empty = session.execute(f"SELECT view_name FROM {ks}.{table} LIMIT 1").one() is None
+            except Exception as exc:  # noqa: BLE001 - tombstones past the read's limit, say: emptied all the same
+                log.warning("could not tell whether %s.%s holds rows (%s): emptying it", ks, table, type(exc).__name__)
+                empty = False
+            if not empty:
                 session.execute(f"TRUNCATE {ks}.{table}")
                 cleared.append(table)
+        if cleared:  # answers the API keeps until the realtime rows change are dropped (stores.realtime_writes)
+            session.set_keyspace(ks)
+            statement, params = WriteMarks(session, "truncate").next_mark()
+            session.execute(statement, params)
         return cleared
     finally:
         cluster.shutdown()

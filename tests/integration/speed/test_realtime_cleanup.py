@@ -11,6 +11,7 @@ from infra.bootstrap import ensure_keyspace
 from stores.clients import cassandra_cluster
 from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, clear_rows, ensure_schema
 from stores.realtime_cleanup import delete_absorbed
+from stores.realtime_writes import MarkReader
 
 CUTOFF = 1_800_000_000
 BELOW, ABOVE = (CUTOFF - 120, CUTOFF - 60), (CUTOFF, CUTOFF + 60)
@@ -151,8 +152,12 @@ def test_a_fresh_checkpoint_empties_the_tables_of_an_earlier_one(settings, stack
         writer.close()
         count = lambda table: session.execute(f"SELECT count(*) FROM {mine.cassandra.keyspace}.{table}").one()[0]  # noqa: E731
         assert (count(BY_KEY), count(BY_BUCKET)) == (30, 0)
+        session.set_keyspace(mine.cassandra.keyspace)
+        marks = MarkReader(session)
+        before = marks.read()
         assert clear_rows(mine) == [BY_KEY]
         assert (count(BY_KEY), count(BY_BUCKET)) == (0, 0)
+        assert marks.read() != before, "the API's speed cache is told the rows changed"
     finally:
         session.execute(f"DROP KEYSPACE IF EXISTS {mine.cassandra.keyspace}")
         cluster.shutdown()
