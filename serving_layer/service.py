@@ -102,10 +102,13 @@ class ServingLayer:
         self.settings = settings
         self.floor = floor  # shared by the API's worker processes (serving_layer.pointer_floor)
         self.declared = views if views is not None else load_views(settings)
-        self.versions = versions_of(self.declared, None, None)  # until reload() reads the stores
-        self.views = self.versions.maintained
-        # What they were made from: (marker, the pointer's aliases, its generation).
-        self._versions_basis: tuple[Marker | None, dict[str, str], int] | None = None
+        # The views' versions and what they were made from, replaced in one assignment: (versions,
+        # (marker, the pointer's aliases, its generation, when: monotonic) or None until reload()
+        # read both stores).
+        self._resolved: tuple[Versions, tuple[Marker, dict[str, str], int, float] | None] = (
+            versions_of(self.declared, None, None),
+            None,
+        )
         self._routes_stale = False  # the definitions answering the views moved since the routes were made
         self.batch_views = registry.batch_view_reader(
             settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
@@ -140,22 +143,33 @@ class ServingLayer:
             log.warning("reading the declared views' versions without the pointer: %s", exc.detail)
             pointer = None
         marker = self.speed.read_now()
-        self.versions = versions_of(declared, marker, pointer)
-        self.views = self.versions.maintained  # the served and the pending definitions, by storage name
         # Made again at a query once both stores were read (_refresh_versions).
-        self._versions_basis = (
-            (marker, dict(pointer.aliases), pointer.generation) if marker is not None and pointer is not None else None
+        basis = (
+            (marker, dict(pointer.aliases), pointer.generation, time.monotonic())
+            if marker is not None and pointer is not None
+            else None
         )
+        self._resolved = (versions_of(declared, marker, pointer), basis)
         self._routes_stale = False
+
+    @property
+    def versions(self) -> Versions:
+        return self._resolved[0]
+
+    @property
+    def views(self) -> Registry:
+        """The served and the pending definitions, by storage name."""
+        return self._resolved[0].maintained
 
     def _refresh_versions(self, pointer: Pointer | None) -> Versions:
         """The versions a query holding `pointer` is answered by, for its whole check: made again
         when the marker or the pointer's aliases differ from what the service's were made from (a
         store that could not be read at the last reload, a switch this process was not told of).
         The service keeps them unless `pointer` is older than theirs (a query still holding the
-        pointer from before a switch, beside queries from after it). Never from a failed read (no
-        marker: the last ones stay)."""
-        versions, basis = self.versions, self._versions_basis
+        pointer from before a switch, beside queries from after it), for api.pointer_cache_s (then
+        a re-made pointer store's, as _pointer_read does). Never from a failed read (no marker: the
+        last ones stay)."""
+        versions, basis = self._resolved
         marker = self.speed.marker()
         if marker is None:
             return versions
@@ -164,14 +178,18 @@ class ServingLayer:
             return versions
         fresh = versions_of(self.declared, marker, pointer)
         shapes = lambda versions: {n: (v.name, v.fingerprint) for n, v in versions.served.items()}  # noqa: E731
+        now = time.monotonic()
         with self._lock:
-            basis = self._versions_basis
-            if basis is not None and _generation(pointer) < basis[2]:
+            kept, basis = self._resolved
+            if (
+                basis is not None
+                and _generation(pointer) < basis[2]
+                and now < basis[3] + self.settings.api.pointer_cache_s
+            ):
                 return fresh
-            if shapes(fresh) != shapes(self.versions):
+            if shapes(fresh) != shapes(kept):
                 self._routes_stale = True  # the API makes its routes again (take_stale_routes)
-            self.versions, self.views = fresh, fresh.maintained
-            self._versions_basis = (marker, aliases, _generation(pointer))
+            self._resolved = (fresh, (marker, aliases, _generation(pointer), now))
         return fresh
 
     def take_stale_routes(self) -> bool:

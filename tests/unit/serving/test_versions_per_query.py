@@ -71,3 +71,20 @@ def test_a_query_of_a_view_dropped_while_it_was_under_way_is_refused_not_a_500(t
     serving.reload(Registry(()))  # every view dropped; this query's route was matched before
     with pytest.raises(ViewBuilding, match="no longer declared"):
         serving._check_serving(route, BEFORE, "minute")
+
+
+def test_a_re_made_pointer_store_is_taken_up_once_the_older_versions_have_aged(tmp_path, monkeypatch):
+    """A pointer of a lower generation is a query still holding the one before a switch, or, once
+    api.pointer_cache_s has passed, a pointer store made again: the service takes that one up (as
+    its pointer cache does), or its routes would never follow the views again."""
+    serving = _serving(tmp_path, Registry((CHANGED,)))
+    clock = [1_000.0]
+    monkeypatch.setattr(service_module.time, "monotonic", lambda: clock[0])
+    serving._refresh_versions(AFTER)
+    remade = Pointer({"page_views": ViewEntry("page_views_v1", 1, 60_000), NEW: ViewEntry(f"{NEW}_v2", 2, 120_000)})
+    assert remade.generation < AFTER.generation
+    assert serving._refresh_versions(remade).served["page_views"].name == "page_views"
+    assert serving.versions.served["page_views"].name == NEW, "kept within api.pointer_cache_s"
+    clock[0] += serving.settings.api.pointer_cache_s + 1
+    serving._refresh_versions(remade)
+    assert serving.versions.served["page_views"].name == "page_views"
