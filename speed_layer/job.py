@@ -346,11 +346,14 @@ def record_pending_late_drops(settings: Settings) -> None:
     file is only written anew once the query starts)."""
     import json
 
+    from definitions.files import replace_text
     from stores import checkpoints
     from stores.progress import progress_path
 
+    path = progress_path(settings, JOB)
     try:
-        kept = json.loads(progress_path(settings, JOB).read_text()).get(PENDING)
+        doc = json.loads(path.read_text())
+        kept = doc.get(PENDING)
     except (OSError, ValueError, AttributeError):
         return  # no file (a first start on this machine), or one that is no record
     try:
@@ -360,6 +363,8 @@ def record_pending_late_drops(settings: Settings) -> None:
     if rows > 0:
         checkpoints.record_late_drops(settings, below_ms, rows)
         log.warning("recorded %d rows the last run dropped as late but could not record before it stopped", rows)
+    # Recorded: not again, should this start stop before its progress file is written anew.
+    replace_text(path, json.dumps({**doc, PENDING: None}))
 
 
 def run(settings: Settings) -> int:
@@ -375,6 +380,7 @@ def run(settings: Settings) -> int:
         },
     )
     maintained = check_checkpoint_settings(settings, load_views(settings))
+    record_pending_late_drops(settings)  # before the progress file is written anew
     strict = kafka_gaps.fail_on_data_loss(settings, JOB)
     spark = spark_session(
         settings,
@@ -386,7 +392,6 @@ def run(settings: Settings) -> int:
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         },
     )
-    record_pending_late_drops(settings)  # before the progress file is written anew
     progress = ProgressFile(
         settings,
         JOB,

@@ -74,6 +74,8 @@ def test_drops_not_recorded_when_the_job_died_are_recorded_at_its_next_start(tmp
     monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
     record_pending_late_drops(settings)
     assert recorded == [(1_795_924_800_000, 4)]
+    record_pending_late_drops(settings)  # that start stopped before its query began: a second start
+    assert len(recorded) == 1, "recorded once"
     ProgressFile(settings, "speed-layer").started("q", "speed")  # the new run's file
     record_pending_late_drops(settings)
     assert len(recorded) == 1, "nothing pending any more"
