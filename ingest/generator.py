@@ -103,6 +103,9 @@ class GeneratorConfig:
                 raise ValueError(f"{name} must be between 0 and 1, got {value}")
         if self.late_fraction + self.duplicate_fraction + self.invalid_fraction > 1.0:
             raise ValueError("late, duplicate and invalid fractions add up to more than 1")
+        for name in ("rate", "span_s", "late_min_s", "late_max_s"):
+            if not math.isfinite(getattr(self, name)):  # nan passed every check below
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
         if self.count < 0 or self.rate < 0 or self.span_s < 0:
             raise ValueError("count, rate and span must not be negative")
         if self.pages < 1 or self.users < 1:
