@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from contextlib import ExitStack
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -77,17 +78,25 @@ def next_run_id(latest: str) -> str:
 TRIGGER_LOCK = "recompute.lock"
 
 
+class NoLock(Exception):
+    """The API cannot take its recompute lock (its state directory cannot be written): a 503 saying
+    so, not one blaming Airflow."""
+
+
 def _trigger(settings: Settings, body: RecomputeRequest) -> str:
     """One request at a time on this host: Airflow's SQLite-backed API has answered two simultaneous
     reads of the latest run differently, so two requests at once could name two runs."""
-    try:
-        with state_lock(settings.state_dir, TRIGGER_LOCK, "recompute request", wait=False):
-            return _trigger_one(settings, body)
-    except LockHeld:
-        raise NotNow(
-            f"another recompute request is triggering a run of {settings.airflow.dag_id} now; try again once it "
-            "has been answered"
-        ) from None
+    with ExitStack() as held:
+        try:
+            held.enter_context(state_lock(settings.state_dir, TRIGGER_LOCK, "recompute request", wait=False))
+        except LockHeld:
+            raise NotNow(
+                f"another recompute request is triggering a run of {settings.airflow.dag_id} now; try again once "
+                "it has been answered"
+            ) from None
+        except OSError as exc:
+            raise NoLock(f"{type(exc).__name__}: {exc}") from None
+        return _trigger_one(settings, body)
 
 
 def _trigger_one(settings: Settings, body: RecomputeRequest) -> str:
@@ -167,6 +176,9 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
         run_id = await run_in_threadpool(_trigger, settings, body)
     except NotNow as exc:
         raise ApiError(409, str(exc), component="airflow") from None
+    except NoLock as exc:
+        log.warning("the recompute lock cannot be taken: %s", exc)
+        raise ApiError(503, "the API cannot take its recompute lock (its log says why); try again shortly") from None
     except AirflowRefused as exc:
         log.warning("Airflow refused a run of %s: %s", settings.airflow.dag_id, exc)
         status, message = refusal(settings.airflow.dag_id, exc.reason)

@@ -104,3 +104,13 @@ def test_a_request_while_another_triggers_on_this_host_is_refused_without_asking
             admin._trigger(settings, admin.RecomputeRequest())
     assert fake.triggered == []
     assert admin._trigger(settings, admin.RecomputeRequest()) == admin.next_run_id("scheduled__1")
+
+
+def test_a_state_directory_the_api_cannot_write_is_named_as_the_cause_not_airflow(monkeypatch, tmp_path):
+    fake = Airflow({"scheduled__1": "success"})
+    monkeypatch.setattr(airflow, "AirflowClient", fake)
+    blocked = tmp_path / "a-file-not-a-directory"
+    blocked.write_text("")
+    with pytest.raises(admin.NoLock, match="Error"):
+        admin._trigger(Settings(state_dir=blocked), admin.RecomputeRequest())
+    assert fake.triggered == []
