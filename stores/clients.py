@@ -147,12 +147,10 @@ def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
 
     c = settings.cassandra
     policy = TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=c.local_dc or None))
-    local = c.consistency == "LOCAL_QUORUM"
     profile = ExecutionProfile(
         load_balancing_policy=policy,
         request_timeout=timeout_s,
         consistency_level=ConsistencyLevel.name_to_value[c.consistency],
-        serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL if local else ConsistencyLevel.SERIAL,
     )
     auth = PlainTextAuthProvider(c.username, c.password.get_secret_value()) if c.username else None
     return Cluster(

@@ -154,10 +154,8 @@ def test_cassandra_reads_and_writes_go_to_a_quorum_of_replicas():
 
     default = cassandra_cluster(with_(cassandra=CassandraSettings())).profile_manager.default
     assert default.consistency_level == ConsistencyLevel.LOCAL_QUORUM
-    assert default.serial_consistency_level == ConsistencyLevel.LOCAL_SERIAL
     every_dc = cassandra_cluster(with_(cassandra=CassandraSettings(consistency="QUORUM"))).profile_manager.default
     assert every_dc.consistency_level == ConsistencyLevel.QUORUM
-    assert every_dc.serial_consistency_level == ConsistencyLevel.SERIAL
     with pytest.raises(ValidationError, match="consistency"):
         CassandraSettings(consistency="ONE")
 
