@@ -441,11 +441,11 @@ class Stack:
             if not answers
             else f"supervisord runs, but its restart listener is {listener}: nothing restarts a platform process "
             "that exits (see logs/restarts.log; `lambdactl up` starts it again)"
-            if listener not in ("RUNNING", "STARTING", "BACKOFF", "UNKNOWN")
+            if listener not in ("RUNNING", "STARTING")  # BACKOFF: it exited; UNKNOWN: supervisord has no such program
             else f"supervisord restarts the platform's processes, {budget.describe()}, backoff "
             f"{budget.backoff_s:.0f}s doubling to {budget.backoff_max_s:.0f}s"
         )
-        answers = answers and listener in ("RUNNING", "STARTING", "BACKOFF", "UNKNOWN")
+        answers = answers and listener in ("RUNNING", "STARTING")
         try:
             rss = proc.memory_info().rss / 2**20
         except psutil.Error:

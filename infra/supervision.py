@@ -293,12 +293,14 @@ class Supervisord:
         for folder in (conf.parent, self.state_dir / "logs"):
             folder.mkdir(parents=True, exist_ok=True)
         if self.running() and self._wait_answering(timeout_s):
-            if conf.exists() and conf.read_text() == text:
-                self._ensure_listener()
-                return "unchanged"
-            conf.write_text(text)
-            self._update()
-            return "updated"
+            if not (conf.exists() and conf.read_text() == text):
+                conf.write_text(text)
+            # Applied whatever the file says: an `up` stopped half-way through an update (after the
+            # file was written, between removing a program and adding it back) left supervisord
+            # without that program, and the file unchanged since.
+            changed = self._update()
+            self._ensure_listener()
+            return "updated" if changed else "unchanged"
         if self.running():  # alive but not answering: start afresh
             self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
         conf.write_text(text)
@@ -342,8 +344,9 @@ class Supervisord:
             time.sleep(0.2)
         return False
 
-    def _update(self) -> None:
-        """Apply a changed configuration (what `supervisorctl update` does)."""
+    def _update(self) -> bool:
+        """Bring supervisord's programs in line with the configuration file (what `supervisorctl
+        update` does: it compares the file with the programs supervisord runs); whether any changed."""
         rpc = self.rpc(timeout_s=self.settings.stack.stop_timeout_s + 30)
         [[added, changed, removed]] = rpc.reloadConfig()
         for name in (*changed, *removed):
@@ -351,6 +354,7 @@ class Supervisord:
             rpc.removeProcessGroup(name)
         for name in (*changed, *added):
             rpc.addProcessGroup(name)
+        return bool(added or changed or removed)
 
     def listener_state(self) -> str:
         """supervisord's state of the restart listener (RUNNING, FATAL …); "UNKNOWN" when it cannot tell."""

@@ -202,3 +202,42 @@ def test_status_shows_a_restart_listener_that_stopped_and_up_brings_it_back(isol
     up = isolated.ctl("up")
     assert up.returncode == 0, up.stderr[-3000:]
     assert isolated.status()["supervisor"]["healthy"]
+
+
+def _rpc(stack: Isolated):
+    from infra.process import ProcessSupervisor
+    from infra.supervision import Supervisord
+
+    settings = stack.settings()
+    return Supervisord(settings, ProcessSupervisor(settings.state_dir)).rpc()
+
+
+def test_an_up_stopped_half_way_through_an_update_is_repaired_by_the_next_up(isolated):
+    """An `up` interrupted (Ctrl-C, a kill) after it wrote the new configuration and removed a changed
+    program, before adding it back, left supervisord without that program: every later `up` found the
+    file unchanged and failed ("BAD_NAME") until `down`."""
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    rpc = _rpc(isolated)
+    rpc.stopProcessGroup("api")
+    rpc.removeProcessGroup("api")
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert isolated.status()["api"]["healthy"]
+
+
+def test_status_says_a_restart_listener_supervisord_no_longer_runs_restarts_nothing(isolated):
+    """A listener supervisord does not know (its group removed half-way through an update) or one
+    it is starting again after it exited was reported as restarting the platform's processes."""
+    from infra.supervision import LISTENER
+
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    rpc = _rpc(isolated)
+    rpc.stopProcessGroup(LISTENER)
+    rpc.removeProcessGroup(LISTENER)
+    row = isolated.status()["supervisor"]
+    assert row["healthy"] is False and "restart listener is UNKNOWN" in row["detail"], row
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert isolated.status()["supervisor"]["healthy"]
