@@ -47,6 +47,13 @@ class ServiceStatus:
     restart_detail: str = ""
 
 
+def one_error(errors: list[StackError]) -> StackError:
+    """The failures of several services as one error naming each."""
+    if len(errors) == 1:
+        return errors[0]
+    return StackError(", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
+
+
 class Stack:
     def __init__(self, settings: Settings, names: Iterable[str] | None = None) -> None:
         self.settings = settings
@@ -135,11 +142,7 @@ class Stack:
                 except StackError as exc:
                     errors.append(exc)
         if errors:
-            raise (
-                errors[0]
-                if len(errors) == 1
-                else StackError(", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
-            )
+            raise one_error(errors)
 
     def _up_supervised(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
         """The platform's processes, under supervisord: started once, then restarted by it when they exit."""
@@ -162,6 +165,16 @@ class Stack:
             killed = self.supervisor.kill_orphans()
             if killed:
                 say(f"the supervisor was not running: ended {killed} process(es) it had left behind")
+        # Checked before the configuration is applied (which stops the programs whose entries changed)
+        # and each on its own: a port a stranger holds keeps that program down, not every other too.
+        running = self.supervisord.all_info() if self.supervisord.answering() else {}
+        refused: dict[str, StackError] = {}
+        for service in members:
+            if running.get(service.name, {}).get("statename") not in ("RUNNING", "STARTING", "BACKOFF"):
+                try:
+                    self._preflight(service)
+                except StackError as exc:
+                    refused[service.name] = exc
         java = find_java(self.settings.stack.java_home)
         env = self._environment(java)
         programs = [
@@ -200,14 +213,16 @@ class Stack:
                 say(f"{service.name}: {summary(entry)}")
             else:
                 to_start.append(service)
-        for service in to_start:
-            self._preflight(service)
         since = time.time()
         for service in to_start:
+            if service.name in refused:
+                continue
             self.supervisord.start(service.name)
             outcome[service.name] = "started"
             record = self.supervisor.record(service.name)
             say(f"{service.name}: started under the supervisor (pid {record.pid if record else '?'})")
+        if refused:
+            raise one_error(list(refused.values()))
         return since
 
     def _await_supervised(self, service, since: float) -> tuple[str, float]:

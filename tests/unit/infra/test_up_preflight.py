@@ -1,0 +1,69 @@
+"""`up` checks each program it must start (its jars, its ports) before it applies the supervisor's
+configuration, and a program that fails its check keeps only itself down. The update stops every
+program whose entry changed; a stranger on one program's port then made `up` stop there, leaving
+every stopped program down (no service: supervisord is a stand-in that keeps the states)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+import pytest
+
+from definitions.settings import Settings
+from infra import services as svc
+from infra import stack as stack_module
+from infra.errors import StackError
+from infra.stack import Stack
+
+
+class Supervisord:
+    """Programs' states before and after the update, and what `up` asked of it, in order."""
+
+    def __init__(self) -> None:
+        self.states = {"archiver": "RUNNING", "airflow": "STOPPED"}
+        self.calls: list[str] = []
+
+    def running(self) -> bool:
+        return True
+
+    def answering(self) -> bool:
+        return True
+
+    def all_info(self):
+        return {name: {"statename": state} for name, state in self.states.items()}
+
+    def ensure(self, programs, env):
+        self.calls.append("apply")
+        self.states["archiver"] = "STOPPED"  # its entry changed (a log setting, say): the update stops it
+        return "updated"
+
+    def start(self, name: str) -> None:
+        self.calls.append(f"start {name}")
+        self.states[name] = "RUNNING"
+
+    @contextmanager
+    def lock(self):
+        yield
+
+
+def test_a_stranger_on_one_programs_port_keeps_only_that_program_down(tmp_path, monkeypatch):
+    settings = Settings(state_dir=tmp_path, stack={"managed_services": ["archiver", "airflow"]})
+    stack = Stack(settings)
+    fake = Supervisord()
+    stack.supervisord = fake
+    monkeypatch.setattr(stack_module, "find_java", lambda _home: SimpleNamespace(home="/java"))
+    monkeypatch.setattr(Stack, "prepare", lambda self, service, java: ["true"])
+
+    def preflight(self, service) -> None:
+        fake.calls.append(f"check {service.name}")
+        if service.name == "airflow":
+            raise StackError("airflow", "cannot start: port 8080 (web) on 127.0.0.1 is already in use by pid 4242")
+
+    monkeypatch.setattr(Stack, "_preflight", preflight)
+    members = [svc.BY_NAME["archiver"], svc.BY_NAME["airflow"]]
+    outcome: dict[str, str] = {}
+    with pytest.raises(StackError, match="port 8080"):
+        stack._start_supervised(members, outcome, lambda _message: None)
+    assert fake.calls == ["check airflow", "apply", "start archiver"], fake.calls
+    assert fake.states == {"archiver": "RUNNING", "airflow": "STOPPED"}
