@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 
 from definitions.settings import Settings
 from definitions.views import Registry
@@ -132,12 +133,16 @@ class SpeedState:
             self._reading.release()
 
     def _read(self, cached: tuple[Marker | None, float] | None) -> Marker | None:
-        from stores.checkpoints import read_late_drops, read_marker
+        from stores.checkpoints import file_written_ms, read_late_drops, read_marker
 
         now = time.monotonic()
         epoch = self._epoch
         try:
             marker = read_marker(self.settings)
+            if marker is not None and marker.started_ms is None:
+                # Written before start times were recorded: at the first start (as the speed layer
+                # takes it); "never started" would keep answers missing expired rows complete.
+                marker = replace(marker, started_ms=file_written_ms(self.settings))
             self.marker_error = None
             self._marker_read = True
         except Exception as exc:  # HDFS down or unreachable: not a reason to stop answering

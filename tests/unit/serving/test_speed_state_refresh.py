@@ -291,3 +291,18 @@ def test_a_service_that_never_read_the_marks_refuses_queries_until_it_does(tmp_p
     clock.now += speed_state.UNREAD_RETRY_S + 0.1  # read again within seconds, not a minute
     assert state.lifecycle("page_views", None, views).state == "serving"
     assert state.overlay("page_views") == switched_mark(), "the switched replay's rows are read"
+
+
+def test_a_marker_written_before_start_times_were_recorded_starts_when_its_file_was_written(tmp_path, monkeypatch):
+    """Such a marker said "no start time", which the staleness check takes for a speed layer that never
+    started: answers missing expired realtime rows said complete. The speed layer takes the marker
+    file's time for its first start (stores.checkpoints.file_written_ms); so does the serving layer."""
+    from stores import checkpoints, replays
+
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: checkpoints.Marker(60, None))
+    monkeypatch.setattr(checkpoints, "file_written_ms", lambda _settings: 1_700_000_000_000)
+    monkeypatch.setattr(checkpoints, "read_late_drops", lambda _settings: None)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    state = SpeedState(Settings(state_dir=tmp_path))
+    marker = state.read_now()
+    assert marker is not None and marker.started_ms == 1_700_000_000_000
