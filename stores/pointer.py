@@ -464,8 +464,8 @@ def retention_plan(
     - the tables of runs in flight: "writing" with its process running (`may_run` True: asked on this
       host), or "writing" with a process that cannot be asked (None: another host) started or beating
       (batch_layer.heartbeat) within `grace_ms`, or "verified" and not yet swapped, verified within `grace_ms`,
-    - per view the pointer names, its `keep` newest versions that served (live or retired), the one
-      serving included. A view it no longer names was retired (`lambdactl views apply`, or a full
+    - per view the pointer names, its `keep` newest versions that served (live or retired, or named
+      by the pointer for any view), the one serving included. A view it no longer names was retired (`lambdactl views apply`, or a full
       run after it was no longer declared nor maintained): none of its tables is kept."""
     protected = set(pointer.tables()) if pointer is not None else set()
     for version, run in runs.items():
@@ -476,6 +476,9 @@ def retention_plan(
         if running is True or (recent and (state == "verified" or running is None)):
             protected |= run_tables(version, run)
     ours = {name for run in runs.values() for name in run.get("views", [])}
+    # A version the pointer names has swapped, whatever its record says (a swap whose process died
+    # after the compare-and-set left its run "verified").
+    named = pointer.versions() if pointer is not None else set()
     if pointer is not None:
         ours |= set(pointer.entries)
     for view in ours:
@@ -486,7 +489,7 @@ def retention_plan(
             (
                 v
                 for v, r in runs.items()
-                if r.get("state") in SERVED_STATES
+                if (r.get("state") in SERVED_STATES or v in named)
                 and view in r.get("views", [])
                 and (entry is None or v != entry.version)
             ),

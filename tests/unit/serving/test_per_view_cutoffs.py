@@ -336,3 +336,25 @@ def test_a_run_beats_while_it_computes_and_stops_when_it_ends():
     after = len(store.beats)
     assert not any(t.name == "run-heartbeat" for t in threading.enumerate()), "it stopped with the run"
     assert len(store.beats) == after and store.beats == sorted(store.beats)
+
+
+def test_a_version_the_pointer_names_has_served_whatever_its_run_record_says():
+    """A swap whose process died after its compare-and-set and before recording the run live left it
+    "verified"; a partial run then moved one of its views on, and retention dropped the table that had
+    just served that view (the rollback keep_versions promises, and the table answers from the
+    previous pointer still read) while it kept an older one."""
+    hour = 3_600_000
+    now = 10 * hour
+    p = advance(None, version=4, run_id="r4", cutoff_ms=60_000, views=["x", "y"], full=True, stats={}, now_ms=0)
+    p = advance(p, version=5, run_id="r5", cutoff_ms=120_000, views=["x", "y"], full=True, stats={}, now_ms=0)
+    p = advance(p, version=6, run_id="r6", cutoff_ms=180_000, views=["x"], full=False, stats={}, now_ms=0)
+    assert p.entry("y").version == 5 and p.entry("x").version == 6
+    runs = {
+        4: {"state": "retired", "views": ["x", "y"], "started_ms": 0},
+        5: {"state": "verified", "views": ["x", "y"], "started_ms": 0, "verified_ms": 0},  # its swap not recorded
+        6: {"state": "live", "views": ["x"], "started_ms": 0},
+    }
+    tables = ["x_v4", "y_v4", "x_v5", "y_v5", "x_v6"]
+    dropped = retention_plan(p, runs, tables, keep=2, now_ms=now, grace_ms=hour, may_run=lambda _run: None)
+    assert "x_v5" not in dropped, dropped
+    assert dropped == ["x_v4"], "x keeps its serving table and the one before; y keeps v5 (serving) and v4"
