@@ -121,3 +121,38 @@ def test_the_assembled_document_has_the_reports_shape(settings, report):
     assert report["ok"], report["problems"]
     differing = report["views"]["page_views"]["differences"]
     assert differing and {tuple(d["key"]) for d in differing} == {(HOSTILE,)}
+
+
+def test_rows_the_clean_up_deletes_while_the_report_reads_them_are_left_out_not_blamed(monkeypatch):
+    """A clean-up that began after the report had read where earlier ones deleted (a manual batch's
+    swap moved the cutoff meanwhile) deleted rows while the report read them: each missing cell was
+    blamed on the speed layer. The clean-up records where it deletes before deleting, so what is read
+    after the rows covers every deletion the read could meet."""
+    from definitions.settings import Settings
+    from reports import build, read
+    from reports.cells import RealtimeSnapshot
+    from stores import registry
+
+    start_ms, end_ms = window()
+    deleted = cell_id("page_views", "minute", ["/a"], T0 + MINUTE)
+    kept = cell_id("page_views", "minute", ["/a"], T0 + 5 * MINUTE)
+    runs: dict[int, dict] = {1: {}}
+
+    class Store:
+        def runs(self):
+            return {v: dict(r) for v, r in runs.items()}
+
+    def read_realtime(_settings, lo, hi, _views):
+        runs[1] = {"realtime_cleaned_s": {"page_views": T0 + 5 * MINUTE}}  # recorded, then deleted meanwhile
+        return RealtimeSnapshot(lo, hi, 0, {kept: 2.0})
+
+    monkeypatch.setattr(registry, "version_store", lambda _settings: Store())
+    monkeypatch.setattr(read, "read_realtime", read_realtime)
+    monkeypatch.setattr(read, "wait_for_speed_layer", lambda *_: {"caught_up": True})
+    monkeypatch.setattr(build, "read_versions", lambda _settings: type("V", (), {"maintained": [PAGE_VIEWS]})())
+    exact = {deleted: BatchCell(5, 5, 5), kept: BatchCell(2, 2, 2)}
+    settings = Settings(ingest_bucket_s=60)
+    monkeypatch.setattr(build.time, "time", lambda: T0 + 3_600)  # the window's rows are within their TTL
+    comparison = build.compare_window(settings, None, start_ms, end_ms, batch=(exact, {}))
+    assert [(c.ingest_bucket, c.diff) for c in comparison.cells["page_views"]] == [(T0 + 5 * MINUTE, 0)]
+    assert comparison.skipped["cleaned_ingest_buckets"] == 1
