@@ -38,6 +38,9 @@ from stores.restarts import new_entry, read_status, write_status
 
 log = logging.getLogger("lambda.restarts")
 
+# A program that starts within this long of the listener asking for it is its restart (a listener
+# that died in between left the time it asked in the status file).
+ASKED_WITHIN_S = 60.0
 _EXITED_LINE = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ \w+ exited: %s \((.*?); (?:not )?expected\)$"
 
 
@@ -144,7 +147,9 @@ class Listener:
         entry, now = self.entry(name), self.clock()
         if state == "STARTING":
             entry["started_at"] = now
-            if name in self.expecting:
+            # Asked by this listener, or by one that died before seeing the start (the file says so).
+            asked = entry.pop("restart_asked_at", None)
+            if name in self.expecting or (asked is not None and 0 <= now - asked <= ASKED_WITHIN_S):
                 self.expecting.discard(name)
             else:  # started by hand (`lambdactl up`, supervisorctl): a fresh budget
                 if entry.get("restarts") or entry.get("gave_up_at"):
@@ -270,16 +275,20 @@ class Listener:
             if not when or when > now:
                 continue
             self.expecting.add(name)
+            entry["restart_asked_at"] = now
+            self.save()  # before asking: a listener that dies meanwhile leaves its successor the word
             try:
                 self.rpc.supervisor.startProcess(name, False)
                 log.info("%s: restarted", name)
                 entry.update(next_restart_at=None, last_restart_at=now, state="STARTING", since=now)
             except Fault as fault:  # e.g. already started by someone else: nothing to do
                 self.expecting.discard(name)
+                entry.pop("restart_asked_at", None)
                 log.info("%s: not restarted: %s", name, fault.faultString)
                 entry["next_restart_at"] = None
             except Exception as exc:  # supervisord busy or going away: try again shortly
                 self.expecting.discard(name)
+                entry.pop("restart_asked_at", None)
                 log.warning("%s: restart failed (%s: %s); trying again in 1s", name, type(exc).__name__, exc)
                 entry["next_restart_at"] = now + 1.0
             changed = True

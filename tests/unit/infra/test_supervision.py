@@ -280,3 +280,26 @@ def test_the_configuration_does_not_depend_on_which_name_of_the_interpreter_ran_
         monkeypatch.setattr(sys, "executable", str(bin_dir / name))
         texts.add(render_config(settings, [Program("api", [sys.executable, "-m", "api.server"], tmp_path, {})]))
     assert len(texts) == 1, "an `up` from `python` and one from `python3` would restart every process"
+
+
+def test_a_listener_that_dies_during_a_restart_keeps_the_budget_going(tmp_path):
+    """The listener's own restarts were known from its memory only: one that died once it had asked
+    supervisord to start a program took the STARTING that followed, seen by the next listener, for a
+    start by hand, and the budget began afresh: a program in a restart loop was never given up on."""
+    budget = Budget(max_restarts=5, window_s=600, backoff_s=1, backoff_max_s=60)
+    listener, rpc, clock = _listener(tmp_path, budget)
+    _event(listener, "STARTING", tries=0)
+    _event(listener, "EXITED", expected=0, pid=999_999_006)
+    clock.now += 1
+    listener.run_due()
+    assert rpc.started == ["api"]
+    before = read_status(tmp_path)["processes"]["api"]["restarts"]
+    assert before == 1
+    # The listener dies here; supervisord starts another, which reads the file and gets the event.
+    successor = Listener(tmp_path, budget, ["api"], type("Rpc", (), {"supervisor": rpc})(), clock=clock)
+    clock.now += 0.5
+    _event(successor, "STARTING", tries=0)
+    assert read_status(tmp_path)["processes"]["api"]["restarts"] == before, "its own restart, not one by hand"
+    clock.now += 3_600
+    _event(successor, "STARTING", tries=0)  # long after: started by hand, a fresh budget
+    assert read_status(tmp_path)["processes"]["api"]["restarts"] == 0
