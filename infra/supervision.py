@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import shlex
 import sys
 import tempfile
@@ -31,6 +32,8 @@ from definitions.settings import REPO_ROOT, Settings
 from infra.errors import StackError
 from infra.process import ProcessRecord, ProcessSupervisor, tail_file
 from stores.restarts import supervisor_dir
+
+log = logging.getLogger(__name__)
 
 NAME = "supervisor"  # its pid file and stdout: run/supervisor.pid, logs/supervisor.log
 LISTENER = "lambda-restarts"  # the event listener's name in supervisord
@@ -383,10 +386,37 @@ class Supervisord:
                 raise
 
     def shutdown(self) -> bool:
-        """Stop supervisord and so every program it runs (each as a group); True if it ran."""
+        """Stop supervisord and so every program it runs (each as a group); True if it ran. The
+        programs are asked to stop all at once first: supervisord stops them one after another, and
+        under load the later ones met the deadline below as a SIGKILL."""
+        self._stop_programs_at_once()
         ran = self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
         socket_path(self.state_dir).unlink(missing_ok=True)
         return ran
+
+    def _stop_programs_at_once(self) -> None:
+        """Ask every running program to stop (each gets `stack.stop_timeout_s`, then supervisord's
+        SIGKILL), and wait until none runs; a supervisord that does not answer is left to the stop."""
+        if not self.answering():
+            return
+        timeout_s = self.settings.stack.stop_timeout_s
+        try:
+            rpc = self.rpc(timeout_s=10)
+            for info in rpc.getAllProcessInfo():
+                if info["name"] != LISTENER and info["statename"] in ("RUNNING", "STARTING", "BACKOFF"):
+                    try:
+                        rpc.stopProcess(f"{info['group']}:{info['name']}", False)
+                    except xmlrpc.client.Fault as fault:
+                        if "NOT_RUNNING" not in fault.faultString:
+                            raise
+            deadline = time.monotonic() + timeout_s + 10
+            while time.monotonic() < deadline:
+                states = {i["statename"] for i in rpc.getAllProcessInfo() if i["name"] != LISTENER}
+                if not states & {"RUNNING", "STARTING", "BACKOFF", "STOPPING"}:
+                    return
+                time.sleep(0.2)
+        except (OSError, xmlrpc.client.Error) as exc:
+            log.warning("could not ask supervisord to stop its programs at once (%s); it stops them itself", exc)
 
 
 class StackProcesses(ProcessSupervisor):

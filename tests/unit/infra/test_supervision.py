@@ -303,3 +303,45 @@ def test_a_listener_that_dies_during_a_restart_keeps_the_budget_going(tmp_path):
     clock.now += 3_600
     _event(successor, "STARTING", tries=0)  # long after: started by hand, a fresh budget
     assert read_status(tmp_path)["processes"]["api"]["restarts"] == 0
+
+
+def test_down_asks_every_program_to_stop_at_once_before_supervisord_stops(tmp_path):
+    """supervisord stops its programs one after another, and `down` gave it stop_timeout_s + 15 in
+    all: under load the later programs (the archiver, Airflow's scheduler with a batch task) were
+    SIGKILLed instead of stopping cleanly."""
+    from infra.supervision import LISTENER, Supervisord
+
+    calls: list[str] = []
+
+    class Rpc:
+        """Programs that take a while to stop: STOPPING until asked twice how they are."""
+
+        states = {"speed-layer": "RUNNING", "archiver": "RUNNING", "api": "STOPPED", LISTENER: "RUNNING"}
+        asked = 0
+
+        def getAllProcessInfo(self):
+            self.asked += 1
+            if self.asked > 2:
+                self.states.update({n: "STOPPED" for n, s in self.states.items() if s == "STOPPING"})
+            return [{"name": n, "group": n, "statename": s} for n, s in self.states.items()]
+
+        def stopProcess(self, name, wait):
+            calls.append(f"stop {name} wait={wait}")
+            self.states[name.split(":")[0]] = "STOPPING"
+
+    rpc = Rpc()
+
+    class Procs:
+        def stop(self, name, timeout_s):
+            calls.append(f"stop supervisord: {', '.join(f'{n} {s}' for n, s in sorted(rpc.states.items()))}")
+            return True
+
+    supervisord = Supervisord(Settings(state_dir=tmp_path), Procs())
+    supervisord.answering = lambda: True  # type: ignore[method-assign]
+    supervisord.rpc = lambda timeout_s=10.0: rpc  # type: ignore[method-assign]
+    assert supervisord.shutdown()
+    assert calls == [
+        "stop speed-layer:speed-layer wait=False",
+        "stop archiver:archiver wait=False",
+        f"stop supervisord: api STOPPED, archiver STOPPED, {LISTENER} RUNNING, speed-layer STOPPED",
+    ], calls
