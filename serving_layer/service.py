@@ -28,7 +28,6 @@ from serving_layer.merge import (
     merge_additive,
     merge_distinct,
     merge_top,
-    read_sketches,
 )
 from serving_layer.part_cache import PartCache
 from serving_layer.pointer_floor import PointerFloor
@@ -390,16 +389,16 @@ class ServingLayer:
                 ),
             )
             speed = {b: SpeedCell(c.value, tuple(c.sketches or ())) for b, c in realtime.items()}
-            for cell in speed.values() if distinct else ():  # a broken one is the speed part's failure
-                read_sketches(cell.sketches, "cassandra")
+            # Merged here: a speed sketch that is none, read once by the merge, is the speed part's failure.
+            merged = merge_additive(buckets, batch, speed) if view.additive else merge_distinct(buckets, batch, speed)
         except StoreUnavailable as exc:
-            if not allow_partial:
+            if not allow_partial or exc.component == "hbase":  # the batch part's sketches: no answer
                 raise
             log.warning("answering %s without the speed part: %s: %s", view.name, exc, exc.detail)
             speed = {}
             provenance.unavailable.append(exc.component)
             provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
-        merged = merge_additive(buckets, batch, speed) if view.additive else merge_distinct(buckets, batch, speed)
+            merged = merge_additive(buckets, batch, speed) if view.additive else merge_distinct(buckets, batch, speed)
         self.provenance_counts["batch"] += len(batch)
         self.provenance_counts["speed"] += len(speed)
         return SeriesAnswer(view, dict(zip(view.keys, key_values)), granularity, merged, provenance)

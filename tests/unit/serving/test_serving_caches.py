@@ -437,3 +437,44 @@ def test_a_broken_speed_sketch_is_the_speed_parts_failure_and_a_partial_answer_l
     assert refused.value.component == "cassandra"
     answer = serving.series(view, {"url": "/a"}, first, first + 2 * HOUR, "hour", allow_partial=True)
     assert answer.series.total == 3 and answer.provenance.unavailable == ["cassandra"]
+
+
+class OneSketch(NoRealtime):
+    """A realtime store whose one row of a distinct view holds a sketch of two visitors."""
+
+    def series(self, *args: Any, **kwargs: Any) -> dict:
+        from datasketches import hll_sketch, tgt_hll_type
+
+        from stores.realtime import RealtimeCell
+
+        sketch = hll_sketch(12, tgt_hll_type.HLL_8)
+        for visitor in ("v8", "v9"):
+            sketch.update(visitor)
+        return {CUTOFF_MS // 1000: RealtimeCell(2, [bytes(sketch.serialize_updatable())], 1)}
+
+
+def test_a_distinct_answer_reads_each_speed_sketch_once(tmp_path, monkeypatch):
+    """Each speed sketch was read (checked and deserialised) twice per query: once to find a broken
+    one before the merge, once by the merge."""
+    from definitions import sketches
+
+    settings = Settings(
+        state_dir=tmp_path,
+        ingest_bucket_s=HOUR,
+        stores={"batch_views": f"{__name__}.MemoryBatchViews", "realtime_reader": f"{__name__}.OneSketch"},
+    )
+    serving = ServingLayer(settings)
+    serving.speed.known(None)
+    store = MemoryBatchViews.current
+    assert store is not None
+    store.doc = advance(
+        None, version=1, run_id="r", cutoff_ms=CUTOFF_MS, views=["unique_visitors"], full=False, stats={}, now_ms=0
+    ).to_doc()
+    store.series = lambda *_: {}  # type: ignore[method-assign]
+    reads: list[int] = []
+    real = sketches.read_sketch
+    monkeypatch.setattr(sketches, "read_sketch", lambda raw: reads.append(len(raw)) or real(raw))
+    view = next(v for v in serving.views if v.name == "unique_visitors")
+    answer = serving.series(view, {"url": "/a"}, CUTOFF_MS // 1000, CUTOFF_MS // 1000 + HOUR, "hour")
+    assert answer.series.total == pytest.approx(2, abs=0.01)
+    assert len(reads) == 1, reads
