@@ -368,6 +368,7 @@ class ServingLayer:
         cutoff_ms = source.cutoff_ms
         provenance = self._provenance(view, source)
         batch = self._batch_series(source, view, granularity, key_values, buckets)
+        merge = merge_additive if view.additive else merge_distinct
         try:
             key = key_text(key_values)
             distinct = view.aggregation == "distinct"
@@ -390,7 +391,7 @@ class ServingLayer:
             )
             speed = {b: SpeedCell(c.value, tuple(c.sketches or ())) for b, c in realtime.items()}
             # Merged here: a speed sketch that is none, read once by the merge, is the speed part's failure.
-            merged = merge_additive(buckets, batch, speed) if view.additive else merge_distinct(buckets, batch, speed)
+            merged = merge(buckets, batch, speed)
         except StoreUnavailable as exc:
             if not allow_partial or exc.component == "hbase":  # the batch part's sketches: no answer
                 raise
@@ -398,7 +399,7 @@ class ServingLayer:
             speed = {}
             provenance.unavailable.append(exc.component)
             provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
-            merged = merge_additive(buckets, batch, speed) if view.additive else merge_distinct(buckets, batch, speed)
+            merged = merge(buckets, batch, speed)
         self.provenance_counts["batch"] += len(batch)
         self.provenance_counts["speed"] += len(speed)
         return SeriesAnswer(view, dict(zip(view.keys, key_values)), granularity, merged, provenance)
