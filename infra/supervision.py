@@ -396,24 +396,32 @@ class Supervisord:
 
     def _stop_programs_at_once(self) -> None:
         """Ask every running program to stop (each gets `stack.stop_timeout_s`, then supervisord's
-        SIGKILL), and wait until none runs; a supervisord that does not answer is left to the stop."""
+        SIGKILL), and wait until none runs. Asked again at each look: the restart listener still
+        runs, and restarts a program whose restart came due meanwhile. A supervisord that does not
+        answer is left to the stop."""
         if not self.answering():
             return
-        timeout_s = self.settings.stack.stop_timeout_s
+        deadline = time.monotonic() + self.settings.stack.stop_timeout_s + 10
         try:
             rpc = self.rpc(timeout_s=10)
-            for info in rpc.getAllProcessInfo():
-                if info["name"] != LISTENER and info["statename"] in ("RUNNING", "STARTING", "BACKOFF"):
-                    try:
-                        rpc.stopProcess(f"{info['group']}:{info['name']}", False)
-                    except xmlrpc.client.Fault as fault:
-                        if "NOT_RUNNING" not in fault.faultString:
-                            raise
-            deadline = time.monotonic() + timeout_s + 10
-            while time.monotonic() < deadline:
-                states = {i["statename"] for i in rpc.getAllProcessInfo() if i["name"] != LISTENER}
-                if not states & {"RUNNING", "STARTING", "BACKOFF", "STOPPING"}:
+            while True:
+                running = [
+                    info
+                    for info in rpc.getAllProcessInfo()
+                    if info["name"] != LISTENER and info["statename"] in ("RUNNING", "STARTING", "BACKOFF", "STOPPING")
+                ]
+                if not running:
                     return
+                if time.monotonic() >= deadline:
+                    log.warning("%s still stopping: supervisord stops them itself", [i["name"] for i in running])
+                    return
+                for info in running:
+                    if info["statename"] != "STOPPING":
+                        try:
+                            rpc.stopProcess(f"{info['group']}:{info['name']}", False)
+                        except xmlrpc.client.Fault as fault:  # NOT_RUNNING: it stopped meanwhile
+                            if "NOT_RUNNING" not in fault.faultString:
+                                log.warning("supervisord did not stop %s: %s", info["name"], fault.faultString)
                 time.sleep(0.2)
         except (OSError, xmlrpc.client.Error) as exc:
             log.warning("could not ask supervisord to stop its programs at once (%s); it stops them itself", exc)

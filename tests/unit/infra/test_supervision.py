@@ -316,12 +316,14 @@ def test_down_asks_every_program_to_stop_at_once_before_supervisord_stops(tmp_pa
     class Rpc:
         """Programs that take a while to stop: STOPPING until asked twice how they are."""
 
-        states = {"speed-layer": "RUNNING", "archiver": "RUNNING", "api": "STOPPED", LISTENER: "RUNNING"}
+        states = {"speed-layer": "RUNNING", "archiver": "RUNNING", "api": "EXITED", LISTENER: "RUNNING"}
         asked = 0
 
         def getAllProcessInfo(self):
             self.asked += 1
-            if self.asked > 2:
+            if self.asked == 2:  # the listener restarts the API, whose restart came due meanwhile
+                self.states["api"] = "STARTING"
+            if self.asked > 3:
                 self.states.update({n: "STOPPED" for n, s in self.states.items() if s == "STOPPING"})
             return [{"name": n, "group": n, "statename": s} for n, s in self.states.items()]
 
@@ -343,5 +345,6 @@ def test_down_asks_every_program_to_stop_at_once_before_supervisord_stops(tmp_pa
     assert calls == [
         "stop speed-layer:speed-layer wait=False",
         "stop archiver:archiver wait=False",
+        "stop api:api wait=False",
         f"stop supervisord: api STOPPED, archiver STOPPED, {LISTENER} RUNNING, speed-layer STOPPED",
     ], calls
