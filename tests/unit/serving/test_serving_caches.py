@@ -410,26 +410,32 @@ class BrokenSketches(NoRealtime):
         return {CUTOFF_MS // 1000: RealtimeCell(1, [b"\x02\x01\x07\x0c\x22\x00\x01\x08"], 1)}
 
 
-def test_a_broken_speed_sketch_is_the_speed_parts_failure_and_a_partial_answer_leaves_it_out(tmp_path):
-    from datasketches import hll_sketch, tgt_hll_type
-
+def _distinct_serving(tmp_path, realtime_reader: str) -> tuple[ServingLayer, MemoryBatchViews]:
+    """A serving layer over `realtime_reader` (a class of this module) whose pointer serves
+    unique_visitors below CUTOFF_MS from the in-memory batch store."""
     settings = Settings(
         state_dir=tmp_path,
         ingest_bucket_s=HOUR,
-        stores={"batch_views": f"{__name__}.MemoryBatchViews", "realtime_reader": f"{__name__}.BrokenSketches"},
+        stores={"batch_views": f"{__name__}.MemoryBatchViews", "realtime_reader": f"{__name__}.{realtime_reader}"},
     )
     serving = ServingLayer(settings)
     serving.speed.known(None)
     store = MemoryBatchViews.current
     assert store is not None
-    pointer = advance(
+    store.doc = advance(
         None, version=1, run_id="r", cutoff_ms=CUTOFF_MS, views=["unique_visitors"], full=False, stats={}, now_ms=0
-    )
+    ).to_doc()
+    return serving, store
+
+
+def test_a_broken_speed_sketch_is_the_speed_parts_failure_and_a_partial_answer_leaves_it_out(tmp_path):
+    from datasketches import hll_sketch, tgt_hll_type
+
+    serving, store = _distinct_serving(tmp_path, "BrokenSketches")
     sketch = hll_sketch(12, tgt_hll_type.HLL_8)
     for visitor in ("v1", "v2", "v3"):
         sketch.update(visitor)
     first = CUTOFF_MS // 1000 - HOUR
-    store.doc = pointer.to_doc()
     store.series = lambda *_: {first: (3, bytes(sketch.serialize_updatable()))}  # type: ignore[method-assign]
     view = next(v for v in serving.views if v.name == "unique_visitors")
     with pytest.raises(StoreUnavailable) as refused:
@@ -458,18 +464,7 @@ def test_a_distinct_answer_reads_each_speed_sketch_once(tmp_path, monkeypatch):
     one before the merge, once by the merge."""
     from definitions import sketches
 
-    settings = Settings(
-        state_dir=tmp_path,
-        ingest_bucket_s=HOUR,
-        stores={"batch_views": f"{__name__}.MemoryBatchViews", "realtime_reader": f"{__name__}.OneSketch"},
-    )
-    serving = ServingLayer(settings)
-    serving.speed.known(None)
-    store = MemoryBatchViews.current
-    assert store is not None
-    store.doc = advance(
-        None, version=1, run_id="r", cutoff_ms=CUTOFF_MS, views=["unique_visitors"], full=False, stats={}, now_ms=0
-    ).to_doc()
+    serving, store = _distinct_serving(tmp_path, "OneSketch")
     store.series = lambda *_: {}  # type: ignore[method-assign]
     reads: list[int] = []
     real = sketches.read_sketch
