@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -13,32 +14,46 @@ log = logging.getLogger("lambdactl")
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    """Exit 0 when every service is healthy and no view is stale, else 1 (both forms)."""
     from infra.stack import Stack
 
     rows = Stack(settings).status(probe=True)
+    # the views are read through HBase's Thrift server: none when it is not healthy
+    views = view_states(settings) if any(r.name == "hbase-thrift" and r.healthy for r in rows) else None
+    stale = isinstance(views, list) and any(s.stale for s in views)
     if args.json:
-        sys.stdout.write(json.dumps([row.__dict__ for row in rows], indent=2) + "\n")
-        return 0 if all(r.healthy for r in rows) else 1
-    sys.stdout.write(format_status(rows))
-    stale = False
-    if any(r.name == "hbase-thrift" and r.healthy for r in rows):
-        lines, stale = view_lines(settings)
-        sys.stdout.write("\n".join(lines) + "\n")
+        body = {
+            "services": [row.__dict__ for row in rows],
+            "views": [dataclasses.asdict(s) for s in views] if isinstance(views, list) else None,
+            "views_error": views if isinstance(views, str) else None,
+        }
+        sys.stdout.write(json.dumps(body, indent=2) + "\n")
+    else:
+        sys.stdout.write(format_status(rows))
+        if views is not None:
+            sys.stdout.write("\n".join(view_lines(views)) + "\n")
     return 0 if all(r.healthy for r in rows) and not stale else 1
 
 
-def view_lines(settings: Settings) -> tuple[list[str], bool]:
-    """What `status` says of each view's batch part: version, cutoff, and staleness in words."""
-    from definitions.times import iso_ms
+def view_states(settings: Settings) -> list | str:
+    """Each view's state (serving_layer.view_states.ViewState), or why they cannot be read."""
     from serving_layer.service import ServingLayer, StoreUnavailable
 
     serving = ServingLayer(settings)
     try:
-        states = serving.view_states()
+        return serving.view_states()
     except StoreUnavailable as exc:
-        return [f"views: the batch views' pointer cannot be read ({exc.component})"], False
+        return f"the batch views' pointer cannot be read ({exc.component})"
     finally:
         serving.close()
+
+
+def view_lines(states: list | str) -> list[str]:
+    """What `status` says of each view's batch part: version, cutoff, and staleness in words."""
+    from definitions.times import iso_ms
+
+    if isinstance(states, str):
+        return [f"views: {states}"]
     lines = [f"\n{'VIEW':<30} {'BATCH':>5}  {'CUTOFF':<20}  STATE"]
     for s in states:
         version = str(s.version) if s.version is not None else "-"
@@ -52,7 +67,7 @@ def view_lines(settings: Settings) -> tuple[list[str], bool]:
             or "complete"
         )
         lines.append(f"{s.name:<30} {version:>5}  {cutoff:<20}  {s.state}: {said}")
-    return lines, any(s.stale for s in states)
+    return lines
 
 
 def format_status(rows) -> str:

@@ -46,7 +46,7 @@ class Isolated:
 
     def status(self) -> dict[str, dict]:
         done = self.ctl("status", "--json", timeout=60)
-        return {row["name"]: row for row in json.loads(done.stdout)}
+        return {row["name"]: row for row in json.loads(done.stdout)["services"]}
 
     def settings(self) -> Settings:
         return Settings(state_dir=self.state_dir)

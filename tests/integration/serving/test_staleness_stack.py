@@ -114,13 +114,14 @@ def test_the_status_route_flags_stale_views(client, short_ttl):
 
 
 def test_lambdactl_status_names_a_stale_view(short_ttl, monkeypatch):
-    from lambdactl.status import view_lines
+    from lambdactl.status import view_lines, view_states
 
-    lines, stale = view_lines(short_ttl)
-    assert not stale and any(line.startswith(VIEW) and line.endswith("complete") for line in lines), lines
+    lines = view_lines(view_states(short_ttl))
+    assert any(line.startswith(VIEW) and line.endswith("complete") for line in lines), lines
     shift = int(stale_from_s(short_ttl) - time.time()) + 1
     monkeypatch.setattr(ServingLayer, "now_s", lambda self: int(time.time()) + shift)
-    lines, stale = view_lines(short_ttl)
-    assert stale
-    [row] = [line for line in lines if line.startswith(VIEW + " ")]
+    states = view_states(short_ttl)
+    [state] = [s for s in states if s.name == VIEW]
+    assert state.stale and state.stale.startswith("stale: ")
+    [row] = [line for line in view_lines(states) if line.startswith(VIEW + " ")]
     assert "stale: " in row and "`lambdactl batch`" in row
