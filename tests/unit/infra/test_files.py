@@ -22,6 +22,28 @@ def test_a_private_file_is_never_readable_by_others(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["passwords.json"], "no temporary file is left behind"
 
 
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path):
+    import pytest
+
+    path = tmp_path / "settings.json"
+    write_private(path, "old")
+    with pytest.raises(UnicodeEncodeError):
+        write_private(path, "new \ud800")  # not encodable: fails half-way through the write
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]
+
+
+def test_the_new_text_is_on_disk_before_it_replaces_the_old(tmp_path, monkeypatch):
+    """A crash after the rename must not leave an empty file: the text is synced first, then the folder."""
+    path = tmp_path / "settings.json"
+    done: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: done.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: done.append("replace") or real_replace(a, b))
+    write_private(path, "new")
+    assert done == ["fsync", "replace", "fsync"]
+
+
 def test_writers_of_one_private_file_at_once_each_replace_it_whole(tmp_path):
     """Two `lambdactl up` at once persist the settings together: with one temporary name, one
     writer unlinked the other's file and that one failed with FileNotFoundError."""
