@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -352,6 +352,9 @@ class Settings(BaseSettings):
         hide_input_in_errors=True,
         allow_inf_nan=False,
     )
+    # What this process was given explicitly (environment, TOML file), when loaded over persisted
+    # settings (definitions.settings_store.load): what `persist` writes back, and nothing else.
+    _given: dict[str, Any] | None = PrivateAttr(default=None)
 
     # "development" accepts the development token and Airflow password; any other value refuses to
     # start the API and Airflow with them. The Makefile (demo, tests) says "development" explicitly.

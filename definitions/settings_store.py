@@ -143,17 +143,32 @@ def load() -> Settings:
             "value: leave the setting out (or set it to that value) to use it; to change it, follow "
             "'Changing a data-shaping setting' in docs/operations.md."
         )
-    return Settings(**_merge(persisted, given))
+    settings = Settings(**_merge(persisted, given))
+    settings._given = given
+    return settings
 
 
 def persist(settings: Settings) -> Path:
-    """Write the persisted settings (explicit values over earlier persisted ones, plus the data-shaping
-    values in force), created with owner-only permissions: the file may hold secrets."""
+    """Write the persisted settings: the values this process was given explicitly over the earlier
+    persisted ones, plus the data-shaping values in force where the file has none (where it has
+    one, it wins: `views apply` may have changed `views.modules` since this process loaded it).
+    Read, changed and written under `settings.lock`, so writers at once lose none of each other's
+    values; created with owner-only permissions: the file may hold secrets."""
     path = persisted_path(settings)
-    doc = _merge(read_persisted(path) or {}, explicit_values(settings))
-    for key in DATA_SHAPING:
-        _set(doc, key, _plain(_get(settings.model_dump(), key)[1]))
-    return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    given = settings._given if settings._given is not None else explicit_values(settings)
+    with _settings_lock(settings):
+        persisted = read_persisted(path) or {}
+        doc = _merge(persisted, given)
+        for key in DATA_SHAPING:
+            had, value = _get(persisted, key)
+            _set(doc, key, value if had else _plain(_get(settings.model_dump(), key)[1]))
+        return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def _settings_lock(settings: Settings):
+    from definitions.files import state_lock
+
+    return state_lock(settings.state_dir, "settings.lock", "change of the persisted settings")
 
 
 def _leaves(doc: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -210,7 +225,8 @@ def persist_view_modules(settings: Settings) -> Path:
     `views.modules` changes only this way, by `lambdactl views apply`, which also brings the
     running platform's data along (the speed layer, the batch views and the API)."""
     path = persisted_path(settings)
-    doc = read_persisted(path) or {}
-    _set(doc, "views.modules", list(settings.views.modules))
-    _set(doc, "views.paths", [str(p) for p in settings.views.paths])
-    return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    with _settings_lock(settings):
+        doc = read_persisted(path) or {}
+        _set(doc, "views.modules", list(settings.views.modules))
+        _set(doc, "views.paths", [str(p) for p in settings.views.paths])
+        return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -78,6 +78,56 @@ def test_up_again_keeps_earlier_explicit_settings_and_adds_new_ones(monkeypatch)
     assert doc["ingest_bucket_s"] == 60 and doc["api"]["port"] == 8111
 
 
+def test_a_command_loaded_earlier_does_not_undo_a_rotated_token(monkeypatch):
+    """An `up` waiting for the stack lock persists what it loaded minutes before: only what it was
+    given itself, so a token rotated meanwhile by another `up` stays rotated."""
+    monkeypatch.setenv("LAMBDA_API__TOKEN", "token-A-long-enough-123")
+    persist(load())
+    monkeypatch.delenv("LAMBDA_API__TOKEN")
+    earlier = load()  # the token came from the file
+    monkeypatch.setenv("LAMBDA_API__TOKEN", "token-B-long-enough-456")
+    persist(load())
+    path = persist(earlier)
+    assert json.loads(path.read_text())["api"]["token"] == "token-B-long-enough-456"
+
+
+def test_a_command_loaded_earlier_does_not_undo_views_apply(monkeypatch):
+    """`views apply --modules` changes views.modules in the file; an `up` that loaded the settings
+    before it keeps the file's value (the data's layout follows it)."""
+    from definitions.settings_store import persist_view_modules, with_view_modules
+
+    persist(load())
+    earlier = load()
+    persist_view_modules(with_view_modules(load(), ["json"]))
+    path = persist(earlier)
+    assert json.loads(path.read_text())["views"]["modules"] == ["json"]
+    assert load().views.modules == ["json"]
+
+
+def test_the_file_is_read_and_written_under_the_settings_lock(monkeypatch):
+    import fcntl
+
+    from definitions import settings_store
+
+    settings = load()
+    held = []
+    real = settings_store.read_persisted
+
+    def read(path):
+        with open(settings.state_dir / "settings.lock", "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(False)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            except BlockingIOError:
+                held.append(True)
+        return real(path)
+
+    monkeypatch.setattr(settings_store, "read_persisted", read)
+    persist(settings)
+    assert held == [True]
+
+
 def test_cli_refuses_with_a_clear_message(monkeypatch, capsys, caplog):
     monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
     persist(Settings())
@@ -146,7 +196,7 @@ def test_persisted_settings_others_can_change_are_not_read(which):
     with pytest.raises(SettingsConflict, match=f"{target} can be changed by every user .*chmod o-w"):
         load()
     target.chmod(target.stat().st_mode & ~stat.S_IWOTH | stat.S_IWGRP)  # umask 002: the user's own group
-    assert load() == Settings()
+    assert load().model_dump() == Settings().model_dump()
 
 
 def test_settings_persisted_under_umask_002_are_read_back():
@@ -155,7 +205,7 @@ def test_settings_persisted_under_umask_002_are_read_back():
     old = os.umask(0o002)
     try:
         persist(Settings())
-        assert load() == Settings()
+        assert load().model_dump() == Settings().model_dump()
     finally:
         os.umask(old)
 
