@@ -42,6 +42,19 @@ def _sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def open_to_others(path: Path) -> str | None:
+    """Why `path` (or its folder) may not be trusted to name code the platform runs: another user's,
+    or writable by every user; None when it is the user's own. Group-writable is left to the group
+    (umask 002: the user's own group)."""
+    for item in (path, path.parent):
+        mode = item.stat()
+        if mode.st_uid != os.getuid():
+            return f"{item} belongs to another user (uid {mode.st_uid})"
+        if mode.st_mode & stat.S_IWOTH and not (item != path and mode.st_mode & stat.S_ISVTX):  # /tmp: sticky
+            return f"{item} can be changed by every user (mode {stat.filemode(mode.st_mode)}); `chmod o-w {item}`"
+    return None
+
+
 def private_dir(folder: Path) -> Path:
     """`folder`, made if missing (0700), closed to other users if it was made before (its group keeps
     what it had); one owned by another user is left as it is."""

@@ -491,9 +491,17 @@ def config_path() -> Path | None:
         path = Path(explicit)
         if not path.is_file():
             raise SettingsFileError(f"LAMBDA_CONFIG names {path}, which is not a file")
-        return path
-    default = Path.cwd() / "lambda.toml"
-    return default if default.is_file() else None
+    else:
+        path = Path.cwd() / "lambda.toml"
+        if not path.is_file():
+            return None
+    from definitions.files import open_to_others
+
+    # It names the Java and the view modules every process runs, and `up` persists what it says.
+    problem = open_to_others(path)
+    if problem:
+        raise SettingsFileError(f"the settings file {path} is not read: {problem}")
+    return path
 
 
 @lru_cache(maxsize=1)

@@ -101,20 +101,11 @@ def read_persisted(path: Path) -> dict[str, Any] | None:
 def _check_owned(path: Path) -> None:
     """The persisted settings name the modules every process imports (views.modules) and the Java it
     runs: a file another user can change, or another user's, is refused, naming what is wrong."""
-    import os
-    import stat
+    from definitions.files import open_to_others
 
-    for item in (path, path.parent):
-        mode = item.stat()
-        if mode.st_uid != os.getuid():
-            raise SettingsConflict(
-                f"{item} belongs to another user (uid {mode.st_uid}): the settings are not read from it"
-            )
-        if mode.st_mode & stat.S_IWOTH:  # group-writable is left to the group (umask 002: the user's own)
-            raise SettingsConflict(
-                f"{item} can be changed by every user (mode {stat.filemode(mode.st_mode)}): "
-                f"the settings are not read from it; `chmod o-w {item}`"
-            )
+    problem = open_to_others(path)
+    if problem:
+        raise SettingsConflict(f"{problem}: the settings are not read from it")
 
 
 def conflicts(persisted: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:

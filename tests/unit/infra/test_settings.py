@@ -208,3 +208,35 @@ def test_a_state_directory_the_stores_configurations_would_split_is_refused(path
     with pytest.raises(pydantic.ValidationError, match="state_dir"):
         Settings(state_dir=path)
     assert Settings(state_dir=tmp_path / "with space").state_dir.name == "with space"
+
+
+@pytest.mark.parametrize("which", ["file", "folder"])
+def test_a_lambda_toml_others_can_change_is_not_read(tmp_path, which, monkeypatch):
+    """It names the Java and the view modules every process runs, and `up` persists what it says:
+    one every user can change (a world-writable folder the operator runs commands in) is refused."""
+    import stat
+
+    config = tmp_path / "lambda.toml"
+    config.write_text('[stack]\njava_home = "/tmp/elsewhere"\n')
+    target = config if which == "file" else tmp_path
+    target.chmod(target.stat().st_mode | stat.S_IWOTH)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SettingsFileError, match=f"{config} is not read: {target} can be changed by every user"):
+        Settings()
+    monkeypatch.setenv("LAMBDA_CONFIG", str(config))
+    with pytest.raises(SettingsFileError, match="can be changed by every user"):
+        Settings()
+    target.chmod(target.stat().st_mode & ~stat.S_IWOTH)
+    assert str(Settings().stack.java_home) == "/tmp/elsewhere"
+
+
+def test_a_lambda_toml_in_a_sticky_shared_folder_is_read(tmp_path, monkeypatch):
+    import stat
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp: others cannot replace the user's own file
+    (shared / "lambda.toml").write_text("[kafka]\nport = 29092\n")
+    monkeypatch.setenv("LAMBDA_CONFIG", str(shared / "lambda.toml"))
+    assert Settings().kafka.port == 29092
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
