@@ -88,12 +88,19 @@ def gaps(settings: Settings, job: str) -> list[Gap]:
         positions = {c: committed_position(fs, c, topic) for c in checkpoint_dirs(settings, job)}
     if not any(positions.values()):
         return []
-    kept = first_offsets(settings)
+    return missing(positions, first_offsets(settings))
+
+
+def missing(positions: dict[str, dict[int, int] | None], kept: dict[int, int]) -> list[Gap]:
+    """The gaps between where each checkpoint resumes (`positions`, per partition) and the first
+    offsets Kafka keeps (`kept`). A partition added since a checkpoint's last commit is read from its
+    offset 0 (Spark's Kafka source fails when it starts later: records were deleted unread)."""
     return [
-        Gap(checkpoint, p, offset, kept[p])
+        Gap(checkpoint, p, position.get(p, 0), first)
         for checkpoint, position in positions.items()
-        for p, offset in sorted((position or {}).items())
-        if p in kept and offset < kept[p]
+        if position is not None
+        for p, first in sorted(kept.items())
+        if position.get(p, 0) < first
     ]
 
 
