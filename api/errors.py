@@ -21,6 +21,7 @@ from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serving_layer.service import StoreUnavailable, ViewBuilding
+from stores.adapters import ReadTooLarge
 
 log = logging.getLogger("lambda.api")
 
@@ -209,6 +210,10 @@ async def _view_building(request: Request, exc: ViewBuilding) -> JSONResponse:
     return error_response(409, str(exc), headers={"Retry-After": str(VIEW_BUILDING_RETRY_S)})
 
 
+async def _read_too_large(request: Request, exc: ReadTooLarge) -> JSONResponse:
+    return error_response(422, str(exc))
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal error: the request could not be answered; it has been logged")
@@ -223,6 +228,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(StoreUnavailable, _store_unavailable)  # type: ignore[arg-type]
     app.add_exception_handler(ViewBuilding, _view_building)  # type: ignore[arg-type]
+    app.add_exception_handler(ReadTooLarge, _read_too_large)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
     generate = app.openapi
 

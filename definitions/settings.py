@@ -305,6 +305,10 @@ class ApiSettings(_Section):
     # Memory for what queries read from the realtime store, kept until the store is written again
     # (serving_layer.speed_cache); 0: none.
     speed_cache_mib: int = Field(32, ge=0)
+    # The most realtime data one query may read (keys and sketches, plus 64 bytes a row): a window
+    # holding more is a 422 asking for a narrower one, not a worker's memory (a top-N over every
+    # key that arrived since the cutoff grows with traffic).
+    max_realtime_mib: int = Field(32, ge=1)
     # How often, at most, the API asks the realtime store whether it was written since (one small
     # read): an answer shows a realtime write at most this long after it ended.
     realtime_check_s: float = Field(0.05, ge=0.005, le=1)

@@ -64,6 +64,7 @@ class RealtimeReads:
         """`fn(reader)`; any failure makes a new reader and tries again, then is StoreUnavailable.
         A row that is wrong is StoreUnavailable at once: a new reader would read it again (and one
         bad row under steady queries kept many readers open, each closing only after a while)."""
+        from stores.adapters import ReadTooLarge
         from stores.realtime import BadRealtimeRow
 
         for attempt in range(1, attempts + 1):
@@ -71,6 +72,8 @@ class RealtimeReads:
             try:
                 reader = self.reader()
                 return fn(reader)
+            except ReadTooLarge:
+                raise  # the query asks too much: the same read again would too; the reader is fine
             except BadRealtimeRow as exc:
                 log.warning("a realtime row cannot be read: %s", exc)
                 raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc

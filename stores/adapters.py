@@ -40,10 +40,16 @@ class BatchViewReaderAdapter(Protocol):
         ...
 
 
+class ReadTooLarge(ValueError):
+    """A query would read more realtime data than `api.max_realtime_mib` allows: the API answers 422
+    with the message, which names the view and asks for a narrower window."""
+
+
 class RealtimeReaderAdapter(Protocol):
     """Setting `stores.realtime_reader`; built as `cls(settings, timeout_s=...)` by the serving layer
     when first needed. Any exception from a read makes the serving layer close it and build a new one,
-    then (on a second failure) answer 503 naming the realtime store.
+    then (on a second failure) answer 503 naming the realtime store; except ReadTooLarge, raised when
+    a read would hold more than `api.max_realtime_mib`: the query is refused, the reader kept.
 
     Optional: `generation() -> Hashable`, a value that changes whenever the store's rows may have
     changed (the built-in reader returns stores.realtime_writes' marks). A reader that has it lets

@@ -27,6 +27,7 @@ from typing import Any, TypedDict
 
 from definitions.settings import Settings
 from definitions.views import key_text
+from stores.adapters import ReadTooLarge
 from stores.clients import cassandra_cluster
 from stores.realtime_writes import MarkReader, WriteMarks, create_statement
 
@@ -438,6 +439,10 @@ class RealtimeCell:
     ingest_buckets: int = 0
 
 
+# What a realtime row read costs beyond its key and sketch (counted against api.max_realtime_mib).
+ROW_BYTES = 64
+
+
 class RealtimeReader:
     """Reads realtime rows for the merge: only ingest buckets at or after a cutoff are ever read."""
 
@@ -467,6 +472,13 @@ class RealtimeReader:
             "AND event_bucket IN ? AND ingest_bucket >= ?"
         )
         self.marks = MarkReader(session, self.tuples)
+        self.max_bytes = settings.api.max_realtime_mib * 2**20
+
+    def _too_large(self, view: str) -> ReadTooLarge:
+        return ReadTooLarge(
+            f"{view}: the window holds more than {self.settings.api.max_realtime_mib} MiB of realtime rows "
+            "(api.max_realtime_mib); ask for a narrower window"
+        )
 
     def generation(self) -> frozenset[tuple[str, int]]:
         """Every writer's last write mark (stores.realtime_writes): while it is the same, no realtime
@@ -488,9 +500,13 @@ class RealtimeReader:
             (view, granularity, key, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)
         ]
         out: dict[int, RealtimeCell] = {}
+        held = 0
         for event_bucket, ingest_bucket, value, sketch in self._rows(self.series_stmt, params):
             if low <= ingest_bucket < high:
                 continue
+            held += ROW_BYTES + (len(sketch) if with_sketches and sketch is not None else 0)
+            if held > self.max_bytes:
+                raise self._too_large(view)
             if value is None or (with_sketches and sketch is None):
                 raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} without its value or sketch")
             cell = out.setdefault(event_bucket, RealtimeCell(sketches=[] if with_sketches else None))
@@ -513,9 +529,13 @@ class RealtimeReader:
         params = [(view, granularity, list(chunk), min_ingest_bucket) for chunk in chunks(list(buckets), self.IN_CHUNK)]
         out: dict[int, dict[str, int]] = {}
         canonical: dict[str, str] = {}  # each key as stored → as key_text writes it (parsed once per read)
+        held = 0
         for event_bucket, ingest_bucket, key, value in self._rows(self.bucket_stmt, params):
             if low <= ingest_bucket < high:
                 continue
+            held += ROW_BYTES + len(key)
+            if held > self.max_bytes:
+                raise self._too_large(view)
             if value is None:
                 raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} without its value")
             known = canonical.get(key)

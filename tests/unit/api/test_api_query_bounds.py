@@ -189,6 +189,21 @@ def test_a_store_failure_is_a_503_naming_the_component_and_nothing_else(client, 
         serving.failure = Tripwire.failure
 
 
+def test_a_window_holding_too_much_realtime_data_is_a_422_naming_the_setting(client, settings):
+    from stores.adapters import ReadTooLarge
+
+    serving = client.app.state.serving
+    try:
+        serving.failure = ReadTooLarge(
+            "top_pages: the window holds more than 32 MiB of realtime rows (api.max_realtime_mib); "
+            "ask for a narrower window"
+        )
+        body = assert_error_shape(client.get(f"{VIEWS}/top_pages?granularity=hour"), settings, 422)
+        assert "api.max_realtime_mib" in body["detail"] and "narrower window" in body["detail"]
+    finally:
+        serving.failure = Tripwire.failure
+
+
 # --- the OpenAPI document says what the API does ---------------------------------------------------
 
 

@@ -77,12 +77,14 @@ def test_a_read_failing_on_every_reader_is_store_unavailable(reads):
         reads.read(always)
 
 
-def rows_reader(rows: list[tuple]):
+def rows_reader(rows: list[tuple], max_mib: int = 32):
     """The realtime store's reader over `rows` as Cassandra would return them (its row handling
     only: the prepared statements are never sent)."""
     from stores.realtime import RealtimeReader
 
     reader = RealtimeReader.__new__(RealtimeReader)
+    reader.settings = Settings(api={"max_realtime_mib": max_mib})
+    reader.max_bytes = max_mib * 2**20
     reader.series_stmt = reader.bucket_stmt = None
     reader._rows = lambda _statement, _params: iter(rows)  # type: ignore[method-assign]
     return reader
@@ -120,3 +122,33 @@ def test_a_wrong_row_is_unavailable_at_once_and_keeps_the_reader(reads):
         reads.read(bad_row)
     assert refused.value.component == "cassandra"
     assert len(calls) == 1 and len(Reader.built) == 1 and not Reader.built[0].closed
+
+
+def test_a_read_holding_more_than_its_budget_is_refused_and_keeps_the_reader(reads):
+    """A top-N reads every key that arrived since the cutoff: anyone able to send events with
+    distinct long keys made one unauthenticated query hold hundreds of MiB. Past
+    api.max_realtime_mib the query is refused (the API's 422), not retried on a new reader."""
+    from stores.adapters import ReadTooLarge
+    from stores.realtime import ROW_BYTES
+
+    key = '["/' + "a" * 1000 + '"]'
+    fits = 2**20 // (ROW_BYTES + len(key) + 3)  # keys up to 3 characters longer: below 1 MiB in all
+    rows = [(0, 60, key[:-2] + str(n) + '"]', 1) for n in range(fits)]
+    assert len(rows_reader(rows, max_mib=1).bucket("top_pages", "hour", [0], 0)[0]) == fits
+    over = rows + [(0, 60, key[:-2] + "x" * ((ROW_BYTES + len(key)) * 2) + '"]', 1)]
+    with pytest.raises(ReadTooLarge, match=r"top_pages: the window holds more than 1 MiB .*narrower window"):
+        rows_reader(over, max_mib=1).bucket("top_pages", "hour", [0], 0)
+    sketch = bytes(4096)
+    sketches = [(b, 60, 1, sketch) for b in range(2**20 // (ROW_BYTES + 4096) + 1)]
+    with pytest.raises(ReadTooLarge, match="visitors"):
+        rows_reader(sketches, max_mib=1).series("visitors", "hour", "[]", [0], 0, with_sketches=True)
+
+    calls = []
+
+    def too_large(reader):
+        calls.append(reader)
+        raise ReadTooLarge("top_pages: the window holds more than 1 MiB of realtime rows")
+
+    with pytest.raises(ReadTooLarge):
+        reads.read(too_large)
+    assert len(calls) == 1 and not calls[0].closed
