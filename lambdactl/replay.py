@@ -274,6 +274,8 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     started_ms = max([int(time.time() * 1000)] + [m.started_ms + 1 for m in replaced])  # after every mark read
     shadow = shadow_name(view.name, started_ms)
     taken = [(m.started_ms, *m.replaces) for m in replaced if not m.switched]  # the claim a --resume takes over
+    # A claim taken over that left the view's rows short passes that on: its 409 stays until a switch.
+    short = any(m.rows_short for m in replaced)
     claim = mark(
         settings,
         view.name,
@@ -282,13 +284,15 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         take_over=args.resume,
         shadow=shadow,
         replaces=taken[0] if taken else (),
+        short=short,
     )
     # Still maintained, now that the claim is made: a retirement (`views apply`) that began after the
     # plan first stops the speed layer maintaining the name, then deletes its rows unless claimed.
     try:
         marker = read_marker(settings)
     except Exception:
-        unmark(settings, view.name)
+        if not short:  # a short claim stays: the view's answers stay refused until a `--resume` ends
+            unmark(settings, view.name)
         raise
     if marker is None or (marker.views is not None and view.name not in marker.views):
         unmark(settings, view.name)

@@ -46,6 +46,11 @@ def cancel(settings: Settings, name: str) -> dict:
             f"{view} is claimed by a replay of an earlier release, which rewrote its rows in place: only "
             "`--resume` makes them exact again"
         )
+    if held.short:
+        raise Refused(
+            f"{view}'s own rows are short (the replay holding its mark took over one that rewrote them in "
+            "place, or an unreadable one): only `--resume` makes them exact again"
+        )
     pid = running_holder(held)
     if pid is not None:
         raise Refused(f"the replay holding {view}'s mark still runs (pid {pid} on this host): stop it, then `--cancel`")

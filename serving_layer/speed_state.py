@@ -194,8 +194,9 @@ class SpeedState:
         self._marks_read_at, self.marks_error = began, None
         self.replaying = {view: m.from_ms for view, m in claims.items()}
         # A claim without a shadow name was left by a replay of an earlier release, which deleted
-        # the view's rows before rewriting them: its answers would be short until `--resume` ends.
-        self.in_place = {view for view, m in claims.items() if not m.shadow}
+        # the view's rows before rewriting them: its answers would be short until `--resume` ends
+        # (whose claim says so: stores.replays.ReplayMark.short).
+        self.in_place = {view for view, m in claims.items() if m.rows_short and not m.unreadable}
         self.unreadable = {view: m.unreadable for view, m in claims.items() if m.unreadable}
 
     def changed(self, views: Registry, marker: Marker | None) -> list[str]:

@@ -58,6 +58,15 @@ class ReplayMark:
     # A claim a `--resume` made: the started_ms of the claims it took over (theirs too). Such a replay,
     # still running, may switch (the resume's newer rows replace its rows afterwards).
     replaces: tuple[int, ...] = ()
+    # The view's own rows are short until this replay switches: it took over the claim of an
+    # earlier release's replay (which deleted them before rewriting them in place), or one that was
+    # unreadable, or one that was short itself. Its queries answer 409, as that claim's did.
+    short: bool = False
+
+    @property
+    def rows_short(self) -> bool:
+        """Whether the view's own rows are short while this mark holds it (its answers refused)."""
+        return not self.switched and (not self.shadow or bool(self.unreadable) or self.short)
 
     @property
     def switched(self) -> bool:
@@ -69,6 +78,8 @@ class ReplayMark:
             doc.update(host=self.host, pid=self.pid)
         if self.replaces:
             doc["replaces"] = list(self.replaces)
+        if self.short:
+            doc["short"] = True
         return json.dumps(doc).encode()
 
     @classmethod
@@ -104,7 +115,12 @@ class ReplayMark:
         replaces = doc.get("replaces", [])
         if not isinstance(replaces, list) or not all(type(t) is int and 0 <= t <= _LATEST_MS for t in replaces):
             raise ValueError("replaces is not a list of times in ms")
-        return cls(view, from_ms, started_ms, shadow, split_ms, host=host, pid=pid, replaces=tuple(replaces))
+        short = doc.get("short", False)
+        if type(short) is not bool:
+            raise ValueError("short is not true or false")
+        return cls(
+            view, from_ms, started_ms, shadow, split_ms, host=host, pid=pid, replaces=tuple(replaces), short=short
+        )
 
 
 SHADOW_SEPARATOR = "~replay-"  # never in a declared view's name (definitions.views: identifiers)
@@ -243,14 +259,16 @@ def mark(
     take_over: bool = False,
     shadow: str = "",
     replaces: tuple[int, ...] = (),
+    short: bool = False,
 ) -> ReplayMark:
     """Claim the view's mark (unswitched); ReplayMarked when it is held and `take_over` is False.
-    `replaces`: the started_ms of the claims a take-over replaces (ReplayMark.replaces)."""
+    `replaces`: the started_ms of the claims a take-over replaces (ReplayMark.replaces); `short`:
+    whether one of them left the view's own rows short (ReplayMark.short)."""
     from stores.webhdfs import WebHdfs, WebHdfsError
 
     path = f"{marks_dir(settings)}/{view}.json"
     claimed = ReplayMark(
-        view, from_ms, started_ms, shadow, host=socket.gethostname(), pid=os.getpid(), replaces=replaces
+        view, from_ms, started_ms, shadow, host=socket.gethostname(), pid=os.getpid(), replaces=replaces, short=short
     )
     data = claimed.to_json()
     with WebHdfs(settings) as fs:

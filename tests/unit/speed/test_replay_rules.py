@@ -506,3 +506,49 @@ def test_a_claims_replaces_of_the_wrong_type_is_no_mark(replaces):
 
     with pytest.raises(ValueError, match="replaces"):
         ReplayMark.from_json("page_views", f'{{"from_ms": 5, "started_ms": 6, "replaces": {replaces}}}'.encode())
+
+
+def test_a_resume_of_a_claim_that_left_the_rows_short_keeps_its_view_refused_until_it_switches(settings, monkeypatch):
+    """A claim of an earlier release's replay (no shadow: it deleted the view's rows, then rewrote
+    them in place) or one that is no mark refuses the view (409) until `--resume` ends. The resume's
+    own claim has a shadow: the view answered (short) as complete from the moment it began, and
+    `--cancel` then dropped the claim altogether."""
+    from serving_layer.speed_state import SpeedState
+    from stores import replays, webhdfs
+
+    in_place = replays.ReplayMark("page_views", 0, 40)
+    broken = replays.ReplayMark("top_pages", 0, 0, unreadable="not JSON (JSONDecodeError)")
+    healthy = replays.ReplayMark("unique_visitors", 0, 30, "unique_visitors~replay-30")
+    assert in_place.rows_short and broken.rows_short and not healthy.rows_short
+    files: dict = {"page_views.json": in_place.to_json(), "unique_visitors.json": healthy.to_json()}
+    monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: WritableFs(files))
+    for held, started in ((in_place, 50), (broken, 60), (healthy, 70)):
+        resumed = replays.mark(
+            settings,
+            held.view,
+            0,
+            started,
+            take_over=True,
+            shadow=replays.shadow_name(held.view, started),
+            short=held.rows_short,
+        )
+        assert replays.ReplayMark.from_json(held.view, files[f"{held.view}.json"]) == resumed
+    claims, _ = replays.read_replays(settings)
+    assert claims["page_views"].short and claims["top_pages"].short and not claims["unique_visitors"].short
+
+    state = SpeedState(settings)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: (claims, {}))
+    state._read_replays(0.0, state._epoch)
+    assert state.in_place == {"page_views", "top_pages"}, "refused until the resume switches"
+    switched = replace(claims["page_views"], split_ms=120_000)
+    assert not switched.rows_short, "once switched, its shadow rows answer for the buckets it replayed"
+
+
+def test_cancel_refuses_a_claim_that_left_the_rows_short(settings, monkeypatch):
+    from lambdactl import replay_cancel
+    from stores import replays
+
+    short = replays.ReplayMark("page_views", 0, 50, "page_views~replay-50", short=True)
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({"page_views": short}, {}))
+    with pytest.raises(Refused, match="own rows are short.*--resume"):
+        replay_cancel.cancel(settings, "page_views")
