@@ -164,7 +164,7 @@ def run(settings: Settings) -> int:
 
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode})
     check_checkpoint_kept(settings)
-    strict = kafka_gaps.fail_on_data_loss(settings, JOB)
+    past = kafka_gaps.accepted_past(settings, JOB)
     partitions = functools.partial(partition_count, settings, settings.kafka.events_topic)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})
     progress = ProgressFile(
@@ -173,7 +173,7 @@ def run(settings: Settings) -> int:
     spark.streams.addListener(progress.listener())
     ticker = Ticker(settings)
     stopping = stop_on_signal("the archiver's queries")
-    master, dlq = build_queries(spark, settings, strict)
+    queries = build_queries(spark, settings, not past)
     ticker.start()
     log.info(
         "archiving %s → %s (trigger %ss); dead letters → %s",
@@ -183,7 +183,9 @@ def run(settings: Settings) -> int:
         settings.kafka.dlq_topic,
     )
     try:
-        return watch_queries((master, dlq), stopping)
+        start = functools.partial(build_queries, spark, settings)
+        running = kafka_gaps.strict_once_past(settings, JOB, past, queries, start, stopping)
+        return watch_queries(running, stopping)
     finally:
         ticker.stop()
         spark.stop()

@@ -381,7 +381,7 @@ def run(settings: Settings) -> int:
     )
     maintained = check_checkpoint_settings(settings, load_views(settings))
     record_pending_late_drops(settings)  # before the progress file is written anew
-    strict = kafka_gaps.fail_on_data_loss(settings, JOB)
+    past = kafka_gaps.accepted_past(settings, JOB)
     spark = spark_session(
         settings,
         "lambda-speed-layer",
@@ -405,15 +405,19 @@ def run(settings: Settings) -> int:
     # stops the job here, with its reason, rather than in a task.
     realtime_writer(settings).close()
     writer = BatchWriter(settings, maintained)
-    query = (
-        aggregated_cells(spark, settings, maintained, strict)
-        .writeStream.queryName(QUERY)
-        .outputMode("update")
-        .foreachBatch(writer)
-        .option("checkpointLocation", f"{settings.hdfs.url}{settings.speed.checkpoint_dir}")
-        .trigger(processingTime=f"{settings.speed.trigger_s} seconds")
-        .start()
-    )
+
+    def start(strict: bool) -> tuple:
+        return (
+            aggregated_cells(spark, settings, maintained, strict)
+            .writeStream.queryName(QUERY)
+            .outputMode("update")
+            .foreachBatch(writer)
+            .option("checkpointLocation", f"{settings.hdfs.url}{settings.speed.checkpoint_dir}")
+            .trigger(processingTime=f"{settings.speed.trigger_s} seconds")
+            .start(),
+        )
+
+    queries = start(not past)
     log.info(
         "speed layer running: %s → Cassandra %s (trigger %ss, de-duplication window %ss, ingest bucket %ss)",
         settings.kafka.events_topic,
@@ -423,7 +427,8 @@ def run(settings: Settings) -> int:
         settings.ingest_bucket_s,
     )
     try:
-        return watch_queries((query,), stopping)
+        running = kafka_gaps.strict_once_past(settings, JOB, past, queries, start, stopping)
+        return watch_queries(running, stopping)
     finally:
         spark.stop()
 

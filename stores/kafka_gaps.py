@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from definitions import jobs
 from definitions.settings import Settings
@@ -157,9 +159,9 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
     return found
 
 
-def fail_on_data_loss(settings: Settings, job: str) -> bool:
-    """Whether `job`'s Kafka source may fail on a loss this run: True unless the operator accepted
-    one it runs past now. Exits (SystemExit, the message in the job's log) on a loss not accepted."""
+def accepted_past(settings: Settings, job: str) -> list[Gap]:
+    """The accepted gaps `job` runs past this start ([]: none; its Kafka source then fails on any
+    loss). Exits (SystemExit, the message in the job's log) on a loss not accepted."""
     try:
         past = resume_check(settings, job)
     except DataLost as exc:
@@ -167,4 +169,49 @@ def fail_on_data_loss(settings: Settings, job: str) -> bool:
         raise SystemExit(1) from None
     for gap in past:
         log.warning("running past records Kafka deleted, as accepted: %s", gap.describe())
-    return not past
+    return past
+
+
+def fail_on_data_loss(settings: Settings, job: str) -> bool:
+    """Whether `job`'s Kafka source may fail on a loss this run: True unless the operator accepted
+    one it runs past now. Exits (SystemExit, the message in the job's log) on a loss not accepted."""
+    return not accepted_past(settings, job)
+
+
+def passed(positions: dict[str, dict[int, int] | None], past: list[Gap]) -> bool:
+    """Whether every checkpoint has committed past the gaps it ran past (`positions`: where each
+    resumes, per partition)."""
+    return all((positions.get(g.checkpoint) or {}).get(g.partition, 0) >= g.first_kept for g in past)
+
+
+def strict_once_past(
+    settings: Settings,
+    job: str,
+    past: list[Gap],
+    queries: Sequence[Any],
+    start: Callable[[bool], Sequence[Any]],
+    stopping: threading.Event,
+    check_s: float = 5.0,
+) -> Sequence[Any]:
+    """Queries started past accepted gaps (`past`; their source skips whatever Kafka deleted) run so
+    only until each has committed past them; then they are stopped and started again by
+    `start(fail_on_data_loss)`, failing on any later loss. A loss met while catching up (retention
+    deleting more) was skipped unseen, and the archiver's completeness moved past it. Returns the
+    queries running (to watch); exits, as at a start, on a loss found since that is not accepted."""
+    topic = settings.kafka.events_topic
+    while past and not stopping.is_set() and all(q.isActive for q in queries):
+        try:
+            with WebHdfs(settings) as fs:
+                positions = {c: committed_position(fs, c, topic) for c in {g.checkpoint for g in past}}
+        except Exception as exc:  # HDFS blinking: asked again at the next look
+            log.warning("cannot read where %s's queries are (%s: %s)", job, type(exc).__name__, exc)
+            positions = {}
+        if positions and passed(positions, past):
+            log.info("%s is past the records Kafka deleted: its queries start again, failing on any later loss", job)
+            for query in queries:
+                query.stop()
+            past = accepted_past(settings, job)
+            queries = start(not past)
+            continue
+        stopping.wait(check_s)
+    return queries

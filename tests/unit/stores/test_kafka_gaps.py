@@ -60,3 +60,73 @@ def test_a_partition_added_since_the_last_commit_whose_start_was_deleted_is_a_ga
     positions = {M: {0: 10}, D: {0: 10}}
     assert missing(positions, {0: 0, 1: 7}) == [Gap(M, 1, 0, 7), Gap(D, 1, 0, 7)]
     assert missing(positions, {0: 0, 1: 0}) == []  # added, nothing deleted: read from its start
+
+
+class Query:
+    def __init__(self, strict: bool) -> None:
+        self.strict, self.isActive = strict, True
+
+    def stop(self) -> None:
+        self.isActive = False
+
+
+def test_queries_run_past_an_accepted_gap_only_until_they_committed_past_it(monkeypatch):
+    """After an accepted loss, the source skipped whatever Kafka deleted for the whole run: a loss
+    while catching up (retention deleting more) went unseen, and completeness moved past it. Once
+    every checkpoint is past the accepted gaps, the queries start again, failing on any loss."""
+    import threading
+
+    from stores import kafka_gaps
+
+    past = [Gap(M, 0, 10, 50), Gap(D, 0, 12, 50)]
+    positions = {M: {0: 10}, D: {0: 12}}
+    looks: list[int] = []
+
+    class Hdfs:
+        def __init__(self, settings) -> None:
+            pass
+
+        def __enter__(self):
+            looks.append(1)
+            if len(looks) == 2:  # the master query got past; the dead letters' query not yet
+                positions[M] = {0: 60}
+            if len(looks) == 3:
+                positions[D] = {0: 55}
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+    monkeypatch.setattr(kafka_gaps, "WebHdfs", Hdfs)
+    monkeypatch.setattr(kafka_gaps, "committed_position", lambda fs, checkpoint, topic: positions[checkpoint])
+    monkeypatch.setattr(kafka_gaps, "accepted_past", lambda settings, job: [])  # past it: used up
+    first = [Query(False), Query(False)]
+    started: list[bool] = []
+
+    def start(strict: bool) -> list[Query]:
+        started.append(strict)
+        return [Query(strict), Query(strict)]
+
+    running = kafka_gaps.strict_once_past(Settings(), "archiver", past, first, start, threading.Event(), check_s=0)
+    assert len(looks) == 3, "not before every checkpoint was past its gap"
+    assert started == [True] and all(q.strict and q.isActive for q in running)
+    assert not any(q.isActive for q in first), "the queries that skip losses were stopped"
+
+
+def test_without_an_accepted_gap_or_once_stopping_the_queries_are_left_as_they_are(monkeypatch):
+    import threading
+
+    from stores import kafka_gaps
+
+    def never(*args):
+        raise AssertionError("not started again")
+
+    queries = [Query(True)]
+    assert kafka_gaps.strict_once_past(Settings(), "archiver", [], queries, never, threading.Event()) is queries
+    stopping = threading.Event()
+    stopping.set()
+    past = [Gap(M, 0, 10, 50)]
+    assert kafka_gaps.strict_once_past(Settings(), "archiver", past, queries, never, stopping) is queries
+    dead = [Query(False)]
+    dead[0].isActive = False  # died: watch_queries reports it
+    assert kafka_gaps.strict_once_past(Settings(), "archiver", past, dead, never, threading.Event()) is dead
