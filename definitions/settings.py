@@ -62,7 +62,7 @@ class SparkClusterSettings(_Section):
     # this much memory.
     app_cores: int = Field(2, ge=1)
     executor_memory: str = "768m"
-    health_timeout_s: float = 60
+    health_timeout_s: float = Field(60, gt=0)
 
     @property
     def master_url(self) -> str:
@@ -118,7 +118,7 @@ class ArchiverSettings(_Section):
     max_offsets_per_trigger: int = Field(500_000, ge=1)
     driver_memory: str = "768m"
     keep_markers: int = Field(20, ge=1)
-    health_timeout_s: float = 240
+    health_timeout_s: float = Field(240, gt=0)
 
 
 class BatchSettings(_Section):
@@ -207,7 +207,7 @@ class SpeedSettings(_Section):
     # the query fails: meanwhile the job waits and Kafka holds the records, nothing is lost.
     store_outage_s: float = Field(600, ge=0)
     driver_memory: str = "768m"
-    health_timeout_s: float = 240
+    health_timeout_s: float = Field(240, gt=0)
 
 
 class EventLimits(_Section):
@@ -296,7 +296,7 @@ class ApiSettings(_Section):
     hbase_pool_size: int = Field(8, ge=1)
     # How long a query waits for a free pooled HBase connection before HBase counts as unavailable.
     hbase_pool_wait_s: float = Field(5.0, gt=0)
-    health_timeout_s: float = 60
+    health_timeout_s: float = Field(60, gt=0)
     # How long a read of the pointer is reused (0: read per query). The realtime clean-up waits
     # `batch.cleanup_settle_s` after a swap, so an answer from a pointer this old stays exact.
     pointer_cache_s: float = Field(1.0, ge=0, le=10)
@@ -327,13 +327,14 @@ class AirflowSettings(_Section):
     home: str = ""
     # Any SQLAlchemy URL; empty: SQLite in AIRFLOW_HOME.
     database_url: SecretStr = SecretStr("")
-    admin_user: str = "admin"
+    # Airflow reads its users as "name:role,name:role": a plain name only.
+    admin_user: str = Field("admin", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     admin_password: SecretStr = SecretStr(DEFAULT_AIRFLOW_PASSWORD)
     # Task slots of the LocalExecutor (one worker process of ~130 MB each): the DAG runs one task at a
     # time, one run at a time (max_active_runs=1).
     parallelism: int = Field(1, ge=1)
     dag_id: str = "lambda_batch_recompute"
-    health_timeout_s: float = 300
+    health_timeout_s: float = Field(300, gt=0)
     # A new install's DAG is active: it runs every batch.interval_s. True creates it paused (the
     # Makefile's tests: no scheduled run in their way). Either way a pause set later is kept.
     paused_at_creation: bool = False

@@ -88,13 +88,23 @@ def read_persisted(path: Path) -> dict[str, Any] | None:
         raise SettingsConflict(f"the persisted settings {path} are not a regular file; fix or remove it")
     _check_owned(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text(), object_pairs_hook=_unique_keys)
     except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8 or JSON, nested too deep
         raise SettingsConflict(
             f"the persisted settings {path} are not readable JSON ({type(exc).__name__}: {exc}); fix or remove the file"
         ) from None
     if not isinstance(doc, dict):
         raise SettingsConflict(f"the persisted settings {path} do not hold a JSON object; fix or remove the file")
+    return doc
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: of two values for a setting, neither is taken silently."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {twice[:100]!r} is given twice")
     return doc
 
 
@@ -193,8 +203,9 @@ def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
     return rows
 
 
-# Spark's own pattern for option names whose values it hides (spark.redaction.regex).
-SECRET_NAME = re.compile(r"(?i)secret|password|token|access[.]?key")
+# Option names whose values are secrets: Spark's own pattern (spark.redaction.regex), and the names
+# cloud stores give their keys (fs.azure.account.key.<account>, google.cloud.auth...keyfile, ...).
+SECRET_NAME = re.compile(r"(?i)secret|password|token|access[.]?key|account[.]key|keyfile|credential")
 
 
 def with_view_modules(settings: Settings, modules: list[str], paths: list[str] | None = None) -> Settings:

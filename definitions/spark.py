@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from definitions.settings import LOCAL_HOST, Settings
+from definitions.settings_store import SECRET_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,8 +56,8 @@ def on_cluster(settings: Settings) -> bool:
 # master (infra/spark_services.py runs it as `spark-master`, in <state_dir>/spark-master).
 LOCAL_CLUSTER_SECRET = Path("spark-master") / "conf" / "authenticate-secret"
 # Options a session must not give the driver's JVM on its command line (see _launch_driver_jvm):
-# the keys Spark's default `spark.redaction.regex` hides in its logs and UI.
-LAUNCH_HIDDEN = re.compile(r"(?i)secret|password|token|access[.]?key")
+# those whose values are secrets.
+LAUNCH_HIDDEN = SECRET_NAME
 
 
 def local_cluster_secret(settings: Settings) -> str:

@@ -84,6 +84,15 @@ class StackSettings(_Section):
         return self
 
     @model_validator(mode="after")
+    def _backoff_ordered(self) -> StackSettings:
+        if self.restart_backoff_max_s < self.restart_backoff_s:
+            raise ValueError(
+                f"stack.restart_backoff_max_s ({self.restart_backoff_max_s:g}) is below stack.restart_backoff_s "
+                f"({self.restart_backoff_s:g}): the longest wait before a restart, at least the first one"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _airflow_whole(self) -> StackSettings:
         """Airflow runs as three programs (API server `airflow`, scheduler, DAG processor): a list
         naming `airflow` (as lists written before the split do) manages all three."""

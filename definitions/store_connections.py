@@ -45,8 +45,8 @@ class KafkaSettings(_Section):
     # ... and with SSL on this port, requiring a client certificate signed by the local stack's CA
     # (infra.local_tls): where TLS and mutual-TLS clients are checked. 0: no such listener.
     ssl_listener_port: int = Field(9096, ge=0, le=65_535)
-    heap_mb: int = 512
-    health_timeout_s: float = 90
+    heap_mb: int = Field(512, ge=1)
+    health_timeout_s: float = Field(90, gt=0)
 
     @property
     def bootstrap(self) -> str:
@@ -89,9 +89,9 @@ class HdfsSettings(_Section):
     # The user WebHDFS requests act as; empty: the operating-system user of the process, as Spark's
     # HDFS client does (simple authentication).
     user: str = ""
-    namenode_heap_mb: int = 384
-    datanode_heap_mb: int = 256
-    health_timeout_s: float = 120
+    namenode_heap_mb: int = Field(384, ge=1)
+    datanode_heap_mb: int = Field(256, ge=1)
+    health_timeout_s: float = Field(120, gt=0)
 
     @model_validator(mode="after")
     def _webhdfs_urls_are_http(self) -> HdfsSettings:
@@ -129,9 +129,9 @@ class HBaseSettings(_Section):
     meta_table: str = "meta"
     # Where the standalone master keeps its tables; empty = a directory in the state dir.
     rootdir: str = ""
-    master_heap_mb: int = 768
-    thrift_heap_mb: int = 256
-    health_timeout_s: float = 150
+    master_heap_mb: int = Field(768, ge=1)
+    thrift_heap_mb: int = Field(256, ge=1)
+    health_timeout_s: float = Field(150, gt=0)
 
     @property
     def thrift_endpoints(self) -> list[tuple[str, int]]:
@@ -154,7 +154,8 @@ class CassandraSettings(_Section):
     hosts: list[Host] = [LOCAL_HOST]
     port: Port = 9042
     storage_port: Port = 7000
-    keyspace: str = "lambda"
+    # Used unquoted in CQL (Cassandra folds unquoted names to lower case): a lower-case identifier.
+    keyspace: str = Field("lambda", pattern=r"^[a-z][a-z0-9_]{0,47}$")
     # The keyspace the platform creates: SimpleStrategy with `replication_factor`, or, when
     # `replication` names data centres, NetworkTopologyStrategy with those copies per data centre.
     replication_factor: int = Field(1, ge=1)
@@ -186,8 +187,8 @@ class CassandraSettings(_Section):
     commitlog_sync: Literal["batch", "group", "periodic"] = "batch"
     commitlog_sync_group_window_ms: int = Field(15, ge=1)
     commitlog_sync_period_ms: int = Field(10_000, ge=1)
-    heap_mb: int = 768
-    health_timeout_s: float = 180
+    heap_mb: int = Field(768, ge=1)
+    health_timeout_s: float = Field(180, gt=0)
 
     @model_validator(mode="after")
     def _replication_counts(self) -> CassandraSettings:

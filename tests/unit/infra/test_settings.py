@@ -240,3 +240,34 @@ def test_a_lambda_toml_in_a_sticky_shared_folder_is_read(tmp_path, monkeypatch):
     monkeypatch.setenv("LAMBDA_CONFIG", str(shared / "lambda.toml"))
     assert Settings().kafka.port == 29092
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+
+
+@pytest.mark.parametrize(
+    "section, values, words",
+    [
+        ("airflow", {"admin_user": "ops:admin,evil"}, "admin_user"),  # Airflow reads "name:role,name:role"
+        ("cassandra", {"keyspace": "Lambda"}, "keyspace"),  # folded to lambda unquoted, USE'd quoted
+        ("cassandra", {"keyspace": "a b; DROP"}, "keyspace"),
+        ("kafka", {"heap_mb": -1}, "heap_mb"),  # -Xmx-1m
+        ("cassandra", {"health_timeout_s": -5}, "health_timeout_s"),
+        ("api", {"health_timeout_s": 0}, "health_timeout_s"),
+        ("stack", {"restart_backoff_s": 30, "restart_backoff_max_s": 5}, "restart_backoff_max_s"),
+    ],
+)
+def test_values_no_process_could_run_with_are_refused_naming_the_setting(section, values, words):
+    with pytest.raises(pydantic.ValidationError, match=words):
+        Settings(**{section: values})
+
+
+def test_secrets_of_cloud_stores_are_hidden_from_the_drivers_command_line_and_config():
+    from definitions.spark import LAUNCH_HIDDEN
+
+    for key in (
+        "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net",
+        "spark.hadoop.google.cloud.auth.service.account.json.keyfile",
+        "spark.hadoop.fs.s3a.access.key",
+        "spark.authenticate.secret",
+        "spark.hadoop.fs.gs.auth.service.account.credentials",
+    ):
+        assert LAUNCH_HIDDEN.search(key), key
+    assert not LAUNCH_HIDDEN.search("spark.driver.memory")

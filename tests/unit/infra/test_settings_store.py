@@ -230,3 +230,12 @@ def test_a_store_that_does_not_answer_is_one_clear_line_not_a_traceback(monkeypa
     assert line.startswith(("batch failed: WebHdfsError: ", "batch failed: TTransportException: ")), line
     assert "is the stack up?" in line and "lambdactl status" in line
     assert "Traceback" not in caplog.text
+
+
+def test_a_setting_given_twice_in_the_persisted_file_is_refused_naming_it(tmp_path):
+    path = persisted_path(Settings())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"ingest_bucket_s": 60, "ingest_bucket_s": 3600}')
+    path.chmod(0o600)
+    with pytest.raises(SettingsConflict, match="'ingest_bucket_s' is given twice"):
+        load()
