@@ -166,6 +166,30 @@ def persist(settings: Settings) -> Path:
         return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
+def unset(settings: Settings, key: str) -> bool:
+    """Take `key` (a dotted setting name, or a whole section) out of the persisted settings, so its
+    default applies again unless the environment or the TOML file gives it; False when the file did
+    not hold it. Refused (SettingsConflict) for the data-shaping settings and the state and jars
+    directories: the platform's data was written with them (docs/operations.md)."""
+    if key in ("state_dir", "jars_dir") or any(key == k or k.startswith(key + ".") for k in DATA_SHAPING):
+        raise SettingsConflict(
+            f"{key} is not taken out of the persisted settings: the platform's data was written with it "
+            "(to change it, follow 'Changing a data-shaping setting' in docs/operations.md)"
+        )
+    path = persisted_path(settings)
+    with _settings_lock(settings):
+        doc = read_persisted(path) or {}
+        *parents, last = key.split(".")
+        node: Any = doc
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or last not in node:
+            return False
+        del node[last]
+        write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return True
+
+
 def _settings_lock(settings: Settings):
     from definitions.files import state_lock
 

@@ -78,7 +78,7 @@ def local_cluster_secret(settings: Settings) -> str:
             fresh.unlink()
     secret = path.read_text().strip()
     if not secret:
-        raise ValueError(f"{path} is empty: remove it and restart the Spark cluster (`lambdactl restart`)")
+        raise ValueError(f"{path} is empty: remove it and restart the Spark cluster (`lambdactl down`, then `up`)")
     return secret
 
 

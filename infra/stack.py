@@ -96,6 +96,12 @@ class Stack:
                 "still hold the development defaults: set them to secrets, or set "
                 "LAMBDA_ENVIRONMENT=development on a development machine",
             )
+        given = self.settings._given
+        if self.settings.environment == "development" and given is not None and "environment" not in given:
+            say(
+                "environment is development, from the persisted settings (an earlier up): the development "
+                "token and Airflow password are accepted; `lambdactl config --unset environment` ends that"
+            )
         private_dir(self.settings.state_dir)
         say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}

@@ -141,8 +141,23 @@ def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
-    from definitions.settings_store import provenance
+    from definitions.settings_store import SettingsConflict, persisted_path, provenance, unset
 
+    if args.unset:
+        try:
+            removed = unset(settings, args.unset)
+        except SettingsConflict as exc:
+            log.error("%s", exc)
+            return 2
+        path = persisted_path(settings)
+        log.info(
+            "%s taken out of %s; running processes keep what they loaded until restarted"
+            if removed
+            else "%s is not in %s: nothing changed",
+            args.unset,
+            path,
+        )
+        return 0
     rows = provenance(settings)
     if args.json:
         sys.stdout.write(json.dumps([{"setting": k, "value": v, "source": src} for k, v, src in rows], indent=2) + "\n")
@@ -330,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     config = sub.add_parser("config", help="the effective settings and where each came from")
     config.add_argument("--json", action="store_true", help="machine-readable output")
     config.add_argument("--explicit", action="store_true", help="only the settings that are not defaults")
+    config.add_argument(
+        "--unset",
+        metavar="SETTING",
+        help="take a setting (e.g. environment, api.admin_token) out of the persisted settings: its default "
+        "applies again unless the environment or the TOML file gives it",
+    )
     config.set_defaults(func=cmd_config)
     demo = sub.add_parser("demo", help="the whole story on generated data")
     demo.add_argument("--count", type=int, default=20_000, help="records to stream")

@@ -239,3 +239,37 @@ def test_a_setting_given_twice_in_the_persisted_file_is_refused_naming_it(tmp_pa
     path.chmod(0o600)
     with pytest.raises(SettingsConflict, match="'ingest_bucket_s' is given twice"):
         load()
+
+
+def test_config_unset_takes_a_setting_out_and_its_default_applies_again(monkeypatch, capsys, caplog):
+    """One `up` in development mode persisted it: without a way to take it out, every later start
+    accepted the development secrets, whatever the shell said."""
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    monkeypatch.setenv("LAMBDA_API__ADMIN_TOKEN", "admin-token-long-enough-1")
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    persist(load())
+    for name in ("LAMBDA_ENVIRONMENT", "LAMBDA_API__ADMIN_TOKEN", "LAMBDA_INGEST_BUCKET_S"):
+        monkeypatch.delenv(name)
+    assert load().environment == "development"
+    with caplog.at_level("INFO"):
+        assert main(["config", "--unset", "environment"]) == 0
+        assert main(["config", "--unset", "api.admin_token"]) == 0
+        assert main(["config", "--unset", "api.admin_token"]) == 0  # twice: nothing to take out
+    assert "not in" in caplog.text
+    loaded = load()
+    assert loaded.environment == Settings().environment != "development"
+    assert loaded.api.admin_token.get_secret_value() == Settings().api.admin_token.get_secret_value()
+    assert loaded.ingest_bucket_s == 60, "the others stay"
+
+
+@pytest.mark.parametrize(
+    "key", ["ingest_bucket_s", "speed.dedupe_window_s", "speed", "views", "views.modules", "state_dir"]
+)
+def test_config_unset_refuses_what_the_data_was_written_with(key, monkeypatch, caplog):
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    path = persist(load())
+    before = path.read_text()
+    monkeypatch.delenv("LAMBDA_INGEST_BUCKET_S")
+    assert main(["config", "--unset", key]) == 2
+    assert "the platform's data was written with it" in caplog.text
+    assert path.read_text() == before
