@@ -22,7 +22,7 @@ from definitions.settings import Settings
 from definitions.times import iso_ms
 from stores.clients import cassandra_cluster
 from stores.realtime import BY_BUCKET, BY_KEY, TABLES, execute_with_retries
-from stores.realtime_scan import Unreadable, scan
+from stores.realtime_scan import MAX_TOKEN, MIN_TOKEN, ScanError, Unreadable, scan
 from stores.realtime_writes import WriteMarks
 
 log = logging.getLogger(__name__)
@@ -151,21 +151,27 @@ def _range_deletions(
                 )
                 stamp = () if timestamp_us is None else (timestamp_us,)
                 columns = ", ".join(dict.fromkeys(("view_name", *names, "ingest_bucket")))
-                for rows in scan(session, table, partition_key, columns, where, params, unreadable=result.unreadable):
-                    result.views_seen.update(row.view_name for row in rows)
-                    kept = [row for row in rows if keep(row)]
-                    targets = {tuple(getattr(row, c) for c in names): bound(row) for row in kept}
-                    issued = issued or bool(targets)
-                    execute_with_retries(
-                        session,
-                        delete,
-                        [(*stamp, *t, b) for t, b in targets.items()],
-                        concurrency=32,
-                        give_up_after_s=60,
-                        what=f"{table} deletions",
-                    )
-                    result.rows_below_cutoff += len(kept)
-                    result.deletions += len(targets)
+                try:
+                    for rows in scan(
+                        session, table, partition_key, columns, where, params, unreadable=result.unreadable
+                    ):
+                        result.views_seen.update(row.view_name for row in rows)
+                        kept = [row for row in rows if keep(row)]
+                        targets = {tuple(getattr(row, c) for c in names): bound(row) for row in kept}
+                        issued = issued or bool(targets)
+                        execute_with_retries(
+                            session,
+                            delete,
+                            [(*stamp, *t, b) for t, b in targets.items()],
+                            concurrency=32,
+                            give_up_after_s=60,
+                            what=f"{table} deletions",
+                        )
+                        result.rows_below_cutoff += len(kept)
+                        result.deletions += len(targets)
+                except (ScanError, RuntimeError) as exc:  # too many ranges unreadable, deletions refused
+                    # What is left of the table stays until its TTL, never read: reported, not raised.
+                    result.unreadable.append(Unreadable(table, MIN_TOKEN, MAX_TOKEN, f"{type(exc).__name__}: {exc}"))
         except BaseException:
             if issued:
                 try:
