@@ -27,7 +27,7 @@ from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
 from ingest.ticker import Ticker
 from stores import completeness, health, kafka_gaps
-from stores.kafka import partition_count
+from stores.kafka import check_timestamp_type, partition_count
 from stores.kafka_source import SOURCE_COLUMNS, kafka_sink_options, kafka_stream, validated_events
 from stores.master import last_archived_batch, master_url
 from stores.progress import HdfsPublisher, ProgressFile, source_offsets
@@ -163,6 +163,11 @@ def run(settings: Settings) -> int:
     from definitions.spark import spark_session, stop_on_signal, watch_queries
 
     health.wait_until_up(settings, {"kafka": health.kafka, "hdfs": health.hdfs_namenode})
+    try:
+        check_timestamp_type(settings)
+    except RuntimeError as exc:
+        log.error("%s", exc)
+        return 1
     check_checkpoint_kept(settings)
     past = kafka_gaps.accepted_past(settings, JOB)
     partitions = functools.partial(partition_count, settings, settings.kafka.events_topic)

@@ -28,6 +28,7 @@ from definitions.settings import Settings, get_settings
 from definitions.views import HLL_LG_K, Registry, View, key_text, load_views
 from definitions.views import cells as view_cells
 from stores import health, kafka_gaps
+from stores.kafka import check_timestamp_type
 from stores.kafka_source import kafka_stream, validated_events
 from stores.master import first_copies
 from stores.progress import HdfsPublisher, ProgressFile, dropped_by_watermark, watermark_ms
@@ -381,6 +382,11 @@ def run(settings: Settings) -> int:
     )
     maintained = check_checkpoint_settings(settings, load_views(settings))
     record_pending_late_drops(settings)  # before the progress file is written anew
+    try:
+        check_timestamp_type(settings)
+    except RuntimeError as exc:
+        log.error("%s", exc)
+        return 1
     past = kafka_gaps.accepted_past(settings, JOB)
     spark = spark_session(
         settings,

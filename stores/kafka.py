@@ -258,6 +258,31 @@ def ensure_topics(settings: Settings) -> list[str]:
         admin.close()
 
 
+def check_timestamp_type(settings: Settings) -> None:
+    """Raise RuntimeError, saying how to fix it, unless topic `events` stamps records with the
+    brokers' clock (LogAppendTime): with CreateTime a producer chooses each record's ingest time,
+    and one far-future stamp moves the archiver's completeness (and a batch's cutoff) past every
+    event still to come. The streaming jobs ask before they start (`lambdactl up` sets the type on
+    the stack it manages; a cluster's topics are set by their operator)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    topic = settings.kafka.events_topic
+    admin = kafka_admin(settings, client_id="lambda-topic-check")
+    try:
+        found = _topic_config(admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)]), _TYPE_KEY)
+    finally:
+        admin.close()
+    if found != TIMESTAMP_TYPE:
+        raise RuntimeError(
+            f"topic {topic} has message.timestamp.type={found}, not {TIMESTAMP_TYPE}: records would carry the "
+            f"ingest time their producer chose. Set it (kafka-configs.sh --alter --entity-type topics --entity-name "
+            f"{topic} --add-config message.timestamp.type={TIMESTAMP_TYPE}, or `lambdactl up` on the stack it manages)"
+        )
+
+
+_TYPE_KEY = "message.timestamp.type"
+
+
 def _applied_timestamp_type(admin, resource, wait_s: float) -> str | None:
     """The topic's timestamp type once the change has reached the broker asked (a change reaches
     the other brokers of a cluster a moment later): read again for up to `wait_s`."""

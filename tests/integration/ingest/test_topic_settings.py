@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from definitions.settings import KafkaSettings
 from stores.clients import kafka_admin
-from stores.kafka import ensure_topics
+from stores.kafka import check_timestamp_type, ensure_topics
 
 
 def configs(admin, name: str) -> dict[str, str]:
@@ -39,7 +40,10 @@ def test_an_existing_topic_gets_log_append_time_and_keeps_its_other_settings(set
                 for name in (events, dlq)
             ]
         )
+        with pytest.raises(RuntimeError, match=f"topic {events} has message.timestamp.type=CreateTime.*kafka-configs"):
+            check_timestamp_type(scratch)  # what the archiver and the speed layer ask before they start
         assert ensure_topics(scratch) == [], "both existed"
+        check_timestamp_type(scratch)
         for name in (events, dlq):
             now = configs(admin, name)
             assert now["message.timestamp.type"] == "LogAppendTime", (name, now)
