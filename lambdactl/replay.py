@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 
 from definitions.settings import Settings
 from lambdactl.output import _emit, _say
@@ -103,6 +104,23 @@ def split_after(started_ms: int, latest_ingest_ms: int | None, bucket_ms: int) -
     at or after it was appended after the replay began, whichever clock is ahead."""
     began = max(started_ms, latest_ingest_ms or 0)
     return (began // bucket_ms + 1) * bucket_ms
+
+
+def settled_split(wait: Callable[[int], list], split_ms: int, appended: dict[int, int], bucket_ms: int):
+    """(spans, split) once no record appended before the replay began (below `appended`, per
+    partition) is ingested at or after the split: `wait(split)` gives the spans up to a split. No
+    clock is trusted: such a record (the brokers' clock ahead of this host's, their latest time not
+    read) would be left to the view's own rows, so the split moves one bucket on."""
+    while True:
+        spans = wait(split_ms)
+        early = [s.partition for s in spans if s.end < appended.get(s.partition, 0)]
+        if not early:
+            return spans, split_ms
+        split_ms += bucket_ms
+        _say(
+            f"partition(s) {early} hold records appended before the replay began and ingested after the split: "
+            f"the split moves to {split_ms} ms"
+        )
 
 
 def reader_refusal(reader: type, setting: str) -> str | None:
@@ -267,7 +285,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from serving_layer.speed_state import REPLACED_ROWS_KEPT_S
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
-    from stores.kafka import latest_ingest_ms, lost_since
+    from stores.kafka import end_offsets, latest_ingest_ms, lost_since
     from stores.realtime_cleanup import delete_view_from
     from stores.replays import mark, shadow_name, switch, unmark
 
@@ -302,13 +320,22 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         "it has until the replay switches"
     )
     refresh_api(settings)
-    split_ms = split_after(started_ms, latest_ingest_ms(settings), marker.ingest_bucket_s * 1000)
+    bucket_ms = marker.ingest_bucket_s * 1000
+    appended = end_offsets(settings)  # every record below these was appended before the replay began
+    split_ms = split_after(started_ms, latest_ingest_ms(settings), bucket_ms)
     _say(f"{view.name}: the speed layer's own rows answer from {iso_ms(split_ms)}; waiting for that bucket to begin")
     waiting = time.monotonic()
     # Read the de-duplication window before `from_ms` too: a copy of an event first ingested there is
     # dropped, as the running speed layer dropped it (only first copies from `from_ms` on count).
     look_back_ms = settings.speed.dedupe_window_s * 1000
-    spans = _wait_for_split(settings, max(from_ms - look_back_ms, 0), split_ms, timeout_s=marker.ingest_bucket_s + 120)
+    spans, split_ms = settled_split(
+        lambda split: _wait_for_split(
+            settings, max(from_ms - look_back_ms, 0), split, timeout_s=marker.ingest_bucket_s + 120
+        ),
+        split_ms,
+        appended,
+        bucket_ms,
+    )
     waited_s = time.monotonic() - waiting
     lost = lost_since(spans, from_ms)
     if not lost and lost_since(spans, from_ms - look_back_ms):

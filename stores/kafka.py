@@ -169,6 +169,18 @@ def first_offsets(settings: Settings) -> dict[int, int]:
         client.close()
 
 
+def end_offsets(settings: Settings) -> dict[int, int]:
+    """Per partition of `events`, the offset after its last record now, an open or aborted
+    transaction's included: every record below it was appended before this call."""
+    topic = settings.kafka.events_topic
+    client = consumer(settings, "lambda-replay", isolation_level="read_uncommitted")
+    try:
+        parts = [partition(topic, p) for p in sorted(client.partitions_for_topic(topic) or ())]
+        return {tp.partition: offset for tp, offset in client.end_offsets(parts).items()}
+    finally:
+        client.close()
+
+
 def latest_ingest_ms(settings: Settings) -> int | None:
     """The latest ingest time (the brokers' clock) of any record `events` holds now, an open or
     aborted transaction's included; None when it holds none. A record appended later has an ingest

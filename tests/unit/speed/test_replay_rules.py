@@ -552,3 +552,24 @@ def test_cancel_refuses_a_claim_that_left_the_rows_short(settings, monkeypatch):
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({"page_views": short}, {}))
     with pytest.raises(Refused, match="own rows are short.*--resume"):
         replay_cancel.cancel(settings, "page_views")
+
+
+def test_the_split_moves_on_while_records_appended_before_the_replay_are_ingested_after_it():
+    """The split came from this host's clock when the brokers' latest ingest time could not be read
+    (a slow broker): with the brokers' clock ahead, records appended before the replay began were
+    stamped after the split, and left to the view's own (lost, or wrong) rows."""
+    from lambdactl.replay import settled_split
+
+    appended = {0: 100, 1: 40}  # end offsets when the replay began
+    ends_at = {60_000: {0: 80, 1: 40}, 120_000: {0: 100, 1: 45}}  # first offset ingested at/after the split
+    asked = []
+
+    def wait(split_ms):
+        asked.append(split_ms)
+        return [replace(span(0, 0, p), end=e) for p, e in ends_at[split_ms].items()]
+
+    spans, split = settled_split(wait, 60_000, appended, 60_000)
+    assert split == 120_000 and asked == [60_000, 120_000]
+    assert {s.partition: s.end for s in spans} == {0: 100, 1: 45}
+    spans, split = settled_split(wait, 120_000, appended, 60_000)
+    assert split == 120_000, "every record appended before it is below the split: it stays"
