@@ -282,7 +282,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from definitions.spark import spark_session
     from definitions.times import iso_ms
     from lambdactl.views import refresh_api
-    from serving_layer.speed_state import REPLACED_ROWS_KEPT_S
+    from serving_layer.speed_state import replaced_rows_kept_s
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
     from stores.kafka import end_offsets, latest_ingest_ms, lost_since
@@ -361,7 +361,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     if old_rows:
         # Every API worker has read the replay marks again by then, even one whose read just now
         # failed or raced with the switch, or refuses the view: the replaced rows are read by none.
-        settle_s = REPLACED_ROWS_KEPT_S
+        settle_s = replaced_rows_kept_s(settings)
         _say(f"{view.name}: deleting the replaced replays' rows in {settle_s:.0f}s, once no API worker reads them")
         time.sleep(settle_s)
     for old in sorted(old_rows):

@@ -8,7 +8,7 @@ rows it replaced leave rows that no mark names (stores.replays.unreferenced_shad
 
 No replay can switch to such rows any more, but an API worker may still answer from replay marks it
 read just before they stopped naming them; every worker reads the marks again within
-`REPLACED_ROWS_KEPT_S` or refuses the view (serving_layer/speed_state.py). So the rows are deleted
+`replaced_rows_kept_s` or refuses the view (serving_layer/speed_state.py). So the rows are deleted
 only if no mark names them when read after the scan that found them and again that long after.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from definitions.settings import Settings
 from lambdactl.output import _say
-from serving_layer.speed_state import REPLACED_ROWS_KEPT_S
+from serving_layer.speed_state import replaced_rows_kept_s
 
 
 @dataclass
@@ -38,11 +38,13 @@ class Orphans:
 def delete_orphaned_replays(
     settings: Settings,
     seen: Iterable[str],
-    settle_s: float = REPLACED_ROWS_KEPT_S,
+    settle_s: float | None = None,
     wait: Callable[[float], None] = time.sleep,
 ) -> Orphans:
     """Delete every row of the replays among the storage names `seen` (by a scan that ended before
-    this call) that no replay mark names now and again `settle_s` later, in one pass."""
+    this call) that no replay mark names now and again `settle_s` later (replaced_rows_kept_s by
+    default), in one pass."""
+    settle_s = replaced_rows_kept_s(settings) if settle_s is None else settle_s
     from stores.realtime_cleanup import delete_absorbed
     from stores.replays import read_replays_and_empty_claims, unreferenced_shadows
 

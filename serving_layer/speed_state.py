@@ -22,9 +22,18 @@ log = logging.getLogger(__name__)
 RECHECK_S = 60.0  # how often the marker and the replay marks are read again
 # A view with a switched replay is refused (HDFS unreadable) by a service that has not read the
 # replay marks for this long: a replay deletes the rows of the replays it replaced
-# REPLACED_ROWS_KEPT_S after its switch, so no answer reads rows already deleted.
+# replaced_rows_kept_s after its switch, so no answer reads rows already deleted.
 MARKS_TRUSTED_S = RECHECK_S + 5  # counted from when the read that listed them began
-REPLACED_ROWS_KEPT_S = MARKS_TRUSTED_S + 5
+
+
+def replaced_rows_kept_s(settings: Settings) -> float:
+    """How long rows a switch replaced stay readable: an answer takes the marks when they are at
+    most MARKS_TRUSTED_S old, and is done within batch.cleanup_settle_s of that, or computed again
+    (ServingLayer._answer); 5 s more for the clocks' steps. A slow read of the view's own rows
+    outlasted the 5 s this once was, and read a shadow the replay had begun to delete."""
+    return MARKS_TRUSTED_S + settings.batch.cleanup_settle_s + 5
+
+
 MARKS_WAIT_S = 2.0  # how long a query waits for a read under way before it refuses on old marks
 # How soon a service that has never read the marker or the replay marks (HDFS unreadable since it
 # started) tries again: it refuses every query meanwhile.

@@ -69,7 +69,7 @@ def test_before_anything_was_read_every_query_waits_for_the_one_read(tmp_path, m
 
 
 def test_a_switched_replay_is_not_answered_from_marks_older_than_its_replaced_rows_live(tmp_path, monkeypatch):
-    """A replay deletes the rows of the replay it replaced REPLACED_ROWS_KEPT_S after its switch: a
+    """A replay deletes the rows of the replay it replaced replaced_rows_kept_s after its switch: a
     worker that could not read the marks since then would read deleted rows. It refuses the view as
     HDFS unreadable instead, until it reads them; views without a switched replay answer on."""
     from serving_layer.unavailable import StoreUnavailable
@@ -89,7 +89,9 @@ def test_a_switched_replay_is_not_answered_from_marks_older_than_its_replaced_ro
     switched = ReplayMark("page_views", 1_000, 2_000, shadow="page_views~replay-2000", split_ms=60_000)
     state.known(None, overlays={"page_views": switched})
     assert state.overlay("page_views") == switched and state.marks_error is None
-    assert speed_state.MARKS_TRUSTED_S < speed_state.REPLACED_ROWS_KEPT_S
+    settings = Settings(state_dir=tmp_path)
+    # An answer takes marks at most MARKS_TRUSTED_S old and ends within cleanup_settle_s, or is redone.
+    assert speed_state.replaced_rows_kept_s(settings) > speed_state.MARKS_TRUSTED_S + settings.batch.cleanup_settle_s
 
     monkeypatch.setattr(speed_state, "RECHECK_S", 0.0)  # read again at each question, and failing
     assert state.overlay("page_views") == switched, "marks read just now are trusted though a read failed"
