@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from api import worker_sync
 from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
+from definitions.settings_store import read_snapshot, write_snapshot
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -52,8 +53,16 @@ def main() -> int:
     worker_sync.prepare(directory)
     worker_sync.prepare(metrics_dir(directory))
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir(directory))
+    # Every worker runs with the settings checked here, also one uvicorn starts again later: loading
+    # settings.json then (changed since by an `up` or `views apply`) made workers of one API answer
+    # with different tokens and limits, the new ones unchecked.
+    os.environ[SNAPSHOT_VARIABLE] = str(write_snapshot(settings, directory / "settings.json"))
     uvicorn.run("api.server:worker_app", factory=True, workers=settings.api.workers, **serve)  # type: ignore[arg-type]
     return 0
+
+
+# The file of the settings the API's main process checked, which its workers run with.
+SNAPSHOT_VARIABLE = "LAMBDA_API_SETTINGS"
 
 
 def workers_dir(settings: Settings) -> Path:
@@ -68,7 +77,8 @@ def worker_app() -> FastAPI:
     """One worker process's app (api.workers > 1): it follows the views reloads of the others."""
     from api.app import create_app
 
-    settings = get_settings()
+    snapshot = os.environ.get(SNAPSHOT_VARIABLE)
+    settings = read_snapshot(Path(snapshot)) if snapshot else get_settings()
     configure_from("api", settings)
     directory = workers_dir(settings)
     app = create_app(settings, worker_sync.WorkerSync(directory), metrics_dir(directory))

@@ -190,6 +190,18 @@ def unset(settings: Settings, key: str) -> bool:
     return True
 
 
+def write_snapshot(settings: Settings, path: Path) -> Path:
+    """`settings` whole (secrets too, owner-only), for processes that must run with exactly these
+    (read_snapshot): the API's worker processes, which uvicorn may start again at any time."""
+    return write_private(path, json.dumps(_plain(settings.model_dump())))
+
+
+def read_snapshot(path: Path) -> Settings:
+    """The settings write_snapshot wrote: every value given, none taken from elsewhere."""
+    _check_owned(path)
+    return Settings(**json.loads(path.read_text()))
+
+
 def _settings_lock(settings: Settings):
     from definitions.files import state_lock
 

@@ -273,3 +273,28 @@ def test_config_unset_refuses_what_the_data_was_written_with(key, monkeypatch, c
     assert main(["config", "--unset", key]) == 2
     assert "the platform's data was written with it" in caplog.text
     assert path.read_text() == before
+
+
+def test_api_workers_run_with_the_settings_their_main_process_checked(monkeypatch, tmp_path):
+    """uvicorn starts a worker again when one dies: one that loaded settings.json then ran with
+    settings changed since (another token, other limits), unchecked, beside workers on the old."""
+    from api import server
+    from definitions.settings_store import write_snapshot
+
+    monkeypatch.setenv("LAMBDA_API__TOKEN", "token-A-long-enough-123")
+    checked = load()
+    persist(checked)
+    snapshot = write_snapshot(checked, tmp_path / "run" / "settings.json")
+    assert stat.S_IMODE(snapshot.stat().st_mode) == 0o600
+    monkeypatch.setenv("LAMBDA_API__TOKEN", "token-B-long-enough-456")
+    persist(load())  # changed meanwhile
+    monkeypatch.delenv("LAMBDA_API__TOKEN")
+    made = []
+    monkeypatch.setattr("api.app.create_app", lambda settings, *args: made.append(settings) or object())
+    monkeypatch.setattr(server, "configure_from", lambda *args: None)
+    monkeypatch.setattr(server, "quiet_full_collections", lambda: None)
+    monkeypatch.setattr(server.worker_sync, "WorkerSync", lambda directory: None)
+    monkeypatch.setenv(server.SNAPSHOT_VARIABLE, str(snapshot))
+    server.worker_app()
+    assert made[0].api.token.get_secret_value() == "token-A-long-enough-123"
+    assert made[0].model_dump() == checked.model_dump()
