@@ -119,17 +119,18 @@ def dead_letter_raw(raw, keep_bytes: int) -> list:
     ]
 
 
-def check_checkpoint_kept(settings: Settings) -> None:
+def check_checkpoint_kept(settings: Settings) -> int | None:
     """Exit (SystemExit, the reason in the log) when the master query's checkpoint has planned fewer
     batches than the master dataset holds: the checkpoint was deleted, lost or restored from an
     older copy. Spark's file sink skips every batch id its log already holds, so the checkpoint's
-    next batches (Kafka's earliest offsets on, for a new one) would be read and never written."""
+    next batches (Kafka's earliest offsets on, for a new one) would be read and never written.
+    Otherwise the last batch the checkpoint planned (None: none yet)."""
     checkpoint = kafka_gaps.checkpoint_dirs(settings, JOB)[0]
     with WebHdfs(settings) as fs:
         planned = max((int(name) for name in fs.list(f"{checkpoint}/offsets") if name.isdigit()), default=None)
         last = last_archived_batch(fs, settings)
     if last is None or (planned is not None and planned >= last):
-        return
+        return planned
     log.error(
         "the archiver's checkpoint %s has planned %s, but the master dataset %s holds batches 0 to %d: Spark's "
         "file sink would skip the records of the checkpoint's next batches up to %d as already written. Not "
@@ -168,7 +169,7 @@ def run(settings: Settings) -> int:
     except RuntimeError as exc:
         log.error("%s", exc)
         return 1
-    check_checkpoint_kept(settings)
+    completeness.drop_beyond(settings, check_checkpoint_kept(settings))
     past = kafka_gaps.accepted_past(settings, JOB)
     partitions = functools.partial(partition_count, settings, settings.kafka.events_topic)
     spark = spark_session(settings, "lambda-archiver", {"spark.driver.memory": settings.archiver.driver_memory})

@@ -117,6 +117,23 @@ def publish(settings: Settings, marker: Completeness) -> None:
             fs.delete(f"{root}/{old}")
 
 
+def drop_beyond(settings: Settings, planned: int | None) -> list[str]:
+    """Delete the markers of batches after `planned`, the last batch the archiver's checkpoint has
+    planned (None: none): they describe the master dataset of an earlier checkpoint (a rebuilt
+    master, a changed checkpoint_dir), and the newest of them would say complete up to a time the
+    archive being rebuilt has not reached. The marker names deleted."""
+    root = settings.archiver.completeness_path
+    with WebHdfs(settings) as fs:
+        stale = [
+            n for n in fs.list(root) if MARKER_NAME.fullmatch(n) and (planned is None or int(n[:12]) > planned)
+        ]
+        for name in stale:
+            fs.delete(f"{root}/{name}")
+    if stale:
+        log.warning("deleted %d completeness marker(s) of an earlier checkpoint: %s", len(stale), ", ".join(stale[:5]))
+    return stale
+
+
 def latest(settings: Settings) -> Completeness | None:
     """The newest completeness marker, or None if the archiver has published none. A file there that
     is no marker of the archiver's is passed over (logged): an older marker says less, never more."""

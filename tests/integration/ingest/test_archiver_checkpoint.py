@@ -42,3 +42,36 @@ def test_a_lost_checkpoint_beside_an_archived_master_dataset_stops_the_archiver(
         master_path=f"/lambda/test/new-{unique}/master",
     )
     check_checkpoint_kept(fresh)  # a new platform: nothing archived yet
+
+
+def test_markers_of_an_earlier_checkpoint_are_dropped_when_the_archiver_starts_on_a_new_one(settings, stack):
+    """The master rebuilt from Kafka (its dataset and checkpoint removed): the newest marker was the
+    old archive's, batch 873 complete up to its time, so a batch run took a cutoff the new archive
+    had not reached. Real HDFS, paths of the test's own."""
+    from stores import completeness
+
+    unique = uuid.uuid4().hex[:8]
+    root = f"/lambda/test/markers-{unique}"
+    mine = with_archiver(
+        settings,
+        checkpoint_dir=f"{root}/checkpoints",
+        master_path=f"{root}/events",
+        completeness_path=f"{root}/completeness",
+    )
+    old = completeness.Completeness(873, 1, {0: completeness.PartitionProgress(10, 1_800_000_000_000)}, 1)
+    completeness.publish(mine, old)
+    assert completeness.latest(mine) == old
+    try:
+        planned = check_checkpoint_kept(mine)  # a new checkpoint: nothing planned yet
+        assert planned is None
+        assert completeness.drop_beyond(mine, planned) == ["000000000873.json"]
+        assert completeness.latest(mine) is None, "no marker says more than the new archive holds"
+        new = completeness.Completeness(2, 1, {0: completeness.PartitionProgress(3, 1_700_000_000_000)}, 1)
+        completeness.publish(mine, new)
+        with WebHdfs(settings) as fs:
+            fs.write(f"{root}/checkpoints/master/offsets/2", b"v1\n{}\n")
+        assert completeness.drop_beyond(mine, check_checkpoint_kept(mine)) == [], "its own markers stay"
+        assert completeness.latest(mine) == new
+    finally:
+        with WebHdfs(settings) as fs:
+            fs.delete(root, recursive=True)
