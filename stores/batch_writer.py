@@ -149,14 +149,32 @@ def scan_ranges(splits: Sequence[bytes]) -> list[tuple[bytes | None, bytes | Non
     return list(zip(edges[:-1], edges[1:], strict=True))
 
 
+# A by_bucket table's rows have a column per key the bucket saw (every URL of a day, say): their
+# scans ask for at most this many columns per result, and this many results per round trip, so
+# neither the Thrift server nor this process holds a whole wide row, or thousands of them.
+COLUMNS_AT_ONCE = 1_000
+WIDE_ROWS_AT_ONCE = 50
+
+
 def _range_stats(settings: Settings, table: str, view: View, start: bytes | None, stop: bytes | None) -> TableStats:
     conn = hbase_connection(settings, timeout_s=120)
     rows = cells = checksum = 0
     try:
-        columns = [layout.VALUE] if view.layout == "by_key" else [layout.FAMILY]
-        scan = conn.table(table).scan(row_start=start, row_stop=stop, columns=columns, batch_size=5_000)
-        for _, data in scan:
-            rows += 1
+        if view.layout == "by_key":
+            scan = conn.table(table).scan(row_start=start, row_stop=stop, columns=[layout.VALUE], batch_size=5_000)
+        else:  # a row per bucket, a column per key: parts of a row at a time, however many keys it holds
+            scan = conn.table(table).scan(
+                row_start=start,
+                row_stop=stop,
+                columns=[layout.FAMILY],
+                batch_size=WIDE_ROWS_AT_ONCE,
+                scan_batching=COLUMNS_AT_ONCE,
+            )
+        last = None
+        for key, data in scan:
+            if key != last:  # a wide row comes in several parts, one after another
+                rows += 1
+                last = key
             for name, value in data.items():
                 if name != layout.SKETCH:
                     cells += 1
@@ -201,7 +219,15 @@ def missing_rows(settings: Settings, table: str, keys: Sequence[bytes]) -> list[
         return []
     conn = hbase_connection(settings, timeout_s=120)
     try:
-        present = {key for key, _ in conn.table(table).rows(wanted, columns=[layout.FAMILY])}
+        handle = conn.table(table)
+        # Each row's first cell only: a by_bucket row may hold a column per key of its bucket.
+        present = {
+            key
+            for wanted_key in wanted
+            for key, _ in handle.scan(
+                row_start=wanted_key, row_stop=wanted_key + b"\x00", filter=b"FirstKeyOnlyFilter()", limit=1
+            )
+        }
     finally:
         conn.close()
     return [k for k in wanted if k not in present]

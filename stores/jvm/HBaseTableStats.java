@@ -30,6 +30,9 @@ public final class HBaseTableStats {
     /** One client connection per HBase (ZooKeeper quorum and port) for the JVM's life. */
     private static final Map<String, Connection> CONNECTIONS = new ConcurrentHashMap<>();
 
+    /** The most columns of one row a scan result holds. */
+    private static final int BATCH = 1000;
+
     /**
      * "rows,cells,checksum" of {@code table} ("namespace:name") in [{@code start}, {@code stop})
      * (null: open), reading column {@code qualifier} of {@code family}, or the whole family when
@@ -40,7 +43,9 @@ public final class HBaseTableStats {
             throws IOException {
         byte[] fam = Bytes.toBytes(family);
         byte[] skipped = Bytes.toBytes(skip);
-        Scan scan = new Scan().setCaching(5000).setCacheBlocks(false);
+        // A by_bucket row holds a column per key its bucket saw: parts of at most BATCH columns, so no
+        // whole wide row is held by a region server or this JVM (a row is counted at its first part).
+        Scan scan = new Scan().setCaching(5000).setBatch(BATCH).setAllowPartialResults(true).setCacheBlocks(false);
         if (start != null) {
             scan.withStartRow(start);
         }
@@ -58,8 +63,12 @@ public final class HBaseTableStats {
         BigInteger overflowed = BigInteger.ZERO; // sums past a long's range
         try (Table t = connection(conf).getTable(TableName.valueOf(table));
                 ResultScanner scanner = t.getScanner(scan)) {
+            byte[] last = null;
             for (Result result : scanner) {
-                rows++;
+                if (last == null || !Bytes.equals(last, result.getRow())) {
+                    rows++;
+                    last = result.getRow();
+                }
                 for (Cell cell : result.rawCells()) {
                     if (CellUtil.matchingQualifier(cell, skipped)) {
                         continue;
