@@ -43,12 +43,12 @@ def _sync_dir(folder: Path) -> None:
 
 
 def open_to_others(path: Path) -> str | None:
-    """Why `path` (or its folder) may not be trusted to name code the platform runs: another user's,
-    or writable by every user; None when it is the user's own. Group-writable is left to the group
-    (umask 002: the user's own group)."""
+    """Why `path` (or its folder) may not be trusted to name code the platform runs: another user's
+    (but root's), or writable by every user; None when it is the user's own. Group-writable is left
+    to the group (umask 002: the user's own group)."""
     for item in (path, path.parent):
         mode = item.stat()
-        if mode.st_uid != os.getuid():
+        if mode.st_uid not in (os.getuid(), 0):  # root's own (/etc, an image's files) is no stranger's
             return f"{item} belongs to another user (uid {mode.st_uid})"
         if mode.st_mode & stat.S_IWOTH and not (item != path and mode.st_mode & stat.S_ISVTX):  # /tmp: sticky
             return f"{item} can be changed by every user (mode {stat.filemode(mode.st_mode)}); `chmod o-w {item}`"

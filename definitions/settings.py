@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -327,8 +328,8 @@ class AirflowSettings(_Section):
     home: str = ""
     # Any SQLAlchemy URL; empty: SQLite in AIRFLOW_HOME.
     database_url: SecretStr = SecretStr("")
-    # Airflow reads its users as "name:role,name:role": a plain name only.
-    admin_user: str = Field("admin", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    # Airflow reads its users as "name:role,name:role": no comma, colon or blank in the name.
+    admin_user: str = Field("admin", pattern=r"^[^,:\s]{1,256}$")
     admin_password: SecretStr = SecretStr(DEFAULT_AIRFLOW_PASSWORD)
     # Task slots of the LocalExecutor (one worker process of ~130 MB each): the DAG runs one task at a
     # time, one run at a time (max_active_runs=1).
@@ -360,6 +361,17 @@ class Settings(BaseSettings):
     # What this process was given explicitly (environment, TOML file), when loaded over persisted
     # settings (definitions.settings_store.load): what `persist` writes back, and nothing else.
     _given: dict[str, Any] | None = PrivateAttr(default=None)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Settings:
+        """A copy; the sections `update` replaces count as given explicitly (what `persist` writes)."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update and self._given is not None:
+            from definitions.settings_store import _plain
+
+            changed = {name: getattr(copy, name) for name in update}
+            plain = {name: _plain(v.model_dump() if isinstance(v, BaseModel) else v) for name, v in changed.items()}
+            copy._given = {**self._given, **plain}
+        return copy
 
     # "development" accepts the development token and Airflow password; any other value refuses to
     # start the API and Airflow with them. The Makefile (demo, tests) says "development" explicitly.

@@ -171,7 +171,8 @@ def unset(settings: Settings, key: str) -> bool:
     default applies again unless the environment or the TOML file gives it; False when the file did
     not hold it. Refused (SettingsConflict) for the data-shaping settings and the state and jars
     directories: the platform's data was written with them (docs/operations.md)."""
-    if key in ("state_dir", "jars_dir") or any(key == k or k.startswith(key + ".") for k in DATA_SHAPING):
+    kept = (*DATA_SHAPING, "views.paths", "state_dir", "jars_dir")  # the view modules are imported from views.paths
+    if any(key == k or k.startswith(key + ".") for k in kept):
         raise SettingsConflict(
             f"{key} is not taken out of the persisted settings: the platform's data was written with it "
             "(to change it, follow 'Changing a data-shaping setting' in docs/operations.md)"

@@ -365,7 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from definitions.settings_store import SettingsConflict
 
     try:
-        settings = get_settings()
+        # `config --unset` works on the persisted file without loading it: it mends a persisted value
+        # the settings no longer accept (every other command then refuses to start).
+        settings = Settings() if args.command == "config" and args.unset else get_settings()
     except (SettingsConflict, ValueError) as exc:  # a conflict, or a setting that does not validate
         log.error("%s", exc)
         return 2

@@ -124,9 +124,7 @@ def drop_beyond(settings: Settings, planned: int | None) -> list[str]:
     archive being rebuilt has not reached. The marker names deleted."""
     root = settings.archiver.completeness_path
     with WebHdfs(settings) as fs:
-        stale = [
-            n for n in fs.list(root) if MARKER_NAME.fullmatch(n) and (planned is None or int(n[:12]) > planned)
-        ]
+        stale = [n for n in fs.list(root) if MARKER_NAME.fullmatch(n) and (planned is None or int(n[:12]) > planned)]
         for name in stale:
             fs.delete(f"{root}/{name}")
     if stale:

@@ -263,7 +263,7 @@ def test_config_unset_takes_a_setting_out_and_its_default_applies_again(monkeypa
 
 
 @pytest.mark.parametrize(
-    "key", ["ingest_bucket_s", "speed.dedupe_window_s", "speed", "views", "views.modules", "state_dir"]
+    "key", ["ingest_bucket_s", "speed.dedupe_window_s", "speed", "views", "views.modules", "views.paths", "state_dir"]
 )
 def test_config_unset_refuses_what_the_data_was_written_with(key, monkeypatch, caplog):
     monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
@@ -298,3 +298,25 @@ def test_api_workers_run_with_the_settings_their_main_process_checked(monkeypatc
     server.worker_app()
     assert made[0].api.token.get_secret_value() == "token-A-long-enough-123"
     assert made[0].model_dump() == checked.model_dump()
+
+
+def test_a_copy_of_loaded_settings_persists_what_its_copy_changed(tmp_path):
+    persist(load())
+    loaded = load()  # over the persisted file: it says what it was given
+    other = tmp_path / "elsewhere"
+    copy = loaded.model_copy(update={"state_dir": other, "kafka": loaded.kafka.model_copy(update={"port": 29_999})})
+    doc = json.loads(persist(copy).read_text())
+    assert doc["state_dir"] == str(other) and doc["kafka"]["port"] == 29_999
+    assert persisted_path(copy).parent == other
+
+
+def test_config_unset_mends_a_persisted_value_the_settings_no_longer_accept(caplog):
+    """Every other command refuses to start on it; `config --unset` does not load the file first."""
+    path = persist(load())
+    doc = json.loads(path.read_text())
+    doc["cassandra"] = {"keyspace": "Lambda"}  # persisted by an earlier release, refused since
+    path.write_text(json.dumps(doc))
+    assert main(["config"]) == 2
+    assert "keyspace" in caplog.text
+    assert main(["config", "--unset", "cassandra.keyspace"]) == 0
+    assert load().cassandra.keyspace == Settings().cassandra.keyspace
