@@ -54,3 +54,14 @@ def test_an_existing_topic_gets_log_append_time_and_keeps_its_other_settings(set
             admin.delete_topics([events, dlq])
         finally:
             admin.close()
+
+
+def test_a_topic_whose_configuration_cannot_be_read_is_not_judged(settings, stack, caplog):
+    """Kafka answers an error for the topic (none such here; a cluster's ACLs, elsewhere): the check
+    says it could not look, and does not stop the job with a type it never read."""
+    missing = f"test-missing-{uuid.uuid4().hex[:8]}"
+    kafka = settings.kafka.model_dump()
+    scratch = settings.model_copy(update={"kafka": KafkaSettings.model_validate({**kafka, "events_topic": missing})})
+    with caplog.at_level("WARNING"):
+        check_timestamp_type(scratch)
+    assert f"cannot read topic {missing}'s timestamp type" in caplog.text
