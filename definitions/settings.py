@@ -306,7 +306,8 @@ class ApiSettings(_Section):
     # Memory for what queries read from the realtime store, kept until the store is written again
     # (serving_layer.speed_cache); 0: none.
     speed_cache_mib: int = Field(32, ge=0)
-    # The most realtime data one query may read (keys and sketches, plus 64 bytes a row): a window
+    # The most realtime data one read of a query may hold (about what Python holds: 200 bytes a row,
+    # its key twice, its sketch; a query reads once, twice beside a replay's rows): a window
     # holding more is a 422 asking for a narrower one, not a worker's memory (a top-N over every
     # key that arrived since the cutoff grows with traffic).
     max_realtime_mib: int = Field(32, ge=1)

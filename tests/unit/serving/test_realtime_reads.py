@@ -132,10 +132,10 @@ def test_a_read_holding_more_than_its_budget_is_refused_and_keeps_the_reader(rea
     from stores.realtime import ROW_BYTES
 
     key = '["/' + "a" * 1000 + '"]'
-    fits = 2**20 // (ROW_BYTES + len(key) + 3)  # keys up to 3 characters longer: below 1 MiB in all
+    fits = 2**20 // (ROW_BYTES + 2 * (len(key) + 3))  # keys up to 3 characters longer: below 1 MiB in all
     rows = [(0, 60, key[:-2] + str(n) + '"]', 1) for n in range(fits)]
     assert len(rows_reader(rows, max_mib=1).bucket("top_pages", "hour", [0], 0)[0]) == fits
-    over = rows + [(0, 60, key[:-2] + "x" * ((ROW_BYTES + len(key)) * 2) + '"]', 1)]
+    over = rows + [(0, 60, key[:-2] + "x" * ((ROW_BYTES + 2 * len(key)) * 2) + '"]', 1)]
     with pytest.raises(ReadTooLarge, match=r"top_pages: the window holds more than 1 MiB .*narrower window"):
         rows_reader(over, max_mib=1).bucket("top_pages", "hour", [0], 0)
     sketch = bytes(4096)
