@@ -289,6 +289,9 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from stores.realtime_cleanup import delete_view_from
     from stores.replays import mark, shadow_name, switch, unmark
 
+    # Every record below these was appended before the replay began (read before its claim: read after
+    # it, records of the seconds between count too, and may move the split a whole bucket on).
+    appended = end_offsets(settings)
     started_ms = max([int(time.time() * 1000)] + [m.started_ms + 1 for m in replaced])  # after every mark read
     shadow = shadow_name(view.name, started_ms)
     taken = [(m.started_ms, *m.replaces) for m in replaced if not m.switched]  # the claim a --resume takes over
@@ -313,7 +316,8 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
             unmark(settings, view.name)
         raise
     if marker is None or (marker.views is not None and view.name not in marker.views):
-        unmark(settings, view.name)
+        if not short:
+            unmark(settings, view.name)
         raise Refused(f"the speed layer no longer maintains {view.name}: it is being retired")
     _say(
         f"{view.name}: replaying from {iso_ms(from_ms)} into fresh rows ({shadow}); it answers from the rows "
@@ -321,7 +325,6 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     )
     refresh_api(settings)
     bucket_ms = marker.ingest_bucket_s * 1000
-    appended = end_offsets(settings)  # every record below these was appended before the replay began
     split_ms = split_after(started_ms, latest_ingest_ms(settings), bucket_ms)
     _say(f"{view.name}: the speed layer's own rows answer from {iso_ms(split_ms)}; waiting for that bucket to begin")
     waiting = time.monotonic()
@@ -365,7 +368,13 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         _say(f"{view.name}: deleting the replaced replays' rows in {settle_s:.0f}s, once no API worker reads them")
         time.sleep(settle_s)
     for old in sorted(old_rows):
-        deleted += delete_view_from(settings, old, 0, time.time_ns() // 1000).rows_below_cutoff
+        cleaned = delete_view_from(settings, old, 0, time.time_ns() // 1000)
+        deleted += cleaned.rows_below_cutoff
+        if not cleaned.complete:  # no answer reads them; `lambdactl clean-realtime` deletes orphans
+            _say(
+                f"{view.name}: rows of the replaced replay {old} are left in {len(cleaned.unreadable)} token range(s) "
+                "that could not be cleaned; no answer reads them, and a later clean-up deletes them"
+            )
     summary = {
         "view": view.name,
         "from": iso_ms(from_ms),
