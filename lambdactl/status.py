@@ -19,7 +19,8 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
     rows = Stack(settings).status(probe=True)
     # the views are read through HBase's Thrift server: none when it is not healthy
-    views = view_states(settings) if any(r.name == "hbase-thrift" and r.healthy for r in rows) else None
+    thrift = any(r.name == "hbase-thrift" and r.healthy for r in rows)
+    views = view_states(settings) if thrift else "hbase-thrift is not healthy: the batch views' pointer is not read"
     stale = isinstance(views, list) and any(s.stale for s in views)
     if args.json:
         body = {
@@ -30,7 +31,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(body, indent=2) + "\n")
     else:
         sys.stdout.write(format_status(rows))
-        if views is not None:
+        if thrift:
             sys.stdout.write("\n".join(view_lines(views)) + "\n")
     return 0 if all(r.healthy for r in rows) and not stale else 1
 

@@ -133,16 +133,21 @@ class ProgressFile:
             **(extra or {}),
         }
         self.names: dict[str, str] = {}
+        self.runs: dict[str, str] = {}  # each query's current run (a query started again has a new one)
 
-    def started(self, query_id: str, name: str) -> None:
+    def started(self, query_id: str, name: str, run_id: str = "") -> None:
         with self.lock:
             self.names[query_id] = name
+            self.runs[name] = run_id
             self.state["queries"].setdefault(name, {})["active"] = True
             self._write(publish=True)
 
-    def terminated(self, query_id: str, error: str | None) -> None:
+    def terminated(self, query_id: str, error: str | None, run_id: str = "") -> None:
         with self.lock:
-            query = self.state["queries"].setdefault(self.names.get(query_id, query_id), {})
+            name = self.names.get(query_id, query_id)
+            if run_id and self.runs.get(name, run_id) != run_id:
+                return  # an earlier run of a query started again since (Spark delivers this one later)
+            query = self.state["queries"].setdefault(name, {})
             query["active"] = False
             query["error"] = (error or "")[:2000] or None
             self._write(publish=True)
@@ -225,7 +230,7 @@ class ProgressFile:
 
         class Listener(StreamingQueryListener):
             def onQueryStarted(self, event) -> None:
-                progress_file.started(str(event.id), event.name)
+                progress_file.started(str(event.id), event.name, str(event.runId))
 
             def onQueryProgress(self, event) -> None:
                 try:
@@ -237,7 +242,7 @@ class ProgressFile:
                 progress_file.idle()
 
             def onQueryTerminated(self, event) -> None:
-                progress_file.terminated(str(event.id), event.exception)
+                progress_file.terminated(str(event.id), event.exception, str(event.runId))
 
         return Listener()
 

@@ -65,3 +65,4 @@ def test_views_unreadable_are_said_not_hidden(monkeypatch, capsys):
 def test_views_are_not_read_without_thrift(monkeypatch, capsys):
     code, body, asked = _run(monkeypatch, capsys, [], thrift_healthy=False)
     assert code == 1 and asked == [] and body["views"] is None
+    assert "hbase-thrift is not healthy" in body["views_error"]

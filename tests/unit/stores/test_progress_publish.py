@@ -55,3 +55,16 @@ def test_batches_are_published_once_the_interval_has_passed(tmp_path, monkeypatc
     clock[0] += progress.publish_every_s
     progress.progress(batch(2))
     assert [json.loads(t)["queries"]["speed-views"].get("batch_id") for t in published] == [None, 2]
+
+
+def test_the_end_of_a_run_delivered_after_the_next_run_began_leaves_the_query_running(tmp_path):
+    """A job starts its queries again (strict once past an accepted Kafka loss): Spark hands the new
+    run's start to the listener at once and the old run's end through its queue, later. Read as the
+    query's end, health said "query not running" until the next batch."""
+    progress = ProgressFile(Settings(state_dir=tmp_path), "archiver")
+    progress.started("q1", "archiver-master", "run-1")
+    progress.started("q1", "archiver-master", "run-2")
+    progress.terminated("q1", None, "run-1")
+    assert json.loads(progress.path.read_text())["queries"]["archiver-master"]["active"] is True
+    progress.terminated("q1", "boom", "run-2")
+    assert json.loads(progress.path.read_text())["queries"]["archiver-master"]["active"] is False
