@@ -306,11 +306,12 @@ class ApiSettings(_Section):
     # Memory for what queries read from the realtime store, kept until the store is written again
     # (serving_layer.speed_cache); 0: none.
     speed_cache_mib: int = Field(32, ge=0)
-    # The most realtime data one read of a query may hold (about what Python holds: 200 bytes a row,
-    # its key twice, its sketch; a query reads once, twice beside a replay's rows): a window
-    # holding more is a 422 asking for a narrower one, not a worker's memory (a top-N over every
-    # key that arrived since the cutoff grows with traffic).
-    max_realtime_mib: int = Field(32, ge=1)
+    # The most data one read of a query may hold (about what Python holds: 200 bytes a row, its key
+    # twice, its sketch): a top-N reads every key its window saw (realtime rows since the cutoff; the
+    # batch keys of its buckets), a series its sketches; a query beside a switched replay reads its
+    # realtime rows twice. A window holding more is a 422 asking for a narrower one, not a worker's
+    # memory.
+    max_read_mib: int = Field(32, ge=1)
     # How often, at most, the API asks the realtime store whether it was written since (one small
     # read): an answer shows a realtime write at most this long after it ended.
     realtime_check_s: float = Field(0.05, ge=0.005, le=1)

@@ -41,15 +41,20 @@ class BatchViewReaderAdapter(Protocol):
 
 
 class ReadTooLarge(ValueError):
-    """A query would read more realtime data than `api.max_realtime_mib` allows: the API answers 422
-    with the message, which names the view and asks for a narrower window."""
+    """A query would hold more data than `api.max_read_mib` allows (realtime rows, or a top-N's batch
+    keys): the API answers 422 with the message, which names the view and asks for a narrower window."""
+
+
+# What a row (or a key) read holds in Python beyond its key (held twice: as read, and as merged) and
+# sketch, counted against api.max_read_mib (measured: ~96 MiB for 400k rows of 20-byte keys).
+ROW_BYTES = 200
 
 
 class RealtimeReaderAdapter(Protocol):
     """Setting `stores.realtime_reader`; built as `cls(settings, timeout_s=...)` by the serving layer
     when first needed. Any exception from a read makes the serving layer close it and build a new one,
     then (on a second failure) answer 503 naming the realtime store; except ReadTooLarge, raised when
-    a read would hold more than `api.max_realtime_mib`: the query is refused, the reader kept.
+    a read would hold more than `api.max_read_mib`: the query is refused, the reader kept.
 
     Optional: `generation() -> Hashable`, a value that changes whenever the store's rows may have
     changed (the built-in reader returns stores.realtime_writes' marks). A reader that has it lets

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from definitions.settings import Settings
 from definitions.views import View, key_text
 from stores import batch_layout as layout
+from stores.adapters import ROW_BYTES, ReadTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class BatchViewReader:
             try:
                 with self._connections().connection(timeout=self.wait_s) as conn:
                     return read(conn)
+            except ReadTooLarge:
+                raise  # the query asks too much: the same read again would too
             except BadBatchCell as exc:  # the store's content: not retried, the server not forgotten
                 log.warning("a batch view's cell cannot be read: %s", exc)
                 raise BatchViewsUnavailable(str(exc)) from exc
@@ -108,18 +111,30 @@ class BatchViewReader:
     def totals(self, table: str, view: View, granularity: str, first: int, last: int) -> dict[str, int]:
         """{key text: sum over buckets [first, last]} of a by-bucket view (top pages)."""
         start, stop = layout.scan_range(view, granularity, (), first, last + 1)
+        budget = self.settings.api.max_read_mib * 2**20
 
         def read(conn) -> dict[str, int]:
             totals: dict[str, int] = {}
-            for _, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=100):
+            held = 0
+            # A row per bucket, a column per key it saw: parts of rows, never a whole wide one at once.
+            scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=10, scan_batching=1_000)
+            for _, data in scan:
                 for column, value in data.items():
                     try:
                         key = key_text(layout.decode_key(column[2:]))
-                        totals[key] = totals.get(key, 0) + layout.decode_int(value)
+                        counted = layout.decode_int(value)
                     except DECODE_ERRORS as exc:
                         raise BadBatchCell(
                             f"{table}: column {column[:80]!r}: {type(exc).__name__}: {exc}"[:300]
                         ) from None
+                    if key not in totals:
+                        held += ROW_BYTES + 2 * len(key)
+                        if held > budget:
+                            raise ReadTooLarge(
+                                f"{view.name}: the window holds more than {self.settings.api.max_read_mib} MiB "
+                                "of batch keys (api.max_read_mib); ask for a narrower window"
+                            )
+                    totals[key] = totals.get(key, 0) + counted
             return totals
 
         return self._read(read)

@@ -27,7 +27,7 @@ from typing import Any, TypedDict
 
 from definitions.settings import Settings
 from definitions.views import key_text
-from stores.adapters import ReadTooLarge
+from stores.adapters import ROW_BYTES, ReadTooLarge
 from stores.clients import cassandra_cluster
 from stores.realtime_writes import MarkReader, WriteMarks, create_statement
 
@@ -439,11 +439,6 @@ class RealtimeCell:
     ingest_buckets: int = 0
 
 
-# What a realtime row read holds in Python beyond its key (held twice: as read, and as merged) and
-# sketch, counted against api.max_realtime_mib (measured: ~96 MiB for 400k rows of 20-byte keys).
-ROW_BYTES = 200
-
-
 class RealtimeReader:
     """Reads realtime rows for the merge: only ingest buckets at or after a cutoff are ever read."""
 
@@ -473,12 +468,12 @@ class RealtimeReader:
             "AND event_bucket IN ? AND ingest_bucket >= ?"
         )
         self.marks = MarkReader(session, self.tuples)
-        self.max_bytes = settings.api.max_realtime_mib * 2**20
+        self.max_bytes = settings.api.max_read_mib * 2**20
 
     def _too_large(self, view: str) -> ReadTooLarge:
         return ReadTooLarge(
-            f"{view}: the window holds more than {self.settings.api.max_realtime_mib} MiB of realtime rows "
-            "(api.max_realtime_mib); ask for a narrower window"
+            f"{view}: the window holds more than {self.settings.api.max_read_mib} MiB of realtime rows "
+            "(api.max_read_mib); ask for a narrower window"
         )
 
     def generation(self) -> frozenset[tuple[str, int]]:

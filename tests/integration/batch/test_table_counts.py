@@ -121,3 +121,29 @@ def test_wide_rows_are_counted_once_by_the_thrift_scan_and_found_by_their_first_
     assert batch_writer._range_stats(settings, name, TOP_PAGES, None, None) == expected(WIDE)
     keys = sorted(WIDE)
     assert batch_writer.missing_rows(settings, name, [*keys, b"\x00\x00\x00\x09"]) == [b"\x00\x00\x00\x09"]
+
+
+def test_a_top_n_over_more_batch_keys_than_a_read_may_hold_is_refused_on_the_real_hbase(settings, stack, filled):
+    """The batch part of a top-N sums every key of its buckets (a day row holds a column per URL of
+    the day): a read of them is bounded by api.max_read_mib like the realtime part's, and read from
+    HBase in parts of rows."""
+    from stores import batch_layout as layout
+    from stores.adapters import ReadTooLarge
+    from stores.batch_reader import BatchViewReader
+
+    urls = [f"/{n:05d}" + "x" * 300 for n in range(2_500)]
+    bucket = 1_800_000_000 // 3600
+    name = filled(
+        {
+            layout.row_key(TOP_PAGES, "hour", (), bucket): {
+                layout.column(TOP_PAGES, [u]): count(n + 1) for n, u in enumerate(urls)
+            },
+            layout.row_key(TOP_PAGES, "hour", (), bucket + 1): {layout.column(TOP_PAGES, [urls[0]]): count(5)},
+        }
+    )
+    roomy = BatchViewReader(settings, pool_size=1, wait_s=5)
+    totals = roomy.totals(name, TOP_PAGES, "hour", bucket, bucket + 1)
+    assert len(totals) == 2_500 and sum(totals.values()) == 2_500 * 2_501 // 2 + 5
+    tight = settings.model_copy(update={"api": settings.api.model_copy(update={"max_read_mib": 1})})
+    with pytest.raises(ReadTooLarge, match=r"top_pages: the window holds more than 1 MiB of batch keys"):
+        BatchViewReader(tight, pool_size=1, wait_s=5).totals(name, TOP_PAGES, "hour", bucket, bucket + 1)

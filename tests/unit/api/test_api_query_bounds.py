@@ -195,11 +195,11 @@ def test_a_window_holding_too_much_realtime_data_is_a_422_naming_the_setting(cli
     serving = client.app.state.serving
     try:
         serving.failure = ReadTooLarge(
-            "top_pages: the window holds more than 32 MiB of realtime rows (api.max_realtime_mib); "
+            "top_pages: the window holds more than 32 MiB of realtime rows (api.max_read_mib); "
             "ask for a narrower window"
         )
         body = assert_error_shape(client.get(f"{VIEWS}/top_pages?granularity=hour"), settings, 422)
-        assert "api.max_realtime_mib" in body["detail"] and "narrower window" in body["detail"]
+        assert "api.max_read_mib" in body["detail"] and "narrower window" in body["detail"]
     finally:
         serving.failure = Tripwire.failure
 

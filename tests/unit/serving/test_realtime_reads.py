@@ -83,7 +83,7 @@ def rows_reader(rows: list[tuple], max_mib: int = 32):
     from stores.realtime import RealtimeReader
 
     reader = RealtimeReader.__new__(RealtimeReader)
-    reader.settings = Settings(api={"max_realtime_mib": max_mib})
+    reader.settings = Settings(api={"max_read_mib": max_mib})
     reader.max_bytes = max_mib * 2**20
     reader.series_stmt = reader.bucket_stmt = None
     reader._rows = lambda _statement, _params: iter(rows)  # type: ignore[method-assign]
@@ -127,9 +127,8 @@ def test_a_wrong_row_is_unavailable_at_once_and_keeps_the_reader(reads):
 def test_a_read_holding_more_than_its_budget_is_refused_and_keeps_the_reader(reads):
     """A top-N reads every key that arrived since the cutoff: anyone able to send events with
     distinct long keys made one unauthenticated query hold hundreds of MiB. Past
-    api.max_realtime_mib the query is refused (the API's 422), not retried on a new reader."""
-    from stores.adapters import ReadTooLarge
-    from stores.realtime import ROW_BYTES
+    api.max_read_mib the query is refused (the API's 422), not retried on a new reader."""
+    from stores.adapters import ROW_BYTES, ReadTooLarge
 
     key = '["/' + "a" * 1000 + '"]'
     fits = 2**20 // (ROW_BYTES + 2 * (len(key) + 3))  # keys up to 3 characters longer: below 1 MiB in all
