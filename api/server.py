@@ -56,7 +56,8 @@ def main() -> int:
     # Every worker runs with the settings checked here, also one uvicorn starts again later: loading
     # settings.json then (changed since by an `up` or `views apply`) made workers of one API answer
     # with different tokens and limits, the new ones unchecked.
-    os.environ[SNAPSHOT_VARIABLE] = str(write_snapshot(settings, directory / "settings.json"))
+    snapshot = directory / f"settings-{os.getpid()}.json"  # this API's own: another on the port fails to bind
+    os.environ[SNAPSHOT_VARIABLE] = str(write_snapshot(settings, snapshot))
     uvicorn.run("api.server:worker_app", factory=True, workers=settings.api.workers, **serve)  # type: ignore[arg-type]
     return 0
 

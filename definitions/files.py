@@ -50,6 +50,12 @@ def open_to_others(path: Path) -> str | None:
         mode = item.stat()
         if mode.st_uid not in (os.getuid(), 0):  # root's own (/etc, an image's files) is no stranger's
             return f"{item} belongs to another user (uid {mode.st_uid})"
+        if (
+            mode.st_uid != os.getuid()
+            and mode.st_mode & stat.S_IWGRP
+            and mode.st_gid not in {os.getgid(), *os.getgroups()}
+        ):
+            return f"{item} is root's and can be changed by a group this user is not in (gid {mode.st_gid})"
         if mode.st_mode & stat.S_IWOTH and not (item != path and mode.st_mode & stat.S_ISVTX):  # /tmp: sticky
             return f"{item} can be changed by every user (mode {stat.filemode(mode.st_mode)}); `chmod o-w {item}`"
     return None

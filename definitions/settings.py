@@ -311,7 +311,7 @@ class ApiSettings(_Section):
     # batch keys of its buckets), a series its sketches; a query beside a switched replay reads its
     # realtime rows twice. A window holding more is a 422 asking for a narrower one, not a worker's
     # memory.
-    max_read_mib: int = Field(32, ge=1)
+    max_read_mib: int = Field(64, ge=1)
     # How often, at most, the API asks the realtime store whether it was written since (one small
     # read): an answer shows a realtime write at most this long after it ended.
     realtime_check_s: float = Field(0.05, ge=0.005, le=1)

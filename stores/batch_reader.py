@@ -8,6 +8,7 @@ connection (a connection broken by a dropped table is replaced by the pool), the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 import threading
@@ -98,12 +99,14 @@ class BatchViewReader:
 
         def read(conn) -> dict[int, tuple[int, bytes | None]]:
             out = {}
-            for row, data in conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000):
-                try:
-                    _, _, bucket = layout.parse_row_key(view, row)
-                    out[bucket] = (layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
-                except DECODE_ERRORS as exc:
-                    raise BadBatchCell(f"{table}: row {row[:80]!r}: {type(exc).__name__}: {exc}"[:300]) from None
+            scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000)
+            with contextlib.closing(scan):  # closed before the connection goes back (see totals)
+                for row, data in scan:
+                    try:
+                        _, _, bucket = layout.parse_row_key(view, row)
+                        out[bucket] = (layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
+                    except DECODE_ERRORS as exc:
+                        raise BadBatchCell(f"{table}: row {row[:80]!r}: {type(exc).__name__}: {exc}"[:300]) from None
             return out
 
         return self._read(read)
@@ -114,10 +117,16 @@ class BatchViewReader:
         budget = self.settings.api.max_read_mib * 2**20
 
         def read(conn) -> dict[str, int]:
-            totals: dict[str, int] = {}
-            held = 0
             # A row per bucket, a column per key it saw: parts of rows, never a whole wide one at once.
             scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=10, scan_batching=1_000)
+            # Closed here when a read stops part-way (a refusal, a cell that is none): left to the
+            # exception's end, its scanner closed on the connection after the pool gave it to another.
+            with contextlib.closing(scan):
+                return _sum(scan)
+
+        def _sum(scan) -> dict[str, int]:
+            totals: dict[str, int] = {}
+            held = 0
             for _, data in scan:
                 for column, value in data.items():
                     try:

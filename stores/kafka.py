@@ -284,10 +284,15 @@ def check_timestamp_type(settings: Settings) -> None:
         described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
     finally:
         admin.close()
-    refused = [f"{r[1] or 'error ' + str(r[0])}" for response in described for r in response.resources if r[0]]
-    if refused:  # not allowed to describe it (a cluster's ACLs), say: only a type read is judged
-        log.warning("cannot read topic %s's timestamp type (%s): not checked", topic, "; ".join(refused))
+    errors = [(r[0], r[1] or f"error {r[0]}") for response in described for r in response.resources if r[0]]
+    if errors and all(code in NOT_AUTHORIZED for code, _ in errors):  # a cluster's ACLs: not judged unread
+        log.warning("cannot read topic %s's timestamp type (%s): not checked", topic, "; ".join(m for _, m in errors))
         return
+    if errors:  # no such topic (a consumer may create it, with the brokers' default type), or worse
+        raise RuntimeError(
+            f"topic {topic}'s configuration cannot be read ({'; '.join(m for _, m in errors)}): create it with "
+            f"message.timestamp.type={TIMESTAMP_TYPE} (`lambdactl bootstrap`, or kafka-topics.sh)"
+        )
     found = _topic_config(described, _TYPE_KEY)
     if found != TIMESTAMP_TYPE:
         raise RuntimeError(
@@ -298,6 +303,7 @@ def check_timestamp_type(settings: Settings) -> None:
 
 
 _TYPE_KEY = "message.timestamp.type"
+NOT_AUTHORIZED = (29, 31)  # Kafka's TOPIC_ and CLUSTER_AUTHORIZATION_FAILED
 
 
 def _applied_timestamp_type(admin, resource, wait_s: float) -> str | None:

@@ -109,7 +109,14 @@ def test_a_cell_that_is_no_count_fails_both(settings, bulk, filled):
         batch_writer._range_stats(settings, name, PAGE_VIEWS, None, None)
 
 
-def test_wide_rows_are_counted_once_by_the_thrift_scan_and_found_by_their_first_cell(settings, stack, filled):
+def test_wide_rows_are_counted_once_by_the_thrift_scan_and_found_by_their_first_cell(
+    settings, stack, filled, monkeypatch
+):
+    import happybase
+
+    asked: list[dict] = []
+    real_scan = happybase.Table.scan
+    monkeypatch.setattr(happybase.Table, "scan", lambda self, **kw: asked.append(kw) or real_scan(self, **kw))
     name = filled(WIDE)
     conn = hbase_connection(settings)
     try:  # HBase gives such rows in parts of COLUMNS_AT_ONCE columns: 3 + 1 + 2 results for 3 rows
@@ -118,9 +125,13 @@ def test_wide_rows_are_counted_once_by_the_thrift_scan_and_found_by_their_first_
         conn.close()
     first, single, second = sorted(WIDE)
     assert [key for key, _ in parts] == [first] * 3 + [single] + [second] * 2
+    asked.clear()
     assert batch_writer._range_stats(settings, name, TOP_PAGES, None, None) == expected(WIDE)
+    assert asked[0]["scan_batching"] == batch_writer.COLUMNS_AT_ONCE, "read in parts, never a whole wide row"
     keys = sorted(WIDE)
+    asked.clear()
     assert batch_writer.missing_rows(settings, name, [*keys, b"\x00\x00\x00\x09"]) == [b"\x00\x00\x00\x09"]
+    assert asked and all(kw["filter"] == b"FirstKeyOnlyFilter()" for kw in asked), "each row's first cell only"
 
 
 def test_a_top_n_over_more_batch_keys_than_a_read_may_hold_is_refused_on_the_real_hbase(settings, stack, filled):
