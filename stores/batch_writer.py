@@ -3,6 +3,7 @@ layer's one way to put cells into a batch-view table (the row and column layout 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -171,14 +172,15 @@ def _range_stats(settings: Settings, table: str, view: View, start: bytes | None
                 scan_batching=COLUMNS_AT_ONCE,
             )
         last = None
-        for key, data in scan:
-            if key != last:  # a wide row comes in several parts, one after another
-                rows += 1
-                last = key
-            for name, value in data.items():
-                if name != layout.SKETCH:
-                    cells += 1
-                    checksum += layout.decode_int(value)
+        with contextlib.closing(scan):  # closed before the connection, also when a cell is no count
+            for key, data in scan:
+                if key != last:  # a wide row comes in several parts, one after another
+                    rows += 1
+                    last = key
+                for name, value in data.items():
+                    if name != layout.SKETCH:
+                        cells += 1
+                        checksum += layout.decode_int(value)
     finally:
         conn.close()
     return TableStats(rows, cells, checksum)

@@ -172,12 +172,6 @@ def accepted_past(settings: Settings, job: str) -> list[Gap]:
     return past
 
 
-def fail_on_data_loss(settings: Settings, job: str) -> bool:
-    """Whether `job`'s Kafka source may fail on a loss this run: True unless the operator accepted
-    one it runs past now. Exits (SystemExit, the message in the job's log) on a loss not accepted."""
-    return not accepted_past(settings, job)
-
-
 def passed(positions: dict[str, dict[int, int] | None], past: list[Gap]) -> bool:
     """Whether every checkpoint has committed past the gaps it ran past (`positions`: where each
     resumes, per partition)."""
