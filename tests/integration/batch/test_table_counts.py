@@ -101,6 +101,7 @@ def test_the_jvm_counts_every_range_as_the_thrift_scan(settings, bulk, filled, v
     assert rows is WIDE or expected(rows).checksum > LONG_MAX, "the sum leaves a long's range"
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # its scanner closed in time
 def test_a_cell_that_is_no_count_fails_both(settings, bulk, filled):
     name = filled({**BY_KEY, b"\x00\x02/x": {b"d:v": b"abc"}})
     with pytest.raises(Py4JJavaError, match="holds 3 bytes, not an 8-byte count"):
