@@ -8,7 +8,6 @@ connection (a connection broken by a dropped table is replaced by the pool), the
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import struct
 import threading
@@ -19,6 +18,7 @@ from definitions.settings import Settings
 from definitions.views import View, key_text
 from stores import batch_layout as layout
 from stores.adapters import ROW_BYTES, ReadTooLarge
+from stores.clients import closed_after
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class BatchViewReader:
         def read(conn) -> dict[int, tuple[int, bytes | None]]:
             out = {}
             scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000)
-            with contextlib.closing(scan):  # closed before the connection goes back (see totals)
+            with closed_after(scan):  # closed before the connection goes back (see totals)
                 for row, data in scan:
                     try:
                         _, _, bucket = layout.parse_row_key(view, row)
@@ -121,7 +121,7 @@ class BatchViewReader:
             scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=10, scan_batching=1_000)
             # Closed here when a read stops part-way (a refusal, a cell that is none): left to the
             # exception's end, its scanner closed on the connection after the pool gave it to another.
-            with contextlib.closing(scan):
+            with closed_after(scan):
                 return _sum(scan)
 
         def _sum(scan) -> dict[str, int]:

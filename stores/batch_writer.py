@@ -3,7 +3,6 @@ layer's one way to put cells into a batch-view table (the row and column layout 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -13,7 +12,7 @@ from definitions.settings import Settings
 from definitions.spark import cached
 from definitions.views import View
 from stores import batch_layout as layout
-from stores.clients import hbase_connection
+from stores.clients import closed_after, hbase_connection
 
 
 class VerificationError(RuntimeError):
@@ -172,7 +171,7 @@ def _range_stats(settings: Settings, table: str, view: View, start: bytes | None
                 scan_batching=COLUMNS_AT_ONCE,
             )
         last = None
-        with contextlib.closing(scan):  # closed before the connection, also when a cell is no count
+        with closed_after(scan):  # closed before the connection, also when a cell is no count
             for key, data in scan:
                 if key != last:  # a wide row comes in several parts, one after another
                     rows += 1

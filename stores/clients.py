@@ -200,3 +200,16 @@ def quiet(*logger_names: str) -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def closed_after(scan: Iterator[Any]) -> Iterator[Iterator[Any]]:
+    """`scan` (an HBase scanner's rows), closed on leaving, also part-way: happybase closes the
+    scanner on its connection only when the generator ends, and one left to an exception's end was
+    closed on the connection after the pool had given it to another request."""
+    try:
+        yield scan
+    finally:
+        close = getattr(scan, "close", None)  # a generator's; a plain iterator has nothing to close
+        if close is not None:
+            close()
