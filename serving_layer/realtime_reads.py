@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from definitions.settings import Settings
 from serving_layer.speed_cache import SpeedPartCache
@@ -30,8 +30,9 @@ CLOSE_AFTER_S = 30.0
 
 
 class RealtimeReads:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, on_marks: Callable[[Any], None] | None = None) -> None:
         self.settings = settings
+        self.on_marks = on_marks  # given every read of the write marks before rows are read under them
         self.cache = SpeedPartCache(settings.api.speed_cache_mib * 2**20, settings.api.realtime_check_s)
         self._reader: RealtimeReaderAdapter | None = None
         self._lock = threading.Lock()
@@ -91,7 +92,13 @@ class RealtimeReads:
         reader = self.read(lambda r: r)  # StoreUnavailable when no reader can be made
         if not hasattr(reader, "generation"):
             return self.read(fn)
-        return self.cache.get(key, lambda: self.read(_marks), lambda: self.read(fn))
+        return self.cache.get(key, self._read_marks, lambda: self.read(fn))
+
+    def _read_marks(self) -> Hashable:
+        marks = self.read(_marks)
+        if self.on_marks is not None:
+            self.on_marks(marks)
+        return marks
 
 
 def _close(reader: RealtimeReaderAdapter) -> None:

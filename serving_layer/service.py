@@ -112,10 +112,10 @@ class ServingLayer:
         self.batch_views = registry.batch_view_reader(
             settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
         )
-        self.realtime = RealtimeReads(settings)
+        self.speed = SpeedState(settings)
+        self.realtime = RealtimeReads(settings, on_marks=self.speed.notice_marks)
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
-        self.speed = SpeedState(settings)
         self.batch_cache = PartCache(settings.api.batch_cache_mib * 2**20)
         self._pointer: tuple[Pointer | None, float] | None = None  # (pointer, when read)
 
@@ -400,6 +400,7 @@ class ServingLayer:
             provenance.unavailable.append(exc.component)
             provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
             merged = merge(buckets, batch, speed)
+        self._late_drops(provenance, source)
         self.provenance_counts["batch"] += len(batch)
         self.provenance_counts["speed"] += len(speed)
         return SeriesAnswer(view, dict(zip(view.keys, key_values)), granularity, merged, provenance)
@@ -442,6 +443,7 @@ class ServingLayer:
                 raise
             provenance.unavailable.append(exc.component)
             provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
+        self._late_drops(provenance, source)
         return TopAnswer(view, granularity, start_s, end_s, merge_top(batch, speed, limit), provenance)
 
     def view_states(self) -> list[ViewState]:
@@ -456,10 +458,15 @@ class ServingLayer:
         reason = self.stale_reason(view.name, source)
         if reason is not None:
             provenance.incomplete(reason)
+        return provenance
+
+    def _late_drops(self, provenance: Provenance, source: ViewSource) -> None:
+        """Flag rows the speed layer dropped as late. Asked once the speed part was read: a read of
+        the realtime store's marks that saw the speed layer mark new drops read their record first
+        (SpeedState.notice_marks)."""
         dropped = late_drop_reason(source.cutoff_ms, self.speed.late_drops)
         if dropped is not None:
             provenance.incomplete(dropped)
-        return provenance
 
     def now_s(self) -> int:
         return int(time.time())

@@ -63,8 +63,8 @@ class SpeedPartCache:
     def get(self, key: Hashable, read_marks: Callable[[], Hashable], read: Callable[[], T]) -> T:
         """The speed part `read()` would give for `key`: kept from an earlier read under the same
         marks, or read now (after the marks) and kept."""
+        epoch = self.epoch(read_marks)  # also when nothing is kept: what the marks tell (late drops) is heard
         if not self.enabled:
             return read()
-        epoch = self.epoch(read_marks)
         age_slot = int(time.monotonic() // MAX_AGE_S)
         return self.parts.get((epoch, age_slot, key), read)

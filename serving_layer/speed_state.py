@@ -38,6 +38,8 @@ MARKS_WAIT_S = 2.0  # how long a query waits for a read under way before it refu
 # How soon a service that has never read the marker or the replay marks (HDFS unreadable since it
 # started) tries again: it refuses every query meanwhile.
 UNREAD_RETRY_S = 5.0
+# How soon the record of late drops is read again when it could not be read as its mark moved.
+LATE_DROPS_RETRY_S = 5.0
 
 
 class SpeedState:
@@ -58,6 +60,9 @@ class SpeedState:
         # (the highest watermark below which the speed layer dropped rows as late, ms; the rows):
         # stores.checkpoints.record_late_drops; read with the marker, the last one kept on a failure
         self.late_drops: tuple[int, int] | None = None
+        self._late_drops_lock = threading.Lock()  # a read of the record and its assignment, one at a time
+        self._late_drops_mark: int | None = None  # the late-drops mark the record was last read at
+        self._late_drops_retry_at = 0.0
 
     def known(
         self,
@@ -176,7 +181,8 @@ class SpeedState:
             )
         if marker is not None:
             try:
-                self.late_drops = read_late_drops(self.settings)
+                with self._late_drops_lock:
+                    self.late_drops = read_late_drops(self.settings)
             except Exception as exc:  # HDFS away, or no record: the last one read stands
                 log.warning("cannot read the speed layer's record of late drops: %s: %s", type(exc).__name__, exc)
         self._read_replays(now, epoch)
@@ -187,6 +193,27 @@ class SpeedState:
             self._marker = (marker, now - RECHECK_S + UNREAD_RETRY_S if unread else now)
             self._read_epoch = epoch
         return marker
+
+    def notice_marks(self, marks: frozenset[tuple[str, int]]) -> None:
+        """The realtime store's write marks, as just read (serving_layer.realtime_reads, before any
+        answer reads rows under them): when the speed layer's late-drops mark moved
+        (stores.realtime_writes), its record of late drops is read now, not at the next read of the
+        marker. A failed read is tried again LATE_DROPS_RETRY_S later; the last record stands."""
+        from stores.checkpoints import read_late_drops
+        from stores.realtime_writes import late_drops_mark
+
+        mark = late_drops_mark(marks)
+        now = time.monotonic()
+        if mark is None or mark == self._late_drops_mark or now < self._late_drops_retry_at:
+            return
+        try:
+            with self._late_drops_lock:
+                self.late_drops = read_late_drops(self.settings)
+        except Exception as exc:  # HDFS away, or no record
+            self._late_drops_retry_at = now + LATE_DROPS_RETRY_S
+            log.warning("cannot read the speed layer's record of late drops: %s: %s", type(exc).__name__, exc)
+            return
+        self._late_drops_mark = mark
 
     def _read_replays(self, began: float, epoch: int) -> None:
         from stores.replays import read_replays

@@ -318,10 +318,13 @@ def late_drops_recorder(settings: Settings):
     checkpoint (stores.checkpoints.record_late_drops), where the serving layer reads them and says
     the answers they are missing from are not complete. Drops it could not record yet (HDFS away)
     are kept in the progress file beside the driver (PENDING) for the next start, should the job
-    stop first (record_pending_late_drops)."""
+    stop first (record_pending_late_drops). Each record moves the realtime store's late-drops mark,
+    so the serving layer reads the record at once (stores.registry.late_drops_marks)."""
     from stores import checkpoints
+    from stores.registry import late_drops_marks
 
     pending = [0, 0]  # (below_ms, rows) not recorded yet: tried again at every batch until it is
+    marks = late_drops_marks(settings)
 
     def record(progress) -> dict:
         dropped = dropped_by_watermark(progress)
@@ -333,12 +336,31 @@ def late_drops_recorder(settings: Settings):
         try:
             checkpoints.record_late_drops(settings, pending[0], pending[1])
             pending[0] = pending[1] = 0
-            return {PENDING: None}
         except Exception as exc:  # noqa: BLE001 - HDFS away: the next batch tries again
             log.warning("could not record %d rows dropped as late: %s: %s", pending[1], type(exc).__name__, exc)
             return {PENDING: list(pending)}
+        if marks is not None:
+            try:
+                marks.mark()
+            except Exception as exc:  # noqa: BLE001 - the serving layer reads the record within a minute anyway
+                log.warning("could not mark the late drops recorded: %s: %s", type(exc).__name__, exc)
+        return {PENDING: None}
 
     return record
+
+
+def _mark_late_drops(settings: Settings) -> None:
+    from stores.registry import late_drops_marks
+
+    marks = late_drops_marks(settings)
+    if marks is None:
+        return
+    try:
+        marks.mark()
+    except Exception as exc:  # noqa: BLE001 - the serving layer reads the record within a minute anyway
+        log.warning("could not mark the late drops recorded: %s: %s", type(exc).__name__, exc)
+    finally:
+        marks.close()
 
 
 def record_pending_late_drops(settings: Settings) -> None:
@@ -364,6 +386,7 @@ def record_pending_late_drops(settings: Settings) -> None:
     if rows > 0:
         checkpoints.record_late_drops(settings, below_ms, rows)
         log.warning("recorded %d rows the last run dropped as late but could not record before it stopped", rows)
+        _mark_late_drops(settings)
     # Recorded: not again, should this start stop before its progress file is written anew.
     replace_text(path, json.dumps({**doc, PENDING: None}))
 

@@ -10,6 +10,10 @@ marks move (serving_layer.speed_cache).
 
 The marks live in one partition, each row with a TTL (a writer that stopped long ago drops out;
 its row vanishing only makes a reader read again).
+
+One row is no write of rows: `LATE_DROPS_WRITER`, moved by the speed layer each time it recorded
+rows it dropped as later than its watermark (stores.checkpoints.record_late_drops). A reader that
+sees it move reads that record at once, rather than at its next read of the checkpoint marker.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 TABLE = "realtime_writes"
 SHARD = 0  # every mark in one partition: one read returns them all
 MARK_TTL_S = 86_400
+LATE_DROPS_WRITER = "late-drops"
 
 
 def create_statement(keyspace: str, gc_grace_s: int) -> str:
@@ -61,3 +66,45 @@ class MarkReader:
             self._select = self.session.prepare(f"SELECT writer, generation FROM {TABLE} WHERE shard = {SHARD}")
         kwargs = {"execution_profile": self.profile} if self.profile is not None else {}
         return frozenset((row[0], row[1]) for row in self.session.execute(self._select, **kwargs))
+
+
+def late_drops_mark(marks: frozenset[tuple[str, int]]) -> int | None:
+    """The late-drops mark among `marks` (MarkReader.read), None when there is none."""
+    return next((generation for writer, generation in marks if writer == LATE_DROPS_WRITER), None)
+
+
+class LateDropsMarks:
+    """The speed layer's driver moves the late-drops mark with `mark()` after each record of late
+    drops; it connects at the first one (late drops are rare) and again after a failure."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self._cluster: Any = None
+        self._session: Any = None
+        self._last = 0
+
+    def mark(self) -> None:
+        if self._session is None:
+            from stores.clients import cassandra_cluster
+
+            cluster = cassandra_cluster(self.settings, timeout_s=10)
+            try:
+                self._session = cluster.connect(self.settings.cassandra.keyspace)
+            except Exception:
+                cluster.shutdown()
+                raise
+            self._cluster = cluster
+        self._last = max(time.time_ns() // 1000, self._last + 1)
+        try:
+            self._session.execute(
+                f"INSERT INTO {TABLE} (shard, writer, generation) VALUES ({SHARD}, %s, %s)",
+                (LATE_DROPS_WRITER, self._last),
+            )
+        except Exception:
+            self.close()  # a new connection at the next mark
+            raise
+
+    def close(self) -> None:
+        cluster, self._cluster, self._session = self._cluster, None, None
+        if cluster is not None:
+            cluster.shutdown()

@@ -88,6 +88,18 @@ def realtime_writer(settings: Settings) -> RealtimeWriterAdapter:
     return adapter_class(settings, "realtime_writer")(settings)
 
 
+def late_drops_marks(settings: Settings) -> Any | None:
+    """What tells the realtime readers at once that the speed layer recorded rows it dropped as late
+    (stores.realtime_writes.LateDropsMarks, moving a mark their `generation()` returns), or None for
+    a store other than the built-in one: answers then learn of the drops at their next read of the
+    speed layer's checkpoint marker (within a minute)."""
+    if adapter_class(settings, "realtime_writer") is not resolve("realtime_writer", "cassandra"):
+        return None
+    from stores.realtime_writes import LateDropsMarks
+
+    return LateDropsMarks(settings)
+
+
 _PROCESS_WRITERS: dict[str, RealtimeWriterAdapter] = {}
 
 

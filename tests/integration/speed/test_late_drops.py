@@ -26,3 +26,33 @@ def test_late_drops_are_recorded_with_the_highest_watermark_and_the_total(scratc
         fs.write(checkpoints.late_drops_path(scratch), b"{broken")
     checkpoints.record_late_drops(scratch, 6_000, 1)  # a record that cannot be read is started again
     assert checkpoints.read_late_drops(scratch) == (6_000, 1)
+
+
+def test_each_mark_of_late_drops_moves_what_the_serving_layer_reads_on_the_real_cassandra(settings, stack, unique):
+    """The speed layer moves the late-drops mark after each record; the serving layer, reading the
+    write marks every api.realtime_check_s, sees it move and reads the record then."""
+    from stores.clients import cassandra_cluster
+    from stores.realtime import ensure_keyspace
+    from stores.realtime_writes import MarkReader, late_drops_mark
+    from stores.registry import late_drops_marks
+
+    mine = settings.model_copy(
+        update={"cassandra": settings.cassandra.model_copy(update={"keyspace": f"drops_{unique}"})}
+    )
+    ensure_keyspace(mine)
+    cluster = cassandra_cluster(mine, timeout_s=60)
+    session = cluster.connect(mine.cassandra.keyspace)
+    marks = late_drops_marks(mine)
+    try:
+        assert marks is not None, "the built-in realtime store has the mark"
+        reader = MarkReader(session)
+        assert late_drops_mark(reader.read()) is None
+        marks.mark()
+        first = late_drops_mark(reader.read())
+        marks.mark()
+        second = late_drops_mark(reader.read())
+        assert first is not None and second is not None and second > first
+    finally:
+        marks and marks.close()
+        session.execute(f"DROP KEYSPACE IF EXISTS {mine.cassandra.keyspace}")
+        cluster.shutdown()

@@ -12,6 +12,32 @@ from speed_layer.job import PENDING, late_drops_recorder, record_pending_late_dr
 from stores.progress import ProgressFile
 
 
+class Marks:
+    """The realtime store's late-drops mark (stores.realtime_writes.LateDropsMarks), counted."""
+
+    def __init__(self) -> None:
+        self.moves = 0
+        self.closed = 0
+        self.fail = False
+
+    def mark(self) -> None:
+        if self.fail:
+            raise ConnectionError("cassandra away")
+        self.moves += 1
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.fixture(autouse=True)
+def marks(monkeypatch) -> Marks:
+    from stores import registry
+
+    made = Marks()
+    monkeypatch.setattr(registry, "late_drops_marks", lambda _settings: made)
+    return made
+
+
 def progress(dropped: int, watermark: str | None):
     ops = [
         SimpleNamespace(numRowsDroppedByWatermark=dropped, numRowsTotal=10),
@@ -79,3 +105,38 @@ def test_drops_not_recorded_when_the_job_died_are_recorded_at_its_next_start(tmp
     ProgressFile(settings, "speed-layer").started("q", "speed")  # the new run's file
     record_pending_late_drops(settings)
     assert len(recorded) == 1, "nothing pending any more"
+
+
+def test_each_record_of_late_drops_moves_the_realtime_stores_mark_after_it_is_written(monkeypatch, marks):
+    """The serving layer reads the record when the mark moves (not a minute later): the mark moves
+    only once the record is on HDFS, and a mark that cannot be written stops nothing."""
+    from stores import checkpoints
+
+    seen_at_record = []
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: seen_at_record.append(marks.moves))
+    record = late_drops_recorder(Settings())
+    record(progress(0, "2026-11-29T04:00:00.000Z"))
+    assert marks.moves == 0, "no drops: no mark"
+    record(progress(2, "2026-11-29T04:00:00.000Z"))
+    assert seen_at_record == [0] and marks.moves == 1
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: (_ for _ in ()).throw(OSError("hdfs away")))
+    record(progress(1, "2026-11-29T04:00:00.000Z"))
+    assert marks.moves == 1, "nothing recorded: nothing to read"
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: None)
+    marks.fail = True
+    assert record(progress(1, "2026-11-29T04:01:00.000Z")) == {PENDING: None}, "recorded, the mark aside"
+
+
+def test_drops_recorded_at_a_start_move_the_mark_too(tmp_path, monkeypatch, marks):
+    import json
+
+    from stores import checkpoints
+    from stores.progress import progress_path
+
+    settings = Settings(state_dir=tmp_path)
+    path = progress_path(settings, "speed-layer")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({PENDING: [1_000, 3]}))
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: None)
+    record_pending_late_drops(settings)
+    assert marks.moves == 1 and marks.closed == 1
