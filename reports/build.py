@@ -132,7 +132,7 @@ def compare_window(
     `batch` is the window's batch side computed earlier by `read.batch_cells` (one Spark pass for
     several comparisons of one window).
     """
-    from reports.read import batch_cells, read_realtime, wait_for_speed_layer
+    from reports.read import BUCKETS_NOT_COMPUTED, batch_cells, read_realtime, wait_for_speed_layer
 
     check_window(settings, start_ms, end_ms)
     began, started = datetime.now(UTC), time.monotonic()
@@ -152,9 +152,13 @@ def compare_window(
         raise ValueError("the realtime snapshot does not cover the report's window")
     else:
         speed = {"caught_up": None, "snapshot_read": iso_ms(realtime.read_ms)}
-    exact, inputs = batch if batch is not None else batch_cells(settings, spark, views, start_ms, end_ms)
     ttl_floor_s = int(time.time()) - settings.realtime_ttl_s + TTL_MARGIN_S
-    cells, skipped = match_cells(views, realtime.cells, exact, start_ms, end_ms, ttl_floor_s, cleaned_s)
+    exact, inputs = batch if batch is not None else batch_cells(settings, spark, views, start_ms, end_ms, ttl_floor_s)
+    inputs = dict(inputs)
+    not_computed = inputs.pop(BUCKETS_NOT_COMPUTED, [])
+    cells, skipped = match_cells(
+        views, realtime.cells, exact, start_ms, end_ms, ttl_floor_s, cleaned_s, expired=set(not_computed)
+    )
     return Comparison(
         start_ms, end_ms, views, cells, skipped, realtime, inputs, speed, began, time.monotonic() - started
     )

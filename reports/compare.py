@@ -31,13 +31,15 @@ def match_cells(
     end_ms: int,
     ttl_floor_s: int,
     cleaned_s: Mapping[str, int] | None = None,
+    expired: set[int] | None = None,
 ) -> tuple[dict[str, list[Cell]], dict[str, int]]:
     """The cells of both sides in the window's ingest buckets, matched and attributed, per view;
-    and how many ingest buckets older than `ttl_floor_s` (the realtime rows' TTL), and of a view
-    below `cleaned_s[view]` (where the realtime clean-up deleted its rows), were left out."""
+    and how many ingest buckets older than `ttl_floor_s` (the realtime rows' TTL; with `expired`,
+    those whose batch cells were not computed), and of a view below `cleaned_s[view]` (where the
+    realtime clean-up deleted its rows), were left out."""
     by_name = {v.name: v for v in views}
     lo, hi = start_ms // 1000, end_ms // 1000
-    expired_ingest_buckets: set[int] = set()
+    expired_ingest_buckets: set[int] = {b for b in expired or () if lo <= b < hi and b < ttl_floor_s}
     cleaned_ingest_buckets: set[tuple[str, int]] = set()
     out: dict[str, list[Cell]] = {name: [] for name in by_name}
     for cell_id in sorted(set(batch) | set(realtime)):

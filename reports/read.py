@@ -93,10 +93,18 @@ def wait_for_speed_layer(settings: Settings, ingest_ms: int, timeout_s: float = 
 # --- the batch side -------------------------------------------------------------------------------
 
 
+# The figures' key of the ingest buckets below `cells_from_s` that hold records (batch_cells): taken
+# out of the figures by the comparison, which counts them as left out (reports.compare.match_cells).
+BUCKETS_NOT_COMPUTED = "ingest_buckets_not_computed"
+
+
 def batch_cells(
-    settings: Settings, spark, views: list[View], start_ms: int, end_ms: int
+    settings: Settings, spark, views: list[View], start_ms: int, end_ms: int, cells_from_s: int | None = None
 ) -> tuple[dict[CellId, BatchCell], dict]:
-    """Exact cells of the window from the master dataset, with Spark; and figures about its records."""
+    """Exact cells of the window from the master dataset, with Spark; and figures about its records.
+    Cells of ingest buckets below `cells_from_s` (older than the realtime rows' TTL: not compared)
+    are not computed, only listed (BUCKETS_NOT_COMPUTED): a window from the start of history (a
+    first run, a view just added) would otherwise bring every cell of it to the driver."""
     from pyspark.sql import functions as F
 
     from stores.master import read_master
@@ -186,11 +194,21 @@ def batch_cells(
                 gaps["min"] = min(x for x in (gaps["min"], row.lo / 1e6) if x is not None)
                 gaps["max"] = max(x for x in (gaps["max"], row.hi / 1e6) if x is not None)
         log.info("window records tagged in %.1fs: %s", time.monotonic() - began, figures)
+        compared = tagged
+        if cells_from_s is not None:
+            compared = tagged.where(F.col("ingest_bucket") >= F.lit(cells_from_s))
+            figures[BUCKETS_NOT_COMPUTED] = sorted(
+                row.ingest_bucket
+                for row in tagged.where(F.col("ingest_bucket") < F.lit(cells_from_s))
+                .select("ingest_bucket")
+                .distinct()
+                .collect()
+            )
         frames = [
             frame
             for view in views
             for granularity in view.granularities
-            for frame in _view_parts(view, granularity, tagged)
+            for frame in _view_parts(view, granularity, compared)
         ]
         cells: dict[CellId, BatchCell] = {}
         if frames:

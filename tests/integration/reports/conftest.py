@@ -82,6 +82,8 @@ def scenario(settings, stack, spark):
         "previous": previous,
         "cutoff": cutoff,
         "result": result,
+        "views": views,
+        "batch": batch,
         # the whole window, rows read by build_report itself (after waiting for the speed layer)
         "full": report(realtime=None),
         "clean_report": report(lambda view, key: "url" in view.keys and key[view.keys.index("url")].startswith(prefix)),

@@ -156,3 +156,48 @@ def test_rows_the_clean_up_deletes_while_the_report_reads_them_are_left_out_not_
     comparison = build.compare_window(settings, None, start_ms, end_ms, batch=(exact, {}))
     assert [(c.ingest_bucket, c.diff) for c in comparison.cells["page_views"]] == [(T0 + 5 * MINUTE, 0)]
     assert comparison.skipped["cleaned_ingest_buckets"] == 1
+
+
+def test_ingest_buckets_whose_batch_cells_were_not_computed_count_as_left_out_once():
+    """reports.read.batch_cells lists the ingest buckets below the TTL floor instead of computing
+    their cells; a bucket listed there and holding a realtime cell too is left out once."""
+    expired_realtime = cell_id("page_views", "minute", ["/b"], T0)
+    inside = cell_id("page_views", "minute", ["/a"], T0 + 2 * MINUTE)
+    cells, skipped = match_cells(
+        [PAGE_VIEWS],
+        {expired_realtime: 1.0, inside: 1.0},
+        {inside: BatchCell(1, 1, 1)},
+        *window(),
+        ttl_floor_s=T0 + 2 * MINUTE,
+        expired={T0, T0 + MINUTE, T0 - 10 * MINUTE},  # the last one is outside the window
+    )
+    assert skipped["expired_ingest_buckets"] == 2
+    assert [c.ingest_bucket for c in cells["page_views"]] == [T0 + 2 * MINUTE]
+
+
+def test_a_report_asks_the_batch_side_only_for_cells_within_the_realtime_ttl(monkeypatch):
+    from definitions.settings import Settings
+    from reports import build, read
+    from reports.cells import RealtimeSnapshot
+    from stores import registry
+
+    start_ms, end_ms = window()
+    kept = cell_id("page_views", "minute", ["/a"], T0 + 5 * MINUTE)
+    asked = []
+
+    def batch_cells(_settings, _spark, _views, lo, hi, cells_from_s=None):
+        asked.append((lo, hi, cells_from_s))
+        return {kept: BatchCell(2, 2, 2)}, {"master_records_in_window": 9, read.BUCKETS_NOT_COMPUTED: [T0, T0 + MINUTE]}
+
+    monkeypatch.setattr(registry, "version_store", lambda _settings: type("S", (), {"runs": lambda self: {}})())
+    monkeypatch.setattr(read, "read_realtime", lambda _s, lo, hi, _v: RealtimeSnapshot(lo, hi, 0, {kept: 2.0}))
+    monkeypatch.setattr(read, "wait_for_speed_layer", lambda *_: {"caught_up": True})
+    monkeypatch.setattr(read, "batch_cells", batch_cells)
+    monkeypatch.setattr(build, "read_versions", lambda _settings: type("V", (), {"maintained": [PAGE_VIEWS]})())
+    settings = Settings(ingest_bucket_s=60)
+    now = T0 + settings.realtime_ttl_s - build.TTL_MARGIN_S + 2 * MINUTE  # the TTL floor: T0 + 2 minutes
+    monkeypatch.setattr(build.time, "time", lambda: now)
+    comparison = build.compare_window(settings, None, start_ms, end_ms)
+    assert asked == [(start_ms, end_ms, T0 + 2 * MINUTE)]
+    assert comparison.skipped["expired_ingest_buckets"] == 2
+    assert comparison.inputs == {"master_records_in_window": 9}, "the listed buckets are no figure of the report"
