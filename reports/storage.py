@@ -171,6 +171,31 @@ def read_report(settings: Settings, report_id: str) -> dict:
     return doc
 
 
+# Report files checked to hold a report document, by (path, inode, modification time, size): the
+# API sends a checked file as it is stored, parsing it once rather than at every request.
+_checked: LRUCache = LRUCache(maxsize=256)
+_checked_lock = threading.Lock()
+
+
+def report_file(settings: Settings, report_id: str) -> Path:
+    """The file of a stored report's document, checked once per version of the file to hold one.
+    Raises InvalidReportId, ReportNotFound (also for a damaged file). Reports are replaced whole
+    (written aside, then renamed), so what is sent is a checked version or a newer one."""
+    path = _path(settings, report_id, ".json")
+    try:
+        stat = path.stat()
+    except OSError:
+        raise ReportNotFound(f"no report {report_id!r}") from None
+    key = (str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    with _checked_lock:
+        known = _checked.get(key)
+    if known is None:
+        read_report(settings, report_id)
+        with _checked_lock:
+            _checked[key] = True
+    return path
+
+
 def read_report_html(settings: Settings, report_id: str) -> str:
     """A stored report's HTML page. Raises InvalidReportId, ReportNotFound."""
     return _path(settings, report_id, ".html").read_text()

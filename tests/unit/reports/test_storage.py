@@ -115,6 +115,30 @@ def test_the_api_serves_what_storage_holds(local):
         assert client.get("/api/v1/reports/bad%20id/html").status_code == 422
 
 
+def test_a_report_is_sent_as_stored_and_parsed_once_per_version_of_its_file(local, monkeypatch):
+    """Every GET of a report parsed its megabytes and validated them again (asked without a token):
+    a few parallel requests kept the workers busy. It is checked once per version of its file."""
+    from api.app import create_app
+
+    rid = "20260101T100000Z-v1"
+    storage.store_report(local, doc(rid, version=1), "<p>page</p>")
+    parsed = []
+    read_report = storage.read_report
+    monkeypatch.setattr(storage, "read_report", lambda *a: parsed.append(a[1]) or read_report(*a))
+    with TestClient(create_app(local), raise_server_exceptions=False) as client:
+        for _ in range(3):
+            answer = client.get(f"/api/v1/reports/{rid}")
+            assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+            assert answer.json() == doc(rid, version=1)
+        assert parsed == [rid]
+        storage.store_report(local, doc(rid, version=2), "<p>page</p>")  # stored again under that id
+        assert client.get(f"/api/v1/reports/{rid}").json()["version"] == 2
+        assert parsed == [rid, rid]
+        (storage.reports_dir(local) / f"{rid}.json").write_text("[1, 2]")  # no report document
+        broken = client.get(f"/api/v1/reports/{rid}")
+        assert broken.status_code == 404 and "cannot be read" in broken.json()["detail"]
+
+
 def test_only_the_newest_reports_are_kept_here_and_on_hdfs(local):
     """Every batch run stores a report of megabytes; without retention they filled the disk, and
     the list (asked without a token) went through them all."""
