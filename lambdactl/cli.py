@@ -158,14 +158,12 @@ def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
             path,
         )
         return 0
-    rows = provenance(settings)
+    rows = [row for row in provenance(settings) if not (args.explicit and row[2] == "default")]
     if args.json:
         sys.stdout.write(json.dumps([{"setting": k, "value": v, "source": src} for k, v, src in rows], indent=2) + "\n")
         return 0
-    width = max(len(k) for k, _, _ in rows)
+    width = max((len(k) for k, _, _ in rows), default=0)
     for key, value, source in rows:
-        if args.explicit and source == "default":
-            continue
         sys.stdout.write(f"{key:<{width}}  {json.dumps(value):<40}  {source}\n")
     return 0
 

@@ -105,6 +105,9 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
     from stores.checkpoints import read_marker
     from stores.view_versions import read_versions
 
+    if args.paths is not None and args.modules is None:
+        log.error("--paths is given with --modules only (the directories searched for those modules): give both")
+        return 2
     try:
         if args.modules is not None:
             paths = None if args.paths is None else [p for p in args.paths.split(",") if p]

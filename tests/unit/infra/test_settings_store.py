@@ -241,6 +241,22 @@ def test_a_setting_given_twice_in_the_persisted_file_is_refused_naming_it(tmp_pa
         load()
 
 
+def test_config_explicit_leaves_the_defaults_out_of_the_json_too(monkeypatch, capsys):
+    import json
+
+    from definitions.settings import get_settings
+
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    get_settings.cache_clear()  # loaded by an earlier test's command, under its own shell
+    try:
+        assert main(["config", "--json", "--explicit"]) == 0
+    finally:
+        get_settings.cache_clear()
+    rows = json.loads(capsys.readouterr().out)
+    assert {"setting": "ingest_bucket_s", "value": 60, "source": "environment"} in rows
+    assert rows and all(row["source"] != "default" for row in rows)
+
+
 def test_config_unset_takes_a_setting_out_and_its_default_applies_again(monkeypatch, capsys, caplog):
     """One `up` in development mode persisted it: without a way to take it out, every later start
     accepted the development secrets, whatever the shell said."""

@@ -34,6 +34,14 @@ def test_apply_refuses_relative_view_paths(tmp_path, monkeypatch, caplog):
     assert "relative/dir" in caplog.text
 
 
+def test_apply_refuses_paths_without_modules(tmp_path, monkeypatch, caplog):
+    """--paths alone was dropped without a word: the views were applied from the old paths."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    assert main(["views", "apply", "--paths", str(tmp_path)]) == 2
+    assert "--paths is given with --modules only" in caplog.text
+
+
 @pytest.mark.parametrize("timeout", ["nan", "inf", "-1", "0"])
 def test_apply_refuses_a_timeout_that_never_runs_out(timeout, tmp_path, monkeypatch, capsys):
     """`--timeout nan` made every deadline check false: a stuck speed layer kept apply waiting, and
