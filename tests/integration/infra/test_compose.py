@@ -122,3 +122,10 @@ def test_the_api_container_reaches_airflow_with_its_password():
     assert env.get("LAMBDA_AIRFLOW__HOST") == "airflow", env
     assert "LAMBDA_AIRFLOW__ADMIN_PASSWORD" in env, env
     assert env["LAMBDA_AIRFLOW__ADMIN_PASSWORD"] == services["airflow"]["environment"]["LAMBDA_AIRFLOW__ADMIN_PASSWORD"]
+
+
+def test_the_compose_api_runs_in_production_unless_told_otherwise():
+    """Its default was development: the development token was accepted and /docs served, while the
+    README and docs/security.md say production is the default."""
+    env = yaml.safe_load(COMPOSE.read_text())["services"]["api"]["environment"]
+    assert env["LAMBDA_ENVIRONMENT"] == "${LAMBDA_ENVIRONMENT:-production}", env
