@@ -339,6 +339,18 @@ class Stack:
 
     # --- down --------------------------------------------------------------------------------
 
+    def stop(self, name: str) -> bool:
+        """Stop one of the platform's supervised processes and leave it stopped (the next `up` starts
+        it); whether it ran. StackError when it is not one of them."""
+        if not any(p.name == name for p in self.programs):
+            raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
+        if not self.supervisord.running():
+            return False
+        with self.supervisord.lock():
+            ran = self.supervisor.process(name) is not None
+            self.supervisord.stop(name)
+        return ran
+
     def restart(self, name: str) -> float:
         """Stop one of the platform's supervised processes and start it again; the seconds until it
         was healthy. StackError when it is not one of them, or does not come back healthy."""

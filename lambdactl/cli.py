@@ -17,7 +17,7 @@ from definitions.logs import configure
 from definitions.settings import Settings, get_settings
 from definitions.views import view_names
 from infra.errors import StackError
-from lambdactl import accept_loss
+from lambdactl import accept_loss, reset_speed
 from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
 from lambdactl.output import _say
 from lambdactl.replay import cmd_replay
@@ -301,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--json", action="store_true", help="also print the outcome as one JSON line")
     clean.set_defaults(func=cmd_clean_realtime)
     accept_loss.add_parser(sub)
+    reset_speed.add_parser(sub)
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)

@@ -141,6 +141,20 @@ def write_marker(
         fs.write_whole(marker_path(settings), json.dumps(doc).encode())
 
 
+def remove_checkpoint(settings: Settings) -> list[str]:
+    """Delete the speed layer's marker, then its checkpoint (the speed layer must be stopped): its
+    next start is a fresh one (speed_layer.job). The paths that were there. Half done (HDFS went
+    away), it is done again: the speed layer refuses a checkpoint without its marker meanwhile."""
+    from stores.webhdfs import WebHdfs
+
+    removed = []
+    with WebHdfs(settings) as fs:
+        for path, recursive in ((marker_path(settings), False), (settings.speed.checkpoint_dir.rstrip("/"), True)):
+            if fs.delete(path, recursive=recursive):
+                removed.append(path)
+    return removed
+
+
 def late_drops_path(settings: Settings) -> str:
     return f"{settings.speed.checkpoint_dir.rstrip('/')}-late-drops.json"
 

@@ -1,0 +1,80 @@
+"""`lambdactl reset-speed`: stop the speed layer and remove its checkpoint and marker, so its next
+start is a fresh one — how a data-shaping setting (`ingest_bucket_s`, `speed.dedupe_window_s`)
+is changed (docs/operations.md).
+
+A fresh start empties the realtime tables and recomputes them from the earliest offset Kafka
+keeps; it is refused while a replay is recorded, so this command refuses then too, before it
+changes anything. The speed layer stays stopped: the next `lambdactl up` starts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from definitions import jobs
+from definitions.settings import Settings
+from lambdactl.output import _emit, _say
+
+log = logging.getLogger("lambdactl")
+
+
+def cmd_reset_speed(settings: Settings, args: argparse.Namespace) -> int:
+    from definitions.files import state_lock
+    from infra.state_lock import stack_lock
+
+    # No `up` may start the speed layer, nor `views apply` restart it, between its stop and the removal.
+    with (
+        stack_lock(settings.state_dir, _say),
+        state_lock(settings.state_dir, "views.lock", "lambdactl views apply", _say),
+    ):
+        return _reset(settings, args)
+
+
+def _reset(settings: Settings, args: argparse.Namespace) -> int:
+    from infra.errors import StackError
+    from infra.stack import Stack
+    from stores import checkpoints, replays
+
+    claims, overlays = replays.read_replays(settings)
+    if claims or overlays:
+        log.error(
+            "replays of %s are recorded, and a fresh speed layer would empty the tables their rows answer beside: "
+            "cancel them (`lambdactl replay --view V --cancel`) or let a batch run absorb them (`lambdactl batch`, "
+            "then `lambdactl clean-realtime`) first",
+            sorted({*claims, *overlays}),
+        )
+        return 2
+    if args.stopped:
+        ran = None
+    else:
+        try:
+            ran = Stack(settings).stop(jobs.SPEED_LAYER)
+        except StackError as exc:
+            log.error("%s. Stop the speed layer wherever it runs, then run `lambdactl reset-speed --stopped`", exc)
+            return 2
+        _say("the speed layer is stopped" if ran else "the speed layer was not running")
+    removed = checkpoints.remove_checkpoint(settings)
+    _say(f"removed {', '.join(removed)}" if removed else "no checkpoint or marker was there")
+    _say(
+        "the next `lambdactl up` starts the speed layer afresh: it empties the realtime tables and recomputes them "
+        "from the earliest Kafka offset (to change a data-shaping setting: `lambdactl down`, edit it in "
+        f"{settings.state_dir}/settings.json, `lambdactl up`)"
+    )
+    if args.json:
+        _emit({"stopped": ran, "removed": removed})
+    return 0
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "reset-speed",
+        help="stop the speed layer and remove its checkpoint and marker: its next start recomputes from Kafka",
+    )
+    parser.add_argument(
+        "--stopped",
+        action="store_true",
+        help="the speed layer runs elsewhere (stack.managed_services) and was stopped there: do not stop it here",
+    )
+    parser.add_argument("--json", action="store_true", help="also print what was done as one JSON line")
+    parser.set_defaults(func=cmd_reset_speed)

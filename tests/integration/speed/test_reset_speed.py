@@ -1,0 +1,48 @@
+"""`lambdactl reset-speed` on the real HDFS, against a checkpoint of the test's own (the speed
+layer said stopped): the marker and the checkpoint go, what sits beside them stays, and a second
+run finds nothing to remove; a recorded replay refuses it."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from lambdactl.reset_speed import cmd_reset_speed
+from stores import checkpoints, replays
+from stores.webhdfs import WebHdfs
+
+
+@pytest.fixture
+def scratch(settings, unique):
+    speed = settings.speed.model_copy(update={"checkpoint_dir": f"/lambda/test/reset-{unique}/checkpoint"})
+    yield settings.model_copy(update={"speed": speed})
+    with WebHdfs(settings) as fs:
+        fs.delete(f"/lambda/test/reset-{unique}", recursive=True)
+
+
+def test_reset_removes_the_marker_and_the_checkpoint_and_nothing_beside(scratch, stack):
+    base = scratch.speed.checkpoint_dir
+    checkpoints.record_late_drops(scratch, 5_000, 2)  # beside the checkpoint: kept
+    with WebHdfs(scratch) as fs:
+        fs.write(f"{base}/commits/0", b"v1\n{}")
+        fs.write(f"{base}/offsets/0", b"v1\n{}")
+        fs.write(checkpoints.marker_path(scratch), b'{"ingest_bucket_s": 60}')
+    args = argparse.Namespace(stopped=True, json=False)
+    assert cmd_reset_speed(scratch, args) == 0
+    with WebHdfs(scratch) as fs:
+        assert fs.read(checkpoints.marker_path(scratch)) is None
+        assert fs.list(base) == []
+    assert checkpoints.read_late_drops(scratch) == (5_000, 2)
+    assert checkpoints.remove_checkpoint(scratch) == [], "done twice: nothing left to remove"
+
+
+def test_a_recorded_replay_keeps_the_checkpoint(scratch, stack):
+    """A fresh start would empty the realtime tables the replay's rows answer beside: refused first."""
+    base = scratch.speed.checkpoint_dir
+    with WebHdfs(scratch) as fs:
+        fs.write(f"{base}/commits/0", b"v1\n{}")
+    replays.mark(scratch, "page_views", 1_000, 2_000, shadow="page_views_r2000")
+    assert cmd_reset_speed(scratch, argparse.Namespace(stopped=True, json=False)) == 2
+    with WebHdfs(scratch) as fs:
+        assert fs.list(f"{base}/commits") == ["0"]

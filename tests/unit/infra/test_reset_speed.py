@@ -1,0 +1,50 @@
+"""`lambdactl reset-speed` refuses, before it stops or removes anything, what would leave the speed
+layer's fresh start refused or a process still writing the checkpoint it removes (no service)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from definitions.settings import Settings
+from infra.errors import StackError
+from infra.stack import Stack
+from lambdactl.reset_speed import cmd_reset_speed
+
+
+@pytest.fixture
+def removed(monkeypatch):
+    from stores import checkpoints
+
+    calls: list = []
+    monkeypatch.setattr(checkpoints, "remove_checkpoint", lambda settings: calls.append(settings) or [])
+    return calls
+
+
+def _args(stopped: bool = False) -> argparse.Namespace:
+    return argparse.Namespace(stopped=stopped, json=False)
+
+
+def test_a_recorded_replay_is_refused_before_anything_changes(tmp_path, monkeypatch, removed, caplog):
+    from stores import replays
+
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({"page_views": object()}, {}))
+    monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
+    assert cmd_reset_speed(Settings(state_dir=tmp_path), _args()) == 2
+    assert "page_views" in caplog.text and "--cancel" in caplog.text
+    assert removed == []
+
+
+def test_a_speed_layer_this_stack_does_not_run_must_be_said_stopped(tmp_path, monkeypatch, removed, caplog):
+    from stores import replays
+
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    settings = Settings(state_dir=tmp_path, stack={"managed_services": ["kafka", "api"]})
+    with pytest.raises(StackError, match="speed-layer.*not a supervised process"):
+        Stack(settings).stop("speed-layer")
+    assert cmd_reset_speed(settings, _args()) == 2
+    assert "reset-speed --stopped" in caplog.text
+    assert removed == []
+    assert cmd_reset_speed(settings, _args(stopped=True)) == 0
+    assert removed == [settings]
