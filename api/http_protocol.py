@@ -26,6 +26,11 @@ And a request's body:
 - a request waiting behind an earlier one's answer (pipelined: nothing is read meanwhile) has its
   body's time from when it is its turn.
 
+And an answer: a client that reads nothing of it for SEND_STALL_S (the socket's buffers full, so
+writing is paused) has its connection dropped. Such a client held the answer's coroutine, its open
+file and the connection for as long as it liked (uvicorn waits for the buffers to drain without a
+deadline); a client reading slowly but steadily is not affected.
+
 Between requests of a kept-alive connection uvicorn's own keep-alive timeout applies.
 """
 
@@ -46,6 +51,8 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 10.0
 # The body of one request, from the end of its head: 4 MiB (api.max_body_bytes) at 1 Mbit/s is 34 s.
 BODY_TIMEOUT_S = 60.0
+# How long an answer may wait for a client that reads nothing of it.
+SEND_STALL_S = 30.0
 
 REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
@@ -63,6 +70,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._bounded = self._in_head = True
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None  # decided while an earlier answer is written
         super().connection_made(transport)
         self._start_head_timer()
@@ -70,7 +78,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
         self._stop_body_timer()
+        self._stop_send_timer()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(SEND_STALL_S, self._send_stalled)
+
+    def resume_writing(self) -> None:
+        self._stop_send_timer()
+        super().resume_writing()
+
+    def _stop_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_stalled(self) -> None:
+        self._send_timer = None
+        if not self.transport.is_closing():
+            log.info("dropped a connection: its client read nothing of the answer for %g s", SEND_STALL_S)
+            self.transport.abort()  # close() would wait for the buffer the client does not read
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

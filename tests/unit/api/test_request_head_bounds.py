@@ -17,6 +17,8 @@ import uvicorn
 from api import http_protocol
 from api.http_protocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
 
+BIG_CHUNKS = 256  # 16 MiB
+
 
 async def app(scope, receive, send):  # type: ignore[no-untyped-def]
     if scope["type"] != "http":
@@ -24,6 +26,12 @@ async def app(scope, receive, send):  # type: ignore[no-untyped-def]
     if scope["path"] == "/unread":  # an answer that reads no body (as the API's GET routes), at once
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"unread"})
+        return
+    if scope["path"] == "/big":  # an answer far larger than the socket buffers
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(BIG_CHUNKS):
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
         return
     if scope["path"] == "/slow":  # a slow answer that reads no body (as the API's GET routes)
         await asyncio.sleep(2 * http_protocol.HEAD_TIMEOUT_S)
@@ -45,6 +53,7 @@ async def app(scope, receive, send):  # type: ignore[no-untyped-def]
 def server(monkeypatch) -> Iterator[tuple[str, int]]:
     monkeypatch.setattr(http_protocol, "HEAD_TIMEOUT_S", 1.0)
     monkeypatch.setattr(http_protocol, "BODY_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(http_protocol, "SEND_STALL_S", 1.0)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, http=BoundedHttpToolsProtocol, loop="asyncio", log_config=None, access_log=False)
@@ -238,3 +247,34 @@ def test_after_an_unread_body_has_all_come_the_idle_connection_is_closed(server)
         while conn.recv(65536):
             pass
         assert time.monotonic() - began < 5 + 2, "closed after uvicorn's keep-alive timeout (5 s)"
+
+
+def test_a_client_that_reads_nothing_of_its_answer_is_dropped(server):
+    """uvicorn waited for the socket to drain without a deadline: a client that never read held the
+    answer (its coroutine, an open report file) and the connection for as long as it liked."""
+    with socket.socket() as conn:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        conn.settimeout(10)
+        conn.connect(server)
+        conn.sendall(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")
+        time.sleep(3 * http_protocol.SEND_STALL_S)  # reads nothing: the server's buffers fill, then stay full
+        received = 0
+        try:
+            while chunk := conn.recv(1 << 20):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+    assert received < BIG_CHUNKS * 65536, "the whole answer was still there to read"
+
+
+def test_a_client_reading_slowly_gets_the_whole_answer(server):
+    with socket.socket() as conn:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        conn.settimeout(10)
+        conn.connect(server)
+        conn.sendall(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        received = bytearray()
+        while chunk := conn.recv(1 << 16):
+            received += chunk
+            time.sleep(0.001)  # steadily, never a stall as long as SEND_STALL_S
+    assert received.count(b"x") == BIG_CHUNKS * 65536
