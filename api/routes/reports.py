@@ -4,11 +4,13 @@ Stored, listed and read back by reports.storage, the one place reports live."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi import Path as PathParam
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import HTMLResponse, StreamingResponse
 
 from api.deps import SettingsDep
 from api.errors import error_responses
@@ -56,13 +58,26 @@ def list_reports(
 
 @router.get(
     "/{report_id}",
-    response_class=FileResponse,
+    response_class=StreamingResponse,
     summary="One report as JSON",
     responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}, **error_responses(404, 422)},
 )
-def get_report(report_id: ReportId, settings: SettingsDep) -> FileResponse:
+def get_report(report_id: ReportId, settings: SettingsDep) -> StreamingResponse:
     # Sent as stored (checked once per file version): a report is megabytes, asked without a token.
-    return FileResponse(_stored(storage.report_file, settings, report_id), media_type="application/json")
+    # From the file opened here: one the retention removes meanwhile is still sent whole.
+    path = _stored(storage.report_file, settings, report_id)
+    try:
+        handle = path.open("rb")
+    except OSError:
+        raise HTTPException(404, f"no report {report_id!r}") from None
+    size = os.fstat(handle.fileno()).st_size
+
+    def chunks() -> Iterator[bytes]:
+        with handle:
+            while data := handle.read(1 << 16):
+                yield data
+
+    return StreamingResponse(chunks(), media_type="application/json", headers={"Content-Length": str(size)})
 
 
 @router.get(

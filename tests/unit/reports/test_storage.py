@@ -134,7 +134,18 @@ def test_a_report_is_sent_as_stored_and_parsed_once_per_version_of_its_file(loca
         storage.store_report(local, doc(rid, version=2), "<p>page</p>")  # stored again under that id
         assert client.get(f"/api/v1/reports/{rid}").json()["version"] == 2
         assert parsed == [rid, rid]
-        (storage.reports_dir(local) / f"{rid}.json").write_text("[1, 2]")  # no report document
+        from api.routes import reports as route
+
+        path = storage.reports_dir(local) / f"{rid}.json"
+        fstat = route.os.fstat
+        # The retention removes the file once it is opened for the answer: it is sent whole all the same.
+        monkeypatch.setattr(route.os, "fstat", lambda fd: (path.unlink(), fstat(fd))[1])
+        removed = client.get(f"/api/v1/reports/{rid}")
+        assert removed.status_code == 200 and removed.json()["version"] == 2
+        monkeypatch.setattr(route.os, "fstat", fstat)
+        assert client.get(f"/api/v1/reports/{rid}").status_code == 404, "then it is gone"
+        storage.store_report(local, doc(rid, version=2), "<p>page</p>")
+        path.write_text("[1, 2]")  # no report document
         broken = client.get(f"/api/v1/reports/{rid}")
         assert broken.status_code == 404 and "cannot be read" in broken.json()["detail"]
 
