@@ -43,9 +43,10 @@ def _shown(text: str) -> str:
     return repr(text[:40] + ("…" if len(text) > 40 else ""))
 
 
-def parse_time(text: str, name: str) -> int:
-    """Epoch seconds of an RFC 3339 time (fraction dropped), or a 422 naming the parameter.
-    Pure arithmetic on the digits: no year, offset or fraction can overflow it."""
+def parse_time(text: str, name: str, up: bool = False) -> int:
+    """Epoch seconds of an RFC 3339 time (a fraction dropped, or with `up` counted as a second
+    more), or a 422 naming the parameter. Pure arithmetic on the digits: no year, offset or
+    fraction can overflow it."""
     match = _TIME.fullmatch(text)
     if match is None:
         raise ApiError(
@@ -63,15 +64,17 @@ def parse_time(text: str, name: str) -> int:
     offset = 0
     if match.group(8) != "Z":
         offset = (1 if match.group(9) == "+" else -1) * (int(match.group(10)) * 3600 + int(match.group(11)) * 60)
-    return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) - offset
+    fraction = 1 if up and (match.group(7) or "").strip(".0") else 0
+    return calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) - offset + fraction
 
 
 def resolve_window(
     api: ApiSettings, view: View, granularity: str, start: str | None, end: str | None, now_s: int
 ) -> Window:
     """The query's window, checked: within the allowed span, start before end, at most
-    api.max_buckets buckets. Defaults: end = the end of the current bucket, start = 48 buckets
-    before end (not before the earliest allowed time)."""
+    api.max_buckets buckets; then rounded out to whole buckets of the granularity (what is counted,
+    and what the answer says it counted). Defaults: end = the end of the current bucket, start = 48
+    buckets before end (not before the earliest allowed time)."""
     if granularity not in view.granularities:
         raise ApiError(
             422, f"granularity: view {view.name} is kept at {', '.join(view.granularities)}, not {granularity}"
@@ -80,7 +83,7 @@ def resolve_window(
     earliest, latest = api.earliest_query_time_s, now_s + api.max_query_ahead_s
     problems = []
     start_s = parse_time(start, "start") if start is not None else None
-    end_s = parse_time(end, "end") if end is not None else None
+    end_s = parse_time(end, "end", up=True) if end is not None else None
     if start is not None and start_s is not None and not earliest <= start_s <= latest:
         problems.append(
             (
@@ -121,4 +124,4 @@ def resolve_window(
             f"{api.max_buckets}; narrow it or use a coarser granularity",
             errors=[{"loc": ["query", "start"], "msg": "range too large"}],
         )
-    return Window(granularity, start_s, end_s, buckets)
+    return Window(granularity, first, first + buckets * size, buckets)

@@ -143,7 +143,8 @@ def _common_params(view: View, settings: Settings) -> list[inspect.Parameter]:
             annotation=Annotated[
                 str,
                 _time_param(
-                    f"start of the window (default: {DEFAULT_SPAN_BUCKETS} buckets before end); at or after "
+                    f"start of the window, rounded down to its bucket (default: {DEFAULT_SPAN_BUCKETS} buckets "
+                    "before end); at or after "
                     f"{iso(api.earliest_query_time_s)}, before end, at most {api.max_buckets} buckets before it",
                     "2026-11-21T10:00:00Z",
                 ),
@@ -156,7 +157,8 @@ def _common_params(view: View, settings: Settings) -> list[inspect.Parameter]:
             annotation=Annotated[
                 str,
                 _time_param(
-                    f"end of the window, exclusive (default: the end of the current bucket); at most "
+                    f"end of the window, exclusive, rounded up to a bucket's end (default: the end of the "
+                    "current bucket); at most "
                     f"{api.max_query_ahead_s}s after now",
                     "2026-11-21T11:00:00Z",
                 ),
@@ -283,10 +285,22 @@ def record(metrics, name: str, buckets, prov) -> None:
         metrics.partial_answers.labels(name).inc()
 
 
+def given_once(request: Request, names) -> None:
+    """A 422 naming a parameter given more than once (its last value was taken without a word)."""
+    repeated = sorted({k for k in names if len(request.query_params.getlist(k)) > 1})
+    if repeated:
+        raise ApiError(
+            422,
+            f"{', '.join(repeated)}: given more than once; give each parameter once",
+            errors=[{"loc": ["query", k], "msg": "given more than once"} for k in repeated],
+        )
+
+
 def series_endpoint(name: str, view: View, settings: Settings):
     """The route of view `name`, answered by `view` (the definition serving it, under its storage name)."""
 
     async def endpoint(request: Request, **params: Any) -> JSONResponse:
+        given_once(request, params)
         serving = request.app.state.serving
         window = resolve_window(
             settings.api, view, params["granularity"], params["start"], params["end"], serving.now_s()
@@ -315,6 +329,7 @@ def series_endpoint(name: str, view: View, settings: Settings):
 
 def top_endpoint(name: str, view: View, settings: Settings):
     async def endpoint(request: Request, **params: Any) -> JSONResponse:
+        given_once(request, params)
         serving = request.app.state.serving
         window = resolve_window(
             settings.api, view, params["granularity"], params["start"], params["end"], serving.now_s()

@@ -245,3 +245,39 @@ def test_openapi_documents_parameters_constraints_and_every_error(client, settin
     body = paths["/api/v1/events"]["post"]["requestBody"]
     assert body["required"] and body["content"]["application/json"]["schema"]["type"] == "array"
     assert paths["/api/v1/events"]["post"]["security"]
+
+
+def test_a_window_is_rounded_out_to_whole_buckets_and_says_so(settings):
+    """An unaligned window was counted over whole buckets (two days for two hours across midnight)
+    while the answer echoed the hours asked: a top-N's figures looked like two hours' worth."""
+    from api.window import parse_time, resolve_window
+    from definitions.views import load_views
+
+    top = next(v for v in load_views(settings) if v.name == "top_pages")
+    now = parse_time("2026-11-29T12:00:00Z", "now")
+    window = resolve_window(settings.api, top, "day", "2026-11-21T23:00:00Z", "2026-11-22T01:00:00Z", now)
+    assert (window.start_s, window.end_s, window.buckets) == (
+        parse_time("2026-11-21T00:00:00Z", "start"),
+        parse_time("2026-11-23T00:00:00Z", "end"),
+        2,
+    )
+    # A fraction of a second is part of the window: an end of 10:00:00.9 reaches into that second.
+    minute = resolve_window(settings.api, top, "minute", "2026-11-21T10:00:00.5Z", "2026-11-21T10:00:00.9Z", now)
+    assert (minute.start_s, minute.end_s) == (
+        parse_time("2026-11-21T10:00:00Z", "s"),
+        parse_time("2026-11-21T10:01:00Z", "e"),
+    )
+    aligned = resolve_window(settings.api, top, "hour", "2026-11-21T10:00:00Z", "2026-11-21T12:00:00.000Z", now)
+    assert (aligned.start_s, aligned.end_s) == (
+        parse_time("2026-11-21T10:00:00Z", "s"),
+        parse_time("2026-11-21T12:00:00Z", "e"),
+    )
+
+
+def test_a_parameter_given_twice_is_a_422_naming_it(client, settings):
+    """?url=/a&url=/b answered for /b alone, without a word."""
+    resp = client.get(f"{VIEWS}/page_views?url=/a&url=/b&granularity=hour")
+    body = assert_error_shape(resp, settings, 422)
+    assert "url: given more than once" in body["detail"], body
+    resp = client.get(f"{VIEWS}/top_pages?limit=5&limit=6")
+    assert "limit: given more than once" in assert_error_shape(resp, settings, 422)["detail"]
