@@ -143,6 +143,22 @@ def test_queries_beyond_the_concurrency_limit_get_429_with_retry_after(settings)
         assert client.get(f"{VIEWS}/page_views", params={"url": "/", "granularity": "hour"}).status_code == 500
 
 
+def test_the_list_of_views_waits_for_a_query_slot_too(settings):
+    """It reads the pointer from HBase: anonymous crowds of it took the worker threads and HBase
+    connections view queries wait for, outside the concurrency limit."""
+    tight = settings.model_copy(
+        update={"api": settings.api.model_copy(update={"max_concurrent_queries": 1, "query_queue_s": 0.1})}
+    )
+    for client in make_client(tight):
+        slots = client.app.state.query_slots
+        client.portal.call(slots.acquire)
+        try:
+            resp = client.get(VIEWS)
+        finally:
+            client.portal.call(slots.release)
+        assert "busy" in assert_error_shape(resp, tight, 429)["detail"]
+
+
 def test_with_no_queueing_a_free_slot_is_still_taken(settings):
     """api.query_queue_s = 0 means "do not wait for a slot", not "refuse every query"."""
     eager = settings.model_copy(update={"api": settings.api.model_copy(update={"query_queue_s": 0})})
