@@ -49,9 +49,11 @@ def check_id(report_id: str) -> str:
 
 
 def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
-    """Write `<id>.html` and `<id>.json` under state_dir/reports (what the API serves) and a copy on
-    HDFS under /lambda/reports/, then drop all but the newest `batch.keep_reports`; their paths.
-    The page goes first: the list reads the JSON files, so a listed report has its page."""
+    """Write a copy on HDFS under /lambda/reports/, then `<id>.html` and `<id>.json` under
+    state_dir/reports (what the API serves), and drop all but the newest `batch.keep_reports`;
+    their paths. HDFS first: a copy that fails (HDFS away) fails the task before the report is
+    listed, so its retry does not list a second report of the same run. The page goes before the
+    JSON: the list reads the JSON files, so a listed report has its page."""
     from stores.webhdfs import WebHdfs
 
     rid = check_id(report["id"])
@@ -59,6 +61,13 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     payload = {".html": html.encode(), ".json": json.dumps(report, indent=1, sort_keys=False, default=str).encode()}
     paths: dict[str, str] = {}
+    with WebHdfs(settings, timeout_s=30) as fs:
+        fs.mkdirs(HDFS_DIR)
+        for suffix, data in payload.items():
+            fs.write(f"{HDFS_DIR}/{rid}{suffix}", data)
+            paths[f"hdfs_{suffix[1:]}"] = f"{settings.hdfs.url}{HDFS_DIR}/{rid}{suffix}"
+        for name in _beyond(fs.list(HDFS_DIR), settings.batch.keep_reports):
+            fs.delete(f"{HDFS_DIR}/{name}")
     for suffix, data in payload.items():
         target = folder / f"{rid}{suffix}"
         # A name of its own: two builds of one report at once each move a whole file into place.
@@ -67,13 +76,6 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
         Path(tmp.name).replace(target)  # the API never reads a half-written file
         paths[suffix[1:]] = str(target)
     _prune_local(folder, settings.batch.keep_reports)
-    with WebHdfs(settings, timeout_s=30) as fs:
-        fs.mkdirs(HDFS_DIR)
-        for suffix, data in payload.items():
-            fs.write(f"{HDFS_DIR}/{rid}{suffix}", data)
-            paths[f"hdfs_{suffix[1:]}"] = f"{settings.hdfs.url}{HDFS_DIR}/{rid}{suffix}"
-        for name in _beyond(fs.list(HDFS_DIR), settings.batch.keep_reports):
-            fs.delete(f"{HDFS_DIR}/{name}")
     return paths
 
 

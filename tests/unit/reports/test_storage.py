@@ -210,3 +210,18 @@ def test_a_damaged_report_is_not_found_with_its_reason(local, content):
     (folder / "20260101T100000Z-v1.json").write_text(content)
     with pytest.raises(storage.ReportNotFound, match="cannot be read"):
         storage.read_report(local, "20260101T100000Z-v1")
+
+
+def test_a_report_hdfs_does_not_take_is_not_listed(local, monkeypatch):
+    """It was listed first, then the HDFS copy failed the task: the retry listed a second report of
+    the same run."""
+
+    def refuse(self, path, data, overwrite=True):
+        raise ConnectionError("hdfs away")
+
+    monkeypatch.setattr(MemoryHdfs, "write", refuse)
+    with pytest.raises(ConnectionError):
+        storage.store_report(local, doc("20260101T100000Z-v1"), "<p>page</p>")
+    assert storage.list_reports(local) == []
+    folder = storage.reports_dir(local)
+    assert not folder.exists() or not list(folder.iterdir())
