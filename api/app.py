@@ -59,7 +59,9 @@ class _LazyProducer:
 
         with self.lock:
             if self.producer is None:
-                self.producer = kafka.producer(self.settings, "lambda-api", linger_ms=5)
+                # A send waits at most 5 s for the brokers' metadata or buffer room (60 s by default):
+                # while Kafka is away a POST gets its 503 in seconds.
+                self.producer = kafka.producer(self.settings, "lambda-api", linger_ms=5, max_block_ms=5_000)
             return self.producer
 
     def close(self) -> None:

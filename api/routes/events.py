@@ -135,6 +135,11 @@ def request_body_doc(settings: Settings) -> dict[str, Any]:
 
 # A body larger than this waits for the large bodies parsed before it (events_router).
 LARGE_BODY_BYTES = 64 * 1024
+# Produces run at once per worker process: while Kafka is slow or away, each holds a worker thread
+# for up to ~15 s, and forty at once took every thread view queries run on. A request waits for
+# one of these (holding no thread) for at most PRODUCE_WAIT_S, then is a 503 naming Kafka.
+PRODUCE_THREADS = 4
+PRODUCE_WAIT_S = 10.0
 
 
 def check_events(settings: Settings, data: bytes) -> list[tuple[bytes, bytes]]:
@@ -187,6 +192,7 @@ def events_router(settings: Settings) -> APIRouter:
     # ~25x its size (4 MiB of `{},` → ~100 MB), and 40 threads at once made that ~4 GB. Small ones
     # (their worst case ~1.6 MB each) never wait behind a large one. Waiting requests hold no thread.
     large = asyncio.Semaphore(1)
+    producing = asyncio.Semaphore(PRODUCE_THREADS)
 
     @router.post(
         "/events",
@@ -208,12 +214,22 @@ def events_router(settings: Settings) -> APIRouter:
                 metrics.events_rejected.inc(len(exc.errors))
             raise
         try:
+            async with asyncio.timeout(PRODUCE_WAIT_S):  # a cancelled acquire takes no slot
+                await producing.acquire()
+        except TimeoutError:
+            log.warning("no produce slot within %gs: Kafka is slow to acknowledge", PRODUCE_WAIT_S)
+            raise ApiError(
+                503, "Kafka is slow to acknowledge events; none of these was sent, send them again", component="kafka"
+            ) from None
+        try:
             positions = await run_in_threadpool(produce, request, settings, payloads)
         except Exception as exc:  # the driver's words (hosts, ports) go to the log only
             log.warning("events not acknowledged by Kafka: %s: %s", type(exc).__name__, exc)
             raise ApiError(
                 503, "events not acknowledged by Kafka; none may be assumed stored, send them again", component="kafka"
             ) from None
+        finally:
+            producing.release()
         metrics.events_accepted.inc(len(payloads))
         return {
             "accepted": len(payloads),

@@ -79,3 +79,48 @@ def test_large_request_bodies_are_parsed_one_at_a_time_per_worker(settings, monk
         assert asyncio.run(post_many()) == [422] * 10
     assert most == 1, f"{most} large bodies were parsed at once"
     assert small_beside, "a small body waited for the large ones"
+
+
+def test_while_kafka_is_slow_few_produces_hold_threads_and_the_others_get_a_503(settings, monkeypatch):
+    """Each produce held a worker thread for up to ~20 s while Kafka was away, with no bound: forty
+    POSTs took every thread view queries run on. PRODUCE_THREADS run; others wait, holding none,
+    then are told Kafka is slow."""
+    running, most = 0, 0
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def slow_produce(request, settings, payloads):
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        try:
+            release.wait(5)
+            return [type("Position", (), {"partition": 0, "offset": i})() for i in range(len(payloads))]
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(route, "produce", slow_produce)
+    monkeypatch.setattr(route, "PRODUCE_WAIT_S", 0.5)
+    app = create_app(settings)
+    body = json.dumps([event("/a")]).encode()
+
+    async def post_many() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {token(settings)}", "Content-Type": "application/json"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
+            posts = [
+                client.post("/api/v1/events", content=body, headers=headers) for _ in range(route.PRODUCE_THREADS + 3)
+            ]
+
+            async def later() -> None:
+                await asyncio.sleep(1.0)  # past PRODUCE_WAIT_S: the waiting ones were refused
+                release.set()
+
+            answers = await asyncio.gather(*posts, later())
+        return sorted(a.status_code for a in answers[:-1])
+
+    with TestClient(app):
+        assert asyncio.run(post_many()) == [202] * route.PRODUCE_THREADS + [503] * 3
+    assert most == route.PRODUCE_THREADS
