@@ -340,15 +340,22 @@ class Stack:
     # --- down --------------------------------------------------------------------------------
 
     def stop(self, name: str) -> bool:
-        """Stop one of the platform's supervised processes and leave it stopped (the next `up` starts
-        it); whether it ran. StackError when it is not one of them."""
+        """Stop one of the platform's supervised processes and keep it stopped until the next `up`
+        starts it (Supervisord.take_out: not even a restart the listener had pending starts it);
+        whether it ran. StackError when it is not one of them, or supervisord does not answer (a
+        process it left behind may still run)."""
         if not any(p.name == name for p in self.programs):
             raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
-        if not self.supervisord.running():
-            return False
+        if not self.supervisord.answering():
+            raise StackError(
+                name,
+                "supervisord does not answer, and a process it started may still run: `lambdactl up` first",
+            )
         with self.supervisord.lock():
             ran = self.supervisor.process(name) is not None
-            self.supervisord.stop(name)
+            self.supervisord.take_out(name)
+        if self.supervisor.process(name) is not None:
+            raise StackError(name, "still running after it was stopped")
         return ran
 
     def restart(self, name: str) -> float:

@@ -385,6 +385,24 @@ class Supervisord:
             if "NOT_RUNNING" not in fault.faultString:
                 raise
 
+    def take_out(self, name: str) -> None:
+        """Stop a program and take it out of supervisord until the next `up` adds it back (_update):
+        the restart listener cannot start it again meanwhile, also not a restart it had pending for
+        a program that exited (stopping one that is not running changes nothing the listener sees)."""
+        rpc = self.rpc(timeout_s=self.settings.stack.stop_timeout_s + 30)
+        for _ in range(5):
+            try:
+                rpc.stopProcessGroup(name)
+                rpc.removeProcessGroup(name)
+                return
+            except xmlrpc.client.Fault as fault:
+                if "BAD_NAME" in fault.faultString:
+                    return  # out already
+                if "STILL_RUNNING" not in fault.faultString:
+                    raise
+                # started again (a restart that came due) between the stop and the removal: again
+        raise StackError(name, "supervisord kept starting it again while it was being taken out")
+
     def shutdown(self) -> bool:
         """Stop supervisord and so every program it runs (each as a group); True if it ran. The
         programs are asked to stop all at once first: supervisord stops them one after another, and

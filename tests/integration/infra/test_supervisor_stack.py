@@ -241,3 +241,27 @@ def test_status_says_a_restart_listener_supervisord_no_longer_runs_restarts_noth
     up = isolated.ctl("up")
     assert up.returncode == 0, up.stderr[-3000:]
     assert isolated.status()["supervisor"]["healthy"]
+
+
+def test_a_stopped_program_stays_stopped_also_with_a_restart_pending_until_up(isolated):
+    """`lambdactl reset-speed` stops the speed layer and removes its checkpoint: a restart the
+    listener had pending for it (it had just exited) started it again on a checkpoint being removed.
+    Stack.stop takes the program out of supervisord until the next `up`."""
+    from infra.stack import Stack
+
+    isolated.env["LAMBDA_STACK__RESTART_BACKOFF_S"] = "6"  # the listener restarts an exited API after 6 s
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    pid = isolated.status()["api"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not isolated.status()["api"]["running"], "the API to be seen gone", 5, interval_s=0.1)
+    stack = Stack(isolated.settings())
+    assert stack.stop("api") is False, "it was not running"
+    assert stack.stop("api") is False, "twice: nothing more to do"
+    deadline = time.monotonic() + 10  # past the restart that was pending
+    while time.monotonic() < deadline:
+        assert not isolated.status()["api"]["running"], "restarted while taken out"
+        time.sleep(0.5)
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert isolated.status()["api"]["healthy"], "the next up starts it"
