@@ -369,7 +369,8 @@ def _record_completed_swap(store, runs: dict[int, dict], served: Pointer, versio
     """Record what the swap of `version`, whose compare-and-set moved the pointer to `served` but
     whose process ended before recording it, would have: the run serves, and the runs it replaced
     are retired — those `runs` (read before `served`) has as live that `served` does not name."""
-    store.record_run(version, state="live", swapped_ms=served.swapped_ms)
+    # When it landed is not known, only that it was before now: the clean-up settles from now.
+    store.record_run(version, state="live", swapped_ms=served.swapped_ms, swap_landed_ms=int(time.time() * 1000))
     for replaced, record in runs.items():
         if record.get("state") == "live" and replaced not in served.versions():
             store.record_run(replaced, state="retired")

@@ -155,11 +155,19 @@ def planned_names(settings: Settings, current, names: list[str] | None) -> list[
 def settle_after_swap(settings: Settings, pointer) -> None:
     """Answers computed from the pointer before `pointer` (the API reuses a read for
     api.pointer_cache_s) may still read the realtime rows that swap made unneeded: wait until none
-    can be running, before deleting them. (At most the setting itself: a swap stamped ahead by
-    another host's clock does not stall this.)"""
-    settle_s = min(
-        settings.batch.cleanup_settle_s, pointer.swapped_ms / 1000 + settings.batch.cleanup_settle_s - time.time()
-    )
+    can be running, before deleting them, counted from when the swap landed (its run's
+    `swap_landed_ms`; the pointer's own stamp precedes the compare-and-set). At most the setting
+    itself: a swap stamped ahead by another host's clock does not stall this."""
+    from stores.registry import version_store
+
+    landed_ms = pointer.swapped_ms
+    try:
+        landed_ms = max(
+            landed_ms, int(version_store(settings).runs().get(pointer.version, {}).get("swap_landed_ms", 0))
+        )
+    except (TypeError, ValueError):
+        pass  # a record that is no number: the pointer's stamp
+    settle_s = min(settings.batch.cleanup_settle_s, landed_ms / 1000 + settings.batch.cleanup_settle_s - time.time())
     if settle_s > 0:
         _say(
             f"waiting {settle_s:.0f}s after the swap (batch.cleanup_settle_s): answers from the previous pointer may still run"

@@ -148,9 +148,15 @@ class VersionStore:
             conn.close()
 
     def swap(self, current: Pointer | None, new: Pointer) -> None:
-        """Move serving from `current` (as read) to `new`, then record which runs serve."""
+        """Move serving from `current` (as read) to `new`, then record which runs serve: a run that
+        now serves, with when its swap landed (`swap_landed_ms`, after the compare-and-set returned:
+        the pointer's `swapped_ms` is stamped before it, and a slow connection or compare-and-set
+        landed it later; the clean-up's settle counts from the later). A move that keeps the version
+        (retiring bookkeeping, a switch) records nothing for it: it re-marked a dropped run live."""
         self.compare_and_set(current, new)
-        self.record_run(new.version, state="live", swapped_ms=new.swapped_ms)
+        if current is None or new.version != current.version:
+            landed_ms = int(time.time() * 1000)
+            self.record_run(new.version, state="live", swapped_ms=new.swapped_ms, swap_landed_ms=landed_ms)
         for version in (current.versions() if current is not None else set()) - new.versions():
             self.record_run(version, state="retired")
         moved = sorted(name for name, e in new.entries.items() if e.version == new.version)

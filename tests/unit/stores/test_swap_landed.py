@@ -1,0 +1,69 @@
+"""When a swap landed, as the clean-up's settle counts it, and which runs a move records (no
+service: the version store's HBase calls replaced by recorders)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from definitions.settings import Settings
+from lambdactl import batch
+from stores.batch_views import VersionStore
+from stores.pointer import advance
+
+NOW_MS = 1_800_000_000_000
+
+
+def _pointer(version: int, current=None, now_ms: int = NOW_MS):
+    return advance(
+        current,
+        version=version,
+        run_id=f"run-{version}",
+        cutoff_ms=NOW_MS - 3_600_000,
+        views=["page_views"],
+        full=False,
+        stats={},
+        now_ms=now_ms,
+    )
+
+
+@pytest.fixture
+def store(monkeypatch):
+    made = VersionStore(Settings())
+    made.recorded = []  # type: ignore[attr-defined]
+    monkeypatch.setattr(made, "compare_and_set", lambda current, new: None)
+    monkeypatch.setattr(made, "record_run", lambda version, **fields: made.recorded.append((version, fields)))
+    return made
+
+
+def test_a_swap_records_when_it_landed_and_a_move_that_keeps_the_version_records_nothing(store, monkeypatch):
+    from stores import batch_views
+
+    monkeypatch.setattr(batch_views.time, "time", lambda: NOW_MS / 1000 + 12)  # the compare-and-set took 12 s
+    first = _pointer(1)
+    store.swap(None, first)
+    assert store.recorded == [(1, {"state": "live", "swapped_ms": NOW_MS, "swap_landed_ms": NOW_MS + 12_000})]
+    store.recorded.clear()
+    bookkeeping = replace(first, generation=first.generation + 1)  # retiring bookkeeping: same version
+    store.swap(first, bookkeeping)
+    assert store.recorded == [], "a dropped run was marked live again by each bookkeeping move"
+
+
+def test_the_clean_up_settles_from_when_the_swap_landed(monkeypatch):
+    from stores import registry
+
+    settings = Settings()
+    pointer = _pointer(3)
+    runs = {3: {"swap_landed_ms": NOW_MS + 15_000}}
+    monkeypatch.setattr(registry, "version_store", lambda _s: SimpleNamespace(runs=lambda: runs))
+    slept = []
+    monkeypatch.setattr(batch.time, "sleep", slept.append)
+    monkeypatch.setattr(batch.time, "time", lambda: NOW_MS / 1000 + 16)
+    batch.settle_after_swap(settings, pointer)
+    assert slept == [pytest.approx(settings.batch.cleanup_settle_s - 1)], "from the landing, not the stamp"
+    runs[3] = {}  # no record of it (killed between the swap and the record): the pointer's stamp
+    slept.clear()
+    batch.settle_after_swap(settings, pointer)
+    assert slept == [pytest.approx(settings.batch.cleanup_settle_s - 16)]
