@@ -26,10 +26,11 @@ And a request's body:
 - a request waiting behind an earlier one's answer (pipelined: nothing is read meanwhile) has its
   body's time from when it is its turn.
 
-And an answer: a client that reads nothing of it for SEND_STALL_S (the socket's buffers full, so
-writing is paused) has its connection dropped. Such a client held the answer's coroutine, its open
-file and the connection for as long as it liked (uvicorn waits for the buffers to drain without a
-deadline); a client reading slowly but steadily is not affected.
+And an answer: a client that does not take 48 KiB of it within SEND_STALL_S (writing is paused
+while more than 64 KiB wait to be sent, and resumes below 16 KiB) has its connection dropped. A
+client reading nothing held the answer's coroutine, its open file and the connection for as long as
+it liked (uvicorn waits for the buffers to drain without a deadline); one reading at 2 KB/s or
+more is not affected.
 
 Between requests of a kept-alive connection uvicorn's own keep-alive timeout applies.
 """
@@ -96,10 +97,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._send_timer = None
 
     def _send_stalled(self) -> None:
+        # Also when the connection is closing: close() waits for the buffer the client does not read.
         self._send_timer = None
-        if not self.transport.is_closing():
-            log.info("dropped a connection: its client read nothing of the answer for %g s", SEND_STALL_S)
-            self.transport.abort()  # close() would wait for the buffer the client does not read
+        log.info("dropped a connection: its client read nothing of the answer for %g s", SEND_STALL_S)
+        self.transport.abort()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -236,21 +236,22 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         # since would be served exact from any cutoff) and resume windows of an unknown bucket size.
         raise SystemExit(
             f"the speed layer's checkpoint {settings.speed.checkpoint_dir} has committed micro-batches but no "
-            "marker (what it was made with): restore the marker, or remove the checkpoint too (the speed layer "
-            "then recomputes from the earliest Kafka offset)"
+            "marker (what it was made with): restore the marker, or remove the checkpoint too with `lambdactl "
+            "reset-speed` (the speed layer then recomputes from the earliest Kafka offset)"
         )
     if marker is not None and marker.ingest_bucket_s != settings.ingest_bucket_s:
         made_with = marker.ingest_bucket_s
         raise SystemExit(
             f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with ingest_bucket_s="
             f"{made_with}, settings say {settings.ingest_bucket_s}: keep {made_with}, or remove the checkpoint "
-            "and its marker (the speed layer then recomputes from the earliest Kafka offset)"
+            "and its marker with `lambdactl reset-speed` (the speed layer then recomputes from the earliest Kafka "
+            "offset; docs/operations.md, changing a data-shaping setting)"
         )
     if marker is not None and marker.dedupe_window_s not in (None, settings.speed.dedupe_window_s):
         raise SystemExit(
             f"the speed layer's checkpoint {settings.speed.checkpoint_dir} was made with speed.dedupe_window_s="
             f"{marker.dedupe_window_s}, settings say {settings.speed.dedupe_window_s}: keep "
-            f"{marker.dedupe_window_s}, or remove the checkpoint and its marker"
+            f"{marker.dedupe_window_s}, or remove the checkpoint and its marker with `lambdactl reset-speed`"
         )
     versions = versions_of(declared, marker, version_store(settings).pointer())
     if versions.unresolved:
@@ -350,17 +351,20 @@ def late_drops_recorder(settings: Settings):
 
 
 def _mark_late_drops(settings: Settings) -> None:
+    """Move the late-drops mark once; never raises (the drops are recorded already: a failure here
+    must not leave them pending, to be recorded again at the next start)."""
     from stores.registry import late_drops_marks
 
-    marks = late_drops_marks(settings)
-    if marks is None:
-        return
+    marks = None
     try:
-        marks.mark()
+        marks = late_drops_marks(settings)
+        if marks is not None:
+            marks.mark()
     except Exception as exc:  # noqa: BLE001 - the serving layer reads the record within a minute anyway
         log.warning("could not mark the late drops recorded: %s: %s", type(exc).__name__, exc)
     finally:
-        marks.close()
+        if marks is not None:
+            marks.close()
 
 
 def record_pending_late_drops(settings: Settings) -> None:

@@ -68,9 +68,15 @@ class MarkReader:
         return frozenset((row[0], row[1]) for row in self.session.execute(self._select, **kwargs))
 
 
-def late_drops_mark(marks: frozenset[tuple[str, int]]) -> int | None:
-    """The late-drops mark among `marks` (MarkReader.read), None when there is none."""
-    return next((generation for writer, generation in marks if writer == LATE_DROPS_WRITER), None)
+def late_drops_mark(marks: object) -> int | None:
+    """The late-drops mark among `marks` (MarkReader.read), None when there is none, or when the
+    marks are another reader's (an adapter's `generation()` may return any hashable value)."""
+    if not isinstance(marks, (set, frozenset)):
+        return None
+    for mark in marks:
+        if isinstance(mark, tuple) and len(mark) == 2 and mark[0] == LATE_DROPS_WRITER and isinstance(mark[1], int):
+            return mark[1]
+    return None
 
 
 class LateDropsMarks:

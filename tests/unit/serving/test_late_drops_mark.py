@@ -85,3 +85,16 @@ def test_a_record_that_cannot_be_read_when_the_mark_moves_is_read_again_later(tm
 def test_the_late_drops_mark_is_found_among_the_writers_marks():
     assert late_drops_mark(frozenset({("rows:ab", 5), (LATE_DROPS_WRITER, 9)})) == 9
     assert late_drops_mark(frozenset({("rows:ab", 5)})) is None
+
+
+@pytest.mark.parametrize("marks", [7, "abc", (1, 2), frozenset({1, "x", (1, 2, 3)}), None])
+def test_another_readers_marks_are_no_late_drops_mark_and_answers_go_on(tmp_path, monkeypatch, marks):
+    """A realtime reader adapter's generation() may be any hashable: a reader of another store made
+    every answer a 500 once the marks were read for the late-drops mark."""
+    from tests.unit.serving.test_speed_cache import MarkingRealtime
+
+    assert late_drops_mark(marks) is None
+    monkeypatch.setattr(MarkingRealtime, "generation", lambda self: marks)
+    serving, store = _serving(tmp_path)
+    store.write(BUCKET, 4)
+    assert _provenance(serving).complete

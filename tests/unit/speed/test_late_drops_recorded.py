@@ -140,3 +140,23 @@ def test_drops_recorded_at_a_start_move_the_mark_too(tmp_path, monkeypatch, mark
     monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: None)
     record_pending_late_drops(settings)
     assert marks.moves == 1 and marks.closed == 1
+
+
+def test_drops_recorded_at_a_start_are_not_pending_again_when_the_mark_cannot_be_made(tmp_path, monkeypatch):
+    """The record was on HDFS, then making the mark raised: the pending entry stayed, and every later
+    start added the same rows again."""
+    import json
+
+    from stores import checkpoints, registry
+    from stores.progress import progress_path
+
+    settings = Settings(state_dir=tmp_path)
+    path = progress_path(settings, "speed-layer")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({PENDING: [1_000, 3]}))
+    recorded = []
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
+    monkeypatch.setattr(registry, "late_drops_marks", lambda _s: (_ for _ in ()).throw(ValueError("no adapter")))
+    record_pending_late_drops(settings)
+    record_pending_late_drops(settings)
+    assert recorded == [(1_000, 3)]
