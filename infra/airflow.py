@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from definitions.files import private_dir, write_private
+from definitions.files import private_dir, replace_text, write_private
 from definitions.logs import configure_from
 from definitions.settings import DEFAULT_AIRFLOW_PASSWORD, REPO_ROOT, Settings, get_settings
 from stores.airflow import base_url
@@ -88,19 +88,30 @@ def views_file(settings: Settings) -> Path:
 
 
 def write_declared_views(settings: Settings, names: Sequence[str]) -> None:
-    """Write the declared views' names where the DAG reads them (at its next parse)."""
+    """Write the declared views' names where the DAG reads them (at its next parse), in one step
+    and under a temporary name of this writer's own (Airflow's components start at once)."""
     path = views_file(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"views": list(names)}))
-    tmp.replace(path)
+    replace_text(path, json.dumps({"views": list(names)}))
 
 
 def prepare_home(settings: Settings) -> None:
+    """Airflow's home, and the declared views' names for the DAG's form. A view module that does
+    not import (edited on disk, say) leaves the names last written: it stopped every component of
+    Airflow, each start failing the same way."""
     from definitions.views import load_views
 
     home = private_dir(airflow_home(settings))  # its database holds run confs and XComs
-    write_declared_views(settings, load_views(settings).names())
+    try:
+        names = load_views(settings).names()
+    except Exception as exc:  # noqa: BLE001 - any failure of a view module's import
+        log.error(
+            "the declared views cannot be loaded (%s: %s): the DAG's form keeps the names written before",
+            type(exc).__name__,
+            exc,
+        )
+    else:
+        write_declared_views(settings, names)
     passwords = home / "passwords.json"
     write_private(
         passwords, json.dumps({settings.airflow.admin_user: settings.airflow.admin_password.get_secret_value()})
