@@ -3,18 +3,8 @@ newest watermark below which it dropped rows, and how many, kept across writes."
 
 from __future__ import annotations
 
-import pytest
-
 from stores import checkpoints
 from stores.webhdfs import WebHdfs
-
-
-@pytest.fixture
-def scratch(settings, unique):
-    speed = settings.speed.model_copy(update={"checkpoint_dir": f"/lambda/test/drops-{unique}/checkpoint"})
-    yield settings.model_copy(update={"speed": speed})
-    with WebHdfs(settings) as fs:
-        fs.delete(f"/lambda/test/drops-{unique}", recursive=True)
 
 
 def test_late_drops_are_recorded_with_the_highest_watermark_and_the_total(scratch, stack):

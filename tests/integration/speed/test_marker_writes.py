@@ -10,15 +10,6 @@ from stores import checkpoints
 from stores.webhdfs import WebHdfs
 
 
-@pytest.fixture
-def scratch(settings, unique):
-    speed = settings.speed.model_copy(update={"checkpoint_dir": f"/lambda/test/marker-{unique}/checkpoint"})
-    ours = settings.model_copy(update={"speed": speed})
-    yield ours
-    with WebHdfs(settings) as fs:
-        fs.delete(f"/lambda/test/marker-{unique}", recursive=True)
-
-
 def test_a_writer_killed_after_creating_the_file_leaves_the_marker_it_had(scratch, monkeypatch, stack):
     checkpoints.write_marker(scratch, 1_000, {"page_views": 1_000})
     created = WebHdfs.write

@@ -6,19 +6,9 @@ from __future__ import annotations
 
 import argparse
 
-import pytest
-
 from lambdactl.reset_speed import cmd_reset_speed
 from stores import checkpoints, replays
 from stores.webhdfs import WebHdfs
-
-
-@pytest.fixture
-def scratch(settings, unique):
-    speed = settings.speed.model_copy(update={"checkpoint_dir": f"/lambda/test/reset-{unique}/checkpoint"})
-    yield settings.model_copy(update={"speed": speed})
-    with WebHdfs(settings) as fs:
-        fs.delete(f"/lambda/test/reset-{unique}", recursive=True)
 
 
 def test_reset_removes_the_marker_and_the_checkpoint_and_nothing_beside(scratch, stack):
