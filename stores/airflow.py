@@ -42,13 +42,35 @@ class AirflowConflict(RuntimeError):
     """Airflow answered 409: what the request would create exists already (e.g. a run of that id)."""
 
 
-class AirflowClient:
-    """The bits of Airflow's REST API (v2) the platform uses."""
+class AirflowTimeout(TimeoutError):
+    """The client's deadline passed before Airflow answered everything asked."""
 
-    def __init__(self, settings: Settings, timeout_s: float = 30) -> None:
+
+class AirflowClient:
+    """The bits of Airflow's REST API (v2) the platform uses. `timeout_s` bounds each call;
+    `deadline_s` (from now) bounds all of them: a call is cut at it and none is made after it."""
+
+    def __init__(self, settings: Settings, timeout_s: float = 30, deadline_s: float | None = None) -> None:
         self.settings = settings
+        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
+        self.deadline = None if deadline_s is None else time.monotonic() + deadline_s
         self.http = httpx.Client(base_url=base_url(settings), timeout=timeout_s)
         self._token: str | None = None
+
+    def _send(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """One call, within the deadline if there is one."""
+        if self.deadline is None:
+            return self.http.request(method, path, **kwargs)
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise AirflowTimeout(f"Airflow did not answer within {self.deadline_s:g} s")
+        try:
+            return self.http.request(method, path, timeout=min(self.timeout_s, left), **kwargs)
+        except httpx.TimeoutException:
+            if time.monotonic() >= self.deadline:
+                raise AirflowTimeout(f"Airflow did not answer within {self.deadline_s:g} s") from None
+            raise
 
     def close(self) -> None:
         self.http.close()
@@ -56,8 +78,8 @@ class AirflowClient:
     def token(self) -> str:
         if self._token is None:
             a = self.settings.airflow
-            resp = self.http.post(
-                "/auth/token", json={"username": a.admin_user, "password": a.admin_password.get_secret_value()}
+            resp = self._send(
+                "POST", "/auth/token", json={"username": a.admin_user, "password": a.admin_password.get_secret_value()}
             )
             resp.raise_for_status()
             self._token = resp.json()["access_token"]
@@ -65,7 +87,7 @@ class AirflowClient:
 
     def _call(self, method: str, path: str, headers: dict[str, str] | None = None, **kwargs) -> dict:
         headers = {**(headers or {}), "Authorization": f"Bearer {self.token()}"}
-        resp = self.http.request(method, path, headers=headers, **kwargs)
+        resp = self._send(method, path, headers=headers, **kwargs)
         if resp.status_code in (400, 422):
             raise AirflowRefused(f"Airflow {method} {path}: {resp.status_code} {resp.text[:300]}", refusal_reason(resp))
         if resp.status_code == 409:

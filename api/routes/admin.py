@@ -76,6 +76,8 @@ def next_run_id(latest: str) -> str:
 
 # One request at a time triggers on this host (the API's workers share its state directory).
 TRIGGER_LOCK = "recompute.lock"
+# All of a request's calls to Airflow (up to ten) end within this; the lock is never held longer.
+TRIGGER_BUDGET_S = 20.0
 
 
 class NoLock(Exception):
@@ -108,7 +110,7 @@ def _trigger_one(settings: Settings, body: RecomputeRequest) -> str:
     from stores.airflow import AirflowClient, AirflowConflict
 
     dag_id = settings.airflow.dag_id
-    client = AirflowClient(settings, timeout_s=15)
+    client = AirflowClient(settings, timeout_s=15, deadline_s=TRIGGER_BUDGET_S)
     try:
         # The latest run is read before anything is checked: a request whose checks passed before
         # another's run was made, but which read the latest run after, would name a run of its own.
@@ -170,7 +172,7 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
     if unknown:
         declared = ", ".join(request.app.state.views.names())
         raise ApiError(422, f"views: unknown view(s) {[u[:100] for u in unknown[:5]]}; declared views: {declared}")
-    from stores.airflow import AirflowRefused
+    from stores.airflow import AirflowRefused, AirflowTimeout
 
     try:
         run_id = await run_in_threadpool(_trigger, settings, body)
@@ -183,6 +185,14 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
         log.warning("Airflow refused a run of %s: %s", settings.airflow.dag_id, exc)
         status, message = refusal(settings.airflow.dag_id, exc.reason)
         raise ApiError(status, message, component="airflow") from None
+    except AirflowTimeout as exc:
+        log.warning("triggering %s: %s", settings.airflow.dag_id, exc)
+        raise ApiError(
+            503,
+            f"Airflow did not answer within {TRIGGER_BUDGET_S:g} s; a run may have been queued (Airflow's runs of "
+            f"{settings.airflow.dag_id} say) and a request repeated while it waits is refused",
+            component="airflow",
+        ) from None
     except Exception as exc:
         log.warning("triggering %s failed: %s: %s", settings.airflow.dag_id, type(exc).__name__, exc)
         raise ApiError(503, "Airflow did not accept the run; try again shortly", component="airflow") from None
