@@ -257,6 +257,7 @@ def produce(settings: Settings, spark, window: Window) -> tuple[dict, dict[str, 
 
 
 def report_id(created: datetime, run_id: str) -> str:
-    """Sortable by creation and safe as a file name ([A-Za-z0-9_.-], at most 100 characters)."""
+    """Sortable by creation, to the millisecond (two reports of one second are two), and safe as a
+    file name ([A-Za-z0-9_.-], at most 100 characters)."""
     tail = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id or "adhoc").strip("._") or "adhoc"
-    return f"{created:%Y%m%dT%H%M%SZ}-{tail}"[:100]
+    return f"{created:%Y%m%dT%H%M%S}.{created.microsecond // 1000:03d}Z-{tail}"[:100]

@@ -225,3 +225,20 @@ def test_a_report_hdfs_does_not_take_is_not_listed(local, monkeypatch):
     assert storage.list_reports(local) == []
     folder = storage.reports_dir(local)
     assert not folder.exists() or not list(folder.iterdir())
+
+
+def test_reports_made_within_one_second_have_ids_of_their_own_that_sort_by_creation():
+    """Two ad-hoc reports in one second had one id: the second replaced the first."""
+    from datetime import UTC, datetime
+
+    from reports.build import report_id
+
+    first = datetime(2026, 11, 30, 1, 2, 3, 4_000, tzinfo=UTC)
+    second = first.replace(microsecond=5_000)
+    later = first.replace(second=4, microsecond=0)
+    ids = [report_id(t, "") for t in (first, second, later)]
+    assert len(set(ids)) == 3, ids
+    assert ids == sorted(ids), ids
+    assert all(storage.check_id(i) for i in ids)
+    # An id of the one-second form, made before, sorts beside those of its second.
+    assert report_id(first, "") < "20261130T010203Z-adhoc" < ids[2]
