@@ -23,6 +23,9 @@ GRANULARITIES: dict[str, int] = {"minute": 60, "hour": 3_600, "day": 86_400}
 HLL_LG_K = 12  # 4096 registers: relative standard error 1.04 / sqrt(4096) = 1.6 %
 # Tables, replays' shadow names and HDFS mark files are named from a view's name (HDFS: 255 bytes a name).
 MAX_NAME_CHARS = 64
+# A changed definition's storage name adds `__` and up to a whole fingerprint (definitions.view_versions);
+# declared names never hold `__` (load_views), so only storage names use the extra characters.
+STORAGE_SUFFIX_CHARS = 2 + 16
 _DISTINCT_VALUE = "__distinct_value"  # the counted column, beside the keys, while a distinct view is computed
 
 Aggregation = Literal["count", "sum", "distinct"]
@@ -55,13 +58,19 @@ class View:
                 f"view name must be an identifier of ASCII letters, digits and _ (tables are named from it): "
                 f"{self.name[:100]!r}"
             )
-        if len(self.name) > MAX_NAME_CHARS:
+        if len(self.name) > MAX_NAME_CHARS + (STORAGE_SUFFIX_CHARS if "__" in self.name else 0):
             raise ValueError(f"view name must be at most {MAX_NAME_CHARS} characters: {self.name[:100]!r}…")
         unknown = [k for k in (*self.keys, *([self.column] if self.column else [])) if k not in FIELD_NAMES]
         if unknown:
             raise ValueError(f"view {self.name}: unknown event column(s) {unknown}; known: {FIELD_NAMES}")
         if not self.keys:
             raise ValueError(f"view {self.name}: needs at least one key column")
+        timed = [k for k in self.keys if _FIELD_BY_NAME[k].kind == "timestamp"]
+        if timed:  # one row key per cell needs one text for it, in Python and in Spark alike
+            raise ValueError(
+                f"view {self.name}: {timed[0]} cannot be a key (a view buckets event time by its granularities; "
+                "keys are text or number fields)"
+            )
         if len(set(self.keys)) != len(self.keys):
             raise ValueError(f"view {self.name}: a key column is named twice: {list(self.keys)}")
         if self.aggregation in ("sum", "distinct") and not self.column:

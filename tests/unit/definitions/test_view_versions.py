@@ -103,3 +103,19 @@ def test_a_declared_view_name_with_the_storage_separator_is_refused(tmp_path):
     settings = Settings(state_dir=tmp_path, views={"modules": ["separated_views"], "paths": [str(tmp_path)]})
     with pytest.raises(ValueError, match="may not contain '__'"):
         load_views(settings, reload=True)
+
+
+def test_a_view_with_a_name_of_the_longest_allowed_length_can_change_its_definition():
+    """Storage names add `__` and up to 16 hex digits to the view's name: a 64-character view failed
+    every layer once its definition changed, naming a view nobody declared."""
+    from definitions.views import MAX_NAME_CHARS
+
+    old = replace(PAGE_VIEWS, name="v" * MAX_NAME_CHARS)
+    changed = replace(CHANGED, name=old.name)
+    versions = resolve(Registry((changed,)), {}, recorded(old))
+    assert versions.pending[old.name].name == storage_name(old.name, changed.fingerprint)
+    collided = storage_name(old.name, changed.fingerprint)  # a fingerprint prefix collision: all 16 digits
+    versions = resolve(Registry((changed,)), {old.name: collided}, {collided: replace(old, name=collided)})
+    assert versions.pending[old.name].name == f"{old.name}__{changed.fingerprint}"
+    with pytest.raises(ValueError, match="at most 64 characters"):
+        View(name="v" * (MAX_NAME_CHARS + 1), keys=("url",), aggregation="count")
