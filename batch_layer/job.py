@@ -181,10 +181,18 @@ def run_batch(
     cutoff = choose_cutoff(settings, cutoff_ms, current, names)
     run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     if current is not None and not force and all(current.cutoff_of(n) == cutoff and current.entry(n) for n in names):
-        log.info(
-            "%s already served at cutoff %s: nothing to do (use --force to recompute)", ", ".join(names), iso(cutoff)
-        )
-        return BatchResult(current.entries[names[0]].version, cutoff, current.run_id, skipped="already at this cutoff")
+        # A served table dropped outside the platform is computed again, not "nothing to do".
+        gone = missing_tables(settings, {current.entries[n].table for n in names})
+        if not gone:
+            log.info(
+                "%s already served at cutoff %s: nothing to do (use --force to recompute)",
+                ", ".join(names),
+                iso(cutoff),
+            )
+            return BatchResult(
+                current.entries[names[0]].version, cutoff, current.run_id, skipped="already at this cutoff"
+            )
+        log.warning("served at cutoff %s, but table(s) %s are gone: computing them again", iso(cutoff), ", ".join(gone))
 
     options = batch_session_options(settings)
     bulk = batch_bulk_load.chosen_load(settings) == "bulk"

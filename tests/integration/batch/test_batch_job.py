@@ -309,3 +309,28 @@ def test_write_verify_and_swap_as_separate_steps(bsettings, batch_run, spark):
     assert {e.version for e in after.entries.values()} == {written.version}, "a full run moves every view"
     with pytest.raises(Exception, match="cannot serve"):
         swap_version(bsettings, written.version + 1000)
+
+
+def test_a_rerun_at_the_served_cutoff_whose_table_is_gone_computes_it_again(bsettings, batch_run, spark):
+    """A served table dropped outside the platform (an operator, a failed restore) made every run at
+    the same cutoff "nothing to do" while the view's answers failed: the run computes it again."""
+    store = VersionStore(bsettings)
+    view = "page_views_by_channel"
+    before = store.pointer()
+    gone = before.entry(view).table
+    conn = hbase_connection(bsettings)
+    try:
+        conn.delete_table(gone, disable=True)
+    finally:
+        conn.close()
+    again = run_batch(bsettings, cutoff_ms=before.cutoff_of(view), views=[view], spark=spark)
+    assert not again.skipped, "a run over a served table that is gone is no no-op"
+    after = store.pointer()
+    assert after.entry(view).version == again.version and after.entry(view).table != gone
+    assert after.cutoff_of(view) == before.cutoff_of(view)
+    conn = hbase_connection(bsettings)
+    try:
+        assert after.entry(view).table.encode() in conn.tables()
+    finally:
+        conn.close()
+    assert run_batch(bsettings, cutoff_ms=before.cutoff_of(view), views=[view], spark=spark).skipped, "then it is"
