@@ -104,7 +104,15 @@ class VersionStore:
         try:
             out = {}
             for row, data in self._meta(conn).scan(row_prefix=b"run:"):
-                out[int(row[4:])] = {k.decode()[2:]: json.loads(v) for k, v in data.items()}
+                try:  # a row the platform did not write is passed over (it would fail every swap)
+                    version = int(row[4:]) if row[4:].isdigit() else -1
+                    fields = {k.decode()[2:]: json.loads(v) for k, v in data.items()}
+                except ValueError:  # UnicodeDecodeError and JSONDecodeError included
+                    version = -1
+                if version < 0:
+                    log.warning("meta table row %r is no run record: passed over", row[:80])
+                    continue
+                out[version] = fields
             return out
         finally:
             conn.close()

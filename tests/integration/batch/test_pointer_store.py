@@ -460,3 +460,20 @@ def test_the_realtime_clean_up_is_recorded_for_the_reports(own):
     swap_version(settings, third)
     assert cmd_clean_realtime(settings, argparse.Namespace(json=False)) == 0
     assert cleaned_below_s(store.runs()) == dict.fromkeys([a, b], (T0 + 3 * STEP) // 1000), "the highest per view"
+
+
+def test_a_stray_row_among_the_runs_is_passed_over_not_fatal(own):
+    """A row `run:x` (or one whose values are not JSON) written into the meta table by anything but the
+    platform failed every swap and every retention pass with a bare ValueError."""
+    settings, _views = own
+    store = VersionStore(settings)
+    store.record_run(7, state="verified", cutoff_ms=T0)
+    conn = hbase_connection(settings)
+    try:
+        meta = conn.table(settings.hbase.meta_table)
+        meta.put(b"run:x", {b"p:state": b'"live"'})
+        meta.put(b"run:0000000008", {b"p:state": b"not json"})
+    finally:
+        conn.close()
+    assert store.runs() == {7: {"state": "verified", "cutoff_ms": T0}}
+    assert store.retain(settings.batch.keep_versions) == []
