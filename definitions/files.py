@@ -46,7 +46,8 @@ def open_to_others(path: Path) -> str | None:
     """Why `path` (or its folder) may not be trusted to name code the platform runs: another user's
     (but root's), or writable by every user; None when it is the user's own. Group-writable is left
     to the group (umask 002: the user's own group)."""
-    for item in (path, path.parent):
+    real_parent = path.resolve().parent  # a link's target: its folder decides who can replace it
+    for item in (path, path.parent, *([real_parent] if real_parent != path.parent.resolve() else [])):
         mode = item.stat()
         if mode.st_uid not in (os.getuid(), 0):  # root's own (/etc, an image's files) is no stranger's
             return f"{item} belongs to another user (uid {mode.st_uid})"

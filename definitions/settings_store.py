@@ -23,6 +23,7 @@ from definitions.files import write_private
 from definitions.settings import Settings, config_path
 
 FILE_NAME = "settings.json"
+MAX_FILE_BYTES = 1 << 20  # the persisted settings are a few kilobytes; a larger file is no platform's
 # Settings the stored data depends on: changing one needs the steps in docs/operations.md.
 DATA_SHAPING = ("ingest_bucket_s", "speed.dedupe_window_s", "views.modules")
 
@@ -50,8 +51,9 @@ def _plain(value: Any) -> Any:
 def explicit_values(settings: Settings) -> dict[str, Any]:
     """The settings given explicitly (environment, TOML file, keyword arguments), nested."""
     out = _plain(settings.model_dump(exclude_unset=True))
-    for name in ("state_dir", "jars_dir"):  # always persisted as absolute paths
-        out[name] = str(getattr(settings, name))
+    out["state_dir"] = str(settings.state_dir)  # always persisted, as an absolute path (it locates the file)
+    if "jars_dir" in out:  # as an absolute path; unset, the persisted one stays in force
+        out["jars_dir"] = str(settings.jars_dir)
     return out
 
 
@@ -87,6 +89,15 @@ def read_persisted(path: Path) -> dict[str, Any] | None:
     if not path.is_file():  # a directory, a FIFO (reading it would hang), a dangling link
         raise SettingsConflict(f"the persisted settings {path} are not a regular file; fix or remove it")
     _check_owned(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise SettingsConflict(f"the persisted settings {path} cannot be read ({type(exc).__name__}: {exc})") from None
+    if size > MAX_FILE_BYTES:
+        raise SettingsConflict(
+            f"the persisted settings {path} are larger than {MAX_FILE_BYTES} bytes ({size}): no platform wrote "
+            "them; fix or remove the file"
+        )
     try:
         doc = json.loads(path.read_text(), object_pairs_hook=_unique_keys)
     except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8 or JSON, nested too deep

@@ -370,6 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsConflict, ValueError) as exc:  # a conflict, or a setting that does not validate
         log.error("%s", exc)
         return 2
+    except OSError as exc:  # the state directory or a settings file this user cannot read
+        log.error("the settings cannot be read: %s (check the owner and mode of the state directory)", exc)
+        return 2
     try:
         return args.func(settings, args)
     except StackError as exc:

@@ -336,3 +336,67 @@ def test_config_unset_mends_a_persisted_value_the_settings_no_longer_accept(capl
     assert "keyspace" in caplog.text
     assert main(["config", "--unset", "cassandra.keyspace"]) == 0
     assert load().cassandra.keyspace == Settings().cassandra.keyspace
+
+
+def test_a_persisted_jars_dir_is_read_back_and_kept_by_a_later_plain_up(monkeypatch, tmp_path):
+    """The default jars_dir of every later command was taken for an explicit one: it won over the
+    persisted value and the next `up` persisted the default in its place."""
+    jars = tmp_path / "opt-jars"
+    monkeypatch.setenv("LAMBDA_JARS_DIR", str(jars))
+    persist(Settings())
+    monkeypatch.delenv("LAMBDA_JARS_DIR")
+    assert load().jars_dir == jars
+    persist(load())  # a plain `up` persists what it runs with
+    assert load().jars_dir == jars
+    assert json.loads(persisted_path(Settings()).read_text())["jars_dir"] == str(jars)
+
+
+def test_a_relative_jars_dir_is_persisted_resolved(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAMBDA_JARS_DIR", "rel/jars")
+    path = persist(Settings())
+    assert json.loads(path.read_text())["jars_dir"] == str(tmp_path / "rel" / "jars")
+
+
+def test_a_persisted_file_beyond_its_size_bound_is_refused_unread(monkeypatch):
+    from definitions import settings_store
+
+    path = persisted_path(Settings())
+    path.parent.mkdir(parents=True)
+    path.write_text('{"api": {"port": 8000}, "pad": "' + "x" * settings_store.MAX_FILE_BYTES + '"}')
+    monkeypatch.setattr(type(path), "read_text", lambda *a, **k: pytest.fail("the file was read whole"))
+    with pytest.raises(SettingsConflict, match=r"larger than .* fix or remove"):
+        load()
+
+
+def test_a_state_directory_the_user_cannot_read_is_one_clear_line(monkeypatch, capsys, caplog):
+    """Python raises PermissionError from exists() on a directory another user's (a `sudo lambdactl
+    up` before): every command was a traceback."""
+    from pathlib import Path
+
+    from definitions.settings import get_settings
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "exists", denied)
+    get_settings.cache_clear()
+    try:
+        assert main(["status"]) == 2
+    finally:
+        get_settings.cache_clear()
+    assert "Permission denied" in caplog.text and "settings" in caplog.text
+    assert "Traceback" not in caplog.text + capsys.readouterr().err
+
+
+def test_persisted_settings_linked_into_a_folder_others_can_change_are_not_read(tmp_path):
+    """The link's own folder was checked, not the folder of the file it names."""
+    persist(Settings())
+    path = persisted_path(Settings())
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # no sticky bit: anyone may replace the file in it
+    (shared / "settings.json").write_text(path.read_text())
+    path.unlink()
+    path.symlink_to(shared / "settings.json")
+    with pytest.raises(SettingsConflict, match=f"{shared} can be changed by every user"):
+        load()
