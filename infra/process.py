@@ -187,10 +187,10 @@ def tail_file(path: Path, lines: int = 40) -> str:
 
 def port_owner(host: str, port: int) -> str | None:
     """Who holds a listening TCP port, described for a person; None when the port is free."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        if sock.connect_ex((host, port)) != 0:
-            return None
+    try:  # IPv4 or IPv6, as the host resolves ("[::1]" as "::1")
+        socket.create_connection((host.removeprefix("[").removesuffix("]"), port), timeout=0.5).close()
+    except OSError:  # refused, unanswered or a host that does not resolve: nothing listens there
+        return None
     for conn in _listening(port):
         if conn.pid:
             try:

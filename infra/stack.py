@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,8 @@ class Stack:
         ]
         self.supervisor = StackProcesses(settings, [p.name for p in self.programs])
         self.supervisord = self.supervisor.supervisord
+        # Set when the command is interrupted: every wait for a service's health ends at its next poll.
+        self.cancelled = threading.Event()
 
     # --- up ----------------------------------------------------------------------------------
 
@@ -135,8 +138,10 @@ class Stack:
         self._await_all(members, outcome, say, self._await_healthy)
 
     def _await_all(self, members: list, outcome: dict[str, str], say: Callable[[str], None], wait) -> None:
-        """Wait for every member concurrently; raise naming each that did not become healthy."""
-        with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
+        """Wait for every member concurrently; raise naming each that did not become healthy. An
+        interrupt (Ctrl-C) ends every wait at its next poll, not at its deadline."""
+        pool = ThreadPoolExecutor(max_workers=max(1, len(members)))
+        try:
             futures = {s.name: pool.submit(wait, s) for s in members}
             errors = []
             for name, future in futures.items():
@@ -147,6 +152,11 @@ class Stack:
                         say(f"{name}: healthy after {waited:.0f}s ({detail})")
                 except StackError as exc:
                     errors.append(exc)
+        except BaseException:
+            self.cancelled.set()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         if errors:
             raise one_error(errors)
 
@@ -256,7 +266,7 @@ class Stack:
                 raise self._failure(
                     service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last: {last_error})"
                 )
-            time.sleep(1.0)
+            self._pause(service)
 
     def _loop_failure(self, service, entry: dict) -> StackError:
         last = entry.get("last_exit") or {}
@@ -329,7 +339,12 @@ class Stack:
                 raise self._failure(
                     service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last probe: {last_error})"
                 )
-            time.sleep(1.0)
+            self._pause(service)
+
+    def _pause(self, service) -> None:
+        """A second between two polls of a wait; StackError at once when the command was interrupted."""
+        if self.cancelled.wait(1.0):
+            raise StackError(service.name, "the wait for it was interrupted")
 
     def _failure(self, service: svc.Service, what: str) -> StackError:
         tail = self.supervisor.tail(service.name, 40)

@@ -1,0 +1,37 @@
+"""Ctrl-C while `lambdactl up` waits for services to become healthy ends the command at once: the
+waits ran on in their threads until each health deadline (up to 300 s), and the interrupt with them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from definitions.settings import Settings
+from infra.stack import Stack
+
+
+class NeverHealthy:
+    name = "kafka"
+
+    def timeout_s(self, settings) -> float:
+        return 300.0
+
+    def check(self, settings) -> str:
+        raise ConnectionRefusedError("not yet")
+
+
+def test_an_interrupt_while_waiting_for_health_ends_every_wait(tmp_path, monkeypatch):
+    stack = Stack(Settings(state_dir=tmp_path / "state"), names=["kafka"])
+    monkeypatch.setattr(stack.supervisor, "process", lambda name: object())  # it runs, never answers
+    service = NeverHealthy()
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        stack._await_all([service], {service.name: "started"}, lambda line: None, stack._await_healthy)
+    took = time.monotonic() - began
+    assert took < 4, f"the interrupt took {took:.1f} s to end the waits"
+    assert not [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")], "a wait runs on"
