@@ -379,10 +379,22 @@ class Stack:
         service = next((p for p in self.programs if p.name == name), None)
         if service is None:
             raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
-        with self.supervisord.lock():
-            self.supervisord.stop(name)
-            since = time.time()
-            self.supervisord.start(name)
+        # Under the stack lock: an `up` or `down` in another shell is not undone half-way. (Callers
+        # holding views.lock take it first: lambdactl views apply, lambdactl reset-speed.)
+        with stack_lock(self.settings.state_dir), self.supervisord.lock():
+            if not self.supervisord.answering():
+                raise StackError(name, "the supervisor is not answering: start the stack with `lambdactl up`")
+            if name not in self.supervisord.all_info():
+                raise StackError(
+                    name,
+                    "not under the supervisor now (`lambdactl reset-speed` or `down` took it out): "
+                    "`lambdactl up` adds it back and starts it",
+                )
+            try:
+                self.supervisord.stop(name)
+            finally:  # also when interrupted: a program stopped here is started again
+                since = time.time()
+                self.supervisord.start(name)
         return self._await_supervised(service, since)[1]
 
     def down(self, on_progress: Callable[[str], None] | None = None) -> dict[str, str]:

@@ -24,9 +24,10 @@ def cmd_reset_speed(settings: Settings, args: argparse.Namespace) -> int:
     from infra.state_lock import stack_lock
 
     # No `up` may start the speed layer, nor `views apply` restart it, between its stop and the removal.
+    # The views lock first, as `views apply` takes them (its restart takes the stack lock inside it).
     with (
-        stack_lock(settings.state_dir, _say),
         state_lock(settings.state_dir, "views.lock", "lambdactl views apply", _say),
+        stack_lock(settings.state_dir, _say),
     ):
         return _reset(settings, args)
 

@@ -265,3 +265,21 @@ def test_a_stopped_program_stays_stopped_also_with_a_restart_pending_until_up(is
     up = isolated.ctl("up")
     assert up.returncode == 0, up.stderr[-3000:]
     assert isolated.status()["api"]["healthy"], "the next up starts it"
+
+
+def test_a_restart_of_a_program_taken_out_says_to_run_up_and_one_in_place_comes_back(isolated):
+    """`views apply` restarts the speed layer: after `reset-speed` took it out of supervisord, the
+    restart was a bare xmlrpc Fault (BAD_NAME)."""
+    from infra.errors import StackError
+    from infra.stack import Stack
+
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    stack = Stack(isolated.settings())
+    pid = isolated.status()["api"]["pid"]
+    assert stack.restart("api") >= 0
+    assert isolated.status()["api"]["pid"] not in (None, pid), "restarted"
+    stack.stop("api")
+    with pytest.raises(StackError, match=r"not under the supervisor now.*lambdactl up"):
+        stack.restart("api")
+    assert not isolated.status()["api"]["running"], "left as it was"

@@ -35,3 +35,11 @@ def test_an_interrupt_while_waiting_for_health_ends_every_wait(tmp_path, monkeyp
     took = time.monotonic() - began
     assert took < 4, f"the interrupt took {took:.1f} s to end the waits"
     assert not [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor")], "a wait runs on"
+
+
+def test_a_restart_without_a_supervisor_answering_says_so(tmp_path):
+    from infra.errors import StackError
+
+    stack = Stack(Settings(state_dir=tmp_path / "state"), names=["api"])
+    with pytest.raises(StackError, match=r"supervisor .*not answering.*lambdactl up"):
+        stack.restart("api")

@@ -37,3 +37,29 @@ def test_a_second_apply_waits_and_then_applies_what_the_first_saved(tmp_path, mo
     assert outcome == [2]
     text = caplog.text
     assert "views_the_first_saved" in text and "views_read_before_the_wait" not in text, text
+
+
+def test_reset_speed_takes_the_views_lock_before_the_stack_lock_as_views_apply_does(tmp_path, monkeypatch):
+    """`views apply` holds views.lock and its speed-layer restart takes stack.lock; reset-speed took
+    them the other way round: the two at once waited for each other for ever."""
+    from definitions.files import LockHeld
+    from lambdactl import reset_speed
+
+    state = tmp_path / "state"
+    said: list[str] = []
+    monkeypatch.setattr(reset_speed, "_say", said.append)
+    monkeypatch.setattr(reset_speed, "_reset", lambda settings, args: 0)
+    outcome: list[int] = []
+    with state_lock(state, "views.lock", "lambdactl views apply"):  # an apply in progress
+        reset = threading.Thread(
+            target=lambda: outcome.append(reset_speed.cmd_reset_speed(Settings(state_dir=state), argparse.Namespace()))
+        )
+        reset.start()
+        wait_for(lambda: any("waiting for" in m for m in said), "reset-speed to wait", 10, 0.01)
+        try:
+            with state_lock(state, "stack.lock", "the apply's restart", wait=False):
+                pass  # the apply's restart can take the stack lock: reset-speed holds nothing yet
+        except LockHeld:
+            raise AssertionError("reset-speed holds the stack lock while it waits for the views lock") from None
+    reset.join(timeout=30)
+    assert outcome == [0]
