@@ -388,10 +388,11 @@ class Settings(BaseSettings):
     def _no_control_characters(cls, path: Path) -> Path:
         """The paths are written into the stores' configuration files: a line break would add lines;
         `#` starts a comment in Cassandra's YAML (its five data directories became one, outside the
-        state directory), `,` separates Kafka's log directories, and `:` is no part of a Hadoop path."""
+        state directory), `,` separates Kafka's log directories, `:` is no part of a Hadoop path, and
+        ` ;` starts a comment in supervisord's configuration."""
         if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
             raise ValueError("must not contain a line break or another control character")
-        odd = sorted({c for c in str(path) if c in "#,:"})
+        odd = sorted({c for c in str(path) if c in "#,:;"})
         if odd:
             raise ValueError(
                 f"must not contain {' or '.join(repr(c) for c in odd)}: the stores' configurations split there"

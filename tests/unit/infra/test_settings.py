@@ -271,3 +271,12 @@ def test_secrets_of_cloud_stores_are_hidden_from_the_drivers_command_line_and_co
     ):
         assert LAUNCH_HIDDEN.search(key), key
     assert not LAUNCH_HIDDEN.search("spark.driver.memory")
+
+
+@pytest.mark.parametrize("name", ["state_dir", "jars_dir"])
+def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
+    """supervisord's configuration takes ` ;` for the start of a comment: a state directory named
+    `a ;b` cut every program's command there and no program started."""
+    with pytest.raises(ValueError, match=rf"{name}[\s\S]*';'"):
+        Settings(**{name: tmp_path / "a ;b"})
+    assert getattr(Settings(**{name: tmp_path / "a b"}), name) == tmp_path / "a b", "a space alone is fine"
