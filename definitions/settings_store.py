@@ -208,6 +208,24 @@ def write_snapshot(settings: Settings, path: Path) -> Path:
     return write_private(path, json.dumps(_plain(settings.model_dump())))
 
 
+class _FileOnly(Settings):
+    """Settings from the values given to it alone (no environment, no TOML file)."""
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, **others):  # type: ignore[override]
+        return (init_settings,)
+
+
+def persisted_settings(settings: Settings) -> Settings | None:
+    """What the persisted file alone says (defaults elsewhere): what the running stack was started
+    with. None when there is no file or it does not validate (load() says why)."""
+    try:
+        doc = read_persisted(persisted_path(settings))
+        return None if doc is None else _FileOnly(**doc)
+    except (SettingsConflict, ValueError):
+        return None
+
+
 def read_snapshot(path: Path) -> Settings:
     """The settings write_snapshot wrote: every value given, none taken from elsewhere."""
     _check_owned(path)

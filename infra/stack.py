@@ -55,6 +55,10 @@ def one_error(errors: list[StackError]) -> StackError:
     return StackError(", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
 
 
+def _where(host: str, ports: dict[str, int]) -> str:
+    return f"{host} " + ", ".join(f"{label} {port}" for label, port in sorted(ports.items()))
+
+
 class Stack:
     def __init__(self, settings: Settings, names: Iterable[str] | None = None) -> None:
         self.settings = settings
@@ -105,6 +109,15 @@ class Stack:
                 "environment is development, from the persisted settings (an earlier up): the development "
                 "token and Airflow password are accepted; `lambdactl config --unset environment` ends that"
             )
+        moved = self._running_stores_moved()
+        if moved:  # checked before anything is persisted: the running stack keeps its settings
+            raise StackError(
+                ", ".join(name for name, _ in moved),
+                "running under other settings: "
+                + "; ".join(what for _, what in moved)
+                + ". A store takes new settings when started again: `lambdactl down`, then `up` with them "
+                "(or leave them out to use the running ones)",
+            )
         private_dir(self.settings.state_dir)
         say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}
@@ -118,6 +131,26 @@ class Stack:
         if platform:
             self._up_supervised(platform, outcome, say)
         return outcome
+
+    def _running_stores_moved(self) -> list[tuple[str, str]]:
+        """The running stores these settings would look for at another host or port than the one
+        they were started with (the persisted settings): (name, what differs)."""
+        from definitions.settings_store import persisted_settings
+
+        before = persisted_settings(self.settings)
+        if before is None:
+            return []
+        out = []
+        for service in self.services:
+            if service.phase != 0 or self.supervisor.process(service.name) is None:
+                continue
+            was, now = (
+                (service.host(before), service.ports(before)),
+                (service.host(self.settings), service.ports(self.settings)),
+            )
+            if was != now:
+                out.append((service.name, f"{service.name} runs at {_where(*was)}, these settings say {_where(*now)}"))
+        return out
 
     def _up_phase(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
         to_start = []

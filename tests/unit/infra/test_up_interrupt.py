@@ -43,3 +43,23 @@ def test_a_restart_without_a_supervisor_answering_says_so(tmp_path):
     stack = Stack(Settings(state_dir=tmp_path / "state"), names=["api"])
     with pytest.raises(StackError, match=r"supervisor .*not answering.*lambdactl up"):
         stack.restart("api")
+
+
+def test_up_with_other_ports_for_a_running_store_refuses_before_persisting_anything(tmp_path, monkeypatch):
+    """`up` persisted the new port first, then waited 90 s for Kafka at a port it does not listen on;
+    every later command then used the new port."""
+    from definitions.settings_store import persist, persisted_path
+    from infra.errors import StackError
+    from tests.support.shell import plain_shell
+
+    plain_shell(monkeypatch, tmp_path)
+    persist(Settings())  # the stack was started with the default ports
+    before = persisted_path(Settings()).read_text()
+    monkeypatch.setenv("LAMBDA_KAFKA__PORT", "19092")
+    stack = Stack(Settings(), names=["kafka"])
+    monkeypatch.setattr(stack.supervisor, "process", lambda name: object())  # Kafka runs
+    with pytest.raises(StackError, match=r"kafka runs at .*9092.*these settings say .*19092.*lambdactl down"):
+        stack.up()
+    assert persisted_path(Settings()).read_text() == before, "nothing persisted"
+    monkeypatch.setattr(stack.supervisor, "process", lambda name: None)  # stopped: the new port is taken up
+    assert stack._running_stores_moved() == []
