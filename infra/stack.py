@@ -455,8 +455,9 @@ class Stack:
             if name in running:
                 outcome[name] = "stopped"
         members = list(self.services)
-        if self.whole_stack:  # a Spark cluster started under other settings goes too
-            members += [s for s in (svc.SPARK_MASTER, *svc.SPARK_WORKERS) if s not in members]
+        if self.whole_stack:  # a Spark cluster started under other settings goes too, and a store an
+            # earlier `up` started before it was taken out of stack.managed_services (its pid file says)
+            members = list(dict.fromkeys([*members, svc.SPARK_MASTER, *svc.SPARK_WORKERS, *svc.ALL]))
         with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
             # Platform processes started before the supervisor still have pid files of their own.
             stopped = dict(

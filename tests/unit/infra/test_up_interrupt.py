@@ -63,3 +63,28 @@ def test_up_with_other_ports_for_a_running_store_refuses_before_persisting_anyth
     assert persisted_path(Settings()).read_text() == before, "nothing persisted"
     monkeypatch.setattr(stack.supervisor, "process", lambda name: None)  # stopped: the new port is taken up
     assert stack._running_stores_moved() == []
+
+
+def test_down_stops_a_store_started_before_it_was_taken_out_of_the_managed_services(tmp_path):
+    """An operator moving Cassandra to a cluster takes it out of stack.managed_services: the local one
+    an earlier `up` started kept running (and holding its port) after `down`, and `status` no longer
+    listed it."""
+    from infra.process import ProcessSupervisor
+
+    state = tmp_path / "state"
+    procs = ProcessSupervisor(state)
+    record = procs.start("cassandra", ["sleep", "300"], tmp_path)  # what the earlier `up` started
+    settings = Settings(state_dir=state, stack={"managed_services": ["kafka"]})
+    outcome = Stack(settings).down()
+    assert procs.process("cassandra") is None, "still running after down"
+    assert outcome.get("cassandra") == "stopped", outcome
+    assert not _alive(record.pid)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
