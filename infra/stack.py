@@ -55,6 +55,20 @@ def one_error(errors: list[StackError]) -> StackError:
     return StackError(", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
 
 
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    try:
+        members = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for member in members:
+        try:
+            total += member.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
 def _where(host: str, ports: dict[str, int]) -> str:
     return f"{host} " + ", ".join(f"{label} {port}" for label, port in sorted(ports.items()))
 
@@ -493,6 +507,7 @@ class Stack:
         restarts = restart_report(self.settings) if self.programs else {}
         for service in self.services:
             proc = self.supervisor.process(service.name)
+            unsupervised = proc is None and (proc := self.supervisor.left_running(service.name)) is not None
             row = restarts.get(service.name, {}) if self.supervisor.supervised(service.name) else {}
             count, why = (
                 row.get("restarts_total", 0),
@@ -513,7 +528,12 @@ class Stack:
                     healthy = True
                 except Exception as exc:  # report, never raise, from status
                     detail = str(exc) if str(exc).startswith("stuck: ") else f"unhealthy: {type(exc).__name__}: {exc}"
-            rss = self.supervisor.rss_bytes(service.name) / 2**20
+            if unsupervised:
+                detail = (
+                    f"running without the supervisor (it was killed): nothing restarts it if it exits; "
+                    f"`lambdactl up` replaces it ({detail})"
+                )
+            rss = (_tree_rss(proc) if unsupervised else self.supervisor.rss_bytes(service.name)) / 2**20
             result.append(
                 ServiceStatus(
                     service.name, True, proc.pid, rss, healthy, detail, time.time() - proc.create_time(), count, why

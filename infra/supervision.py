@@ -473,3 +473,20 @@ class StackProcesses(ProcessSupervisor):
 
     def exit_code(self, name: str) -> int | None:
         return None if self.supervised(name) else super().exit_code(name)
+
+    def left_running(self, name: str) -> psutil.Process | None:
+        """The session leader of supervised program `name` still running while supervisord is not
+        (it was killed): the program serves on, unsupervised. None when there is none."""
+        if not self.supervised(name) or self.supervisord.running():
+            return None
+        for proc in self.orphans():
+            try:
+                argv = proc.cmdline()
+            except psutil.Error:
+                continue
+            if str(SESSION_LEADER) in argv and argv[argv.index(str(SESSION_LEADER)) + 1 :][:1] == [name]:
+                try:
+                    return program_process(proc)
+                except psutil.Error:
+                    return None
+        return None

@@ -158,6 +158,8 @@ def test_up_after_the_supervisor_was_killed_replaces_what_it_left(isolated):
     rows = wait_for(supervisor_gone, "the status to show the supervisor gone", timeout_s=30)
     assert rows["supervisor"]["healthy"] is False and "not running" in rows["supervisor"]["detail"]
     assert psutil.pid_exists(api), "its API runs on, unsupervised"
+    assert rows["api"]["running"] and rows["api"]["pid"] == api, "status shows the API that still serves"
+    assert "without the supervisor" in rows["api"]["detail"], rows["api"]
 
     up = isolated.ctl("up")
     assert up.returncode == 0, up.stderr[-3000:]
