@@ -14,6 +14,7 @@ import logging
 
 from definitions import jobs
 from definitions.settings import Settings
+from definitions.times import iso_ms
 from lambdactl.output import _emit, _say
 
 log = logging.getLogger("lambdactl")
@@ -46,6 +47,16 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
             sorted({*claims, *overlays}),
         )
         return 2
+    lost = _unabsorbed_loss(settings)
+    if lost:
+        log.error(
+            "Kafka no longer holds every record the batch layer has not absorbed yet (from %s on): %s. A fresh "
+            "speed layer recomputes from Kafka's earliest offset, so those records would be in no layer: run "
+            "`lambdactl batch` first (its cutoff moves past them), then reset",
+            iso_ms(lost[0]),
+            "; ".join(lost[1][:3]),
+        )
+        return 2
     if args.stopped:
         ran = None
     else:
@@ -65,6 +76,20 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _emit({"stopped": ran, "removed": removed})
     return 0
+
+
+def _unabsorbed_loss(settings: Settings) -> tuple[int, list[str]] | None:
+    """(the lowest batch cutoff of the maintained views, the partitions whose records from it on Kafka's
+    retention deleted), or None when Kafka holds them all."""
+    from stores.kafka import lost_since, spans_from
+    from stores.registry import version_store
+    from stores.view_versions import read_versions
+
+    pointer = version_store(settings).pointer()
+    names = read_versions(settings).maintained.names()
+    floor = min((pointer.cutoff_of(n) if pointer is not None else 0) for n in names) if names else 0
+    lost = lost_since(spans_from(settings, floor), floor)
+    return (floor, lost) if lost else None
 
 
 def add_parser(sub) -> None:

@@ -36,3 +36,33 @@ def test_a_recorded_replay_keeps_the_checkpoint(scratch, stack):
     assert cmd_reset_speed(scratch, argparse.Namespace(stopped=True, json=False)) == 2
     with WebHdfs(scratch) as fs:
         assert fs.list(f"{base}/commits") == ["0"]
+
+
+def test_a_reset_when_kafka_no_longer_holds_what_the_batch_has_not_absorbed_is_refused(scratch, stack, unique):
+    """A fresh speed layer recomputes from Kafka's earliest offset: records from a view's batch cutoff
+    on that retention deleted were then in no layer, and the answers said complete."""
+    from kafka.structs import TopicPartition
+
+    from stores.clients import kafka_admin
+    from stores.kafka import producer
+    from tests.support.kafka_topics import scratch_topic
+
+    with scratch_topic(scratch, f"test-reset-{unique}") as topic:
+        settings = scratch.model_copy(update={"kafka": scratch.kafka.model_copy(update={"events_topic": topic})})
+        send = producer(settings, "test-reset")
+        try:
+            for _ in range(5):
+                send.send(topic, value=b"{}", partition=0).get(timeout=30)
+        finally:
+            send.close()
+        base = settings.speed.checkpoint_dir
+        with WebHdfs(settings) as fs:
+            fs.write(f"{base}/commits/0", b"v1\n{}")
+        admin = kafka_admin(settings, client_id="test-reset")
+        try:
+            admin.delete_records({TopicPartition(topic, 0): 3})  # retention: records newer than any cutoff
+        finally:
+            admin.close()
+        assert cmd_reset_speed(settings, argparse.Namespace(stopped=True, json=False)) == 2
+        with WebHdfs(settings) as fs:
+            assert fs.list(f"{base}/commits") == ["0"], "the checkpoint stays"
