@@ -58,7 +58,9 @@ def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, i
         pairs = []
         for item in text[len("offsets:") :].split(","):
             p, _, o = item.partition("=")
-            if not all(part.strip().isascii() and part.strip().isdigit() for part in (p, o)):  # "²" is a digit too
+            if not all(  # "²" is a digit too; more than 19 digits is no Kafka partition or offset
+                part.strip().isascii() and part.strip().isdigit() and len(part.strip()) <= 19 for part in (p, o)
+            ):
                 raise Refused(f"--from offsets: expected PARTITION=OFFSET, got {item!r}")
             pairs.append((int(p), int(o)))
         if not pairs or ingest_time_at is None:
@@ -188,12 +190,28 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     except ReplayMarked as exc:  # another replay holds the mark (at the claim), or took it (at the switch)
         _say(f"replay refused: {exc}")
         return 2
+    except KeyboardInterrupt:
+        _say(f"replay of {view.name} interrupted; {_left(settings, view.name)}")
+        return 130
     except Exception as exc:  # a store or Spark failed part-way: the claim stays, the view answers as before
-        _say(
-            f"replay of {view.name} failed: {type(exc).__name__}: {str(exc)[:500]}; the view keeps answering as "
-            f"before and stays claimed: `lambdactl replay --view {view.name} --resume` when the cause is gone"
-        )
+        _say(f"replay of {view.name} failed: {type(exc).__name__}: {str(exc)[:500]}; {_left(settings, view.name)}")
         return 1
+
+
+def _left(settings: Settings, view: str) -> str:
+    """What a replay that ended part-way left, for the operator: whether the view stays claimed."""
+    from stores.replays import read_marks
+
+    try:
+        claimed = view in read_marks(settings)
+    except Exception:  # HDFS away: the claim is likely still there
+        claimed = True
+    if not claimed:
+        return "the view keeps answering as before and is not claimed: run the replay again when the cause is gone"
+    return (
+        f"the view keeps answering as before and stays claimed: `lambdactl replay --view {view} --resume` when "
+        f"the cause is gone, or `--cancel`"
+    )
 
 
 def _plan(settings: Settings, args: argparse.Namespace):
@@ -287,7 +305,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from stores.checkpoints import read_marker
     from stores.kafka import end_offsets, latest_ingest_ms, lost_since
     from stores.realtime_cleanup import delete_view_from
-    from stores.replays import mark, shadow_name, switch, unmark
+    from stores.replays import mark, release, shadow_name, switch
 
     # Every record below these was appended before the replay began (read before its claim: read after
     # it, records of the seconds between count too, and may move the split a whole bucket on).
@@ -313,11 +331,11 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         marker = read_marker(settings)
     except Exception:
         if not short:  # a short claim stays: the view's answers stay refused until a `--resume` ends
-            unmark(settings, view.name)
+            release(settings, claim)  # this one only: a `--resume` elsewhere may have taken it over since
         raise
     if marker is None or (marker.views is not None and view.name not in marker.views):
         if not short:
-            unmark(settings, view.name)
+            release(settings, claim)
         raise Refused(f"the speed layer no longer maintains {view.name}: it is being retired")
     _say(
         f"{view.name}: replaying from {iso_ms(from_ms)} into fresh rows ({shadow}); it answers from the rows "

@@ -265,3 +265,34 @@ def test_replay_refuses_what_it_cannot_do_exactly(settings, stack):
     future = lambdactl(settings, "replay", "--view", "page_views", "--from", "2999-01-01T00:00:00Z")
     assert future.returncode == 2 and "in the future" in future.stderr, future.stderr[-2000:]
     assert read_marks(settings) == {}, "a refused replay marks nothing"
+
+
+def test_a_replay_that_fails_after_its_claim_leaves_a_claim_another_took_over_since(settings, stack, monkeypatch):
+    """It deleted whatever claim was there: one a `--resume` in another shell had taken over since,
+    which was then refused at its switch after all its work."""
+    import argparse
+
+    from lambdactl.replay import cmd_replay
+    from stores import checkpoints
+
+    real = checkpoints.read_marker
+    taken: list[int] = []
+
+    def marker_then_taken_over(s):
+        held = read_marks(s).get(VIEW)
+        if held is None or taken:
+            return real(s)
+        other = held.started_ms + 1  # a `--resume` in another shell takes the claim over, then HDFS fails here
+        mark(s, VIEW, held.from_ms, other, take_over=True, shadow=shadow_name(VIEW, other))
+        taken.append(other)
+        raise OSError("HDFS went away")
+
+    monkeypatch.setattr(checkpoints, "read_marker", marker_then_taken_over)
+    args = argparse.Namespace(view=VIEW, from_=None, resume=False, cancel=False, json=False)
+    try:
+        assert cmd_replay(settings, args) == 1
+        assert taken, "the failure came after the claim"
+        assert read_marks(settings)[VIEW].started_ms == taken[0], "the other replay's claim stays"
+    finally:
+        unmark(settings, VIEW)
+        refresh_api(settings)

@@ -43,6 +43,8 @@ def test_from_offsets_starts_at_the_earliest_of_their_ingest_times():
         ("offsets:", "PARTITION=OFFSET"),
         ("offsets:0=\u00b2", "PARTITION=OFFSET"),  # a digit to str.isdigit, not to int()
         ("offsets:\u0661=5", "PARTITION=OFFSET"),
+        ("offsets:0=" + "9" * 5000, "PARTITION=OFFSET"),  # int() refuses over 4300 digits: a bare ValueError
+        ("offsets:" + "9" * 20 + "=1", "PARTITION=OFFSET"),
     ],
 )
 def test_a_bad_from_is_refused_naming_what_is_wrong(text, words):
@@ -573,3 +575,23 @@ def test_the_split_moves_on_while_records_appended_before_the_replay_are_ingeste
     assert {s.partition: s.end for s in spans} == {0: 100, 1: 45}
     spans, split = settled_split(wait, 120_000, appended, 60_000)
     assert split == 120_000, "every record appended before it is below the split: it stays"
+
+
+def test_an_interrupted_replay_says_what_it_left_and_how_to_go_on(monkeypatch, caplog):
+    """Ctrl-C after the claim ended the command in silence, the view claimed."""
+    import argparse
+    import logging
+
+    from lambdactl import replay
+
+    monkeypatch.setattr(replay, "_plan", lambda settings, args: (type("V", (), {"name": "page_views"})(), 0, []))
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(replay, "_run", interrupted)
+    monkeypatch.setattr(replay, "_left", lambda settings, view: f"{view} stays claimed: --resume or --cancel")
+    args = argparse.Namespace(view="page_views", from_=None, resume=False, cancel=False, json=False)
+    with caplog.at_level(logging.INFO):
+        assert replay.cmd_replay(None, args) == 130
+    assert "replay of page_views interrupted; page_views stays claimed: --resume or --cancel" in caplog.text
