@@ -192,6 +192,17 @@ def _key_param(name: str, settings: Settings) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, query])
 
 
+def check_key_bytes(keys: dict[str, Any], max_bytes: int) -> None:
+    """422 for a key longer in UTF-8 than a whole event record: no event holds it, and the stores'
+    keys are bounded in bytes (the parameters are bounded in characters)."""
+    for name, value in keys.items():
+        size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 0
+        if size > max_bytes:
+            raise ApiError(
+                422, f"{name}: {size} bytes in UTF-8, longer than any event can hold ({max_bytes} bytes a record)"
+            )
+
+
 # --- answering ------------------------------------------------------------------------------------
 
 
@@ -306,6 +317,7 @@ def series_endpoint(name: str, view: View, settings: Settings):
             settings.api, view, params["granularity"], params["start"], params["end"], serving.now_s()
         )
         keys = {k: params[k] for k in view.keys}
+        check_key_bytes(keys, settings.events.max_record_bytes)
         answer = await run_query(
             request,
             serving.series,

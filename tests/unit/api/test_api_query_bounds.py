@@ -297,3 +297,17 @@ def test_a_parameter_given_twice_is_a_422_naming_it(client, settings):
     assert "url: given more than once" in body["detail"], body
     resp = client.get(f"{VIEWS}/top_pages?limit=5&limit=6")
     assert "limit: given more than once" in assert_error_shape(resp, settings, 422)["detail"]
+
+
+def test_a_key_longer_in_bytes_than_any_event_is_a_422_naming_it(settings):
+    """Keys were bounded in characters only: with a raised events.max_url_chars, a URL of four-byte
+    characters past the row key's 65535 bytes reached the stores and answered a 500."""
+    from urllib.parse import quote
+
+    big = settings
+    url = "/" + "\U0001f600" * 2_000  # within events.max_url_chars, 8,001 bytes: more than any event holds
+    assert len(url) <= settings.events.max_url_chars < len(url.encode()) and settings.events.max_record_bytes < 8_001
+    for client in make_client(big):
+        resp = client.get(f"{VIEWS}/page_views?url={quote(url)}&granularity=hour")
+        body = assert_error_shape(resp, big, 422)
+        assert "url" in body["detail"] and "bytes" in body["detail"], body
