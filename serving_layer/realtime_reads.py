@@ -62,11 +62,12 @@ class RealtimeReads:
         closing.start()
 
     def read(self, fn: Callable[[RealtimeReaderAdapter], T], attempts: int = 2) -> T:
-        """`fn(reader)`; any failure makes a new reader and tries again, then is StoreUnavailable.
+        """`fn(reader)`; a failure makes a new reader (unless the store answered, refusing the query)
+        and tries again, then is StoreUnavailable.
         A row that is wrong is StoreUnavailable at once: a new reader would read it again (and one
         bad row under steady queries kept many readers open, each closing only after a while)."""
         from stores.adapters import ReadTooLarge
-        from stores.realtime import BadRealtimeRow
+        from stores.realtime import BadRealtimeRow, refused_by_server
 
         for attempt in range(1, attempts + 1):
             reader = None
@@ -79,7 +80,7 @@ class RealtimeReads:
                 log.warning("a realtime row cannot be read: %s", exc)
                 raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc
             except Exception as exc:
-                if reader is not None:
+                if reader is not None and not refused_by_server(exc):  # the store answered: the reader is fine
                     self.replace(reader)
                 if attempt == attempts:
                     log.warning("cassandra read failed: %s: %s", type(exc).__name__, exc)

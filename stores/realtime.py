@@ -410,6 +410,15 @@ def chunks(items: Sequence, size: int) -> Iterable[Sequence]:
         yield items[i : i + size]
 
 
+def refused_by_server(exc: BaseException) -> bool:
+    """Cassandra answered, refusing this one query (a replica's timeout or failure, such as too many
+    tombstones in a partition; an invalid request): the connection is fine, so a new session would
+    not help (a client-side timeout or no host answering are not such answers)."""
+    from cassandra import RequestExecutionException, RequestValidationException
+
+    return isinstance(exc, (RequestExecutionException, RequestValidationException))
+
+
 class BadRealtimeRow(ValueError):
     """A realtime row the speed layer cannot have written (a null value, a distinct view's row
     without its sketch, a key that is not a JSON array of strings): the store's content, not its

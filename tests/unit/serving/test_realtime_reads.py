@@ -151,3 +151,27 @@ def test_a_read_holding_more_than_its_budget_is_refused_and_keeps_the_reader(rea
     with pytest.raises(ReadTooLarge):
         reads.read(too_large)
     assert len(calls) == 1 and not calls[0].closed
+
+
+@pytest.mark.parametrize("kind", ["ReadFailure", "ReadTimeout", "InvalidRequest"])
+def test_a_read_the_server_refused_keeps_the_reader(reads, kind):
+    """Too many tombstones in one partition (ReadFailure), a replica's timeout, a refused query: the
+    connection is fine. Each such read built a new cluster (control connection, pools) and left the
+    old one open for 30 s: a dashboard polling one such key kept dozens open."""
+    import cassandra
+    from cassandra import protocol
+
+    refusal = {
+        "ReadFailure": lambda: cassandra.ReadFailure("too many tombstones", failures=1),
+        "ReadTimeout": lambda: cassandra.ReadTimeout("replica timed out"),
+        "InvalidRequest": lambda: protocol.InvalidRequest("bad query"),
+    }[kind]
+
+    def refused(reader):
+        raise refusal()
+
+    with pytest.raises(StoreUnavailable, match="cassandra"):
+        reads.read(refused)
+    assert len(Reader.built) == 1 and not Reader.built[0].closed, "the reader stays"
+    assert reads.read(lambda r: r.get()) == "rows"
+    assert len(Reader.built) == 1
