@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from definitions.settings import Settings
+from definitions.sketches import MAX_LG_K
 from definitions.views import View, key_text
 from stores import batch_layout as layout
 from stores.adapters import ROW_BYTES, ReadTooLarge
@@ -40,6 +41,9 @@ class BadBatchCell(ValueError):
 
 # What decoding a stored cell or row key raises when its bytes are wrong.
 DECODE_ERRORS = (struct.error, ValueError, KeyError, IndexError, StopIteration, UnicodeDecodeError)
+# The largest sketch any view can hold: an HLL_8 sketch of the library's most registers and its header.
+MAX_SKETCH_BYTES = 2**MAX_LG_K + 64
+SKETCH_ROWS_A_FETCH = 50  # a distinct view's rows are fetched a few at a time: each holds a sketch
 
 
 class BatchViewReader:
@@ -96,15 +100,27 @@ class BatchViewReader:
     ) -> dict[int, tuple[int, bytes | None]]:
         """{event bucket: (value, sketch or None)} of one key's cells in buckets [first, last]."""
         start, stop = layout.scan_range(view, granularity, keys, first, last + 1)
+        budget = self.settings.api.max_read_mib * 2**20
+        rows_a_fetch = SKETCH_ROWS_A_FETCH if view.aggregation == "distinct" else 1_000
 
         def read(conn) -> dict[int, tuple[int, bytes | None]]:
             out = {}
-            scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=1_000)
+            held = 0
+            scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=rows_a_fetch)
             with closed_after(scan):  # closed before the connection goes back (see totals)
                 for row, data in scan:
+                    sketch = data.get(layout.SKETCH)
+                    if sketch is not None and len(sketch) > MAX_SKETCH_BYTES:
+                        raise BadBatchCell(f"{table}: row {row[:80]!r}: a sketch of {len(sketch)} bytes: no sketch is")
+                    held += ROW_BYTES + len(row) + (len(sketch) if sketch is not None else 0)
+                    if held > budget:
+                        raise ReadTooLarge(
+                            f"{view.name}: the window holds more than {self.settings.api.max_read_mib} MiB of batch "
+                            "cells (api.max_read_mib); ask for a narrower window or a coarser granularity"
+                        )
                     try:
                         _, _, bucket = layout.parse_row_key(view, row)
-                        out[bucket] = (layout.decode_int(data[layout.VALUE]), data.get(layout.SKETCH))
+                        out[bucket] = (layout.decode_int(data[layout.VALUE]), sketch)
                     except DECODE_ERRORS as exc:
                         raise BadBatchCell(f"{table}: row {row[:80]!r}: {type(exc).__name__}: {exc}"[:300]) from None
             return out

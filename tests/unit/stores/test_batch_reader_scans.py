@@ -39,3 +39,40 @@ def test_a_refused_read_closes_its_scanner_before_the_connection_is_returned():
     with pytest.raises(ReadTooLarge, match="top_pages"):
         reader.totals("t", TOP_PAGES, "hour", 0, 1)
     assert events == ["scanner closed", "connection returned"]
+
+
+def test_a_series_read_refuses_a_sketch_larger_than_any_and_bounds_what_it_holds():
+    """The series read held every row's value and sketch, unbounded: a damaged distinct view whose
+    sketch cells are megabytes each came into memory a thousand rows at a time."""
+    from definitions.views import UNIQUE_VISITORS
+    from stores.batch_reader import MAX_SKETCH_BYTES, BatchViewsUnavailable
+
+    asked: dict = {}
+
+    def rows(sketch: bytes, n: int):
+        def scan(**kwargs):
+            asked.update(kwargs)
+            for bucket in range(n):
+                key = layout.row_key(UNIQUE_VISITORS, "hour", ["/"], bucket * 3600)
+                yield key, {layout.VALUE: layout.encode_int(1), layout.SKETCH: sketch}
+
+        return scan
+
+    def reader_over(scan, mib: int = 64):
+        class Pool:
+            @contextlib.contextmanager
+            def connection(self, timeout):
+                yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
+
+        reader = BatchViewReader(Settings(api={"max_read_mib": mib}), pool_size=1, wait_s=1)
+        reader._pool = Pool()
+        return reader
+
+    with pytest.raises(BatchViewsUnavailable) as refused:
+        reader_over(rows(b"x" * (MAX_SKETCH_BYTES + 1), 3)).series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 10**9)
+    assert f"a sketch of {MAX_SKETCH_BYTES + 1} bytes" in refused.value.detail
+    assert asked["batch_size"] <= 100, "rows of sketches are fetched a few at a time"
+    with pytest.raises(ReadTooLarge, match="unique_visitors"):
+        reader_over(rows(b"x" * 900_000, 5), mib=2).series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 10**9)
+    got = reader_over(rows(b"s" * 4_000, 3)).series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 10**9)
+    assert got == {b * 3600: (1, b"s" * 4_000) for b in range(3)}
