@@ -34,7 +34,7 @@ from serving_layer.pointer_floor import PointerFloor
 from serving_layer.realtime_reads import RealtimeReads
 from serving_layer.speed_state import SpeedState
 from serving_layer.staleness import Horizon, late_drop_reason, stale_reason
-from serving_layer.switching import Switched, answering_view
+from serving_layer.switching import Switched, UnknownAlias, answering_view
 from serving_layer.unavailable import StoreUnavailable
 from serving_layer.view_states import ViewState, view_states
 from stores import registry
@@ -207,6 +207,9 @@ class ServingLayer:
             view = answering_view(versions, view, pointer, granularity)
         except Switched as exc:
             raise ViewBuilding(str(exc)) from None
+        except UnknownAlias as exc:
+            raise StoreUnavailable("hbase", str(exc)) from None
+        self._check_cutoff(view, pointer)
         if view.name not in versions.maintained.names():  # dropped since this query's route was matched
             raise ViewBuilding(f"view {public} is no longer declared: the API stops serving it")
         state = self.speed.lifecycle(view.name, pointer, versions.maintained)
@@ -291,19 +294,22 @@ class ServingLayer:
             pointer = Pointer.from_columns(data) if data else None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # the row is there but is no pointer
             raise StoreUnavailable("hbase", f"the batch views' pointer cannot be read: {exc}") from None
-        if pointer is not None:
-            bucket_s = self.speed_bucket_s()
-            for name, entry in sorted(pointer.entries.items()):
-                if entry.cutoff_ms % (bucket_s * 1000):
-                    # A cutoff inside one of the speed layer's ingest buckets would split that bucket
-                    # between the layers: no exact answer could be given.
-                    raise StoreUnavailable(
-                        "hbase",
-                        f"batch version {entry.version} of {name} has cutoff "
-                        f"{entry.cutoff_ms} ms, not on a boundary of the speed layer's "
-                        f"{bucket_s}s ingest buckets",
-                    )
         return pointer
+
+    def _check_cutoff(self, view: View, pointer: Pointer | None) -> None:
+        """StoreUnavailable when `view`'s batch cutoff is inside one of the speed layer's ingest
+        buckets: that bucket would be split between the layers, and no exact answer given (the
+        other views answer)."""
+        entry = pointer.entry(view.name) if pointer is not None else None
+        if entry is None:
+            return
+        bucket_s = self.speed_bucket_s()
+        if entry.cutoff_ms % (bucket_s * 1000):
+            raise StoreUnavailable(
+                "hbase",
+                f"batch version {entry.version} of {view.name} has cutoff {entry.cutoff_ms} ms, not on a boundary "
+                f"of the speed layer's {bucket_s}s ingest buckets",
+            )
 
     # --- batch part ----------------------------------------------------------------------------
 

@@ -10,13 +10,17 @@ came from the new definition, no later one comes from the old."""
 
 from __future__ import annotations
 
-from definitions.view_versions import Versions
+from definitions.view_versions import SEPARATOR, Versions
 from definitions.views import View
 from stores.pointer import Pointer
 
 
 class Switched(RuntimeError):
     """The view switched to a definition this route cannot answer: the API takes it up in a moment."""
+
+
+class UnknownAlias(ValueError):
+    """The pointer's alias of a view names no storage of that view: no reload of the views helps."""
 
 
 def answering_view(versions: Versions, view: View, pointer: Pointer | None, granularity: str) -> View:
@@ -26,6 +30,8 @@ def answering_view(versions: Versions, view: View, pointer: Pointer | None, gran
     if public == view.name and public not in versions.served:  # the route of a view no longer declared
         return view
     target = pointer.aliases.get(public, public) if pointer is not None else public
+    if target != public and not target.startswith(public + SEPARATOR):
+        raise UnknownAlias(f"the pointer's alias of view {public} names {target[:100]!r}, no storage of it")
     for candidate in (versions.served.get(public), versions.pending.get(public)):
         if candidate is not None and candidate.name == target:
             if (
