@@ -43,6 +43,9 @@ class BadBatchCell(ValueError):
 DECODE_ERRORS = (struct.error, ValueError, KeyError, IndexError, StopIteration, UnicodeDecodeError)
 # The largest sketch any view can hold: an HLL_8 sketch of the library's most registers and its header.
 MAX_SKETCH_BYTES = 2**MAX_LG_K + 64
+# A top read may go through this many times api.max_read_mib of cells (keys seen again are summed,
+# not held) before it is refused: bounds its time as the held keys bound its memory.
+READ_FACTOR = 4
 SKETCH_ROWS_A_FETCH = 50  # a distinct view's rows are fetched a few at a time: each holds a sketch
 
 
@@ -142,9 +145,15 @@ class BatchViewReader:
 
         def _sum(scan) -> dict[str, int]:
             totals: dict[str, int] = {}
-            held = 0
+            held = read = 0
             for _, data in scan:
                 for column, value in data.items():
+                    read += len(column) + len(value)
+                    if read > READ_FACTOR * budget:
+                        raise ReadTooLarge(
+                            f"{view.name}: the window holds more than {READ_FACTOR * self.settings.api.max_read_mib} "
+                            "MiB of batch cells (api.max_read_mib); ask for a narrower window or a coarser granularity"
+                        )
                     try:
                         key = key_text(layout.decode_key(column[2:]))
                         counted = layout.decode_int(value)

@@ -76,3 +76,24 @@ def test_a_series_read_refuses_a_sketch_larger_than_any_and_bounds_what_it_holds
         reader_over(rows(b"x" * 900_000, 5), mib=2).series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 10**9)
     got = reader_over(rows(b"s" * 4_000, 3)).series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 10**9)
     assert got == {b * 3600: (1, b"s" * 4_000) for b in range(3)}
+
+
+def test_a_top_read_of_many_cells_of_few_keys_is_bounded_too():
+    """Only new keys counted: a minute-granularity window over months of the same URLs read every
+    cell (10^8 over Thrift), holding a query slot and a connection for minutes."""
+    from stores.batch_reader import READ_FACTOR
+
+    def scan(**kwargs):
+        for _ in range(10**9):  # as many buckets as the reader asks for
+            yield b"row", {layout.column(TOP_PAGES, [f"/{n}"]): layout.encode_int(1) for n in range(100)}
+
+    class Pool:
+        @contextlib.contextmanager
+        def connection(self, timeout):
+            yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
+
+    reader = BatchViewReader(Settings(api={"max_read_mib": 1}), pool_size=1, wait_s=1)
+    reader._pool = Pool()
+    with pytest.raises(ReadTooLarge, match=r"top_pages: the window holds more than \d+ MiB of batch cells"):
+        reader.totals("t", TOP_PAGES, "minute", 0, 1)
+    assert READ_FACTOR >= 1
