@@ -33,7 +33,7 @@ from serving_layer.part_cache import PartCache
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.realtime_reads import RealtimeReads
 from serving_layer.speed_state import SpeedState
-from serving_layer.staleness import Horizon, late_drop_reason, stale_reason
+from serving_layer.staleness import Horizon, late_drop_reason, loss_reason, stale_reason
 from serving_layer.switching import Switched, UnknownAlias, answering_view
 from serving_layer.unavailable import StoreUnavailable
 from serving_layer.view_states import ViewState, view_states
@@ -467,12 +467,16 @@ class ServingLayer:
         return provenance
 
     def _late_drops(self, provenance: Provenance, source: ViewSource) -> None:
-        """Flag rows the speed layer dropped as late. Asked once the speed part was read: a read of
+        """Flag rows the speed layer dropped as late, and records Kafka deleted before it read them
+        (an accepted loss). Asked once the speed part was read: a read of
         the realtime store's marks that saw the speed layer mark new drops read their record first
         (SpeedState.notice_marks)."""
-        dropped = late_drop_reason(source.cutoff_ms, self.speed.late_drops)
-        if dropped is not None:
-            provenance.incomplete(dropped)
+        for reason in (
+            late_drop_reason(source.cutoff_ms, self.speed.late_drops),
+            loss_reason(source.cutoff_ms, self.speed.losses),
+        ):
+            if reason is not None:
+                provenance.incomplete(reason)
 
     def now_s(self) -> int:
         return int(time.time())

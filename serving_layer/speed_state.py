@@ -60,6 +60,9 @@ class SpeedState:
         # (the highest watermark below which the speed layer dropped rows as late, ms; the rows):
         # stores.checkpoints.record_late_drops; read with the marker, the last one kept on a failure
         self.late_drops: tuple[int, int] | None = None
+        # (when the newest accepted loss of records Kafka deleted before the speed layer read them was
+        # recorded, ms; the records): stores.kafka_gaps.recorded_loss; read with the marker, as late drops
+        self.losses: tuple[int, int] | None = None
         self._late_drops_lock = threading.Lock()  # a read of the record and its assignment, one at a time
         self._late_drops_mark: int | None = None  # the late-drops mark the record was last read at
         self._late_drops_retry_at = 0.0
@@ -72,11 +75,13 @@ class SpeedState:
         in_place: set[str] | None = None,
         unreadable: dict[str, str] | None = None,
         late_drops: tuple[int, int] | None = None,
+        losses: tuple[int, int] | None = None,
     ) -> None:
         """Take `marker` (and replay marks) as just read: a service or a test that knows them."""
         self._marker = (marker, time.monotonic())
         self._marker_read = True
         self.late_drops = late_drops
+        self.losses = losses
         self.replaying = dict(replaying or {})
         self.overlays = dict(overlays or {})
         self.in_place = set(in_place or ())
@@ -147,7 +152,9 @@ class SpeedState:
             self._reading.release()
 
     def _read(self, cached: tuple[Marker | None, float] | None) -> Marker | None:
+        from definitions import jobs
         from stores.checkpoints import file_written_ms, read_late_drops, read_marker
+        from stores.kafka_gaps import recorded_loss
 
         now = time.monotonic()
         epoch = self._epoch
@@ -185,6 +192,10 @@ class SpeedState:
                     self.late_drops = read_late_drops(self.settings)
             except Exception as exc:  # HDFS away, or no record: the last one read stands
                 log.warning("cannot read the speed layer's record of late drops: %s: %s", type(exc).__name__, exc)
+            try:
+                self.losses = recorded_loss(self.settings, jobs.SPEED_LAYER)
+            except Exception as exc:  # HDFS away: the last one read stands
+                log.warning("cannot read the speed layer's loss records: %s: %s", type(exc).__name__, exc)
         self._read_replays(now, epoch)
         if epoch == self._epoch:  # else asked to read again meanwhile: the next question reads
             # Never read yet: what was cached says nothing, and every query is refused until a read

@@ -62,3 +62,17 @@ def late_drop_reason(cutoff_ms: int, drops: tuple[int, int] | None) -> str | Non
         f"read behind an open transaction or a lagging partition): they are in no realtime row, so counts "
         f"may be missing until a batch run's cutoff passes {iso_ms(below_ms)}"
     )
+
+
+def loss_reason(cutoff_ms: int, losses: tuple[int, int] | None) -> str | None:
+    """Why answers may be missing records Kafka's retention deleted before the speed layer read them
+    (`lambdactl accept-loss speed-layer`; stores.kafka_gaps.recorded_loss: (recorded_ms, records)), or
+    None once the batch cutoff is past when the loss was recorded."""
+    if losses is None or cutoff_ms >= losses[0]:
+        return None
+    recorded_ms, records = losses
+    return (
+        f"Kafka's retention deleted {records:,} records before the speed layer read them (accepted with "
+        f"`lambdactl accept-loss speed-layer`, recorded {iso_ms(recorded_ms)}): counts may be missing them "
+        f"until a batch run's cutoff passes {iso_ms(recorded_ms)}"
+    )

@@ -401,6 +401,27 @@ def test_answers_say_incomplete_while_rows_the_speed_layer_dropped_late_are_not_
     assert answer().complete
 
 
+def test_answers_say_incomplete_while_records_kafka_deleted_before_the_speed_layer_read_them_are_in_no_batch(
+    tmp_path,
+):
+    """`lambdactl accept-loss speed-layer`: the speed layer ran past records retention deleted; the
+    answers over them were short and said complete until a batch run covered them."""
+    serving, store = _serving(tmp_path)
+    store.publish(1, "run-1", {CUTOFF_MS // 1000 - HOUR: 3})
+    view = next(v for v in serving.views if v.name == "page_views")
+    start = CUTOFF_MS // 1000 - 10 * HOUR
+
+    def answer():
+        return serving.series(view, {"url": "/a"}, start, start + 10 * HOUR, "hour").provenance
+
+    serving.speed.known(None, losses=(CUTOFF_MS + HOUR * 1000, 5))  # recorded lost after the cutoff
+    provenance = answer()
+    assert not provenance.complete
+    assert "5 records" in provenance.reasons[0] and "accept-loss" in provenance.reasons[0], provenance.reasons
+    serving.speed.known(None, losses=(CUTOFF_MS, 5))  # the batch cutoff is past the loss's record
+    assert answer().complete
+
+
 class BrokenSketches(NoRealtime):
     """A realtime store whose one row of a distinct view holds bytes that are no sketch."""
 
