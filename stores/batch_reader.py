@@ -34,6 +34,14 @@ class BatchViewsUnavailable(RuntimeError):
         self.detail = detail
 
 
+def non_negative(value: int) -> int:
+    """A cell's value; ValueError when negative: every number field of the event contract is
+    non-negative, so no count, sum or distinct count is (a negative one is damage, not data)."""
+    if value < 0:
+        raise ValueError(f"a negative value {value}: no cell is negative")
+    return value
+
+
 class BadBatchCell(ValueError):
     """A batch view's cell or row key the batch layer cannot have written (a value of the wrong
     length, a row key that does not parse): reading it again, or from another server, cannot help."""
@@ -123,7 +131,7 @@ class BatchViewReader:
                         )
                     try:
                         _, _, bucket = layout.parse_row_key(view, row)
-                        out[bucket] = (layout.decode_int(data[layout.VALUE]), sketch)
+                        out[bucket] = (non_negative(layout.decode_int(data[layout.VALUE])), sketch)
                     except DECODE_ERRORS as exc:
                         raise BadBatchCell(f"{table}: row {row[:80]!r}: {type(exc).__name__}: {exc}"[:300]) from None
             return out
@@ -156,7 +164,7 @@ class BatchViewReader:
                         )
                     try:
                         key = key_text(layout.decode_key(column[2:]))
-                        counted = layout.decode_int(value)
+                        counted = non_negative(layout.decode_int(value))
                     except DECODE_ERRORS as exc:
                         raise BadBatchCell(
                             f"{table}: column {column[:80]!r}: {type(exc).__name__}: {exc}"[:300]

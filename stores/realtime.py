@@ -514,6 +514,8 @@ class RealtimeReader:
                 raise self._too_large(view)
             if value is None or (with_sketches and sketch is None):
                 raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} without its value or sketch")
+            if value < 0:  # every number field of the event contract is non-negative: damage, not data
+                raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} holds a negative value {value}")
             cell = out.setdefault(event_bucket, RealtimeCell(sketches=[] if with_sketches else None))
             cell.value += value
             cell.ingest_buckets += 1
@@ -543,6 +545,8 @@ class RealtimeReader:
                 raise self._too_large(view)
             if value is None:
                 raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} without its value")
+            if value < 0:
+                raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} holds a negative value {value}")
             known = canonical.get(key)
             key = known if known is not None else canonical.setdefault(key, canonical_key(key))
             keys = out.setdefault(event_bucket, {})

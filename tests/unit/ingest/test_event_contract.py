@@ -186,3 +186,11 @@ def test_a_text_fields_pattern_accepts_exactly_the_values_the_contract_accepts(f
         assert bool(pattern.fullmatch(value)) == _field_accepts(field, value), repr(value)
 
     agree()
+
+
+@pytest.mark.parametrize("field", [f.name for f in FIELDS if f.kind == "int"])
+def test_every_number_field_refuses_negative_values(field):
+    """The readers refuse a negative stored cell as damage (stores.batch_reader.non_negative,
+    stores.realtime): that holds while no number field of the contract can be negative."""
+    with pytest.raises(InvalidEvent):
+        validate(json.dumps(event(**{field: -1})).encode(), INGEST_MS)

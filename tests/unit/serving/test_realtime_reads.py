@@ -103,6 +103,11 @@ def test_rows_the_speed_layer_cannot_have_written_are_refused_not_counted():
     for key in ("u-1", "5", '{"a": 1}', "[1]"):
         with pytest.raises(BadRealtimeRow, match="JSON array of strings"):
             rows_reader([(0, 60, key, 1)]).bucket("top_pages", "hour", [0], 0)
+    # No cell is negative (every number field of the event contract is): a negative one is damage.
+    with pytest.raises(BadRealtimeRow, match="negative value -4"):
+        rows_reader([(0, 60, -4, None)]).series("page_views", "hour", "[]", [0], 0)
+    with pytest.raises(BadRealtimeRow, match="negative value -4"):
+        rows_reader([(0, 60, '["/a"]', -4)]).bucket("top_pages", "hour", [0], 0)
     same = rows_reader([(0, 60, '["/a"]', 2), (0, 120, '[ "/a" ]', 3), (0, 120, '["\\u002fb"]', 1)])
     assert same.bucket("top_pages", "hour", [0], 0) == {0: {'["/a"]': 5, '["/b"]': 1}}
 
