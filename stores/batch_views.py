@@ -213,8 +213,11 @@ class VersionStore:
             conn.close()
         ours = {name for run in runs.values() for name in run.get("views", [])}
         remaining = {table_version(t) for t in set(tables) - set(dropped) if table_view(t) in ours}
+        named = {e.version for e in current.entries.values()} if current is not None else set()
         for version, run in runs.items():
-            if run.get("state") in ("live", "retired") and version not in remaining:
+            # A version the pointer names stays live even with its table gone (deleted outside the
+            # platform): the next run at its cutoff computes it again (batch_layer.job).
+            if run.get("state") in ("live", "retired") and version not in remaining and version not in named:
                 self.record_run(version, state="dropped")
         if dropped:
             log.info("dropped old view tables: %s", ", ".join(dropped))

@@ -477,3 +477,19 @@ def test_a_stray_row_among_the_runs_is_passed_over_not_fatal(own):
         conn.close()
     assert store.runs() == {7: {"state": "verified", "cutoff_ms": T0}}
     assert store.retain(settings.batch.keep_versions) == []
+
+
+def test_retention_does_not_mark_the_serving_run_dropped_when_its_table_was_deleted_outside(own):
+    """A served table deleted by hand: retention recorded its run "dropped" while the pointer still
+    named it, and every later swap of it was refused ("its run is dropped")."""
+    settings, views = own
+    version = written(settings, views[:1], T0)
+    swap_version(settings, version)
+    conn = hbase_connection(settings)
+    try:
+        conn.delete_table(table_name(views[0], version), disable=True)
+    finally:
+        conn.close()
+    store = VersionStore(settings)
+    store.retain(settings.batch.keep_versions)
+    assert store.runs()[version]["state"] == "live", "the pointer still names it"
