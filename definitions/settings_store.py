@@ -148,6 +148,10 @@ def load() -> Settings:
     if persisted is None:
         return explicit
     given = explicit_values(explicit)
+    stale = persisted.get("jars_dir")
+    if "jars_dir" not in given and isinstance(stale, str) and not Path(stale).is_dir():
+        # Persisted by an earlier release with every command's default: the checkout has moved since.
+        persisted = {k: v for k, v in persisted.items() if k != "jars_dir"}
     found = conflicts(persisted, given)
     if found:
         raise SettingsConflict(

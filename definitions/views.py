@@ -58,8 +58,9 @@ class View:
                 f"view name must be an identifier of ASCII letters, digits and _ (tables are named from it): "
                 f"{self.name[:100]!r}"
             )
-        if len(self.name) > MAX_NAME_CHARS + (STORAGE_SUFFIX_CHARS if "__" in self.name else 0):
-            raise ValueError(f"view name must be at most {MAX_NAME_CHARS} characters: {self.name[:100]!r}…")
+        limit = MAX_NAME_CHARS + (STORAGE_SUFFIX_CHARS if "__" in self.name else 0)
+        if len(self.name) > limit:
+            raise ValueError(f"view name must be at most {limit} characters: {self.name[:100]!r}…")
         unknown = [k for k in (*self.keys, *([self.column] if self.column else [])) if k not in FIELD_NAMES]
         if unknown:
             raise ValueError(f"view {self.name}: unknown event column(s) {unknown}; known: {FIELD_NAMES}")

@@ -102,6 +102,7 @@ class Stack:
         keyspace) before the platform's own processes start. One `up` or `down` at a time.
         """
         say = on_progress or (lambda msg: log.info("%s", msg))
+        self.cancelled.clear()
         with stack_lock(self.settings.state_dir, say):
             return self._up(say)
 
@@ -426,12 +427,16 @@ class Stack:
         service = next((p for p in self.programs if p.name == name), None)
         if service is None:
             raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
+        self.cancelled.clear()
         # Under the stack lock: an `up` or `down` in another shell is not undone half-way. (Callers
         # holding views.lock take it first: lambdactl views apply, lambdactl reset-speed.)
-        with stack_lock(self.settings.state_dir), self.supervisord.lock():
+        with stack_lock(self.settings.state_dir, lambda msg: log.info("%s", msg)), self.supervisord.lock():
             if not self.supervisord.answering():
                 raise StackError(name, "the supervisor is not answering: start the stack with `lambdactl up`")
-            if name not in self.supervisord.all_info():
+            listed = self.supervisord.all_info()
+            if not listed:
+                raise StackError(name, "the supervisor did not list its programs: try again")
+            if name not in listed:
                 raise StackError(
                     name,
                     "not under the supervisor now (`lambdactl reset-speed` or `down` took it out): "
@@ -439,9 +444,14 @@ class Stack:
                 )
             try:
                 self.supervisord.stop(name)
-            finally:  # also when interrupted: a program stopped here is started again
-                since = time.time()
-                self.supervisord.start(name)
+            except BaseException:  # also when interrupted: a program stopped here is started again
+                try:
+                    self.supervisord.start(name)
+                except Exception as exc:  # the first failure is the one to report
+                    log.warning("starting %s again after its stop failed: %s", name, exc)
+                raise
+            since = time.time()
+            self.supervisord.start(name)
         return self._await_supervised(service, since)[1]
 
     def down(self, on_progress: Callable[[str], None] | None = None) -> dict[str, str]:

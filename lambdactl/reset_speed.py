@@ -47,13 +47,23 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
             sorted({*claims, *overlays}),
         )
         return 2
-    lost = _unabsorbed_loss(settings)
+    try:
+        lost = _unabsorbed_loss(settings)
+    except Exception as exc:  # HBase or Kafka away: the check cannot be made, so nothing is removed
+        log.error(
+            "cannot check that Kafka still holds what no batch run absorbed (%s: %s): with Kafka and HBase up "
+            "(`lambdactl up` starts the stores), run it again",
+            type(exc).__name__,
+            str(exc)[:300],
+        )
+        return 2
     if lost:
         log.error(
-            "Kafka no longer holds every record the batch layer has not absorbed yet (from %s on): %s. A fresh "
+            "Kafka no longer holds every record the batch layer has not absorbed yet (%s): %s. A fresh "
             "speed layer recomputes from Kafka's earliest offset, so those records would be in no layer: run "
-            "`lambdactl batch` first (its cutoff moves past them), then reset",
-            iso_ms(lost[0]),
+            "`lambdactl batch` first (its cutoff must pass the first record Kafka keeps of each such partition), "
+            "then reset",
+            f"from {iso_ms(lost[0])} on" if lost[0] else "no batch run yet: the whole topic",
             "; ".join(lost[1][:3]),
         )
         return 2
@@ -68,6 +78,18 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         _say("the speed layer is stopped" if ran else "the speed layer was not running")
     removed = checkpoints.remove_checkpoint(settings)
     _say(f"removed {', '.join(removed)}" if removed else "no checkpoint or marker was there")
+    claims, overlays = replays.read_replays(settings)  # a replay that began beside this reset
+    if overlays:
+        log.error(
+            "a replay of %s switched while the speed layer was being reset: `lambdactl up` refuses the fresh "
+            "start until a batch run absorbs it (`lambdactl batch`, then `lambdactl clean-realtime`)",
+            sorted(overlays),
+        )
+        return 2
+    if claims:
+        _say(
+            f"a replay of {sorted(claims)} began meanwhile: it refuses to switch, and ends, as the speed layer was reset"
+        )
     _say(
         "the next `lambdactl up` starts the speed layer afresh: it empties the realtime tables and recomputes them "
         "from the earliest Kafka offset (to change a data-shaping setting: `lambdactl down`, edit it in "
@@ -83,11 +105,12 @@ def _unabsorbed_loss(settings: Settings) -> tuple[int, list[str]] | None:
     retention deleted), or None when Kafka holds them all."""
     from stores.kafka import lost_since, spans_from
     from stores.registry import version_store
-    from stores.view_versions import read_versions
 
+    # The pointer alone (not the speed layer's marker: a damaged one is a reason to reset): below
+    # the lowest cutoff it names every view is answered from batch tables. No batch run yet: all of
+    # Kafka counts.
     pointer = version_store(settings).pointer()
-    names = read_versions(settings).maintained.names()
-    floor = min((pointer.cutoff_of(n) if pointer is not None else 0) for n in names) if names else 0
+    floor = min((e.cutoff_ms for e in pointer.entries.values()), default=0) if pointer is not None else 0
     lost = lost_since(spans_from(settings, floor), floor)
     return (floor, lost) if lost else None
 

@@ -234,8 +234,15 @@ class ServingLayer:
         return marker.ingest_bucket_s if marker is not None else self.settings.ingest_bucket_s
 
     def stale_reason(self, view: str, source: ViewSource) -> str | None:
-        """Why answers of `view` may be missing counts now (serving_layer.staleness), or None."""
+        """Why answers of `view` may be missing counts now (serving_layer.staleness), or None; for a
+        cutoff off the speed layer's ingest buckets, why its queries are refused (as listed states say)."""
         marker = self.speed_marker()
+        bucket_ms = (marker.ingest_bucket_s if marker else self.settings.ingest_bucket_s) * 1000
+        if source.cutoff_ms % bucket_ms:
+            return (
+                f"batch version {source.version} has cutoff {source.cutoff_ms} ms, not on a boundary of the speed "
+                f"layer's {bucket_ms // 1000}s ingest buckets: its queries are refused (503) until a batch run"
+            )
         return stale_reason(
             view,
             source.version,

@@ -54,7 +54,7 @@ MAX_SKETCH_BYTES = 2**MAX_LG_K + 64
 # A top read may go through this many times api.max_read_mib of cells (keys seen again are summed,
 # not held) before it is refused: bounds its time as the held keys bound its memory.
 READ_FACTOR = 4
-SKETCH_ROWS_A_FETCH = 50  # a distinct view's rows are fetched a few at a time: each holds a sketch
+SKETCH_ROWS_A_FETCH = 200  # a distinct view's rows are fetched a few at a time: each holds a sketch
 
 
 class BatchViewReader:

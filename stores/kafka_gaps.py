@@ -159,27 +159,22 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
     return found
 
 
-MAX_LOSS_RECORDS = 1_000  # the newest read: one is written per accepted start
-
-
 def recorded_loss(settings: Settings, job: str) -> tuple[int, int] | None:
-    """(when the newest accepted loss of `job` was recorded, ms; the records lost in all), or None
-    when no loss is on record. Every lost record was ingested before its loss was recorded: an
-    answer whose batch cutoff is below that time may be missing them. Raises WebHdfsError when
-    HDFS cannot be read; a record that cannot be read is passed over, named in the log."""
+    """(when the newest accepted loss of `job` was recorded, ms; the records it lost), or None when
+    no loss is on record. Every record lost before was ingested before that time: an answer whose
+    batch cutoff is below it may be missing them. One listing and one file read (the newest: names
+    are the times they were accepted). Raises WebHdfsError when HDFS cannot be read; a record that
+    cannot be read is passed over, named in the log, for the one before it."""
     folder = f"{checkpoint_dirs(settings, job)[0]}-losses"
-    newest, lost = 0, set()
     with WebHdfs(settings) as fs:
-        for name in fs.list(folder)[-MAX_LOSS_RECORDS:]:
+        for name in reversed(fs.list(folder)[-5:]):
             try:
                 doc = json.loads(fs.read(f"{folder}/{name}") or b"{}")
-                newest = max(newest, int(doc["recorded_ms"]))
-                lost |= {(g.partition, g.first_lost, g.first_kept) for g in _decode(json.dumps(doc).encode())}
+                lost = {(g.partition, g.first_lost, g.first_kept) for g in _decode(json.dumps(doc).encode())}
+                return int(doc["recorded_ms"]), sum(kept - first for _, first, kept in lost)
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("the loss record %s/%s cannot be read: %s: %s", folder, name, type(exc).__name__, exc)
-    if not newest:
-        return None
-    return newest, sum(kept - first for _, first, kept in lost)
+    return None
 
 
 def accepted_past(settings: Settings, job: str) -> list[Gap]:

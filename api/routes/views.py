@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from api.errors import ApiError, error_responses
 from api.window import DEFAULT_SPAN_BUCKETS, TIME_EXAMPLE, TIME_PATTERN, iso, resolve_window
 from definitions.events import FIELDS, value_pattern
-from definitions.settings import Settings
+from definitions.settings import MAX_KEY_BYTES, Settings
 from definitions.view_versions import Versions
 from definitions.views import View
 from serving_layer.service import SeriesAnswer, StoreUnavailable, TopAnswer
@@ -193,14 +193,12 @@ def _key_param(name: str, settings: Settings) -> inspect.Parameter:
 
 
 def check_key_bytes(keys: dict[str, Any], max_bytes: int) -> None:
-    """422 for a key longer in UTF-8 than a whole event record: no event holds it, and the stores'
-    keys are bounded in bytes (the parameters are bounded in characters)."""
+    """422 for a key longer in UTF-8 than a whole event record (no event holds it) or than the
+    stores' keys take: the parameters are bounded in characters."""
     for name, value in keys.items():
         size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 0
         if size > max_bytes:
-            raise ApiError(
-                422, f"{name}: {size} bytes in UTF-8, longer than any event can hold ({max_bytes} bytes a record)"
-            )
+            raise ApiError(422, f"{name}: {size} bytes in UTF-8, longer than any view key can be ({max_bytes} bytes)")
 
 
 # --- answering ------------------------------------------------------------------------------------
@@ -317,7 +315,7 @@ def series_endpoint(name: str, view: View, settings: Settings):
             settings.api, view, params["granularity"], params["start"], params["end"], serving.now_s()
         )
         keys = {k: params[k] for k in view.keys}
-        check_key_bytes(keys, settings.events.max_record_bytes)
+        check_key_bytes(keys, min(settings.events.max_record_bytes, MAX_KEY_BYTES))
         answer = await run_query(
             request,
             serving.series,

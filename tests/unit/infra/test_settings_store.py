@@ -342,6 +342,7 @@ def test_a_persisted_jars_dir_is_read_back_and_kept_by_a_later_plain_up(monkeypa
     """The default jars_dir of every later command was taken for an explicit one: it won over the
     persisted value and the next `up` persisted the default in its place."""
     jars = tmp_path / "opt-jars"
+    jars.mkdir()
     monkeypatch.setenv("LAMBDA_JARS_DIR", str(jars))
     persist(Settings())
     monkeypatch.delenv("LAMBDA_JARS_DIR")
@@ -400,3 +401,12 @@ def test_persisted_settings_linked_into_a_folder_others_can_change_are_not_read(
     path.symlink_to(shared / "settings.json")
     with pytest.raises(SettingsConflict, match=f"{shared} can be changed by every user"):
         load()
+
+
+def test_a_persisted_jars_dir_that_is_gone_gives_way_to_the_default(monkeypatch, tmp_path):
+    """Earlier releases persisted every command's default jars_dir: after the checkout moved, that
+    old path won and every start said "no jars"."""
+    monkeypatch.setenv("LAMBDA_JARS_DIR", str(tmp_path / "moved-away"))
+    persist(Settings())
+    monkeypatch.delenv("LAMBDA_JARS_DIR")
+    assert load().jars_dir == Settings().jars_dir

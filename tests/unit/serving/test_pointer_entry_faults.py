@@ -37,6 +37,9 @@ def test_a_cutoff_off_the_ingest_buckets_refuses_only_its_own_view(tmp_path):
     with pytest.raises(StoreUnavailable) as refused:
         serving._check_serving(PAGE_VIEWS_BY_CHANNEL, pointer, "hour")
     assert "page_views_by_channel" in refused.value.detail and "ingest buckets" in refused.value.detail
+    states = {s.name: s for s in serving.view_states()}  # /api/v1/views and the status say it too
+    assert "ingest buckets" in (states["page_views_by_channel"].stale or ""), states["page_views_by_channel"]
+    assert "ingest buckets" not in (states["page_views"].stale or "")
 
 
 def test_an_alias_to_a_storage_no_version_knows_is_a_503_naming_it(tmp_path):
