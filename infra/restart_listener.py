@@ -105,6 +105,9 @@ class Listener:
         self.budget = budget
         self.programs = set(programs)
         self.rpc = rpc
+        # Makes the proxy again after a failed call: the client keeps one connection, and once a call
+        # failed on it (supervisord closed it while idle) it refuses every later call on it.
+        self.rpc_factory: Callable[[], Any] | None = None
         self.log_lines = log_lines
         self.clock = clock
         self.expecting: set[str] = set()  # restarts this listener asked for, their STARTING not seen yet
@@ -193,10 +196,21 @@ class Listener:
         if pid:
             self._end_group(name, pid)
 
+    def _reconnect(self) -> None:
+        """A new proxy for the next call (see rpc_factory)."""
+        if self.rpc_factory is not None:
+            try:
+                self.rpc = self.rpc_factory()
+            except Exception as exc:  # the next failure tries again
+                log.warning("could not make a new connection to supervisord: %s: %s", type(exc).__name__, exc)
+
     def _rpc_reason(self, name: str) -> str:
         try:
             info = self.rpc.supervisor.getProcessInfo(name)
+        except Fault:
+            return "exited (supervisord did not say how)"
         except Exception:
+            self._reconnect()
             return "exited (supervisord did not say how)"
         if info.get("spawnerr"):
             return str(info["spawnerr"])
@@ -291,6 +305,7 @@ class Listener:
                 entry.pop("restart_asked_at", None)
                 log.warning("%s: restart failed (%s: %s); trying again in 1s", name, type(exc).__name__, exc)
                 entry["next_restart_at"] = now + 1.0
+                self._reconnect()
             changed = True
         if changed:
             self.save()
@@ -300,6 +315,7 @@ class Listener:
         try:
             infos = self.rpc.supervisor.getAllProcessInfo()
         except Exception:
+            self._reconnect()
             return
         now = self.clock()
         for info in infos:
@@ -363,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         childutils.getRPCInterface(os.environ),
         args.log_lines,
     )
+    listener.rpc_factory = lambda: childutils.getRPCInterface(os.environ)
     log.info(
         "watching %s: %s, backoff %.0fs doubling to %.0fs",
         ", ".join(sorted(listener.programs)),

@@ -348,3 +348,28 @@ def test_down_asks_every_program_to_stop_at_once_before_supervisord_stops(tmp_pa
         "stop api:api wait=False",
         f"stop supervisord: api STOPPED, archiver STOPPED, {LISTENER} RUNNING, speed-layer STOPPED",
     ], calls
+
+
+def test_a_broken_connection_to_supervisord_is_made_again_not_reused_for_ever(tmp_path):
+    """Seen on the live stack: the listener's first call after an hour idle hit a connection
+    supervisord had closed (BrokenPipeError); the client then answered CannotSendRequest to every
+    later call, and the exited speed layer was never restarted."""
+    from http.client import CannotSendRequest
+
+    broken = FakeSupervisord(BrokenPipeError(32, "Broken pipe"))
+    fresh = FakeSupervisord()
+    made: list[FakeSupervisord] = []
+
+    def reconnect():
+        made.append(fresh)
+        return type("Rpc", (), {"supervisor": fresh})()
+
+    listener, _, clock = _listener(tmp_path, Budget(5, 600, 1, 60), broken)
+    listener.rpc_factory = reconnect
+    _event(listener, "EXITED", expected=0, pid=999_999_006)
+    clock.now += 1
+    listener.run_due()  # the broken connection fails once ...
+    broken.fail_with = CannotSendRequest("Request-sent")  # ... and would fail every call after
+    clock.now += 1
+    listener.run_due()
+    assert made and fresh.started == ["api"], "restarted over a connection made again"
