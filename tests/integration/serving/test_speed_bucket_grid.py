@@ -52,8 +52,12 @@ def test_a_cutoff_inside_the_speed_layers_buckets_is_refused(settings, cutoff_s,
     with WebHdfs(settings) as fs:
         fs.write(marker_path(service.settings), json.dumps({"ingest_bucket_s": size}).encode())
     try:
+        pointer = service.pointer()  # read: each view's queries are refused, not every answer
+        assert pointer is not None
+        view = next(v for v in service.views if v.name == "page_views")
+        start = cutoff_s - cutoff_s % 3600 - 3600
         with pytest.raises(StoreUnavailable) as refused:
-            service.pointer()
+            service.series(view, {"url": "/"}, start, start + 7200, "hour")
         assert refused.value.component == "hbase"
         assert f"speed layer's {size}s ingest buckets" in refused.value.detail
     finally:
