@@ -37,6 +37,10 @@ from lambdactl.output import _emit, _say
 from stores.replays import ReplayMarked
 
 
+class NotSwitched(Exception):
+    """The replay wrote its rows but does not switch to them (they are left to the clean-up)."""
+
+
 class Refused(Exception):
     """The replay cannot be exact as asked; nothing was changed."""
 
@@ -190,6 +194,9 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     except ReplayMarked as exc:  # another replay holds the mark (at the claim), or took it (at the switch)
         _say(f"replay refused: {exc}")
         return 2
+    except NotSwitched as exc:
+        _say(f"replay not switched: {exc}")
+        return 2
     except KeyboardInterrupt:
         _say(f"replay of {view.name} interrupted; {_left(settings, view.name)}")
         return 130
@@ -209,8 +216,8 @@ def _left(settings: Settings, view: str) -> str:
     if not claimed:
         return "the view keeps answering as before and is not claimed: run the replay again when the cause is gone"
     return (
-        f"the view keeps answering as before and stays claimed: `lambdactl replay --view {view} --resume` when "
-        f"the cause is gone, or `--cancel`"
+        f"the view keeps answering as before and stays claimed: once no replay of it runs, "
+        f"`lambdactl replay --view {view} --resume` (when the cause is gone) or `--cancel`"
     )
 
 
@@ -305,7 +312,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from stores.checkpoints import read_marker
     from stores.kafka import end_offsets, latest_ingest_ms, lost_since
     from stores.realtime_cleanup import delete_view_from
-    from stores.replays import mark, release, shadow_name, switch
+    from stores.replays import holds, mark, release, shadow_name, switch
 
     # Every record below these was appended before the replay began (read before its claim: read after
     # it, records of the seconds between count too, and may move the split a whole bucket on).
@@ -369,11 +376,23 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
             f"Kafka deleted records of the replay meanwhile ({'; '.join(lost[:3])}); {view.name} stays claimed "
             f"and answers as before: replay from a later --from with --resume, or run a batch of it"
         )
+    if not holds(settings, claim):  # before the long part: a `--resume` elsewhere took the claim over
+        raise ReplayMarked(
+            f"another replay of {view.name} took its claim over (a `--resume`) while this one waited: it goes on, "
+            "this one stops before reading Kafka"
+        )
     spark = spark_session(settings, "lambda-replay", {"spark.driver.memory": settings.batch.driver_memory})
     try:
         done = rewrite(spark, settings, view, spans, time.time_ns() // 1000, into=shadow, count_from_ms=from_ms)
     finally:
         spark.stop()
+    now = read_marker(settings)
+    if now is None or now.started_ms != marker.started_ms:  # `lambdactl reset-speed` ran meanwhile
+        release(settings, claim)
+        raise NotSwitched(
+            f"the speed layer was reset or started afresh while the replay ran: its rows of {view.name} are "
+            "made again from Kafka, so the replayed ones are not switched to (a later clean-up deletes them)"
+        )
     switch(settings, claim, split_ms)
     refresh_api(settings)
     _say(f"{view.name}: switched to the replayed rows for ingest buckets {iso_ms(from_ms)} to {iso_ms(split_ms)}")

@@ -348,6 +348,14 @@ def _answers_for(fs, path: str, claim: ReplayMark, take_overs: bool = True) -> b
     return current.started_ms == claim.started_ms or (take_overs and claim.started_ms in current.replaces)
 
 
+def holds(settings: Settings, claim: ReplayMark) -> bool:
+    """Whether the view's claim file is still `claim` (not taken over by a `--resume` since)."""
+    from stores.webhdfs import WebHdfs
+
+    with WebHdfs(settings) as fs:
+        return _holds(fs, f"{marks_dir(settings)}/{claim.view}.json", claim)
+
+
 def _holds(fs, path: str, claim: ReplayMark) -> bool:
     """Whether the claim file is still `claim`'s (a `--resume` elsewhere may have taken it over since)."""
     return _answers_for(fs, path, claim, take_overs=False)

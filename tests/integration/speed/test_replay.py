@@ -296,3 +296,74 @@ def test_a_replay_that_fails_after_its_claim_leaves_a_claim_another_took_over_si
     finally:
         unmark(settings, VIEW)
         refresh_api(settings)
+
+
+def test_a_replay_whose_speed_layer_was_reset_meanwhile_does_not_switch(settings, stack, monkeypatch):
+    """`lambdactl reset-speed` beside a replay: the replay switched to rows beside tables the fresh
+    speed layer was about to empty, and `up` then refused the fresh start for a replay recorded."""
+    import argparse
+    from dataclasses import replace
+
+    import speed_layer.replay as replay_job
+    from lambdactl.replay import cmd_replay
+    from stores import checkpoints
+
+    real_marker, real_rewrite = checkpoints.read_marker, replay_job.rewrite
+    reset = []
+
+    def rewrite_then_reset(*args, **kwargs):
+        done = real_rewrite(*args, **kwargs)
+        reset.append(True)  # the speed layer is reset and started afresh while the replay writes
+        return done
+
+    def marker(s):
+        found = real_marker(s)
+        return replace(found, started_ms=(found.started_ms or 0) + 1) if reset and found is not None else found
+
+    monkeypatch.setattr(replay_job, "rewrite", rewrite_then_reset)
+    monkeypatch.setattr(checkpoints, "read_marker", marker)
+    before = read_overlays(settings).get(VIEW)
+    args = argparse.Namespace(view=VIEW, from_=None, resume=False, cancel=False, json=False)
+    try:
+        assert cmd_replay(settings, args) == 2
+        assert reset, "the replay wrote its rows"
+        assert VIEW not in read_marks(settings), "its claim is released"
+        assert read_overlays(settings).get(VIEW) == before, "nothing switched"
+    finally:
+        unmark(settings, VIEW)
+        refresh_api(settings)
+
+
+def test_a_replay_taken_over_while_it_waited_stops_before_reading_kafka(settings, stack, monkeypatch):
+    """Two `--resume` at once both claimed (the later write wins the file): the other did all its
+    Kafka reading and writing and learnt it only at its switch."""
+    import argparse
+
+    import speed_layer.replay as replay_job
+    from lambdactl import replay as replay_cli
+    from lambdactl.replay import cmd_replay
+
+    taken: list[int] = []
+    real_wait = replay_cli._wait_for_split
+
+    def wait_then_taken_over(s, *args, **kwargs):
+        spans = real_wait(s, *args, **kwargs)
+        if not taken:
+            held = read_marks(s)[VIEW]
+            other = held.started_ms + 1
+            mark(s, VIEW, held.from_ms, other, take_over=True, shadow=shadow_name(VIEW, other))
+            taken.append(other)
+        return spans
+
+    def no_rewrite(*args, **kwargs):
+        raise AssertionError("Kafka was read by a replay whose claim another took over")
+
+    monkeypatch.setattr(replay_cli, "_wait_for_split", wait_then_taken_over)
+    monkeypatch.setattr(replay_job, "rewrite", no_rewrite)
+    args = argparse.Namespace(view=VIEW, from_=None, resume=False, cancel=False, json=False)
+    try:
+        assert cmd_replay(settings, args) == 2
+        assert taken and read_marks(settings)[VIEW].started_ms == taken[0], "the other's claim stays"
+    finally:
+        unmark(settings, VIEW)
+        refresh_api(settings)
