@@ -15,8 +15,12 @@ from lambdactl.reset_speed import cmd_reset_speed
 
 @pytest.fixture
 def removed(monkeypatch):
+    from lambdactl import reset_speed
     from stores import checkpoints
 
+    # Kafka holds what no batch absorbed (the check itself runs against the real stores:
+    # tests/integration/speed/test_reset_speed.py).
+    monkeypatch.setattr(reset_speed, "_unabsorbed_loss", lambda settings: None)
     calls: list = []
     monkeypatch.setattr(checkpoints, "remove_checkpoint", lambda settings: calls.append(settings) or [])
     return calls
@@ -48,3 +52,19 @@ def test_a_speed_layer_this_stack_does_not_run_must_be_said_stopped(tmp_path, mo
     assert removed == []
     assert cmd_reset_speed(settings, _args(stopped=True)) == 0
     assert removed == [settings]
+
+
+def test_a_reset_whose_kafka_check_cannot_be_made_removes_nothing(tmp_path, monkeypatch, removed, caplog):
+    from lambdactl import reset_speed
+    from stores import replays
+
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+
+    def unreachable(settings):
+        raise ConnectionRefusedError("HBase is down")
+
+    monkeypatch.setattr(reset_speed, "_unabsorbed_loss", unreachable)
+    monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
+    assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
+    assert "cannot check that Kafka still holds" in caplog.text and "lambdactl up" in caplog.text
+    assert removed == []
