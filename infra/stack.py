@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+import xmlrpc.client
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -433,9 +434,12 @@ class Stack:
         with stack_lock(self.settings.state_dir, lambda msg: log.info("%s", msg)), self.supervisord.lock():
             if not self.supervisord.answering():
                 raise StackError(name, "the supervisor is not answering: start the stack with `lambdactl up`")
-            listed = self.supervisord.all_info()
-            if not listed:
-                raise StackError(name, "the supervisor did not list its programs: try again")
+            try:  # asked directly: all_info() is empty both on a failed call and with no program left
+                listed = {info["name"] for info in self.supervisord.rpc().getAllProcessInfo()}
+            except (OSError, xmlrpc.client.Error) as exc:
+                raise StackError(
+                    name, f"the supervisor did not list its programs ({type(exc).__name__}): try again"
+                ) from None
             if name not in listed:
                 raise StackError(
                     name,
