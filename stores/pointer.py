@@ -62,9 +62,16 @@ MAX_MS = 253_402_300_799_999
 READ_ERRORS = (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError)
 
 
+def _whole(value: object) -> int:
+    """A whole number of the pointer as stored: `int()` would cut 1.7 to 1 and read `true` as 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not a whole number")
+    return value
+
+
 def _ms(value: object) -> int:
     """A time of the pointer (ms since the epoch), within what an ISO time can say."""
-    ms = int(value)  # type: ignore[call-overload]
+    ms = _whole(value)
     if not 0 <= ms <= MAX_MS:
         raise ValueError(f"a time of {ms} ms, outside 0..{MAX_MS}")
     return ms
@@ -206,7 +213,7 @@ class Pointer:
             missing = [k for k in ("version", "cutoff_ms", "views") if k not in legacy]
             if missing:
                 raise PointerFormatError(f"pointer row has neither {DOC.decode()} nor the columns {missing}")
-            version, cutoff = int(legacy["version"]), _ms(legacy["cutoff_ms"])
+            version, cutoff = _whole(legacy["version"]), _ms(legacy["cutoff_ms"])
             run_id, swapped = str(legacy.get("run_id", "")), _ms(legacy.get("swapped_ms", 0))
             entries = {
                 name: ViewEntry(str(table), table_version(str(table)) or version, cutoff, run_id, swapped)
@@ -225,7 +232,7 @@ class Pointer:
             entries = {
                 name: ViewEntry(
                     str(e["table"]),
-                    int(e["version"]),
+                    _whole(e["version"]),
                     _ms(e["cutoff_ms"]),
                     str(e.get("run_id", "")),
                     _ms(e.get("swapped_ms", 0)),
@@ -235,11 +242,11 @@ class Pointer:
             }
             return cls(
                 entries,
-                int(doc["version"]),
+                _whole(doc["version"]),
                 str(doc.get("run_id", "")),
                 dict(doc.get("stats") or {}),
                 _ms(doc.get("swapped_ms", 0)),
-                int(doc["generation"]),
+                _whole(doc["generation"]),
                 stored=bytes(raw),
                 aliases={str(k): str(v) for k, v in (doc.get("aliases") or {}).items()},
                 retiring=tuple(str(n) for n in doc.get("retiring") or ()),

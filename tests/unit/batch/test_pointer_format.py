@@ -127,6 +127,12 @@ def test_a_row_that_lost_its_document_is_refused_rather_than_read_at_the_smalles
         {DOC: b'{"views": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"},  # RecursionError
         {**old_row(3, 7_200_000, {"v": "v_v3"}), b"p:cutoff_ms": b"1e400"},
         {**old_row(3, 7_200_000, {"v": "v_v3"}), b"p:swapped_ms": b"99999999999999999999"},
+        # A number that is not a whole one was cut to one silently (a cutoff 0.7 ms early):
+        {DOC: doc_with(cutoff_ms=T0 + 0.7)},
+        {DOC: doc_with(cutoff_ms=True)},
+        {DOC: doc_with(version=1.5)},
+        {DOC: json.dumps({**json.loads(per_view().to_doc()), "generation": 4.2}).encode()},
+        {**old_row(3, 7_200_000, {"v": "v_v3"}), b"p:cutoff_ms": b"7200000.5"},
     ],
 )
 def test_an_unreadable_row_is_a_clear_error(row):
