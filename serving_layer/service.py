@@ -33,7 +33,7 @@ from serving_layer.part_cache import PartCache
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.realtime_reads import RealtimeReads
 from serving_layer.speed_state import SpeedState
-from serving_layer.staleness import Horizon, late_drop_reason, loss_reason, stale_reason
+from serving_layer.staleness import Horizon, archiver_loss_reason, late_drop_reason, loss_reason, stale_reason
 from serving_layer.switching import Switched, UnknownAlias, answering_view
 from serving_layer.unavailable import StoreUnavailable
 from serving_layer.view_states import ViewState, view_states
@@ -413,7 +413,7 @@ class ServingLayer:
             provenance.unavailable.append(exc.component)
             provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
             merged = merge(buckets, batch, speed)
-        self._late_drops(provenance, source)
+        self._late_drops(provenance, source, buckets)
         self.provenance_counts["batch"] += len(batch)
         self.provenance_counts["speed"] += len(speed)
         return SeriesAnswer(view, dict(zip(view.keys, key_values)), granularity, merged, provenance)
@@ -456,7 +456,7 @@ class ServingLayer:
                 raise
             provenance.unavailable.append(exc.component)
             provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
-        self._late_drops(provenance, source)
+        self._late_drops(provenance, source, buckets)
         return TopAnswer(view, granularity, start_s, end_s, merge_top(batch, speed, limit), provenance)
 
     def view_states(self) -> list[ViewState]:
@@ -473,14 +473,17 @@ class ServingLayer:
             provenance.incomplete(reason)
         return provenance
 
-    def _late_drops(self, provenance: Provenance, source: ViewSource) -> None:
-        """Flag rows the speed layer dropped as late, and records Kafka deleted before it read them
-        (an accepted loss). Asked once the speed part was read: a read of
+    def _late_drops(self, provenance: Provenance, source: ViewSource, buckets: list[int]) -> None:
+        """Flag rows the speed layer dropped as late, and records Kafka deleted before it or the
+        archiver read them (accepted losses). Asked once the speed part was read: a read of
         the realtime store's marks that saw the speed layer mark new drops read their record first
         (SpeedState.notice_marks)."""
         for reason in (
             late_drop_reason(source.cutoff_ms, self.speed.late_drops),
             loss_reason(source.cutoff_ms, self.speed.losses),
+            archiver_loss_reason(buckets[0], self.speed.archiver_losses, self.settings.events.max_future_s)
+            if buckets
+            else None,
         ):
             if reason is not None:
                 provenance.incomplete(reason)

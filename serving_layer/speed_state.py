@@ -60,9 +60,11 @@ class SpeedState:
         # (the highest watermark below which the speed layer dropped rows as late, ms; the rows):
         # stores.checkpoints.record_late_drops; read with the marker, the last one kept on a failure
         self.late_drops: tuple[int, int] | None = None
-        # (when the newest accepted loss of records Kafka deleted before the speed layer read them was
-        # recorded, ms; the records): stores.kafka_gaps.recorded_loss; read with the marker, as late drops
-        self.losses: tuple[int, int] | None = None
+        # ((when an accepted loss of records Kafka deleted before the speed layer read them was
+        # recorded, ms; the records), ...): stores.kafka_gaps.recorded_losses; read with the marker, as
+        # late drops; and the archiver's (records in no batch, ever)
+        self.losses: tuple[tuple[int, int], ...] = ()
+        self.archiver_losses: tuple[tuple[int, int], ...] = ()
         self._late_drops_lock = threading.Lock()  # a read of the record and its assignment, one at a time
         self._late_drops_mark: int | None = None  # the late-drops mark the record was last read at
         self._late_drops_retry_at = 0.0
@@ -75,13 +77,15 @@ class SpeedState:
         in_place: set[str] | None = None,
         unreadable: dict[str, str] | None = None,
         late_drops: tuple[int, int] | None = None,
-        losses: tuple[int, int] | None = None,
+        losses: tuple[tuple[int, int], ...] = (),
+        archiver_losses: tuple[tuple[int, int], ...] = (),
     ) -> None:
         """Take `marker` (and replay marks) as just read: a service or a test that knows them."""
         self._marker = (marker, time.monotonic())
         self._marker_read = True
         self.late_drops = late_drops
         self.losses = losses
+        self.archiver_losses = archiver_losses
         self.replaying = dict(replaying or {})
         self.overlays = dict(overlays or {})
         self.in_place = set(in_place or ())
@@ -154,7 +158,7 @@ class SpeedState:
     def _read(self, cached: tuple[Marker | None, float] | None) -> Marker | None:
         from definitions import jobs
         from stores.checkpoints import file_written_ms, read_late_drops, read_marker
-        from stores.kafka_gaps import recorded_loss
+        from stores.kafka_gaps import recorded_losses
 
         now = time.monotonic()
         epoch = self._epoch
@@ -192,10 +196,11 @@ class SpeedState:
                     self.late_drops = read_late_drops(self.settings)
             except Exception as exc:  # HDFS away, or no record: the last one read stands
                 log.warning("cannot read the speed layer's record of late drops: %s: %s", type(exc).__name__, exc)
-            try:
-                self.losses = recorded_loss(self.settings, jobs.SPEED_LAYER)
-            except Exception as exc:  # HDFS away: the last one read stands
-                log.warning("cannot read the speed layer's loss records: %s: %s", type(exc).__name__, exc)
+            for job, attr in ((jobs.SPEED_LAYER, "losses"), (jobs.ARCHIVER, "archiver_losses")):
+                try:
+                    setattr(self, attr, recorded_losses(self.settings, job))
+                except Exception as exc:  # HDFS away: the last ones read stand
+                    log.warning("cannot read the %s's loss records: %s: %s", job, type(exc).__name__, exc)
         self._read_replays(now, epoch)
         if epoch == self._epoch:  # else asked to read again meanwhile: the next question reads
             # Never read yet: what was cached says nothing, and every query is refused until a read

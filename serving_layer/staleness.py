@@ -64,15 +64,35 @@ def late_drop_reason(cutoff_ms: int, drops: tuple[int, int] | None) -> str | Non
     )
 
 
-def loss_reason(cutoff_ms: int, losses: tuple[int, int] | None) -> str | None:
+def loss_reason(cutoff_ms: int, losses: tuple[tuple[int, int], ...]) -> str | None:
     """Why answers may be missing records Kafka's retention deleted before the speed layer read them
-    (`lambdactl accept-loss speed-layer`; stores.kafka_gaps.recorded_loss: (recorded_ms, records)), or
-    None once the batch cutoff is past when the loss was recorded."""
-    if losses is None or cutoff_ms >= losses[0]:
+    (`lambdactl accept-loss speed-layer`; stores.kafka_gaps.recorded_losses: ((recorded_ms, records),
+    ...)), or None once the batch cutoff is past when each loss was recorded."""
+    open_losses = [(recorded_ms, records) for recorded_ms, records in losses if cutoff_ms < recorded_ms]
+    if not open_losses:
         return None
-    recorded_ms, records = losses
+    newest = max(recorded_ms for recorded_ms, _ in open_losses)
+    records = sum(records for _, records in open_losses)
     return (
         f"Kafka's retention deleted {records:,} records before the speed layer read them (accepted with "
-        f"`lambdactl accept-loss speed-layer`, recorded {iso_ms(recorded_ms)}): counts may be missing them "
-        f"until a batch run's cutoff passes {iso_ms(recorded_ms)}"
+        f"`lambdactl accept-loss speed-layer`, the last recorded {iso_ms(newest)}): counts may be missing "
+        f"them until a batch run's cutoff passes {iso_ms(newest)}"
+    )
+
+
+def archiver_loss_reason(first_bucket_s: int, losses: tuple[tuple[int, int], ...], max_future_s: int) -> str | None:
+    """Why answers over buckets from `first_bucket_s` on may be missing records Kafka's retention
+    deleted before the archiver stored them (`lambdactl accept-loss archiver`; ((recorded_ms,
+    records), ...)): they are in no batch, ever. Their event times are unknown, but none is later
+    than its loss's record plus `max_future_s` (events.max_future_s: what validation lets an event
+    be ahead of its ingest time); None when the buckets asked for are all after that."""
+    reach = [(ms, n) for ms, n in losses if first_bucket_s * 1000 < ms + max_future_s * 1000]
+    if not reach:
+        return None
+    newest = max(ms for ms, _ in reach)
+    return (
+        f"Kafka's retention deleted {sum(n for _, n in reach):,} records before the archiver stored them "
+        f"(accepted with `lambdactl accept-loss archiver`, the last recorded {iso_ms(newest)}): they are "
+        f"in no batch, so counts of event times before {iso_ms(newest + max_future_s * 1000)} may be "
+        f"missing them for good"
     )

@@ -115,7 +115,11 @@ def _encode(found: Iterable[Gap], **extra) -> bytes:
 
 
 def _decode(data: bytes) -> list[Gap]:
-    return [Gap(**g) for g in json.loads(data)["gaps"]]
+    return _gaps(json.loads(data))
+
+
+def _gaps(doc: dict[str, Any]) -> list[Gap]:
+    return [Gap(**g) for g in doc["gaps"]]
 
 
 def accept(settings: Settings, job: str, found: list[Gap]) -> None:
@@ -159,22 +163,26 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
     return found
 
 
-def recorded_loss(settings: Settings, job: str) -> tuple[int, int] | None:
-    """(when the newest accepted loss of `job` was recorded, ms; the records it lost), or None when
-    no loss is on record. Every record lost before was ingested before that time: an answer whose
-    batch cutoff is below it may be missing them. One listing and one file read (the newest: names
-    are the times they were accepted). Raises WebHdfsError when HDFS cannot be read; a record that
-    cannot be read is passed over, named in the log, for the one before it."""
+LOSSES_READ = 100  # the newest loss records read (each an operator's acceptance: a handful in years)
+
+
+def recorded_losses(settings: Settings, job: str) -> tuple[tuple[int, int], ...]:
+    """((when an accepted loss of `job` was recorded, ms; the records it lost), ...), oldest first;
+    () when no loss is on record. Every record a loss lost was ingested before its time. One listing
+    and one read per record (the newest LOSSES_READ: names are the times they were accepted).
+    Raises WebHdfsError when HDFS cannot be read; a record that cannot be read is passed over, named
+    in the log."""
     folder = f"{checkpoint_dirs(settings, job)[0]}-losses"
+    losses = []
     with WebHdfs(settings) as fs:
-        for name in reversed(fs.list(folder)[-5:]):
+        for name in fs.list(folder)[-LOSSES_READ:]:
             try:
                 doc = json.loads(fs.read(f"{folder}/{name}") or b"{}")
-                lost = {(g.partition, g.first_lost, g.first_kept) for g in _decode(json.dumps(doc).encode())}
-                return int(doc["recorded_ms"]), sum(kept - first for _, first, kept in lost)
-            except (ValueError, KeyError, TypeError) as exc:
+                lost = {(g.partition, g.first_lost, g.first_kept) for g in _gaps(doc)}
+                losses.append((int(doc["recorded_ms"]), sum(kept - first for _, first, kept in lost)))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 log.warning("the loss record %s/%s cannot be read: %s: %s", folder, name, type(exc).__name__, exc)
-    return None
+    return tuple(sorted(losses))
 
 
 def accepted_past(settings: Settings, job: str) -> list[Gap]:

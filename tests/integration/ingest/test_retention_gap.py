@@ -64,7 +64,7 @@ def test_records_deleted_before_a_job_read_them_stop_it_until_the_loss_is_accept
         assert f"partition 0: offsets 4 to 6 ({master})" in caplog.text
         assert "lambdactl accept-loss archiver" in caplog.text
         assert loss_records(mine, master) == [], "nothing is recorded lost before it is accepted"
-        assert kafka_gaps.recorded_loss(mine, "archiver") is None
+        assert kafka_gaps.recorded_losses(mine, "archiver") == ()
 
         operator = {"LAMBDA_KAFKA__EVENTS_TOPIC": topic, "LAMBDA_ARCHIVER__CHECKPOINT_DIR": root}
         accepted = lambdactl(settings, "accept-loss", "archiver", "--json", extra_env=operator)
@@ -81,8 +81,8 @@ def test_records_deleted_before_a_job_read_them_stop_it_until_the_loss_is_accept
         recorded = loss_records(mine, master)
         assert len(recorded) == 1 and recorded[0]["job"] == "archiver"
         assert [(g["partition"], g["first_lost"], g["first_kept"]) for g in recorded[0]["gaps"]] == [(0, 4, 7)] * 2
-        # What answers are flagged with until a batch covers it: when it was recorded, records lost.
-        assert kafka_gaps.recorded_loss(mine, "archiver") == (recorded[0]["recorded_ms"], 3)
+        # What answers are flagged with (the archiver's: for good): when it was recorded, records lost.
+        assert kafka_gaps.recorded_losses(mine, "archiver") == ((recorded[0]["recorded_ms"], 3),)
 
         # Retention deleting more before the job got past: a new acceptance, naming the larger gap.
         admin = KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap)

@@ -414,12 +414,45 @@ def test_answers_say_incomplete_while_records_kafka_deleted_before_the_speed_lay
     def answer():
         return serving.series(view, {"url": "/a"}, start, start + 10 * HOUR, "hour").provenance
 
-    serving.speed.known(None, losses=(CUTOFF_MS + HOUR * 1000, 5))  # recorded lost after the cutoff
+    serving.speed.known(None, losses=((CUTOFF_MS + HOUR * 1000, 5),))  # recorded lost after the cutoff
     provenance = answer()
     assert not provenance.complete
     assert "5 records" in provenance.reasons[0] and "accept-loss" in provenance.reasons[0], provenance.reasons
-    serving.speed.known(None, losses=(CUTOFF_MS, 5))  # the batch cutoff is past the loss's record
+    # Two losses after the cutoff: the answer may miss both (it gave the newest one's count only).
+    serving.speed.known(None, losses=((CUTOFF_MS + HOUR * 1000, 5), (CUTOFF_MS + 2 * HOUR * 1000, 4)))
+    assert "9 records" in answer().reasons[0], answer().reasons
+    # One of them is covered by the batch: the other is what may be missing.
+    serving.speed.known(None, losses=((CUTOFF_MS, 5), (CUTOFF_MS + 2 * HOUR * 1000, 4)))
+    assert "4 records" in answer().reasons[0], answer().reasons
+    serving.speed.known(None, losses=((CUTOFF_MS, 5),))  # the batch cutoff is past the loss's record
     assert answer().complete
+
+
+def test_answers_over_event_times_records_the_archiver_lost_may_have_say_incomplete_for_good(tmp_path):
+    """`lambdactl accept-loss archiver`: records Kafka deleted before the archiver stored them are in
+    no batch, ever. Their event times are unknown, but none is later than when the loss was recorded
+    plus the producers' allowed skew: answers over earlier buckets say they may miss them, whatever
+    the cutoff; answers only over later buckets are complete."""
+    serving, store = _serving(tmp_path)
+    store.publish(1, "run-1", {CUTOFF_MS // 1000 - HOUR: 3})
+    view = next(v for v in serving.views if v.name == "page_views")
+    recorded_ms = CUTOFF_MS - 20 * HOUR * 1000  # long before the batch cutoff: a batch never has them
+    skew_s = serving.settings.events.max_future_s
+
+    def answer(start_s: int, hours: int = 2):
+        return serving.series(view, {"url": "/a"}, start_s, start_s + hours * HOUR, "hour").provenance
+
+    serving.speed.known(None, archiver_losses=((recorded_ms, 6), (recorded_ms - HOUR * 1000, 2)))
+    over = answer(recorded_ms // 1000 - 5 * HOUR, hours=10)
+    assert not over.complete
+    reason = next(r for r in over.reasons if "archiver" in r)
+    assert "8 records" in reason and "accept-loss archiver" in reason, over.reasons
+    top = serving.top(view, recorded_ms // 1000 - 5 * HOUR, recorded_ms // 1000, "hour", 10).provenance
+    assert not top.complete, "top answers say it too"
+    # The last bucket that can hold one starts before recorded + skew; the first after it cannot.
+    last = (recorded_ms // 1000 + skew_s - 1) // HOUR * HOUR
+    assert not answer(last, hours=1).complete
+    assert answer(last + HOUR).complete, answer(last + HOUR).reasons
 
 
 class BrokenSketches(NoRealtime):
