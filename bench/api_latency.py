@@ -389,7 +389,16 @@ def main() -> int:
                 args.probe_timeout,
                 args.probe_via,
             )
-            if not result["freshness"]["visible"]:
+            fresh = result["freshness"]
+            if fresh["visible"] < fresh["probes"]:  # its percentiles leave the probes never seen out
+                log.error(
+                    "freshness: %d of %d probes never became visible",
+                    fresh["probes"] - fresh["visible"],
+                    fresh["probes"],
+                )
+                result["errors"]["freshness"] = (
+                    f"{fresh['probes'] - fresh['visible']} of {fresh['probes']} probes not visible"
+                )
                 status = 1
         except Exception as exc:
             log.exception("freshness failed")

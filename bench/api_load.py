@@ -3,7 +3,9 @@
 For each route, `hey` sends `--rate` requests/s (its `--workers` connections, each limited to
 rate/workers per second, keep-alive) for `--duration` seconds at the running API after a short
 warm-up; every request's latency and status come back as CSV. Printed per route: the rate asked and
-achieved, p50 / p90 / p99 / max latency, and the errors (any status but 200, or no answer). hey runs
+achieved (answers with status 200), p50 / p90 / p99 / max latency of those, and the errors: any
+status but 200, and the requests scheduled that got no answer (hey leaves its timeouts and transport
+errors out of its CSV: they are counted as the shortfall from what its tickers send). hey runs
 on the same 2 cores as the stack, so it is part of the load. hey's connections send in lockstep (a
 burst of all of them at each tick); each route is measured that way and again with the connections
 split among `--stagger` hey processes started apart, whose bursts interleave, and (page_views) ask
@@ -50,8 +52,10 @@ def _samples(text: str) -> list[tuple[float, int]]:
     return out
 
 
-def hey(urls: list[str], rate: int, workers: int, duration_s: int, groups: int = 1) -> list[tuple[float, int]]:
-    """(latency s, status; 0: no answer) of every request sent.
+def hey(
+    urls: list[str], rate: int, workers: int, duration_s: int, groups: int = 1
+) -> tuple[list[tuple[float, int]], int]:
+    """((latency s, status) of every request answered, the requests hey's tickers schedule).
 
     hey's workers each send on a ticker of their own, all started together: its `workers`
     connections send in lockstep, a burst of `workers` requests every workers/rate seconds. With
@@ -70,13 +74,24 @@ def hey(urls: list[str], rate: int, workers: int, duration_s: int, groups: int =
             time.sleep(period_s / groups)  # the next group's ticks fall between the earlier ones'
         url = urls[i % len(urls)]
         procs.append(subprocess.Popen([*cmd, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    out = []
+    out: list[tuple[float, int]] = []
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=duration_s + 60)
         if proc.returncode != 0:
             raise SystemExit(f"hey failed ({proc.returncode}): {stderr.strip()[:500]}")
         out += _samples(stdout)
-    return out
+    return out, scheduled(per_worker, workers, duration_s)
+
+
+def scheduled(per_worker: float, workers: int, duration_s: int) -> int:
+    """Requests `workers` tickers of `per_worker`/s send in `duration_s` (one tick each short: the
+    last may fall at the deadline)."""
+    return max(0, int(per_worker * duration_s) * workers - workers)
+
+
+def unanswered(answered: int, expected: int) -> int:
+    """Requests hey scheduled that are not in its CSV (timed out, refused, reset)."""
+    return max(0, expected - answered)
 
 
 def measure(
@@ -86,18 +101,21 @@ def measure(
     if warmup_s:
         hey(urls[:1], max(1, rate // 4), workers, warmup_s)
     started = time.monotonic()
-    samples = hey(urls, rate, workers, duration_s, groups)
+    samples, expected = hey(urls, rate, workers, duration_s, groups)
     wall = time.monotonic() - started
     ok = [latency * 1000 for latency, status in samples if status == 200]
-    errors = len(samples) - len(ok)
+    missing = unanswered(len(samples), expected)
+    errors = len(samples) - len(ok) + missing
     return {
         "route": route,
         "arrivals": "lockstep" if groups == 1 else f"{groups} groups",
         "distinct_queries": len(set(urls)),
         "rate_asked": rate,
-        "rate_achieved": round(len(samples) / duration_s, 1),
+        "rate_achieved": round(len(ok) / duration_s, 1),
         "requests": len(samples),
         "errors": errors,
+        "not_200": len(samples) - len(ok),
+        "unanswered": missing,
         "p50_ms": percentile(ok, 50),
         "p90_ms": percentile(ok, 90),
         "p99_ms": percentile(ok, 99),

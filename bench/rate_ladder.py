@@ -126,6 +126,7 @@ def rate_step(
         reasons.append(f"only {len(commits)} batch(es) committed during the {elapsed:.0f}s step")
     if drained_s is None:
         reasons.append(f"backlog not processed within {drain_timeout:.0f}s of the step's end")
+    reasons.extend(offer_shortfalls(rate, report))
     step_batches = list(batches.values())
     processed = [b["processed_rows_per_s"] for b in step_batches if b.get("processed_rows_per_s")]
     inputs = [b["input_rows_per_s"] for b in step_batches if b.get("input_rows_per_s")]
@@ -167,6 +168,24 @@ def rate_step(
         "batch_samples": [(b["input_rows"], b["batch_ms"]) for b in timed],
         "lag_samples": [(round(s["t"], 1), s["lag"]) for s in samples],
     }
+
+
+OFFERED_SHARE = 0.95  # a step offered less than this share of its target rate did not test it
+
+
+def offer_shortfalls(target_rate: float, report) -> list[str]:
+    """Why a step's producer did not offer its target rate (a step the job kept up with but that was
+    never sent its load, or whose sends failed, proves nothing): [] when it did."""
+    if report is None:
+        return ["the producer gave no report"]
+    reasons = []
+    if report.failed:
+        reasons.append(f"{report.failed:,} sends failed")
+    if report.rate < target_rate * OFFERED_SHARE:
+        reasons.append(
+            f"offered {report.rate:,.0f} records/s, under {OFFERED_SHARE:.0%} of the {target_rate:,.0f} targeted"
+        )
+    return reasons
 
 
 def batch_cost_fit(steps: list[dict]) -> dict | None:

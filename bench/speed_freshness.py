@@ -95,6 +95,16 @@ def main() -> int:
                 args.poll_interval,
                 args.probe_timeout,
             )
+            fresh = result["freshness"]
+            if fresh["not_visible"] or fresh["send_errors"]:  # its percentiles leave those probes out
+                log.error(
+                    "freshness: %d of %d probes never became visible, %d could not be sent",
+                    len(fresh["not_visible"]),
+                    fresh["probes"],
+                    len(fresh["send_errors"]),
+                )
+                result["errors"]["freshness"] = f"{len(fresh['not_visible'])} of {fresh['probes']} probes not visible"
+                status = 1
         except Exception as exc:
             log.exception("freshness failed")
             result["errors"]["freshness"] = f"{type(exc).__name__}: {exc}"

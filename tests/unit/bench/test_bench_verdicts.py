@@ -1,0 +1,47 @@
+"""A benchmark never reports a failure as a figure: a rate step whose producer did not send its
+load (or whose sends failed) is not "sustained", and the API load counts the requests hey scheduled
+that got no answer (its CSV leaves timeouts and transport errors out) as errors."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))  # the scripts import each other as files
+    yield lambda name: importlib.import_module(name)
+    for name in ("rate_ladder", "api_load"):
+        sys.modules.pop(name, None)
+
+
+def test_a_rate_step_that_was_not_offered_its_load_is_not_sustained(bench):
+    ladder = bench("rate_ladder")
+    assert ladder.offer_shortfalls(6_000, SimpleNamespace(rate=6_010.0, failed=0)) == []
+    assert "36,000 sends failed" in ladder.offer_shortfalls(6_000, SimpleNamespace(rate=6_000.0, failed=36_000))[0]
+    short = ladder.offer_shortfalls(6_000, SimpleNamespace(rate=0.0, failed=0))
+    assert short and "offered 0 records/s" in short[0]
+    assert ladder.offer_shortfalls(6_000, None) == ["the producer gave no report"]
+
+
+def test_api_load_counts_requests_hey_scheduled_that_got_no_answer(bench, monkeypatch):
+    load = bench("api_load")
+    # 10 connections at 5/s for 20 s schedule 1,000 requests (one tick each may fall at the end).
+    assert load.scheduled(5.0, 10, 20) == 990
+    answered = [(0.002, 200)] * 600 + [(0.002, 503)] * 10  # 380 timed out or were refused
+
+    def fake_hey(urls, rate, workers, duration_s, groups=1):
+        return answered, load.scheduled(rate / workers, workers, duration_s)
+
+    monkeypatch.setattr(load, "hey", fake_hey)
+    result = load.measure("http://127.0.0.1:1", "page_views", ["/x"], 50, 10, 20, 0)
+    assert result["unanswered"] == 990 - 610 and result["not_200"] == 10
+    assert result["errors"] == 390, result
+    assert result["rate_achieved"] == 30.0, "only answers with status 200 count as served"
