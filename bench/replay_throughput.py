@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,31 @@ def records_since(settings, from_ms: int) -> int:
     return sum(s.end - s.start for s in spans_from(settings, from_ms))
 
 
+REPLAY_TIMEOUT_S = 3_600
+
+
+def _replay(args: list[str]) -> tuple[str, str, int]:
+    """Run `lambdactl replay ARGS --json`. Stopped (timeout, or this program interrupted) it is
+    interrupted as Ctrl-C would, so it releases its claim on the view and says what it left; a
+    kill would leave the view claimed as replaying."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lambdactl.cli", "replay", *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=REPLAY_TIMEOUT_S)
+    except BaseException:  # the timeout, or this program's own Ctrl-C
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+        raise
+    return stdout, stderr, proc.returncode
+
+
 def replay_runs(settings, view: str, records: int, runs: int) -> dict:
     from_ms = int(time.time() * 1000) - 86_400_000
     held = records_since(settings, from_ms)
@@ -56,15 +82,10 @@ def replay_runs(settings, view: str, records: int, runs: int) -> dict:
     out = []
     for run in range(runs):
         started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "lambdactl.cli", "replay", "--view", view, "--from", iso_ms(from_ms), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=3_600,
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"replay failed: {done.stderr[-2000:]}")
-        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        stdout, stderr, code = _replay([view, "--from", iso_ms(from_ms)])
+        if code != 0:
+            raise SystemExit(f"replay failed: {stderr[-2000:]}")
+        summary = json.loads(stdout.strip().splitlines()[-1])
         summary["wall_seconds"] = time.monotonic() - started
         log.info("run %d: %s", run + 1, summary)
         out.append(summary)
