@@ -11,12 +11,14 @@ The logic lives in the platform (`lambdactl batch ...`); this file only wires th
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 from datetime import datetime, timedelta
 
-from airflow.exceptions import AirflowSkipException
+from airflow.exceptions import AirflowFailException, AirflowSkipException
 from airflow.sdk import Param, PokeReturnValue, dag, get_current_context, task
 
 INTERVAL = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__INTERVAL_S", "3600")))
@@ -55,6 +57,21 @@ def command_timeout_s() -> float | None:
     return max(total - min(TIMEOUT_MARGIN_S, total / 4), 1.0)
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the thread that started it dies
+
+
+def _end_with_the_task() -> None:
+    """In the command's process, before it runs: SIGTERM when the task's process dies. Airflow ends a
+    task ("mark failed", "clear", a missed heartbeat) with SIGTERM then SIGKILL to the task's own
+    process only, and a `@task` has no on_kill: the command ran on (a batch's Spark driver beside the
+    retry's, a swap moving the pointer after the UI said failed)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _say_cause(cause: str) -> None:
+    get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
+
+
 def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
     """Run one lambdactl command; the JSON object of its last stdout line (empty if none). When it
     fails, its last words are also the task's `failure_cause` XCom: the UI shows it in the task's
@@ -64,18 +81,22 @@ def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
     command = f"lambdactl {' '.join(args)}"
     timeout_s = command_timeout_s()
     try:
-        done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(
+            [binary, *args], capture_output=True, text=True, timeout=timeout_s, preexec_fn=_end_with_the_task
+        )
+    except OSError as exc:  # no such program, or arguments too long for the system (a run's conf)
+        _say_cause(f"{command[:200]} could not be started: {exc.strerror or exc}")
+        raise LambdactlError(list(args)[:1], -1, str(exc)) from None
     except subprocess.TimeoutExpired as exc:  # the command was killed; the next try starts afresh
         cause = f"{command} did not finish within {timeout_s:.0f}s (the task's execution_timeout): stopped"
-        get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause)
+        _say_cause(cause)
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
         raise LambdactlError(list(args), -9, f"{stderr}\n{cause}") from None
     print(done.stderr[-20_000:])  # into the task log, for the Airflow UI
     if done.returncode != 0:
         said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         if done.returncode not in expected:
-            cause = f"{command} exited {done.returncode}: {said[-1] if said else 'no message'}"
-            get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
+            _say_cause(f"{command} exited {done.returncode}: {said[-1] if said else 'no message'}")
         raise LambdactlError(list(args), done.returncode, done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
     return json.loads(lines[-1]) if lines else {}
@@ -103,6 +124,21 @@ def _params() -> dict:
     return get_current_context()["params"]
 
 
+def refuse_backfill() -> None:
+    """A run plans the latest cutoff whatever its logical date: a backfill's runs (which Airflow runs
+    beside other runs, max_active_runs notwithstanding) would each recompute the same cutoff, and all
+    but the first fail their swap. Refused, naming what to do instead."""
+    run = get_current_context().get("dag_run")
+    run_type = getattr(run, "run_type", None)
+    if getattr(run_type, "value", run_type) == "backfill":
+        cause = (
+            "a backfill is refused: every run recomputes the latest covered cutoff whatever its logical "
+            "date; trigger one run (mode full_recompute to recompute from the whole master dataset)"
+        )
+        _say_cause(cause)
+        raise AirflowFailException(cause)
+
+
 @dag(
     dag_id="lambda_batch_recompute",
     schedule=INTERVAL,
@@ -120,6 +156,7 @@ def _params() -> dict:
         "cutoff": Param(
             "",
             type="string",
+            maxLength=40,  # an ISO time; the API's recompute route has the same limit
             description="explicit ISO cutoff on an ingest-bucket boundary (empty: the last complete one)",
         ),
         "views": Param(
@@ -152,6 +189,7 @@ def lambda_batch_recompute():
     )
     def wait_for_completeness() -> PokeReturnValue:
         """The archiver's completeness must cover the cutoff: the plan of the run once it does."""
+        refuse_backfill()
         p = _params()
         args = ["batch", "--plan"] + (["--cutoff", p["cutoff"]] if p["cutoff"] else [])
         if p["views"]:

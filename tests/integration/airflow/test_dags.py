@@ -5,6 +5,7 @@ cutoff with exact answers and a report; a run whose batch task fails leaves serv
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 import threading
@@ -146,6 +147,96 @@ def test_a_command_gets_the_tasks_own_time_and_a_cause_when_it_runs_out(settings
     assert result["took"] < 60, result
     assert "did not finish within 2s" in result["cause"] and "execution_timeout" in result["cause"], result
     assert "lambdactl batch --json" in result["outcome"], result
+
+
+ORPHAN = textwrap.dedent("""
+    import json, os, sys
+    from datetime import timedelta
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_batch_recompute as dag_file
+
+    ti = SimpleNamespace(task=SimpleNamespace(execution_timeout=timedelta(hours=2)), xcom_push=lambda **_: None)
+    dag_file.get_current_context = lambda: {"ti": ti}
+    print(json.dumps({"task": os.getpid()}), flush=True)
+    dag_file.lambdactl("batch", "--json")  # killed while it runs
+""")
+
+
+def test_a_task_killed_from_outside_takes_its_command_with_it(settings, tmp_path):
+    """Airflow ends a task ("mark failed", "clear", a missed heartbeat) by signalling the task's own
+    process; its command (a batch's Spark driver, a swap) ran on beside the retry."""
+    fake = tmp_path / "bin" / "lambdactl"
+    fake.parent.mkdir()
+    pid_file = tmp_path / "command.pid"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 300\n")
+    fake.chmod(0o755)
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(fake.parent))
+    task = subprocess.Popen(
+        [str(settings.airflow.venv / "bin" / "python"), "-c", ORPHAN, str(DAGS_FOLDER)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout_s=120, what="the command started")
+        command = int(pid_file.read_text())
+        task.kill()  # SIGKILL: no handler of the task's runs
+        task.wait(30)
+
+        def gone() -> bool:
+            try:
+                os.kill(command, 0)
+            except ProcessLookupError:
+                return True
+            # A zombie (reparented, not yet reaped) is gone too.
+            with open(f"/proc/{command}/stat") as stat:
+                return stat.read().split(") ", 1)[1].startswith("Z")
+
+        wait_for(gone, timeout_s=30, what="the command ended with its task")
+    finally:
+        task.kill()
+        try:
+            os.kill(int(pid_file.read_text()), 9)
+        except (OSError, ValueError):
+            pass
+
+
+BACKFILL = textwrap.dedent("""
+    import json, sys
+    from datetime import timedelta
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_batch_recompute as dag_file
+    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.api.datamodels._generated import DagRunType
+
+    pushed = {}
+    outcome = {}
+    for kind in (DagRunType.BACKFILL, DagRunType.MANUAL, DagRunType.SCHEDULED):
+        ti = SimpleNamespace(xcom_push=lambda key, value: pushed.update({key: value}))
+        dag_file.get_current_context = lambda: {"ti": ti, "dag_run": SimpleNamespace(run_type=kind)}
+        try:
+            dag_file.refuse_backfill()
+            outcome[kind.value] = "runs"
+        except AirflowFailException as exc:
+            outcome[kind.value] = str(exc)
+    params = dag_file.lambda_batch_recompute().params.get_param("cutoff").schema
+    print(json.dumps({"outcome": outcome, "cause": pushed.get(dag_file.FAILURE_CAUSE_KEY), "cutoff": params}))
+""")
+
+
+def test_a_backfill_is_refused_and_a_cutoff_is_at_most_an_iso_times_length(settings, tmp_path):
+    """Every run plans the latest cutoff whatever its logical date: a backfill's runs (run beside
+    other runs) each recomputed the same cutoff, and all but one failed their swap."""
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path))
+    result = in_airflow(settings, BACKFILL, env)
+    assert result["outcome"]["manual"] == result["outcome"]["scheduled"] == "runs", result
+    assert "backfill is refused" in result["outcome"]["backfill"], result
+    assert "backfill is refused" in result["cause"], "the UI shows why"
+    assert result["cutoff"]["maxLength"] == 40, result["cutoff"]
 
 
 def trigger(settings, conf: dict) -> str:
