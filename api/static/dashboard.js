@@ -30,8 +30,15 @@ function errorText(response, body) {
   return `HTTP ${response.status}`;
 }
 
-async function getJSON(path) {
-  const response = await fetch(path, { headers: { Accept: "application/json" } });
+// Every request gives up after this long: a stalled API shows an error, not a page waiting for ever.
+const REQUEST_TIMEOUT_MS = 15000;
+
+async function getJSON(path, signal) {
+  const timeout = AbortSignal.timeout(REQUEST_TIMEOUT_MS);
+  const response = await fetch(path, {
+    headers: { Accept: "application/json" },
+    signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+  });
   let body = null;
   try { body = await response.json(); } catch (e) { /* not JSON: reported below */ }
   if (!response.ok) throw new Error(errorText(response, body));
@@ -105,32 +112,46 @@ function topRow(r, max) {
   return tr;
 }
 
+// The one "Show" whose answers may reach the page: an earlier one's, answered later, are dropped
+// (its requests are aborted), so the chart never shows another URL than the one asked for last.
+let shown = null;
+
 async function loadSeries() {
-  const { g, start, end } = windowParams(), shown = $("url").value, url = encodeURIComponent(shown);
+  if (shown) shown.abort();
+  const mine = new AbortController(), signal = mine.signal;
+  shown = mine;
+  const current = () => shown === mine;
+  const { g, start, end } = windowParams(), asked = $("url").value, url = encodeURIComponent(asked);
   const range = `granularity=${g}&start=${encodeURIComponent(start)}&end=${encodeURIComponent(end)}`;
   $("pv-error").textContent = ""; $("uv-error").textContent = ""; $("top-error").textContent = "";
   try {
-    const pv = await getJSON(`/api/v1/views/page_views?url=${url}&${range}`);
+    const pv = await getJSON(`/api/v1/views/page_views?url=${url}&${range}`, signal);
+    if (!current()) return;
     const complete = pv.provenance && pv.provenance.complete;
     $("pv-total").textContent = `— ${fmt(pv.total)} in the window${complete ? "" : " (incomplete)"}`;
     const reasons = pv.provenance && Array.isArray(pv.provenance.reasons) ? pv.provenance.reasons : [];
     $("pv-error").textContent = complete ? "" : reasons.map(text).join(" ");
-    drawSeries(pv, shown);
-  } catch (e) { $("pv-error").textContent = e.message; $("chart").replaceChildren(); delete $("chart").dataset.url; }
+    drawSeries(pv, asked);
+  } catch (e) {
+    if (!current()) return;
+    $("pv-error").textContent = e.message; $("chart").replaceChildren(); delete $("chart").dataset.url;
+  }
   try {
-    const uv = await getJSON(`/api/v1/views/unique_visitors?url=${url}&${range}`);
+    const uv = await getJSON(`/api/v1/views/unique_visitors?url=${url}&${range}`, signal);
+    if (!current()) return;
     $("uv-total").textContent = (uv.exact ? "" : "≈ ") + fmt(Math.round(num(uv.total)));
     $("uv-kind").textContent = uv.exact ? "over the window (exact)" : "over the window (HyperLogLog estimate)";
     const last = (Array.isArray(uv.series) ? uv.series : []).filter((b) => num(b.value) > 0).pop();
     $("uv-last").textContent = last ? (last.exact ? "" : "≈ ") + fmt(Math.round(num(last.value))) : "0";
-  } catch (e) { $("uv-error").textContent = e.message; }
+  } catch (e) { if (!current()) return; $("uv-error").textContent = e.message; }
   try {
-    const top = await getJSON(`/api/v1/views/top_pages?${range}&limit=10`);
+    const top = await getJSON(`/api/v1/views/top_pages?${range}&limit=10`, signal);
+    if (!current()) return;
     $("top-window").textContent = `— ${start.slice(0, 16).replace("T", " ")} to ${end.slice(0, 16).replace("T", " ")}`;
     const rows = Array.isArray(top.rows) ? top.rows : [];
     const max = Math.max(1, ...rows.map((r) => num(r.value)));
     $("top").querySelector("tbody").replaceChildren(...rows.map((r) => topRow(r, max)));
-  } catch (e) { $("top-error").textContent = e.message; }
+  } catch (e) { if (current()) $("top-error").textContent = e.message; }
 }
 
 function reportItem(r) {
@@ -151,16 +172,42 @@ function viewRow(v) {
   return tr;
 }
 
-async function loadStatus() {
-  try {
-    const st = await getJSON("/api/v1/status");
-    const batch = st.batch, speed = st.speed;
+// A store that could not be read is said so, never shown as "none yet" or "not running"; when the
+// status cannot be read at all, what it said before is not left on screen as if current.
+function showStatus(st) {
+  const batch = st.batch, speed = st.speed;
+  const unreadable = (part) => part && typeof part === "object" && typeof part.error === "string";
+  if (unreadable(batch)) {
+    $("st-version").textContent = "cannot be read"; $("st-cutoff").textContent = "–";
+  } else {
     $("st-version").textContent = batch && batch.version ? `v${text(batch.version)}` : "none yet";
     $("st-cutoff").textContent = batch && batch.cutoff ? text(batch.cutoff).replace("T", " ").replace("Z", "") : "–";
+  }
+  if (unreadable(speed)) {
+    $("st-fresh").textContent = "cannot be read"; $("st-lag").textContent = "–";
+  } else {
     $("st-fresh").textContent = speed && speed.freshness_s !== null && speed.freshness_s !== undefined
       ? `${fmt(speed.freshness_s)}s ago` : "not running";
     $("st-lag").textContent = speed ? fmt(speed.records_behind) : "–";
-  } catch (e) { /* status is best effort */ }
+  }
+  $("st-error").textContent = [batch, speed].filter(unreadable).map((p) => text(p.error)).join("; ");
+}
+
+let statusLoading = false;  // one round at a time: a stalled API does not pile up requests
+
+async function loadStatus() {
+  if (statusLoading) return;
+  statusLoading = true;
+  try { await statusRound(); } finally { statusLoading = false; }
+}
+
+async function statusRound() {
+  try {
+    showStatus(await getJSON("/api/v1/status"));
+  } catch (e) {
+    for (const id of ["st-version", "st-cutoff", "st-fresh", "st-lag"]) $(id).textContent = "–";
+    $("st-error").textContent = `status cannot be read: ${e.message}`;
+  }
   try {
     const rep = await getJSON("/api/v1/reports");
     const valid = (Array.isArray(rep.reports) ? rep.reports : [])
