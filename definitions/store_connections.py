@@ -119,6 +119,9 @@ class HBaseSettings(_Section):
     # Thrift servers tried in turn ("host" or "host:port"): a new connection goes to the first that
     # answers; empty: host:thrift_port.
     thrift_hosts: list[str] = []
+    # The address the Thrift server listens on (and its info page); empty: host. A Thrift server on
+    # a machine (a container) of its own listens on its own address, or 0.0.0.0.
+    thrift_bind: str = Field("", pattern=r"^([A-Za-z0-9._:%\[\]-]{1,253})?$")
     thrift_info_port: Port = 9095
     master_port: Port = 16000
     master_info_port: Port = 16010

@@ -222,6 +222,7 @@ def _render_hbase(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> N
         regionserver_info_port=b.regionserver_info_port,
         thrift_port=b.thrift_port,
         thrift_info_port=b.thrift_info_port,
+        thrift_bind=b.thrift_bind or b.host,
     )
     render_template("hbase/log4j2.properties", dirs.conf / "log4j2.properties")
 

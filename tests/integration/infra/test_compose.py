@@ -129,3 +129,47 @@ def test_the_compose_api_runs_in_production_unless_told_otherwise():
     README and docs/security.md say production is the default."""
     env = yaml.safe_load(COMPOSE.read_text())["services"]["api"]["environment"]
     assert env["LAMBDA_ENVIRONMENT"] == "${LAMBDA_ENVIRONMENT:-production}", env
+
+
+def _settings_of(service: dict, monkeypatch) -> Settings:
+    """The settings a compose service's processes read: its LAMBDA_* environment, nothing else."""
+    for name in [n for n in os.environ if n.startswith("LAMBDA_")]:
+        monkeypatch.delenv(name)
+    for name, value in (service.get("environment") or {}).items():
+        value = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(value))  # a default compose fills in
+        if name.startswith("LAMBDA_") and "${" not in value:  # not one the user must give (a secret)
+            monkeypatch.setenv(name, value)
+    return Settings(_env_file=None)
+
+
+def test_every_platform_container_reaches_thrift_where_it_runs(monkeypatch, tmp_path):
+    """Clients went to hbase:9090 (the master's container), and the Thrift server, in a container of
+    its own, was told to listen on the master's address: nothing after bootstrap started."""
+    from infra.java import JavaRuntime
+    from infra.service_base import ServiceDirs
+    from infra.store_services import _render_hbase
+
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    thrift = services["hbase-thrift"]
+    for name, service in services.items():
+        if service.get("image") != "lambda-platform:local" or name in ("hbase", "hbase-thrift"):
+            continue
+        endpoints = _settings_of(service, monkeypatch).hbase.thrift_endpoints
+        assert endpoints == [(thrift["hostname"], 9090)], f"{name} asks Thrift at {endpoints}"
+    dirs = ServiceDirs(root=tmp_path)
+    dirs.conf.mkdir()
+    _render_hbase(_settings_of(thrift, monkeypatch), dirs, JavaRuntime.__new__(JavaRuntime))
+    site = ET.parse(dirs.conf / "hbase-site.xml").getroot()
+    values = {p.findtext("name"): p.findtext("value") for p in site.iter("property")}
+    assert values["hbase.regionserver.thrift.ipaddress"] in ("0.0.0.0", thrift["hostname"]), values
+    assert values["hbase.zookeeper.quorum"] == "hbase", "the master's ZooKeeper is still the master's"
+
+
+def test_the_image_compiles_the_platforms_own_jvm_code():
+    """Every Spark session needs the event contract's validator (jars_dir/contract), which only
+    infra/setup.sh compiled: in the image every Spark job failed at its start."""
+    dockerfile = (REPO_ROOT / "infra" / "docker" / "Dockerfile").read_text()
+    final = dockerfile.rsplit("\nFROM ", 1)[1]
+    assert "-jdk" in final.splitlines()[0], "javac is needed in the final stage"
+    assert "bash infra/compile_jvm.sh" in final and final.index("COPY --from=jars") < final.index("compile_jvm.sh")
+    assert "bash infra/compile_jvm.sh" in (REPO_ROOT / "infra" / "setup.sh").read_text(), "one script for both"
