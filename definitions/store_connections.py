@@ -27,6 +27,12 @@ class KafkaSettings(_Section):
     partitions: int = Field(4, ge=1)
     replication_factor: int = Field(1, ge=1)
     retention_hours: int = Field(168, ge=1)
+    # How the brokers store the platform's topics (their `compression.type`). "uncompressed" makes a
+    # broker decompress each batch a producer compressed and refuse it when its records, decompressed,
+    # pass `max.message.bytes`: kept as the producer compressed it ("producer", or the same codec), a
+    # 30 KB batch can declare a 1 GiB record, and every Java consumer (the archiver, the speed layer)
+    # allocates it whole and dies of OutOfMemoryError at every restart.
+    stored_compression: Literal["uncompressed", "producer", "gzip", "snappy", "lz4", "zstd"] = "uncompressed"
     # How every client (kafka-python and Spark's) talks to the brokers. SASL takes a user and
     # password (PLAIN or SCRAM); SSL checks the brokers' certificates against `ssl_cafile` (PEM;
     # empty: the system's trusted CAs) and, for brokers that require client certificates (mutual

@@ -217,15 +217,17 @@ def lost_since(spans: list[PartitionSpan], from_ms: int) -> list[str]:
 
 
 def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
-    retention_ms = str(settings.kafka.retention_hours * 3600 * 1000)
-    return {
-        settings.kafka.events_topic: {"message.timestamp.type": TIMESTAMP_TYPE, "retention.ms": retention_ms},
-        settings.kafka.dlq_topic: {"message.timestamp.type": TIMESTAMP_TYPE, "retention.ms": retention_ms},
+    configs = {
+        _TYPE_KEY: TIMESTAMP_TYPE,
+        "retention.ms": str(settings.kafka.retention_hours * 3600 * 1000),
+        _COMPRESSION_KEY: settings.kafka.stored_compression,
     }
+    return {settings.kafka.events_topic: configs, settings.kafka.dlq_topic: dict(configs)}
 
 
 def ensure_topics(settings: Settings) -> list[str]:
-    """Create missing topics and correct the timestamp type of existing ones; the topics created."""
+    """Create missing topics, and bring existing ones to the settings (timestamp type, retention,
+    stored compression); the topics created."""
     from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
     admin = kafka_admin(settings, client_id="lambdactl-bootstrap")
@@ -248,23 +250,32 @@ def ensure_topics(settings: Settings) -> list[str]:
         for name in sorted(wanted.keys() & existing):
             resource = ConfigResource(ConfigResourceType.TOPIC, name)
             described = admin.describe_configs([resource])
-            current = _topic_config(described, "message.timestamp.type")
-            if current == TIMESTAMP_TYPE:
+            current = {k: _topic_config(described, k) for k in wanted[name]}
+            differ = {k: v for k, v in current.items() if v != wanted[name][k]}
+            if not differ:
                 continue
-            log.warning("topic %s has message.timestamp.type=%s; setting %s", name, current, TIMESTAMP_TYPE)
+            log.warning(
+                "topic %s has %s; setting %s",
+                name,
+                ", ".join(f"{k}={v}" for k, v in differ.items()),
+                ", ".join(f"{k}={wanted[name][k]}" for k in differ),
+            )
             # AlterConfigs replaces the topic's whole configuration: its other overrides go along.
             configs = {**_topic_overrides(described), **wanted[name]}
             answer = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs=configs)])
             responses = answer if isinstance(answer, list) else [answer]
             refused = [f"{r[1] or 'error ' + str(r[0])}" for response in responses for r in response.resources if r[0]]
-            after = _applied_timestamp_type(admin, resource, wait_s=0 if refused else 15)
-            if after != TIMESTAMP_TYPE:  # the platform's time model needs the brokers' clock
-                raise RuntimeError(
-                    f"topic {name} keeps message.timestamp.type={after}"
-                    + (f" (Kafka refused the change: {'; '.join(refused)})" if refused else "")
-                    + f": set it to {TIMESTAMP_TYPE} (kafka-configs.sh --alter --entity-type topics "
-                    f"--entity-name {name} --add-config message.timestamp.type={TIMESTAMP_TYPE})"
-                )
+            # The time model needs the brokers' clock; a consumer's memory, records bounded as stored.
+            for key in (_TYPE_KEY, _COMPRESSION_KEY):
+                want = wanted[name][key]
+                after = _applied(admin, resource, key, want, wait_s=0 if refused else 15)
+                if after != want:
+                    raise RuntimeError(
+                        f"topic {name} keeps {key}={after}"
+                        + (f" (Kafka refused the change: {'; '.join(refused)})" if refused else "")
+                        + f": set it to {want} (kafka-configs.sh --alter --entity-type topics "
+                        f"--entity-name {name} --add-config {key}={want})"
+                    )
         return [t.name for t in new]
     finally:
         admin.close()
@@ -300,19 +311,29 @@ def check_timestamp_type(settings: Settings) -> None:
             f"ingest time their producer chose. Set it (kafka-configs.sh --alter --entity-type topics --entity-name "
             f"{topic} --add-config message.timestamp.type={TIMESTAMP_TYPE}, or `lambdactl up` on the stack it manages)"
         )
+    stored = _topic_config(described, _COMPRESSION_KEY)
+    if stored != settings.kafka.stored_compression:
+        log.warning(
+            "topic %s has compression.type=%s, the settings say %s: kept as producers compressed them, a "
+            "small batch can hold a record that decompresses to more than this job's memory",
+            topic,
+            stored,
+            settings.kafka.stored_compression,
+        )
 
 
 _TYPE_KEY = "message.timestamp.type"
+_COMPRESSION_KEY = "compression.type"
 NOT_AUTHORIZED = (29, 31)  # Kafka's TOPIC_ and CLUSTER_AUTHORIZATION_FAILED
 
 
-def _applied_timestamp_type(admin, resource, wait_s: float) -> str | None:
-    """The topic's timestamp type once the change has reached the broker asked (a change reaches
-    the other brokers of a cluster a moment later): read again for up to `wait_s`."""
+def _applied(admin, resource, key: str, want: str, wait_s: float) -> str | None:
+    """The topic's `key` once the change has reached the broker asked (a change reaches the other
+    brokers of a cluster a moment later): read again for up to `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
-        found = _topic_config(admin.describe_configs([resource]), "message.timestamp.type")
-        if found == TIMESTAMP_TYPE or time.monotonic() >= deadline:
+        found = _topic_config(admin.describe_configs([resource]), key)
+        if found == want or time.monotonic() >= deadline:
             return found
         time.sleep(0.5)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from definitions.settings import KafkaSettings
@@ -64,3 +65,61 @@ def test_a_topic_that_is_not_there_is_refused_naming_it(settings, stack):
     scratch = settings.model_copy(update={"kafka": KafkaSettings.model_validate({**kafka, "events_topic": missing})})
     with pytest.raises(RuntimeError, match=f"topic {missing}'s configuration cannot be read .*create it"):
         check_timestamp_type(scratch)
+
+
+def test_a_compressed_record_larger_than_the_topic_allows_is_refused_when_produced(settings, stack):
+    """A 30 KB zstd batch held a record of 1 GiB of zeros: the broker kept it as compressed, and
+    every Java consumer (the archiver, the speed layer: Spark's Kafka source) allocated the record
+    whole and died of OutOfMemoryError, again at every restart. Topics the platform makes are stored
+    uncompressed: the broker decompresses each batch and refuses one whose records pass
+    max.message.bytes. An existing topic is brought to it; compressed records of normal size are
+    still accepted and read back."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    unique = uuid.uuid4().hex[:8]
+    events, dlq = f"test-events-{unique}", f"test-dlq-{unique}"
+    kafka = settings.kafka.model_dump()
+    scratch = settings.model_copy(
+        update={"kafka": KafkaSettings.model_validate({**kafka, "events_topic": events, "dlq_topic": dlq})}
+    )
+    admin = kafka_admin(settings, client_id=f"test-bomb-{unique}")
+    admin.create_topics(
+        [
+            NewTopic(
+                name, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime", "compression.type": "producer"}
+            )
+            for name in (events, dlq)
+        ]
+    )
+    send = KafkaProducer(
+        bootstrap_servers=settings.kafka.bootstrap,
+        compression_type="zstd",
+        max_request_size=64 * 1024 * 1024,  # the client's own check is of the record before compression
+        buffer_memory=256 * 1024 * 1024,
+        retries=0,
+    )
+    try:
+        assert ensure_topics(scratch) == [], "both existed"
+        for name in (events, dlq):
+            assert configs(admin, name)["compression.type"] == "uncompressed", name
+        with pytest.raises(KafkaError) as refused:
+            send.send(events, value=bytes(16 * 1024 * 1024)).get(timeout=60)
+        assert "MessageSizeTooLarge" in type(refused.value).__name__, refused.value
+        event = b'{"event_id": "e-1", "url": "/a"}' * 100
+        offset = send.send(events, value=event).get(timeout=60).offset
+        read = KafkaConsumer(
+            bootstrap_servers=settings.kafka.bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=15_000
+        )
+        try:
+            read.assign([TopicPartition(events, 0)])
+            values = [r.value for r in read]
+        finally:
+            read.close()
+        assert values == [event] and offset == 0, "nothing of the refused batch was stored"
+    finally:
+        send.close()
+        try:
+            admin.delete_topics([events, dlq])
+        finally:
+            admin.close()
