@@ -123,6 +123,7 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         # (URLs) plus the Kafka client's private key and SASL login (stores.clients.kafka_spark_options).
         "spark.sql.redaction.options.regex": r"(?i)url|keystore\.key|sasl\.jaas\.config",
         "spark.hadoop.fs.defaultFS": settings.hdfs.url,
+        "spark.hadoop.dfs.replication": str(settings.hdfs.replication),
         # Closing an HDFS file asks the namenode to complete it; when the datanode's report of the
         # last block has not arrived yet, the client waits and asks again, first after 400 ms by
         # default. Every micro-batch closes several small files (offset log, commit log, state

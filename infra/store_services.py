@@ -136,6 +136,7 @@ def _render_hdfs(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> No
         datanode_port=h.datanode_port,
         datanode_http_port=h.datanode_http_port,
         datanode_ipc_port=h.datanode_ipc_port,
+        replication=h.replication,
     )
     render_template("hadoop/log4j.properties", dirs.conf / "log4j.properties")
     # The daemons' HTTP servers look up webapps/<name> on the classpath; the Maven jars do not
