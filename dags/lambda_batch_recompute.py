@@ -232,7 +232,9 @@ def lambda_batch_recompute():
     @task(retries=1)
     def report(run: dict) -> dict:
         result = lambdactl("report", "--version", str(run["version"]), "--json")
-        url = f"{os.environ.get('LAMBDA_API_URL', '')}/api/v1/reports/{result.get('id')}/html"
+        if not result.get("id"):  # no link to a report that is not there
+            raise LambdactlError(["report"], 0, f"lambdactl report named no report: {str(result)[:500]}")
+        url = f"{os.environ.get('LAMBDA_API_URL', '')}/api/v1/reports/{result['id']}/html"
         print(f"accuracy report: {url}")
         get_current_context()["ti"].xcom_push(key=REPORT_URL_KEY, value=url)
         return {**result, "html_url": url}

@@ -1,5 +1,6 @@
 """The base of every settings section: unknown keys are refused, values never change after loading.
-With the types settings share: a TCP port, a host, and the port of a `host:port` entry."""
+With the types settings share: a TCP port, a host, the port of a `host:port` entry, and the address
+a browser reaches a service at."""
 
 from __future__ import annotations
 
@@ -24,3 +25,17 @@ Host = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:%\[\]-]{1,253}$")]
 def is_port(text: str) -> bool:
     """Whether `text` is a TCP port written in ASCII digits ("²" is a digit to str.isdigit)."""
     return text.isascii() and text.isdigit() and 0 < int(text) < 65_536
+
+
+# Where a browser reaches a service (links in the Airflow UI, answers of the API): an http(s) URL
+# without query or fragment; empty: its host and port.
+PublicUrl = Annotated[str, Field(pattern=r"^(https?://[A-Za-z0-9._:%\[\]-]{1,253}(/[A-Za-z0-9._~/-]*)?)?$")]
+_ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
+
+
+def browser_url(host: str, port: int, public_url: str) -> str:
+    """`public_url` (its trailing / dropped), else http://host:port; a service listening on every
+    address (0.0.0.0) is reached on this machine's loopback."""
+    if public_url:
+        return public_url.rstrip("/")
+    return f"http://{'127.0.0.1' if host in _ANY_ADDRESS else host}:{port}"

@@ -25,7 +25,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from definitions.section import Host, Port
+from definitions.section import Host, Port, PublicUrl
 from definitions.section import Section as _Section
 from definitions.stack_settings import AIRFLOW_COMPANIONS, LoggingSettings, StackSettings
 from definitions.store_connections import LOCAL_HOST, CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
@@ -253,6 +253,9 @@ class EventLimits(_Section):
 class ApiSettings(_Section):
     host: Host = LOCAL_HOST
     port: Port = 8000
+    # Where a browser reaches the API (the Airflow UI's report links): behind a proxy, or from
+    # outside a container whose host name only other containers know; empty: host and port.
+    public_url: PublicUrl = ""
     # Bearer token for POST /api/v1/events and admin routes. The service refuses to start with
     # the default outside development.
     token: SecretStr = SecretStr(DEFAULT_TOKEN)
@@ -325,6 +328,9 @@ class AirflowSettings(_Section):
 
     host: Host = LOCAL_HOST
     port: Port = 8080
+    # Where a browser reaches Airflow's UI (the run's address the recompute route answers); empty:
+    # host and port.
+    public_url: PublicUrl = ""
     venv: Path = REPO_ROOT / ".venv-airflow"
     # AIRFLOW_HOME; empty: a directory in the state dir.
     home: str = ""

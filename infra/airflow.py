@@ -28,6 +28,7 @@ from pathlib import Path
 
 from definitions.files import private_dir, replace_text, write_private
 from definitions.logs import configure_from
+from definitions.section import browser_url
 from definitions.settings import DEFAULT_AIRFLOW_PASSWORD, REPO_ROOT, Settings, get_settings
 from stores.airflow import base_url
 
@@ -75,7 +76,7 @@ def environment(settings: Settings) -> dict[str, str]:
             "LAMBDA_BATCH__INTERVAL_S": str(settings.batch.interval_s),
             "LAMBDA_BATCH__TASK_TIMEOUT_S": str(settings.batch.task_timeout_s),
             "LAMBDA_BATCH__COMPLETENESS_WAIT_S": str(settings.batch.completeness_wait_s),
-            "LAMBDA_API_URL": f"http://{settings.api.host}:{settings.api.port}",
+            "LAMBDA_API_URL": browser_url(settings.api.host, settings.api.port, settings.api.public_url),
             "LAMBDA_VIEWS_FILE": str(views_file(settings)),
         }
     )

@@ -20,6 +20,7 @@ from api.errors import ApiError, error_responses, failure_text
 from api.views_install import MarksUnread, refresh_views
 from api.views_install import reload_views as reload
 from definitions.files import LockHeld, state_lock
+from definitions.section import browser_url
 from definitions.settings import Settings
 from definitions.times import parse_iso_ms
 
@@ -201,7 +202,8 @@ async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
         "dag_id": dag_id,
         "dag_run_id": run_id,
         "conf": body.model_dump(),
-        "airflow_url": f"http://{settings.airflow.host}:{settings.airflow.port}/dags/{dag_id}/runs/{run_id}",
+        "airflow_url": f"{browser_url(settings.airflow.host, settings.airflow.port, settings.airflow.public_url)}"
+        f"/dags/{dag_id}/runs/{run_id}",
     }
 
 

@@ -173,3 +173,17 @@ def test_the_image_compiles_the_platforms_own_jvm_code():
     assert "-jdk" in final.splitlines()[0], "javac is needed in the final stage"
     assert "bash infra/compile_jvm.sh" in final and final.index("COPY --from=jars") < final.index("compile_jvm.sh")
     assert "bash infra/compile_jvm.sh" in (REPO_ROOT / "infra" / "setup.sh").read_text(), "one script for both"
+
+
+def test_links_handed_to_a_browser_name_addresses_it_reaches(monkeypatch):
+    """The Airflow UI's report link was http://api:8000/... and the recompute route answered
+    http://airflow:8080/...: names only the containers know."""
+    from definitions.section import browser_url
+
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    published = {port: host for s in services.values() for port, host in _published(s).items()}
+    for name in ("api", "airflow", "airflow-scheduler", "airflow-dag-processor"):
+        settings = _settings_of(services[name], monkeypatch)
+        for section in (settings.api, settings.airflow):
+            url = browser_url(section.host, section.port, section.public_url)
+            assert url == f"http://{published[section.port]}:{section.port}", (name, url)
