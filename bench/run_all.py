@@ -241,6 +241,22 @@ def run_step(name: str, args: list[str], logs: Path, timeout_s: float) -> dict:
 # --- main -----------------------------------------------------------------------------------------
 
 
+def previous_results(out_dir: Path) -> dict | None:
+    """The last run's results.json, kept as results.previous.json before this run's replaces it
+    (None: no earlier run, or one that cannot be read)."""
+    last = out_dir / "results.json"
+    if not last.is_file():
+        return None
+    try:
+        previous = json.loads(last.read_text())
+        markdown(previous)  # renders, or it is not kept as the figures before
+    except Exception as exc:  # noqa: BLE001 - a file of an older suite's shape
+        log.warning("the previous results (%s) cannot be read: %s: %s", last, type(exc).__name__, exc)
+        return None
+    last.replace(out_dir / "results.previous.json")
+    return previous
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes and shorter durations everywhere")
@@ -306,10 +322,13 @@ def main() -> int:
     results["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
 
     text = json.dumps(results, indent=2, default=str)
+    previous = previous_results(out_dir)
     (out_dir / "results.json").write_text(text)
     if args.json:
         args.json.write_text(text)
     md = markdown(results)
+    if previous is not None:  # the figures before, in the same tables
+        md += "\n\n" + markdown(previous).replace("# Benchmark results", "# The previous run's results", 1)
     (out_dir / "results.md").write_text(md)
     sys.stdout.write(md)
     sys.stdout.write(f"\n(written: {out_dir / 'results.json'}, {out_dir / 'results.md'}; logs in {logs})\n")

@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[3] / "bench"
 def bench(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # the scripts import each other as files
     yield lambda name: importlib.import_module(name)
-    for name in ("rate_ladder", "api_load"):
+    for name in ("rate_ladder", "api_load", "run_all"):
         sys.modules.pop(name, None)
 
 
@@ -45,3 +45,20 @@ def test_api_load_counts_requests_hey_scheduled_that_got_no_answer(bench, monkey
     assert result["unanswered"] == 990 - 610 and result["not_200"] == 10
     assert result["errors"] == 390, result
     assert result["rate_achieved"] == 30.0, "only answers with status 200 count as served"
+
+
+def test_a_suite_run_keeps_the_previous_runs_figures_beside_its_own(bench, tmp_path):
+    """results.md had this run's figures only: the run before was overwritten."""
+    import json
+    import shutil
+
+    run_all = bench("run_all")
+    shutil.copy(BENCH / "results" / "results.json", tmp_path / "results.json")
+    before = json.loads((tmp_path / "results.json").read_text())
+    previous = run_all.previous_results(tmp_path)
+    assert previous == before
+    assert json.loads((tmp_path / "results.previous.json").read_text()) == before
+    assert not (tmp_path / "results.json").exists(), "this run writes its own"
+    (tmp_path / "results.json").write_text('{"an older suite": true}')
+    assert run_all.previous_results(tmp_path) is None, "one that cannot be rendered is not kept as the figures before"
+    assert run_all.previous_results(tmp_path / "none") is None
