@@ -47,7 +47,7 @@ def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
 
     a = settings.archiver
     stream = kafka_stream(spark, settings, a.max_offsets_per_trigger, fail_on_data_loss)
-    events = validated_events(stream, settings.events)
+    events = validated_events(stream, settings.events, keep_key=True)
     trigger = f"{a.trigger_s} seconds"
     checkpoints = f"{settings.hdfs.url}{a.checkpoint_dir}"
 
@@ -68,25 +68,8 @@ def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
         .start()
     )
 
-    invalid = (
-        events.where(F.col("reason").isNotNull())
-        .observe("dead_lettered", F.count(F.lit(1)).alias("records"))
-        .select(
-            F.to_json(
-                F.struct(F.col("kafka_partition").alias("partition"), F.col("kafka_offset").alias("offset"))
-            ).alias("key"),
-            F.to_json(
-                F.struct(
-                    "reason",
-                    F.col("kafka_topic").alias("source_topic"),
-                    F.col("kafka_partition").alias("source_partition"),
-                    F.col("kafka_offset").alias("source_offset"),
-                    F.date_format("ingest_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ingest_time"),
-                    *dead_letter_raw(F.col("raw"), settings.events.max_dlq_raw_bytes),
-                ),
-                DEAD_LETTER_JSON,
-            ).alias("value"),
-        )
+    invalid = dead_letters(events.where(F.col("reason").isNotNull()), settings).observe(
+        "dead_lettered", F.count(F.lit(1)).alias("records")
     )
     dlq = (
         invalid.writeStream.format("kafka")
@@ -105,17 +88,49 @@ def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
 DEAD_LETTER_JSON = {"ignoreNullFields": "false"}
 
 
-def dead_letter_raw(raw, keep_bytes: int) -> list:
-    """The raw record in a dead letter: its first `keep_bytes` bytes (base64), its size and SHA-256,
-    and whether it was cut, so that an envelope always fits in one Kafka record."""
+# Bytes of the source record's key kept in its dead letter (a user_id: 128 characters at most in a
+# valid event), with its size and SHA-256 as for the value.
+DLQ_KEY_BYTES = 1_024
+
+
+def dead_letters(refused, settings: Settings):
+    """Refused records (validated_events with keep_key) → dead-letter Kafka rows: key = the source
+    position, value = the envelope: reason, source topic, partition, offset, ingest time, and the
+    record's value and key as they came (so a record can be mended and sent again with its key once
+    retention deleted the original)."""
+    from pyspark.sql import functions as F
+
+    return refused.select(
+        F.to_json(F.struct(F.col("kafka_partition").alias("partition"), F.col("kafka_offset").alias("offset"))).alias(
+            "key"
+        ),
+        F.to_json(
+            F.struct(
+                "reason",
+                F.col("kafka_topic").alias("source_topic"),
+                F.col("kafka_partition").alias("source_partition"),
+                F.col("kafka_offset").alias("source_offset"),
+                F.date_format("ingest_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'").alias("ingest_time"),
+                *dead_letter_raw(F.col("raw"), settings.events.max_dlq_raw_bytes),
+                *dead_letter_raw(F.col("raw_key"), min(DLQ_KEY_BYTES, settings.events.max_dlq_raw_bytes), "key"),
+            ),
+            DEAD_LETTER_JSON,
+        ).alias("value"),
+    )
+
+
+def dead_letter_raw(raw, keep_bytes: int, name: str = "raw") -> list:
+    """Raw bytes in a dead letter (`name`: the record's value, "raw", or its key): the first
+    `keep_bytes` bytes (base64), the size and SHA-256, and whether they were cut, so that an envelope
+    always fits in one Kafka record."""
     from pyspark.sql import functions as F
 
     size = F.length(raw)
     return [
-        F.base64(F.substring(raw, 1, keep_bytes)).alias("raw_base64"),
-        size.alias("raw_bytes"),
-        F.coalesce(size > F.lit(keep_bytes), F.lit(False)).alias("raw_truncated"),
-        F.sha2(raw, 256).alias("raw_sha256"),
+        F.base64(F.substring(raw, 1, keep_bytes)).alias(f"{name}_base64"),
+        size.alias(f"{name}_bytes"),
+        F.coalesce(size > F.lit(keep_bytes), F.lit(False)).alias(f"{name}_truncated"),
+        F.sha2(raw, 256).alias(f"{name}_sha256"),
     ]
 
 

@@ -88,8 +88,9 @@ def register_validator(spark: "SparkSession") -> str:
     return VALIDATOR_FUNCTION
 
 
-def validated_events(records: "DataFrame", limits: EventLimits) -> "DataFrame":
-    """Kafka rows → verdict, typed event fields (event_time as a timestamp) and source position."""
+def validated_events(records: "DataFrame", limits: EventLimits, keep_key: bool = False) -> "DataFrame":
+    """Kafka rows → verdict, typed event fields (event_time as a timestamp) and source position;
+    with `keep_key`, the record's key too (`raw_key`: what a dead letter keeps)."""
     from pyspark.sql import functions as F
 
     function = register_validator(records.sparkSession)
@@ -101,6 +102,7 @@ def validated_events(records: "DataFrame", limits: EventLimits) -> "DataFrame":
         .select(
             checked,
             F.col("value").alias("raw"),
+            *([F.col("key").alias("raw_key")] if keep_key else []),
             F.col("topic").alias("kafka_topic"),
             F.col("partition").alias("kafka_partition"),
             F.col("offset").alias("kafka_offset"),
@@ -113,6 +115,7 @@ def validated_events(records: "DataFrame", limits: EventLimits) -> "DataFrame":
                 for name in FIELD_NAMES
             ],
             "raw",
+            *(["raw_key"] if keep_key else []),
             "kafka_topic",
             *SOURCE_COLUMNS,
         )

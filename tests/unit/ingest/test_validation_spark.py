@@ -62,3 +62,28 @@ def test_a_dead_letter_fits_in_one_kafka_record(spark, settings):
     }
     # A record without a value (a tombstone): every key of the envelope all the same, as documented.
     assert empty == {"raw_base64": None, "raw_bytes": None, "raw_truncated": False, "raw_sha256": None}
+
+
+def test_a_dead_letter_keeps_the_records_key_beside_its_value(spark, settings):
+    """The envelope kept the value but not the key (the user_id Kafka partitions by): once retention
+    deleted the original, a mended record could not be sent again as it came."""
+    from ingest.archiver import DLQ_KEY_BYTES, dead_letters
+
+    long_key = b"k" * (DLQ_KEY_BYTES + 10)
+    values = [(b"u-829", b"{not json"), (None, b"[]"), (long_key, b"{}")]
+    refused = validated_events(kafka_frame(spark, values), settings.events, keep_key=True)
+    letters = [
+        (json.loads(row.key), json.loads(row.value))
+        for row in dead_letters(refused.where("reason IS NOT NULL"), settings).orderBy("key").collect()
+    ]
+    assert [position["offset"] for position, _ in letters] == [0, 1, 2]
+    first, keyless, long = (letter for _, letter in letters)
+    assert first["reason"] and first["raw_base64"] == "e25vdCBqc29u"
+    assert first["key_base64"] == "dS04Mjk=" and first["key_bytes"] == 5 and first["key_truncated"] is False
+    assert first["key_sha256"] == hashlib.sha256(b"u-829").hexdigest()
+    assert keyless["key_base64"] is None and keyless["key_bytes"] is None and keyless["key_truncated"] is False
+    assert long["key_bytes"] == len(long_key) and long["key_truncated"] is True
+    assert long["key_sha256"] == hashlib.sha256(long_key).hexdigest()
+    assert "raw_key" not in validated_events(kafka_frame(spark, values), settings.events).columns, (
+        "the speed layer's rows stay as they were"
+    )
