@@ -67,11 +67,13 @@ def generator_rate(settings: Settings, count: int, runs: int) -> list[float]:
     for i in range(runs):
         topic = f"bench-gen-{int(time.time())}-{i}"
         make_topic(settings, topic)
-        sink = io.StringIO()
-        report = produce(settings, GeneratorConfig(seed=i, count=count, topic=topic), sink)
+        try:
+            sink = io.StringIO()
+            report = produce(settings, GeneratorConfig(seed=i, count=count, topic=topic), sink)
+        finally:  # a run that fails leaves no topic behind
+            drop_topic(settings, topic)
         rates.append(report.rate)
         log.info("generator run %d: %d records in %.1fs = %.0f/s", i + 1, report.sent, report.seconds, report.rate)
-        drop_topic(settings, topic)
     return rates
 
 
@@ -139,6 +141,9 @@ def archiver_rate(settings: Settings, count: int) -> dict:
         log.info("pre-loaded %d records into %s", count, topic)
 
     with separate_archiver(settings, "bench-archive", preload) as (bench_settings, progress):
+        # When the master query was first seen active; the archiver's start when it drained before
+        # that was seen (a rate over a near-zero time would be absurd).
+        started = time.monotonic()
         first_batch = None
         deadline = time.monotonic() + 1800
         while time.monotonic() < deadline:
@@ -150,7 +155,7 @@ def archiver_rate(settings: Settings, count: int) -> dict:
             if marker is not None and marker.complete_before_ms is not None:
                 totals = json.loads(progress.read_text()).get("totals", {})
                 if totals.get("events", 0) + totals.get("records", 0) >= count:
-                    elapsed = time.monotonic() - (first_batch or time.monotonic())
+                    elapsed = time.monotonic() - (first_batch or started)
                     return {
                         "records": count,
                         "seconds": elapsed,

@@ -350,7 +350,8 @@ def markdown(results: dict) -> str:
         run = sorted(end_to_end["runs"], key=lambda r: r["seconds"])[len(end_to_end["runs"]) // 2]
         lines += [
             f"## Batch run end to end ({f(end_to_end['records'])} master records, load {run['load']}, "
-            f"driver {end_to_end['driver_memory']} `{end_to_end['jvm_options']}`)",
+            f"driver {end_to_end['driver_memory']} `{end_to_end['jvm_options']}`; the middle of "
+            f"{len(end_to_end['runs'])} run(s) by time, of an even number the slower middle one)",
             "",
         ]
         rows = [
