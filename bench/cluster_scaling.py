@@ -70,11 +70,13 @@ def tree(proc: psutil.Process | None) -> list[psutil.Process]:
 
 
 def cpu_seconds(procs: list[psutil.Process], seen: dict[int, float]) -> None:
-    """Record each process's CPU seconds so far (a process that exits keeps its last figure)."""
+    """Record each process's own CPU seconds so far (a process that exits keeps its last figure).
+    Its children are in `procs` themselves: their time, once reaped, also shows in the parent's
+    children_* fields, and was counted twice."""
     for p in procs:
         try:
             t = p.cpu_times()
-            seen[p.pid] = t.user + t.system + t.children_user + t.children_system
+            seen[p.pid] = t.user + t.system
         except psutil.NoSuchProcess:
             continue
 
