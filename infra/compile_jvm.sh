@@ -27,7 +27,8 @@ fi
 # The batch layer's HBase bulk load (stores/jvm, used when batch.load = "bulk"), compiled against
 # the pinned pyspark and the HBase jars infra/maven resolved.
 HBASE_LOAD="$JARS/hbase-load"
-hbase_load_stamp=$(stamp_of stores/jvm/*.java requirements.lock "$JARS/.lambda-stamp")
+# (The jars it compiles against are what infra/maven names: its POMs, not a stamp only setup.sh writes.)
+hbase_load_stamp=$(stamp_of stores/jvm/*.java requirements.lock infra/maven/pom.xml infra/maven/*/pom.xml)
 if [ "$(cat "$HBASE_LOAD/.lambda-stamp" 2>/dev/null)" != "$hbase_load_stamp" ]; then
   log "compiling the HBase bulk load into $HBASE_LOAD"
   spark_jars=$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')

@@ -187,3 +187,22 @@ def test_links_handed_to_a_browser_name_addresses_it_reaches(monkeypatch):
         for section in (settings.api, settings.airflow):
             url = browser_url(section.host, section.port, section.public_url)
             assert url == f"http://{published[section.port]}:{section.port}", (name, url)
+
+
+def test_the_jvm_code_compiles_where_only_the_maven_jars_are(settings, tmp_path):
+    """What the image's build runs: infra/compile_jvm.sh over a jars directory that infra/maven filled
+    and infra/setup.sh never stamped (the image's Maven stage writes no stamp): it failed there."""
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "hbase").symlink_to(settings.jars_dir / "hbase")
+    env = {**os.environ, "LAMBDA_VENV": str(REPO_ROOT / ".venv"), "LAMBDA_JARS_DIR": str(jars)}
+    done = subprocess.run(
+        ["bash", str(REPO_ROOT / "infra" / "compile_jvm.sh")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (jars / "contract" / "lambda-contract.jar").stat().st_size > 0
+    assert (jars / "hbase-load" / "lambda-hbase-load.jar").stat().st_size > 0
+    again = subprocess.run(
+        ["bash", str(REPO_ROOT / "infra" / "compile_jvm.sh")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0 and "up to date" in again.stderr, again.stderr[-2000:]
