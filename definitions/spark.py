@@ -123,7 +123,6 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         # (URLs) plus the Kafka client's private key and SASL login (stores.clients.kafka_spark_options).
         "spark.sql.redaction.options.regex": r"(?i)url|keystore\.key|sasl\.jaas\.config",
         "spark.hadoop.fs.defaultFS": settings.hdfs.url,
-        "spark.hadoop.dfs.replication": str(settings.hdfs.replication),
         # Closing an HDFS file asks the namenode to complete it; when the datanode's report of the
         # last block has not arrived yet, the client waits and asks again, first after 400 ms by
         # default. Every micro-batch closes several small files (offset log, commit log, state
@@ -152,9 +151,21 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         # cluster's authentication comes with its own options, through `spark.conf`.
         conf["spark.authenticate"] = "true"
         conf["spark.authenticate.secret"] = local_cluster_secret(settings)
+    copies = hdfs_replication(settings)
+    if copies:
+        conf["spark.hadoop.dfs.replication"] = str(copies)
     conf.update(s.conf)
     conf.update(extra or {})
     return conf
+
+
+def hdfs_replication(settings: Settings) -> int | None:
+    """Copies of each block the platform's files ask for (hdfs.replication): 1 when the platform
+    runs HDFS itself (one datanode) and the setting is 0, None (the cluster's own default) when HDFS
+    is a cluster's."""
+    if settings.hdfs.replication:
+        return settings.hdfs.replication
+    return 1 if "hdfs-datanode" in settings.stack.managed_services else None
 
 
 WINDOW_GROUP_LIMIT = "spark.sql.optimizer.windowGroupLimitThreshold"  # -1: the optimisation is off

@@ -95,10 +95,10 @@ class HdfsSettings(_Section):
     # The user WebHDFS requests act as; empty: the operating-system user of the process, as Spark's
     # HDFS client does (simple authentication).
     user: str = ""
-    # Copies of each block the platform's files ask for (Spark's HDFS client asked for its default,
-    # 3, of the local stack's one datanode: every file stayed under-replicated for good); a cluster's
-    # operator sets its own (3). The local namenode's default too.
-    replication: int = Field(1, ge=1, le=512)
+    # Copies of each block the platform's files ask for; 0: 1 when the platform runs HDFS itself
+    # (its one datanode: Spark's client asked for its default, 3, and every file stayed
+    # under-replicated for good), else the cluster's own default (its hdfs-site.xml).
+    replication: int = Field(0, ge=0, le=512)
     namenode_heap_mb: int = Field(384, ge=1)
     datanode_heap_mb: int = Field(256, ge=1)
     health_timeout_s: float = Field(120, gt=0)

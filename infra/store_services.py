@@ -8,6 +8,7 @@ import secrets
 import uuid
 
 from definitions.settings import Settings
+from definitions.spark import hdfs_replication
 from infra.errors import StackError
 from infra.java import JavaRuntime
 from infra.service_base import (
@@ -136,7 +137,7 @@ def _render_hdfs(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> No
         datanode_port=h.datanode_port,
         datanode_http_port=h.datanode_http_port,
         datanode_ipc_port=h.datanode_ipc_port,
-        replication=h.replication,
+        replication=hdfs_replication(settings) or 1,
     )
     render_template("hadoop/log4j.properties", dirs.conf / "log4j.properties")
     # The daemons' HTTP servers look up webapps/<name> on the classpath; the Maven jars do not

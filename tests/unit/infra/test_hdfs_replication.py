@@ -19,15 +19,30 @@ from infra.store_services import _render_hdfs
 def test_spark_and_the_local_namenode_ask_for_the_copies_the_settings_name(tmp_path, copies):
     settings = Settings(_env_file=None, state_dir=tmp_path, hdfs={"replication": copies})
     assert session_conf(settings, "lambda-x")["spark.hadoop.dfs.replication"] == str(copies)
+    assert _site(settings, tmp_path)["dfs.replication"] == str(copies)
+
+
+def test_by_default_one_copy_on_the_local_stack_and_the_clusters_own_number_on_a_cluster(tmp_path):
+    """Forcing one copy on a cluster's HDFS (its hdfs-site.xml says 3) would keep the master
+    dataset in a single copy there."""
+    local = Settings(_env_file=None, state_dir=tmp_path)
+    assert "hdfs-datanode" in local.stack.managed_services
+    assert session_conf(local, "lambda-x")["spark.hadoop.dfs.replication"] == "1"
+    values = _site(local, tmp_path)
+    assert values["dfs.replication"] == "1"
+    assert values["dfs.datanode.synconclose"] == "true"
+    cluster = Settings(_env_file=None, state_dir=tmp_path, stack={"managed_services": ["archiver", "api"]})
+    assert "spark.hadoop.dfs.replication" not in session_conf(cluster, "lambda-x")
+
+
+def _site(settings: Settings, tmp_path) -> dict:
     dirs = ServiceDirs(root=tmp_path / "hdfs")
-    dirs.conf.mkdir(parents=True)
+    dirs.conf.mkdir(parents=True, exist_ok=True)
     _render_hdfs(settings, dirs, None)  # type: ignore[arg-type]
     site = ET.parse(dirs.conf / "hdfs-site.xml").getroot()
-    values = {p.findtext("name"): p.findtext("value") for p in site.iter("property")}
-    assert values["dfs.replication"] == str(copies)
-    assert values["dfs.datanode.synconclose"] == "true"
+    return {p.findtext("name"): p.findtext("value") for p in site.iter("property")}
 
 
-def test_no_file_asks_for_no_copy(tmp_path):
+def test_no_file_asks_for_a_negative_number_of_copies(tmp_path):
     with pytest.raises(ValueError, match="replication"):
-        Settings(_env_file=None, state_dir=tmp_path, hdfs={"replication": 0})
+        Settings(_env_file=None, state_dir=tmp_path, hdfs={"replication": -1})
