@@ -64,7 +64,9 @@ class NativeProducer:
             f"bootstrap.servers={settings.kafka.bootstrap}",
             "acks=all",
             "linger.ms=20",
-            "batch.size=262144",
+            # The topics are stored uncompressed (kafka.stored_compression): a batch is refused when
+            # it holds more than max.message.bytes (1 MB) decompressed; 64 KiB of lz4 stays under it.
+            "batch.size=65536",
             "compression.type=lz4",
         ]
         self.count = count

@@ -87,7 +87,14 @@ def test_a_compressed_record_larger_than_the_topic_allows_is_refused_when_produc
     admin.create_topics(
         [
             NewTopic(
-                name, 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime", "compression.type": "producer"}
+                name,
+                1,
+                1,
+                topic_configs={
+                    "message.timestamp.type": "LogAppendTime",
+                    "compression.type": "producer",
+                    "retention.ms": "2592000000",  # the operator's own: 30 days
+                },
             )
             for name in (events, dlq)
         ]
@@ -102,7 +109,9 @@ def test_a_compressed_record_larger_than_the_topic_allows_is_refused_when_produc
     try:
         assert ensure_topics(scratch) == [], "both existed"
         for name in (events, dlq):
-            assert configs(admin, name)["compression.type"] == "uncompressed", name
+            now = configs(admin, name)
+            assert now["compression.type"] == "uncompressed", name
+            assert now["retention.ms"] == "2592000000", f"{name}: the operator's retention was reset"
         with pytest.raises(KafkaError) as refused:
             send.send(events, value=bytes(16 * 1024 * 1024)).get(timeout=60)
         assert "MessageSizeTooLarge" in type(refused.value).__name__, refused.value
