@@ -51,9 +51,10 @@ REPLAY_TIMEOUT_S = 3_600
 
 
 def _replay(args: list[str]) -> tuple[str, str, int]:
-    """Run `lambdactl replay ARGS --json`. Stopped (timeout, or this program interrupted) it is
-    interrupted as Ctrl-C would, so it releases its claim on the view and says what it left; a
-    kill would leave the view claimed as replaying."""
+    """Run `lambdactl replay ARGS --json`. Stopped (its timeout, or this program interrupted), it is
+    interrupted as Ctrl-C would and given time to stop its Spark job and say, in the error raised
+    here, what it left (the view stays claimed: `lambdactl replay --view V --resume` or `--cancel`);
+    a kill said nothing."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "lambdactl.cli", "replay", *args, "--json"],
         stdout=subprocess.PIPE,
@@ -62,13 +63,16 @@ def _replay(args: list[str]) -> tuple[str, str, int]:
     )
     try:
         stdout, stderr = proc.communicate(timeout=REPLAY_TIMEOUT_S)
-    except BaseException:  # the timeout, or this program's own Ctrl-C
-        proc.send_signal(signal.SIGINT)
+    except BaseException as exc:  # the timeout, or this program's own Ctrl-C
+        if isinstance(exc, subprocess.TimeoutExpired):  # a Ctrl-C at a terminal reached it already
+            proc.send_signal(signal.SIGINT)
         try:
-            proc.communicate(timeout=300)
+            said = proc.communicate(timeout=300)[1] or ""
+        except subprocess.TimeoutExpired:
+            said = "it did not stop within 300 s: killed"
         finally:
             proc.kill()
-        raise
+        raise SystemExit(f"replay stopped: {said.strip()[-2000:]}") from exc
     return stdout, stderr, proc.returncode
 
 
@@ -82,7 +86,7 @@ def replay_runs(settings, view: str, records: int, runs: int) -> dict:
     out = []
     for run in range(runs):
         started = time.monotonic()
-        stdout, stderr, code = _replay([view, "--from", iso_ms(from_ms)])
+        stdout, stderr, code = _replay(["--view", view, "--from", iso_ms(from_ms)])
         if code != 0:
             raise SystemExit(f"replay failed: {stderr[-2000:]}")
         summary = json.loads(stdout.strip().splitlines()[-1])

@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[3] / "bench"
 def bench(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # the scripts import each other as files
     yield lambda name: importlib.import_module(name)
-    for name in ("rate_ladder", "api_load", "run_all"):
+    for name in ("rate_ladder", "api_load", "run_all", "replay_throughput"):
         sys.modules.pop(name, None)
 
 
@@ -62,3 +62,32 @@ def test_a_suite_run_keeps_the_previous_runs_figures_beside_its_own(bench, tmp_p
     (tmp_path / "results.json").write_text('{"an older suite": true}')
     assert run_all.previous_results(tmp_path) is None, "one that cannot be rendered is not kept as the figures before"
     assert run_all.previous_results(tmp_path / "none") is None
+
+
+def test_the_replay_benchmark_runs_a_command_lambdactl_accepts(bench, monkeypatch):
+    """It ran `lambdactl replay page_views --from ...`, which lambdactl refuses (--view is required)."""
+    from lambdactl.cli import build_parser
+
+    replay = bench("replay_throughput")
+    ran = []
+
+    class Done:
+        returncode = 0
+
+        def __init__(self, argv, **_):
+            ran.append(argv)
+
+        def communicate(self, timeout=None):
+            return '{"records": 1}\n', ""
+
+    monkeypatch.setattr(replay.subprocess, "Popen", Done)
+    monkeypatch.setattr(replay, "records_since", lambda settings, from_ms: 10)
+    monkeypatch.setattr(replay.time, "monotonic", lambda: 0.0)
+    try:
+        replay.replay_runs(None, "page_views", 1, 1)
+    except KeyError:  # the fake summary lacks the figures: the command is what is checked
+        pass
+    argv = ran[0]
+    assert argv[1:3] == ["-m", "lambdactl.cli"]
+    parsed = build_parser().parse_args(argv[3:])
+    assert parsed.view == "page_views" and parsed.json
