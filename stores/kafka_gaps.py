@@ -167,22 +167,53 @@ LOSSES_READ = 100  # the newest loss records read (each an operator's acceptance
 
 
 def recorded_losses(settings: Settings, job: str) -> tuple[tuple[int, int], ...]:
-    """((when an accepted loss of `job` was recorded, ms; the records it lost), ...), oldest first;
-    () when no loss is on record. Every record a loss lost was ingested before its time. One listing
-    and one read per record (the newest LOSSES_READ: names are the times they were accepted).
-    Raises WebHdfsError when HDFS cannot be read; a record that cannot be read is passed over, named
-    in the log."""
+    """((when an accepted loss of `job` was recorded, ms; the records it lost that no earlier loss
+    record names), ...), oldest first; () when no loss is on record. Every record a loss lost was
+    ingested before its time. Retention deleting more of a gap before the job got past it is
+    accepted again, and recorded again naming the whole gap: its records are counted once, with the
+    first record that names them. One listing and one read per record (the newest LOSSES_READ:
+    names are the times they were accepted). Raises WebHdfsError when HDFS cannot be read; a record
+    that cannot be read is passed over, named in the log."""
     folder = f"{checkpoint_dirs(settings, job)[0]}-losses"
-    losses = []
+    read: list[tuple[int, list[Gap]]] = []
     with WebHdfs(settings) as fs:
         for name in fs.list(folder)[-LOSSES_READ:]:
             try:
                 doc = json.loads(fs.read(f"{folder}/{name}") or b"{}")
-                lost = {(g.partition, g.first_lost, g.first_kept) for g in _gaps(doc)}
-                losses.append((int(doc["recorded_ms"]), sum(kept - first for _, first, kept in lost)))
+                read.append((int(doc["recorded_ms"]), _gaps(doc)))
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 log.warning("the loss record %s/%s cannot be read: %s: %s", folder, name, type(exc).__name__, exc)
-    return tuple(sorted(losses))
+    return newly_lost(read)
+
+
+def newly_lost(records: Iterable[tuple[int, list[Gap]]]) -> tuple[tuple[int, int], ...]:
+    """((recorded ms, offsets its gaps name that no earlier record's do), ...), oldest first: per
+    partition, over every checkpoint (the archiver's two queries lose the same offsets)."""
+    named: dict[int, list[tuple[int, int]]] = {}
+    out = []
+    for recorded_ms, gaps in sorted(records, key=lambda r: r[0]):
+        new = 0
+        for gap in gaps:
+            spans = named.setdefault(gap.partition, [])
+            new += _uncovered(spans, gap.first_lost, gap.first_kept)
+            spans.append((gap.first_lost, gap.first_kept))
+        out.append((recorded_ms, new))
+    return tuple(out)
+
+
+def _uncovered(spans: list[tuple[int, int]], start: int, end: int) -> int:
+    """Offsets of [start, end) in none of `spans`."""
+    count, at = 0, start
+    for lo, hi in sorted(spans):
+        if hi <= at:
+            continue
+        if lo >= end:
+            break
+        count += max(0, lo - at)
+        at = max(at, hi)
+        if at >= end:
+            break
+    return count + max(0, end - at)
 
 
 def accepted_past(settings: Settings, job: str) -> list[Gap]:

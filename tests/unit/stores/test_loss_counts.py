@@ -1,0 +1,37 @@
+"""Accepted losses are counted once: retention deleting more of a gap before the job got past it is
+accepted again and recorded again naming the whole gap, and the answers' flag counted the first
+offsets twice (the archiver's two queries, which lose the same offsets, were counted once)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stores.kafka_gaps import Gap, _uncovered, newly_lost
+
+
+def gap(partition: int, first_lost: int, first_kept: int, checkpoint: str = "/c/master") -> Gap:
+    return Gap(checkpoint, partition, first_lost, first_kept)
+
+
+def test_a_gap_accepted_again_after_more_was_deleted_counts_only_what_is_new():
+    first = [gap(0, 4, 7), gap(0, 4, 7, "/c/dlq")]  # both queries of the archiver: the same 3
+    second = [gap(0, 4, 9), gap(0, 4, 9, "/c/dlq"), gap(1, 0, 5)]
+    assert newly_lost([(2_000, second), (1_000, first)]) == ((1_000, 3), (2_000, 2 + 5))
+
+
+def test_losses_of_other_partitions_and_disjoint_gaps_all_count():
+    assert newly_lost([(1, [gap(0, 0, 10), gap(0, 20, 25), gap(2, 0, 10)])]) == ((1, 25),)
+    assert newly_lost([]) == ()
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30)), max_size=6),
+    st.integers(0, 60),
+    st.integers(0, 30),
+)
+def test_uncovered_offsets_are_those_of_no_span(spans, start, length):
+    spans = [(lo, lo + n) for lo, n in spans]
+    end = start + length
+    expected = sum(1 for o in range(start, end) if not any(lo <= o < hi for lo, hi in spans))
+    assert _uncovered(spans, start, end) == expected
