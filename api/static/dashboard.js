@@ -33,14 +33,28 @@ function errorText(response, body) {
 // Every request gives up after this long: a stalled API shows an error, not a page waiting for ever.
 const REQUEST_TIMEOUT_MS = 15000;
 
+// Aborted by `signal` (a later Show) or after REQUEST_TIMEOUT_MS, whichever comes first: one
+// controller, so no browser needs AbortSignal.any or AbortSignal.timeout.
+function deadline(signal) {
+  const both = new AbortController();
+  const timer = setTimeout(() => both.abort(new Error("the API did not answer within 15 s")), REQUEST_TIMEOUT_MS);
+  if (signal) {
+    if (signal.aborted) both.abort(signal.reason);
+    else signal.addEventListener("abort", () => both.abort(signal.reason), { once: true });
+  }
+  return { signal: both.signal, done: () => clearTimeout(timer) };
+}
+
 async function getJSON(path, signal) {
-  const timeout = AbortSignal.timeout(REQUEST_TIMEOUT_MS);
-  const response = await fetch(path, {
-    headers: { Accept: "application/json" },
-    signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
-  });
-  let body = null;
-  try { body = await response.json(); } catch (e) { /* not JSON: reported below */ }
+  const limit = deadline(signal);
+  let response, body = null;
+  try {
+    response = await fetch(path, { headers: { Accept: "application/json" }, signal: limit.signal });
+    try { body = await response.json(); } catch (e) { /* not JSON: reported below */ }
+  } finally {
+    limit.done();
+  }
+  if (limit.signal.aborted) throw limit.signal.reason instanceof Error ? limit.signal.reason : new Error("stopped");
   if (!response.ok) throw new Error(errorText(response, body));
   if (body === null || typeof body !== "object") throw new Error(`unexpected answer from ${path.split("?")[0]}`);
   return body;
