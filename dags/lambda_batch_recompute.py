@@ -234,7 +234,7 @@ def lambda_batch_recompute():
         result = lambdactl("report", "--version", str(run["version"]), "--json")
         if not result.get("id"):  # no link to a report that is not there
             raise LambdactlError(["report"], 0, f"lambdactl report named no report: {str(result)[:500]}")
-        url = f"{os.environ.get('LAMBDA_API_URL', '')}/api/v1/reports/{result['id']}/html"
+        url = result.get("url") or f"{os.environ.get('LAMBDA_API_URL', '')}/api/v1/reports/{result['id']}/html"
         print(f"accuracy report: {url}")
         get_current_context()["ti"].xcom_push(key=REPORT_URL_KEY, value=url)
         return {**result, "html_url": url}

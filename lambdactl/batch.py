@@ -7,6 +7,7 @@ import argparse
 import logging
 import time
 
+from definitions.section import browser_url
 from definitions.settings import Settings
 from lambdactl.output import _emit, _say
 
@@ -127,7 +128,7 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     except NoWindow as exc:  # the clean-up deleted the window's realtime rows
         log.error("%s", exc)
         return 2
-    url = f"http://{settings.api.host}:{settings.api.port}/api/v1/reports/{report['id']}/html"
+    url = f"{browser_url(settings.api.host, settings.api.port, settings.api.public_url)}/api/v1/reports/{report['id']}/html"
     _say(f"report {report['id']} for version {args.version}: {url} ({paths.get('json')})")
     if args.json:
         _emit({"id": report["id"], "url": url, **paths})
