@@ -68,7 +68,8 @@ def markdown(results: dict) -> str:
                 f"`GET {route['route']}` at {route['rate_asked']} req/s asked (hey, "
                 f"{route.get('arrivals', 'lockstep')} arrivals)",
                 f"{f(route['rate_achieved'], 1)} req/s served, p50 / p99 {f(route['p50_ms'], 1)} / "
-                f"{f(route['p99_ms'], 1)} ms, {route['errors']} errors",
+                f"{f(route['p99_ms'], 1)} ms, {route['errors']} errors"
+                + (f", {route['shortfall']} short of what hey scheduled" if route.get("shortfall") else ""),
             ]
         )
     if speed and speed.get("freshness"):
