@@ -38,7 +38,7 @@ def test_values_are_escaped_in_xml_and_a_line_break_is_refused(tmp_path):
 
     target = tmp_path / "hdfs-site.xml"
     odd = tmp_path / "R&D"
-    ports = dict(http_port=1, datanode_port=2, datanode_http_port=3, datanode_ipc_port=4)
+    ports = dict(http_port=1, datanode_port=2, datanode_http_port=3, datanode_ipc_port=4, replication=1)
     render_template("hadoop/hdfs-site.xml", target, name_dir=odd / "n", data_dir=odd / "d", host="127.0.0.1", **ports)
     values = [p.findtext("value") for p in ET.parse(target).getroot()]
     assert f"file://{odd / 'n'}" in values
