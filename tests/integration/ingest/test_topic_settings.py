@@ -21,14 +21,20 @@ def configs(admin, name: str) -> dict[str, str]:
     return {e[0]: e[1] for response in described for resource in response.resources for e in resource[4]}
 
 
-def test_an_existing_topic_gets_log_append_time_and_keeps_its_other_settings(settings, stack):
+def scratch_topics(settings):
+    """(events topic, dead-letter topic, settings naming them): names of the test's own."""
     unique = uuid.uuid4().hex[:8]
     events, dlq = f"test-events-{unique}", f"test-dlq-{unique}"
     kafka = settings.kafka.model_dump()
     scratch = settings.model_copy(
         update={"kafka": KafkaSettings.model_validate({**kafka, "events_topic": events, "dlq_topic": dlq})}
     )
-    admin = kafka_admin(settings, client_id=f"test-topics-{unique}")
+    return events, dlq, scratch
+
+
+def test_an_existing_topic_gets_log_append_time_and_keeps_its_other_settings(settings, stack):
+    events, dlq, scratch = scratch_topics(settings)
+    admin = kafka_admin(settings, client_id=f"test-topics-{events}")
     try:
         admin.create_topics(
             [
@@ -77,13 +83,8 @@ def test_a_compressed_record_larger_than_the_topic_allows_is_refused_when_produc
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    unique = uuid.uuid4().hex[:8]
-    events, dlq = f"test-events-{unique}", f"test-dlq-{unique}"
-    kafka = settings.kafka.model_dump()
-    scratch = settings.model_copy(
-        update={"kafka": KafkaSettings.model_validate({**kafka, "events_topic": events, "dlq_topic": dlq})}
-    )
-    admin = kafka_admin(settings, client_id=f"test-bomb-{unique}")
+    events, dlq, scratch = scratch_topics(settings)
+    admin = kafka_admin(settings, client_id=f"test-bomb-{events}")
     admin.create_topics(
         [
             NewTopic(
