@@ -65,6 +65,7 @@ class SpeedState:
         # late drops; and the archiver's (records in no batch, ever)
         self.losses: tuple[tuple[int, int], ...] = ()
         self.archiver_losses: tuple[tuple[int, int], ...] = ()
+        self._loss_records: dict[str, tuple[int, list]] = {}  # recorded_losses' records read, by path
         self._late_drops_lock = threading.Lock()  # a read of the record and its assignment, one at a time
         self._late_drops_mark: int | None = None  # the late-drops mark the record was last read at
         self._late_drops_retry_at = 0.0
@@ -198,7 +199,7 @@ class SpeedState:
                 log.warning("cannot read the speed layer's record of late drops: %s: %s", type(exc).__name__, exc)
             for job, attr in ((jobs.SPEED_LAYER, "losses"), (jobs.ARCHIVER, "archiver_losses")):
                 try:
-                    setattr(self, attr, recorded_losses(self.settings, job))
+                    setattr(self, attr, recorded_losses(self.settings, job, self._loss_records))
                 except Exception as exc:  # HDFS away: the last ones read stand
                     log.warning("cannot read the %s's loss records: %s: %s", job, type(exc).__name__, exc)
         self._read_replays(now, epoch)

@@ -166,23 +166,37 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
 LOSSES_READ = 100  # the newest loss records read (each an operator's acceptance: a handful in years)
 
 
-def recorded_losses(settings: Settings, job: str) -> tuple[tuple[int, int], ...]:
+def recorded_losses(
+    settings: Settings, job: str, known: dict[str, tuple[int, list[Gap]]] | None = None
+) -> tuple[tuple[int, int], ...]:
     """((when an accepted loss of `job` was recorded, ms; the records it lost that no earlier loss
     record names), ...), oldest first; () when no loss is on record. Every record a loss lost was
     ingested before its time. Retention deleting more of a gap before the job got past it is
     accepted again, and recorded again naming the whole gap: its records are counted once, with the
     first record that names them. One listing and one read per record (the newest LOSSES_READ:
     names are the times they were accepted). Raises WebHdfsError when HDFS cannot be read; a record
-    that cannot be read is passed over, named in the log."""
+    that cannot be read is passed over, named in the log.
+
+    `known`: records read before, by path (a record is written once and never changed), kept up to
+    date here: a caller that reads often (the API, at every marker read) then reads only the listing
+    and the records new since."""
     folder = f"{checkpoint_dirs(settings, job)[0]}-losses"
     read: list[tuple[int, list[Gap]]] = []
+    known = {} if known is None else known
     with WebHdfs(settings) as fs:
-        for name in fs.list(folder)[-LOSSES_READ:]:
-            try:
-                doc = json.loads(fs.read(f"{folder}/{name}") or b"{}")
-                read.append((int(doc["recorded_ms"]), _gaps(doc)))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                log.warning("the loss record %s/%s cannot be read: %s: %s", folder, name, type(exc).__name__, exc)
+        listed = [f"{folder}/{name}" for name in fs.list(folder)[-LOSSES_READ:]]
+        for path in listed:
+            if path not in known:
+                try:
+                    doc = json.loads(fs.read(path) or b"{}")
+                    known[path] = (int(doc["recorded_ms"]), _gaps(doc))
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    log.warning("the loss record %s cannot be read: %s: %s", path, type(exc).__name__, exc)
+                    continue  # read again next time: it may have been caught half-written
+            read.append(known[path])
+    for path in set(known) - set(listed):
+        if path.startswith(f"{folder}/"):
+            del known[path]  # deleted, or past the newest LOSSES_READ
     return newly_lost(read)
 
 

@@ -35,3 +35,57 @@ def test_uncovered_offsets_are_those_of_no_span(spans, start, length):
     end = start + length
     expected = sum(1 for o in range(start, end) if not any(lo <= o < hi for lo, hi in spans))
     assert _uncovered(spans, start, end) == expected
+
+
+def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgotten(monkeypatch):
+    """The API reads the loss records at every marker read: with what it read before, only the
+    listing and the records new since (a record is written once); a record caught half-written is
+    read again next time."""
+    import json
+
+    from definitions.settings import Settings
+    from stores import kafka_gaps
+
+    files: dict[str, bytes] = {}
+    reads: list[str] = []
+
+    class Hdfs:
+        def __init__(self, settings) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def list(self, folder: str) -> list[str]:
+            return sorted(p.rsplit("/", 1)[1] for p in files if p.startswith(folder + "/"))
+
+        def read(self, path: str) -> bytes:
+            reads.append(path.rsplit("/", 1)[1])
+            return files[path]
+
+    def record(name: str, recorded_ms: int, lost: int) -> None:
+        doc = {
+            "recorded_ms": recorded_ms,
+            "gaps": [{"checkpoint": "/c", "partition": 0, "first_lost": 0, "first_kept": lost}],
+        }
+        files[f"{folder}/{name}"] = json.dumps(doc).encode()
+
+    monkeypatch.setattr(kafka_gaps, "WebHdfs", Hdfs)
+    settings = Settings()
+    folder = f"{kafka_gaps.checkpoint_dirs(settings, 'speed-layer')[0]}-losses"
+    known: dict = {}
+    record("1.json", 1_000, 3)
+    files[f"{folder}/2.json"] = b'{"recorded_'  # caught while being written
+    assert kafka_gaps.recorded_losses(settings, "speed-layer", known) == ((1_000, 3),)
+    assert reads == ["1.json", "2.json"]
+    record("2.json", 2_000, 5)
+    reads.clear()
+    assert kafka_gaps.recorded_losses(settings, "speed-layer", known) == ((1_000, 3), (2_000, 2))
+    assert reads == ["2.json"], "the record read before was read again"
+    del files[f"{folder}/1.json"]
+    reads.clear()
+    assert kafka_gaps.recorded_losses(settings, "speed-layer", known) == ((2_000, 5),)
+    assert reads == [] and list(known) == [f"{folder}/2.json"]
