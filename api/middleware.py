@@ -16,6 +16,8 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.errors import error_response
+
 # The dashboard (/ and /static/*) runs only its own files: no inline script or style, no other origin.
 DASHBOARD_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -57,12 +59,18 @@ class HeadersAndLatency:
                 message = {**message, "body": b""}
             await send(message)
 
+        if "\x00" in path:  # no route or file has one; the static files' lookup raised on it (a 500)
+            await error_response(404, "no such path: it holds a NUL byte")(scope, receive, send_with_headers)
+            _observe(scope, "unmatched", started, status)
+            return
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
             route: Any = scope.get("route")
-            metrics = getattr(scope["app"].state, "metrics", None)
-            if metrics is not None:
-                metrics.latency.labels(getattr(route, "path", "unmatched"), scope["method"], str(status)).observe(
-                    time.perf_counter() - started
-                )
+            _observe(scope, getattr(route, "path", "unmatched"), started, status)
+
+
+def _observe(scope: Scope, route: str, started: float, status: int) -> None:
+    metrics = getattr(scope["app"].state, "metrics", None)
+    if metrics is not None:
+        metrics.latency.labels(route, scope["method"], str(status)).observe(time.perf_counter() - started)

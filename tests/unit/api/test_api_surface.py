@@ -74,3 +74,17 @@ def test_a_range_of_many_parts_gets_the_whole_file_and_one_part_its_bytes(client
     assert many.status_code == 200 and many.content == whole.content
     one = client.get("/static/dashboard.js", headers={"Range": "bytes=0-9"})
     assert one.status_code == 206 and one.content == whole.content[:10]
+
+
+def test_a_path_with_a_nul_byte_is_refused_as_not_found(client, caplog):
+    """`/static/%00` made the static files' lookup raise (os.path.realpath: embedded null byte): a
+    500 and a traceback logged at ERROR for every such unauthenticated request."""
+    import logging
+
+    with caplog.at_level(logging.ERROR):
+        for path in ("/static/%00", "/static/a%00b.js", "/api/v1/reports/%00", "/%00"):
+            answer = client.get(path)
+            assert answer.status_code == 404, path
+            assert answer.json() == {"detail": "no such path: it holds a NUL byte"}, path
+            assert answer.headers["x-content-type-options"] == "nosniff"
+    assert not caplog.records, "nothing to log: a refusal, not a failure"
