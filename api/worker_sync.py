@@ -162,30 +162,48 @@ class WorkerSync:
         only the stores when only refreshes were counted since the count this one serves."""
         failed_at: int | None = None  # the count this worker last failed to follow
         pause = retry_at = 0.0
+        stalled = 0.0  # the pause after the state directory itself failed, doubled while it fails
         while True:
             await anyio.sleep(WATCH_S)
-            generation, reloaded = self.counts()
-            if generation <= self.served:
-                continue
-            if generation == failed_at and time.monotonic() < retry_at:
-                continue
-            views = reloaded > self.views_served  # a reload not followed yet (or that failed here)
             try:
-                await run_in_threadpool(reload if views else refresh)
-            except Exception as exc:  # noqa: BLE001 - reported to the worker that asked, served views kept
-                pause = min(RETRY_MAX_S, pause * 2) if generation == failed_at else RETRY_FIRST_S
-                failed_at, retry_at = generation, time.monotonic() + pause
+                if stalled:  # the last write of this worker's file may have failed: what it serves, again
+                    self.report(self.served)
+                    stalled = 0.0
+                generation, reloaded = self.counts()
+                if generation <= self.served:
+                    continue
+                if generation == failed_at and time.monotonic() < retry_at:
+                    continue
+                views = reloaded > self.views_served  # a reload not followed yet (or that failed here)
+                try:
+                    await run_in_threadpool(reload if views else refresh)
+                except Exception as exc:  # noqa: BLE001 - reported to the worker that asked, served views kept
+                    pause = min(RETRY_MAX_S, pause * 2) if generation == failed_at else RETRY_FIRST_S
+                    failed_at, retry_at = generation, time.monotonic() + pause
+                    log.warning(
+                        "worker %d: cannot follow the %s (tried again in %.0fs): %s: %s",
+                        self.pid,
+                        "views reload" if views else "refresh",
+                        pause,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    stalled = 0.0
+                    self.report(generation, failure_text(exc))
+                    continue
+                failed_at = None
+                if views:
+                    self.reloaded(generation)
+                stalled = 0.0
+                self.report(generation)
+            except Exception as exc:  # noqa: BLE001 - the directory failed (full disk, EIO): never end the loop
+                stalled = min(RETRY_MAX_S, stalled * 2 or RETRY_FIRST_S)
                 log.warning(
-                    "worker %d: cannot follow the %s (tried again in %.0fs): %s: %s",
+                    "worker %d: cannot read or write the workers' state in %s (tried again in %.0fs): %s: %s",
                     self.pid,
-                    "views reload" if views else "refresh",
-                    pause,
+                    self.directory,
+                    stalled,
                     type(exc).__name__,
                     exc,
                 )
-                self.report(generation, failure_text(exc))
-                continue
-            failed_at = None
-            if views:
-                self.reloaded(generation)
-            self.report(generation)
+                await anyio.sleep(stalled)

@@ -318,3 +318,45 @@ def test_a_follow_that_ends_after_the_workers_own_reload_reports_the_count_it_se
     assert worker.pending(second) == {}
     worker.report(first, "ImportError: a module being written")  # or it failed
     assert worker.pending(second) == {}
+
+
+def test_a_worker_whose_state_directory_fails_a_moment_keeps_following(monkeypatch):
+    """An OSError reading the count or writing the worker's file (a full disk, EIO) ended the follow
+    task for good, unlogged: that worker never followed another reload, and every reload answered
+    by the other waited 30 s for it and answered 503."""
+    monkeypatch.setattr(worker_sync, "RETRY_FIRST_S", 0.05)
+
+    async def scenario(path):
+        prepare(path)
+        follower, other = WorkerSync(path), WorkerSync(path)
+        made: list[str] = []
+        writes = {"failing": 2}
+        real_report = WorkerSync.report
+
+        def report(self, generation, error=None):
+            if self is follower and writes["failing"] > 0:
+                writes["failing"] -= 1
+                raise OSError(28, "No space left on device")
+            real_report(self, generation, error)
+
+        monkeypatch.setattr(WorkerSync, "report", report)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(follower.follow, lambda: made.append("reload"), lambda: made.append("refresh"))
+            generation = other.bump()
+            with anyio.fail_after(5):
+                while other.pending(generation):
+                    await anyio.sleep(0.01)
+            assert writes["failing"] == 0 and follower.served == generation
+            later = other.bump()
+            with anyio.fail_after(5):
+                while other.pending(later):
+                    await anyio.sleep(0.01)
+            tasks.cancel_scope.cancel()
+        return made
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as scratch:
+        made = anyio.run(scenario, Path(scratch))
+    assert made[-1] == "reload" and len(made) >= 2
