@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +32,15 @@ def main() -> int:
     except InsecureSettings as exc:
         logging.getLogger("lambda.api").error("refusing to start: %s", exc)
         return 2
+    where = f"{settings.api.host}:{settings.api.port}"
+    if not _can_bind(settings.api.host, settings.api.port):
+        # Before the workers' directory is emptied: it is the running API's, on this port.
+        logging.getLogger("lambda.api").error(
+            "refusing to start: %s is in use (another API, or the workers of one whose main process "
+            "was killed); stop it first (`lambdactl down`, or end the processes listening there)",
+            where,
+        )
+        return 1
     # uvloop and httptools: the event loop and HTTP parser in C (uvicorn's pure-Python ones cost a
     # large share of each query's CPU); each request's head bounded (api.http_protocol).
     serve = dict(
@@ -60,6 +70,23 @@ def main() -> int:
     os.environ[SNAPSHOT_VARIABLE] = str(write_snapshot(settings, snapshot))
     uvicorn.run("api.server:worker_app", factory=True, workers=settings.api.workers, **serve)  # type: ignore[arg-type]
     return 0
+
+
+def _can_bind(host: str, port: int) -> bool:
+    """Whether this process could listen on host:port now (as uvicorn does: SO_REUSEADDR, so a
+    closed connection's TIME_WAIT does not count); a name that does not resolve is left to uvicorn."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return True
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError:
+            return False
+    return True
 
 
 # The file of the settings the API's main process checked, which its workers run with.
