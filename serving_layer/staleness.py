@@ -53,12 +53,14 @@ def stale_reason(
 
 def late_drop_reason(cutoff_ms: int, drops: tuple[int, int] | None) -> str | None:
     """Why answers may be missing rows the speed layer dropped as later than its watermark
-    (stores.checkpoints.record_late_drops: (below_ms, rows)), or None once the batch cutoff covers them."""
-    if drops is None or cutoff_ms >= drops[0]:
+    (stores.checkpoints.record_late_drops: (watermark ms, rows)), or None once the batch cutoff covers
+    them. Spark drops a row whose ingest time is at or below the watermark, and a cutoff takes the rows
+    ingested before it: a cutoff on the watermark itself does not cover them."""
+    if drops is None or cutoff_ms > drops[0]:
         return None
     below_ms, rows = drops
     return (
-        f"the speed layer dropped {rows:,} rows later than its watermark (ingested before {iso_ms(below_ms)}, "
+        f"the speed layer dropped {rows:,} rows later than its watermark (ingested at or before {iso_ms(below_ms)}, "
         f"read behind an open transaction or a lagging partition): they are in no realtime row, so counts "
         f"may be missing until a batch run's cutoff passes {iso_ms(below_ms)}"
     )

@@ -161,7 +161,7 @@ def late_drops_path(settings: Settings) -> str:
 
 def record_late_drops(settings: Settings, below_ms: int, rows: int) -> None:
     """Rows the speed layer dropped as later than its watermark (`below_ms`, their ingest times were
-    below it): the highest such watermark and the rows in all are kept beside the checkpoint. They
+    at or below it, as Spark drops them): the highest such watermark and the rows in all are kept beside the checkpoint. They
     are in no realtime row, so answers whose batch cutoff is below it are not complete."""
     from stores.webhdfs import WebHdfs
 

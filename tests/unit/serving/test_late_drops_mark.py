@@ -98,3 +98,15 @@ def test_another_readers_marks_are_no_late_drops_mark_and_answers_go_on(tmp_path
     serving, store = _serving(tmp_path)
     store.write(BUCKET, 4)
     assert _provenance(serving).complete
+
+
+def test_a_row_dropped_at_the_watermark_itself_is_covered_only_by_a_later_cutoff():
+    """Spark drops a row as late when its ingest time is at or below the watermark; a batch cutoff
+    T takes the rows ingested before T. A watermark landing exactly on T left a row ingested at T in
+    neither layer while answers at cutoff T said complete."""
+    from serving_layer.staleness import late_drop_reason
+
+    watermark = 1_700_000_040_000
+    assert late_drop_reason(watermark, (watermark, 1)) is not None
+    assert late_drop_reason(watermark + 1, (watermark, 1)) is None
+    assert late_drop_reason(watermark - 1, (watermark, 1)) is not None

@@ -397,7 +397,9 @@ def test_answers_say_incomplete_while_rows_the_speed_layer_dropped_late_are_not_
     provenance = answer()
     assert not provenance.complete
     assert "7 rows" in provenance.reasons[0] and "later than its watermark" in provenance.reasons[0]
-    serving.speed.known(None, late_drops=(CUTOFF_MS, 7))  # a batch covers every row it dropped
+    serving.speed.known(None, late_drops=(CUTOFF_MS, 7))  # a row ingested at the cutoff: in no batch
+    assert not answer().complete
+    serving.speed.known(None, late_drops=(CUTOFF_MS - 1, 7))  # a batch covers every row it dropped
     assert answer().complete
 
 
