@@ -172,7 +172,12 @@ class View:
             return [F.count(F.lit(1)).alias("value")]
         if self.aggregation == "sum":
             return [F.sum(self.column_of(self.measured_column)).cast("bigint").alias("value")]
-        return [F.hll_sketch_agg(self.column_of(self.measured_column), HLL_LG_K).alias("sketch")]
+        return [F.hll_sketch_agg(self.distinct_column(), HLL_LG_K).alias("sketch")]
+
+    def distinct_column(self) -> Column:
+        """What a distinct view counts, as text in both layers (cells() too): a sketch hashes a
+        number and its text differently, and the merged answer unions batch and realtime sketches."""
+        return self.column_of(self.measured_column).cast("string")
 
     def compute(
         self, events: DataFrame, granularity: str, extra_keys: Iterable[str] = (), exact: bool = True
@@ -200,7 +205,7 @@ class View:
         # registers alone, so the same events answer the same however the work was split.
         names = [*self.keys, "event_bucket", *extra_keys]
         value = F.col(_DISTINCT_VALUE)
-        pairs = selected.select(*groups, self.column_of(self.measured_column).alias(_DISTINCT_VALUE)).distinct()
+        pairs = selected.select(*groups, self.distinct_column().alias(_DISTINCT_VALUE)).distinct()
         cells = pairs.groupBy(*names).agg(
             F.count(value).alias("value"), F.hll_sketch_agg(value, HLL_LG_K).alias(_DISTINCT_VALUE)
         )
@@ -235,11 +240,9 @@ def cells(view: View) -> list[Column]:
                 if view.aggregation == "sum"
                 else F.lit(None).cast("bigint")
             ).alias("measure"),
-            (
-                view.column_of(view.measured_column).cast("string")
-                if view.aggregation == "distinct"
-                else F.lit(None).cast("string")
-            ).alias("distinct_value"),
+            (view.distinct_column() if view.aggregation == "distinct" else F.lit(None).cast("string")).alias(
+                "distinct_value"
+            ),
         )
         out.append(F.when(in_view, cell))
     return out
