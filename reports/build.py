@@ -178,6 +178,19 @@ def assemble(settings: Settings, comparison: Comparison, version: int | None, ru
     ]
     if c.speed.get("caught_up") is False:
         problems.insert(0, "the speed layer had not processed the whole window when its rows were read")
+    skipped = sum(c.skipped.values())
+    if skipped:
+        problems.insert(
+            0,
+            f"{skipped} ingest bucket(s) of the window were not compared: their realtime rows expired "
+            "(realtime_ttl_s) or were cleaned up after a swap; only the rest of the window is compared",
+        )
+    if c.realtime.damaged_rows:
+        problems.insert(
+            0,
+            f"{c.realtime.damaged_rows} realtime row(s) the speed layer cannot have written were left out "
+            "(the serving layer refuses them too): " + "; ".join(c.realtime.damaged[:3]),
+        )
     if c.realtime.unreadable:
         problems.insert(
             0,
@@ -209,6 +222,8 @@ def assemble(settings: Settings, comparison: Comparison, version: int | None, ru
             "realtime_rows_read": c.realtime.rows,
             "realtime_read": iso_ms(c.realtime.read_ms),
             "realtime_unreadable": [u.describe() for u in c.realtime.unreadable],
+            "realtime_damaged_rows": c.realtime.damaged_rows,
+            "realtime_damaged": c.realtime.damaged,
             "skipped_expired_ingest_buckets": c.skipped["expired_ingest_buckets"],
             "skipped_cleaned_ingest_buckets": c.skipped.get("cleaned_ingest_buckets", 0),
         },

@@ -25,6 +25,11 @@ class RealtimeSnapshot:
     cells: dict[CellId, float] = field(default_factory=dict)
     rows: int = 0
     unreadable: list = field(default_factory=list)  # stores.realtime_scan.Unreadable: ranges whose rows are missing
+    damaged_rows: int = 0  # rows the speed layer cannot have written (refused as the serving layer refuses them)
+    damaged: list[str] = field(default_factory=list)  # what is wrong with the first DAMAGED_NAMED of them
+
+
+DAMAGED_NAMED = 20
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 from definitions.events import FIELD_NAMES
 from definitions.settings import Settings
 from definitions.views import View, key_text
-from reports.cells import LATE_AFTER_S, BatchCell, CellId, RealtimeSnapshot
+from reports.cells import DAMAGED_NAMED, LATE_AFTER_S, BatchCell, CellId, RealtimeSnapshot
 from stores.checkpoints import speed_layer_position
 from stores.kafka import offsets_at
 from stores.view_versions import read_versions
@@ -42,11 +42,12 @@ def read_realtime(
 
     A filtered scan of both realtime tables (ALLOW FILTERING on ingest_bucket), token range by
     token range: a range that cannot be read is recorded in `unreadable`, not fatal.
-    Distinct views: the sketch's estimate. A view a switched replay answers for (stores.replays):
+    Distinct views: the sketch's estimate. A row the speed layer cannot have written (as the serving
+    layer refuses it) is left out and counted in `damaged_rows`; keys are read as key_text writes them. A view a switched replay answers for (stores.replays):
     its replayed rows for the ingest buckets they cover, as the serving layer reads them.
     """
-    from definitions.sketches import read_sketch
-    from stores.realtime import BY_BUCKET
+    from definitions.sketches import BadSketch, read_sketch
+    from stores.realtime import BY_BUCKET, BadRealtimeRow
     from stores.realtime_scan import rows_ingested_between
     from stores.replays import read_overlays
 
@@ -63,13 +64,33 @@ def read_realtime(
         view = registry.get(name)
         if view is None or (view.layout == "by_bucket") != (table == BY_BUCKET):
             continue
-        value = float(row.value or 0)
-        sketch = getattr(row, "sketch", None)
-        if view.aggregation == "distinct" and sketch is not None:
-            value = read_sketch(bytes(sketch)).get_estimate()  # BadSketch (named) when it holds none
-        snapshot.cells[(name, row.granularity, row.key, row.event_bucket, row.ingest_bucket)] = value
+        try:
+            key, value = _checked(view, row, read_sketch)
+        except (BadRealtimeRow, BadSketch) as exc:
+            snapshot.damaged_rows += 1
+            if len(snapshot.damaged) < DAMAGED_NAMED:
+                snapshot.damaged.append(f"{name} {row.granularity} bucket {row.event_bucket}: {exc}"[:300])
+            continue
+        snapshot.cells[(name, row.granularity, key, row.event_bucket, row.ingest_bucket)] = value
         snapshot.rows += 1
     return snapshot
+
+
+def _checked(view: View, row: Any, read_sketch) -> tuple[str, float]:
+    """(the row's key as key_text writes it, its value: a distinct view's, its sketch's estimate), as
+    the serving layer reads rows (stores.realtime): BadRealtimeRow or BadSketch for a row the speed
+    layer cannot have written."""
+    from stores.realtime import BadRealtimeRow, canonical_key
+
+    key = canonical_key(row.key)
+    if row.value is None or row.value < 0:
+        raise BadRealtimeRow(f"a value of {row.value}: null or negative")
+    if view.aggregation != "distinct":
+        return key, float(row.value)
+    sketch = getattr(row, "sketch", None)
+    if sketch is None:
+        raise BadRealtimeRow("a distinct view's row without its sketch")
+    return key, read_sketch(bytes(sketch)).get_estimate()
 
 
 def wait_for_speed_layer(settings: Settings, ingest_ms: int, timeout_s: float = 180.0) -> dict:

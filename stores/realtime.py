@@ -432,7 +432,7 @@ def canonical_key(key: object) -> str:
 
     try:
         values = json.loads(key)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: a key of thousands of "["
         values = None
     if not isinstance(values, list) or not all(v is None or isinstance(v, str) for v in values):
         raise BadRealtimeRow(f"a key that is not a JSON array of strings: {str(key)[:100]!r}")

@@ -30,3 +30,15 @@ def test_the_writer_binds_every_column_in_declared_order():
 def test_the_clean_up_deletes_by_the_declared_keys():
     assert TARGETS[BY_KEY] == (("view_name", "granularity", "key"), ("event_bucket",))
     assert TARGETS[BY_BUCKET] == (("view_name", "granularity", "event_bucket"), ())
+
+
+def test_a_key_nested_past_pythons_recursion_limit_is_a_bad_row_not_a_crash():
+    """json.loads raises RecursionError, not ValueError, on a key of thousands of "[": the serving
+    layer's top-N read escaped its BadRealtimeRow handling with it (a 500 for the view)."""
+    import pytest
+
+    from stores.realtime import BadRealtimeRow, canonical_key
+
+    with pytest.raises(BadRealtimeRow, match="not a JSON array of strings"):
+        canonical_key("[" * 100_000)
+    assert canonical_key('[ "/a" ]') == '["/a"]'
