@@ -314,9 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="bring the running platform to the declared views: restart the speed layer with them, build the "
         "history of new ones in a batch run, retire removed ones; the other views keep answering",
     )
-    apply.add_argument("--modules", help="comma-separated view modules: set the persisted views.modules first")
+    modules = apply.add_mutually_exclusive_group()
+    modules.add_argument("--modules", help="comma-separated view modules: set the persisted views.modules first")
+    modules.add_argument(
+        "--no-modules",
+        action="store_true",
+        help="declare no view module: the built-in views only (every view a module declares is retired)",
+    )
     apply.add_argument(
-        "--paths", help="with --modules: comma-separated absolute directories searched for them first (views.paths)"
+        "--paths",
+        help="with --modules or --no-modules: comma-separated absolute directories searched for them first (views.paths)",
     )
     apply.add_argument(
         "--timeout", type=positive, default=1800.0, help="seconds to wait for the speed layer and the master dataset"

@@ -105,13 +105,21 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
     from stores.checkpoints import read_marker
     from stores.view_versions import read_versions
 
+    if args.modules is not None and not [m for m in args.modules.split(",") if m.strip()]:
+        log.error(
+            "refused, nothing changed: --modules names no module (an unset variable?); to declare none, "
+            "retiring every view a module declares, give --no-modules"
+        )
+        return 2
+    if getattr(args, "no_modules", False):
+        args.modules = ""
     if args.paths is not None and args.modules is None:
         log.error("--paths is given with --modules only (the directories searched for those modules): give both")
         return 2
     try:
         if args.modules is not None:
             paths = None if args.paths is None else [p for p in args.paths.split(",") if p]
-            settings = with_view_modules(settings, [m for m in args.modules.split(",") if m], paths)
+            settings = with_view_modules(settings, [m.strip() for m in args.modules.split(",") if m.strip()], paths)
         registry = load_views(settings)  # before anything is written: a set that does not load changes nothing
     except (ImportError, ValueError, SettingsConflict) as exc:
         log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)

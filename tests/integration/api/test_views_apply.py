@@ -165,7 +165,7 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
     assert mismatches(settings, everything) == []
 
     # Removing it retires it: its route and its pointer entry go.
-    done = lambdactl(settings, "views", "apply", "--modules", "", "--paths", "")
+    done = lambdactl(settings, "views", "apply", "--no-modules", "--paths", "")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert httpx.get(f"{api(settings)}/api/v1/views/{view}", params={"url": "/"}, timeout=30).status_code == 404
     pointer = version_store(settings).pointer()

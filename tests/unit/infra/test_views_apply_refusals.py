@@ -110,3 +110,22 @@ def test_an_api_that_takes_the_request_and_never_answers_stops_the_apply(monkeyp
         free.bind(("127.0.0.1", 0))
         closed = free.getsockname()[1]
     assert views._ask_api(Settings(api={"port": closed}), "reload", "serve the declared views") is None, "not running"
+
+
+@pytest.mark.parametrize("modules", ["", " ", ",", " , "])
+def test_an_empty_modules_list_is_refused_and_no_modules_says_it(tmp_path, monkeypatch, caplog, modules):
+    """`--modules "$VIEWS"` with the variable unset retired every view a module declared (their
+    realtime rows deleted; their history only a batch run brings back): retiring them all takes
+    --no-modules."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    assert main(["views", "apply", "--modules", modules]) == 2
+    assert "--modules names no module" in caplog.text and "--no-modules" in caplog.text
+    assert not (tmp_path / "state" / "settings.json").exists(), "nothing was written"
+
+
+def test_no_modules_and_modules_together_are_refused(tmp_path, monkeypatch):
+    plain_shell(monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        main(["views", "apply", "--modules", "x", "--no-modules"])
+    assert refused.value.code == 2
