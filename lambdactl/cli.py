@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import re
 import sys
 import time
@@ -381,12 +382,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("the settings cannot be read: %s (check the owner and mode of the state directory)", exc)
         return 2
     try:
-        return args.func(settings, args)
+        code = args.func(settings, args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then answered below
+        return code
     except StackError as exc:
         log.error("%s", exc)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `lambdactl … | head`: the reader stopped; end quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+        return 141
     except Exception as exc:  # a store that does not answer, or a fault: one line, the traceback with -v
         if args.verbose:
             raise
