@@ -341,7 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the first ingest time replayed: an ISO time with a zone, or offsets:PARTITION=OFFSET,... "
         "(default: the view's batch cutoff)",
     )
-    replay.add_argument("--resume", action="store_true", help="take over the mark of an interrupted replay of the view")
+    replay.add_argument(
+        "--resume",
+        action="store_true",
+        help="take over the mark of an interrupted replay of the view (refused when none holds it)",
+    )
     replay.add_argument(
         "--cancel",
         action="store_true",

@@ -30,125 +30,21 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
 
 from definitions.settings import Settings
 from lambdactl.output import _emit, _say
+from lambdactl.replay_rules import (
+    MarkCleared,
+    NotSwitched,
+    Refused,
+    parse_from,
+    reader_refusal,
+    resolve_from,
+    running_holder,
+    settled_split,
+    split_after,
+)
 from stores.replays import ReplayMarked
-
-
-class NotSwitched(Exception):
-    """The replay wrote its rows but does not switch to them (they are left to the clean-up)."""
-
-
-class Refused(Exception):
-    """The replay cannot be exact as asked; nothing was changed."""
-
-
-class MarkCleared(Exception):
-    """`--resume` of a retired storage name: no replay can finish it, so its mark was taken off."""
-
-
-def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, ingest_time_at=None) -> int:
-    """`--from` → the first ingest time replayed (ms), on the ingest-bucket grid (floored, so the first
-    bucket is whole). `text`: empty for the view's batch cutoff; an ISO time with a zone; or
-    `offsets:P=O,...` (Kafka partition = offset: from the earliest of their ingest times, which
-    `ingest_time_at(partition, offset)` gives)."""
-    from datetime import datetime
-
-    if not text:
-        moment = cutoff_ms
-    elif text.startswith("offsets:"):
-        pairs = []
-        for item in text[len("offsets:") :].split(","):
-            p, _, o = item.partition("=")
-            if not all(  # "²" is a digit too; more than 19 digits is no Kafka partition or offset
-                part.strip().isascii() and part.strip().isdigit() and len(part.strip()) <= 19 for part in (p, o)
-            ):
-                raise Refused(f"--from offsets: expected PARTITION=OFFSET, got {item!r}")
-            pairs.append((int(p), int(o)))
-        if not pairs or ingest_time_at is None:
-            raise Refused("--from offsets: name at least one PARTITION=OFFSET")
-        try:
-            moment = min(ingest_time_at(p, o) for p, o in pairs)
-        except ValueError as exc:  # no such partition, an offset Kafka does not keep
-            raise Refused(f"--from offsets: {exc}") from None
-    else:
-        try:
-            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise Refused(f"--from: not an ISO time or offsets:P=O,...: {text!r}") from None
-        if parsed.tzinfo is None:
-            raise Refused(f"--from: give the time zone (e.g. Z): {text!r}")
-        moment = int(parsed.timestamp() * 1000)
-    if moment > now_ms:
-        raise Refused(f"--from is in the future: {text!r}")
-    size = bucket_s * 1000
-    return max(moment, 0) // size * size
-
-
-def running_holder(claim) -> int | None:
-    """The process id of the replay holding `claim` when it still runs on this host; None when it
-    ended, runs elsewhere (not knowable here) or the claim names no process."""
-    import socket
-
-    import psutil
-
-    if not claim.host or not claim.pid or claim.host != socket.gethostname():
-        return None
-    try:
-        process = psutil.Process(claim.pid)
-        running = process.status() != psutil.STATUS_ZOMBIE and "replay" in process.cmdline()
-    except psutil.Error:
-        return None
-    return claim.pid if running else None
-
-
-def split_after(started_ms: int, latest_ingest_ms: int | None, bucket_ms: int) -> int:
-    """The replay's split: the first ingest-bucket boundary after both the replay's start (this host's
-    clock) and the latest ingest time Kafka held then (the brokers' clock), so every record ingested
-    at or after it was appended after the replay began, whichever clock is ahead."""
-    began = max(started_ms, latest_ingest_ms or 0)
-    return (began // bucket_ms + 1) * bucket_ms
-
-
-def settled_split(wait: Callable[[int], list], split_ms: int, appended: dict[int, int], bucket_ms: int):
-    """(spans, split) once no record appended before the replay began (below `appended`, per
-    partition) is ingested at or after the split: `wait(split)` gives the spans up to a split. No
-    clock is trusted: such a record (the brokers' clock ahead of this host's, their latest time not
-    read) would be left to the view's own rows, so the split moves one bucket on."""
-    while True:
-        spans = wait(split_ms)
-        early = [s.partition for s in spans if s.end < appended.get(s.partition, 0)]
-        if not early:
-            return spans, split_ms
-        split_ms += bucket_ms
-        _say(
-            f"partition(s) {early} hold records appended before the replay began and ingested after the split: "
-            f"the split moves to {split_ms} ms"
-        )
-
-
-def reader_refusal(reader: type, setting: str) -> str | None:
-    """Why a replay cannot switch with this realtime reader class, or None: once switched, answers
-    ask the reader to leave the replayed ingest buckets out (`skip_ingest`, stores/adapters.py)."""
-    import inspect
-
-    def takes(name: str) -> bool:
-        try:
-            params = inspect.signature(getattr(reader, name)).parameters.values()
-        except (AttributeError, TypeError, ValueError):
-            return False
-        return any(p.name == "skip_ingest" or p.kind is p.VAR_KEYWORD for p in params)
-
-    lacking = [name for name in ("series", "bucket") if not takes(name)]
-    if not lacking:
-        return None
-    return (
-        f"stores.realtime_reader = {setting!r}: its {', '.join(lacking)} take no skip_ingest, so the replayed "
-        "rows could not answer for the view (stores/adapters.py); rebuild it with "
-        "`lambdactl batch --views VIEW --force` instead"
-    )
 
 
 def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
@@ -178,6 +74,7 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
         _say(f"{done['view']}: replay cancelled; {done['rows_deleted']:,} rows it wrote deleted; it answers as before")
         return 0
     try:
+        parse_from(args.from_)  # a mistyped --from is said before any store is asked
         plan = _plan(settings, args)
     except MarkCleared as exc:
         _say(str(exc))
@@ -285,6 +182,10 @@ def _plan(settings: Settings, args: argparse.Namespace):
             f"the replay holding {args.view}'s mark still runs (pid {held.pid} on this host): wait for it, or stop "
             "it, then `--resume`"
         )
+    if held is None and args.resume:
+        raise Refused(
+            f"no replay of {args.view} holds its mark: nothing to resume (run it without --resume to start one)"
+        )
     if held is not None and not args.resume:
         raise Refused(
             f"a replay of {args.view} holds its mark since {held.started_ms} ms (from {held.from_ms} ms): it is "
@@ -296,9 +197,18 @@ def _plan(settings: Settings, args: argparse.Namespace):
     start = min([from_ms] + [max(m.from_ms, floor) for m in (held, answering) if m is not None])
     lost = lost_since(spans_from(settings, start), start)
     if lost:
+        if start == from_ms:
+            later = "Replay from a later --from"
+        elif held is not None and held.from_ms == start:
+            later = (
+                f"This replay starts at {start} ms, where the replay holding its mark does: "
+                f"`lambdactl replay --view {args.view} --cancel`, then replay from a later --from"
+            )
+        else:
+            later = f"This replay starts at {start} ms, where its switched replay's rows begin (a new one covers them)"
         raise Refused(
-            f"Kafka no longer holds every record from {start} ms: {'; '.join(lost[:3])}. Replay from a later "
-            f"--from, or rebuild with `lambdactl batch --views {args.view} --force`"
+            f"Kafka no longer holds every record from {start} ms: {'; '.join(lost[:3])}. {later}; or rebuild "
+            f"with `lambdactl batch --views {args.view} --force`"
         )
     return view, start, [m for m in (held, answering) if m is not None]
 
@@ -307,11 +217,9 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from definitions.spark import spark_session
     from definitions.times import iso_ms
     from lambdactl.views import refresh_api
-    from serving_layer.speed_state import replaced_rows_kept_s
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
     from stores.kafka import end_offsets, latest_ingest_ms, lost_since
-    from stores.realtime_cleanup import delete_view_from
     from stores.replays import holds, mark, release, shadow_name, switch
 
     # Every record below these was appended before the replay began (read before its claim: read after
@@ -358,7 +266,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     look_back_ms = settings.speed.dedupe_window_s * 1000
     spans, split_ms = settled_split(
         lambda split: _wait_for_split(
-            settings, max(from_ms - look_back_ms, 0), split, timeout_s=marker.ingest_bucket_s + 120
+            settings, view.name, max(from_ms - look_back_ms, 0), split, timeout_s=marker.ingest_bucket_s + 120
         ),
         split_ms,
         appended,
@@ -374,7 +282,8 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     if lost:
         raise SystemExit(
             f"Kafka deleted records of the replay meanwhile ({'; '.join(lost[:3])}); {view.name} stays claimed "
-            f"and answers as before: replay from a later --from with --resume, or run a batch of it"
+            f"and answers as before: `lambdactl replay --view {view.name} --cancel`, then replay from a later "
+            f"--from, or run a batch of it (`lambdactl batch --views {view.name} --force`)"
         )
     if not holds(settings, claim):  # before the long part: a `--resume` elsewhere took the claim over
         raise ReplayMarked(
@@ -396,22 +305,21 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     switch(settings, claim, split_ms)
     refresh_api(settings)
     _say(f"{view.name}: switched to the replayed rows for ingest buckets {iso_ms(from_ms)} to {iso_ms(split_ms)}")
-    deleted = 0
     old_rows = {m.shadow for m in replaced if m.shadow} - {shadow}  # of the replays this one replaced
-    if old_rows:
-        # Every API worker has read the replay marks again by then, even one whose read just now
-        # failed or raced with the switch, or refuses the view: the replaced rows are read by none.
-        settle_s = replaced_rows_kept_s(settings)
-        _say(f"{view.name}: deleting the replaced replays' rows in {settle_s:.0f}s, once no API worker reads them")
-        time.sleep(settle_s)
-    for old in sorted(old_rows):
-        cleaned = delete_view_from(settings, old, 0, time.time_ns() // 1000)
-        deleted += cleaned.rows_below_cutoff
-        if not cleaned.complete:  # no answer reads them; `lambdactl clean-realtime` deletes orphans
-            _say(
-                f"{view.name}: rows of the replaced replay {old} are left in {len(cleaned.unreadable)} token range(s) "
-                "that could not be cleaned; no answer reads them, and a later clean-up deletes them"
-            )
+    try:
+        deleted = _delete_replaced(settings, view.name, sorted(old_rows))
+    except KeyboardInterrupt:
+        _say(
+            f"{view.name}: interrupted after the switch: it answers from the replayed rows; the replaced "
+            "replays' rows are left, read by no answer (`lambdactl clean-realtime` deletes them)"
+        )
+        return 130
+    except Exception as exc:  # noqa: BLE001 - switched: the replay is done, only the deletion failed
+        deleted = 0
+        _say(
+            f"{view.name}: switched, but the replaced replays' rows could not be deleted ({type(exc).__name__}: "
+            f"{str(exc)[:300]}); no answer reads them, and `lambdactl clean-realtime` deletes them"
+        )
     summary = {
         "view": view.name,
         "from": iso_ms(from_ms),
@@ -434,7 +342,32 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     return 0
 
 
-def _wait_for_split(settings: Settings, from_ms: int, split_ms: int, timeout_s: float):
+def _delete_replaced(settings: Settings, view: str, old_rows: list[str]) -> int:
+    """Delete the rows of the replays a switched replay replaced (no answer reads them once every
+    API worker read the marks again): the rows deleted."""
+    from serving_layer.speed_state import replaced_rows_kept_s
+    from stores.realtime_cleanup import delete_view_from
+
+    if not old_rows:
+        return 0
+    # Every API worker has read the replay marks again by then, even one whose read just now failed
+    # or raced with the switch, or refuses the view: the replaced rows are read by none.
+    settle_s = replaced_rows_kept_s(settings)
+    _say(f"{view}: deleting the replaced replays' rows in {settle_s:.0f}s, once no API worker reads them")
+    time.sleep(settle_s)
+    deleted = 0
+    for old in old_rows:
+        cleaned = delete_view_from(settings, old, 0, time.time_ns() // 1000)
+        deleted += cleaned.rows_below_cutoff
+        if not cleaned.complete:  # no answer reads them; `lambdactl clean-realtime` deletes orphans
+            _say(
+                f"{view}: rows of the replaced replay {old} are left in {len(cleaned.unreadable)} token range(s) "
+                "that could not be cleaned; no answer reads them, and a later clean-up deletes them"
+            )
+    return deleted
+
+
+def _wait_for_split(settings: Settings, view: str, from_ms: int, split_ms: int, timeout_s: float):
     """The spans of [from_ms, split_ms) once every partition holds a record ingested at or after
     `split_ms` (the archiver's ticks reach every partition every few seconds)."""
     from stores.kafka import spans_between
@@ -451,6 +384,6 @@ def _wait_for_split(settings: Settings, from_ms: int, split_ms: int, timeout_s: 
             raise SystemExit(
                 f"no record ingested after {split_ms} ms in some partition of the events topic after {timeout_s:.0f}s "
                 "more (is the archiver's ticker running?); the view stays claimed and answers as before: "
-                "`lambdactl replay --resume` later"
+                f"`lambdactl replay --view {view} --resume` later"
             )
         time.sleep(2.0)

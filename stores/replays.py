@@ -283,7 +283,7 @@ def mark(
                 raise
             raise ReplayMarked(
                 f"a replay of {view} holds its mark ({held.decode(errors='replace')[:200]}): it is running, or "
-                "it was interrupted; when none runs, `lambdactl replay --resume` takes over"
+                f"it was interrupted; when none runs, `lambdactl replay --view {view} --resume` takes over"
             ) from None
     return claimed
 

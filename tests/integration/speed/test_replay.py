@@ -264,6 +264,9 @@ def test_replay_refuses_what_it_cannot_do_exactly(settings, stack):
     assert unknown.returncode == 2 and "unknown view 'no_such_view'" in unknown.stderr, unknown.stderr[-2000:]
     future = lambdactl(settings, "replay", "--view", "page_views", "--from", "2999-01-01T00:00:00Z")
     assert future.returncode == 2 and "in the future" in future.stderr, future.stderr[-2000:]
+    # --resume with no claim to take over started a fresh replay, overwriting any claim made meanwhile.
+    nothing = lambdactl(settings, "replay", "--view", "page_views", "--resume")
+    assert nothing.returncode == 2 and "nothing to resume" in nothing.stderr, nothing.stderr[-2000:]
     assert read_marks(settings) == {}, "a refused replay marks nothing"
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lambdactl.replay import Refused, resolve_from
+from lambdactl.replay_rules import Refused, resolve_from
 from stores.kafka import PartitionSpan, lost_since
 from stores.pointer import Pointer, ViewEntry
 from stores.view_lifecycle import lifecycle, lifecycles
@@ -45,6 +45,8 @@ def test_from_offsets_starts_at_the_earliest_of_their_ingest_times():
         ("offsets:\u0661=5", "PARTITION=OFFSET"),
         ("offsets:0=" + "9" * 5000, "PARTITION=OFFSET"),  # int() refuses over 4300 digits: a bare ValueError
         ("offsets:" + "9" * 20 + "=1", "PARTITION=OFFSET"),
+        ("1969-12-31T23:59:59Z", "before 1970"),  # was taken as 0: the whole topic replayed
+        ("0001-01-01T00:00:00+00:01", "before 1970"),
     ],
 )
 def test_a_bad_from_is_refused_naming_what_is_wrong(text, words):
@@ -191,7 +193,7 @@ class _ReaderTakingKeywords:
 
 
 def test_a_replay_is_refused_up_front_when_the_realtime_reader_cannot_leave_replayed_buckets_out():
-    from lambdactl.replay import reader_refusal
+    from lambdactl.replay_rules import reader_refusal
     from stores.realtime import RealtimeReader
 
     assert reader_refusal(RealtimeReader, "cassandra") is None
@@ -216,7 +218,7 @@ def test_lambdactl_replay_with_such_a_reader_exits_2_before_any_store_is_asked(s
 
 
 def test_the_split_follows_whichever_clock_is_ahead_so_later_buckets_hold_only_records_appended_after_the_start():
-    from lambdactl.replay import split_after
+    from lambdactl.replay_rules import split_after
 
     bucket = BUCKET_S * 1000
     start = NOW_MS - NOW_MS % bucket + 10_000  # 10 s into a bucket by this host's clock
@@ -292,7 +294,7 @@ def test_resume_refuses_while_the_replay_holding_the_claim_still_runs_on_this_ho
 
     import psutil
 
-    from lambdactl.replay import running_holder
+    from lambdactl.replay_rules import running_holder
     from stores.replays import ReplayMark
     from tests.support.polling import wait_for
 
@@ -560,7 +562,7 @@ def test_the_split_moves_on_while_records_appended_before_the_replay_are_ingeste
     """The split came from this host's clock when the brokers' latest ingest time could not be read
     (a slow broker): with the brokers' clock ahead, records appended before the replay began were
     stamped after the split, and left to the view's own (lost, or wrong) rows."""
-    from lambdactl.replay import settled_split
+    from lambdactl.replay_rules import settled_split
 
     appended = {0: 100, 1: 40}  # end offsets when the replay began
     ends_at = {60_000: {0: 80, 1: 40}, 120_000: {0: 100, 1: 45}}  # first offset ingested at/after the split
@@ -595,3 +597,21 @@ def test_an_interrupted_replay_says_what_it_left_and_how_to_go_on(monkeypatch, c
     with caplog.at_level(logging.INFO):
         assert replay.cmd_replay(None, args) == 130
     assert "replay of page_views interrupted; page_views stays claimed: --resume or --cancel" in caplog.text
+
+
+def test_a_from_with_spaces_around_it_is_read():
+    assert resolve_from(" 2026-11-17T09:00:30Z\n", 0, BUCKET_S, NOW_MS) == 1_794_906_000_000
+
+
+def test_a_mistyped_from_is_refused_before_any_store_is_asked(settings, caplog):
+    """It was read after HDFS and HBase were: with the stack down, a typo showed as a connection error."""
+    from lambdactl.cli import build_parser
+    from lambdactl.replay import cmd_replay
+
+    away = settings.model_copy(
+        update={"hdfs": settings.hdfs.model_copy(update={"http_port": 9, "webhdfs_urls": ["http://127.0.0.1:9"]})}
+    )
+    args = build_parser().parse_args(["replay", "--view", "page_views", "--from", "yesterday"])
+    with caplog.at_level("INFO"):
+        assert cmd_replay(away, args) == 2
+    assert "replay refused, nothing changed: --from: not an ISO time" in caplog.text

@@ -1,0 +1,137 @@
+"""The rules of `lambdactl replay` that need no store: what `--from` means, the split, who holds a
+claim, which realtime readers a replay can switch with (lambdactl/replay.py runs the replay)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lambdactl.output import _say
+
+
+class NotSwitched(Exception):
+    """The replay wrote its rows but does not switch to them (they are left to the clean-up)."""
+
+
+class Refused(Exception):
+    """The replay cannot be exact as asked; nothing was changed."""
+
+
+class MarkCleared(Exception):
+    """`--resume` of a retired storage name: no replay can finish it, so its mark was taken off."""
+
+
+def parse_from(text: str | None) -> list[tuple[int, int]] | int | None:
+    """`--from`, read without any store: None (the view's batch cutoff), a time (epoch ms), or the
+    (partition, offset) pairs of `offsets:P=O,...`. Refused naming what is wrong."""
+    from datetime import datetime
+
+    text = (text or "").strip()
+    if not text:
+        return None
+    if text.startswith("offsets:"):
+        pairs = []
+        for item in text[len("offsets:") :].split(","):
+            p, _, o = item.partition("=")
+            if not all(  # "²" is a digit too; more than 19 digits is no Kafka partition or offset
+                part.strip().isascii() and part.strip().isdigit() and len(part.strip()) <= 19 for part in (p, o)
+            ):
+                raise Refused(f"--from offsets: expected PARTITION=OFFSET, got {item[:60]!r}")
+            pairs.append((int(p), int(o)))
+        return pairs
+    try:
+        parsed = datetime.fromisoformat(text)
+        moment = int(parsed.timestamp() * 1000) if parsed.tzinfo is not None else None
+    except (ValueError, OverflowError):
+        raise Refused(f"--from: not an ISO time or offsets:P=O,...: {text[:60]!r}") from None
+    if moment is None:
+        raise Refused(f"--from: give the time zone (e.g. Z): {text[:60]!r}")
+    if moment < 0:
+        raise Refused(f"--from: {text[:60]!r} is before 1970")
+    return moment
+
+
+def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, ingest_time_at=None) -> int:
+    """`--from` → the first ingest time replayed (ms), on the ingest-bucket grid (floored, so the first
+    bucket is whole). `text`: empty for the view's batch cutoff; an ISO time with a zone; or
+    `offsets:P=O,...` (Kafka partition = offset: from the earliest of their ingest times, which
+    `ingest_time_at(partition, offset)` gives)."""
+    parsed = parse_from(text)
+    if parsed is None:
+        moment = cutoff_ms
+    elif isinstance(parsed, list):
+        if not parsed or ingest_time_at is None:
+            raise Refused("--from offsets: name at least one PARTITION=OFFSET")
+        try:
+            moment = min(ingest_time_at(p, o) for p, o in parsed)
+        except ValueError as exc:  # no such partition, an offset Kafka does not keep
+            raise Refused(f"--from offsets: {exc}") from None
+    else:
+        moment = parsed
+    if moment > now_ms:
+        raise Refused(f"--from is in the future: {(text or '')[:60]!r}")
+    size = bucket_s * 1000
+    return max(moment, 0) // size * size
+
+
+def running_holder(claim) -> int | None:
+    """The process id of the replay holding `claim` when it still runs on this host; None when it
+    ended, runs elsewhere (not knowable here) or the claim names no process."""
+    import socket
+
+    import psutil
+
+    if not claim.host or not claim.pid or claim.host != socket.gethostname():
+        return None
+    try:
+        process = psutil.Process(claim.pid)
+        running = process.status() != psutil.STATUS_ZOMBIE and "replay" in process.cmdline()
+    except psutil.Error:
+        return None
+    return claim.pid if running else None
+
+
+def split_after(started_ms: int, latest_ingest_ms: int | None, bucket_ms: int) -> int:
+    """The replay's split: the first ingest-bucket boundary after both the replay's start (this host's
+    clock) and the latest ingest time Kafka held then (the brokers' clock), so every record ingested
+    at or after it was appended after the replay began, whichever clock is ahead."""
+    began = max(started_ms, latest_ingest_ms or 0)
+    return (began // bucket_ms + 1) * bucket_ms
+
+
+def settled_split(wait: Callable[[int], list], split_ms: int, appended: dict[int, int], bucket_ms: int):
+    """(spans, split) once no record appended before the replay began (below `appended`, per
+    partition) is ingested at or after the split: `wait(split)` gives the spans up to a split. No
+    clock is trusted: such a record (the brokers' clock ahead of this host's, their latest time not
+    read) would be left to the view's own rows, so the split moves one bucket on."""
+    while True:
+        spans = wait(split_ms)
+        early = [s.partition for s in spans if s.end < appended.get(s.partition, 0)]
+        if not early:
+            return spans, split_ms
+        split_ms += bucket_ms
+        _say(
+            f"partition(s) {early} hold records appended before the replay began and ingested after the split: "
+            f"the split moves to {split_ms} ms"
+        )
+
+
+def reader_refusal(reader: type, setting: str) -> str | None:
+    """Why a replay cannot switch with this realtime reader class, or None: once switched, answers
+    ask the reader to leave the replayed ingest buckets out (`skip_ingest`, stores/adapters.py)."""
+    import inspect
+
+    def takes(name: str) -> bool:
+        try:
+            params = inspect.signature(getattr(reader, name)).parameters.values()
+        except (AttributeError, TypeError, ValueError):
+            return False
+        return any(p.name == "skip_ingest" or p.kind is p.VAR_KEYWORD for p in params)
+
+    lacking = [name for name in ("series", "bucket") if not takes(name)]
+    if not lacking:
+        return None
+    return (
+        f"stores.realtime_reader = {setting!r}: its {', '.join(lacking)} take no skip_ingest, so the replayed "
+        "rows could not answer for the view (stores/adapters.py); rebuild it with "
+        "`lambdactl batch --views VIEW --force` instead"
+    )
