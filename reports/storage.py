@@ -8,6 +8,7 @@ makes them sortable by creation); anything else is refused before a path is made
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 import threading
@@ -20,7 +21,7 @@ from cachetools import LRUCache
 from definitions.settings import Settings
 
 HDFS_DIR = "/lambda/reports"
-ID_PATTERN = r"^[A-Za-z0-9_.-]{1,100}$"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # never `.`, `..` or a hidden (temporary) file's name
 _ID = re.compile(ID_PATTERN)
 STRAY_AFTER_S = 3_600  # a temporary file this old is no build's in flight
 
@@ -73,6 +74,7 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
         # A name of its own: two builds of one report at once each move a whole file into place.
         with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{rid}{suffix}.", suffix=".tmp", delete=False) as tmp:
             tmp.write(data)
+            os.fchmod(tmp.fileno(), 0o644)  # mkstemp's 0600 kept an API of another user from reading it
         Path(tmp.name).replace(target)  # the API never reads a half-written file
         paths[suffix[1:]] = str(target)
     _prune_local(folder, settings.batch.keep_reports)
@@ -114,7 +116,7 @@ def list_reports(settings: Settings, limit: int | None = None) -> list[StoredRep
             break
         try:
             doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(doc, dict):
             out.append(StoredReport(path.stem, doc))
@@ -166,7 +168,7 @@ def read_report(settings: Settings, report_id: str) -> dict:
     path = _path(settings, report_id, ".json")
     try:
         doc = json.loads(path.read_text())
-    except (ValueError, RecursionError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, or not UTF-8
         raise ReportNotFound(f"report {report_id!r} cannot be read ({type(exc).__name__})") from None
     if not isinstance(doc, dict):
         raise ReportNotFound(f"report {report_id!r} cannot be read (not a report document)")
@@ -199,5 +201,8 @@ def report_file(settings: Settings, report_id: str) -> Path:
 
 
 def read_report_html(settings: Settings, report_id: str) -> str:
-    """A stored report's HTML page. Raises InvalidReportId, ReportNotFound."""
-    return _path(settings, report_id, ".html").read_text()
+    """A stored report's HTML page. Raises InvalidReportId, ReportNotFound (also for a damaged file)."""
+    try:
+        return _path(settings, report_id, ".html").read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportNotFound(f"report {report_id!r} cannot be read ({type(exc).__name__})") from None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from fastapi.testclient import TestClient
@@ -79,7 +80,9 @@ def test_unreadable_files_are_not_listed(local):
     assert storage.read_report_html(local, "probe") == "<p>an html page alone is never listed</p>"
 
 
-@pytest.mark.parametrize("bad", ["../etc/passwd", "a/b", "", "x" * 101, "id with space", "ok\n", "é"])
+@pytest.mark.parametrize(
+    "bad", ["../etc/passwd", "a/b", "", "x" * 101, "id with space", "ok\n", "é", ".", "..", "...", ".x.json.tmp"]
+)
 def test_invalid_ids_are_refused_before_any_path_is_made(local, bad):
     with pytest.raises(storage.InvalidReportId):
         storage.read_report(local, bad)
@@ -242,3 +245,28 @@ def test_reports_made_within_one_second_have_ids_of_their_own_that_sort_by_creat
     assert all(storage.check_id(i) for i in ids)
     # An id of the one-second form, made before, sorts beside those of its second.
     assert report_id(first, "") < "20261130T010203Z-adhoc" < ids[2]
+
+
+def test_files_that_are_no_report_in_odd_ways_are_not_found_or_skipped(local):
+    """A page that is not UTF-8 was a 500 from the API; a document nested past Python's recursion
+    limit crashed `lambdactl report`'s listing."""
+    folder = storage.reports_dir(local)
+    folder.mkdir(parents=True)
+    (folder / "20260101T100000Z-v1.html").write_bytes(b"<p>\xff\xfe</p>")
+    (folder / "20260101T100000Z-v1.json").write_bytes(b'{"id": "\xff"}')
+    (folder / "20260101T110000Z-deep.json").write_text("[" * 100_000)
+    with pytest.raises(storage.ReportNotFound, match="cannot be read"):
+        storage.read_report_html(local, "20260101T100000Z-v1")
+    with pytest.raises(storage.ReportNotFound, match="cannot be read"):
+        storage.read_report(local, "20260101T100000Z-v1")
+    assert storage.list_reports(local) == []
+
+
+def test_stored_reports_are_readable_by_other_users_of_the_state_directory(local):
+    """Written through mkstemp they were 0600: an API running as another user (a shared volume)
+    skipped them in its list and answered 500 for them."""
+    import stat
+
+    paths = storage.store_report(local, doc("20260101T090000Z-ok"), "<p>ok</p>")
+    for suffix in ("json", "html"):
+        assert stat.S_IMODE(os.stat(paths[suffix]).st_mode) == 0o644
