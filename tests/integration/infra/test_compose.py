@@ -206,3 +206,30 @@ def test_the_jvm_code_compiles_where_only_the_maven_jars_are(settings, tmp_path)
         ["bash", str(REPO_ROOT / "infra" / "compile_jvm.sh")], env=env, capture_output=True, text=True, timeout=600
     )
     assert again.returncode == 0 and "up to date" in again.stderr, again.stderr[-2000:]
+
+
+def test_the_api_reads_the_reports_the_dags_tasks_write():
+    """The DAG's `lambdactl report` writes under the Airflow containers' state directory; the API
+    read its own, so it listed no report and the DAG's report link answered 404."""
+    from reports.storage import reports_dir
+
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+
+    def mounted(name: str) -> dict[str, str]:
+        """target → source of a service's volumes."""
+        out = {}
+        for spec in services[name].get("volumes", []):
+            source, target, *mode = str(spec).split(":")
+            out[target] = source + (":" + mode[0] if mode else "")
+        return out
+
+    image = (REPO_ROOT / "infra" / "docker" / "Dockerfile").read_text()
+    state = re.search(r"LAMBDA_STATE_DIR=(\S+)", image)
+    assert state, "the image names the state directory"
+    for name in ("api", "airflow", "airflow-scheduler", "airflow-dag-processor"):
+        assert "LAMBDA_STATE_DIR" not in (services[name].get("environment") or {}), name
+    where = str(reports_dir(Settings(_env_file=None, state_dir=state.group(1))))
+    assert mounted("api").get(where) == "reports:ro", mounted("api")
+    for writer in ("airflow", "airflow-scheduler", "airflow-dag-processor"):
+        assert mounted(writer).get(where) == "reports", (writer, mounted(writer))
+    assert "reports" in yaml.safe_load(COMPOSE.read_text())["volumes"]
