@@ -25,7 +25,26 @@ from definitions.settings import Settings, config_path
 FILE_NAME = "settings.json"
 MAX_FILE_BYTES = 1 << 20  # the persisted settings are a few kilobytes; a larger file is no platform's
 # Settings the stored data depends on: changing one needs the steps in docs/operations.md.
-DATA_SHAPING = ("ingest_bucket_s", "speed.dedupe_window_s", "views.modules")
+DATA_SHAPING = (
+    "ingest_bucket_s",
+    "speed.dedupe_window_s",
+    "views.modules",
+    # What validation accepts (definitions.events): the archiver and the speed layer each judge a
+    # record once, when they read it; judged under other limits, it counts in one layer only.
+    *(
+        f"events.{name}"
+        for name in (
+            "max_record_bytes",
+            "max_nesting_depth",
+            "max_url_chars",
+            "max_referrer_chars",
+            "max_user_id_chars",
+            "max_event_id_chars",
+            "min_event_time_s",
+            "max_future_s",
+        )
+    ),
+)
 
 
 class SettingsConflict(ValueError):

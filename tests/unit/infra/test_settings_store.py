@@ -49,6 +49,12 @@ def test_a_relative_state_dir_is_resolved_once(monkeypatch, tmp_path):
         ("LAMBDA_INGEST_BUCKET_S", "3600", "ingest_bucket_s"),
         ("LAMBDA_SPEED__DEDUPE_WINDOW_S", "600", "speed.dedupe_window_s"),
         ("LAMBDA_VIEWS__MODULES", '["my_views"]', "views.modules"),
+        # What validation accepts: a record one layer judged under the old limits and the other
+        # under the new ones counts in one layer only.
+        ("LAMBDA_EVENTS__MAX_URL_CHARS", "4096", "events.max_url_chars"),
+        ("LAMBDA_EVENTS__MAX_FUTURE_S", "60", "events.max_future_s"),
+        ("LAMBDA_EVENTS__MIN_EVENT_TIME_S", "0", "events.min_event_time_s"),
+        ("LAMBDA_EVENTS__MAX_RECORD_BYTES", "8192", "events.max_record_bytes"),
     ],
 )
 def test_a_contradicting_data_shaping_setting_is_refused(monkeypatch, variable, value, setting):
