@@ -98,7 +98,7 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _apply(settings: Settings, args: argparse.Namespace) -> int:
-    from definitions.settings_store import SettingsConflict, persist_view_modules, with_view_modules
+    from definitions.settings_store import persist_view_modules, with_view_modules
     from definitions.view_versions import unresolved_message
     from definitions.views import load_views
     from infra.airflow import write_declared_views
@@ -121,8 +121,8 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
             paths = None if args.paths is None else [p for p in args.paths.split(",") if p]
             settings = with_view_modules(settings, [m.strip() for m in args.modules.split(",") if m.strip()], paths)
         registry = load_views(settings)  # before anything is written: a set that does not load changes nothing
-    except (ImportError, ValueError, SettingsConflict) as exc:
-        log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
+    except Exception as exc:  # noqa: BLE001 - a module's own code runs at import: any error refuses the set
+        log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, str(exc)[:500])
         return 2
     marker, unreadable = None, None
     try:

@@ -129,3 +129,22 @@ def test_no_modules_and_modules_together_are_refused(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as refused:
         main(["views", "apply", "--modules", "x", "--no-modules"])
     assert refused.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [("VIEWS = [\n", "SyntaxError"), ("VIEWS = [undefined_name]\n", "NameError"), ("1 / 0\n", "ZeroDivisionError")],
+)
+def test_apply_of_a_module_that_fails_as_it_loads_exits_2_naming_why(tmp_path, monkeypatch, caplog, body, error):
+    """Only ImportError and ValueError were refusals: a module with a syntax error (or any error at
+    import) came out as '`views` failed … (is the stack up?)', exit 1."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    folder = tmp_path / "views"
+    folder.mkdir()
+    (folder / "broken_views_mod.py").write_text(body)
+    assert main(["views", "apply", "--modules", "broken_views_mod", "--paths", str(folder)]) == 2
+    assert "the declared views cannot be loaded" in caplog.text and error in caplog.text
+    assert "is the stack up" not in caplog.text
+    persisted = tmp_path / "state" / "settings.json"
+    assert not persisted.exists() or "broken_views_mod" not in persisted.read_text(), "nothing was written"
