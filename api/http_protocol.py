@@ -55,7 +55,7 @@ BODY_TIMEOUT_S = 60.0
 # How long an answer may wait for a client that reads nothing of it.
 SEND_STALL_S = 30.0
 
-REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
+REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -229,12 +229,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         else:
             self._write_refusal(status, detail)
 
+    def send_400_response(self, msg: str) -> None:
+        """A request the parser refuses (two Content-Lengths, a header name with a space, a bad
+        method): the API's error body, not uvicorn's text/plain."""
+        self._write_refusal(400, "not a valid HTTP/1.1 request: its request line, headers or framing cannot be read")
+
     def _write_refusal(self, status: int, detail: str) -> None:
         body = json.dumps({"detail": detail}).encode()
         head = [f"HTTP/1.1 {status} {REASONS[status]}\r\n".encode()]
         for name, value in self.server_state.default_headers:
             head.append(name + b": " + value + b"\r\n")
-        head.append(b"content-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        head.append(b"content-type: application/json\r\nx-content-type-options: nosniff\r\n")
+        head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join(head) + body)
         self.transport.close()
         log.info("refused a request head (%d): %s", status, detail)

@@ -278,3 +278,21 @@ def test_a_client_reading_slowly_gets_the_whole_answer(server):
             received += chunk
             time.sleep(0.001)  # steadily, never a stall as long as SEND_STALL_S
     assert received.count(b"x") == BIG_CHUNKS * 65536
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        b"GET /x HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n",
+        b"G\x00T /x HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+)
+def test_a_request_the_parser_refuses_gets_the_apis_error_body(server, head):
+    """uvicorn answered these in text/plain, without the API's headers: every error answer is JSON."""
+    response = exchange(server, head)
+    assert status_of(response) == 400
+    headers, _, body = response.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in headers.lower()
+    assert json.loads(body)["detail"].startswith("not a valid HTTP/1.1 request")
+    ok(server)
