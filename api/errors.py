@@ -201,8 +201,15 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     return error_response(exc.status_code, detail, headers=getattr(exc, "headers", None))
 
 
+def _logged_path(request: Request) -> str:
+    """The path as the client sent it (request.url is rebuilt from the Host header, which the client
+    chooses too), its control characters escaped: a log line says what was asked, nothing more."""
+    path = str(request.scope.get("path", ""))[:300]
+    return path if path.isprintable() else ascii(path)[1:-1]
+
+
 async def _store_unavailable(request: Request, exc: StoreUnavailable) -> JSONResponse:
-    log.warning("%s %s: %s cannot be read: %s", request.method, request.url.path, exc.component, exc.detail)
+    log.warning("%s %s: %s cannot be read: %s", request.method, _logged_path(request), exc.component, exc.detail)
     return error_response(503, f"{exc.component} cannot be read right now; try again shortly", component=exc.component)
 
 
@@ -215,7 +222,7 @@ async def _read_too_large(request: Request, exc: ReadTooLarge) -> JSONResponse:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.error("%s %s failed unexpectedly", request.method, request.url.path, exc_info=exc)
+    log.error("%s %s failed unexpectedly", request.method, _logged_path(request), exc_info=exc)
     return error_response(500, "internal error: the request could not be answered; it has been logged")
 
 

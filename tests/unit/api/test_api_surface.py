@@ -88,3 +88,20 @@ def test_a_path_with_a_nul_byte_is_refused_as_not_found(client, caplog):
             assert answer.json() == {"detail": "no such path: it holds a NUL byte"}, path
             assert answer.headers["x-content-type-options"] == "nosniff"
     assert not caplog.records, "nothing to log: a refusal, not a failure"
+
+
+def test_a_failure_is_logged_with_the_path_asked_its_control_characters_escaped(settings, caplog):
+    """The logged path was rebuilt from the Host header (`Host: x/forged?` logged `/forged`), and an
+    escape sequence in the path reached the log as it came."""
+    import logging
+
+    app = create_app(settings)
+
+    def broken() -> None:
+        raise RuntimeError("broken")
+
+    app.add_api_route("/api/v1/broken{rest:path}", broken)
+    with TestClient(app, raise_server_exceptions=False) as client, caplog.at_level(logging.ERROR):
+        assert client.get("/api/v1/broken%1B[31mred", headers={"Host": "x/forged?"}).status_code == 500
+    logged = [r.getMessage() for r in caplog.records if "failed unexpectedly" in r.getMessage()]
+    assert logged == ["GET /api/v1/broken\\x1b[31mred failed unexpectedly"], logged
