@@ -106,11 +106,22 @@ class WorkerSync:
 
     def bump(self, views: bool = True) -> int:
         """One more reload (`views`) or refresh, made by this worker already: the new count."""
+        generation, reloaded = self.count(views)
+        return self.made(generation, reloaded, views)
+
+    def count(self, views: bool = True) -> tuple[int, int]:
+        """Count one more reload (`views`) or refresh, before this worker makes it (a reload reads
+        the views after this, so no worker claims a count with views read before a newer reload's):
+        (the new count, the count at the last reload before it). Then made() once it is made."""
         with open(self.directory / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             count, reloaded = self.counts()
             generation = count + 1
             replace_text(self.directory / GENERATION, f"{generation} {generation if views else reloaded}")
+        return generation, reloaded
+
+    def made(self, generation: int, reloaded: int, views: bool = True) -> int:
+        """This worker made the reload or refresh counted as `generation` (count()): reported."""
         if views:
             self.reloaded(generation)
         elif reloaded > self.views_served:

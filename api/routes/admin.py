@@ -217,13 +217,13 @@ class ViewsReloaded(BaseModel):
 WORKERS_RELOAD_S = 30.0
 
 
-async def _every_worker_reloads(request: Request, views: bool = True) -> None:
+async def _every_worker_reloads(request: Request, views: bool = True, counted: tuple[int, int] | None = None) -> None:
     """With several worker processes (api.workers): answer once each serves the views this one read
-    (`views`), or read the stores again as this one did."""
+    (`views`), or read the stores again as this one did. `counted`: the count taken before (count())."""
     sync = request.app.state.worker_sync
     if sync is None:
         return
-    generation = sync.bump(views)
+    generation = sync.made(*counted, views) if counted is not None else sync.bump(views)
     behind = await sync.wait_for(generation, WORKERS_RELOAD_S)
     failed = {worker: why for worker, why in behind.items() if why.startswith("it could not")}
     done = "switch to the declared views" if views else "read the speed marker, the replay marks and the pointer again"
@@ -246,17 +246,32 @@ async def _every_worker_reloads(request: Request, views: bool = True) -> None:
     responses={200: {"model": ViewsReloaded}, **error_responses(401, 409, 503)},
 )
 async def reload_views(request: Request, settings: SettingsDep) -> dict[str, Any]:
+    sync = request.app.state.worker_sync
+    seen = sync.generation() if sync is not None else 0
     try:
         before, after = await run_in_threadpool(reload, request.app, settings)
     except Exception as exc:  # a view module that does not import or declares invalid views
-        log.warning("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
-        raise ApiError(
-            409,
-            f"the declared views cannot be loaded ({failure_text(exc)}); the API serves the views it served",
-        ) from None
-    await _every_worker_reloads(request)
+        raise _not_loaded(exc) from None
+    counted = sync.count() if sync is not None else None
+    if counted is not None and counted[0] != seen + 1:
+        # Another reload (or refresh) was counted while this one read the views, perhaps of newer
+        # views: read them again, after this count, so no worker claims a count past that reload's
+        # with views read before it.
+        try:
+            _, after = await run_in_threadpool(reload, request.app, settings)
+        except Exception as exc:  # counted already: the others follow it, this worker says it could not
+            sync.report(counted[0], failure_text(exc))
+            raise _not_loaded(exc) from None
+    await _every_worker_reloads(request, counted=counted)
     old, new = set(before.names()), set(after.names())
     return {"views": after.names(), "added": sorted(new - old), "removed": sorted(old - new)}
+
+
+def _not_loaded(exc: Exception) -> ApiError:
+    log.warning("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
+    return ApiError(
+        409, f"the declared views cannot be loaded ({failure_text(exc)}); the API serves the views it served"
+    )
 
 
 class ViewsRefreshed(BaseModel):

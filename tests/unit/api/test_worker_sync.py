@@ -360,3 +360,34 @@ def test_a_worker_whose_state_directory_fails_a_moment_keeps_following(monkeypat
     with tempfile.TemporaryDirectory() as scratch:
         made = anyio.run(scenario, Path(scratch))
     assert made[-1] == "reload" and len(made) >= 2
+
+
+def test_a_reload_counted_after_another_reads_the_views_again_after_its_count(declared, directory, monkeypatch):
+    """A worker read the views, then counted: another worker's reload of newer views, counted in
+    between, was answered as served by every worker while this one served the older views under a
+    higher count. A reload that finds another counted meanwhile reads the views again, after it."""
+    settings, declare = declared
+    auth = {"Authorization": f"Bearer {token(settings)}"}
+    real_reload = admin.reload
+    other = WorkerSync(directory)
+    reads: list[int] = []
+    other_counted: list[int] = []
+    for first in make_client(settings, WorkerSync(directory)):
+        sync = first.app.state.worker_sync
+
+        def reload(app, settings, sync=sync):
+            reads.append(sync.generation())  # the count as the views are read
+            if not other_counted:
+                other_counted.append(other.bump())  # another worker's reload, counted while this one reads
+                other.close()
+            return real_reload(app, settings)
+
+        monkeypatch.setattr(admin, "reload", reload)
+        tripwires_fail_as_a_store(first)
+        declare()
+        assert first.post(RELOAD, headers=auth).status_code == 200
+        assert reads == [0, 2], "read again once its own count (2) was past the other's (1)"
+        assert sync.served == 2
+        reads.clear()
+        assert first.post(RELOAD, headers=auth).status_code == 200
+        assert reads == [2], "nothing counted meanwhile: read once"
