@@ -87,26 +87,15 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
 
-    from ingest.generator import GeneratorConfig, produce, read_sent
+    from ingest.generator import produce, read_sent
     from ingest.truth import write_truth
 
     start = generation_start(args)
-    config = GeneratorConfig(
-        seed=args.seed,
-        count=args.count,
-        rate=args.rate,
-        pages=args.pages,
-        users=args.users,
-        span_s=args.span,
-        start=start,
-        late_fraction=args.late_fraction,
-        late_min_s=args.late_min,
-        late_max_s=args.late_max,
-        duplicate_fraction=args.duplicate_fraction,
-        invalid_fraction=args.invalid_fraction,
-        topic=args.topic or "",
-        compression=args.compression,
-    )
+    try:
+        config = _generator_config(args, start)
+    except ValueError as exc:
+        log.error("generate refused, nothing sent: %s", exc)
+        return 2
     events_out = args.events_out
     if args.truth_out and not events_out:
         events_out = args.truth_out.with_suffix(".events.jsonl")
@@ -169,6 +158,28 @@ def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _generator_config(args: argparse.Namespace, start):
+    """`generate`'s GeneratorConfig; ValueError naming what is wrong with its arguments."""
+    from ingest.generator import GeneratorConfig
+
+    return GeneratorConfig(
+        seed=args.seed,
+        count=args.count,
+        rate=args.rate,
+        pages=args.pages,
+        users=args.users,
+        span_s=args.span,
+        start=start,
+        late_fraction=args.late_fraction,
+        late_min_s=args.late_min,
+        late_max_s=args.late_max,
+        duplicate_fraction=args.duplicate_fraction,
+        invalid_fraction=args.invalid_fraction,
+        topic=args.topic or "",
+        compression=args.compression,
+    )
+
+
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from lambdactl.demo import run_demo
 
@@ -212,6 +223,17 @@ def positive(text: str) -> float:
     value = finite(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0: {text[:40]!r}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number: {text[:40]!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more: {text[:40]!r}")
     return value
 
 
@@ -364,8 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config.set_defaults(func=cmd_config)
     demo = sub.add_parser("demo", help="the whole story on generated data")
-    demo.add_argument("--count", type=int, default=20_000, help="records to stream")
-    demo.add_argument("--rate", type=finite, default=1_000.0, help="records per second")
+    demo.add_argument("--count", type=at_least_one, default=20_000, help="records to stream")
+    demo.add_argument("--rate", type=positive, default=1_000.0, help="records per second")
     demo.set_defaults(func=cmd_demo)
     return parser
 

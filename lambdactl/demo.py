@@ -36,6 +36,9 @@ def speed_line(speed: dict) -> str:
     )
 
 
+RUN_DEADLINE_S = 1_800.0  # the demo's DAG run (a batch of its records): minutes, on this machine
+
+
 def _say(message: str) -> None:
     log.info("%s", message)
 
@@ -94,26 +97,32 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
     from stores.airflow import AirflowClient, base_url
 
     started = time.monotonic()
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    # The demo's site lives under its own path, so its answers can be checked against its own truth
+    # however much other traffic the stack has seen. Checked before the stack is started.
+    try:
+        config = GeneratorConfig(
+            seed=int(time.time()),
+            count=count,
+            rate=rate,
+            late_fraction=0.1,
+            late_min_s=3_600,
+            late_max_s=36 * 3_600,
+            duplicate_fraction=0.03,
+            invalid_fraction=0.02,
+            url_prefix=f"/demo-{stamp}",
+        )
+        if count < 1:
+            raise ValueError(f"count must be 1 or more, got {count}")
+    except ValueError as exc:
+        _say(f"demo refused: {exc}")
+        return 2
     _say("1/6 bringing the whole stack up (Kafka, HDFS, HBase, Cassandra, archiver, speed layer, API, Airflow)")
     Stack(settings).up(on_progress=lambda m: _say(f"    {m}"))
 
     demo_dir = settings.state_dir / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
     events_path = demo_dir / f"sent-{stamp}.jsonl"
-    # The demo's site lives under its own path, so its answers can be checked against its own truth
-    # however much other traffic the stack has seen.
-    config = GeneratorConfig(
-        seed=int(time.time()),
-        count=count,
-        rate=rate,
-        late_fraction=0.1,
-        late_min_s=3_600,
-        late_max_s=36 * 3_600,
-        duplicate_fraction=0.03,
-        invalid_fraction=0.02,
-        url_prefix=f"/demo-{stamp}",
-    )
     _say(
         f"2/6 streaming {count:,} clickstream records at {rate:,.0f}/s: 10 % hours late, 3 % re-sent duplicates, "
         f"2 % invalid (what was sent: {events_path})"
@@ -124,7 +133,8 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
         with open(events_path, "w") as handle:
             report_box["report"] = produce(settings, config, handle, progress_every=max(1_000, count // 5))
 
-    sender = threading.Thread(target=send, name="demo-generator")
+    # A daemon: Ctrl-C ends the demo, not only its main thread (the sends stop with the process).
+    sender = threading.Thread(target=send, name="demo-generator", daemon=True)
     sender.start()
 
     _say("3/6 merged answers while events arrive (speed layer part grows; the batch part is the previous version's)")
@@ -156,11 +166,15 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
     _say(f"4/6 waiting until the master dataset is complete past the next {settings.ingest_bucket_s}s ingest bucket")
     from stores import completeness
 
+    deadline = time.monotonic() + settings.ingest_bucket_s + 600
     while True:
         marker = completeness.latest(settings)
         covered = marker.complete_before_ms if marker else None
         if covered is not None and covered - covered % step > newest:
             break
+        if time.monotonic() > deadline:
+            _say("    the master dataset is not complete past the demo's records: see `lambdactl status` (archiver)")
+            return 1
         time.sleep(5)
     _say("5/6 triggering lambda_batch_recompute in Airflow (wait → recompute → verify → swap → report → clean)")
     client = AirflowClient(settings)
@@ -169,6 +183,7 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
         run_id = client.trigger(settings.airflow.dag_id, {"mode": "next_cutoff", "cutoff": "", "views": []})
         _say(f"    run {run_id}: {base_url(settings)}/dags/{settings.airflow.dag_id}/runs/{run_id}")
         seen: dict[str, str] = {}
+        deadline = time.monotonic() + RUN_DEADLINE_S
         while True:
             run = client.run(settings.airflow.dag_id, run_id)
             for ti in client.task_instances(settings.airflow.dag_id, run_id):
@@ -177,6 +192,9 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
                     _say(f"    {ti['task_id']}: {ti['state']}")
             if run["state"] in ("success", "failed"):
                 break
+            if time.monotonic() > deadline:
+                _say(f"    the batch run has not ended after {RUN_DEADLINE_S / 60:.0f} minutes: see the Airflow UI")
+                return 1
             time.sleep(5)
     finally:
         client.close()

@@ -1,0 +1,44 @@
+"""Arguments a command cannot run with are refused before anything starts, exit 2, saying which:
+`generate --count -1` came out as 'generate failed … (is the stack up?)', exit 1; `demo --count 0`
+started the whole stack, streamed nothing and crashed on an empty window."""
+
+from __future__ import annotations
+
+import pytest
+
+from lambdactl.cli import main
+from tests.support.shell import plain_shell
+
+
+@pytest.mark.parametrize(
+    "arguments, words",
+    [
+        (["--count", "-1"], "must not be negative"),
+        (["--late-fraction", "7"], "between 0 and 1"),
+        (["--pages", "0"], "at least 1"),
+    ],
+)
+def test_generate_with_arguments_it_cannot_run_with_exits_2_naming_them(
+    tmp_path, monkeypatch, caplog, arguments, words
+):
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setattr("ingest.generator.produce", lambda *a, **k: pytest.fail("nothing is sent"))
+    assert main(["generate", *arguments]) == 2
+    assert "generate refused, nothing sent" in caplog.text and words in caplog.text
+    assert "is the stack up" not in caplog.text
+
+
+@pytest.mark.parametrize("arguments", [["--count", "0"], ["--count", "-5"], ["--rate", "0"], ["--count", "x"]])
+def test_demo_with_arguments_it_cannot_run_with_is_refused_before_the_stack_starts(tmp_path, monkeypatch, arguments):
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setattr("infra.stack.Stack.up", lambda *a, **k: pytest.fail("the stack was started"))
+    with pytest.raises(SystemExit) as refused:
+        main(["demo", *arguments])
+    assert refused.value.code == 2
+
+
+def test_a_demo_asked_for_no_records_is_refused_before_the_stack_starts(settings, monkeypatch):
+    from lambdactl.demo import run_demo
+
+    monkeypatch.setattr("infra.stack.Stack.up", lambda *a, **k: pytest.fail("the stack was started"))
+    assert run_demo(settings, count=0) == 2
