@@ -90,8 +90,15 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
             # The accuracy report of the window this run absorbed (the DAG runs it as its own task).
             try:
                 cmd_report(settings, argparse.Namespace(version=result.version, limit=0, json=False))
-            except Exception:  # the batch itself is done and serving; say what failed
-                log.exception("the accuracy report failed; version %d serves all the same", result.version)
+            except Exception as exc:  # the batch itself is done and serving; say what failed
+                log.error(
+                    "the accuracy report failed (%s: %s); version %d serves all the same: `lambdactl report` "
+                    "makes it again (-v shows the traceback)",
+                    type(exc).__name__,
+                    str(exc)[:500],
+                    result.version,
+                )
+                log.debug("the accuracy report's failure", exc_info=exc)
     if args.json:
         _emit(
             {
