@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serving_layer.service import StoreUnavailable, ViewBuilding
+from serving_layer.answers import ViewBuilding
+from serving_layer.service import StoreUnavailable
 from stores.adapters import ReadTooLarge
 
 log = logging.getLogger("lambda.api")

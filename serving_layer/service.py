@@ -14,15 +14,14 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from definitions.settings import Settings
 from definitions.view_versions import Versions, unresolved_message
-from definitions.views import GRANULARITIES, Registry, View, key_text, load_views
+from definitions.views import Registry, View, key_text, load_views
 from serving_layer import replay_overlay
+from serving_layer.answers import Provenance, SeriesAnswer, TopAnswer, ViewBuilding, buckets_between
 from serving_layer.merge import (
     BatchCell,
-    MergedSeries,
     RankedTotals,
     SpeedCell,
     merge_additive,
@@ -47,51 +46,8 @@ from stores.view_versions import versions_of
 log = logging.getLogger(__name__)
 
 
-class ViewBuilding(RuntimeError):
-    """The view is being added or rebuilt: its answers would miss events (stores.view_lifecycle)."""
-
-
-@dataclass
-class Provenance:
-    version: int | None
-    cutoff_ms: int
-    complete: bool = True
-    unavailable: list[str] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)  # why not complete, one sentence each
-
-    def incomplete(self, reason: str) -> None:
-        self.complete = False
-        self.reasons.append(reason)
-
-
-@dataclass
-class SeriesAnswer:
-    view: View
-    keys: dict[str, str]
-    granularity: str
-    series: MergedSeries
-    provenance: Provenance
-
-
-@dataclass
-class TopAnswer:
-    view: View
-    granularity: str
-    start: int
-    end: int
-    rows: list[tuple[str, int, int, int]]
-    provenance: Provenance
-
-
 def _generation(pointer: Pointer | None) -> int:
     return pointer.generation if pointer is not None else -1
-
-
-def buckets_between(start_s: int, end_s: int, granularity: str) -> list[int]:
-    """Bucket starts covering [start, end): from the bucket holding `start` up to before `end`."""
-    size = GRANULARITIES[granularity]
-    first = start_s - start_s % size
-    return list(range(first, end_s, size))
 
 
 class ServingLayer:

@@ -27,7 +27,8 @@ from definitions.events import FIELDS, value_pattern
 from definitions.settings import MAX_KEY_BYTES, Settings
 from definitions.view_versions import Versions
 from definitions.views import View
-from serving_layer.service import SeriesAnswer, StoreUnavailable, TopAnswer
+from serving_layer.answers import SeriesAnswer, TopAnswer
+from serving_layer.service import StoreUnavailable
 
 PREFIX = "/api/v1/views"
 MAX_LIMIT = 100

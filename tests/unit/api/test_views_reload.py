@@ -6,7 +6,8 @@ why, with Retry-After. No service is needed: the serving layer is a tripwire (te
 from __future__ import annotations
 
 from definitions.settings_store import load, persist_view_modules, with_view_modules
-from serving_layer.service import StoreUnavailable, ViewBuilding
+from serving_layer.answers import ViewBuilding
+from serving_layer.service import StoreUnavailable
 from tests.support.tripwire_api import assert_error_shape, make_client, token
 
 RELOAD = "/api/v1/admin/views/reload"

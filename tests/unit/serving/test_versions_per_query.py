@@ -13,7 +13,8 @@ from definitions.settings import Settings
 from definitions.view_versions import storage_name
 from definitions.views import PAGE_VIEWS, Registry
 from serving_layer import service as service_module
-from serving_layer.service import ServingLayer, ViewBuilding
+from serving_layer.answers import ViewBuilding
+from serving_layer.service import ServingLayer
 from stores.checkpoints import Marker
 from stores.pointer import Pointer, ViewEntry, switch
 from tests.unit.serving.test_serving_caches import MemoryBatchViews, NoRealtime  # noqa: F401 - named below
