@@ -65,7 +65,7 @@ class SpeedState:
         # late drops; and the archiver's (records in no batch, ever)
         self.losses: tuple[tuple[int, int], ...] = ()
         self.archiver_losses: tuple[tuple[int, int], ...] = ()
-        self._loss_records: dict[str, tuple[int, list]] = {}  # recorded_losses' records read, by path
+        self._loss_records: dict[tuple[str, int, int], tuple[int, list]] = {}  # recorded_losses' records read
         self._late_drops_lock = threading.Lock()  # a read of the record and its assignment, one at a time
         self._late_drops_mark: int | None = None  # the late-drops mark the record was last read at
         self._late_drops_retry_at = 0.0

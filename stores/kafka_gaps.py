@@ -167,7 +167,7 @@ LOSSES_READ = 100  # the newest loss records read (each an operator's acceptance
 
 
 def recorded_losses(
-    settings: Settings, job: str, known: dict[str, tuple[int, list[Gap]]] | None = None
+    settings: Settings, job: str, known: dict[tuple[str, int, int], tuple[int, list[Gap]]] | None = None
 ) -> tuple[tuple[int, int], ...]:
     """((when an accepted loss of `job` was recorded, ms; the records it lost that no earlier loss
     record names), ...), oldest first; () when no loss is on record. Every record a loss lost was
@@ -177,26 +177,26 @@ def recorded_losses(
     names are the times they were accepted). Raises WebHdfsError when HDFS cannot be read; a record
     that cannot be read is passed over, named in the log.
 
-    `known`: records read before, by path (a record is written once and never changed), kept up to
-    date here: a caller that reads often (the API, at every marker read) then reads only the listing
-    and the records new since."""
+    `known`: records read before, by (path, modification time, length), kept up to date here: a
+    caller that reads often (the API, at every marker read) then reads only the listing and the
+    records new or rewritten since (a start rewrites its record while the acceptance stands)."""
     folder = f"{checkpoint_dirs(settings, job)[0]}-losses"
     read: list[tuple[int, list[Gap]]] = []
     known = {} if known is None else known
     with WebHdfs(settings) as fs:
-        listed = [f"{folder}/{name}" for name in fs.list(folder)[-LOSSES_READ:]]
-        for path in listed:
-            if path not in known:
+        listed = [(f"{folder}/{name}", modified, size) for name, modified, size in fs.versions(folder)[-LOSSES_READ:]]
+        for version in listed:
+            if version not in known:
                 try:
-                    doc = json.loads(fs.read(path) or b"{}")
-                    known[path] = (int(doc["recorded_ms"]), _gaps(doc))
+                    doc = json.loads(fs.read(version[0]) or b"{}")
+                    known[version] = (int(doc["recorded_ms"]), _gaps(doc))
                 except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                    log.warning("the loss record %s cannot be read: %s: %s", path, type(exc).__name__, exc)
+                    log.warning("the loss record %s cannot be read: %s: %s", version[0], type(exc).__name__, exc)
                     continue  # read again next time: it may have been caught half-written
-            read.append(known[path])
-    for path in set(known) - set(listed):
-        if path.startswith(f"{folder}/"):
-            del known[path]  # deleted, or past the newest LOSSES_READ
+            read.append(known[version])
+    for version in set(known) - set(listed):
+        if version[0].startswith(f"{folder}/"):
+            del known[version]  # rewritten, deleted, or past the newest LOSSES_READ
     return newly_lost(read)
 
 

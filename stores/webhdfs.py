@@ -139,5 +139,23 @@ class WebHdfs:
 
         return self._call("LISTSTATUS", path, entries)
 
+    def versions(self, path: str) -> builtins.list[tuple[str, int, int]]:
+        """(name, modification time in ms, length in bytes) of each file of a directory, from one
+        listing: a file rewritten under its name is told apart; empty when it does not exist."""
+
+        def versions(p: str) -> builtins.list[tuple[str, int, int]]:
+            try:
+                return sorted(
+                    (name, int(st.get("modificationTime") or 0), int(st.get("length") or 0))
+                    for name, st in self.client.list(p, status=True)
+                    if st.get("type") == "FILE"
+                )
+            except HdfsError as exc:
+                if _missing(exc):
+                    return []
+                raise
+
+        return self._call("LISTSTATUS", path, versions)
+
     def status(self, path: str) -> dict:
         return self._call("GETFILESTATUS", path, self.client.status)

@@ -39,14 +39,14 @@ def test_uncovered_offsets_are_those_of_no_span(spans, start, length):
 
 def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgotten(monkeypatch):
     """The API reads the loss records at every marker read: with what it read before, only the
-    listing and the records new since (a record is written once); a record caught half-written is
-    read again next time."""
+    listing and the records new or rewritten since; a record caught half-written is read again."""
     import json
 
     from definitions.settings import Settings
     from stores import kafka_gaps
 
     files: dict[str, bytes] = {}
+    written: dict[str, int] = {}  # path → its modification time
     reads: list[str] = []
 
     class Hdfs:
@@ -59,8 +59,10 @@ def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgot
         def __exit__(self, *exc) -> None:
             return None
 
-        def list(self, folder: str) -> list[str]:
-            return sorted(p.rsplit("/", 1)[1] for p in files if p.startswith(folder + "/"))
+        def versions(self, folder: str) -> list[tuple[str, int, int]]:
+            return sorted(
+                (p.rsplit("/", 1)[1], written[p], len(data)) for p, data in files.items() if p.startswith(folder + "/")
+            )
 
         def read(self, path: str) -> bytes:
             reads.append(path.rsplit("/", 1)[1])
@@ -72,6 +74,7 @@ def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgot
             "gaps": [{"checkpoint": "/c", "partition": 0, "first_lost": 0, "first_kept": lost}],
         }
         files[f"{folder}/{name}"] = json.dumps(doc).encode()
+        written[f"{folder}/{name}"] = recorded_ms
 
     monkeypatch.setattr(kafka_gaps, "WebHdfs", Hdfs)
     settings = Settings()
@@ -79,6 +82,7 @@ def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgot
     known: dict = {}
     record("1.json", 1_000, 3)
     files[f"{folder}/2.json"] = b'{"recorded_'  # caught while being written
+    written[f"{folder}/2.json"] = 1_500
     assert kafka_gaps.recorded_losses(settings, "speed-layer", known) == ((1_000, 3),)
     assert reads == ["1.json", "2.json"]
     record("2.json", 2_000, 5)
@@ -88,4 +92,7 @@ def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgot
     del files[f"{folder}/1.json"]
     reads.clear()
     assert kafka_gaps.recorded_losses(settings, "speed-layer", known) == ((2_000, 5),)
-    assert reads == [] and list(known) == [f"{folder}/2.json"]
+    assert reads == [] and [path for path, _, _ in known] == [f"{folder}/2.json"]
+    record("2.json", 2_500, 6)  # a start rewrote it while the acceptance stands
+    assert kafka_gaps.recorded_losses(settings, "speed-layer", known) == ((2_500, 6),)
+    assert reads == ["2.json"] and len(known) == 1
