@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
 import os
@@ -73,19 +74,16 @@ def main() -> int:
 
 
 def _can_bind(host: str, port: int) -> bool:
-    """Whether this process could listen on host:port now (as uvicorn does: SO_REUSEADDR, so a
-    closed connection's TIME_WAIT does not count); a name that does not resolve is left to uvicorn."""
-    try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError:
-        return True
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
+    """Whether this process could listen on host:port now, bound as uvicorn binds it (IPv6 when the
+    host holds a ':', else IPv4; SO_REUSEADDR, so a closed connection's TIME_WAIT does not count).
+    False only when the address is in use: any other error is left to uvicorn's own start to say."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(address)
-        except OSError:
-            return False
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno != errno.EADDRINUSE
     return True
 
 

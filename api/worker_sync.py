@@ -69,6 +69,7 @@ class WorkerSync:
         # worker, which follows it.
         self.served = self.generation()
         self.views_served = self.served  # the count up to which every reload's views are served
+        self.last_report: tuple[int, str | None] = (self.served, None)
         self.report(self.served)
 
     def generation(self) -> int:
@@ -87,6 +88,7 @@ class WorkerSync:
     def report(self, generation: int, error: str | None = None) -> None:
         """This worker serves `generation`, or (`error`) failed to follow it and still serves the count
         it served."""
+        self.last_report = (generation, error)  # written again after the directory failed a moment
         if error is None:
             self.served = max(self.served, generation)
         # The count served (a reload this worker made itself meanwhile may be ahead of `generation`),
@@ -177,8 +179,8 @@ class WorkerSync:
         while True:
             await anyio.sleep(WATCH_S)
             try:
-                if stalled:  # the last write of this worker's file may have failed: what it serves, again
-                    self.report(self.served)
+                if stalled:  # the last write of this worker's file may have failed: written again
+                    self.report(*self.last_report)
                     stalled = 0.0
                 generation, reloaded = self.counts()
                 if generation <= self.served:

@@ -392,6 +392,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (poll says POLLERR)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure("lambdactl", "DEBUG" if args.verbose else "INFO", "short")
@@ -416,7 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `lambdactl … | head`: the reader stopped; end quietly, as Unix tools do
+    except BrokenPipeError as exc:
+        if not _stdout_closed():  # another pipe or socket of the command: a failure like any other
+            log.error("%s failed: %s: %s", args.command, type(exc).__name__, str(exc)[:500])
+            return 1
+        # `lambdactl … | head`: the reader stopped; end quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
         return 141
     except Exception as exc:  # a store that does not answer, or a fault: one line, the traceback with -v

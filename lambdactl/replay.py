@@ -303,10 +303,12 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
             "made again from Kafka, so the replayed ones are not switched to (a later clean-up deletes them)"
         )
     switch(settings, claim, split_ms)
-    refresh_api(settings)
-    _say(f"{view.name}: switched to the replayed rows for ingest buckets {iso_ms(from_ms)} to {iso_ms(split_ms)}")
+    # Switched: the replay is done, whatever happens from here (the API workers read the marks again
+    # within a minute when not told; rows left are read by no answer).
     old_rows = {m.shadow for m in replaced if m.shadow} - {shadow}  # of the replays this one replaced
     try:
+        refresh_api(settings)
+        _say(f"{view.name}: switched to the replayed rows for ingest buckets {iso_ms(from_ms)} to {iso_ms(split_ms)}")
         deleted = _delete_replaced(settings, view.name, sorted(old_rows))
     except KeyboardInterrupt:
         _say(

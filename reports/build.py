@@ -178,12 +178,13 @@ def assemble(settings: Settings, comparison: Comparison, version: int | None, ru
     ]
     if c.speed.get("caught_up") is False:
         problems.insert(0, "the speed layer had not processed the whole window when its rows were read")
-    skipped = sum(c.skipped.values())
-    if skipped:
+    expired, cleaned = c.skipped.get("expired_ingest_buckets", 0), c.skipped.get("cleaned_ingest_buckets", 0)
+    if expired or cleaned:
         problems.insert(
             0,
-            f"{skipped} ingest bucket(s) of the window were not compared: their realtime rows expired "
-            "(realtime_ttl_s) or were cleaned up after a swap; only the rest of the window is compared",
+            f"part of the window was not compared: {expired} ingest bucket(s) whose realtime rows expired "
+            f"(realtime_ttl_s), {cleaned} view ingest bucket(s) whose rows were cleaned up after a swap; "
+            "only the rest of the window is compared",
         )
     if c.realtime.damaged_rows:
         problems.insert(

@@ -261,17 +261,15 @@ async def reload_views(request: Request, settings: SettingsDep) -> dict[str, Any
             _, after = await run_in_threadpool(reload, request.app, settings)
         except Exception as exc:  # counted already: the others follow it, this worker says it could not
             sync.report(counted[0], failure_text(exc))
-            raise _not_loaded(exc) from None
+            raise _not_loaded(exc, "it serves the views it read just before (its follow tries again)") from None
     await _every_worker_reloads(request, counted=counted)
     old, new = set(before.names()), set(after.names())
     return {"views": after.names(), "added": sorted(new - old), "removed": sorted(old - new)}
 
 
-def _not_loaded(exc: Exception) -> ApiError:
+def _not_loaded(exc: Exception, serving: str = "the API serves the views it served") -> ApiError:
     log.warning("the declared views cannot be loaded: %s: %s", type(exc).__name__, exc)
-    return ApiError(
-        409, f"the declared views cannot be loaded ({failure_text(exc)}); the API serves the views it served"
-    )
+    return ApiError(409, f"the declared views cannot be loaded ({failure_text(exc)}); {serving}")
 
 
 class ViewsRefreshed(BaseModel):

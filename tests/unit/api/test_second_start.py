@@ -32,3 +32,13 @@ def test_a_second_start_on_a_taken_port_refuses_and_leaves_the_running_apis_file
         assert started == []
         assert all(path.read_text() == "the running API's" for path in running)
         assert f"127.0.0.1:{port} is in use" in caplog.text
+
+
+def test_only_an_address_in_use_is_refused_other_errors_are_left_to_uvicorn():
+    """An address not on this host (EADDRNOTAVAIL) was reported as in use."""
+    assert server._can_bind("192.0.2.1", 18_123)  # TEST-NET-1: not this host's; uvicorn says so itself
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert not server._can_bind("127.0.0.1", port)
+        assert not server._can_bind("localhost", port), "bound as uvicorn binds a name: IPv4"
+        assert not server._can_bind("0.0.0.0", port)

@@ -391,3 +391,22 @@ def test_a_reload_counted_after_another_reads_the_views_again_after_its_count(de
         reads.clear()
         assert first.post(RELOAD, headers=auth).status_code == 200
         assert reads == [2], "nothing counted meanwhile: read once"
+
+
+def test_a_worker_that_failed_to_follow_says_so_again_after_its_directory_failed_a_moment(tmp_path):
+    """The write made again after a failed one said the worker serves its count, erasing the error
+    it had recorded: a waiter then waited out its 30 s instead of naming the failure."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch)
+        prepare(path)
+        worker, other = WorkerSync(path), WorkerSync(path)
+        generation = other.bump()
+        worker.report(generation, "ImportError: a module it cannot import")
+        assert worker.last_report == (generation, "ImportError: a module it cannot import")
+        worker.report(*worker.last_report)  # what the follow loop writes again after a stall
+        assert list(other.pending(generation).values()) == [
+            "it could not read them (ImportError: a module it cannot import)"
+        ]
