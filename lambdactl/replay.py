@@ -261,9 +261,11 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     split_ms = split_after(started_ms, latest_ingest_ms(settings), bucket_ms)
     _say(f"{view.name}: the speed layer's own rows answer from {iso_ms(split_ms)}; waiting for that bucket to begin")
     waiting = time.monotonic()
-    # Read the de-duplication window before `from_ms` too: a copy of an event first ingested there is
-    # dropped, as the running speed layer dropped it (only first copies from `from_ms` on count).
-    look_back_ms = settings.speed.dedupe_window_s * 1000
+    # Read twice the de-duplication window W before `from_ms` too: a copy of an event first ingested
+    # there is dropped, as the running speed layer dropped it (only first copies from `from_ms` on
+    # count). Its state for an event_id lasts until the watermark (latest ingest time − W) passes the
+    # first copy's time + W: copies up to about 2W after the first are dropped.
+    look_back_ms = 2 * settings.speed.dedupe_window_s * 1000
     spans, split_ms = settled_split(
         lambda split: _wait_for_split(
             settings, view.name, max(from_ms - look_back_ms, 0), split, timeout_s=marker.ingest_bucket_s + 120
@@ -276,7 +278,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     lost = lost_since(spans, from_ms)
     if not lost and lost_since(spans, from_ms - look_back_ms):
         _say(
-            f"{view.name}: Kafka no longer holds all of the de-duplication window before {iso_ms(from_ms)}: a copy "
+            f"{view.name}: Kafka no longer holds all of twice the de-duplication window before {iso_ms(from_ms)}: a copy "
             "of an event first ingested in what it deleted may be counted twice"
         )
     if lost:
