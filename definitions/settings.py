@@ -41,6 +41,8 @@ MIN_TOKEN_CHARS = 16
 MAX_KEY_BYTES = 32_000
 BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 DEFAULT_AIRFLOW_PASSWORD = "admin"
+JVM_SIZE = r"^\d+[kKmMgGtT]$"  # a JVM heap size: 768m, 3g (Spark's launcher refuses anything else at start)
+HDFS_PATH = r"^/[^\s:]*$"  # absolute: relative ones were appended to hdfs://host:port without a slash
 
 
 class SparkClusterSettings(_Section):
@@ -94,7 +96,7 @@ class SparkSettings(_Section):
     # local mode and for the local cluster); set it to the interpreter path on a real cluster's nodes.
     python: str = ""
     cluster: SparkClusterSettings = SparkClusterSettings()
-    driver_memory: str = "1g"
+    driver_memory: str = Field("1g", pattern=JVM_SIZE)
     shuffle_partitions: int = Field(4, ge=1)
     ui_enabled: bool = False
     # JVM options of every driver (and executor): G1 returns heap it no longer needs to the
@@ -108,16 +110,16 @@ class SparkSettings(_Section):
 class ArchiverSettings(_Section):
     """The Kafka → HDFS master dataset job. Paths are on the HDFS of `hdfs`."""
 
-    master_path: str = "/lambda/master/events"
-    completeness_path: str = "/lambda/master/completeness"
-    checkpoint_dir: str = "/lambda/checkpoints/archiver"
+    master_path: str = Field("/lambda/master/events", pattern=HDFS_PATH)
+    completeness_path: str = Field("/lambda/master/completeness", pattern=HDFS_PATH)
+    checkpoint_dir: str = Field("/lambda/checkpoints/archiver", pattern=HDFS_PATH)
     trigger_s: float = Field(10.0, gt=0)
     # How often each partition of `events` gets a tick record, so ingest-time completeness
     # advances on idle partitions too. Unset: a sixth of an ingest bucket, within 5–60 s (each tick
     # wakes both streaming jobs for a micro-batch; cutoffs move once per ingest bucket).
     tick_interval_s: float | None = Field(None, gt=0)
     max_offsets_per_trigger: int = Field(500_000, ge=1)
-    driver_memory: str = "768m"
+    driver_memory: str = Field("768m", pattern=JVM_SIZE)
     keep_markers: int = Field(20, ge=1)
     health_timeout_s: float = Field(240, gt=0)
 
@@ -128,7 +130,7 @@ class BatchSettings(_Section):
     # A run's Spark driver (all of Spark in local mode). It exists only while a run does; its cache
     # holds the run's de-duplicated events. 10M master records end to end on 2 cores with the
     # stack up (bench/batch_end_to_end.py): 188 s at 1g, 168 s at 3g (both with ParallelGC).
-    driver_memory: str = "3g"
+    driver_memory: str = Field("3g", pattern=JVM_SIZE)
     # The run's driver JVM options, instead of spark.jvm_options (made for long-lived streaming
     # JVMs): a throughput collector for a job that ends. 10M records at 1g: 200–205 s with the
     # streaming G1 options, 188 s with these. The time zone option is always added.
@@ -171,7 +173,7 @@ class BatchSettings(_Section):
 class SpeedSettings(_Section):
     """The Kafka → Cassandra realtime views job. The checkpoint path is on the HDFS of `hdfs`."""
 
-    checkpoint_dir: str = "/lambda/checkpoints/speed"
+    checkpoint_dir: str = Field("/lambda/checkpoints/speed", pattern=HDFS_PATH)
     # A micro-batch starts this long after the previous one started, or as soon as it ends if it
     # took longer: a short trigger costs nothing while nothing arrives (a batch runs only on new
     # records) and shortens the wait of a new event.
@@ -207,7 +209,7 @@ class SpeedSettings(_Section):
     # How long a micro-batch keeps retrying its Cassandra writes (a restart, a brief outage) before
     # the query fails: meanwhile the job waits and Kafka holds the records, nothing is lost.
     store_outage_s: float = Field(600, ge=0)
-    driver_memory: str = "768m"
+    driver_memory: str = Field("768m", pattern=JVM_SIZE)
     health_timeout_s: float = Field(240, gt=0)
 
 
@@ -394,14 +396,18 @@ class Settings(BaseSettings):
     def _no_control_characters(cls, path: Path) -> Path:
         """The paths are written into the stores' configuration files: a line break would add lines;
         `#` starts a comment in Cassandra's YAML (its five data directories became one, outside the
-        state directory), `,` separates Kafka's log directories, `:` is no part of a Hadoop path, and
-        ` ;` starts a comment in supervisord's configuration."""
+        state directory), `,` separates Kafka's log directories, `:` is no part of a Hadoop path,
+        ` ;` starts a comment in supervisord's configuration, which strips quotes around values; a
+        backslash is an escape in Java properties (Kafka's log.dirs), `${…}` is expanded by Hadoop
+        and log4j, `%` is a logback pattern, `?` ends the file URI of Cassandra's configuration."""
         if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
             raise ValueError("must not contain a line break or another control character")
-        odd = sorted({c for c in str(path) if c in "#,:;"})
+        odd = sorted({c for c in str(path) if c in "#,:;'\"\\%$?"})
         if odd:
             raise ValueError(
-                f"must not contain {' or '.join(repr(c) for c in odd)}: the stores' configurations split there"
+                f"must not contain {' or '.join(repr(c) for c in odd)}: the stores' configurations split or "
+                "expand there (Java properties read a backslash as an escape, Hadoop and log4j expand ${…}, "
+                "supervisord strips quotes, logback reads % as a pattern, a file URI ends at ?)"
             )
         return path
 
@@ -458,6 +464,23 @@ class Settings(BaseSettings):
                 f"stack.stuck_after_s ({self.stack.stuck_after_s:g}s) must be at least three tick intervals "
                 f"({self.tick_interval_s:g}s each): an idle streaming job would look stuck"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _hdfs_paths_apart(self) -> Settings:
+        """Each job's HDFS paths are its own: a checkpoint inside another's (or the master dataset)
+        would be read as that job's state."""
+        paths = {
+            "archiver.master_path": self.archiver.master_path,
+            "archiver.completeness_path": self.archiver.completeness_path,
+            "archiver.checkpoint_dir": self.archiver.checkpoint_dir,
+            "speed.checkpoint_dir": self.speed.checkpoint_dir,
+            "stack.progress_dir": self.stack.progress_dir,
+        }
+        named = sorted((p.rstrip("/") or "/", name) for name, p in paths.items())
+        for (path, name), (other, other_name) in zip(named, named[1:], strict=False):
+            if other == path or other.startswith(path.rstrip("/") + "/"):
+                raise ValueError(f"{other_name} ({other}) must not be {name} ({path}) or inside it")
         return self
 
     @model_validator(mode="after")

@@ -13,6 +13,7 @@ from definitions.section import Section as _Section
 
 LOCAL_HOST = "127.0.0.1"
 DC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # what Kafka accepts as a topic name (but "." and "..")
 
 
 class KafkaSettings(_Section):
@@ -21,8 +22,8 @@ class KafkaSettings(_Section):
     # The brokers of a cluster ("host:port" each); empty: host:port above (the local broker).
     bootstrap_servers: list[str] = []
     controller_port: Port = 9093
-    events_topic: str = "events"
-    dlq_topic: str = "events.dlq"
+    events_topic: str = Field("events", pattern=TOPIC)
+    dlq_topic: str = Field("events.dlq", pattern=TOPIC)
     # Topics `lambdactl bootstrap` creates: partitions and copies of each (at most the brokers).
     partitions: int = Field(4, ge=1)
     replication_factor: int = Field(1, ge=1)
@@ -57,6 +58,17 @@ class KafkaSettings(_Section):
     @property
     def bootstrap(self) -> str:
         return ",".join(self.bootstrap_servers) or f"{self.host}:{self.port}"
+
+    @model_validator(mode="after")
+    def _dead_letters_apart(self) -> KafkaSettings:
+        """The archiver writes records that are no event to dlq_topic: on the events topic itself,
+        each would be read again, refused again and written again, for ever."""
+        for name in ("events_topic", "dlq_topic"):
+            if getattr(self, name) in (".", ".."):
+                raise ValueError(f"kafka.{name} {getattr(self, name)!r} is no Kafka topic name")
+        if self.dlq_topic == self.events_topic:
+            raise ValueError(f"kafka.dlq_topic must not be the events topic ({self.events_topic!r})")
+        return self
 
     @model_validator(mode="after")
     def _sasl_has_credentials(self) -> KafkaSettings:

@@ -70,6 +70,20 @@ def _tree_rss(proc: psutil.Process) -> int:
     return total
 
 
+def port_collisions(listening: list[tuple[str, str, dict[str, int]]]) -> list[str]:
+    """Where two of (service, host, {label: port}) are set to listen on one port of one address
+    (a wildcard address holds the port on every address)."""
+    taken: dict[int, list[tuple[str, str, str]]] = {}
+    out = []
+    for name, host, ports in listening:
+        for label, port in ports.items():
+            for other, other_host, other_label in taken.get(port, []):
+                if host == other_host or {host, other_host} & {"0.0.0.0", "::", ""}:
+                    out.append(f"port {port} is {other}'s {other_label} and {name}'s {label}")
+            taken.setdefault(port, []).append((name, host, label))
+    return out
+
+
 def _where(host: str, ports: dict[str, int]) -> str:
     return f"{host} " + ", ".join(f"{label} {port}" for label, port in sorted(ports.items()))
 
@@ -119,6 +133,9 @@ class Stack:
                 "still hold the development defaults: set them to secrets, or set "
                 "LAMBDA_ENVIRONMENT=development on a development machine",
             )
+        collisions = port_collisions([(s.name, s.host(self.settings), s.ports(self.settings)) for s in self.services])
+        if collisions:  # each would pass the preflight (nothing listens yet), and one would then die
+            raise StackError("settings", "two services are set to listen on one port: " + "; ".join(collisions))
         given = self.settings._given
         if self.settings.environment == "development" and given is not None and "environment" not in given:
             say(

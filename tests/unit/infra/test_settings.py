@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pydantic
 import pytest
 
@@ -280,3 +282,28 @@ def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
     with pytest.raises(ValueError, match=rf"{name}[\s\S]*';'"):
         Settings(**{name: tmp_path / "a ;b"})
     assert getattr(Settings(**{name: tmp_path / "a b"}), name) == tmp_path / "a b", "a space alone is fine"
+
+
+@pytest.mark.parametrize(
+    "given, words",
+    [
+        # the archiver wrote every record that is no event back onto the topic it reads, for ever
+        ({"kafka": {"dlq_topic": "events"}}, "must not be the events topic"),
+        ({"kafka": {"events_topic": ""}}, "events_topic"),
+        ({"kafka": {"dlq_topic": ".."}}, "no Kafka topic name"),
+        # supervisord strips quotes: every process read its settings from another directory
+        ({"state_dir": "/srv/it's'"}, "must not contain"),
+        ({"state_dir": "/srv/a\\b"}, "must not contain"),  # a Java-properties escape in Kafka's log.dirs
+        ({"state_dir": "/srv/${user.name}"}, "must not contain"),  # expanded by Hadoop and log4j
+        ({"state_dir": "/srv/100%d"}, "must not contain"),  # a logback pattern
+        ({"spark": {"driver_memory": "lots"}}, "driver_memory"),
+        ({"archiver": {"driver_memory": "1g -XX:+Foo"}}, "driver_memory"),
+        ({"archiver": {"checkpoint_dir": "lambda/ck"}}, "checkpoint_dir"),  # hdfs://host:9000lambda/ck
+        ({"archiver": {"master_path": ""}}, "master_path"),
+        ({"speed": {"checkpoint_dir": "/lambda/checkpoints/archiver/x"}}, "must not be archiver.checkpoint_dir"),
+        ({"speed": {"checkpoint_dir": "/lambda/master/events"}}, "or inside it"),
+    ],
+)
+def test_settings_that_would_break_a_store_or_mix_two_jobs_data_are_refused(given, words):
+    with pytest.raises(pydantic.ValidationError, match=re.escape(words)):
+        Settings(**given)

@@ -67,3 +67,32 @@ def test_a_stranger_on_one_programs_port_keeps_only_that_program_down(tmp_path, 
         stack._start_supervised(members, outcome, lambda _message: None)
     assert fake.calls == ["check airflow", "apply", "start archiver"], fake.calls
     assert fake.states == {"archiver": "RUNNING", "airflow": "STOPPED"}
+
+
+@pytest.mark.parametrize(
+    "settings_given, words",
+    [
+        ({"api": {"port": 8080}}, "port 8080 is api's"),  # Airflow's web port
+        ({"kafka": {"port": 9094, "sasl_listener_port": 9094}}, "port 9094 is kafka's"),
+    ],
+)
+def test_two_services_set_to_one_port_are_refused_before_anything_starts(tmp_path, settings_given, words):
+    """Both passed the preflight (nothing listened yet): one then died at every restart."""
+    from infra.stack import port_collisions
+
+    settings = Settings(state_dir=tmp_path / "state", environment="development", **settings_given)
+    stack = Stack(settings)
+    found = port_collisions([(s.name, s.host(settings), s.ports(settings)) for s in stack.services])
+    assert found and any(words in f for f in found), found
+    with pytest.raises(StackError, match="two services are set to listen on one port"):
+        stack.up()
+
+
+def test_the_default_ports_do_not_collide(tmp_path):
+    from infra.stack import port_collisions
+
+    settings = Settings(state_dir=tmp_path / "state")
+    stack = Stack(settings)
+    assert port_collisions([(s.name, s.host(settings), s.ports(settings)) for s in stack.services]) == []
+    assert port_collisions([("a", "127.0.0.1", {"x": 1}), ("b", "10.0.0.1", {"y": 1})]) == []
+    assert port_collisions([("a", "0.0.0.0", {"x": 1}), ("b", "10.0.0.1", {"y": 1})]) == ["port 1 is a's x and b's y"]
