@@ -21,7 +21,13 @@ from typing import Any
 
 from definitions.settings import Settings
 from definitions.store_settings import BUILTIN_ADAPTERS, Role, is_dotted_path
-from stores.adapters import BatchViewReaderAdapter, RealtimeReaderAdapter, RealtimeWriterAdapter, VersionStoreAdapter
+from stores.adapters import (
+    PROTOCOLS,
+    BatchViewReaderAdapter,
+    RealtimeReaderAdapter,
+    RealtimeWriterAdapter,
+    VersionStoreAdapter,
+)
 
 _MISSING = object()
 
@@ -58,12 +64,27 @@ def resolve(role: Role, value: str) -> type[Any]:
             raise AdapterNotFound(role, value, f"no module named {missing!r}") from exc
         # The module exists but its own imports fail (a driver not installed, say).
         raise AdapterNotFound(role, value, f"module {module_name!r} failed to import: {exc}") from exc
+    except Exception as exc:  # its own code failed as it ran (a syntax error, say): not a store outage
+        raise AdapterNotFound(
+            role, value, f"module {module_name!r} failed as it was imported: {type(exc).__name__}: {exc}"
+        ) from exc
     found = getattr(module, attribute, _MISSING)
     if found is _MISSING:
         raise AdapterNotFound(role, value, f"module {module_name!r} has no attribute {attribute!r}")
     if not isinstance(found, type):
         raise AdapterNotFound(role, value, f"{path} is a {type(found).__name__}, not a class")
+    protocol = PROTOCOLS.get(role)
+    lacking = [name for name in _methods(protocol) if not callable(getattr(found, name, None))] if protocol else []
+    if lacking:
+        raise AdapterNotFound(
+            role, value, f"{path} lacks {', '.join(lacking)} of the {role} interface (stores/adapters.py)"
+        )
     return found
+
+
+def _methods(protocol: type) -> list[str]:
+    """The public methods a role's protocol (stores/adapters.py) declares."""
+    return sorted(name for name, member in vars(protocol).items() if not name.startswith("_") and callable(member))
 
 
 def adapter_class(settings: Settings, role: Role) -> type[Any]:

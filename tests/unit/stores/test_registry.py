@@ -210,3 +210,37 @@ def test_the_validator_accepts_short_names_and_dotted_paths(value):
 def test_an_unknown_key_in_the_section_is_refused():
     with pytest.raises(pydantic.ValidationError):
         StoresSettings(realtime_readr="cassandra")  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("class Reader:\n    pass\nraise RuntimeError('set-up failed')\n", "RuntimeError: set-up failed"),
+        ("class Reader:\n    def series(self\n", "SyntaxError"),
+    ],
+)
+def test_a_module_whose_own_code_fails_is_adapter_not_found_not_a_store_outage(tmp_path, monkeypatch, body, words):
+    """Only ImportError was told apart: a module raising anything else escaped without naming the
+    setting, and the speed layer retried it for store_outage_s as a connection problem."""
+    name = f"failing_adapter_{abs(hash(body)) % 10_000}"
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(AdapterNotFound) as err:
+        registry.realtime_reader(choosing(realtime_reader=f"{name}.Reader"))
+    message = str(err.value)
+    assert "stores.realtime_reader" in message and "failed as it was imported" in message and words in message
+
+
+@pytest.mark.parametrize(
+    "role, value, lacking",
+    [
+        ("versions", "stores.batch_reader.BatchViewReader", "allocate_version, pointer, record_run"),
+        ("realtime_writer", "subprocess.Popen", "close, write"),
+        ("batch_views", "builtins.object", "pointer_columns, series, totals"),
+    ],
+)
+def test_a_class_without_its_roles_methods_is_refused_naming_them(role, value, lacking):
+    """Any class was taken: the wrong one failed later, with an AttributeError or a TypeError that
+    did not name the setting ('… is the stack up?')."""
+    with pytest.raises(AdapterNotFound, match=rf"stores\.{role}.*lacks {lacking}"):
+        registry.resolve(role, value)
