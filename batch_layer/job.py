@@ -347,7 +347,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         return served
     _tables_kept(settings, version, run)
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
-    _not_past_grace(settings, version, run)
+    maintained = _speed_layer_maintains(settings) if run.get("full") else ()  # WebHDFS: may take seconds
     pointer = advance(
         current,
         version=version,
@@ -357,8 +357,9 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         full=bool(run.get("full")),
         stats=run.get("stats", {}),
         now_ms=int(time.time() * 1000),
-        maintained=_speed_layer_maintains(settings) if run.get("full") else (),
+        maintained=maintained,
     )
+    _not_past_grace(settings, version, run)  # last, right before the compare-and-set
     store.swap(current, pointer)
     _retain(settings, store)
     return pointer
