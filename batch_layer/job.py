@@ -347,6 +347,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         return served
     _tables_kept(settings, version, run)
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
+    _not_past_grace(settings, version, run)  # refused at once when it is over already
     maintained = _speed_layer_maintains(settings) if run.get("full") else ()  # WebHDFS: may take seconds
     pointer = advance(
         current,
@@ -359,7 +360,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         now_ms=int(time.time() * 1000),
         maintained=maintained,
     )
-    _not_past_grace(settings, version, run)  # last, right before the compare-and-set
+    _not_past_grace(settings, version, run)  # and again right before the compare-and-set
     store.swap(current, pointer)
     _retain(settings, store)
     return pointer

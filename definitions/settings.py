@@ -393,16 +393,18 @@ class Settings(BaseSettings):
 
     @field_validator("state_dir", "jars_dir")
     @classmethod
-    def _no_control_characters(cls, path: Path) -> Path:
+    def _no_control_characters(cls, path: Path, info: ValidationInfo) -> Path:
         """The paths are written into the stores' configuration files: a line break would add lines;
         `#` starts a comment in Cassandra's YAML (its five data directories became one, outside the
         state directory), `,` separates Kafka's log directories, `:` is no part of a Hadoop path,
         ` ;` starts a comment in supervisord's configuration, which strips quotes around values; a
         backslash is an escape in Java properties (Kafka's log.dirs), `${…}` is expanded by Hadoop
-        and log4j, `%` is a logback pattern, `?` ends the file URI of Cassandra's configuration."""
+        and log4j, `%` is a logback pattern, `?` ends the file URI of Cassandra's configuration (these
+        last four in the state directory only: the stores' files are there)."""
         if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
             raise ValueError("must not contain a line break or another control character")
-        odd = sorted({c for c in str(path) if c in "#,:;'\"\\%$?"})
+        refused = "#,:;'\"\\%$?" if info.field_name == "state_dir" else "#,:;'\""
+        odd = sorted({c for c in str(path) if c in refused})
         if odd:
             raise ValueError(
                 f"must not contain {' or '.join(repr(c) for c in odd)}: the stores' configurations split or "
@@ -477,10 +479,11 @@ class Settings(BaseSettings):
             "speed.checkpoint_dir": self.speed.checkpoint_dir,
             "stack.progress_dir": self.stack.progress_dir,
         }
-        named = sorted((p.rstrip("/") or "/", name) for name, p in paths.items())
-        for (path, name), (other, other_name) in zip(named, named[1:], strict=False):
-            if other == path or other.startswith(path.rstrip("/") + "/"):
-                raise ValueError(f"{other_name} ({other}) must not be {name} ({path}) or inside it")
+        named = [(p.rstrip("/") or "/", name) for name, p in paths.items()]
+        for path, name in named:
+            for other, other_name in named:
+                if other_name != name and (other == path or other.startswith(path.rstrip("/") + "/")):
+                    raise ValueError(f"{other_name} ({other}) must not be {name} ({path}) or inside it")
         return self
 
     @model_validator(mode="after")

@@ -400,7 +400,7 @@ def _stdout_closed() -> bool:
         poller = select.poll()
         poller.register(sys.stdout.fileno(), select.POLLOUT)
         return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # AttributeError: started with no standard output
         return False
 
 

@@ -302,8 +302,23 @@ def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
         ({"archiver": {"master_path": ""}}, "master_path"),
         ({"speed": {"checkpoint_dir": "/lambda/checkpoints/archiver/x"}}, "must not be archiver.checkpoint_dir"),
         ({"speed": {"checkpoint_dir": "/lambda/master/events"}}, "or inside it"),
+        (  # a sibling sorting between the two hid the nesting from a comparison of neighbours
+            {
+                "archiver": {"checkpoint_dir": "/lambda/ck", "master_path": "/lambda/ck.x"},
+                "speed": {"checkpoint_dir": "/lambda/ck/speed"},
+            },
+            "speed.checkpoint_dir (/lambda/ck/speed) must not be archiver.checkpoint_dir",
+        ),
     ],
 )
 def test_settings_that_would_break_a_store_or_mix_two_jobs_data_are_refused(given, words):
     with pytest.raises(pydantic.ValidationError, match=re.escape(words)):
         Settings(**given)
+
+
+def test_the_jars_directory_refuses_only_what_its_own_uses_split_on():
+    """The jars directory is the checkout's: `$`, `%`, `\\` or `?` break the stores' files, which
+    live in the state directory, not a classpath."""
+    assert Settings(jars_dir="/home/dollar$/x").jars_dir.name == "x"
+    with pytest.raises(pydantic.ValidationError, match="jars_dir"):
+        Settings(jars_dir="/home/o'brien/x")
