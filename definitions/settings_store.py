@@ -294,7 +294,10 @@ def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
 
 # Option names whose values are secrets: Spark's own pattern (spark.redaction.regex), and the names
 # cloud stores give their keys (fs.azure.account.key.<account>, google.cloud.auth...keyfile, ...).
-SECRET_NAME = re.compile(r"(?i)secret|password|token|access[.]?key|account[.]key|keyfile|credential")
+SECRET_NAME = re.compile(
+    r"(?i)secret|password|passwd|token|access[.]?key|account[.]key|keyfile|credential"
+    r"|private[._-]?key|encryption[._-]?key|api[._-]?key|executorEnv[.]"
+)
 
 
 def with_view_modules(settings: Settings, modules: list[str], paths: list[str] | None = None) -> Settings:

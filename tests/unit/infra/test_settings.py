@@ -270,9 +270,15 @@ def test_secrets_of_cloud_stores_are_hidden_from_the_drivers_command_line_and_co
         "spark.hadoop.fs.s3a.access.key",
         "spark.authenticate.secret",
         "spark.hadoop.fs.gs.auth.service.account.credentials",
+        "spark.hadoop.fs.gs.auth.service.account.private.key",
+        "spark.hadoop.fs.s3a.encryption.key",
+        "spark.hadoop.fs.s3a.bucket.b.encryption.key",
+        "spark.hadoop.fs.swift.service.x.apikey",
+        "spark.executorEnv.DB_PASS",
     ):
         assert LAUNCH_HIDDEN.search(key), key
-    assert not LAUNCH_HIDDEN.search("spark.driver.memory")
+    for key in ("spark.driver.memory", "spark.sql.shuffle.partitions", "spark.hadoop.dfs.replication"):
+        assert not LAUNCH_HIDDEN.search(key), key
 
 
 @pytest.mark.parametrize("name", ["state_dir", "jars_dir"])
