@@ -23,3 +23,10 @@ def lambdactl(settings, *args: str, extra_env: dict[str, str] | None = None) -> 
         timeout=900,
         env={**env(settings), **(extra_env or {})},
     )
+
+
+def restore_views_args(declared) -> list[str]:
+    """`lambdactl views apply` arguments that declare `declared` (a ViewsSettings) again: an empty
+    `--modules` is refused as a likely unset variable, so none is said with `--no-modules`."""
+    modules = ["--modules", ",".join(declared.modules)] if declared.modules else ["--no-modules"]
+    return [*modules, "--paths", ",".join(map(str, declared.paths))]

@@ -35,7 +35,7 @@ from stores.checkpoints import read_marker
 from stores.registry import version_store
 from tests.integration.api.test_end_to_end import HOUR, api, epoch, mismatches, wait_exact, window
 from tests.integration.api.test_views_apply import states
-from tests.support.cli import env, lambdactl
+from tests.support.cli import env, lambdactl, restore_views_args
 from tests.support.events import mixed_workload
 from tests.support.polling import wait_for
 
@@ -212,15 +212,7 @@ def test_a_changed_view_answers_from_its_old_definition_then_switches_atomically
         assert answers(settings, view, everything) == truth_of(everything, NEW)
     finally:
         if load().views != declared_before:
-            restored = lambdactl(
-                settings,
-                "views",
-                "apply",
-                "--modules",
-                ",".join(declared_before.modules),
-                "--paths",
-                ",".join(map(str, declared_before.paths)),
-            )
+            restored = lambdactl(settings, "views", "apply", *restore_views_args(declared_before))
             assert restored.returncode == 0, restored.stderr[-2000:]
     pointer = version_store(settings).pointer()
     assert pointer is not None and view not in pointer.aliases, "a removed view's alias goes with it"

@@ -24,7 +24,7 @@ from ingest.generator import SentRecord
 from ingest.truth import distinct_events
 from stores.registry import version_store
 from tests.integration.api.test_end_to_end import HOUR, api, epoch, mismatches, wait_exact, window
-from tests.support.cli import lambdactl
+from tests.support.cli import lambdactl, restore_views_args
 from tests.support.events import mixed_workload
 from tests.support.polling import wait_for
 
@@ -93,15 +93,7 @@ def view_module(settings, tmp_path):
     )
     yield module, folder, view
     if load().views != before:
-        lambdactl(
-            settings,
-            "views",
-            "apply",
-            "--modules",
-            ",".join(before.modules),
-            "--paths",
-            ",".join(map(str, before.paths)),
-        )
+        lambdactl(settings, "views", "apply", *restore_views_args(before))
 
 
 def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_never_falter(settings, stack, view_module):
