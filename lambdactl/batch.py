@@ -17,6 +17,7 @@ log = logging.getLogger("lambdactl")
 # move past the cutoff it serves at; 4: the master dataset is not complete up to the cutoff yet.
 NOTHING_NEW = 3
 NOT_COVERED_YET = 4
+CLEANUP_LEFT = 5  # clean-realtime finished with rows left for a later clean-up (answers unaffected)
 
 
 def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
@@ -183,10 +184,11 @@ def settle_after_swap(settings: Settings, pointer) -> None:
         time.sleep(settle_s)
 
 
-def delete_retiring(settings: Settings, pointer=None) -> None:
+def delete_retiring(settings: Settings, pointer=None) -> bool:
     """Delete the realtime rows of the pointer's retiring storage names (stores.pointer) that no entry
     serves and the speed layer does not maintain, once no answer can still read them; then take
-    them, and any the speed layer maintains again, off the list (compare-and-set)."""
+    them, and any the speed layer maintains again, off the list (compare-and-set). False when some
+    rows could not all be deleted (their names stay retiring, for a later clean-up)."""
     from stores.pointer import retiring_done
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
@@ -195,7 +197,8 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
     store = version_store(settings)
     pointer = pointer or store.pointer()
     if pointer is None or not pointer.retiring:
-        return
+        return True
+    complete = True
     todo, again = _retiring_now(settings, pointer, say=True)
     as_of_us = 0
     if todo:
@@ -213,7 +216,7 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
         cleanup = delete_absorbed(settings, dict.fromkeys(names, everything), timestamp_us=as_of_us)
         if not cleanup.complete:
             _say(f"realtime rows of {', '.join(todo)} not all deleted ({cleanup.summary()}): they stay retiring")
-            todo = []
+            todo, complete = [], False
         else:
             for overlay in overlays:
                 drop_overlay(settings, overlay)
@@ -224,6 +227,7 @@ def delete_retiring(settings: Settings, pointer=None) -> None:
     done = [*todo, *again]
     if done:
         move_pointer(store, lambda p: retiring_done(p, done, int(time.time() * 1000)), "run the clean-up again")
+    return complete
 
 
 def _retiring_now(settings: Settings, pointer, say: bool = False) -> tuple[list[str], list[str]]:
@@ -278,7 +282,7 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
         _say("no batch version serves yet: every realtime row is still needed")
         return 0
     settle_after_swap(settings, pointer)
-    delete_retiring(settings, pointer)
+    retired_complete = delete_retiring(settings, pointer)
     # Each view's rows below the cutoff its own batch table covers; a view no table serves keeps all.
     # A replay's rows (stores.replays) go below their view's cutoff too.
     cutoffs = pointer.cleanup_cutoffs_s()
@@ -316,6 +320,17 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
                 "complete": cleanup.complete,
                 "unreadable": [u.describe() for u in cleanup.unreadable],
                 "orphaned_replays": orphaned.as_json(),
+                "retired_complete": retired_complete,
             }
         )
+    left = [
+        *([] if cleanup.complete else ["rows below the cutoffs"]),
+        *([] if retired_complete else ["rows of retired views"]),
+        *([] if orphaned.complete and not orphaned.error else ["rows of replays no mark names"]),
+    ]
+    if left:
+        # Answers stay exact (no answer reads these rows); the exit status tells a script or the
+        # DAG's task that the clean-up it asked for is not finished.
+        _say(f"clean-up incomplete: {', '.join(left)} left; answers are unaffected; run it again")
+        return CLEANUP_LEFT
     return 0

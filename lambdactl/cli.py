@@ -320,7 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--limit", type=int, default=20, help="how many reports to list")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
-    clean = sub.add_parser("clean-realtime", help="delete realtime rows the serving batch version has absorbed")
+    clean = sub.add_parser(
+        "clean-realtime",
+        help="delete realtime rows the serving batch version has absorbed (exit 5: some were left for a later clean-up)",
+    )
     clean.add_argument("--json", action="store_true", help="also print the outcome as one JSON line")
     clean.set_defaults(func=cmd_clean_realtime)
     accept_loss.add_parser(sub)

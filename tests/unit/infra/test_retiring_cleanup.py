@@ -147,3 +147,37 @@ def test_a_deletion_as_of_a_time_says_that_rows_written_after_it_were_counted_an
     assert "as of" not in plain and plain.startswith("7 realtime rows")
     dated = Cleanup(0, rows_below_cutoff=7, deletions=2, as_of_us=1_700_000_000_123_456).summary()
     assert "as of 2023-11-14T22:13:20Z" in dated and "counted and stay" in dated, dated
+
+
+@pytest.mark.parametrize(
+    ("left", "status"),
+    [(None, 0), ("below", 5), ("retired", 5), ("orphans", 5)],
+)
+def test_clean_realtime_exits_non_zero_when_any_part_of_the_clean_up_is_left(stores, monkeypatch, caplog, left, status):
+    """`lambdactl clean-realtime` (the DAG's last task) whose scan could not read every token range,
+    whose retired rows were not all deleted, or whose pass over orphaned replays stopped, says so
+    and exits 5 (answers are unaffected): a script sees it is not finished; the DAG logs it."""
+    from lambdactl import replay_orphans
+    from lambdactl.replay_orphans import Orphans
+    from stores import realtime_cleanup
+    from stores.realtime_cleanup import Cleanup
+    from stores.realtime_scan import Unreadable
+
+    stores.markers, stores.marks = [marker("page_views")], [{}]
+    stores.store.record_run = lambda version, **fields: None
+    calls = []
+
+    def delete_absorbed(settings, cutoffs, timestamp_us=None):
+        calls.append(sorted(cutoffs))
+        broken = (left == "below" and len(calls) == 2) or (left == "retired" and len(calls) == 1)
+        unreadable = [Unreadable("speed_by_key", 0, 1, "timed out")] if broken else []
+        return Cleanup(0, unreadable=unreadable, views_seen={"page_views"})
+
+    monkeypatch.setattr(realtime_cleanup, "delete_absorbed", delete_absorbed)
+    orphans = Orphans(error="NoHostAvailable") if left == "orphans" else Orphans()
+    monkeypatch.setattr(replay_orphans, "delete_orphaned_replays", lambda settings, seen: orphans)
+
+    assert batch.cmd_clean_realtime(None, SimpleNamespace(json=False)) == status
+    assert len(calls) == 2, "the retired view's rows, then the rows below the cutoffs"
+    said = caplog.text
+    assert ("clean-up incomplete" in said) == bool(status), said
