@@ -350,6 +350,25 @@ class AirflowSettings(_Section):
     # Makefile's tests: no scheduled run in their way). Either way a pause set later is kept.
     paused_at_creation: bool = False
 
+    @field_validator("home", "database_url", "admin_user")
+    @classmethod
+    def _not_expanded_by_airflow(cls, value: str | SecretStr, info: ValidationInfo) -> str | SecretStr:
+        """Airflow expands `$NAME` and a leading `~` in every value it reads from its environment
+        (AIRFLOW__…, AIRFLOW_HOME): a password with `$` in the database URL, or a home named with
+        one, became another value there than here. The home is absolute: every process (the
+        platform's and Airflow's, each started from its own directory) must find the same one."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+            raise ValueError("must not contain a line break or another control character")
+        if "$" in text:
+            hint = " (in a URL, write it percent-encoded: %24)" if info.field_name == "database_url" else ""
+            raise ValueError(f"must not contain $: Airflow expands $NAME in the values it reads{hint}")
+        if text.startswith("~"):
+            raise ValueError("must not start with ~: Airflow expands it to a home directory")
+        if info.field_name == "home" and text and not os.path.isabs(text):
+            raise ValueError("must be an absolute path (empty: a directory in the state directory)")
+        return value
+
 
 class ViewSettings(_Section):
     # Modules that declare more views (a module-level `VIEWS` list of definitions.views.View),

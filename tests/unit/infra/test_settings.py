@@ -251,6 +251,7 @@ def test_a_lambda_toml_in_a_sticky_shared_folder_is_read(tmp_path, monkeypatch):
         ("cassandra", {"keyspace": "Lambda"}, "keyspace"),  # folded to lambda unquoted, USE'd quoted
         ("cassandra", {"keyspace": "a b; DROP"}, "keyspace"),
         ("kafka", {"heap_mb": -1}, "heap_mb"),  # -Xmx-1m
+        ("hbase", {"thrift_heap_mb": 8}, "thrift_heap_mb"),  # too small for the JVM to start
         ("cassandra", {"health_timeout_s": -5}, "health_timeout_s"),
         ("api", {"health_timeout_s": 0}, "health_timeout_s"),
         ("stack", {"restart_backoff_s": 30, "restart_backoff_max_s": 5}, "restart_backoff_max_s"),
@@ -328,3 +329,27 @@ def test_the_jars_directory_refuses_only_what_its_own_uses_split_on():
     assert Settings(jars_dir="/home/dollar$/x").jars_dir.name == "x"
     with pytest.raises(pydantic.ValidationError, match="jars_dir"):
         Settings(jars_dir="/home/o'brien/x")
+
+
+@pytest.mark.parametrize(
+    "values, words",
+    [
+        ({"database_url": "postgresql://ops:pa$HOME@db/airflow"}, "%24"),
+        ({"admin_user": "$USER"}, "must not contain $"),
+        ({"admin_user": "~root"}, "must not start with ~"),
+        ({"home": "~/airflow"}, "must not start with ~"),
+        ({"home": "airflow-home"}, "absolute path"),
+        ({"home": "/srv/air\nflow"}, "control character"),
+    ],
+)
+def test_values_airflow_would_expand_into_others_are_refused(values, words):
+    """Airflow runs expandvars and expanduser on every value it reads from its environment: a `$` in
+    the database password reached SQLAlchemy as another password, `$USER` as another user name."""
+    with pytest.raises(pydantic.ValidationError, match=re.escape(words)) as refused:
+        Settings(airflow=values)
+    assert "pa$HOME" not in str(refused.value), "the database URL (a secret) is not repeated"
+
+
+def test_a_database_url_with_a_percent_encoded_dollar_and_an_absolute_home_are_taken(tmp_path):
+    given = Settings(airflow={"database_url": "postgresql://ops:pa%24s@db/airflow", "home": str(tmp_path)})
+    assert given.airflow.database_url.get_secret_value().endswith("pa%24s@db/airflow")
