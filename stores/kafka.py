@@ -221,6 +221,7 @@ def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
         _TYPE_KEY: TIMESTAMP_TYPE,
         "retention.ms": str(settings.kafka.retention_hours * 3600 * 1000),
         _COMPRESSION_KEY: settings.kafka.stored_compression,
+        _POLICY_KEY: POLICY,
     }
     return {settings.kafka.events_topic: configs, settings.kafka.dlq_topic: dict(configs)}
 
@@ -250,10 +251,11 @@ def ensure_topics(settings: Settings) -> list[str]:
         for name in sorted(wanted.keys() & existing):
             resource = ConfigResource(ConfigResourceType.TOPIC, name)
             described = admin.describe_configs([resource])
-            # Brought to the settings: the timestamp type (the time model needs the brokers' clock)
-            # and the stored compression (a consumer's memory: records bounded as stored). A topic's
-            # own retention is the operator's: the setting fills it only where the topic has none.
-            enforced = (_TYPE_KEY, _COMPRESSION_KEY)
+            # Brought to the settings: the timestamp type (the time model needs the brokers' clock),
+            # the stored compression (a consumer's memory: records bounded as stored) and deletion by
+            # retention only (compaction deletes records no job has read). A topic's own retention is
+            # the operator's: the setting fills it only where the topic has none.
+            enforced = (_TYPE_KEY, _COMPRESSION_KEY, _POLICY_KEY)
             current = {k: _topic_config(described, k) for k in enforced}
             differ = {k: v for k, v in current.items() if v != wanted[name][k]}
             if not differ:
@@ -285,7 +287,7 @@ def ensure_topics(settings: Settings) -> list[str]:
                     + f": set it to {want} (kafka-configs.sh --alter --entity-type topics "
                     f"--entity-name {name} --add-config {key}={want})"
                 )
-                if key == _TYPE_KEY:  # no exact answer without it
+                if key in (_TYPE_KEY, _POLICY_KEY):  # no exact answer without them
                     raise RuntimeError(problem)
                 log.warning("%s", problem)  # the jobs warn again at every start
         return [t.name for t in new]
@@ -323,6 +325,14 @@ def check_timestamp_type(settings: Settings) -> None:
             f"ingest time their producer chose. Set it (kafka-configs.sh --alter --entity-type topics --entity-name "
             f"{topic} --add-config message.timestamp.type={TIMESTAMP_TYPE}, or `lambdactl up` on the stack it manages)"
         )
+    policy = _topic_config(described, _POLICY_KEY) or POLICY
+    if "compact" in policy:
+        raise RuntimeError(
+            f"topic {topic} has {_POLICY_KEY}={policy}: compaction deletes every record but the last of "
+            f"each key, read or not (the ticks share one key). Set it (kafka-configs.sh --alter --entity-type "
+            f"topics --entity-name {topic} --add-config {_POLICY_KEY}={POLICY}, or `lambdactl up` on the stack "
+            "it manages)"
+        )
     stored = _topic_config(described, _COMPRESSION_KEY)
     if stored != settings.kafka.stored_compression:
         log.warning(
@@ -336,6 +346,9 @@ def check_timestamp_type(settings: Settings) -> None:
 
 _TYPE_KEY = "message.timestamp.type"
 _COMPRESSION_KEY = "compression.type"
+_POLICY_KEY = "cleanup.policy"
+# Compaction keeps the last record of each key only: the ticks share one key, so do a user's events.
+POLICY = "delete"
 NOT_AUTHORIZED = (29, 31)  # Kafka's TOPIC_ and CLUSTER_AUTHORIZATION_FAILED
 
 
@@ -374,6 +387,18 @@ def _topic_config(described, key: str) -> str | None:
                 if entry[0] == key:
                     return entry[1]
     return None
+
+
+def _broker_stamp(topic: str, msg) -> int:
+    """A record's timestamp, which must be the broker's (LogAppendTime, type 1): the jobs check the
+    topic's type when they start, and a topic changed to CreateTime while they run would let one
+    producer's far-future stamp move completeness, and a batch's cutoff, past events to come."""
+    if msg.timestamp_type != 1:
+        raise RuntimeError(
+            f"record {msg.offset} of {topic} partition {msg.partition} carries its producer's timestamp "
+            f"(CreateTime), not the broker's: not an ingest time; set message.timestamp.type={TIMESTAMP_TYPE}"
+        )
+    return int(msg.timestamp)
 
 
 def partition_count(settings: Settings, topic: str) -> int:
@@ -429,7 +454,7 @@ def last_stamps(settings: Settings, end_offsets: dict[int, int], timeout_s: floa
                 for tp, messages in client.poll(timeout_ms=1000).items():
                     for msg in messages:
                         if msg.offset < ends[tp.partition] and msg.offset >= found.get(tp.partition, (-1, 0))[0]:
-                            found[tp.partition] = (msg.offset, msg.timestamp)
+                            found[tp.partition] = (msg.offset, _broker_stamp(topic, msg))
                 for p in list(reading):
                     if (p in found and found[p][0] == ends[p] - 1) or client.position(
                         parts[p], timeout_ms=5_000

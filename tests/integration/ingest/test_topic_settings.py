@@ -1,6 +1,6 @@
 """`lambdactl bootstrap` on topics that already exist, on the real Kafka: a topic stamped by its
-producers (CreateTime) is changed to LogAppendTime, the platform's time model, and keeps its other
-settings. Kafka's AlterConfigs replaces a topic's whole configuration: every other override (here
+producers (CreateTime) is changed to LogAppendTime, the platform's time model, a compacted one to
+deletion by retention only, and each keeps its other settings. Kafka's AlterConfigs replaces a topic's whole configuration: every other override (here
 `max.message.bytes`) went back to the broker's default, silently. Scratch topics of the test's own."""
 
 from __future__ import annotations
@@ -42,7 +42,11 @@ def test_an_existing_topic_gets_log_append_time_and_keeps_its_other_settings(set
                     name,
                     num_partitions=1,
                     replication_factor=1,
-                    topic_configs={"message.timestamp.type": "CreateTime", "max.message.bytes": "123456"},
+                    topic_configs={
+                        "message.timestamp.type": "CreateTime",
+                        "max.message.bytes": "123456",
+                        "cleanup.policy": "compact",
+                    },
                 )
                 for name in (events, dlq)
             ]
@@ -54,6 +58,7 @@ def test_an_existing_topic_gets_log_append_time_and_keeps_its_other_settings(set
         for name in (events, dlq):
             now = configs(admin, name)
             assert now["message.timestamp.type"] == "LogAppendTime", (name, now)
+            assert now["cleanup.policy"] == "delete", f"{name}: compaction deletes records no job read"
             assert now["max.message.bytes"] == "123456", f"{name}: its other setting was reset"
             assert now["retention.ms"] == str(settings.kafka.retention_hours * 3_600_000)
     finally:

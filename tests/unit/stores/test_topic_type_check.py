@@ -42,3 +42,28 @@ def test_log_append_time_passes(monkeypatch):
         kafka, "kafka_admin", lambda *a, **k: _admin(0, None, [("message.timestamp.type", "LogAppendTime")])
     )
     kafka.check_timestamp_type(Settings())
+
+
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+def test_a_compacted_topic_is_refused(monkeypatch, policy):
+    """Compaction deletes every record but the last of each key, whether a job read it or not: the
+    ticks share one key, a user's events may too."""
+    entries = [("message.timestamp.type", "LogAppendTime"), ("cleanup.policy", policy)]
+    monkeypatch.setattr(kafka, "kafka_admin", lambda *a, **k: _admin(0, None, entries))
+    with pytest.raises(RuntimeError, match=f"cleanup.policy={policy}: compaction deletes"):
+        kafka.check_timestamp_type(Settings())
+
+
+def test_the_platforms_topics_are_made_and_kept_deleting_by_retention_only():
+    for name, configs in kafka.topic_configs(Settings()).items():
+        assert configs["cleanup.policy"] == "delete", name
+
+
+def test_completeness_refuses_a_stamp_its_producer_chose():
+    """A topic changed to CreateTime while the jobs run (they check its type when they start): a
+    record's stamp is no ingest time, and one far in the future moved completeness past events to come."""
+    broker = SimpleNamespace(offset=7, partition=2, timestamp=1_700_000_000_000, timestamp_type=1)
+    assert kafka._broker_stamp("events", broker) == 1_700_000_000_000
+    producer = SimpleNamespace(offset=8, partition=2, timestamp=4_102_444_800_000, timestamp_type=0)
+    with pytest.raises(RuntimeError, match="record 8 of events partition 2 carries its producer's timestamp"):
+        kafka._broker_stamp("events", producer)
