@@ -146,6 +146,9 @@ def archiver(settings: Settings) -> str:
     backlog = (
         f"{behind:,} records behind Kafka" if behind is not None else "backlog not measured yet (no batch finished)"
     )
+    failed = state["queries"].get(MASTER_QUERY, {}).get("hook_error")
+    if failed:  # the last batch's completeness was not published (stores.progress)
+        lag += f" (the last batch's completeness was not published: {failed})"
     return (
         f"queries running, {lag}, {backlog}; "
         f"archived {totals.get('events', 0):,} events, dead-lettered {totals.get('records', 0):,} records since start"

@@ -200,7 +200,13 @@ class ProgressFile:
         extra = {}
         hook = self.hooks.get(p.name)
         if hook is not None:
-            extra = hook(p) or {}
+            # A failing hook (a store outage while the archiver publishes its completeness) leaves
+            # this batch's summary and totals counted, and says why its part is missing.
+            try:
+                extra = hook(p) or {}
+            except Exception as exc:  # noqa: BLE001 - any failure of the hook's store
+                summary["hook_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                log.warning("%s batch %s: its progress hook failed: %s", p.name, p.batchId, summary["hook_error"])
         with self.lock:
             self.state["queries"][p.name] = summary
             totals = self.state["totals"]

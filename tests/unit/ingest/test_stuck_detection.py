@@ -39,3 +39,27 @@ def test_a_stopped_query_is_not_running_rather_than_stuck():
     with pytest.raises(RuntimeError, match="query q is not running: boom") as raised:
         require_progressing(stopped, ("q",), 300, NOW_MS)
     assert not isinstance(raised.value, Stuck)
+
+
+def test_the_archivers_health_names_a_completeness_that_was_not_published(monkeypatch):
+    """A failing completeness hook (stores.progress) leaves the batch counted: the health line says
+    the marker is missing and why, rather than showing only an ever older completeness."""
+    import time
+
+    from definitions.jobs import ARCHIVER_DLQ_QUERY, ARCHIVER_MASTER_QUERY
+    from definitions.settings import Settings
+    from stores import health, progress
+
+    now_ms = int(time.time() * 1000)
+    queries = {
+        ARCHIVER_MASTER_QUERY: {
+            "active": True,
+            "batch_id": 3,
+            "reported_ms": now_ms,
+            "hook_error": "ConnectionError: x",
+        },
+        ARCHIVER_DLQ_QUERY: {"active": True, "batch_id": 3, "reported_ms": now_ms},
+    }
+    doc = {"pid": 1, "started_ms": now_ms, "queries": queries, "completeness": {"complete_before_ms": now_ms}}
+    monkeypatch.setattr(progress, "read_progress", lambda settings, job: doc)
+    assert "completeness was not published: ConnectionError: x" in health.archiver(Settings())

@@ -68,3 +68,20 @@ def test_the_end_of_a_run_delivered_after_the_next_run_began_leaves_the_query_ru
     assert json.loads(progress.path.read_text())["queries"]["archiver-master"]["active"] is True
     progress.terminated("q1", "boom", "run-2")
     assert json.loads(progress.path.read_text())["queries"]["archiver-master"]["active"] is False
+
+
+def test_a_failing_hook_leaves_the_batch_counted_and_says_why(tmp_path):
+    """The archiver publishes its completeness from a hook: a store outage there lost the batch's
+    summary and totals (Spark's listener swallowed the error), and the job looked stuck."""
+
+    def hook(progress):
+        raise ConnectionError("WebHDFS refused")
+
+    observed = batch(3)
+    observed.observedMetrics = {"archived": SimpleNamespace(asDict=lambda: {"events": 5})}
+    progress = ProgressFile(Settings(state_dir=tmp_path), "archiver", hooks={"speed-views": hook})
+    progress.progress(observed)
+    state = json.loads(progress.path.read_text())
+    assert state["queries"]["speed-views"]["batch_id"] == 3
+    assert state["totals"]["events"] == 5
+    assert "WebHDFS refused" in state["queries"]["speed-views"]["hook_error"]
