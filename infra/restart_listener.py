@@ -131,8 +131,14 @@ class Listener:
         return doc
 
     def save(self) -> None:
+        """Write the restart record for `lambdactl status` and a successor listener. A write that
+        fails (a full disk) keeps it in memory and the restarts going: it killed the listener, and
+        supervisord, past its start retries, left every process of the platform unrestarted."""
         self.doc["updated_at"] = self.clock()
-        write_status(self.state_dir, self.doc)
+        try:
+            write_status(self.state_dir, self.doc)
+        except OSError as exc:
+            log.warning("the restart record could not be written (%s); restarts go on", exc)
 
     def entry(self, name: str) -> dict[str, Any]:
         return self.doc["processes"].setdefault(name, new_entry())

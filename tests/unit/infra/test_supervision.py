@@ -376,3 +376,21 @@ def test_a_broken_connection_to_supervisord_is_made_again_not_reused_for_ever(tm
     clock.now += 1
     listener.run_due()
     assert made and fresh.started == ["api"], "restarted over a connection made again"
+
+
+def test_a_restart_record_that_cannot_be_written_leaves_the_restarts_going(tmp_path, monkeypatch):
+    """A full disk made every save raise: the listener died, and once supervisord stopped starting
+    it again, no process of the platform was restarted."""
+    import infra.restart_listener as restart_listener
+
+    listener, rpc, clock = _listener(tmp_path, Budget(max_restarts=5, window_s=600, backoff_s=1, backoff_max_s=60))
+    _event(listener, "RUNNING", pid=999_999_001)
+
+    def full(state_dir, doc):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(restart_listener, "write_status", full)
+    _event(listener, "EXITED", expected=0, pid=999_999_001)
+    clock.now += 1
+    listener.run_due()
+    assert rpc.started == ["api"]
