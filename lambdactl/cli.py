@@ -107,7 +107,7 @@ def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     if events_out:
         _say(f"what was sent: {events_out}")
     if args.truth_out:
-        write_truth(read_sent(events_out), args.granularity, args.truth_out)
+        write_truth(read_sent(events_out), args.granularity, args.truth_out, settings.events)
         _say(f"ground truth ({args.granularity} buckets): {args.truth_out}")
     return 0 if report.failed == 0 else 1
 

@@ -150,7 +150,7 @@ def run_demo(settings: Settings, count: int = 20_000, rate: float = 1_000.0) -> 
     )
 
     sent = read_sent(events_path)
-    events = distinct_events(sent)
+    events = distinct_events(sent, settings.events)
     truth = Counter(e["url"] for e in events if e["event_type"] == "page_view")
     urls = [u for u, _ in truth.most_common(4)]
     start, end = _hourly_window(events)

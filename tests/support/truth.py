@@ -26,7 +26,8 @@ def kafka_events(settings, cutoff_ms: int) -> list[dict]:
     consumer.seek_to_beginning()
     first: dict[str, tuple] = {}
     for msg in consumer:
-        if msg.key == TICK_KEY or msg.timestamp >= cutoff_ms:
+        # A tick is the tick key with no value, as the jobs tell it (stores.kafka_source).
+        if (msg.key == TICK_KEY and not msg.value) or msg.timestamp >= cutoff_ms:
             continue
         try:
             event = validate(msg.value, msg.timestamp)
