@@ -15,7 +15,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import logging
+import os
 import shlex
+import stat
 import sys
 import tempfile
 import time
@@ -100,12 +102,31 @@ def program_process(proc: psutil.Process) -> psutil.Process:
 
 
 def socket_path(state_dir: Path) -> Path:
-    """supervisord's unix socket: in the state dir, or in the temp dir when that path is too long."""
+    """supervisord's unix socket: in the state dir, or, when that path is too long, in a directory of
+    this user's own in the temp dir (private_socket_dir)."""
     path = supervisor_dir(state_dir) / "supervisord.sock"
     if len(str(path)) <= _MAX_SOCKET_PATH:
         return path
     digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"lambda-supervisor-{digest}.sock"
+    return Path(tempfile.gettempdir()) / f"lambda-{os.geteuid()}-{digest}" / "supervisord.sock"
+
+
+def private_socket_dir(state_dir: Path) -> Path:
+    """The socket's directory, made if missing, refused unless this user owns it and no one else may
+    enter it: another user who made the name first in the shared temp dir would otherwise hold the
+    socket's place (supervisord could not start) or answer `lambdactl` in supervisord's stead."""
+    folder = socket_path(state_dir).parent
+    if folder == supervisor_dir(state_dir):
+        return folder
+    folder.mkdir(mode=0o700, exist_ok=True)
+    found = folder.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o077:
+        raise StackError(
+            NAME,
+            f"{folder} (supervisord's socket: the state directory's path is too long to hold it) is not a "
+            "directory only this user may enter: remove it, or choose a shorter state_dir",
+        )
+    return folder
 
 
 def config_path(state_dir: Path) -> Path:
@@ -146,7 +167,7 @@ def render_config(settings: Settings, programs: Sequence[Program]) -> str:
     lines = [
         "; Written by `lambdactl up` (infra/supervision.py) at every start: edit the settings, not this file.",
         "[unix_http_server]",
-        f"file={_value(socket_path(state))}",
+        f"file={_value(private_socket_dir(state) / socket_path(state).name)}",
         "chmod=0700",
         "",
         "[supervisord]",
@@ -255,7 +276,7 @@ class Supervisord:
         self.state_dir = settings.state_dir
 
     def rpc(self, timeout_s: float = 10.0) -> Any:
-        transport = _transport(socket_path(self.state_dir), timeout_s)
+        transport = _transport(private_socket_dir(self.state_dir) / socket_path(self.state_dir).name, timeout_s)
         return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor
 
     def running(self) -> bool:

@@ -135,6 +135,32 @@ def test_socket_path_stays_within_the_unix_socket_limit(tmp_path):
     assert socket_path(deep) != socket_path(tmp_path / ("e" * 120))
 
 
+def test_a_socket_directory_in_the_temp_dir_is_this_users_own_or_refused(tmp_path, monkeypatch):
+    """A state directory too long for a unix socket puts it in the shared temp dir: under a name
+    another user could make first, to hold its place or answer lambdactl in supervisord's stead."""
+    import os
+    import tempfile
+
+    from infra.errors import StackError
+    from infra.supervision import private_socket_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    deep = tmp_path / ("d" * 120)
+    folder = private_socket_dir(deep)
+    assert folder == socket_path(deep).parent and folder.parent == tmp_path / "tmp"
+    assert folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o777)  # as if another user had made it open to all
+    with pytest.raises(StackError, match="not a directory only this user may enter"):
+        private_socket_dir(deep)
+    folder.chmod(0o700)
+    monkeypatch.setattr(os, "geteuid", lambda: 4321)  # made by another user (the name has that uid in it)
+    other = socket_path(deep).parent
+    other.mkdir(mode=0o700)
+    with pytest.raises(StackError, match="not a directory only this user may enter"):
+        private_socket_dir(deep)
+
+
 def test_budget_doubles_the_backoff_and_gives_up_past_the_limit():
     budget = Budget(max_restarts=5, window_s=600, backoff_s=1, backoff_max_s=60)
     restarts: list[float] = []
