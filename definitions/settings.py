@@ -41,6 +41,7 @@ MIN_TOKEN_CHARS = 16
 MAX_KEY_BYTES = 32_000
 BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 DEFAULT_AIRFLOW_PASSWORD = "admin"
+CASSANDRA_MAX_TTL_S = 630_720_000  # 20 years: Cassandra refuses a longer default_time_to_live
 JVM_SIZE = r"^\d+[kKmMgGtT]$"  # a JVM heap size: 768m, 3g (Spark's launcher refuses anything else at start)
 HDFS_PATH = r"^/[^\s:]*$"  # absolute: relative ones were appended to hdfs://host:port without a slash
 
@@ -106,6 +107,22 @@ class SparkSettings(_Section):
     # Extra `spark.*` options passed as-is to every session.
     conf: dict[str, str] = {}
 
+    @field_validator("conf")
+    @classmethod
+    def _time_stays_utc(cls, conf: dict[str, str]) -> dict[str, str]:
+        """Every session reads and writes time in UTC: the archiver's ingest_date and ingest_hour
+        partitions, the batch's pruning by the cutoff's date, the reports' windows. Another zone
+        here put a UTC day's last hours in the next day's partition, which a batch cutoff on that
+        day left out while the clean-up deleted their realtime rows."""
+        zone = conf.get("spark.sql.session.timeZone")
+        if zone is not None and zone != "UTC":
+            raise ValueError(f"spark.sql.session.timeZone must stay UTC (got {zone!r}): the time model is UTC")
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            zones = re.findall(r"-Duser\.timezone=(\S*)", conf.get(key, ""))
+            if any(z != "UTC" for z in zones):
+                raise ValueError(f"{key} must not set -Duser.timezone to another zone than UTC: the time model is UTC")
+        return conf
+
 
 class ArchiverSettings(_Section):
     """The Kafka → HDFS master dataset job. Paths are on the HDFS of `hdfs`."""
@@ -113,7 +130,9 @@ class ArchiverSettings(_Section):
     master_path: str = Field("/lambda/master/events", pattern=HDFS_PATH)
     completeness_path: str = Field("/lambda/master/completeness", pattern=HDFS_PATH)
     checkpoint_dir: str = Field("/lambda/checkpoints/archiver", pattern=HDFS_PATH)
-    trigger_s: float = Field(10.0, gt=0)
+    # Between a millisecond and an hour: Spark takes the trigger as whole milliseconds
+    # (definitions.spark.trigger_interval).
+    trigger_s: float = Field(10.0, ge=0.001, le=3_600)
     # How often each partition of `events` gets a tick record, so ingest-time completeness
     # advances on idle partitions too. Unset: a sixth of an ingest bucket, within 5–60 s (each tick
     # wakes both streaming jobs for a micro-batch; cutoffs move once per ingest bucket).
@@ -177,7 +196,7 @@ class SpeedSettings(_Section):
     # A micro-batch starts this long after the previous one started, or as soon as it ends if it
     # took longer: a short trigger costs nothing while nothing arrives (a batch runs only on new
     # records) and shortens the wait of a new event.
-    trigger_s: float = Field(1.0, gt=0)
+    trigger_s: float = Field(1.0, ge=0.001, le=3_600)
     # Partitions of the speed layer's state (de-duplication and aggregation): each is a RocksDB
     # instance whose changes are committed to HDFS every micro-batch. Read when a checkpoint is
     # created; a checkpoint keeps the number it was made with.
@@ -192,13 +211,13 @@ class SpeedSettings(_Section):
     # absorbed rows much sooner). Unset: derived from the batch schedule with a wide margin
     # (Settings.realtime_ttl_s). Answers that need rows older than ttl − stale_margin_s say
     # `complete: false` and why (serving_layer.staleness): never a silently short count.
-    ttl_s: int | None = Field(None, ge=3_600)
+    ttl_s: int | None = Field(None, ge=3_600, le=CASSANDRA_MAX_TTL_S)
     stale_margin_s: int = Field(3_600, ge=0)
     # gc_grace_seconds of the realtime tables: how long deletion and expiry tombstones stay before a
     # compaction may purge them (Cassandra's default is 10 days). Rows here are never read below
     # the serving cutoff, so a deletion missed by a replica is harmless; a short grace keeps reads
     # clear of tombstones.
-    gc_grace_s: int = Field(3_600, ge=0)
+    gc_grace_s: int = Field(3_600, ge=0, le=2**31 - 1)  # Cassandra's table option is an int
     max_offsets_per_trigger: int = Field(200_000, ge=1)
     write_concurrency: int = Field(64, ge=1)
     # Realtime rows go to Cassandra in unlogged batches of rows that live on the same replicas (a
@@ -472,6 +491,12 @@ class Settings(BaseSettings):
                 f"speed.stale_margin_s plus an hour ({floor}s): realtime rows must outlive any "
                 "plausible batch delay"
             )
+        if self.realtime_ttl_s > CASSANDRA_MAX_TTL_S:
+            raise ValueError(
+                f"the realtime rows' TTL ({self.realtime_ttl_s}s, ten batch.interval_s when speed.ttl_s is unset) "
+                f"must be at most {CASSANDRA_MAX_TTL_S}s (Cassandra's limit, 20 years): the speed layer could not "
+                "create its tables"
+            )
         if self.ingest_bucket_s > self.batch.interval_s:
             raise ValueError("ingest_bucket_s must not exceed batch.interval_s")
         if self.batch.cleanup_settle_s < self.api.pointer_cache_s + 5:
@@ -484,6 +509,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"stack.stuck_after_s ({self.stack.stuck_after_s:g}s) must be at least three tick intervals "
                 f"({self.tick_interval_s:g}s each): an idle streaming job would look stuck"
+            )
+        slowest = max(self.archiver.trigger_s, self.speed.trigger_s)
+        if self.stack.stuck_after_s < 3 * slowest:
+            raise ValueError(
+                f"stack.stuck_after_s ({self.stack.stuck_after_s:g}s) must be at least three triggers of the "
+                f"streaming jobs ({slowest:g}s): a job finishing a micro-batch per trigger would look stuck"
             )
         return self
 

@@ -156,7 +156,21 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         conf["spark.hadoop.dfs.replication"] = str(copies)
     conf.update(s.conf)
     conf.update(extra or {})
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        conf[key] = utc_jvm_options(conf[key])
     return conf
+
+
+def trigger_interval(seconds: float) -> str:
+    """A streaming trigger as Spark's interval parser reads it: whole milliseconds. Python wrote
+    1e-05 or 1e+16 for some floats, and more than nine decimals, which Spark refuses at start."""
+    return f"{max(1, round(seconds * 1000))} milliseconds"
+
+
+def utc_jvm_options(options: str) -> str:
+    """JVM options with the UTC time zone (settings refuse another): options of spark.conf's own
+    replace the platform's, and with them went the zone."""
+    return options if "-Duser.timezone=" in options else f"-Duser.timezone=UTC {options}".strip()
 
 
 def hdfs_replication(settings: Settings) -> int | None:
@@ -185,7 +199,7 @@ def batch_session_options(settings: Settings) -> dict[str, str]:
     A master dataset made mostly of copies would lose the early dropping: a matter of speed, not of
     which copy is kept."""
     key = "spark.driver.extraJavaOptions"
-    every = settings.spark.conf.get(key) or f"-Duser.timezone=UTC {settings.spark.jvm_options}"
+    every = utc_jvm_options(settings.spark.conf.get(key) or settings.spark.jvm_options)
     kept = [o for o in every.split() if not _GC_CHOICE.match(o)]
     return {
         "spark.driver.memory": settings.batch.driver_memory,

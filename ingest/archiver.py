@@ -25,6 +25,7 @@ from definitions import jobs
 from definitions.events import FIELD_NAMES
 from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
+from definitions.spark import trigger_interval
 from ingest.ticker import Ticker
 from stores import completeness, health, kafka_gaps
 from stores.kafka import check_timestamp_type, partition_count
@@ -48,7 +49,7 @@ def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
     a = settings.archiver
     stream = kafka_stream(spark, settings, a.max_offsets_per_trigger, fail_on_data_loss)
     events = validated_events(stream, settings.events, keep_key=True)
-    trigger = f"{a.trigger_s} seconds"
+    trigger = trigger_interval(a.trigger_s)
     checkpoints = f"{settings.hdfs.url}{a.checkpoint_dir}"
 
     valid = (

@@ -25,6 +25,7 @@ from typing import Any
 from definitions import jobs
 from definitions.logs import configure_from
 from definitions.settings import Settings, get_settings
+from definitions.spark import trigger_interval
 from definitions.views import HLL_LG_K, Registry, View, key_text, load_views
 from definitions.views import cells as view_cells
 from stores import health, kafka_gaps
@@ -446,7 +447,7 @@ def run(settings: Settings) -> int:
             .outputMode("update")
             .foreachBatch(writer)
             .option("checkpointLocation", f"{settings.hdfs.url}{settings.speed.checkpoint_dir}")
-            .trigger(processingTime=f"{settings.speed.trigger_s} seconds")
+            .trigger(processingTime=trigger_interval(settings.speed.trigger_s))
             .start(),
         )
 

@@ -92,3 +92,26 @@ def test_a_batch_run_keeps_the_users_other_driver_options(jars, tmp_path):
     in_conf = own.model_copy(update={"spark": own.spark.model_copy(update={"conf": conf})})
     options = batch_session_options(in_conf)["spark.driver.extraJavaOptions"].split()
     assert options == ["-Duser.timezone=UTC", krb, "-XX:+UseParallelGC"]
+
+
+def test_jvm_options_of_spark_conf_keep_the_utc_time_zone(jars, tmp_path):
+    """spark.conf's own extraJavaOptions replaced the platform's, and the UTC zone went with them:
+    the archiver's date and hour partitions were written in the machine's zone."""
+    from definitions.spark import trigger_interval
+
+    settings = settings_with(jars, tmp_path)
+    krb = "-Djava.security.krb5.conf=/etc/krb5.conf"
+    conf = {"spark.driver.extraJavaOptions": krb, "spark.executor.extraJavaOptions": krb}
+    own = settings.model_copy(update={"spark": settings.spark.model_copy(update={"conf": conf})})
+    session = session_conf(own, "lambda-x")
+    for key in conf:
+        assert session[key].split() == ["-Duser.timezone=UTC", krb], key
+    assert batch_session_options(own)["spark.driver.extraJavaOptions"].split()[:2] == ["-Duser.timezone=UTC", krb]
+    assert session["spark.sql.session.timeZone"] == "UTC"
+    # Spark refused "1e-05 seconds" and more than nine decimals at the query's start
+    assert [trigger_interval(s) for s in (0.001, 1.0, 0.1234567891, 3_600)] == [
+        "1 milliseconds",
+        "1000 milliseconds",
+        "123 milliseconds",
+        "3600000 milliseconds",
+    ]

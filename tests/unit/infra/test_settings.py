@@ -304,6 +304,15 @@ def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
         ({"state_dir": "/srv/${user.name}"}, "must not contain"),  # expanded by Hadoop and log4j
         ({"state_dir": "/srv/100%d"}, "must not contain"),  # a logback pattern
         ({"spark": {"driver_memory": "lots"}}, "driver_memory"),
+        # another zone put a UTC day's last hours in the next day's partition, which a cutoff left out
+        ({"spark": {"conf": {"spark.sql.session.timeZone": "Asia/Tokyo"}}}, "must stay UTC"),
+        ({"spark": {"conf": {"spark.executor.extraJavaOptions": "-Duser.timezone=EST"}}}, "-Duser.timezone"),
+        # Cassandra refuses a default_time_to_live over 20 years: the speed layer could not start
+        ({"speed": {"ttl_s": 700_000_000}}, "ttl_s"),
+        ({"batch": {"interval_s": 70_000_000}}, "Cassandra's limit"),
+        ({"speed": {"gc_grace_s": 2**31}}, "gc_grace_s"),
+        ({"speed": {"trigger_s": 1e-5}}, "trigger_s"),  # "1e-05 seconds": Spark refused it at start
+        ({"archiver": {"trigger_s": 400}}, "three triggers"),  # a job would look stuck for ever
         ({"archiver": {"driver_memory": "1g -XX:+Foo"}}, "driver_memory"),
         ({"archiver": {"checkpoint_dir": "lambda/ck"}}, "checkpoint_dir"),  # hdfs://host:9000lambda/ck
         ({"archiver": {"master_path": ""}}, "master_path"),
