@@ -35,7 +35,7 @@ def wait_archived(settings: Settings, sent: list[SentRecord], timeout_s: float =
             for p, ts in latest_by_partition.items()
         ):
             return marker
-        time.sleep(2)
+        time.sleep(0.5)  # a marker per archiver batch: a longer sleep only overshoots
     raise AssertionError(f"archiver did not catch up within {timeout_s}s; last marker: {marker}")
 
 
@@ -53,7 +53,7 @@ def wait_cutoff_past(settings: Settings, sent: list[SentRecord], timeout_s: floa
         assert time.monotonic() < deadline, (
             f"completeness did not pass the ingest bucket of {newest} within {timeout_s}s"
         )
-        time.sleep(2)
+        time.sleep(0.5)
 
 
 def end_offsets(settings: Settings) -> dict[int, int]:

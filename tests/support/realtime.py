@@ -156,4 +156,4 @@ def wait_until_exact(settings, sent: list[SentRecord], timeout_s: float = 300) -
             return got
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(diffs)} realtime cells differ from the truth, e.g.: " + "; ".join(diffs[:8]))
-        time.sleep(3)
+        time.sleep(1)

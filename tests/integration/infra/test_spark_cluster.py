@@ -57,7 +57,7 @@ def test_the_streaming_jobs_run_as_cluster_applications_with_executors(settings,
 
 def test_a_batch_run_is_a_cluster_application_with_executors(settings, cluster):
     before = {app["id"] for app in spark_cluster_state(settings)["completedapps"]}
-    done = lambdactl(settings, "batch", "--force", "--no-swap", "--no-report", "--json")
+    done = lambdactl(settings, "batch", "--force", "--no-swap", "--no-report", "--json", "--views", "page_views")
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["version"]
     finished = [app for app in spark_cluster_state(settings)["completedapps"] if app["id"] not in before]
