@@ -91,6 +91,17 @@ class SparkClusterSettings(_Section):
         return self
 
 
+UTC_NAMES = ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z")
+
+
+def _no_other_zone(name: str, jvm_options: str) -> str:
+    """JVM options that set no time zone but UTC (definitions.spark adds UTC to every JVM's)."""
+    zones = re.findall(r"-Duser\.timezone=(\S*)", jvm_options)
+    if any(z not in UTC_NAMES for z in zones):
+        raise ValueError(f"{name} must not set -Duser.timezone to another zone than UTC: the time model is UTC")
+    return jvm_options
+
+
 class SparkSettings(_Section):
     master: str = "local[*]"
     # The Python interpreter of the executors' Python workers. Empty: the driver's own (right for
@@ -115,13 +126,16 @@ class SparkSettings(_Section):
         here put a UTC day's last hours in the next day's partition, which a batch cutoff on that
         day left out while the clean-up deleted their realtime rows."""
         zone = conf.get("spark.sql.session.timeZone")
-        if zone is not None and zone != "UTC":
+        if zone is not None and zone not in UTC_NAMES:
             raise ValueError(f"spark.sql.session.timeZone must stay UTC (got {zone!r}): the time model is UTC")
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-            zones = re.findall(r"-Duser\.timezone=(\S*)", conf.get(key, ""))
-            if any(z != "UTC" for z in zones):
-                raise ValueError(f"{key} must not set -Duser.timezone to another zone than UTC: the time model is UTC")
+            _no_other_zone(key, conf.get(key, ""))
         return conf
+
+    @field_validator("jvm_options")
+    @classmethod
+    def _jvm_zone_stays_utc(cls, options: str) -> str:
+        return _no_other_zone("spark.jvm_options", options)
 
 
 class ArchiverSettings(_Section):
@@ -187,6 +201,11 @@ class BatchSettings(_Section):
     cleanup_settle_s: float = Field(20.0, ge=0)
     # Accuracy reports kept (one per batch run; the newest, here and on HDFS).
     keep_reports: int = Field(500, ge=1)
+
+    @field_validator("jvm_options")
+    @classmethod
+    def _jvm_zone_stays_utc(cls, options: str) -> str:
+        return _no_other_zone("batch.jvm_options", options)
 
 
 class SpeedSettings(_Section):

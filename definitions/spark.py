@@ -129,8 +129,8 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         # changelogs): ask again after 20 ms, doubling, ten times (about 20 s in all).
         "spark.hadoop.dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "20",
         "spark.hadoop.dfs.client.block.write.locateFollowingBlock.retries": "10",
-        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC {s.jvm_options}".strip(),
-        "spark.executor.extraJavaOptions": f"-Duser.timezone=UTC {s.jvm_options}".strip(),
+        "spark.driver.extraJavaOptions": s.jvm_options,  # with the UTC zone, below
+        "spark.executor.extraJavaOptions": s.jvm_options,
         # The executors' Python workers: the driver's own virtualenv unless settings name another.
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": sys.executable,
@@ -168,9 +168,10 @@ def trigger_interval(seconds: float) -> str:
 
 
 def utc_jvm_options(options: str) -> str:
-    """JVM options with the UTC time zone (settings refuse another): options of spark.conf's own
-    replace the platform's, and with them went the zone."""
-    return options if "-Duser.timezone=" in options else f"-Duser.timezone=UTC {options}".strip()
+    """JVM options with the UTC time zone, last (the last -D of a property wins; settings refuse
+    another zone): options of spark.conf's own replaced the platform's, and with them went the zone."""
+    kept = [o for o in options.split() if not o.startswith("-Duser.timezone=")]
+    return " ".join([*kept, "-Duser.timezone=UTC"])
 
 
 def hdfs_replication(settings: Settings) -> int | None:
@@ -199,11 +200,11 @@ def batch_session_options(settings: Settings) -> dict[str, str]:
     A master dataset made mostly of copies would lose the early dropping: a matter of speed, not of
     which copy is kept."""
     key = "spark.driver.extraJavaOptions"
-    every = utc_jvm_options(settings.spark.conf.get(key) or settings.spark.jvm_options)
+    every = settings.spark.conf.get(key) or settings.spark.jvm_options
     kept = [o for o in every.split() if not _GC_CHOICE.match(o)]
     return {
         "spark.driver.memory": settings.batch.driver_memory,
-        key: " ".join([*kept, *settings.batch.jvm_options.split()]),
+        key: utc_jvm_options(" ".join([*kept, *settings.batch.jvm_options.split()])),
         WINDOW_GROUP_LIMIT: "-1",
     }
 

@@ -52,7 +52,7 @@ class KafkaSettings(_Section):
     # ... and with SSL on this port, requiring a client certificate signed by the local stack's CA
     # (infra.local_tls): where TLS and mutual-TLS clients are checked. 0: no such listener.
     ssl_listener_port: int = Field(9096, ge=0, le=65_535)
-    heap_mb: int = Field(512, ge=64)
+    heap_mb: int = Field(512, ge=1)
     health_timeout_s: float = Field(90, gt=0)
 
     @property
@@ -111,8 +111,8 @@ class HdfsSettings(_Section):
     # (its one datanode: Spark's client asked for its default, 3, and every file stayed
     # under-replicated for good), else the cluster's own default (its hdfs-site.xml).
     replication: int = Field(0, ge=0, le=512)
-    namenode_heap_mb: int = Field(384, ge=64)
-    datanode_heap_mb: int = Field(256, ge=64)
+    namenode_heap_mb: int = Field(384, ge=1)
+    datanode_heap_mb: int = Field(256, ge=1)
     health_timeout_s: float = Field(120, gt=0)
 
     @model_validator(mode="after")
@@ -154,8 +154,8 @@ class HBaseSettings(_Section):
     meta_table: str = "meta"
     # Where the standalone master keeps its tables; empty = a directory in the state dir.
     rootdir: str = ""
-    master_heap_mb: int = Field(768, ge=64)
-    thrift_heap_mb: int = Field(256, ge=64)
+    master_heap_mb: int = Field(768, ge=1)
+    thrift_heap_mb: int = Field(256, ge=1)
     health_timeout_s: float = Field(150, gt=0)
 
     @property
@@ -212,7 +212,7 @@ class CassandraSettings(_Section):
     commitlog_sync: Literal["batch", "group", "periodic"] = "batch"
     commitlog_sync_group_window_ms: int = Field(15, ge=1)
     commitlog_sync_period_ms: int = Field(10_000, ge=1)
-    heap_mb: int = Field(768, ge=64)
+    heap_mb: int = Field(768, ge=1)
     health_timeout_s: float = Field(180, gt=0)
 
     @model_validator(mode="after")

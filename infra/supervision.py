@@ -111,21 +111,26 @@ def socket_path(state_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"lambda-{os.geteuid()}-{digest}" / "supervisord.sock"
 
 
-def private_socket_dir(state_dir: Path) -> Path:
-    """The socket's directory, made if missing, refused unless this user owns it and no one else may
-    enter it: another user who made the name first in the shared temp dir would otherwise hold the
-    socket's place (supervisord could not start) or answer `lambdactl` in supervisord's stead."""
+def private_socket_dir(state_dir: Path, make: bool = True) -> Path:
+    """The socket's directory (made if missing, unless `make` is False), refused unless this user
+    owns it and no one else may enter it: another user who made the name first in the shared temp
+    dir would otherwise hold the socket's place (supervisord could not start) or answer `lambdactl`
+    in supervisord's stead. StackError when refused; without `make`, OSError (supervisord is then
+    as good as not answering: the probes say so)."""
     folder = socket_path(state_dir).parent
     if folder == supervisor_dir(state_dir):
         return folder
-    folder.mkdir(mode=0o700, exist_ok=True)
-    found = folder.lstat()
+    if make:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    found = folder.lstat()  # FileNotFoundError (an OSError) when missing and not made
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o077:
-        raise StackError(
-            NAME,
+        problem = (
             f"{folder} (supervisord's socket: the state directory's path is too long to hold it) is not a "
-            "directory only this user may enter: remove it, or choose a shorter state_dir",
+            "directory only this user may enter: remove it, or choose a shorter state_dir"
         )
+        if not make:
+            raise PermissionError(problem)
+        raise StackError(NAME, problem)
     return folder
 
 
@@ -276,7 +281,8 @@ class Supervisord:
         self.state_dir = settings.state_dir
 
     def rpc(self, timeout_s: float = 10.0) -> Any:
-        transport = _transport(private_socket_dir(self.state_dir) / socket_path(self.state_dir).name, timeout_s)
+        folder = private_socket_dir(self.state_dir, make=False)
+        transport = _transport(folder / socket_path(self.state_dir).name, timeout_s)
         return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport).supervisor
 
     def running(self) -> bool:

@@ -88,7 +88,7 @@ def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     import contextlib
 
     from ingest.generator import produce, read_sent
-    from ingest.truth import write_truth
+    from ingest.truth import VerdictMismatch, write_truth
 
     start = generation_start(args)
     try:
@@ -107,7 +107,15 @@ def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     if events_out:
         _say(f"what was sent: {events_out}")
     if args.truth_out:
-        write_truth(read_sent(events_out), args.granularity, args.truth_out, settings.events)
+        try:
+            write_truth(read_sent(events_out), args.granularity, args.truth_out, settings.events)
+        except VerdictMismatch as exc:  # the records are sent: what was sent stays in events_out
+            log.error(
+                "no ground truth written: %s (the generator's options make records the platform's event "
+                "limits judge otherwise than meant: events.* settings, or --start, --span, --late-max)",
+                exc,
+            )
+            return 1
         _say(f"ground truth ({args.granularity} buckets): {args.truth_out}")
     return 0 if report.failed == 0 else 1
 

@@ -227,8 +227,9 @@ def topic_configs(settings: Settings) -> dict[str, dict[str, str]]:
 
 
 def ensure_topics(settings: Settings) -> list[str]:
-    """Create missing topics (with every setting: timestamp type, retention, stored compression),
-    and bring existing ones to the timestamp type and the stored compression; the topics created."""
+    """Create missing topics (with every setting: timestamp type, retention, stored compression,
+    deletion by retention only), and bring existing ones to the timestamp type, the stored
+    compression and the clean-up policy; the topics created."""
     from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
     admin = kafka_admin(settings, client_id="lambdactl-bootstrap")
@@ -436,7 +437,7 @@ def last_stamps(settings: Settings, end_offsets: dict[int, int], timeout_s: floa
     try:
         client.assign(list(parts.values()))
         begins = client.beginning_offsets(list(parts.values()))
-        found: dict[int, tuple[int, int]] = {}
+        found: dict[int, tuple[int, Any]] = {}
         deadline = time.monotonic() + timeout_s
         lookback = 1
         pending = set(ends)
@@ -454,7 +455,7 @@ def last_stamps(settings: Settings, end_offsets: dict[int, int], timeout_s: floa
                 for tp, messages in client.poll(timeout_ms=1000).items():
                     for msg in messages:
                         if msg.offset < ends[tp.partition] and msg.offset >= found.get(tp.partition, (-1, 0))[0]:
-                            found[tp.partition] = (msg.offset, _broker_stamp(topic, msg))
+                            found[tp.partition] = (msg.offset, msg)
                 for p in list(reading):
                     if (p in found and found[p][0] == ends[p] - 1) or client.position(
                         parts[p], timeout_ms=5_000
@@ -466,6 +467,7 @@ def last_stamps(settings: Settings, end_offsets: dict[int, int], timeout_s: floa
                 raise RuntimeError(f"partitions {sorted(exhausted)} of {topic} keep no record below their end offsets")
             pending = {p for p in pending if p not in found}
             lookback *= 32
-        return {p: stamp for p, (_, stamp) in found.items()}
+        # The record taken, only: an older one read on the way may predate the topic's LogAppendTime.
+        return {p: _broker_stamp(topic, msg) for p, (_, msg) in found.items()}
     finally:
         client.close()

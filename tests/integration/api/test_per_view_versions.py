@@ -134,7 +134,8 @@ def test_partial_runs_of_each_view_keep_every_answer_exact(settings, stack, spar
         assert through_restarts(problems, settings, sent) == [], f"{what}, right after the swap"
         # No query runs during the clean-up (the checks come after it): the shortest settle the
         # settings allow; test_pointer_cache_swap.py proves the settle with queries running.
-        cleaned = lambdactl(settings, "clean-realtime", "--json", extra_env={"LAMBDA_BATCH__CLEANUP_SETTLE_S": "6"})
+        settle = {"LAMBDA_BATCH__CLEANUP_SETTLE_S": str(settings.api.pointer_cache_s + 5)}
+        cleaned = lambdactl(settings, "clean-realtime", "--json", extra_env=settle)
         assert cleaned.returncode == 0, cleaned.stderr[-2000:]
         assert through_restarts(problems, settings, sent) == [], f"{what}, after the realtime clean-up"
         named = set(VersionStore(settings).pointer().views.values())

@@ -72,7 +72,7 @@ def test_a_batch_run_has_its_own_driver_heap_and_collector(jars, tmp_path):
     batch = session_conf(settings, "lambda-batch", batch_session_options(settings))
     assert "-XX:+UseG1GC" in streaming["spark.driver.extraJavaOptions"]
     options = batch["spark.driver.extraJavaOptions"].split()
-    assert options[0] == "-Duser.timezone=UTC" and options[-1] == "-XX:+UseParallelGC"
+    assert options[-1] == "-Duser.timezone=UTC" and options[-2] == "-XX:+UseParallelGC"
     assert [o for o in options if o.startswith("-XX:+Use") and o.endswith("GC")] == ["-XX:+UseParallelGC"]
     assert batch["spark.driver.memory"] == settings.batch.driver_memory
     assert streaming["spark.driver.memory"] == settings.spark.driver_memory
@@ -87,11 +87,11 @@ def test_a_batch_run_keeps_the_users_other_driver_options(jars, tmp_path):
         }
     )
     options = batch_session_options(own)["spark.driver.extraJavaOptions"].split()
-    assert options == ["-Duser.timezone=UTC", krb, "-XX:MaxHeapFreeRatio=30", "-XX:+UseParallelGC"]
+    assert options == [krb, "-XX:MaxHeapFreeRatio=30", "-XX:+UseParallelGC", "-Duser.timezone=UTC"]
     conf = {"spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -XX:+UseZGC {krb}"}
     in_conf = own.model_copy(update={"spark": own.spark.model_copy(update={"conf": conf})})
     options = batch_session_options(in_conf)["spark.driver.extraJavaOptions"].split()
-    assert options == ["-Duser.timezone=UTC", krb, "-XX:+UseParallelGC"]
+    assert options == [krb, "-XX:+UseParallelGC", "-Duser.timezone=UTC"]
 
 
 def test_jvm_options_of_spark_conf_keep_the_utc_time_zone(jars, tmp_path):
@@ -105,8 +105,12 @@ def test_jvm_options_of_spark_conf_keep_the_utc_time_zone(jars, tmp_path):
     own = settings.model_copy(update={"spark": settings.spark.model_copy(update={"conf": conf})})
     session = session_conf(own, "lambda-x")
     for key in conf:
-        assert session[key].split() == ["-Duser.timezone=UTC", krb], key
-    assert batch_session_options(own)["spark.driver.extraJavaOptions"].split()[:2] == ["-Duser.timezone=UTC", krb]
+        assert session[key].split() == [krb, "-Duser.timezone=UTC"], key
+    assert batch_session_options(own)["spark.driver.extraJavaOptions"].split() == [
+        krb,
+        "-XX:+UseParallelGC",
+        "-Duser.timezone=UTC",
+    ]
     assert session["spark.sql.session.timeZone"] == "UTC"
     # Spark refused "1e-05 seconds" and more than nine decimals at the query's start
     assert [trigger_interval(s) for s in (0.001, 1.0, 0.1234567891, 3_600)] == [

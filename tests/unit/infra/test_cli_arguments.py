@@ -28,6 +28,23 @@ def test_generate_with_arguments_it_cannot_run_with_exits_2_naming_them(
     assert "is the stack up" not in caplog.text
 
 
+def test_a_ground_truth_the_contract_contradicts_is_not_written_and_says_why(tmp_path, monkeypatch, caplog):
+    """The records are sent; a record sent as an event that the platform's limits refuse leaves no
+    truth file (it would have left the event out, as the platform does) and a one-line error."""
+    import time
+
+    from ingest.generator import SendReport, SentRecord
+
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setattr("ingest.generator.produce", lambda *a, **k: SendReport(sent=1, by_kind={"valid": 1}))
+    refused = SentRecord("valid", "e-1", 0, 7, int(time.time() * 1000), '{"event_id": "e-1"}')
+    monkeypatch.setattr("ingest.generator.read_sent", lambda path: [refused])
+    truth = tmp_path / "truth.json"
+    assert main(["generate", "--count", "1", "--truth-out", str(truth)]) == 1
+    assert "no ground truth written" in caplog.text and "offset 7, sent as valid, is refused" in caplog.text
+    assert not truth.exists()
+
+
 @pytest.mark.parametrize("arguments", [["--count", "0"], ["--count", "-5"], ["--rate", "0"], ["--count", "x"]])
 def test_demo_with_arguments_it_cannot_run_with_is_refused_before_the_stack_starts(tmp_path, monkeypatch, arguments):
     plain_shell(monkeypatch, tmp_path)

@@ -251,7 +251,6 @@ def test_a_lambda_toml_in_a_sticky_shared_folder_is_read(tmp_path, monkeypatch):
         ("cassandra", {"keyspace": "Lambda"}, "keyspace"),  # folded to lambda unquoted, USE'd quoted
         ("cassandra", {"keyspace": "a b; DROP"}, "keyspace"),
         ("kafka", {"heap_mb": -1}, "heap_mb"),  # -Xmx-1m
-        ("hbase", {"thrift_heap_mb": 8}, "thrift_heap_mb"),  # too small for the JVM to start
         ("cassandra", {"health_timeout_s": -5}, "health_timeout_s"),
         ("api", {"health_timeout_s": 0}, "health_timeout_s"),
         ("stack", {"restart_backoff_s": 30, "restart_backoff_max_s": 5}, "restart_backoff_max_s"),
@@ -307,6 +306,8 @@ def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
         # another zone put a UTC day's last hours in the next day's partition, which a cutoff left out
         ({"spark": {"conf": {"spark.sql.session.timeZone": "Asia/Tokyo"}}}, "must stay UTC"),
         ({"spark": {"conf": {"spark.executor.extraJavaOptions": "-Duser.timezone=EST"}}}, "-Duser.timezone"),
+        ({"spark": {"jvm_options": "-XX:+UseG1GC -Duser.timezone=America/New_York"}}, "spark.jvm_options"),
+        ({"batch": {"jvm_options": "-Duser.timezone=Asia/Tokyo"}}, "batch.jvm_options"),
         # Cassandra refuses a default_time_to_live over 20 years: the speed layer could not start
         ({"speed": {"ttl_s": 700_000_000}}, "ttl_s"),
         ({"batch": {"interval_s": 70_000_000}}, "Cassandra's limit"),

@@ -153,6 +153,8 @@ def test_a_socket_directory_in_the_temp_dir_is_this_users_own_or_refused(tmp_pat
     folder.chmod(0o777)  # as if another user had made it open to all
     with pytest.raises(StackError, match="not a directory only this user may enter"):
         private_socket_dir(deep)
+    with pytest.raises(PermissionError):  # a probe (lambdactl status): supervisord is not answering
+        private_socket_dir(deep, make=False)
     folder.chmod(0o700)
     monkeypatch.setattr(os, "geteuid", lambda: 4321)  # made by another user (the name has that uid in it)
     other = socket_path(deep).parent
