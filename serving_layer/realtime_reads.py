@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,12 +18,15 @@ from definitions.settings import Settings
 from serving_layer.speed_cache import SpeedPartCache
 from serving_layer.unavailable import StoreUnavailable
 from stores import registry
+from stores.realtime_ttl import TtlChange
 
 if TYPE_CHECKING:
     from stores.adapters import RealtimeReaderAdapter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+TTL_RECHECK_S = 60.0  # how often the realtime tables' TTL record is read again
 
 # How long a replaced reader stays open for the reads still running on it: longer than a read's
 # own timeouts (the reader is made with 5 s ones).
@@ -36,6 +40,9 @@ class RealtimeReads:
         self.cache = SpeedPartCache(settings.api.speed_cache_mib * 2**20, settings.api.realtime_check_s)
         self._reader: RealtimeReaderAdapter | None = None
         self._lock = threading.Lock()
+        self._ttl_changes: tuple[TtlChange, ...] = ()
+        self._ttl_read_at: float | None = None  # monotonic
+        self._ttl_lock = threading.Lock()
 
     def reader(self) -> RealtimeReaderAdapter:
         with self._lock:
@@ -86,6 +93,26 @@ class RealtimeReads:
                     log.warning("cassandra read failed: %s: %s", type(exc).__name__, exc)
                     raise StoreUnavailable("cassandra", f"{type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")
+
+    def ttl_changes(self) -> tuple[TtlChange, ...]:
+        """The TTLs realtime rows carry by when they were written (stores.realtime_ttl), read again
+        once TTL_RECHECK_S old; () until read, or from a reader that has no `ttl_changes`. A failed
+        read keeps the last one; a read under way is not waited for."""
+        now = time.monotonic()
+        if self._ttl_read_at is not None and now < self._ttl_read_at + TTL_RECHECK_S:
+            return self._ttl_changes
+        if not self._ttl_lock.acquire(blocking=False):
+            return self._ttl_changes
+        try:
+            self._ttl_read_at = now
+            reader = self.reader()
+            if hasattr(reader, "ttl_changes"):
+                self._ttl_changes = reader.ttl_changes()
+        except Exception as exc:  # noqa: BLE001 - the last record stays; the query itself reads the store
+            log.warning("could not read the realtime tables' TTL record: %s: %s", type(exc).__name__, exc)
+        finally:
+            self._ttl_lock.release()
+        return self._ttl_changes
 
     def kept(self, key: Hashable, fn: Callable[[RealtimeReaderAdapter], T]) -> T:
         """`read(fn)`, kept for `key` until the realtime store is written again; read every time

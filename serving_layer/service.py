@@ -205,7 +205,7 @@ class ServingLayer:
             source.cutoff_ms,
             marker.started_ms if marker else None,
             self.now_s(),
-            Horizon.from_settings(self.settings),
+            Horizon.from_settings(self.settings, self.realtime.ttl_changes()),
         )
 
     def pointer(self) -> Pointer | None:

@@ -5,7 +5,8 @@ the rows of every ingest bucket at or after the view's batch cutoff T; none of t
 before T (a row's ingest time is at or before its write time) nor before the speed layer first
 started writing (the checkpoint marker's start). So the oldest row an answer needs was written no
 earlier than S = max(T, start), and none can have expired while now < S + ttl. From
-S + ttl − stale_margin_s on, the answer says `complete: false` and why, whatever its numbers are:
+S + ttl − stale_margin_s on (the TTL those rows were written with: the tables record each change
+of it, stores.realtime_ttl), the answer says `complete: false` and why, whatever its numbers are:
 batch runs have stopped for too long and only a run that moves the cutoff makes answers whole
 again.
 """
@@ -16,16 +17,24 @@ from dataclasses import dataclass
 
 from definitions.settings import Settings
 from definitions.times import iso_ms, iso_s
+from stores.realtime_ttl import TtlChange, earliest_expiry
 
 
 @dataclass(frozen=True)
 class Horizon:
     ttl_s: int
     margin_s: int
+    # The TTLs rows carry by when they were written, as the realtime tables record them
+    # (stores.realtime_ttl.combined); () when not read: `ttl_s` for every row.
+    changes: tuple[TtlChange, ...] = ()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Horizon:
-        return cls(settings.realtime_ttl_s, settings.speed.stale_margin_s)
+    def from_settings(cls, settings: Settings, changes: tuple[TtlChange, ...] = ()) -> Horizon:
+        return cls(settings.realtime_ttl_s, settings.speed.stale_margin_s, changes)
+
+    def expiry(self, oldest_ms: int) -> tuple[float, int, int]:
+        """stores.realtime_ttl.earliest_expiry of the rows written from `oldest_ms` on."""
+        return earliest_expiry(self.changes or ((0, self.ttl_s),), oldest_ms)
 
 
 def stale_reason(
@@ -36,7 +45,7 @@ def stale_reason(
     if speed_started_ms is None:
         return None
     oldest_ms = max(cutoff_ms, speed_started_ms)
-    expiry_s = oldest_ms / 1000 + horizon.ttl_s
+    expiry_s, ttl_s, written_ms = horizon.expiry(oldest_ms)
     if now_s < expiry_s - horizon.margin_s:
         return None
     if version is None:
@@ -45,7 +54,7 @@ def stale_reason(
         covered = f"the batch view of {view} (version {version}) covers events ingested before {iso_ms(cutoff_ms)}"
     state = "have expired" if now_s >= expiry_s else "expire"
     return (
-        f"stale: {covered}; realtime rows written since {iso_ms(oldest_ms)} {state} {horizon.ttl_s}s after "
+        f"stale: {covered}; realtime rows written since {iso_ms(written_ms)} {state} {ttl_s}s after "
         f"they are written (from {iso_s(expiry_s)}), so counts may be missing: run a batch "
         "(`lambdactl batch`) to make answers complete again"
     )

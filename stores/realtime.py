@@ -27,6 +27,7 @@ from typing import Any, TypedDict
 
 from definitions.settings import Settings
 from definitions.views import key_text
+from stores import realtime_ttl
 from stores.adapters import ROW_BYTES, ReadTooLarge
 from stores.clients import cassandra_cluster
 from stores.realtime_writes import MarkReader, WriteMarks, create_statement
@@ -209,7 +210,8 @@ def same_replication(stored: Mapping[str, str], wanted: Mapping[str, object]) ->
 
 
 def ensure_schema(settings: Settings, session=None) -> None:
-    """Create the realtime tables; bring their TTL, gc grace and compaction in line with settings."""
+    """Create the realtime tables; bring their TTL, gc grace and compaction in line with settings,
+    recording a change of TTL in the table's comment (stores.realtime_ttl)."""
     cluster = None  # ours to shut down when no session was given
     if session is None:
         cluster = cassandra_cluster(settings)
@@ -218,9 +220,10 @@ def ensure_schema(settings: Settings, session=None) -> None:
         for statement in schema(settings):
             session.execute(statement)
         ks, wanted = settings.cassandra.keyspace, table_options(settings)
+        now_ms = int(time.time() * 1000)  # one change time for both tables
         for table in (BY_KEY, BY_BUCKET):
             row = session.execute(
-                "SELECT default_time_to_live, gc_grace_seconds, compaction FROM system_schema.tables "
+                "SELECT default_time_to_live, gc_grace_seconds, compaction, comment FROM system_schema.tables "
                 "WHERE keyspace_name = %s AND table_name = %s",
                 (ks, table),
             ).one()
@@ -231,7 +234,16 @@ def ensure_schema(settings: Settings, session=None) -> None:
             }
             if current != wanted:
                 log.info("aligning %s.%s with settings: %s", ks, table, wanted)
-                session.execute(f"ALTER TABLE {ks}.{table} WITH {_with(wanted)}")
+                options = _with(wanted)
+                if row.default_time_to_live != wanted["default_time_to_live"]:  # recorded in the same ALTER
+                    comment = realtime_ttl.record_change(
+                        realtime_ttl.parse_changes(row.comment),
+                        row.default_time_to_live,
+                        wanted["default_time_to_live"],
+                        now_ms,
+                    )
+                    options += f" AND comment = '{comment}'"  # JSON of numbers: no quote to escape
+                session.execute(f"ALTER TABLE {ks}.{table} WITH {options}")
     finally:
         if cluster is not None:
             cluster.shutdown()
@@ -484,6 +496,19 @@ class RealtimeReader:
             f"{view}: the window holds more than {self.settings.api.max_read_mib} MiB of realtime rows "
             "(api.max_read_mib); ask for a narrower window"
         )
+
+    def ttl_changes(self) -> tuple[realtime_ttl.TtlChange, ...]:
+        """The TTLs rows of either realtime table carry by when they were written (their current
+        TTL and the changes their comments record: stores.realtime_ttl.combined)."""
+        rows = self.session.execute(
+            "SELECT table_name, default_time_to_live, comment FROM system_schema.tables WHERE keyspace_name = %s",
+            (self.settings.cassandra.keyspace,),
+            execution_profile=self.tuples,
+        )
+        tables = [(ttl or 0, realtime_ttl.parse_changes(comment)) for name, ttl, comment in rows if name in TABLES]
+        if len(tables) < len(TABLES):  # not created yet: no row written, none to expire
+            return ()
+        return realtime_ttl.combined(tables)
 
     def generation(self) -> frozenset[tuple[str, int]]:
         """Every writer's last write mark (stores.realtime_writes): while it is the same, no realtime

@@ -5,12 +5,23 @@ and compaction settings."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from infra.bootstrap import ensure_keyspace
 from stores.clients import cassandra_cluster
-from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter, clear_rows, ensure_schema
+from stores.realtime import (
+    BY_BUCKET,
+    BY_KEY,
+    RealtimeReader,
+    RealtimeRow,
+    RealtimeWriter,
+    clear_rows,
+    ensure_schema,
+)
 from stores.realtime_cleanup import delete_absorbed
+from stores.realtime_ttl import CHANGE_MARGIN_MS
 from stores.realtime_writes import MarkReader
 
 CUTOFF = 1_800_000_000
@@ -54,12 +65,23 @@ def test_tables_follow_ttl_gc_grace_and_compaction_settings(own):
         row = _options(session, ks, table)
         assert (row.default_time_to_live, row.gc_grace_seconds) == (mine.realtime_ttl_s, mine.speed.gc_grace_s)
         assert row.compaction["unchecked_tombstone_compaction"] == "true"
-    changed = _settings(mine, ks, ttl_s=5 * 86_400, gc_grace_s=600)
+    old_ttl = mine.realtime_ttl_s
+    assert RealtimeReader(mine, session).ttl_changes() == ((0, old_ttl),)  # no change recorded yet
+    changed = _settings(mine, ks, ttl_s=old_ttl + 86_400, gc_grace_s=600)
+    before_ms = int(time.time() * 1000)
     ensure_schema(changed, session)
+    after_ms = int(time.time() * 1000)
     for table in (BY_KEY, BY_BUCKET):
         row = _options(session, ks, table)
-        assert (row.default_time_to_live, row.gc_grace_seconds) == (5 * 86_400, 600)
+        assert (row.default_time_to_live, row.gc_grace_seconds) == (old_ttl + 86_400, 600)
         assert row.compaction["tombstone_compaction_interval"] == "600"
+    # The raise is recorded with the ALTER: rows written before it keep the old TTL.
+    (first, raised) = RealtimeReader(changed, session).ttl_changes()
+    assert first == (0, old_ttl)
+    assert before_ms + CHANGE_MARGIN_MS <= raised[0] <= after_ms + CHANGE_MARGIN_MS
+    assert raised[1] == old_ttl + 86_400
+    ensure_schema(changed, session)  # nothing to change: nothing recorded
+    assert len(RealtimeReader(changed, session).ttl_changes()) == 2
 
 
 COLUMNS = "view_name, granularity, key, event_bucket, ingest_bucket"

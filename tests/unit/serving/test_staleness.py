@@ -68,3 +68,21 @@ def test_a_ttl_too_short_for_the_schedule_is_refused_naming_it():
     with pytest.raises(ValidationError) as refused:
         Settings(batch={"interval_s": 6 * HOUR}, speed={"ttl_s": 12 * HOUR})
     assert "speed.ttl_s (43200s) must be at least two batch intervals plus speed.stale_margin_s" in str(refused.value)
+
+
+def test_rows_written_before_a_recorded_raise_of_the_ttl_make_answers_stale_on_the_old_ttl():
+    raised_ms = CUTOFF_MS + 2 * HOUR * 1000  # the TTL went from 10 to 100 hours after the cutoff
+    horizon = Horizon(ttl_s=100 * HOUR, margin_s=HOUR, changes=((0, 10 * HOUR), (raised_ms, 100 * HOUR)))
+    early = stale_reason("page_views", 7, CUTOFF_MS, STARTED_MS, CUTOFF_MS / 1000 + 9 * HOUR, horizon)
+    assert early is not None and "expire 36000s after" in early
+    # Once a batch run's cutoff is past the raise, every row an answer needs lives 100 hours.
+    later = raised_ms + HOUR * 1000
+    assert stale_reason("page_views", 8, later, STARTED_MS, later / 1000 + 90 * HOUR, horizon) is None
+
+
+def test_a_recorded_lowering_of_the_ttl_bounds_the_rows_written_before_it():
+    lowered_ms = CUTOFF_MS + 2 * HOUR * 1000  # from 100 hours down to 10
+    horizon = Horizon(ttl_s=10 * HOUR, margin_s=HOUR, changes=((0, 100 * HOUR), (lowered_ms, 10 * HOUR)))
+    assert stale_reason("page_views", 7, CUTOFF_MS, STARTED_MS, lowered_ms / 1000 + 8 * HOUR, horizon) is None
+    reason = stale_reason("page_views", 7, CUTOFF_MS, STARTED_MS, lowered_ms / 1000 + 10 * HOUR, horizon)
+    assert reason is not None and "realtime rows written since 2027-01-15T10:00:00Z have expired 36000s" in reason
