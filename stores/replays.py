@@ -223,8 +223,10 @@ def _read_listed(
             _unreadable(claims, view, name, "a directory" if kind != "FILE" else f"{length} bytes")
             continue
         if length == 0:
-            if empty is not None and not switched:
-                empty.add(view)
+            if not switched:  # claims are written whole (mark): an empty one was left by a crash
+                _unreadable(claims, view, name, "empty: a claim whose write was interrupted")
+                if empty is not None:
+                    empty.add(view)
             continue
         data = fs.read(f"{directory}/{name}", max_bytes=MAX_MARK_BYTES)
         if data is None:  # deleted since the listing
@@ -273,14 +275,25 @@ def mark(
     data = claimed.to_json()
     with WebHdfs(settings) as fs:
         fs.mkdirs(marks_dir(settings))
-        if take_over and any(n == f"{view}.json" and k != "FILE" for n, k, _ in fs.entries(marks_dir(settings))):
+        if any(n == f"{view}.json" and k != "FILE" for n, k, _ in fs.entries(marks_dir(settings))):
+            if not take_over:  # a move onto a directory would go into it
+                raise ReplayMarked(
+                    f"{path} is a directory, no mark: `lambdactl replay --view {view} --resume` replaces it"
+                )
             fs.delete(path, recursive=True)  # a directory under the claim's name (no mark): replaced
-        try:
-            fs.write(path, data, overwrite=take_over)
-        except WebHdfsError:
+        # Written beside it, then moved in one step (a name no mark has: listings skip it): a claim
+        # being written shows as empty, and one killed half-way would stay so. A move without
+        # overwrite fails when the claim is there: the first replay to move its file holds it.
+        written = f"{path}.tmp-{claimed.started_ms}-{os.getpid()}"
+        fs.write(written, data)
+        if take_over:
+            fs.replace(written, path)
+            return claimed
+        if not fs.rename(written, path):
+            fs.delete(written)
             held = fs.read(path)
-            if held is None or take_over:
-                raise
+            if held is None:
+                raise WebHdfsError(f"could not move the replay claim {written} to {path}")
             raise ReplayMarked(
                 f"a replay of {view} holds its mark ({held.decode(errors='replace')[:200]}): it is running, or "
                 f"it was interrupted; when none runs, `lambdactl replay --view {view} --resume` takes over"

@@ -3,6 +3,7 @@ holds what it must read, and the state a replayed view is in."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -158,6 +159,15 @@ class WritableFs(Fs):
     def delete(self, path, recursive=False):
         return self.files.pop(path.rsplit("/", 1)[1], None) is not None
 
+    def rename(self, source, destination):  # HDFS's: refused when the destination exists
+        if destination.rsplit("/", 1)[1] in self.files:
+            return False
+        self.replace(source, destination)
+        return True
+
+    def replace(self, source, destination):
+        self.files[destination.rsplit("/", 1)[1]] = self.files.pop(source.rsplit("/", 1)[1])
+
 
 def test_replay_marks_read_while_a_switch_deletes_one_are_listed_again_and_the_newest_overlay_counts():
     from stores.replays import ReplayMark, _read_listed
@@ -172,7 +182,10 @@ def test_replay_marks_read_while_a_switch_deletes_one_are_listed_again_and_the_n
         "top_pages.json": claim.to_json(),
         "unique_visitors.json": b"",  # being created
     }
-    assert _read_listed(Fs(files), "d") == ({"top_pages": claim}, {"page_views": newer})
+    claims, overlays = _read_listed(Fs(files), "d")
+    assert (claims["top_pages"], overlays) == (claim, {"page_views": newer})
+    # Claims are written whole: an empty one was left by a crash, and refuses its view until --resume.
+    assert claims["unique_visitors"].unreadable == "unique_visitors.json: empty: a claim whose write was interrupted"
     empty: set[str] = set()
     _read_listed(Fs(files), "d", empty)
     assert empty == {"unique_visitors"}, "an empty claim file is named (the orphan clean-up keeps its view's rows)"
@@ -270,7 +283,7 @@ def test_a_mark_file_that_cannot_be_read_makes_its_view_refuse_until_resume_and_
         "clicks.switched-9.json": b"[1]",
         "huge.json": b" " * (MAX_MARK_BYTES + 1),
         "folder.json": Fs.DIR,
-        "being_created.json": b"",
+        "being_created.json": b"",  # claims are written whole: left by a crash
         "notes.txt": b"x",
         "x.switched-abc.json": b"{}",
         "a b.json": b"{}",
@@ -280,8 +293,8 @@ def test_a_mark_file_that_cannot_be_read_makes_its_view_refuse_until_resume_and_
     claims, overlays = _read_listed(fs, "d")
     assert overlays == {"page_views": good}
     assert claims["top_pages"] == claim
-    assert set(claims) == {"top_pages", "unique_visitors", "clicks", "huge", "folder"}
-    for view in ("unique_visitors", "clicks", "huge", "folder"):
+    assert set(claims) == {"top_pages", "unique_visitors", "clicks", "huge", "folder", "being_created"}
+    for view in ("unique_visitors", "clicks", "huge", "folder", "being_created"):
         bad = claims[view]
         assert bad.unreadable and not bad.shadow and bad.from_ms == 0, bad  # a --resume replays from the cutoff
     assert "huge.json" not in fs.read_names and "folder.json" not in fs.read_names, "never read: too big, or no file"
@@ -617,3 +630,36 @@ def test_a_mistyped_from_is_refused_before_any_store_is_asked(settings, caplog):
     with caplog.at_level("INFO"):
         assert cmd_replay(away, args) == 2
     assert "replay refused, nothing changed: --from: not an ISO time" in caplog.text
+
+
+def test_a_claim_is_written_whole_and_the_first_to_move_its_file_holds_the_view(settings, monkeypatch):
+    """HDFS shows a file being written as empty, so a claim written in place and killed half-way
+    stayed empty: no replay command could take it over. It is written beside, then moved."""
+    from stores import replays, webhdfs
+
+    files: dict = {}
+
+    class Killed(WritableFs):
+        def rename(self, source, destination):
+            raise KeyboardInterrupt  # killed between the write and the move
+
+    monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: Killed(files))
+    with pytest.raises(KeyboardInterrupt):
+        replays.mark(settings, "page_views", 0, 10, shadow=replays.shadow_name("page_views", 10))
+    assert "page_views.json" not in files and len(files) == 1, files
+    assert replays._read_listed(WritableFs(files), "d") == ({}, {}), "a file being written is no claim"
+
+    monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: WritableFs(files))
+    first = replays.mark(settings, "page_views", 0, 20, shadow=replays.shadow_name("page_views", 20))
+    with pytest.raises(replays.ReplayMarked, match="holds its mark"):
+        replays.mark(settings, "page_views", 0, 30, shadow=replays.shadow_name("page_views", 30))
+    assert replays.ReplayMark.from_json("page_views", files["page_views.json"]) == first
+    assert sorted(files) == ["page_views.json", f"page_views.json.tmp-10-{os.getpid()}"], "the loser leaves nothing"
+
+    files["top_pages.json"] = b""  # an earlier release's claim, killed as it was written
+    with pytest.raises(replays.ReplayMarked):
+        replays.mark(settings, "top_pages", 0, 40, shadow=replays.shadow_name("top_pages", 40))
+    claims, _ = replays._read_listed(WritableFs(files), "d")
+    assert claims["top_pages"].unreadable, "refused (409) until --resume: the view may be short"
+    resumed = replays.mark(settings, "top_pages", 0, 50, take_over=True, shadow=replays.shadow_name("top_pages", 50))
+    assert replays.ReplayMark.from_json("top_pages", files["top_pages.json"]) == resumed
