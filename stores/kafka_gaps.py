@@ -125,7 +125,8 @@ def _gaps(doc: dict[str, Any]) -> list[Gap]:
 def accept(settings: Settings, job: str, found: list[Gap]) -> None:
     """Record that the operator accepts losing `found`: `job`'s next start runs past them."""
     with WebHdfs(settings) as fs:
-        fs.write(_acceptance_path(settings, job), _encode(found, accepted_ms=int(time.time() * 1000)), overwrite=True)
+        # Whole or not at all: HDFS shows a file being written as empty, and a kill would leave it so.
+        fs.write_whole(_acceptance_path(settings, job), _encode(found, accepted_ms=int(time.time() * 1000)))
 
 
 def covered(accepted: list[Gap], found: list[Gap]) -> bool:
@@ -142,11 +143,17 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
     path = _acceptance_path(settings, job)
     with WebHdfs(settings) as fs:
         raw = fs.read(path)
-        accepted = _decode(raw) if raw is not None else []
         if not found:
             if raw is not None:
                 fs.delete(path)  # the job got past the gap (or nothing was lost): used up
             return []
+        try:
+            accepted, accepted_ms = (_decode(raw), int(json.loads(raw)["accepted_ms"])) if raw is not None else ([], 0)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataLost(
+                f"the acceptance of lost records {path} cannot be read ({type(exc).__name__}: {str(exc)[:200]}): "
+                f"`lambdactl accept-loss {job}` writes it again"
+            ) from None
         if raw is None or not covered(accepted, found):
             raise DataLost(
                 f"Kafka's retention deleted records {job} had not read ("
@@ -155,8 +162,7 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
                 f"`lambdactl accept-loss {job}` accepts the loss; the next start then runs from the "
                 "first offsets Kafka keeps"
             )
-        accepted_ms = json.loads(raw)["accepted_ms"]
-        fs.write(
+        fs.write_whole(
             f"{checkpoint_dirs(settings, job)[0]}-losses/{accepted_ms}.json",
             _encode(found, job=job, accepted_ms=accepted_ms, recorded_ms=int(time.time() * 1000)),
         )
@@ -184,7 +190,8 @@ def recorded_losses(
     read: list[tuple[int, list[Gap]]] = []
     known = {} if known is None else known
     with WebHdfs(settings) as fs:
-        listed = [(f"{folder}/{name}", modified, size) for name, modified, size in fs.versions(folder)[-LOSSES_READ:]]
+        records = [v for v in fs.versions(folder) if v[0].endswith(".json")]  # not a record being written
+        listed = [(f"{folder}/{name}", modified, size) for name, modified, size in records[-LOSSES_READ:]]
         for version in listed:
             if version not in known:
                 try:
