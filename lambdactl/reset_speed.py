@@ -63,7 +63,11 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
             "speed layer recomputes from Kafka's earliest offset, so those records would be in no layer: run "
             "`lambdactl batch` first (its cutoff must pass the first record Kafka keeps of each such partition), "
             "then reset",
-            f"from {iso_ms(lost[0])} on" if lost[0] else "no batch run yet: the whole topic",
+            f"from {iso_ms(lost[0])} on"
+            if lost[0]
+            else f"no batch run yet of {', '.join(lost[2])}: the whole topic"
+            if lost[2]
+            else "no batch run yet: the whole topic",
             "; ".join(lost[1][:3]),
         )
         return 2
@@ -100,9 +104,9 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _unabsorbed_loss(settings: Settings) -> tuple[int, list[str]] | None:
+def _unabsorbed_loss(settings: Settings) -> tuple[int, list[str], list[str]] | None:
     """(the lowest batch cutoff of the maintained views, the partitions whose records from it on Kafka's
-    retention deleted), or None when Kafka holds them all."""
+    retention deleted, the declared views without a batch run), or None when Kafka holds them all."""
     from stores.kafka import lost_since, spans_from
     from stores.registry import version_store
 
@@ -111,8 +115,24 @@ def _unabsorbed_loss(settings: Settings) -> tuple[int, list[str]] | None:
     # Kafka counts.
     pointer = version_store(settings).pointer()
     floor = min((e.cutoff_ms for e in pointer.entries.values()), default=0) if pointer is not None else 0
+    # A declared view no batch run has computed yet (`lambdactl views apply` stopped before its
+    # run) is answered from realtime rows alone once the fresh start records it maintained: all of
+    # Kafka counts for it.
+    unbuilt = unbuilt_views(settings, pointer)
+    if unbuilt:
+        floor = 0
     lost = lost_since(spans_from(settings, floor), floor)
-    return (floor, lost) if lost else None
+    return (floor, lost, unbuilt) if lost else None
+
+
+def unbuilt_views(settings: Settings, pointer) -> list[str]:
+    """The storage names of the declared views (their served and pending definitions) that the
+    pointer has no entry for."""
+    from definitions.views import load_views
+    from stores.view_versions import versions_of
+
+    entries = pointer.entries if pointer is not None else {}
+    return sorted(set(versions_of(load_views(settings), None, pointer).maintained.names()) - set(entries))
 
 
 def add_parser(sub) -> None:

@@ -68,3 +68,32 @@ def test_a_reset_whose_kafka_check_cannot_be_made_removes_nothing(tmp_path, monk
     assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
     assert "cannot check that Kafka still holds" in caplog.text and "lambdactl up" in caplog.text
     assert removed == []
+
+
+def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monkeypatch, caplog):
+    """`views apply` stopped before the new view's batch run: a fresh start records it maintained,
+    so it is answered from realtime rows alone; Kafka's retention must still hold all of its history."""
+    from lambdactl import reset_speed
+    from stores import kafka, registry, replays
+    from stores.pointer import Pointer, ViewEntry
+
+    settings = Settings(state_dir="/nonexistent")
+    built = ("page_views", "page_views_by_channel", "page_views_by_country_device", "unique_visitors")
+    entries = {name: ViewEntry(f"{name}_v1", 1, 600_000) for name in built}  # top_pages: declared, never computed
+    pointer = Pointer(entries=entries, version=1)
+    monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": lambda self: pointer})())
+    floors: list[int] = []
+    monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or [])
+    monkeypatch.setattr(
+        kafka, "lost_since", lambda spans, floor: ["partition 0: offsets 0 to 9"] if floor < 600_000 else []
+    )
+    assert reset_speed.unbuilt_views(settings, pointer) == ["top_pages"]
+    assert reset_speed._unabsorbed_loss(settings) == (0, ["partition 0: offsets 0 to 9"], ["top_pages"])
+    assert floors == [0]
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
+    assert cmd_reset_speed(settings, _args(stopped=True)) == 2
+    assert "no batch run yet of top_pages: the whole topic" in caplog.text
+    full = Pointer(entries={**entries, "top_pages": ViewEntry("top_pages_v1", 1, 600_000)}, version=1)
+    monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": lambda self: full})())
+    assert reset_speed._unabsorbed_loss(settings) is None and floors[-1] == 600_000
