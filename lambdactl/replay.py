@@ -141,9 +141,15 @@ def _plan(settings: Settings, args: argparse.Namespace):
         and args.view in pointer.retiring
         and args.view not in versions.maintained.names()
     ):
-        if args.view in read_replays(settings)[0]:
+        held = read_replays(settings)[0].get(args.view)
+        if held is not None:
             from stores.replays import unmark
 
+            if running_holder(held) is not None:
+                raise Refused(
+                    f"the replay holding {args.view}'s mark still runs (pid {held.pid} on this host): wait for it, "
+                    "or stop it, then `--resume`"
+                )
             unmark(settings, args.view)
             raise MarkCleared(
                 f"{args.view} is retired: its replay mark is taken off, and its realtime rows are deleted by "

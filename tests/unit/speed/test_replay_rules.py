@@ -663,3 +663,43 @@ def test_a_claim_is_written_whole_and_the_first_to_move_its_file_holds_the_view(
     assert claims["top_pages"].unreadable, "refused (409) until --resume: the view may be short"
     resumed = replays.mark(settings, "top_pages", 0, 50, take_over=True, shadow=replays.shadow_name("top_pages", 50))
     assert replays.ReplayMark.from_json("top_pages", files["top_pages.json"]) == resumed
+
+
+def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here(settings, monkeypatch):
+    """`--resume` on a retired name took the claim off without the check every other `--resume`
+    makes: a replay still running lost its claim, and was refused at its switch."""
+    import argparse
+    import socket
+    import subprocess
+    import sys
+
+    from definitions.view_versions import Versions
+    from definitions.views import Registry
+    from lambdactl import replay
+    from stores import checkpoints, registry, replays, view_versions
+    from stores.pointer import Pointer
+
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "replay"])
+    try:
+        claim = replays.ReplayMark(
+            "old_view", 0, 10, replays.shadow_name("old_view", 10), host=socket.gethostname(), pid=holder.pid
+        )
+        pointer = Pointer(version=1, retiring=("old_view",))
+        unmarked: list[str] = []
+        monkeypatch.setattr(registry, "adapter_class", lambda _s, _k: object)
+        monkeypatch.setattr(replay, "reader_refusal", lambda _cls, _name: None)
+        monkeypatch.setattr(checkpoints, "read_marker", lambda _s: None)
+        monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": lambda self: pointer})())
+        monkeypatch.setattr(view_versions, "read_versions", lambda *_a, **_k: Versions(maintained=Registry()))
+        monkeypatch.setattr(replays, "read_replays", lambda _s: ({"old_view": claim}, {}))
+        monkeypatch.setattr(replays, "unmark", lambda _s, view: unmarked.append(view))
+        args = argparse.Namespace(view="old_view", resume=True, from_=None)
+        with pytest.raises(Refused, match=f"still runs \\(pid {holder.pid} on this host\\)"):
+            replay._plan(settings, args)
+        assert unmarked == []
+    finally:
+        holder.kill()
+        holder.wait()
+    with pytest.raises(replay.MarkCleared, match="old_view is retired"):
+        replay._plan(settings, args)
+    assert unmarked == ["old_view"]
