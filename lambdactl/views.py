@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Sequence
 
 from definitions.settings import Settings
 from lambdactl.output import _emit, _say
@@ -151,10 +152,10 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
     # switches to it, then the old one is retired. Each round's steps can be repeated.
     for _ in range(3):
         maintained = read_versions(settings, registry).maintained.names()
-        _mark_retiring(settings, maintained)
+        dropped = _mark_retiring(settings, maintained)
         _speed_layer_maintains(settings, maintained, deadline)
         reload_api(settings)
-        _retire(settings, maintained)
+        _retire(settings, maintained, dropped)
         building = [s for s in _states(settings, registry) if s.state == "building"]
         if building:
             _build(settings, building, deadline)
@@ -280,11 +281,11 @@ def _ask_api(settings: Settings, what: str, doing: str, refused_is_fatal: bool =
     return answer.json()
 
 
-def _mark_retiring(settings: Settings, maintained: list[str]) -> None:
+def _mark_retiring(settings: Settings, maintained: list[str]) -> list[str]:
     """Before the speed layer restarts to maintain `maintained`: record in the pointer (compare-and-set)
     the storage names it maintains now but is not to — a removed view, a definition switched away
     from or abandoned before it was built — so that their realtime rows are deleted (_retire) even
-    when this apply stops part-way."""
+    when this apply stops part-way. Returns them."""
     from lambdactl.batch import move_pointer
     from stores.checkpoints import read_marker
     from stores.pointer import retiring_marked
@@ -294,18 +295,22 @@ def _mark_retiring(settings: Settings, maintained: list[str]) -> None:
     dropped = sorted(set(marker.views or {}) - set(maintained)) if marker is not None else []
     if dropped:
         move_pointer(version_store(settings), lambda p: retiring_marked(p, dropped, _now_ms()))
+    return dropped
 
 
-def _retire(settings: Settings, maintained: list[str]) -> None:
-    """Drop the pointer entries of storage names no longer maintained (compare-and-set), then delete
-    the realtime rows of every retiring one once no answer can still read them."""
+def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = ()) -> None:
+    """Drop the pointer entries of storage names no longer maintained (compare-and-set), mark
+    `dropped` (_mark_retiring's) retiring again — a clean-up that ran while the speed layer restarted
+    read the old marker, took them for maintained and unmarked them — then delete the realtime rows
+    of every retiring one once no answer can still read them."""
     from lambdactl.batch import delete_retiring, move_pointer
     from stores.pointer import retire
     from stores.registry import version_store
 
     def without(current):
-        gone = sorted(set(current.entries) - set(maintained))
-        return retire(current, gone, _now_ms()) if gone else None
+        gone = set(current.entries) - set(maintained)
+        again = set(dropped) - set(maintained) - set(current.retiring)
+        return retire(current, sorted(gone | again), _now_ms()) if gone or again else None
 
     moved = move_pointer(version_store(settings), without)
     if moved is not None:

@@ -181,3 +181,20 @@ def test_clean_realtime_exits_non_zero_when_any_part_of_the_clean_up_is_left(sto
     assert len(calls) == 2, "the retired view's rows, then the rows below the cutoffs"
     said = caplog.text
     assert ("clean-up incomplete" in said) == bool(status), said
+
+
+def test_a_clean_up_during_the_speed_layers_restart_loses_no_retirement_of_views_apply(stores):
+    """`views apply` marks a definition abandoned before it was built (no entry) retiring, then
+    restarts the speed layer. A clean-up meanwhile reads the old marker, which still lists it: it
+    takes the name for maintained again and unmarks it. The apply marks it again, so its rows go."""
+    from lambdactl import views
+
+    stores.store = OneStore(Pointer({"page_views": ViewEntry("pv_1", 1, 60_000)}))
+    stores.markers, stores.marks = [marker("page_views", "abandoned")], [{}]
+    dropped = views._mark_retiring(None, ["page_views"])
+    assert dropped == ["abandoned"] and stores.store.value.retiring == ("abandoned",)
+    batch.delete_retiring(None)  # the restart has not replaced the marker yet
+    assert stores.deleted == [] and stores.store.value.retiring == ()
+    stores.markers = [marker("page_views")]  # the speed layer maintains what the apply declared
+    views._retire(None, ["page_views"], dropped)
+    assert stores.deleted == [["abandoned"]] and stores.store.value.retiring == ()
