@@ -35,7 +35,14 @@ class InsecureSettings(RuntimeError):
 
 
 def check_settings(settings: Settings) -> None:
-    """Refuse to serve with the default token anywhere but development."""
+    """Refuse to serve with the default token anywhere but development; say when any Host is taken."""
+    if settings.api.host_names() is None and "*" not in settings.api.allowed_hosts:
+        log.warning(
+            "the API answers requests naming any host (api.host %s listens on every address, api.allowed_hosts "
+            "unset): a web page whose name is pointed at this machine can read its answers; list the names "
+            "clients use in api.allowed_hosts",
+            settings.api.host,
+        )
     if settings.environment == "development":
         return
     tokens = [name for name in default_secrets(settings) if name.startswith("api.")]
@@ -129,7 +136,8 @@ def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: 
     # Outermost of all, outside Starlette's own error middleware too: a 500 it answers gets the same
     # headers as every other answer.
     build = app.build_middleware_stack
-    app.build_middleware_stack = lambda: HeadersAndLatency(build())  # type: ignore[method-assign]
+    hosts = settings.api.host_names()
+    app.build_middleware_stack = lambda: HeadersAndLatency(build(), hosts)  # type: ignore[method-assign]
 
     # The dashboard: markup, script (dashboard.js puts data in the page only as text) and style are files.
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -1,5 +1,6 @@
 """The API's one middleware, plain ASGI: security headers on every answer, the latency histogram,
-and HEAD answered as GET without the body (FastAPI's routes take GET only; monitors ask HEAD).
+a Host header naming another host refused (400: a page whose name was pointed at this machine,
+DNS rebinding, reads nothing), and HEAD answered as GET without the body (FastAPI's routes take GET only; monitors ask HEAD).
 A `Range` of more than one part is ignored (the whole file is sent, as HTTP allows): Starlette
 merges the parts in time that grows with their square, and thousands of one-byte parts in a 47 KB
 header cost about 0.7 s of CPU per unauthenticated request for the dashboard's script.
@@ -29,8 +30,9 @@ class HeadersAndLatency:
     """Adds `X-Content-Type-Options: nosniff` to every answer (and the CSP and no-cache to the
     dashboard's), and observes each request's latency by route, method and status."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None = None) -> None:
         self.app = app
+        self.hosts = hosts  # the names a Host header may give (ApiSettings.host_names); None: any
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,6 +65,13 @@ class HeadersAndLatency:
             await error_response(404, "no such path: it holds a NUL byte")(scope, receive, send_with_headers)
             _observe(scope, "unmatched", started, status)
             return
+        if self.hosts is not None and any(
+            name == b"host" and host_name(value) not in self.hosts for name, value in scope["headers"]
+        ):
+            detail = "the Host header names a host this API does not answer to (api.allowed_hosts)"
+            await error_response(400, detail)(scope, receive, send_with_headers)
+            _observe(scope, "unmatched", started, status)
+            return
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
@@ -74,3 +83,13 @@ def _observe(scope: Scope, route: str, started: float, status: int) -> None:
     metrics = getattr(scope["app"].state, "metrics", None)
     if metrics is not None:
         metrics.latency.labels(route, scope["method"], str(status)).observe(time.perf_counter() - started)
+
+
+def host_name(value: bytes) -> str:
+    """The host a Host header names, without its port (an IPv6 address without its brackets), in
+    lower case."""
+    text = value.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        end = text.find("]")
+        return text[1:end] if end > 0 else text
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text

@@ -30,7 +30,7 @@ def is_port(text: str) -> bool:
 # Where a browser reaches a service (links in the Airflow UI, answers of the API): an http(s) URL
 # without query or fragment; empty: its host and port.
 PublicUrl = Annotated[str, Field(pattern=r"^(https?://[A-Za-z0-9._:%\[\]-]{1,253}(/[A-Za-z0-9._~/-]*)?)?$")]
-_ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
+ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
 
 
 def browser_url(host: str, port: int, public_url: str) -> str:
@@ -38,4 +38,4 @@ def browser_url(host: str, port: int, public_url: str) -> str:
     address (0.0.0.0) is reached on this machine's loopback."""
     if public_url:
         return public_url.rstrip("/")
-    return f"http://{'127.0.0.1' if host in _ANY_ADDRESS else host}:{port}"
+    return f"http://{'127.0.0.1' if host in ANY_ADDRESS else host}:{port}"

@@ -15,7 +15,8 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
@@ -25,7 +26,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from definitions.section import Host, Port, PublicUrl
+from definitions.section import ANY_ADDRESS, Host, Port, PublicUrl
 from definitions.section import Section as _Section
 from definitions.stack_settings import AIRFLOW_COMPANIONS, LoggingSettings, StackSettings
 from definitions.store_connections import LOCAL_HOST, CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
@@ -303,6 +304,12 @@ class ApiSettings(_Section):
     # event producers cannot; empty: the admin routes take `token` too.
     admin_token: SecretStr = SecretStr("")
     cors_origins: list[str] = []
+    # Host names (or addresses) a request's Host header may name; "*": any. Empty: this machine's
+    # loopback names, `host` and `public_url`'s host, or any when `host` is every address
+    # (0.0.0.0). A web page whose name its owner points at 127.0.0.1 (DNS rebinding) reads nothing.
+    allowed_hosts: list[Annotated[str, Field(pattern=r"^(\*|[A-Za-z0-9._:%\[\]-]{1,253})$")]] = Field(
+        [], max_length=100
+    )
     max_buckets: int = Field(2_000, ge=1, le=1_000_000)
 
     @field_validator("token", "admin_token")
@@ -326,6 +333,17 @@ class ApiSettings(_Section):
     def admin_secret(self) -> str:
         """The token the admin routes take."""
         return self.admin_token.get_secret_value() or self.token.get_secret_value()
+
+    def host_names(self) -> frozenset[str] | None:
+        """The host names (lower case, an IPv6 address without brackets) a request's Host header may
+        name (allowed_hosts); None: any."""
+        if "*" in self.allowed_hosts:
+            return None
+        if not self.allowed_hosts and self.host in ANY_ADDRESS:
+            return None
+        public = urlsplit(self.public_url).hostname if self.public_url else None
+        named = [*self.allowed_hosts, *([] if self.host in ANY_ADDRESS else [self.host]), *([public] if public else [])]
+        return frozenset({"localhost", "127.0.0.1", "::1", *(n.strip("[]").lower() for n in named)})
 
     max_events_per_request: int = Field(1_000, ge=1)
     # Bytes of a request body; larger bodies are answered 413 before they are read.

@@ -14,6 +14,9 @@ from api.worker_sync import WorkerSync
 from definitions.settings import Settings
 from serving_layer.service import ServingLayer
 
+# A TestClient's base URL: a host the API answers to (ApiSettings.host_names; "testserver" is not).
+LOCAL_URL = "http://127.0.0.1"
+
 
 class Tripwire(ServingLayer):
     """The real serving layer (its declared views) whose queries must not be reached; `failure`
@@ -34,7 +37,7 @@ class Tripwire(ServingLayer):
 def make_client(settings: Settings, sync: WorkerSync | None = None) -> Iterator[TestClient]:
     """`sync`: the app is one of several worker processes (api/worker_sync.py)."""
     app = create_app(settings, sync)
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         app.state.serving.close()
         app.state.serving = Tripwire(settings)
         yield client

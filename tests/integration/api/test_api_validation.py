@@ -13,11 +13,12 @@ from pydantic import SecretStr
 from api.app import InsecureSettings, create_app
 from definitions.events import format_time
 from tests.support.polling import wait_for
+from tests.support.tripwire_api import LOCAL_URL
 
 
 @pytest.fixture(scope="module")
 def client(settings, stack):
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), base_url=LOCAL_URL) as c:
         yield c
 
 

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from infra.stack import Stack
 from tests.support.polling import wait_for
+from tests.support.tripwire_api import LOCAL_URL
 
 
 def with_threshold(settings, seconds: float):
@@ -35,7 +36,7 @@ def test_status_calls_a_job_stuck_only_past_the_threshold(settings, stack, job):
 
 def test_health_shows_the_stuck_state_and_why(settings, stack):
     app = create_app(with_threshold(settings, 0.05))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL_URL) as client:
 
         def stuck():
             body = client.get("/health").json()

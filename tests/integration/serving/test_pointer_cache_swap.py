@@ -22,6 +22,7 @@ from stores.batch_views import VersionStore
 from tests.support.cli import env
 from tests.support.events import fresh_seed, send, wait_cutoff_past
 from tests.support.polling import wait_for
+from tests.support.tripwire_api import LOCAL_URL
 
 HOUR = 3_600
 POINTER_CACHE_S = 10.0
@@ -36,7 +37,7 @@ def cached(settings):
             "batch": settings.batch.model_copy(update={"cleanup_settle_s": SETTLE_S}),
         }
     )
-    with TestClient(create_app(mine), raise_server_exceptions=False) as client:
+    with TestClient(create_app(mine), base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         yield mine, client
 
 

@@ -19,6 +19,7 @@ from serving_layer.service import ServingLayer
 from stores.batch_views import VersionStore
 from stores.checkpoints import marker_path, read_marker, write_marker
 from stores.webhdfs import WebHdfs
+from tests.support.tripwire_api import LOCAL_URL
 
 VIEW = "page_views"
 
@@ -54,7 +55,7 @@ def stale_from_s(settings: Settings) -> float:
 @pytest.fixture
 def client(short_ttl: Settings) -> Iterator[TestClient]:
     app = create_app(short_ttl)
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         app.state.serving.close()
         app.state.serving = ClockShifted(short_ttl)
         yield client

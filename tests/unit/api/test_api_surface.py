@@ -1,24 +1,63 @@
-"""What the API answers beyond its routes: no redirect built from the request's Host header, and no
-page loading a script from a CDN outside development (no service: the app in a TestClient)."""
+"""What the API answers beyond its routes: no redirect built from the request's Host header, no
+answer to a Host it does not serve, and no page loading a script from a CDN outside development (no service: the app in a TestClient)."""
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from api.app import create_app
 from definitions.settings import ApiSettings
-from tests.support.tripwire_api import make_client
+from tests.support.tripwire_api import LOCAL_URL, make_client
 
 
 def test_a_trailing_slash_is_not_redirected_to_the_host_the_client_named(settings):
     """Starlette answered 307 with Location: http://<the request's Host>/…: an open redirect, and a
     poisoned cache entry behind a proxy that forwards Host."""
-    for client in make_client(settings):
+    for client in make_client(
+        settings.model_copy(update={"api": settings.api.model_copy(update={"allowed_hosts": ["*"]})})
+    ):
         for path in ("/api/v1/views/", "/api/v1/reports/", "/openapi.json/"):
             answer = client.get(path, headers={"Host": "evil.example"}, follow_redirects=False)
             assert answer.status_code == 404 and "location" not in answer.headers, path
         assert client.get("/openapi.json").status_code == 200
+
+
+def test_a_host_header_naming_a_host_the_api_does_not_answer_to_is_refused(settings):
+    """A web page whose name its owner pointed at 127.0.0.1 (DNS rebinding) is the API's origin to
+    the browser: every tokenless answer (the views, status, reports) was its to read."""
+    for client in make_client(settings):
+        for host in ("evil.example:8000", "evil.example", "127.0.0.1.evil.example", "[::2]:8000", "localhost.:8000"):
+            answer = client.get("/api/v1/views", headers={"Host": host})
+            assert answer.status_code == 400, host
+            assert answer.json() == {
+                "detail": "the Host header names a host this API does not answer to (api.allowed_hosts)"
+            }
+            assert answer.headers["x-content-type-options"] == "nosniff"
+        assert client.get("/", headers={"Host": "evil.example"}).status_code == 400, "the dashboard too"
+        for host in ("127.0.0.1:8000", "localhost", "LOCALHOST:8000", "[::1]:8000", "127.0.0.1"):
+            assert client.get("/openapi.json", headers={"Host": host}).status_code == 200, host
+
+
+def test_the_hosts_the_api_answers_to_follow_its_address_and_public_url():
+    loopback = {"localhost", "127.0.0.1", "::1"}
+    assert ApiSettings().host_names() == loopback
+    assert ApiSettings(host="10.1.2.3", public_url="https://Lambda.example.org/x").host_names() == {
+        *loopback,
+        "10.1.2.3",
+        "lambda.example.org",
+    }
+    assert ApiSettings(host="0.0.0.0").host_names() is None, "every address: any name, with a warning"
+    assert ApiSettings(host="0.0.0.0", allowed_hosts=["api", "Lambda.example.org"]).host_names() == {
+        *loopback,
+        "api",
+        "lambda.example.org",
+    }
+    assert ApiSettings(allowed_hosts=["*"]).host_names() is None
+    for bad in ("evil example", "a/b", "", "x" * 254):
+        with pytest.raises(ValidationError, match="allowed_hosts"):
+            ApiSettings(allowed_hosts=[bad])
 
 
 def test_the_interactive_docs_are_served_in_development_only(settings):
@@ -55,7 +94,7 @@ def test_an_unexpected_failure_carries_the_headers_every_answer_has(settings):
     app.add_api_route("/api/v1/broken", broken)
     app.add_api_route("/static/broken", broken)
     app.router.routes.insert(0, app.router.routes.pop())  # before the static files' mount
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         for path in ("/api/v1/broken", "/static/broken"):
             answer = client.get(path)
             assert answer.status_code == 500, path
@@ -95,13 +134,13 @@ def test_a_failure_is_logged_with_the_path_asked_its_control_characters_escaped(
     escape sequence in the path reached the log as it came."""
     import logging
 
-    app = create_app(settings)
+    app = create_app(settings.model_copy(update={"api": settings.api.model_copy(update={"allowed_hosts": ["*"]})}))
 
     def broken() -> None:
         raise RuntimeError("broken")
 
     app.add_api_route("/api/v1/broken{rest:path}", broken)
-    with TestClient(app, raise_server_exceptions=False) as client, caplog.at_level(logging.ERROR):
+    with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as client, caplog.at_level(logging.ERROR):
         assert client.get("/api/v1/broken%1B[31mred", headers={"Host": "x/forged?"}).status_code == 500
     logged = [r.getMessage() for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert logged == ["GET /api/v1/broken\\x1b[31mred failed unexpectedly"], logged

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.routes import events as route
-from tests.support.tripwire_api import token
+from tests.support.tripwire_api import LOCAL_URL, token
 
 
 def event(url: str) -> dict:
@@ -68,14 +68,14 @@ def test_large_request_bodies_are_parsed_one_at_a_time_per_worker(settings, monk
     async def post_many() -> list[int]:
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {token(settings)}", "Content-Type": "application/json"}
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url=LOCAL_URL) as client:
             answers = await asyncio.gather(
                 *(client.post("/api/v1/events", content=body, headers=headers) for _ in range(6)),
                 *(client.post("/api/v1/events", content=small, headers=headers) for _ in range(4)),
             )
         return [a.status_code for a in answers]
 
-    with TestClient(app):  # its startup
+    with TestClient(app, base_url=LOCAL_URL):  # its startup
         assert asyncio.run(post_many()) == [422] * 10
     assert most == 1, f"{most} large bodies were parsed at once"
     assert small_beside, "a small body waited for the large ones"
@@ -109,7 +109,7 @@ def test_while_kafka_is_slow_few_produces_hold_threads_and_the_others_get_a_503(
     async def post_many() -> list[int]:
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {token(settings)}", "Content-Type": "application/json"}
-        async with httpx.AsyncClient(transport=transport, base_url="http://t", timeout=30) as client:
+        async with httpx.AsyncClient(transport=transport, base_url=LOCAL_URL, timeout=30) as client:
             posts = [
                 client.post("/api/v1/events", content=body, headers=headers) for _ in range(route.PRODUCE_THREADS + 3)
             ]
@@ -121,6 +121,6 @@ def test_while_kafka_is_slow_few_produces_hold_threads_and_the_others_get_a_503(
             answers = await asyncio.gather(*posts, later())
         return sorted(a.status_code for a in answers[:-1])
 
-    with TestClient(app):
+    with TestClient(app, base_url=LOCAL_URL):
         assert asyncio.run(post_many()) == [202] * route.PRODUCE_THREADS + [503] * 3
     assert most == route.PRODUCE_THREADS

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reports import storage
+from tests.support.tripwire_api import LOCAL_URL
 
 
 class MemoryHdfs:
@@ -104,7 +105,7 @@ def test_the_api_serves_what_storage_holds(local):
     from api.app import create_app
 
     storage.store_report(local, doc("20260101T100000Z-v1", version=1), "<p>page</p>")
-    with TestClient(create_app(local), raise_server_exceptions=False) as client:
+    with TestClient(create_app(local), base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         listed = client.get("/api/v1/reports").json()["reports"]
         assert [r["id"] for r in listed] == ["20260101T100000Z-v1"]
         assert listed[0]["html"] == "/api/v1/reports/20260101T100000Z-v1/html"
@@ -128,7 +129,7 @@ def test_a_report_is_sent_as_stored_and_parsed_once_per_version_of_its_file(loca
     parsed = []
     read_report = storage.read_report
     monkeypatch.setattr(storage, "read_report", lambda *a: parsed.append(a[1]) or read_report(*a))
-    with TestClient(create_app(local), raise_server_exceptions=False) as client:
+    with TestClient(create_app(local), base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         for _ in range(3):
             answer = client.get(f"/api/v1/reports/{rid}")
             assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
