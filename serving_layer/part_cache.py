@@ -32,6 +32,8 @@ def approx_bytes(value: Any) -> int:
         return _OBJECT * 2 + sum(approx_bytes(k) + approx_bytes(v) for k, v in value.items())
     if isinstance(value, (tuple, list, set, frozenset)):
         return _OBJECT + sum(approx_bytes(x) for x in value)
+    if isinstance(value, _Refused):
+        return _OBJECT + approx_bytes(str(value.error))
     if is_dataclass(value) and not isinstance(value, type):
         return _OBJECT + sum(approx_bytes(getattr(value, f.name)) for f in fields(value))
     return _OBJECT
@@ -44,13 +46,30 @@ class _Flight:
         self.done = threading.Event()
         self.ok = False
         self.value: Any = None
+        self.refused: Exception | None = None  # the read's refusal (PartCache.refusals), shared too
+
+
+class _Refused:
+    """A kept refusal: the same read would be refused again."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def again(self) -> Exception:
+        """A fresh exception like the kept one (one instance raised in many threads would share a
+        traceback)."""
+        return type(self.error)(*self.error.args)
 
 
 class PartCache:
     """Reads that stay true while their key does, kept up to `max_bytes` (least recently used go first)."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, refusals: tuple[type[Exception], ...] = ()) -> None:
+        """`refusals`: exceptions a read raises whatever the store's state (a read too large for
+        `api.max_read_mib`): kept like a value, and raised to the queries that waited for it, so a
+        refused query asked again costs no second read of the store."""
         self.max_bytes = max_bytes
+        self.refusals = refusals
         self._cache: LRUCache = LRUCache(maxsize=max(1, max_bytes), getsizeof=lambda entry: entry[0])
         self._lock = threading.Lock()
         self._flights: dict[Hashable, _Flight] = {}
@@ -68,6 +87,8 @@ class PartCache:
             found = self._cache.get(key)
             if found is not None:
                 self.hits += 1
+                if isinstance(found[1], _Refused):
+                    raise found[1].again()
                 return found[1]
             flight = self._flights.get(key)
             leader = flight is None
@@ -78,9 +99,16 @@ class PartCache:
                 self.shared += 1
         if not leader:
             flight.done.wait()
+            if flight.refused is not None:
+                raise _Refused(flight.refused).again()
             return flight.value if flight.ok else read()  # the read failed: fail (or succeed) on our own
         try:
-            value = read()  # outside the lock: a slow store does not hold up the cached answers
+            try:
+                value = read()  # outside the lock: a slow store does not hold up the cached answers
+            except self.refusals as exc:
+                flight.refused = exc
+                self.put(key, _Refused(exc))
+                raise
             flight.value, flight.ok = value, True
             self.put(key, value)
             return value

@@ -37,6 +37,7 @@ from serving_layer.switching import Switched, UnknownAlias, answering_view
 from serving_layer.unavailable import StoreUnavailable
 from serving_layer.view_states import ViewState, view_states
 from stores import registry
+from stores.adapters import ReadTooLarge
 from stores.batch_reader import BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
@@ -72,7 +73,7 @@ class ServingLayer:
         self.realtime = RealtimeReads(settings, on_marks=self.speed.notice_marks)
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
-        self.batch_cache = PartCache(settings.api.batch_cache_mib * 2**20)
+        self.batch_cache = PartCache(settings.api.batch_cache_mib * 2**20, refusals=(ReadTooLarge,))
         self._pointer: tuple[Pointer | None, float] | None = None  # (pointer, when read)
 
     # --- store access --------------------------------------------------------------------------

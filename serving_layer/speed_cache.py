@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from serving_layer.part_cache import PartCache
+from stores.adapters import ReadTooLarge
 
 T = TypeVar("T")
 MAX_AGE_S = 60.0
@@ -26,7 +27,7 @@ MAX_AGE_S = 60.0
 
 class SpeedPartCache:
     def __init__(self, max_bytes: int, check_s: float) -> None:
-        self.parts = PartCache(max_bytes)
+        self.parts = PartCache(max_bytes, refusals=(ReadTooLarge,))
         self.check_s = check_s
         self._marks: Hashable | None = None
         self._epoch = 0  # one more at each change of the marks: what kept parts are labelled with

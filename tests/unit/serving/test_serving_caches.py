@@ -529,3 +529,42 @@ def test_a_distinct_answer_reads_each_speed_sketch_once(tmp_path, monkeypatch):
     answer = serving.series(view, {"url": "/a"}, CUTOFF_MS // 1000, CUTOFF_MS // 1000 + HOUR, "hour")
     assert answer.series.total == pytest.approx(2, abs=0.01)
     assert len(reads) == 1, reads
+
+
+def test_a_read_refused_as_too_large_is_refused_to_its_waiters_and_later_without_reading_again():
+    """A top-pages window over many keys was refused (422) only after the read had held up to
+    `api.max_read_mib`, and every request asking it again (or waiting on it) read it all again."""
+    from stores.adapters import ReadTooLarge
+
+    cache = PartCache(max_bytes=1 << 20, refusals=(ReadTooLarge,))
+    started, release = threading.Event(), threading.Event()
+    reads: list[str] = []
+
+    def huge_read() -> dict:
+        reads.append("read")
+        started.set()
+        release.wait(5)
+        raise ReadTooLarge("top_pages: the window holds more than 64 MiB")
+
+    refused: list[str] = []
+
+    def ask() -> None:
+        try:
+            cache.get("k", huge_read)
+        except ReadTooLarge as exc:
+            refused.append(str(exc))
+
+    leader = threading.Thread(target=ask)
+    leader.start()
+    assert started.wait(5)
+    followers = [threading.Thread(target=ask) for _ in range(4)]
+    for f in followers:
+        f.start()
+    wait_for(lambda: cache.shared == 4, "the followers to wait for the read under way", timeout_s=5, interval_s=0.01)
+    release.set()
+    for t in (leader, *followers):
+        t.join(5)
+    ask()  # asked again later: the kept refusal
+    assert reads == ["read"], "one read for six refusals"
+    assert refused == ["top_pages: the window holds more than 64 MiB"] * 6
+    assert cache.get("other", lambda: {1: 1}) == {1: 1}, "other keys read as before"
