@@ -58,7 +58,7 @@ async def read_body(request: Request, cap: int) -> bytes:
     """The request body, refused with 413 if it is (or declares to be) longer than `cap` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):  # "²" is a digit to isdigit(), not to int()
             raise ApiError(400, "Content-Length is not a number of bytes")
         if len(declared) > 18 or int(declared) > cap:
             raise ApiError(413, f"request body of {declared[:20]} bytes is over the limit of {cap} bytes")
