@@ -50,8 +50,9 @@ def _probe(name: str, fn, settings) -> dict[str, Any]:
 
 # /health answers without a token: its probes (a client for each store, six threads) run at most once
 # per HEALTH_PERIOD_S per app (worker), however many ask, one request at a time; the others answer
-# with the last answer meanwhile (the very first ones wait for it).
+# with the last answer meanwhile (the very first ones wait for it, FIRST_WAIT_S at most, then answer "probing").
 HEALTH_PERIOD_S = 2.0
+FIRST_WAIT_S = 2.0  # how long a request waits for a worker's first answer before it says it is probing
 
 
 class _HealthCache:
@@ -62,14 +63,18 @@ class _HealthCache:
         self.lock = threading.Lock()
         self.answer: tuple[float, dict[str, Any]] | None = None
 
-    def get(self, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def get(self, compute: Callable[[], dict[str, Any]], pending: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The kept answer, or `compute()`'s; `pending()` for a request that waited FIRST_WAIT_S for
+        the first answer of all (stores slow to answer: the waiters would hold the threads queries
+        run on)."""
         kept = self.answer
         if kept is not None and time.monotonic() - kept[0] < HEALTH_PERIOD_S:
             return kept[1]
         if kept is not None and not self.lock.acquire(blocking=False):
             return kept[1]  # another request is reading: the last answer meanwhile, no thread held up
-        if kept is None:
-            self.lock.acquire()  # the first answer: wait for the request reading
+        if kept is None and not self.lock.acquire(timeout=FIRST_WAIT_S):  # the first answer: wait a while
+            kept = self.answer
+            return kept[1] if kept is not None else pending()
         try:
             kept = self.answer
             if kept is None or time.monotonic() - kept[0] >= HEALTH_PERIOD_S:
@@ -97,7 +102,13 @@ def forget_health(app) -> None:
     "/health", summary="200 with each component's state", response_model=None, responses={200: {"model": HealthBody}}
 )
 def health(request: Request, settings: SettingsDep) -> dict[str, Any]:
-    return _health_cache(request.app).get(lambda: _probe_all(settings))
+    return _health_cache(request.app).get(
+        lambda: _probe_all(settings),
+        lambda: {"status": "probing", "components": {}, "restarts": {}, "detail": PROBING},
+    )
+
+
+PROBING = "this API worker's first look at the stores is under way: ask again in a few seconds"
 
 
 def _probe_all(settings) -> dict[str, Any]:
@@ -127,7 +138,10 @@ def _probe_all(settings) -> dict[str, Any]:
 
 @router.get("/api/v1/status", summary="Batch version, cutoff, speed-layer lag, freshness")
 def status(request: Request, settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
-    return _health_cache(request.app, "status").get(lambda: _status(settings, serving))
+    return _health_cache(request.app, "status").get(
+        lambda: _status(settings, serving),
+        lambda: {"time": iso(time.time()), "ingest_bucket_s": settings.ingest_bucket_s, "probing": PROBING},
+    )
 
 
 def _status(settings, serving) -> dict[str, Any]:

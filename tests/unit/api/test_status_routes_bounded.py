@@ -52,6 +52,29 @@ def test_health_asked_by_many_at_once_probes_each_store_once_and_again_only_afte
     assert calls["n"] == 12, "after the period: probed again"
 
 
+def test_while_a_workers_first_probe_is_slow_other_requests_say_so_instead_of_holding_threads(
+    client, counted_probes, monkeypatch
+):
+    """Before a worker's first answer every request waited for it, each holding one of the threads
+    view queries run on, for as long as the stores took to answer (up to api.health_timeout_s)."""
+    calls, gate = counted_probes
+    monkeypatch.setattr(health_route, "FIRST_WAIT_S", 0.2)
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(client.get, "/health")
+        while calls["n"] == 0:  # the first request is probing
+            time.sleep(0.01)
+        started = time.monotonic()
+        waiting = [pool.submit(client.get, "/health") for _ in range(6)]
+        bodies = [a.result().json() for a in waiting]
+        waited = time.monotonic() - started
+        gate.set()
+        assert first.result().json()["status"] == "ok"
+    assert waited < 1.5, f"the others waited {waited:.1f}s"
+    assert all(b["status"] == "probing" and b["components"] == {} and "ask again" in b["detail"] for b in bodies)
+    assert calls["n"] == 6, "still one probe per store"
+    assert client.get("/health").json()["status"] == "ok", "then the kept answer"
+
+
 def test_status_asked_by_many_at_once_reads_hdfs_once_per_period(client, monkeypatch):
     """Each /api/v1/status read the speed layer's progress and the completeness markers from HDFS:
     unauthenticated and uncached, a request rate became three times as many NameNode requests."""
