@@ -43,6 +43,8 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from definitions.logs import REPEATS
+
 log = logging.getLogger("lambda.api")
 
 # The request line and headers of one request. Counted are the bytes of each read that starts
@@ -99,7 +101,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _send_stalled(self) -> None:
         # Also when the connection is closing: close() waits for the buffer the client does not read.
         self._send_timer = None
-        log.info("dropped a connection: its client read nothing of the answer for %g s", SEND_STALL_S)
+        log.info("dropped a connection: its client read nothing of the answer for %g s", SEND_STALL_S, extra=REPEATS)
         self.transport.abort()
 
     def on_message_begin(self) -> None:
@@ -225,7 +227,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.cycle.message_event.set()
         if started:
             self.transport.close()
-            log.info("closed a connection (%d): %s", status, detail)
+            log.info("closed a connection (%d): %s", status, detail, extra=REPEATS)
         else:
             self._write_refusal(status, detail)
 
@@ -243,4 +245,4 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join(head) + body)
         self.transport.close()
-        log.info("refused a request head (%d): %s", status, detail)
+        log.info("refused a request head (%d): %s", status, detail, extra=REPEATS)

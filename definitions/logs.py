@@ -9,7 +9,8 @@ one place (the supervisor's logs, a log shipper) still say who wrote them and fo
 
 `logging.format = "json"` writes one JSON object per line instead (time, level, component, logger,
 run, version, message). Drivers that talk a lot (kafka, cassandra, happybase, thriftpy2, py4j,
-httpx) log warnings and worse only, unless the level is DEBUG.
+httpx) log warnings and worse only, unless the level is DEBUG. A warning or error repeated more
+than REPEATS_PER_WINDOW times a minute is counted instead of written (_Repeats).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from typing import Any
 
@@ -33,6 +35,44 @@ class _Context(logging.Filter):
         for key, value in _fields.items():
             setattr(record, key, value)
         return True
+
+
+# Warnings and errors of one kind (logger, level, message template) beyond this many a minute are
+# counted, not written: a client that makes every request fail (a store down, malformed heads) would
+# otherwise rotate the log, and what came before, away. The next line of that kind says how many.
+# Lower levels too for a line logged with `extra=REPEATS` (one a client can cause at will).
+REPEATS_PER_WINDOW = 20
+REPEAT_WINDOW_S = 60.0
+REPEATS = {"repeats": True}
+_KINDS_KEPT = 1_000  # kinds tracked at once (a template holding data makes each line its own kind)
+
+
+class _Repeats(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.kinds: dict[tuple[str, int, str], list] = {}  # kind -> [window start, written, held back]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING and not getattr(record, "repeats", False):
+            return True
+        kind = (record.name, record.levelno, str(record.msg)[:200])
+        now = time.monotonic()
+        with self.lock:
+            seen = self.kinds.get(kind)
+            if seen is None or now - seen[0] >= REPEAT_WINDOW_S:
+                held = seen[2] if seen is not None else 0
+                if len(self.kinds) >= _KINDS_KEPT and seen is None:
+                    self.kinds.clear()
+                self.kinds[kind] = [now, 1, 0]
+                if held:
+                    record.msg = f"{record.msg} [{held} more like this in {REPEAT_WINDOW_S:.0f}s were not logged]"
+                return True
+            if seen[1] < REPEATS_PER_WINDOW:
+                seen[1] += 1
+                return True
+            seen[2] += 1
+            return False
 
 
 class _Text(logging.Formatter):
@@ -75,6 +115,7 @@ def configure(component: str, level: str = "INFO", fmt: str = "text", stream=Non
     _fields.update(component=component, run="-", version="-")
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(_Context())
+    handler.addFilter(_Repeats())
     handler.setFormatter(_Json() if fmt == "json" else _Short() if fmt == "short" else _Text("%Y-%m-%dT%H:%M:%SZ"))
     global _installed
     root = logging.getLogger()

@@ -71,3 +71,36 @@ def test_the_level_and_format_come_from_settings():
     logging.getLogger("x").info("hidden")
     logging.getLogger("x").warning("shown")
     assert [json.loads(line)["message"] for line in out.getvalue().splitlines()] == ["shown"]
+
+
+def test_a_warning_repeated_past_its_budget_is_counted_then_said_and_other_lines_go_on(monkeypatch):
+    """A client that makes every request fail wrote two or three warnings per request, without bound:
+    the log rotated away what came before."""
+    clock = [1_000.0]
+    monkeypatch.setattr(logs.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    logs.configure("api", "INFO", "text", stream=out)
+    log = logging.getLogger("lambda.api")
+    for i in range(logs.REPEATS_PER_WINDOW + 500):
+        log.warning("GET %s failed: cassandra cannot be read", f"/api/v1/views/page_views?n={i}")
+        log.info("request %d", i)  # progress lines are never held back
+    log.warning("another warning")
+    lines = out.getvalue().splitlines()
+    failed = [line for line in lines if "failed: cassandra" in line]
+    assert len(failed) == logs.REPEATS_PER_WINDOW
+    assert sum("INFO" in line for line in lines) == logs.REPEATS_PER_WINDOW + 500
+    assert lines[-1].endswith("another warning")
+    clock[0] += logs.REPEAT_WINDOW_S
+    log.warning("GET %s failed: cassandra cannot be read", "/x")
+    assert out.getvalue().splitlines()[-1].endswith(
+        "GET /x failed: cassandra cannot be read [500 more like this in 60s were not logged]"
+    )
+
+
+def test_an_info_line_a_client_causes_at_will_is_held_back_like_a_warning(monkeypatch):
+    out = io.StringIO()
+    logs.configure("api", "INFO", "text", stream=out)
+    log = logging.getLogger("lambda.api")
+    for _ in range(logs.REPEATS_PER_WINDOW * 3):
+        log.info("refused a request head (%d): %s", 400, "malformed", extra=logs.REPEATS)
+    assert len(out.getvalue().splitlines()) == logs.REPEATS_PER_WINDOW
