@@ -22,6 +22,7 @@ from definitions.views import HLL_LG_K, View
 from reports.attribute import PROBLEMS
 from reports.cells import HLL_BOUND, LATE_AFTER_S, SKETCH_TOLERANCE, BatchCell, Cell, CellId, RealtimeSnapshot
 from reports.compare import match_cells, view_report, view_summary
+from stores.realtime_ttl import alive_from_ms
 from stores.view_versions import read_versions
 
 log = logging.getLogger("lambda.accuracy")
@@ -152,7 +153,10 @@ def compare_window(
         raise ValueError("the realtime snapshot does not cover the report's window")
     else:
         speed = {"caught_up": None, "snapshot_read": iso_ms(realtime.read_ms)}
-    ttl_floor_s = int(time.time()) - settings.realtime_ttl_s + TTL_MARGIN_S
+    # Ingest buckets from here on have every row still there TTL_MARGIN_S from now, by the TTL each
+    # row was written with (a raise leaves older rows on the old one).
+    record = realtime.ttl_changes or ((0, settings.realtime_ttl_s),)
+    ttl_floor_s = alive_from_ms(record, (int(time.time()) + TTL_MARGIN_S) * 1000) // 1000
     exact, inputs = batch if batch is not None else batch_cells(settings, spark, views, start_ms, end_ms, ttl_floor_s)
     inputs = dict(inputs)
     not_computed = inputs.pop(BUCKETS_NOT_COMPUTED, [])

@@ -27,6 +27,8 @@ class RealtimeSnapshot:
     unreadable: list = field(default_factory=list)  # stores.realtime_scan.Unreadable: ranges whose rows are missing
     damaged_rows: int = 0  # rows the speed layer cannot have written (refused as the serving layer refuses them)
     damaged: list[str] = field(default_factory=list)  # what is wrong with the first DAMAGED_NAMED of them
+    # The TTLs the rows carry by when they were written (stores.realtime_ttl); (): the setting's.
+    ttl_changes: tuple[tuple[int, int], ...] = ()
 
 
 DAMAGED_NAMED = 20

@@ -47,14 +47,14 @@ def read_realtime(
     its replayed rows for the ingest buckets they cover, as the serving layer reads them.
     """
     from definitions.sketches import BadSketch, read_sketch
-    from stores.realtime import BY_BUCKET, BadRealtimeRow
+    from stores.realtime import BY_BUCKET, BadRealtimeRow, read_ttl_changes
     from stores.realtime_scan import rows_ingested_between
     from stores.replays import read_overlays
 
     registry = {v.name: v for v in (views if views is not None else read_versions(settings).maintained)}
     overlays = read_overlays(settings)
     replayed = {o.shadow: o.view for o in overlays.values()}
-    snapshot = RealtimeSnapshot(start_ms, end_ms, int(time.time() * 1000))
+    snapshot = RealtimeSnapshot(start_ms, end_ms, int(time.time() * 1000), ttl_changes=read_ttl_changes(settings))
     for table, row in rows_ingested_between(settings, start_ms, end_ms, unreadable=snapshot.unreadable):
         name = replayed.get(row.view_name, row.view_name)
         overlay = overlays.get(name)

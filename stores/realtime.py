@@ -417,6 +417,29 @@ class RealtimeWriter:
         self.cluster.shutdown()
 
 
+def ttl_changes_of(session, keyspace: str, **options: Any) -> tuple[realtime_ttl.TtlChange, ...]:
+    """The TTLs rows of either realtime table carry by when they were written (their current TTL and
+    the changes their comments record: stores.realtime_ttl.combined); () before the tables exist."""
+    rows = session.execute(
+        "SELECT table_name, default_time_to_live, comment FROM system_schema.tables WHERE keyspace_name = %s",
+        (keyspace,),
+        **options,
+    )
+    tables = [(row[1] or 0, realtime_ttl.parse_changes(row[2])) for row in rows if row[0] in TABLES]
+    if len(tables) < len(TABLES):  # not created yet: no row written, none to expire
+        return ()
+    return realtime_ttl.combined(tables)
+
+
+def read_ttl_changes(settings: Settings) -> tuple[realtime_ttl.TtlChange, ...]:
+    """ttl_changes_of the platform's keyspace, on a connection of its own."""
+    cluster = cassandra_cluster(settings, timeout_s=30)
+    try:
+        return ttl_changes_of(cluster.connect(), settings.cassandra.keyspace)
+    finally:
+        cluster.shutdown()
+
+
 def chunks(items: Sequence, size: int) -> Iterable[Sequence]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -498,17 +521,8 @@ class RealtimeReader:
         )
 
     def ttl_changes(self) -> tuple[realtime_ttl.TtlChange, ...]:
-        """The TTLs rows of either realtime table carry by when they were written (their current
-        TTL and the changes their comments record: stores.realtime_ttl.combined)."""
-        rows = self.session.execute(
-            "SELECT table_name, default_time_to_live, comment FROM system_schema.tables WHERE keyspace_name = %s",
-            (self.settings.cassandra.keyspace,),
-            execution_profile=self.tuples,
-        )
-        tables = [(ttl or 0, realtime_ttl.parse_changes(comment)) for name, ttl, comment in rows if name in TABLES]
-        if len(tables) < len(TABLES):  # not created yet: no row written, none to expire
-            return ()
-        return realtime_ttl.combined(tables)
+        """ttl_changes_of this reader's keyspace."""
+        return ttl_changes_of(self.session, self.settings.cassandra.keyspace, execution_profile=self.tuples)
 
     def generation(self) -> frozenset[tuple[str, int]]:
         """Every writer's last write mark (stores.realtime_writes): while it is the same, no realtime

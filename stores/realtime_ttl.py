@@ -111,3 +111,18 @@ def earliest_expiry(record: Sequence[TtlChange], oldest_ms: int) -> tuple[float,
             best = (expiry, ttl, written_ms)
     assert best is not None, "a record has at least one entry"
     return best
+
+
+def alive_from_ms(record: Sequence[TtlChange], at_ms: int) -> int:
+    """The earliest write time from which every row written then or later is still there at `at_ms`
+    by `record` (a row written at w with TTL t is gone from w + t on)."""
+    floor = 0
+    for i, (since, ttl) in enumerate(record):
+        start = 0 if i == 0 else since
+        until = record[i + 1][0] if i + 1 < len(record) else None
+        gone_until = at_ms - ttl * 1000  # rows of this entry written at or before it are gone
+        if until is not None and gone_until >= until:
+            floor = max(floor, until)
+        elif gone_until >= start:
+            floor = max(floor, gone_until + 1)
+    return floor

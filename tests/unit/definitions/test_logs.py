@@ -92,8 +92,10 @@ def test_a_warning_repeated_past_its_budget_is_counted_then_said_and_other_lines
     assert lines[-1].endswith("another warning")
     clock[0] += logs.REPEAT_WINDOW_S
     log.warning("GET %s failed: cassandra cannot be read", "/x")
-    assert out.getvalue().splitlines()[-1].endswith(
-        "GET /x failed: cassandra cannot be read [500 more like this in 60s were not logged]"
+    assert (
+        out.getvalue()
+        .splitlines()[-1]
+        .endswith("GET /x failed: cassandra cannot be read [500 more like this in 60s were not logged]")
     )
 
 

@@ -175,6 +175,35 @@ def test_ingest_buckets_whose_batch_cells_were_not_computed_count_as_left_out_on
     assert [c.ingest_bucket for c in cells["page_views"]] == [T0 + 2 * MINUTE]
 
 
+def test_after_a_raise_of_the_ttl_a_report_leaves_out_the_buckets_whose_rows_had_the_old_one(monkeypatch):
+    from definitions.settings import Settings
+    from reports import build, read
+    from reports.cells import RealtimeSnapshot
+    from stores import registry
+
+    start_ms, end_ms = window()
+    asked = []
+
+    def batch_cells(_settings, _spark, _views, lo, hi, cells_from_s=None):
+        asked.append(cells_from_s)
+        return {}, {}
+
+    settings = Settings(ingest_bucket_s=60)
+    old_ttl = settings.realtime_ttl_s
+    raised_ms = (T0 + 3 * MINUTE) * 1000  # the TTL went to ten times the old one then
+    record = ((0, old_ttl), (raised_ms, 10 * old_ttl))
+    monkeypatch.setattr(registry, "version_store", lambda _settings: type("S", (), {"runs": lambda self: {}})())
+    monkeypatch.setattr(
+        read, "read_realtime", lambda _s, lo, hi, _v: RealtimeSnapshot(lo, hi, 0, {}, ttl_changes=record)
+    )
+    monkeypatch.setattr(read, "wait_for_speed_layer", lambda *_: {"caught_up": True})
+    monkeypatch.setattr(read, "batch_cells", batch_cells)
+    monkeypatch.setattr(build, "read_versions", lambda _settings: type("V", (), {"maintained": [PAGE_VIEWS]})())
+    monkeypatch.setattr(build.time, "time", lambda: T0 + old_ttl - build.TTL_MARGIN_S + 5 * MINUTE)
+    build.compare_window(settings, None, start_ms, end_ms)
+    assert asked == [T0 + 3 * MINUTE], "rows written before the raise are gone; those after it are there"
+
+
 def test_a_report_asks_the_batch_side_only_for_cells_within_the_realtime_ttl(monkeypatch):
     from definitions.settings import Settings
     from reports import build, read

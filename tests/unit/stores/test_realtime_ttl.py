@@ -109,3 +109,16 @@ def test_two_tables_combine_into_the_shorter_ttl_at_every_time():
         (NOW_MS + 3_600_000 + CHANGE_MARGIN_MS, 3 * DAY),
     )
     assert combined([]) == ()
+
+
+def test_rows_are_all_there_from_the_first_write_time_no_ttl_has_ended_for():
+    from stores.realtime_ttl import alive_from_ms
+
+    at = NOW_MS + 10 * DAY * 1000
+    assert alive_from_ms(((0, 3 * DAY),), at) == at - 3 * DAY * 1000 + 1
+    raised = NOW_MS + CHANGE_MARGIN_MS  # 3 days, then 30 from the raise on
+    record = ((0, 3 * DAY), (raised, 30 * DAY))
+    assert alive_from_ms(record, raised + DAY * 1000) == raised - 2 * DAY * 1000 + 1, "older rows: 3 days"
+    assert alive_from_ms(record, raised + 4 * DAY * 1000) == raised, "every row before the raise is gone"
+    lowered = ((0, 30 * DAY), (NOW_MS, DAY))  # rows after the lowering go first
+    assert alive_from_ms(lowered, NOW_MS + 2 * DAY * 1000) == NOW_MS + DAY * 1000 + 1
