@@ -10,7 +10,7 @@ one place (the supervisor's logs, a log shipper) still say who wrote them and fo
 `logging.format = "json"` writes one JSON object per line instead (time, level, component, logger,
 run, version, message). Drivers that talk a lot (kafka, cassandra, happybase, thriftpy2, py4j,
 httpx) log warnings and worse only, unless the level is DEBUG. A warning or error repeated more
-than REPEATS_PER_WINDOW times a minute is counted instead of written (_Repeats).
+than REPEATS_PER_WINDOW times a minute in the API is counted instead of written (_Repeats).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ class _Context(logging.Filter):
         return True
 
 
-# Warnings and errors of one kind (logger, level, message template) beyond this many a minute are
-# counted, not written: a client that makes every request fail (a store down, malformed heads) would
-# otherwise rotate the log, and what came before, away. The next line of that kind says how many.
-# Lower levels too for a line logged with `extra=REPEATS` (one a client can cause at will).
+# The API's warnings and errors of one kind (logger, level, message template) beyond this many a
+# minute are counted, not written: a client that makes every request fail (a store down, malformed
+# heads) would otherwise rotate the log, and what came before, away. The next line of that kind
+# says how many. Any process's line logged with `extra=REPEATS` (one a client causes at will) too.
+# Other processes write every line (a job's warnings each name something: a partition, a gap).
 REPEATS_PER_WINDOW = 20
 REPEAT_WINDOW_S = 60.0
 REPEATS = {"repeats": True}
@@ -54,7 +55,9 @@ class _Repeats(logging.Filter):
         self.kinds: dict[tuple[str, int, str], list] = {}  # kind -> [window start, written, held back]
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING and not getattr(record, "repeats", False):
+        if not getattr(record, "repeats", False) and (
+            record.levelno < logging.WARNING or _fields["component"] != "api"
+        ):
             return True
         kind = (record.name, record.levelno, str(record.msg)[:200])
         now = time.monotonic()

@@ -342,8 +342,20 @@ class ApiSettings(_Section):
         if not self.allowed_hosts and self.host in ANY_ADDRESS:
             return None
         public = urlsplit(self.public_url).hostname if self.public_url else None
-        named = [*self.allowed_hosts, *([] if self.host in ANY_ADDRESS else [self.host]), *([public] if public else [])]
+        # `host` itself too, every address included: the platform's own clients (lambdactl, the
+        # health probes) ask http://<api.host>:<api.port>; no web page can name it for another site.
+        named = [*self.allowed_hosts, self.host, *([public] if public else [])]
         return frozenset({"localhost", "127.0.0.1", "::1", *(n.strip("[]").lower() for n in named)})
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts_without_ports(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            if host.count(":") == 1:  # an IPv6 address has more
+                raise ValueError(
+                    f"api.allowed_hosts: give {host!r} without its port (a Host header's port is not compared)"
+                )
+        return hosts
 
     max_events_per_request: int = Field(1_000, ge=1)
     # Bytes of a request body; larger bodies are answered 413 before they are read.

@@ -24,6 +24,7 @@ CHANGE_MARGIN_MS = 300_000
 MAX_CHANGES = 32  # older changes fold into the first kept one (the shortest TTL of them)
 MAX_COMMENT_CHARS = 4_096
 FOREVER_S = 2**31 - 1  # a TTL of 0 is none: such rows never expire
+LATEST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: a later change time is no record
 
 
 def lifetime(ttl_s: int) -> int:
@@ -47,6 +48,8 @@ def parse_changes(comment: str | None) -> tuple[TtlChange, ...]:
             not isinstance(entry, list)
             or len(entry) != 2
             or not all(type(n) is int and n >= 0 for n in entry)  # no bool, no float
+            or entry[0] > LATEST_MS
+            or entry[1] > FOREVER_S
         ):
             return ()
         changes.append((entry[0], lifetime(entry[1])))
@@ -57,9 +60,9 @@ def record_change(changes: Sequence[TtlChange], old_ttl_s: int, new_ttl_s: int, 
     """The comment recording a change of a table's TTL from `old_ttl_s` (its record `changes`) to
     `new_ttl_s` at `now_ms`. A lowering supersedes every entry from its own (earlier) time on."""
     old_ttl_s, new_ttl_s = lifetime(old_ttl_s), lifetime(new_ttl_s)
-    kept = list(changes) or [(0, old_ttl_s)]
+    kept = list(effective_changes(old_ttl_s, changes))
     at = now_ms + CHANGE_MARGIN_MS if new_ttl_s > old_ttl_s else max(now_ms - CHANGE_MARGIN_MS, 0)
-    kept = [(since, min(ttl, old_ttl_s)) for since, ttl in kept if since < at] or [(0, old_ttl_s)]
+    kept = [(since, ttl) for since, ttl in kept if since < at] or [(0, old_ttl_s)]
     kept.append((at, new_ttl_s))
     if len(kept) > MAX_CHANGES:
         folded = kept[: len(kept) - MAX_CHANGES + 1]
@@ -68,13 +71,17 @@ def record_change(changes: Sequence[TtlChange], old_ttl_s: int, new_ttl_s: int, 
 
 
 def effective_changes(current_ttl_s: int, changes: Sequence[TtlChange]) -> tuple[TtlChange, ...]:
-    """The TTLs a table's rows may carry: its record, each entry no longer than the table's
-    current TTL (a lowering by hand, at a time nobody recorded, may have reached any of them);
-    with no record, the current TTL for every row."""
+    """The TTLs a table's rows may carry: its record; with no record, the current TTL for every
+    row. A table whose TTL is not its record's last (changed by hand, at a time nobody recorded):
+    each entry no longer than the current TTL (a lowering may have reached any of them), and a raise
+    taken as reaching none."""
     current_ttl_s = lifetime(current_ttl_s)
     if not changes:
         return ((0, current_ttl_s),)
-    return tuple((since, min(ttl, current_ttl_s)) for since, ttl in sorted(changes))
+    ordered = sorted(changes)
+    if ordered[-1][1] == current_ttl_s:
+        return tuple(ordered)
+    return tuple((since, min(ttl, current_ttl_s)) for since, ttl in ordered)
 
 
 def combined(tables: Iterable[tuple[int, Sequence[TtlChange]]]) -> tuple[TtlChange, ...]:

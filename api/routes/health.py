@@ -140,7 +140,13 @@ def _probe_all(settings) -> dict[str, Any]:
 def status(request: Request, settings: SettingsDep, serving: ServingDep) -> dict[str, Any]:
     return _health_cache(request.app, "status").get(
         lambda: _status(settings, serving),
-        lambda: {"time": iso(time.time()), "ingest_bucket_s": settings.ingest_bucket_s, "probing": PROBING},
+        lambda: {
+            "time": iso(time.time()),
+            "ingest_bucket_s": settings.ingest_bucket_s,
+            "probing": PROBING,
+            "batch": {"error": PROBING},
+            "speed": {"error": PROBING},
+        },
     )
 
 

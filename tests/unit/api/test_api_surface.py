@@ -51,11 +51,13 @@ def test_the_hosts_the_api_answers_to_follow_its_address_and_public_url():
     assert ApiSettings(host="0.0.0.0").host_names() is None, "every address: any name, with a warning"
     assert ApiSettings(host="0.0.0.0", allowed_hosts=["api", "Lambda.example.org"]).host_names() == {
         *loopback,
+        "0.0.0.0",  # the platform's own clients ask http://<api.host>:<api.port>
         "api",
         "lambda.example.org",
     }
     assert ApiSettings(allowed_hosts=["*"]).host_names() is None
-    for bad in ("evil example", "a/b", "", "x" * 254):
+    assert "::1" in ApiSettings(allowed_hosts=["[::1]", "fe80::1"]).host_names()
+    for bad in ("evil example", "a/b", "", "x" * 254, "api:8000"):
         with pytest.raises(ValidationError, match="allowed_hosts"):
             ApiSettings(allowed_hosts=[bad])
 

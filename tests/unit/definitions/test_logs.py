@@ -106,3 +106,11 @@ def test_an_info_line_a_client_causes_at_will_is_held_back_like_a_warning(monkey
     for _ in range(logs.REPEATS_PER_WINDOW * 3):
         log.info("refused a request head (%d): %s", 400, "malformed", extra=logs.REPEATS)
     assert len(out.getvalue().splitlines()) == logs.REPEATS_PER_WINDOW
+
+
+def test_other_processes_write_every_warning_each_naming_something():
+    out = io.StringIO()
+    logs.configure("archiver", "INFO", "text", stream=out)
+    for partition in range(3 * logs.REPEATS_PER_WINDOW):
+        logging.getLogger("lambda.archiver").warning("running past records Kafka deleted: partition %d", partition)
+    assert len(out.getvalue().splitlines()) == 3 * logs.REPEATS_PER_WINDOW

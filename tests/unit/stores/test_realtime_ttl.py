@@ -80,6 +80,8 @@ def test_with_no_record_every_row_carries_the_current_ttl_and_none_means_for_eve
         '{"ttl_changes": {"0": 5}}',
         '{"ttl_changes": [[0, [5]]]}',
         '{"ttl_changes": [' + "[0, 5]," * 2_000 + "[0, 5]]}",
+        '{"ttl_changes": [[0, 86400], [' + "9" * 400 + ", 86400]]}",  # a float division overflowed on it
+        '{"ttl_changes": [[0, ' + "9" * 400 + "]]}",
         "[" * 100_000,
     ],
 )
@@ -122,3 +124,12 @@ def test_rows_are_all_there_from_the_first_write_time_no_ttl_has_ended_for():
     assert alive_from_ms(record, raised + 4 * DAY * 1000) == raised, "every row before the raise is gone"
     lowered = ((0, 30 * DAY), (NOW_MS, DAY))  # rows after the lowering go first
     assert alive_from_ms(lowered, NOW_MS + 2 * DAY * 1000) == NOW_MS + DAY * 1000 + 1
+
+
+def test_a_raise_after_a_lowering_keeps_the_rows_before_the_lowering_on_their_own_ttl():
+    lowered = parse_changes(record_change((), 30 * DAY, DAY, NOW_MS))
+    raised_at = NOW_MS + 2 * DAY * 1000
+    record = effective_changes(10 * DAY, parse_changes(record_change(lowered, DAY, 10 * DAY, raised_at)))
+    assert record == ((0, 30 * DAY), (NOW_MS - CHANGE_MARGIN_MS, DAY), (raised_at + CHANGE_MARGIN_MS, 10 * DAY))
+    long_ago = NOW_MS - 20 * DAY * 1000
+    assert earliest_expiry(record, long_ago)[:2] == ((NOW_MS - CHANGE_MARGIN_MS) / 1000 + DAY, DAY)
