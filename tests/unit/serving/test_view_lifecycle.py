@@ -94,6 +94,21 @@ def test_retention_drops_every_table_of_a_retired_view_and_keeps_the_others_vers
     assert plan(retire(served, ["gone"], now_ms=5)) == [table_name("gone", 1), table_name("gone", 2)]
 
 
+def test_a_retired_views_newest_table_stays_while_answers_from_the_pointer_before_may_read_it():
+    """A swap's retention right after `views apply` retired a view dropped the table an answer from
+    the pointer read just before (kept api.pointer_cache_s) was still reading."""
+    runs = {v: {"state": "retired" if v == 1 else "live", "views": ["a", "gone"], "started_ms": 0} for v in (1, 2)}
+    served = Pointer(
+        {name: ViewEntry(table_name(name, 2), 2, BUCKET_MS) for name in ("a", "gone")}, version=2, generation=1
+    )
+    tables = [table_name(view, v) for view in ("a", "gone") for v in (1, 2)]
+    retired = retire(served, ["gone"], now_ms=10**13)
+    settle = 20_000
+    plan = lambda now: retention_plan(retired, runs, tables, 2, now, 1, lambda r: False, settle)  # noqa: E731
+    assert plan(10**13 + settle - 1) == [table_name("gone", 1)]
+    assert plan(10**13 + settle) == [table_name("gone", 1), table_name("gone", 2)]
+
+
 # --- a view changed in place under the same name --------------------------------------------------
 
 
