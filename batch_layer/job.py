@@ -23,6 +23,7 @@ import socket
 import sys
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -264,19 +265,29 @@ def run_batch(
 
 
 def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
-    """Scan a written version's tables again and check them against the figures its run recorded."""
-    run = version_store(settings).runs().get(version)
+    """Scan a written version's tables again and check them against the figures its run recorded.
+    A version still to swap beats while it is scanned (batch_layer.heartbeat: retention keeps its
+    tables however long the scan takes) and, checked, has its swap's grace period run from then."""
+    store = version_store(settings)
+    run = store.runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} was not written and verified (run: {run})")
+    to_swap = run["state"] == "verified"
+    if to_swap:
+        _not_past_grace(settings, version, run)  # retention may drop its tables at any time: not scanned
     _tables_kept(settings, version, run)
-    registry = {v.name: v for v in selected_views(settings, version_store(settings).pointer(), run.get("views"))}
+    registry = {v.name: v for v in selected_views(settings, store.pointer(), run.get("views"))}
     found = {}
     recorded_splits = run["stats"].get("splits", {})  # runs of earlier releases have none: one scan
-    for name, recorded in run["stats"]["tables"].items():
-        expected = TableStats(**recorded)
-        splits = _recorded_splits(version, name, recorded_splits)
-        verify_table(settings, layout.table_name(name, version), registry[name], expected, splits)
-        found[name] = expected
+    beats = heartbeat(store, version, beat_every_s(settings.batch.retention_grace_s)) if to_swap else nullcontext()
+    with beats:
+        for name, recorded in run["stats"]["tables"].items():
+            expected = TableStats(**recorded)
+            splits = _recorded_splits(version, name, recorded_splits)
+            verify_table(settings, layout.table_name(name, version), registry[name], expected, splits)
+            found[name] = expected
+    if to_swap:
+        store.record_run(version, heartbeat_ms=int(time.time() * 1000))  # checked now: the swap's grace from here
     return found
 
 
@@ -311,7 +322,8 @@ SWAP_MARGIN_MS = 60_000
 def _not_past_grace(settings: Settings, version: int, run: dict) -> None:
     """A verified run whose grace period is (nearly) over is refused: retention, in any process, may
     drop its tables between this check and the swap."""
-    since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0)
+    # Its last beat too (retention counts it: stores.pointer.retention_plan): a `--verify` scan beats.
+    since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0, run.get("heartbeat_ms", 0) or 0)
     if time.time() * 1000 - since > settings.batch.retention_grace_s * 1000 - SWAP_MARGIN_MS:
         raise VerificationError(
             f"version {version} was verified over batch.retention_grace_s ({settings.batch.retention_grace_s}s) "
@@ -331,11 +343,12 @@ def swap_version(settings: Settings, version: int) -> Pointer:
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} cannot serve: its run is {run.get('state') if run else 'unknown'}")
     current = store.pointer()
-    served = (
-        current
-        if current is not None and all((e := current.entry(n)) and e.version == version for n in run["views"])
-        else None
-    )
+    # Only its own swap names its version: any view of it served means that swap landed (a manual
+    # run may have replaced other views of it since, before this retry of the swap).
+    serving = [n for n in run["views"] if current is not None and (e := current.entry(n)) and e.version == version]
+    served = current if serving else None
+    if serving and len(serving) < len(run["views"]):
+        log.info("version %d serves %s already (its swap landed; later runs replaced the others)", version, serving)
     if run["state"] != "verified":
         if served is not None:
             _retain(settings, store)

@@ -88,6 +88,13 @@ def register_validator(spark: "SparkSession") -> str:
     return VALIDATOR_FUNCTION
 
 
+LOG_APPEND_TIME = 1  # Spark's Kafka source: timestampType 0 is CreateTime (the producer's), 1 the broker's
+PRODUCER_STAMP_REASON = (
+    "producer timestamp: the record's Kafka timestamp is its producer's (CreateTime), not the broker's "
+    "ingest time (topic events must use message.timestamp.type=LogAppendTime)"
+)
+
+
 def validated_events(records: "DataFrame", limits: EventLimits, keep_key: bool = False) -> "DataFrame":
     """Kafka rows → verdict, typed event fields (event_time as a timestamp) and source position;
     with `keep_key`, the record's key too (`raw_key`: what a dead letter keeps)."""
@@ -96,11 +103,18 @@ def validated_events(records: "DataFrame", limits: EventLimits, keep_key: bool =
     function = register_validator(records.sparkSession)
     contract = F.lit(contract_json(limits))
     checked = F.call_function(function, F.col("value"), F.unix_millis(F.col("timestamp")), contract).alias("v")
-    is_tick = (F.col("key") == F.lit(TICK_KEY)) & (F.col("value").isNull() | (F.length("value") == 0))
+    # A tick has an empty value (ingest/ticker.py); a tombstone under its key is no tick: refused.
+    is_tick = (F.col("key") == F.lit(TICK_KEY)) & (F.length("value") == 0)
+    # The record's timestamp is its ingest time only when the broker stamped it: the jobs check the
+    # topic's setting at start, but records stored before it (or while it was changed) keep their
+    # producer's stamp, which would move the speed layer's watermark, completeness and the master
+    # dataset's ingest date wherever the producer chose.
+    stamp = F.when(F.col("timestampType") != LOG_APPEND_TIME, F.lit(PRODUCER_STAMP_REASON))
     return (
         records.where(~F.coalesce(is_tick, F.lit(False)))
         .select(
             checked,
+            stamp.alias("stamp_reason"),
             F.col("value").alias("raw"),
             *([F.col("key").alias("raw_key")] if keep_key else []),
             F.col("topic").alias("kafka_topic"),
@@ -109,7 +123,7 @@ def validated_events(records: "DataFrame", limits: EventLimits, keep_key: bool =
             F.col("timestamp").alias("ingest_time"),
         )
         .select(
-            F.col("v.reason").alias("reason"),
+            F.coalesce(F.col("stamp_reason"), F.col("v.reason")).alias("reason"),
             *[
                 (F.timestamp_millis(F.col("v.event_time")) if name == "event_time" else F.col(f"v.{name}")).alias(name)
                 for name in FIELD_NAMES

@@ -40,3 +40,84 @@ def test_the_grace_is_checked_after_the_slow_reads_right_before_the_swap(setting
     with pytest.raises(VerificationError, match="retention may have dropped its tables"):
         job.swap_version(settings, 5)
     assert swaps == [], "nothing swapped"
+
+
+def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ahead(settings, monkeypatch):
+    """The DAG's verify task scans every table again (no counter, no beat): over a large history it
+    outlasted batch.retention_grace_s, and the swap after it was refused on every run."""
+    clock = {"ms": 0}
+    monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
+    grace_ms = settings.batch.retention_grace_s * 1000
+    run = {
+        "state": "verified",
+        "views": ["page_views"],
+        "full": True,
+        "cutoff_ms": 60_000,
+        "run_id": "run-5",
+        "based_on": 0,
+        "started_ms": 0,
+        "verified_ms": 0,
+        "stats": {"tables": {"page_views": {"rows": 1, "cells": 1, "total": 1}}},
+    }
+    beats: list[int] = []
+    swaps: list = []
+
+    def record_run(version, **fields):
+        beats.append(fields["heartbeat_ms"])
+        run.update(fields)
+
+    store = SimpleNamespace(
+        runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: swaps.append(a), record_run=record_run
+    )
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "_tables_kept", lambda *a: None)
+    monkeypatch.setattr(job, "check_unmoved", lambda *a: None)
+    monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
+    monkeypatch.setattr(job, "TableStats", lambda **kw: kw)
+    monkeypatch.setattr(job, "beat_every_s", lambda grace_s: 0.01)
+    scanned = []
+
+    def long_scan(*args):  # the scan outlasts the grace; its beats keep the tables meanwhile
+        clock["ms"] += 2 * grace_ms
+        from tests.support.polling import wait_for
+
+        wait_for(lambda: beats, "a beat during the scan", timeout_s=5, interval_s=0.01)
+        scanned.append(args[1])
+
+    monkeypatch.setattr(job, "verify_table", long_scan)
+    monkeypatch.setattr(job, "_speed_layer_maintains", lambda s: ["page_views"])
+    monkeypatch.setattr(job, "_retain", lambda *a: None)
+    job.verify_version(settings, 5)
+    assert scanned == ["page_views_v5"] and beats[-1] == 2 * grace_ms, "checked now: the grace runs from here"
+    job.swap_version(settings, 5)
+    assert len(swaps) == 1
+
+    clock["ms"] += 2 * grace_ms  # verified long ago, never swapped: not scanned again
+    run["state"] = "verified"
+    with pytest.raises(VerificationError, match="retention may have dropped its tables"):
+        job.verify_version(settings, 5)
+
+
+def test_a_retried_swap_whose_first_landed_before_a_partial_run_replaced_one_view_is_done(settings, monkeypatch):
+    """Run 5's compare-and-set landed, its process died before recording it, and a manual run of
+    one view swapped since: the DAG's retry said "Nothing was changed; run the batch again"."""
+    from stores.pointer import Pointer, ViewEntry
+
+    run = {"state": "verified", "views": ["page_views", "top_pages"], "run_id": "run-5", "cutoff_ms": 60_000}
+    pointer = Pointer(
+        {"page_views": ViewEntry("page_views_v6", 6, 120_000), "top_pages": ViewEntry("top_pages_v5", 5, 60_000)},
+        version=6,
+    )
+    recorded: list = []
+    store = SimpleNamespace(
+        runs=lambda: {5: run, 4: {"state": "live", "views": ["page_views", "top_pages"]}},
+        pointer=lambda: pointer,
+        swap=lambda *a: pytest.fail("swapped again"),
+        record_run=lambda version, **fields: recorded.append((version, fields.get("state"))),
+    )
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "_retain", lambda *a: None)
+    assert job.swap_version(settings, 5) is pointer
+    assert recorded == [(5, "live"), (4, "retired")]
+    run["state"] = "live"  # and once recorded, a retry is done too
+    assert job.swap_version(settings, 5) is pointer

@@ -10,16 +10,18 @@ import pytest
 
 from definitions.events import FIELD_NAMES, verdict
 from definitions.settings import EventLimits
-from stores.kafka_source import validated_events
+from stores.kafka_source import LOG_APPEND_TIME, validated_events
 from tests.support.parity_corpus import records
 
-KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+KAFKA_DDL = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestampType INT"
+)
 RECORDS = 40_000
 
 
 def jvm_verdicts(spark, limits: EventLimits, corpus: list[tuple[bytes | None, int]]) -> dict[int, tuple]:
     rows = [
-        (b"k", value, "events", 0, offset, datetime.fromtimestamp(ms / 1000, UTC))
+        (b"k", value, "events", 0, offset, datetime.fromtimestamp(ms / 1000, UTC), LOG_APPEND_TIME)
         for offset, (value, ms) in enumerate(corpus)
     ]
     frame = validated_events(spark.createDataFrame(rows, KAFKA_DDL), limits)

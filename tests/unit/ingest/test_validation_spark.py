@@ -10,15 +10,17 @@ from datetime import UTC, datetime
 
 from definitions.events import TICK_KEY
 from ingest.archiver import DEAD_LETTER_JSON, dead_letter_raw
-from stores.kafka_source import validated_events
+from stores.kafka_source import LOG_APPEND_TIME, PRODUCER_STAMP_REASON, validated_events
 from tests.support.hostile import BASE, CONFIRMED, corpus
 
-KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+KAFKA_DDL = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestampType INT"
+)
 INGESTED = datetime(2026, 11, 17, 9, 0, tzinfo=UTC)
 
 
-def kafka_frame(spark, values: list[tuple[bytes | None, bytes | None]]):
-    rows = [(key, value, "events", 0, offset, INGESTED) for offset, (key, value) in enumerate(values)]
+def kafka_frame(spark, values: list[tuple[bytes | None, bytes | None]], stamp_type: int = LOG_APPEND_TIME):
+    rows = [(key, value, "events", 0, offset, INGESTED, stamp_type) for offset, (key, value) in enumerate(values)]
     return spark.createDataFrame(rows, KAFKA_DDL)
 
 
@@ -87,3 +89,17 @@ def test_a_dead_letter_keeps_the_records_key_beside_its_value(spark, settings):
     assert "raw_key" not in validated_events(kafka_frame(spark, values), settings.events).columns, (
         "the speed layer's rows stay as they were"
     )
+
+
+def test_a_record_its_producer_stamped_is_refused_and_a_tombstone_under_the_tick_key_too(spark, settings):
+    """The Spark jobs took any record's Kafka timestamp as its ingest time: a record stored with its
+    producer's stamp (CreateTime, before the topic was LogAppendTime) moved the speed layer's
+    watermark to year 9999. A null value under the tick key vanished, neither dead-lettered nor
+    counted."""
+    valid = json.dumps(dict(BASE, event_id="stamped")).encode()
+    stamped = validated_events(kafka_frame(spark, [(b"u-1", valid)], stamp_type=0), settings.events)
+    [row] = stamped.select("reason", "event_id").collect()
+    assert row.reason == PRODUCER_STAMP_REASON and "CreateTime" in row.reason
+    frame = validated_events(kafka_frame(spark, [(TICK_KEY, None), (TICK_KEY, b"")]), settings.events)
+    [tombstone] = frame.select("kafka_offset", "reason").collect()
+    assert tombstone.kafka_offset == 0 and tombstone.reason, "the tombstone gets a reason; the tick is dropped"
