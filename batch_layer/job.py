@@ -202,7 +202,7 @@ def run_batch(
     spark = spark or spark_session(settings, "lambda-batch", options)
     if bulk:
         batch_bulk_load.check_session(spark)  # before any work: a session without its classes cannot load
-        batch_bulk_load.sweep_leftovers(settings)
+    batch_bulk_load.sweep_leftovers(settings)  # whatever this run loads by: a killed bulk run's HFiles
     version = store.allocate_version()
     bind(run=run_id, version=version)  # every later line of this process names the run
     me = psutil.Process()

@@ -121,3 +121,24 @@ def test_a_retried_swap_whose_first_landed_before_a_partial_run_replaced_one_vie
     assert recorded == [(5, "live"), (4, "retired")]
     run["state"] = "live"  # and once recorded, a retry is done too
     assert job.swap_version(settings, 5) is pointer
+
+
+def test_a_run_loading_by_puts_still_removes_the_hfiles_a_killed_bulk_run_left(settings, monkeypatch):
+    """The sweep ran only when this run loaded by bulk: once the load mode became puts, a killed
+    bulk run's HFile folder (a whole view's cells) stayed for good."""
+    from definitions import spark
+    from stores import batch_bulk_load
+
+    class Allocated(Exception):
+        pass
+
+    store = SimpleNamespace(pointer=lambda: None, allocate_version=lambda: (_ for _ in ()).throw(Allocated()))
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "choose_cutoff", lambda *a: 60_000)
+    monkeypatch.setattr(batch_bulk_load, "chosen_load", lambda s: "puts")
+    monkeypatch.setattr(spark, "spark_session", lambda *a, **k: pytest.fail("no session was given"))
+    swept: list = []
+    monkeypatch.setattr(batch_bulk_load, "sweep_leftovers", lambda s: swept.append(s) or [])
+    with pytest.raises(Allocated):
+        job.run_batch(settings, spark=object())
+    assert swept == [settings]
