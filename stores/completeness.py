@@ -24,6 +24,7 @@ from stores.webhdfs import WebHdfs
 log = logging.getLogger(__name__)
 
 MARKER_NAME = re.compile(r"\d{12}\.json")  # the archiver's own markers; anything else there is not one
+TMP_NAME = re.compile(r"_tmp-(\d{12})\.json")  # one being written (publish)
 MAX_INT = 2**53  # epoch ms, offsets and batch ids all fit well below this
 
 
@@ -112,9 +113,16 @@ def publish(settings: Settings, marker: Completeness) -> None:
         fs.delete(f"{root}/{name}")  # a replayed batch may have published this one already
         if not fs.rename(tmp, f"{root}/{name}"):
             raise RuntimeError(f"could not move completeness marker into {root}/{name}")
-        markers = [n for n in fs.list(root) if MARKER_NAME.fullmatch(n)]
+        listed = fs.list(root)
+        markers = [n for n in listed if MARKER_NAME.fullmatch(n)]
         for old in markers[: -settings.archiver.keep_markers]:
             fs.delete(f"{root}/{old}")
+        # A publisher killed between its write and its move left its temporary file: one of an
+        # earlier batch is nobody's any more (batches publish in order, one at a time).
+        for left in listed:
+            found = TMP_NAME.fullmatch(left)
+            if found and int(found[1]) < marker.batch_id:
+                fs.delete(f"{root}/{left}")
 
 
 def drop_beyond(settings: Settings, planned: int | None) -> list[str]:
