@@ -30,3 +30,13 @@ def test_the_running_api_refuses_an_endless_url_and_goes_on_answering(settings, 
     assert time.monotonic() - started < 10
     answer = httpx.get(f"http://{settings.api.host}:{settings.api.port}/api/v1/views", timeout=10)
     assert answer.status_code == 200
+
+
+def test_the_running_api_answers_no_host_it_does_not_serve(settings, stack):
+    """A page whose name was pointed at this machine (DNS rebinding) is refused by every worker;
+    the platform's own address is answered."""
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    for _ in range(2 * settings.api.workers):  # a new connection each: every worker gets some
+        refused = httpx.get(f"{base}/api/v1/views", headers={"Host": f"rebound.example:{settings.api.port}"})
+        assert refused.status_code == 400 and "api.allowed_hosts" in refused.json()["detail"]
+        assert httpx.get(f"{base}/api/v1/views", timeout=10).status_code == 200
