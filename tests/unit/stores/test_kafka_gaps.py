@@ -6,6 +6,7 @@ import pytest
 
 from definitions.settings import Settings
 from stores.kafka_gaps import Gap, checkpoint_dirs, covered
+from tests.support.dict_hdfs import DictHdfs
 
 M, D = "/lambda/checkpoints/archiver/master", "/lambda/checkpoints/archiver/dlq"
 
@@ -132,33 +133,6 @@ def test_without_an_accepted_gap_or_once_stopping_the_queries_are_left_as_they_a
     assert kafka_gaps.strict_once_past(Settings(), "archiver", past, dead, never, threading.Event()) is dead
 
 
-class FileHdfs:
-    """WebHdfs over a dict of path -> bytes."""
-
-    files: dict[str, bytes] = {}
-
-    def __init__(self, settings) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def read(self, path, max_bytes=None):
-        return self.files.get(path)
-
-    def delete(self, path, recursive=False):
-        return self.files.pop(path, None) is not None
-
-    def write(self, path, data, overwrite=True):
-        self.files[path] = data
-
-    def write_whole(self, path, data):
-        self.files[path] = data
-
-
 @pytest.mark.parametrize("left", [b"", b'{"gaps": [', b"[]", b'{"gaps": []}'])
 def test_an_acceptance_left_unreadable_is_named_and_gone_once_nothing_is_lost(monkeypatch, left):
     """A kill as `accept-loss` wrote its file left it empty (HDFS shows a file being written so):
@@ -167,14 +141,14 @@ def test_an_acceptance_left_unreadable_is_named_and_gone_once_nothing_is_lost(mo
 
     settings = Settings()
     path = f"{checkpoint_dirs(settings, 'speed-layer')[0]}-accepted-loss.json"
-    FileHdfs.files = {path: left}
-    monkeypatch.setattr(kafka_gaps, "WebHdfs", FileHdfs)
+    files = {path: left}
+    monkeypatch.setattr(kafka_gaps, "WebHdfs", DictHdfs.over(files))
     monkeypatch.setattr(kafka_gaps, "gaps", lambda settings, job: [Gap(M, 0, 10, 50)])
     with pytest.raises(kafka_gaps.DataLost, match=f"{path} cannot be read.*accept-loss speed-layer` writes it again"):
         kafka_gaps.resume_check(settings, "speed-layer")
     kafka_gaps.accept(settings, "speed-layer", [Gap(M, 0, 10, 50)])  # written again, whole
     assert kafka_gaps.resume_check(settings, "speed-layer") == [Gap(M, 0, 10, 50)]
-    FileHdfs.files[path] = left
+    files[path] = left
     monkeypatch.setattr(kafka_gaps, "gaps", lambda settings, job: [])  # nothing lost any more
     assert kafka_gaps.resume_check(settings, "speed-layer") == []
-    assert path not in FileHdfs.files
+    assert path not in files
