@@ -1,6 +1,6 @@
-"""Batch runs stopped past the realtime rows' TTL: answers, the status route and `lambdactl status`
-say `complete: false` and why, on the real stores, with the clock moved forward (no one waits
-three days). The speed layer's start is a marker of this test's own on real HDFS; the pointer is
+"""Batch runs stopped past the realtime rows' TTL (the one the stack's tables record): answers, the
+status route and `lambdactl status` say `complete: false` and why, on the real stores, with the
+clock moved forward (no one waits three days). The speed layer's start is a marker of this test's own on real HDFS; the pointer is
 the stack's."""
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from definitions.times import iso_s
 from serving_layer.service import ServingLayer
 from stores.batch_views import VersionStore
 from stores.checkpoints import marker_path, read_marker, write_marker
+from stores.realtime import read_ttl_changes
+from stores.realtime_ttl import earliest_expiry
 from stores.webhdfs import WebHdfs
 from tests.support.tripwire_api import LOCAL_URL
 
@@ -32,10 +34,11 @@ class ClockShifted(ServingLayer):
 
 
 @pytest.fixture
-def short_ttl(settings: Settings, stack, unique) -> Iterator[Settings]:
-    """The stack's settings with a realtime TTL of four hours and a speed layer that started an hour
-    ago (its marker, written to HDFS under a checkpoint path of this test)."""
-    speed = settings.speed.model_copy(update={"checkpoint_dir": f"/lambda/test/stale-{unique}", "ttl_s": 4 * 3_600})
+def own_marker(settings: Settings, stack, unique) -> Iterator[Settings]:
+    """The stack's settings with a speed layer that started an hour ago (its marker, written to HDFS
+    under a checkpoint path of this test). The realtime rows' TTL is the stack's tables' (answers
+    follow the TTL the tables record, not a setting: stores/realtime_ttl.py)."""
+    speed = settings.speed.model_copy(update={"checkpoint_dir": f"/lambda/test/stale-{unique}"})
     mine = settings.model_copy(update={"speed": speed})
     write_marker(mine, started_ms=int(time.time() - 3_600) * 1000)
     yield mine
@@ -49,15 +52,18 @@ def stale_from_s(settings: Settings) -> float:
     cutoff_ms = pointer.source(VIEW).cutoff_ms if pointer else 0
     marker = read_marker(settings)
     assert marker is not None and marker.started_ms is not None
-    return max(cutoff_ms, marker.started_ms) / 1000 + settings.realtime_ttl_s - settings.speed.stale_margin_s
+    record = read_ttl_changes(settings)  # what the realtime tables' comments and TTL say
+    assert record, "the stack's realtime tables exist"
+    expiry_s, _, _ = earliest_expiry(record, max(cutoff_ms, marker.started_ms))
+    return expiry_s - settings.speed.stale_margin_s
 
 
 @pytest.fixture
-def client(short_ttl: Settings) -> Iterator[TestClient]:
-    app = create_app(short_ttl)
+def client(own_marker: Settings) -> Iterator[TestClient]:
+    app = create_app(own_marker)
     with TestClient(app, base_url=LOCAL_URL, raise_server_exceptions=False) as client:
         app.state.serving.close()
-        app.state.serving = ClockShifted(short_ttl)
+        app.state.serving = ClockShifted(own_marker)
         yield client
         app.state.serving.close()
 
@@ -71,17 +77,17 @@ def page_views(client: TestClient, start_s: int, end_s: int) -> dict:
     return resp.json()
 
 
-def test_answers_turn_incomplete_with_the_reason_when_realtime_rows_could_expire(client, short_ttl):
+def test_answers_turn_incomplete_with_the_reason_when_realtime_rows_could_expire(client, own_marker):
     now = int(time.time())
     start, end = now - now % 3_600 - 86_400, now - now % 3_600 + 3_600
     serving: ClockShifted = client.app.state.serving
     fresh = page_views(client, start, end)
     assert fresh["provenance"]["complete"] is True and fresh["provenance"]["reasons"] == []
 
-    serving.shift_s = int(stale_from_s(short_ttl) - now) - 60  # a minute before: still complete
+    serving.shift_s = int(stale_from_s(own_marker) - now) - 60  # a minute before: still complete
     assert page_views(client, start, end)["provenance"]["complete"] is True
 
-    serving.shift_s = int(stale_from_s(short_ttl) - now) + 1
+    serving.shift_s = int(stale_from_s(own_marker) - now) + 1
     stale = page_views(client, start, end)
     assert stale["provenance"]["complete"] is False
     [reason] = stale["provenance"]["reasons"]
@@ -103,25 +109,25 @@ def test_answers_turn_incomplete_with_the_reason_when_realtime_rows_could_expire
     )
 
 
-def test_the_status_route_flags_stale_views(client, short_ttl):
+def test_the_status_route_flags_stale_views(client, own_marker):
     serving: ClockShifted = client.app.state.serving
     body = client.get("/api/v1/status").json()
     assert body["stale_views"] == [] and body["views"][VIEW]["stale"] is None
-    serving.shift_s = int(stale_from_s(short_ttl) - time.time()) + 1
+    serving.shift_s = int(stale_from_s(own_marker) - time.time()) + 1
     forget_health(client.app)  # the status is read once per short period
     body = client.get("/api/v1/status").json()
     assert VIEW in body["stale_views"]
     assert body["views"][VIEW]["stale"].startswith("stale: ")
 
 
-def test_lambdactl_status_names_a_stale_view(short_ttl, monkeypatch):
+def test_lambdactl_status_names_a_stale_view(own_marker, monkeypatch):
     from lambdactl.status import view_lines, view_states
 
-    lines = view_lines(view_states(short_ttl))
+    lines = view_lines(view_states(own_marker))
     assert any(line.startswith(VIEW) and line.endswith("complete") for line in lines), lines
-    shift = int(stale_from_s(short_ttl) - time.time()) + 1
+    shift = int(stale_from_s(own_marker) - time.time()) + 1
     monkeypatch.setattr(ServingLayer, "now_s", lambda self: int(time.time()) + shift)
-    states = view_states(short_ttl)
+    states = view_states(own_marker)
     [state] = [s for s in states if s.name == VIEW]
     assert state.stale and state.stale.startswith("stale: ")
     [row] = [line for line in view_lines(states) if line.startswith(VIEW + " ")]
