@@ -134,6 +134,7 @@ def test_a_run_loading_by_puts_still_removes_the_hfiles_a_killed_bulk_run_left(s
 
     store = SimpleNamespace(pointer=lambda: None, allocate_version=lambda: (_ for _ in ()).throw(Allocated()))
     monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
     monkeypatch.setattr(job, "choose_cutoff", lambda *a: 60_000)
     monkeypatch.setattr(batch_bulk_load, "chosen_load", lambda s: "puts")
     monkeypatch.setattr(spark, "spark_session", lambda *a, **k: pytest.fail("no session was given"))

@@ -40,6 +40,7 @@ def rows(monkeypatch):
     found: list[tuple[str, Row]] = []
     monkeypatch.setattr("stores.realtime_scan.rows_ingested_between", lambda *a, **k: iter(found))
     monkeypatch.setattr("stores.replays.read_overlays", lambda settings: {})
+    monkeypatch.setattr("stores.realtime.read_ttl_changes", lambda settings: ())
     return found
 
 
