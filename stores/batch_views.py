@@ -201,9 +201,7 @@ class VersionStore:
         conn = hbase_connection(self.settings)
         dropped = []
         try:
-            settle_ms = self.settings.batch.cleanup_settle_s * 1000
-            now_ms = time.time() * 1000
-            for name in retention_plan(current, runs, tables, keep, now_ms, grace_ms, _may_run, settle_ms):
+            for name in retention_plan(current, runs, tables, keep, time.time() * 1000, grace_ms, _may_run):
                 try:
                     conn.delete_table(name, disable=True)
                 except Exception as exc:  # another swap's retention dropped it first, or HBase failed

@@ -464,7 +464,6 @@ def retention_plan(
     now_ms: float,
     grace_ms: float,
     may_run: Callable[[Mapping], bool | None],
-    settle_ms: float = 0,
 ) -> list[str]:
     """The tables retention may drop: tables of this store (`<view>_v<N>` for a view some run
     wrote) except
@@ -475,8 +474,9 @@ def retention_plan(
     - per view the pointer names, its `keep` newest versions that served (live or retired, or named
       by the pointer for any view), the one serving included. A view it no longer names was retired (`lambdactl views apply`, or a full
       run after it was no longer declared nor maintained): none of its tables is kept, but its
-      newest that served while the pointer moved within `settle_ms` (batch.cleanup_settle_s: an
-      answer from the pointer before the move may still read it)."""
+      newest that served while the name is still retiring (its realtime clean-up, which waits
+      batch.cleanup_settle_s after the retirement, has not run: an answer from the pointer before
+      the retirement may still read that table)."""
     protected = set(pointer.tables()) if pointer is not None else set()
     for version, run in runs.items():
         since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0, run.get("heartbeat_ms", 0) or 0)
@@ -494,7 +494,7 @@ def retention_plan(
     for view in ours:
         entry = pointer.entry(view) if pointer is not None else None
         if entry is None and pointer is not None:  # retired: declared again, it is built anew
-            if now_ms - pointer.swapped_ms < settle_ms:
+            if view in pointer.retiring:
                 served = [v for v, r in runs.items() if (r.get("state") in SERVED_STATES or v in named)]
                 newest = max((v for v in served if view in runs[v].get("views", [])), default=None)
                 if newest is not None:

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from stores.pointer import Pointer, ViewEntry, retention_plan, retire, table_name
+from stores.pointer import Pointer, ViewEntry, retention_plan, retire, retiring_done, table_name
 from stores.view_lifecycle import first_cutoff_ms, lifecycle, lifecycles, maintained_since
 
 BUCKET_MS = 60_000
@@ -91,22 +91,31 @@ def test_retention_drops_every_table_of_a_retired_view_and_keeps_the_others_vers
     tables = [table_name(view, v) for view in ("a", "gone") for v in (1, 2)]
     plan = lambda p: retention_plan(p, runs, tables, 2, 10**13, 1, lambda r: False)  # noqa: E731
     assert plan(served) == []
-    assert plan(retire(served, ["gone"], now_ms=5)) == [table_name("gone", 1), table_name("gone", 2)]
+    retired = retire(served, ["gone"], now_ms=5)
+    assert plan(retiring_done(retired, ["gone"], now_ms=6)) == [table_name("gone", 1), table_name("gone", 2)]
 
 
-def test_a_retired_views_newest_table_stays_while_answers_from_the_pointer_before_may_read_it():
+def test_a_retired_views_newest_table_stays_until_its_clean_up_has_run():
     """A swap's retention right after `views apply` retired a view dropped the table an answer from
-    the pointer read just before (kept api.pointer_cache_s) was still reading."""
+    the pointer read just before (kept api.pointer_cache_s) was still reading. It stays while the
+    name is retiring: the realtime clean-up takes it off after batch.cleanup_settle_s."""
+    from stores.pointer import advance
+
     runs = {v: {"state": "retired" if v == 1 else "live", "views": ["a", "gone"], "started_ms": 0} for v in (1, 2)}
+    runs[3] = {"state": "live", "views": ["a"], "started_ms": 0}
     served = Pointer(
         {name: ViewEntry(table_name(name, 2), 2, BUCKET_MS) for name in ("a", "gone")}, version=2, generation=1
     )
-    tables = [table_name(view, v) for view in ("a", "gone") for v in (1, 2)]
-    retired = retire(served, ["gone"], now_ms=10**13)
-    settle = 20_000
-    plan = lambda now: retention_plan(retired, runs, tables, 2, now, 1, lambda r: False, settle)  # noqa: E731
-    assert plan(10**13 + settle - 1) == [table_name("gone", 1)]
-    assert plan(10**13 + settle) == [table_name("gone", 1), table_name("gone", 2)]
+    tables = [table_name(view, v) for view in ("a", "gone") for v in (1, 2)] + [table_name("a", 3)]
+    plan = lambda p: retention_plan(p, runs, tables, 2, 10**13, 1, lambda r: False)  # noqa: E731
+    retired = retire(served, ["gone"], now_ms=5)
+    # A swap after the retirement (its retention runs right then) keeps the newest "gone" table.
+    swapped = advance(
+        retired, version=3, run_id="r3", cutoff_ms=2 * BUCKET_MS, views=["a"], full=False, stats={}, now_ms=10**13
+    )
+    assert plan(swapped) == [table_name("a", 1), table_name("gone", 1)]
+    cleaned = retiring_done(swapped, ["gone"], now_ms=10**13 + 1)
+    assert plan(cleaned) == [table_name("a", 1), table_name("gone", 1), table_name("gone", 2)]
 
 
 # --- a view changed in place under the same name --------------------------------------------------
