@@ -28,10 +28,12 @@ from definitions.events import FIELD_NAMES, VALIDATION_DDL, verdict  # noqa: E40
 from definitions.settings import EventLimits, get_settings  # noqa: E402
 from definitions.spark import spark_session  # noqa: E402
 from ingest.generator import ClickstreamGenerator, GeneratorConfig  # noqa: E402
-from stores.kafka_source import validated_events  # noqa: E402
+from stores.kafka_source import LOG_APPEND_TIME, validated_events  # noqa: E402
 from tests.support.hostile import corpus  # noqa: E402
 
-KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP"
+KAFKA_DDL = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, timestampType INT"
+)
 
 
 def python_validated(records, limits: EventLimits):
@@ -79,7 +81,7 @@ def main() -> int:
     valid_count = args.records - len(hostile)
     generated = ClickstreamGenerator(GeneratorConfig(seed=7, count=valid_count, span_s=3_600.0)).records()
     values = hostile + [record.value for record in generated]
-    rows = [(b"k", v, "events", i % 4, i, ingested) for i, v in enumerate(values)]
+    rows = [(b"k", v, "events", i % 4, i, ingested, LOG_APPEND_TIME) for i, v in enumerate(values)]
     records = spark.createDataFrame(rows, KAFKA_DDL).repartition(4).cache()
     records.count()
 
