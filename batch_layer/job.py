@@ -272,11 +272,14 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     run = store.runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} was not written and verified (run: {run})")
-    to_swap = run["state"] == "verified"
+    current = store.pointer()
+    # Still to swap: a verified run the pointer does not name (one it names swapped, and is kept so).
+    to_swap = run["state"] == "verified" and version not in (current.versions() if current is not None else ())
     if to_swap:
         _not_past_grace(settings, version, run)  # retention may drop its tables at any time: not scanned
+        store.record_run(version, heartbeat_ms=int(time.time() * 1000))  # the first beat, before any wait
     _tables_kept(settings, version, run)
-    registry = {v.name: v for v in selected_views(settings, store.pointer(), run.get("views"))}
+    registry = {v.name: v for v in selected_views(settings, current, run.get("views"))}
     found = {}
     recorded_splits = run["stats"].get("splits", {})  # runs of earlier releases have none: one scan
     beats = heartbeat(store, version, beat_every_s(settings.batch.retention_grace_s)) if to_swap else nullcontext()

@@ -132,9 +132,14 @@ def drop_beyond(settings: Settings, planned: int | None) -> list[str]:
     archive being rebuilt has not reached. The marker names deleted."""
     root = settings.archiver.completeness_path
     with WebHdfs(settings) as fs:
-        stale = [n for n in fs.list(root) if MARKER_NAME.fullmatch(n) and (planned is None or int(n[:12]) > planned)]
+        listed = fs.list(root)
+        stale = [n for n in listed if MARKER_NAME.fullmatch(n) and (planned is None or int(n[:12]) > planned)]
         for name in stale:
             fs.delete(f"{root}/{name}")
+        for name in listed:  # a killed publisher's file of such a batch: no later publish deletes it
+            found = TMP_NAME.fullmatch(name)
+            if found and (planned is None or int(found[1]) > planned):
+                fs.delete(f"{root}/{name}")
     if stale:
         log.warning("deleted %d completeness marker(s) of an earlier checkpoint: %s", len(stale), ", ".join(stale[:5]))
     return stale

@@ -26,8 +26,9 @@ def kafka_events(settings, cutoff_ms: int) -> list[dict]:
     consumer.seek_to_beginning()
     first: dict[str, tuple] = {}
     for msg in consumer:
-        # A tick is the tick key with no value, as the jobs tell it (stores.kafka_source).
-        if (msg.key == TICK_KEY and not msg.value) or msg.timestamp >= cutoff_ms:
+        # A tick is the tick key with an empty value, as the jobs tell it (stores.kafka_source); a
+        # record its producer stamped (CreateTime, timestamp_type 0) is refused by them.
+        if (msg.key == TICK_KEY and msg.value == b"") or msg.timestamp >= cutoff_ms or msg.timestamp_type != 1:
             continue
         try:
             event = validate(msg.value, msg.timestamp)

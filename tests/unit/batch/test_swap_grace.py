@@ -81,13 +81,14 @@ def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ah
         clock["ms"] += 2 * grace_ms
         from tests.support.polling import wait_for
 
-        wait_for(lambda: beats, "a beat during the scan", timeout_s=5, interval_s=0.01)
+        wait_for(lambda: len(beats) >= 2, "a beat during the scan (after the first)", timeout_s=5, interval_s=0.01)
         scanned.append(args[1])
 
     monkeypatch.setattr(job, "verify_table", long_scan)
     monkeypatch.setattr(job, "_speed_layer_maintains", lambda s: ["page_views"])
     monkeypatch.setattr(job, "_retain", lambda *a: None)
     job.verify_version(settings, 5)
+    assert beats[0] == 0, "a beat before the scan begins"
     assert scanned == ["page_views_v5"] and beats[-1] == 2 * grace_ms, "checked now: the grace runs from here"
     job.swap_version(settings, 5)
     assert len(swaps) == 1
@@ -143,3 +144,31 @@ def test_a_run_loading_by_puts_still_removes_the_hfiles_a_killed_bulk_run_left(s
     with pytest.raises(Allocated):
         job.run_batch(settings, spark=object())
     assert swept == [settings]
+
+
+def test_a_verify_of_a_version_the_pointer_names_is_no_swap_to_come_whatever_its_record(settings, monkeypatch):
+    """Its swap landed and its process died before recording it: `--verify` long after is a check
+    of tables the pointer keeps, not refused as past its grace."""
+    from stores.pointer import Pointer, ViewEntry
+
+    clock = {"ms": 10 * settings.batch.retention_grace_s * 1000}
+    monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
+    run = {
+        "state": "verified",
+        "views": ["page_views"],
+        "started_ms": 0,
+        "verified_ms": 0,
+        "stats": {"tables": {"page_views": {"rows": 1, "cells": 1, "total": 1}}},
+    }
+    pointer = Pointer({"page_views": ViewEntry("page_views_v5", 5, 60_000)}, version=5)
+    store = SimpleNamespace(
+        runs=lambda: {5: run}, pointer=lambda: pointer, record_run=lambda *a, **k: pytest.fail("beat")
+    )
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "_tables_kept", lambda *a: None)
+    monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
+    monkeypatch.setattr(job, "TableStats", lambda **kw: kw)
+    scanned: list = []
+    monkeypatch.setattr(job, "verify_table", lambda *a: scanned.append(a[1]))
+    job.verify_version(settings, 5)
+    assert scanned == ["page_views_v5"]
