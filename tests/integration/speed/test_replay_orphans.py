@@ -80,7 +80,8 @@ def test_rows_no_replay_mark_refers_to_are_deleted_and_every_other_row_stays(own
     for name in kept_by_bucket:
         assert count(session, BY_BUCKET, name) == 2, name
     claims, overlays = read_replays(mine)
-    assert set(claims) == {V, C} and set(overlays) == {W}, "the marks are left as they were"
+    assert set(claims) == {V, C, E} and set(overlays) == {W}, "the marks are left as they were"
+    assert claims[E].unreadable and not claims[V].unreadable, "an empty claim is a mark that is no mark"
     left = delete_absorbed(mine, {"no_such_view": T}).views_seen
     nothing = delete_orphaned_replays(mine, left, settle_s=0.0, wait=waited.append)
     assert not left & orphans and not nothing.names and waited == [70.0], "nothing is left, and no wait"
