@@ -13,11 +13,9 @@ from batch_layer import job
 from stores.batch_writer import VerificationError
 
 
-def test_the_grace_is_checked_after_the_slow_reads_right_before_the_swap(settings, monkeypatch):
-    clock = {"ms": 0}
-    monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
-    swaps: list = []
-    run = {
+def verified_run(**extra) -> dict:
+    """The record of run 5: written and verified at time 0, not swapped yet."""
+    return {
         "state": "verified",
         "views": ["page_views"],
         "full": True,
@@ -26,7 +24,15 @@ def test_the_grace_is_checked_after_the_slow_reads_right_before_the_swap(setting
         "based_on": 0,
         "started_ms": 0,
         "verified_ms": 0,
+        **extra,
     }
+
+
+def test_the_grace_is_checked_after_the_slow_reads_right_before_the_swap(settings, monkeypatch):
+    clock = {"ms": 0}
+    monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
+    swaps: list = []
+    run = verified_run()
     store = SimpleNamespace(runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: swaps.append(a))
     monkeypatch.setattr(job, "version_store", lambda s: store)
     monkeypatch.setattr(job, "_tables_kept", lambda *a: None)
@@ -48,17 +54,7 @@ def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ah
     clock = {"ms": 0}
     monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
     grace_ms = settings.batch.retention_grace_s * 1000
-    run = {
-        "state": "verified",
-        "views": ["page_views"],
-        "full": True,
-        "cutoff_ms": 60_000,
-        "run_id": "run-5",
-        "based_on": 0,
-        "started_ms": 0,
-        "verified_ms": 0,
-        "stats": {"tables": {"page_views": {"rows": 1, "cells": 1, "total": 1}}},
-    }
+    run = verified_run(stats={"tables": {"page_views": {"rows": 1, "cells": 1, "total": 1}}})
     beats: list[int] = []
     swaps: list = []
 
