@@ -20,7 +20,7 @@ from definitions.settings import Settings
 from definitions.views import key_text
 from ingest.generator import GeneratorConfig
 from stores.clients import cassandra_cluster
-from stores.realtime import BY_KEY
+from stores.realtime_schema import BY_KEY
 
 log = logging.getLogger("bench.speed")
 

@@ -27,7 +27,8 @@ from figures import configure_logging, emit, fmt, int_list  # bench/ itself: the
 
 from definitions.settings import get_settings
 from stores.clients import cassandra_cluster
-from stores.realtime import RealtimeReader, RealtimeRow, RealtimeWriter, ensure_keyspace
+from stores.realtime import RealtimeReader, RealtimeRow, RealtimeWriter
+from stores.realtime_schema import ensure_keyspace
 
 log = logging.getLogger("bench.realtime_writes")
 

@@ -6,7 +6,7 @@ import os
 
 from figures import fmt
 
-from stores.realtime import BY_KEY
+from stores.realtime_schema import BY_KEY
 
 
 def report(result: dict) -> str:

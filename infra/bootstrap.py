@@ -17,7 +17,7 @@ from infra.java import find_java
 from infra.services import HBASE, JAVA_DIR
 from stores.batch_views import NamespaceMissing, ensure_meta_table
 from stores.kafka import ensure_topics
-from stores.realtime import ensure_keyspace
+from stores.realtime_schema import ensure_keyspace
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,9 @@ def read_realtime(
     its replayed rows for the ingest buckets they cover, as the serving layer reads them.
     """
     from definitions.sketches import BadSketch, read_sketch
-    from stores.realtime import BY_BUCKET, BadRealtimeRow, read_ttl_changes
+    from stores.realtime import BadRealtimeRow
     from stores.realtime_scan import rows_ingested_between
+    from stores.realtime_schema import BY_BUCKET, read_ttl_changes
     from stores.replays import read_overlays
 
     registry = {v.name: v for v in (views if views is not None else read_versions(settings).maintained)}

@@ -293,7 +293,7 @@ def clear_earlier_rows(settings: Settings) -> None:
     earlier checkpoint wrote go first. Left, they were counted beside the new ones, twice or under
     the old ingest buckets (the documented change of ingest_bucket_s removes the checkpoint). A
     replay's rows answer beside the view's own, so a fresh start waits until none is recorded."""
-    from stores import realtime, replays
+    from stores import realtime_schema, replays
 
     claims, overlays = replays.read_replays(settings)
     if claims or overlays:
@@ -302,7 +302,7 @@ def clear_earlier_rows(settings: Settings) -> None:
             f"{sorted({*claims, *overlays})} are recorded: cancel them (`lambdactl replay --view V --cancel`) or "
             "let a batch run absorb them (`lambdactl batch`, then `lambdactl clean-realtime`), then start again"
         )
-    cleared = realtime.clear_rows(settings)
+    cleared = realtime_schema.clear_rows(settings)
     if cleared:
         log.warning(
             "fresh checkpoint: emptied the realtime tables %s (rows of an earlier checkpoint); every row is written "

@@ -21,8 +21,9 @@ from typing import Any
 from definitions.settings import Settings
 from definitions.times import iso_ms
 from stores.clients import cassandra_cluster
-from stores.realtime import BY_BUCKET, BY_KEY, TABLES, execute_with_retries
 from stores.realtime_scan import MAX_TOKEN, MIN_TOKEN, ScanError, Unreadable, scan
+from stores.realtime_schema import BY_BUCKET, BY_KEY, TABLES
+from stores.realtime_statements import execute_with_retries
 from stores.realtime_writes import WriteMarks
 
 log = logging.getLogger(__name__)

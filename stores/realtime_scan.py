@@ -154,9 +154,9 @@ def rows_ingested_between(
     """(table, row) for every row of both realtime tables whose ingest bucket is in
     [start_ms, end_ms) (no upper bound when `end_ms` is None): a filtered scan, token range by
     token range; what cannot be read is appended to `unreadable`. Rows carry every column of their
-    table's declaration (stores.realtime.TABLES)."""
+    table's declaration (stores.realtime_schema.TABLES)."""
     from stores.clients import cassandra_cluster
-    from stores.realtime import TABLES
+    from stores.realtime_schema import TABLES
 
     bounds = "ingest_bucket >= ?" + (" AND ingest_bucket < ?" if end_ms is not None else "")
     params = (start_ms // 1000,) + ((end_ms // 1000,) if end_ms is not None else ())

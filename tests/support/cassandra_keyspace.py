@@ -12,7 +12,7 @@ from stores.clients import cassandra_cluster
 def scratch_keyspace(settings, name: str, **cassandra: object) -> Iterator:
     """Settings whose realtime store is keyspace `name` (plus any other `cassandra` settings given),
     with the realtime tables made in it; the keyspace is dropped on the way out."""
-    from stores.realtime import ensure_keyspace
+    from stores.realtime_schema import ensure_keyspace
 
     section = settings.cassandra.model_copy(update={"keyspace": name, **cassandra})
     chosen = settings.model_copy(update={"cassandra": section})

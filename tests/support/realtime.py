@@ -13,8 +13,8 @@ from definitions.views import GRANULARITIES, HLL_LG_K, key_text
 from ingest.generator import SentRecord
 from ingest.truth import distinct_events
 from stores.clients import cassandra_cluster
-from stores.realtime import BY_BUCKET, BY_KEY
 from stores.realtime_scan import scan
+from stores.realtime_schema import BY_BUCKET, BY_KEY
 
 URL_VIEWS = ("page_views", "unique_visitors", "top_pages")
 

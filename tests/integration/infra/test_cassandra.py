@@ -98,7 +98,7 @@ def test_a_late_write_of_an_older_micro_batch_never_replaces_a_newer_value(setti
 def test_a_replication_change_in_settings_is_applied_to_the_existing_keyspace(settings, stack, unique):
     """Bootstrapping again with other replication settings alters the keyspace (it is not left as it
     was first made); bootstrapping with the same ones changes nothing."""
-    from stores.realtime import ensure_keyspace
+    from stores.realtime_schema import ensure_keyspace
 
     def replication(chosen) -> dict:
         cluster = cassandra_cluster(chosen)

@@ -18,7 +18,7 @@ from definitions.times import iso_s
 from serving_layer.service import ServingLayer
 from stores.batch_views import VersionStore
 from stores.checkpoints import marker_path, read_marker, write_marker
-from stores.realtime import read_ttl_changes
+from stores.realtime_schema import read_ttl_changes
 from stores.realtime_ttl import earliest_expiry
 from stores.webhdfs import WebHdfs
 from tests.support.tripwire_api import LOCAL_URL

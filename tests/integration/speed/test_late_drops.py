@@ -22,7 +22,7 @@ def test_each_mark_of_late_drops_moves_what_the_serving_layer_reads_on_the_real_
     """The speed layer moves the late-drops mark after each record; the serving layer, reading the
     write marks every api.realtime_check_s, sees it move and reads the record then."""
     from stores.clients import cassandra_cluster
-    from stores.realtime import ensure_keyspace
+    from stores.realtime_schema import ensure_keyspace
     from stores.realtime_writes import MarkReader, late_drops_mark
     from stores.registry import late_drops_marks
 

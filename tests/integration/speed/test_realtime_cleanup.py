@@ -11,16 +11,9 @@ import pytest
 
 from infra.bootstrap import ensure_keyspace
 from stores.clients import cassandra_cluster
-from stores.realtime import (
-    BY_BUCKET,
-    BY_KEY,
-    RealtimeReader,
-    RealtimeRow,
-    RealtimeWriter,
-    clear_rows,
-    ensure_schema,
-)
+from stores.realtime import RealtimeReader, RealtimeRow, RealtimeWriter
 from stores.realtime_cleanup import delete_absorbed
+from stores.realtime_schema import BY_BUCKET, BY_KEY, clear_rows, ensure_schema
 from stores.realtime_ttl import CHANGE_MARGIN_MS
 from stores.realtime_writes import MarkReader
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter
+from stores.realtime import RealtimeRow, RealtimeWriter
 from stores.realtime_cleanup import delete_absorbed
+from stores.realtime_schema import BY_BUCKET, BY_KEY
 from tests.integration.speed.test_realtime_cleanup import COLUMNS, own  # noqa: F401  (the keyspace fixture)
 
 T = 1_800_000_000

@@ -10,7 +10,8 @@ import uuid
 from cassandra.query import SimpleStatement
 
 from stores.clients import cassandra_cluster
-from stores.realtime import BY_KEY, RealtimeRow
+from stores.realtime import RealtimeRow
+from stores.realtime_schema import BY_KEY
 from tests.support.cassandra_keyspace import scratch_realtime
 
 T = 1_800_000_000

@@ -17,8 +17,9 @@ import httpx
 from lambdactl.views import refresh_api
 from stores import completeness
 from stores.clients import cassandra_cluster
-from stores.realtime import BY_KEY, RealtimeRow, RealtimeWriter
+from stores.realtime import RealtimeRow, RealtimeWriter
 from stores.realtime_cleanup import delete_view_from
+from stores.realtime_schema import BY_KEY
 from stores.registry import version_store
 from stores.replays import mark, read_marks, read_overlays, shadow_name, unmark
 from tests.integration.api.test_end_to_end import api, merged, mismatches, parts, wait_exact, window

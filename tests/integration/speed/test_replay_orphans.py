@@ -7,8 +7,9 @@ claim made during the settle keeps its rows."""
 
 from __future__ import annotations
 
-from stores.realtime import BY_BUCKET, BY_KEY, RealtimeRow, RealtimeWriter
+from stores.realtime import RealtimeRow, RealtimeWriter
 from stores.realtime_cleanup import delete_absorbed
+from stores.realtime_schema import BY_BUCKET, BY_KEY
 from stores.replays import mark, marks_dir, read_replays, shadow_name, switch
 from stores.webhdfs import WebHdfs
 from tests.integration.speed.test_realtime_cleanup import own  # noqa: F401  (the keyspace fixture)

@@ -17,7 +17,7 @@ import pytest
 from definitions.views import PAGE_VIEWS, TOP_PAGES, UNIQUE_VISITORS, key_text
 from reports import read
 from reports.build import assemble
-from stores.realtime import BY_BUCKET, BY_KEY
+from stores.realtime_schema import BY_BUCKET, BY_KEY
 from tests.unit.reports.conftest import T0, comparison
 
 
@@ -40,7 +40,7 @@ def rows(monkeypatch):
     found: list[tuple[str, Row]] = []
     monkeypatch.setattr("stores.realtime_scan.rows_ingested_between", lambda *a, **k: iter(found))
     monkeypatch.setattr("stores.replays.read_overlays", lambda settings: {})
-    monkeypatch.setattr("stores.realtime.read_ttl_changes", lambda settings: ())
+    monkeypatch.setattr("stores.realtime_schema.read_ttl_changes", lambda settings: ())
     return found
 
 

@@ -11,14 +11,14 @@ import pytest
 from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, Registry
 from speed_layer.job import check_checkpoint_settings
-from stores import checkpoints, realtime, registry, replays
+from stores import checkpoints, realtime_schema, registry, replays
 
 
 @pytest.fixture
 def stores(monkeypatch):
     written: list[tuple] = []
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
-    monkeypatch.setattr(realtime, "clear_rows", lambda _settings: written.append(("cleared",)) or [])
+    monkeypatch.setattr(realtime_schema, "clear_rows", lambda _settings: written.append(("cleared",)) or [])
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
     monkeypatch.setattr(checkpoints, "write_marker", lambda *args: written.append(args))
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: None))

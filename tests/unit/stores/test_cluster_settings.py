@@ -203,7 +203,7 @@ def test_the_local_cluster_settings_are_checked():
 
 
 def test_a_stored_keyspace_replication_is_compared_with_the_settings_by_class_and_copies():
-    from stores.realtime import same_replication
+    from stores.realtime_schema import same_replication
 
     simple = {"class": "org.apache.cassandra.locator.SimpleStrategy", "replication_factor": "1"}
     assert same_replication(simple, CassandraSettings().replication_map)

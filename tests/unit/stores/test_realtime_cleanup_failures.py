@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from definitions.settings import Settings
 from stores import realtime_cleanup
-from stores.realtime import BY_BUCKET, BY_KEY
 from stores.realtime_scan import ScanError
+from stores.realtime_schema import BY_BUCKET, BY_KEY
 
 
 class Cluster:

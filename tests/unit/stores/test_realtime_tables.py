@@ -1,11 +1,11 @@
-"""The realtime tables are declared once (stores.realtime.TABLES): schema, writer and clean-up keys
+"""The realtime tables are declared once (stores.realtime_schema.TABLES): schema, writer and clean-up keys
 all come from the declaration (no services)."""
 
 from __future__ import annotations
 
 from definitions.settings import Settings
-from stores.realtime import BY_BUCKET, BY_KEY, TABLES, schema
 from stores.realtime_cleanup import TARGETS
+from stores.realtime_schema import BY_BUCKET, BY_KEY, TABLES, schema
 
 
 def test_schema_declares_each_table_with_its_primary_key():

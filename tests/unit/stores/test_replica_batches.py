@@ -1,4 +1,4 @@
-"""How realtime rows are grouped into unlogged batches (stores.realtime.replica_groups): by the
+"""How realtime rows are grouped into unlogged batches (stores.realtime_statements.replica_groups): by the
 replicas that own them, up to a size, every row exactly once, in order."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from stores.realtime import replica_groups, value_bytes
+from stores.realtime_statements import replica_groups, value_bytes
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,98 @@
+"""Executing realtime statements: many in flight, retried through a store's brief outage, and
+grouped by replica into unlogged batches (the speed layer's writes and the realtime clean-up)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def execute_with_retries(
+    session, statement, params: Sequence[tuple], concurrency: int, give_up_after_s: float, what: str = "realtime writes"
+) -> None:
+    """Execute `statement` once per parameter tuple, many in flight (execute_all_with_retries)."""
+    execute_all_with_retries(session, [(statement, p) for p in params], concurrency, give_up_after_s, what)
+
+
+def execute_all_with_retries(
+    session,
+    statements: Sequence[tuple[Any, Sequence[Any]]],
+    concurrency: int,
+    give_up_after_s: float,
+    what: str = "realtime writes",
+) -> None:
+    """Execute every (statement, parameters), many in flight; retry the failed ones with backoff
+    (up to 10 s apart) until `give_up_after_s` has passed, so a store that is restarting or briefly
+    unreachable delays the work instead of failing it; then raise naming the error."""
+    from cassandra.concurrent import execute_concurrent
+
+    pending, error, attempt = list(statements), None, 0
+    deadline = time.monotonic() + give_up_after_s
+    while pending:
+        attempt += 1
+        try:
+            results = execute_concurrent(session, pending, concurrency=concurrency, raise_on_first_error=False)
+            failed = [p for p, (ok, _) in zip(pending, results) if not ok]
+            error = next((result for ok, result in results if not ok), None)
+        except Exception as exc:  # every host down: the driver may raise instead of listing failures
+            failed, error = pending, exc
+        if failed:
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"{len(failed)} {what} still failing after {attempt} attempts in "
+                    f"{give_up_after_s:.0f}s: {type(error).__name__}: {error}"
+                )
+            log.warning(
+                "%d %s failed (attempt %d): %s: %s; retrying", len(failed), what, attempt, type(error).__name__, error
+            )
+            time.sleep(min(2**attempt, 10))
+        pending = failed
+
+
+ROW_OVERHEAD_BYTES = 32  # Cassandra counts a row's timestamps and cell headers too
+
+
+def value_bytes(params: Sequence[Any]) -> int:
+    """About how many bytes a row takes in a batch, as Cassandra's batch size limits count them."""
+    return ROW_OVERHEAD_BYTES + sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in params if v is not None)
+
+
+def replica_groups(statements: Iterable[Any], replicas_of, max_bytes: int) -> list[list[Any]]:
+    """Statements (with `routing_key` and serialized `values`) in groups to send as one batch each:
+    statements whose partitions live on the same replicas (`replicas_of(routing_key)`) together, in
+    their order, each group up to `max_bytes` (value_bytes) unless one statement alone is larger.
+    With `max_bytes` 0 every statement is a group of its own."""
+    if max_bytes <= 0:
+        return [[statement] for statement in statements]
+    open_groups: dict[Any, tuple[list[Any], int]] = {}
+    groups: list[list[Any]] = []
+    for statement in statements:
+        replicas = replicas_of(statement.routing_key)
+        size = value_bytes(statement.values)
+        group, used = open_groups.get(replicas, (None, 0))
+        if group is None or used + size > max_bytes:
+            group, used = [], 0
+            groups.append(group)
+        group.append(statement)
+        open_groups[replicas] = (group, used + size)
+    return groups
+
+
+def replica_batches(bound: Iterable[Any], replicas_of, max_bytes: int) -> list[Any]:
+    """Bound statements as unlogged batches of replica_groups (a group of one stays a statement)."""
+    from cassandra.query import BatchStatement, BatchType
+
+    out: list[Any] = []
+    for group in replica_groups(bound, replicas_of, max_bytes):
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for statement in group:
+            batch.add(statement)
+        out.append(batch)
+    return out
