@@ -80,6 +80,21 @@ def cleaned_below_s(runs: Mapping[int, Mapping]) -> dict[str, int]:
     return below
 
 
+def maintained_from_s(
+    maintained_ms: Mapping[str, int] | None, views: list[View], bucket_s: int, end_ms: int
+) -> dict[str, int]:
+    """Per view, the first ingest bucket (s) whose events the speed layer saw whole: the one after it
+    began maintaining the view (RealtimeSnapshot.maintained_ms); for a view it does not maintain, the
+    window's end. {} when every view is maintained from the speed layer's first start."""
+    if maintained_ms is None:
+        return {}
+    out = {}
+    for view in views:
+        since_ms = maintained_ms.get(view.name)
+        out[view.name] = end_ms // 1000 if since_ms is None else -(-since_ms // (bucket_s * 1000)) * bucket_s
+    return out
+
+
 def check_not_cleaned(views: list[View], cleaned_s: Mapping[str, int], start_ms: int, end_ms: int) -> None:
     """Refuse a window whose realtime rows the clean-up deleted for every view: nothing is left to
     compare (a window it deleted in part is compared where rows are left: match_cells; an empty one,
@@ -160,8 +175,9 @@ def compare_window(
     exact, inputs = batch if batch is not None else batch_cells(settings, spark, views, start_ms, end_ms, ttl_floor_s)
     inputs = dict(inputs)
     not_computed = inputs.pop(BUCKETS_NOT_COMPUTED, [])
+    maintained_s = maintained_from_s(realtime.maintained_ms, views, settings.ingest_bucket_s, end_ms)
     cells, skipped = match_cells(
-        views, realtime.cells, exact, start_ms, end_ms, ttl_floor_s, cleaned_s, expired=set(not_computed)
+        views, realtime.cells, exact, start_ms, end_ms, ttl_floor_s, cleaned_s, set(not_computed), maintained_s
     )
     return Comparison(
         start_ms, end_ms, views, cells, skipped, realtime, inputs, speed, began, time.monotonic() - started
@@ -183,12 +199,14 @@ def assemble(settings: Settings, comparison: Comparison, version: int | None, ru
     if c.speed.get("caught_up") is False:
         problems.insert(0, "the speed layer had not processed the whole window when its rows were read")
     expired, cleaned = c.skipped.get("expired_ingest_buckets", 0), c.skipped.get("cleaned_ingest_buckets", 0)
-    if expired or cleaned:
+    unmaintained = c.skipped.get("unmaintained_ingest_buckets", 0)
+    if expired or cleaned or unmaintained:
         problems.insert(
             0,
             f"part of the window was not compared: {expired} ingest bucket(s) whose realtime rows expired "
-            f"(realtime_ttl_s), {cleaned} view ingest bucket(s) whose rows were cleaned up after a swap; "
-            "only the rest of the window is compared",
+            f"(realtime_ttl_s), {cleaned} view ingest bucket(s) whose rows were cleaned up after a swap, "
+            f"{unmaintained} view ingest bucket(s) from before the speed layer maintained the view (added or "
+            "changed since); only the rest of the window is compared",
         )
     if c.realtime.damaged_rows:
         problems.insert(
@@ -231,6 +249,7 @@ def assemble(settings: Settings, comparison: Comparison, version: int | None, ru
             "realtime_damaged": c.realtime.damaged,
             "skipped_expired_ingest_buckets": c.skipped["expired_ingest_buckets"],
             "skipped_cleaned_ingest_buckets": c.skipped.get("cleaned_ingest_buckets", 0),
+            "skipped_unmaintained_ingest_buckets": c.skipped.get("unmaintained_ingest_buckets", 0),
         },
         "views": details,
         "seconds": round(c.seconds + time.monotonic() - started, 1),

@@ -29,6 +29,9 @@ class RealtimeSnapshot:
     damaged: list[str] = field(default_factory=list)  # what is wrong with the first DAMAGED_NAMED of them
     # The TTLs the rows carry by when they were written (stores.realtime_ttl); (): the setting's.
     ttl_changes: tuple[tuple[int, int], ...] = ()
+    # Since when (ms) the speed layer holds each view's rows (its marker; a switched replay's start
+    # where earlier); a view not listed it does not maintain. None: every view from its first start.
+    maintained_ms: dict[str, int] | None = None
 
 
 DAMAGED_NAMED = 20

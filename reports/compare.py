@@ -32,15 +32,18 @@ def match_cells(
     ttl_floor_s: int,
     cleaned_s: Mapping[str, int] | None = None,
     expired: set[int] | None = None,
+    maintained_s: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, list[Cell]], dict[str, int]]:
     """The cells of both sides in the window's ingest buckets, matched and attributed, per view;
     and how many ingest buckets older than `ttl_floor_s` (the realtime rows' TTL; with `expired`,
     those whose batch cells were not computed), and of a view below `cleaned_s[view]` (where the
-    realtime clean-up deleted its rows), were left out."""
+    realtime clean-up deleted its rows), and of a view below `maintained_s[view]` (before the speed
+    layer maintained it: reports.build.maintained_from_s), were left out."""
     by_name = {v.name: v for v in views}
     lo, hi = start_ms // 1000, end_ms // 1000
     expired_ingest_buckets: set[int] = {b for b in expired or () if lo <= b < hi and b < ttl_floor_s}
     cleaned_ingest_buckets: set[tuple[str, int]] = set()
+    unmaintained_ingest_buckets: set[tuple[str, int]] = set()
     out: dict[str, list[Cell]] = {name: [] for name in by_name}
     for cell_id in sorted(set(batch) | set(realtime)):
         name, granularity, key, event_bucket, ingest_bucket = cell_id
@@ -53,6 +56,9 @@ def match_cells(
         if cleaned_s and ingest_bucket < cleaned_s.get(name, 0):
             cleaned_ingest_buckets.add((name, ingest_bucket))
             continue
+        if maintained_s and ingest_bucket < maintained_s.get(name, 0):
+            unmaintained_ingest_buckets.add((name, ingest_bucket))
+            continue
         b = batch.get(cell_id, BatchCell())
         present = cell_id in realtime
         if not present and b.first_records + b.recounts == 0:
@@ -63,6 +69,7 @@ def match_cells(
     return out, {
         "expired_ingest_buckets": len(expired_ingest_buckets),
         "cleaned_ingest_buckets": len(cleaned_ingest_buckets),
+        "unmaintained_ingest_buckets": len(unmaintained_ingest_buckets),
     }
 
 

@@ -55,7 +55,13 @@ def read_realtime(
     registry = {v.name: v for v in (views if views is not None else read_versions(settings).maintained)}
     overlays = read_overlays(settings)
     replayed = {o.shadow: o.view for o in overlays.values()}
-    snapshot = RealtimeSnapshot(start_ms, end_ms, int(time.time() * 1000), ttl_changes=read_ttl_changes(settings))
+    snapshot = RealtimeSnapshot(
+        start_ms,
+        end_ms,
+        int(time.time() * 1000),
+        ttl_changes=read_ttl_changes(settings),
+        maintained_ms=_maintained_ms(settings, overlays),
+    )
     for table, row in rows_ingested_between(settings, start_ms, end_ms, unreadable=snapshot.unreadable):
         name = replayed.get(row.view_name, row.view_name)
         overlay = overlays.get(name)
@@ -75,6 +81,26 @@ def read_realtime(
         snapshot.cells[(name, row.granularity, key, row.event_bucket, row.ingest_bucket)] = value
         snapshot.rows += 1
     return snapshot
+
+
+def _maintained_ms(settings: Settings, overlays: dict) -> dict[str, int] | None:
+    """Since when the speed layer holds each view's rows (its marker: stores.view_lifecycle), or a
+    switched replay's rows from earlier (`overlays`, stores.replays); None: every view since its
+    first start, or the marker is unreadable (the speed layer refuses to start then)."""
+    from stores import checkpoints
+
+    try:
+        marker = checkpoints.read_marker(settings)
+    except checkpoints.MarkerUnreadable as exc:
+        log.warning("the speed layer's marker is unreadable (%s): every view's rows taken as held", exc)
+        return None
+    if marker is None or marker.views is None:
+        return None
+    since = dict(marker.views)
+    for name, overlay in overlays.items():
+        if overlay.switched and name in since:
+            since[name] = min(since[name], overlay.from_ms)
+    return since
 
 
 def _checked(view: View, row: Any, read_sketch) -> tuple[str, float]:

@@ -146,6 +146,10 @@ def _inputs(report: dict) -> list[tuple[str, str]]:
             "ingest buckets of a view the realtime clean-up deleted (skipped)",
             num(inputs.get("skipped_cleaned_ingest_buckets", 0)),
         ),
+        (
+            "ingest buckets of a view before the speed layer maintained it (skipped)",
+            num(inputs.get("skipped_unmaintained_ingest_buckets", 0)),
+        ),
     ]
 
 

@@ -41,6 +41,7 @@ def rows(monkeypatch):
     monkeypatch.setattr("stores.realtime_scan.rows_ingested_between", lambda *a, **k: iter(found))
     monkeypatch.setattr("stores.replays.read_overlays", lambda settings: {})
     monkeypatch.setattr("stores.realtime_schema.read_ttl_changes", lambda settings: ())
+    monkeypatch.setattr("stores.checkpoints.read_marker", lambda settings: None)
     return found
 
 
