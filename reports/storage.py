@@ -60,7 +60,8 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
     rid = check_id(report["id"])
     folder = reports_dir(settings)
     folder.mkdir(parents=True, exist_ok=True)
-    payload = {".html": html.encode(), ".json": json.dumps(report, indent=1, sort_keys=False, default=str).encode()}
+    # backslashreplace: a lone surrogate (no UTF-8) in the page is written escaped, not a failed store
+    payload = {".html": html.encode("utf-8", "backslashreplace"), ".json": json.dumps(report, indent=1, sort_keys=False, default=str).encode()}
     paths: dict[str, str] = {}
     with WebHdfs(settings, timeout_s=30) as fs:
         fs.mkdirs(HDFS_DIR)
@@ -73,8 +74,12 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
         target = folder / f"{rid}{suffix}"
         # A name of its own: two builds of one report at once each move a whole file into place.
         with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{rid}{suffix}.", suffix=".tmp", delete=False) as tmp:
-            tmp.write(data)
-            os.fchmod(tmp.fileno(), 0o644)  # mkstemp's 0600 kept an API of another user from reading it
+            try:
+                tmp.write(data)
+                os.fchmod(tmp.fileno(), 0o644)  # mkstemp's 0600 kept an API of another user from reading it
+            except BaseException:  # a full disk, say: no partial file left behind at every retry
+                Path(tmp.name).unlink(missing_ok=True)
+                raise
         Path(tmp.name).replace(target)  # the API never reads a half-written file
         paths[suffix[1:]] = str(target)
     _prune_local(folder, settings.batch.keep_reports)

@@ -126,6 +126,16 @@ class BadRealtimeRow(ValueError):
     connection, is wrong, so reading it again or from a new session would not help."""
 
 
+def _text(value: str) -> bool:
+    """Whether `value` is text (UTF-8 can hold it): JSON's escapes can spell a lone surrogate, which
+    the event contract refuses, so no event wrote one."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def canonical_key(key: object) -> str:
     """A by_bucket row's key as key_text writes it. Another spelling of the same values (spaces,
     escapes) would otherwise be a second row of the same key, its counts split between them."""
@@ -135,7 +145,7 @@ def canonical_key(key: object) -> str:
         values = json.loads(key)  # type: ignore[arg-type]
     except (TypeError, ValueError, RecursionError):  # RecursionError: a key of thousands of "["
         values = None
-    if not isinstance(values, list) or not all(v is None or isinstance(v, str) for v in values):
+    if not isinstance(values, list) or not all(v is None or (isinstance(v, str) and _text(v)) for v in values):
         raise BadRealtimeRow(f"a key that is not a JSON array of strings: {str(key)[:100]!r}")
     return key_text(values)
 

@@ -271,3 +271,21 @@ def test_stored_reports_are_readable_by_other_users_of_the_state_directory(local
     paths = storage.store_report(local, doc("20260101T090000Z-ok"), "<p>ok</p>")
     for suffix in ("json", "html"):
         assert stat.S_IMODE(os.stat(paths[suffix]).st_mode) == 0o644
+
+
+def test_a_store_that_fails_half_way_leaves_no_temporary_file(local, monkeypatch):
+    """A full disk while the page was written left its partial temporary file (several MB a report)
+    for an hour at least, filling the disk further at every retry."""
+
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage.os, "fchmod", full)
+    with pytest.raises(OSError, match="No space left"):
+        storage.store_report(local, doc("20260101T100000Z-v1", version=1), "<p>page</p>")
+    assert list((local.state_dir / "reports").iterdir()) == []
+
+
+def test_a_page_that_holds_a_lone_surrogate_is_stored_escaped_not_refused(local):
+    storage.store_report(local, doc("20260101T100000Z-v1", version=1), "<p>\ud800x</p>")
+    assert (local.state_dir / "reports" / "20260101T100000Z-v1.html").read_bytes() == b"<p>\\ud800x</p>"

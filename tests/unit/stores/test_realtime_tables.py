@@ -42,3 +42,6 @@ def test_a_key_nested_past_pythons_recursion_limit_is_a_bad_row_not_a_crash():
     with pytest.raises(BadRealtimeRow, match="not a JSON array of strings"):
         canonical_key("[" * 100_000)
     assert canonical_key('[ "/a" ]') == '["/a"]'
+    # A lone surrogate (valid JSON, no text): the event contract refuses it, so no event wrote it.
+    with pytest.raises(BadRealtimeRow, match="JSON array of strings"):
+        canonical_key('["\\ud800x"]')
