@@ -61,7 +61,10 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
     folder = reports_dir(settings)
     folder.mkdir(parents=True, exist_ok=True)
     # backslashreplace: a lone surrogate (no UTF-8) in the page is written escaped, not a failed store
-    payload = {".html": html.encode("utf-8", "backslashreplace"), ".json": json.dumps(report, indent=1, sort_keys=False, default=str).encode()}
+    payload = {
+        ".html": html.encode("utf-8", "backslashreplace"),
+        ".json": json.dumps(report, indent=1, sort_keys=False, default=str).encode(),
+    }
     paths: dict[str, str] = {}
     with WebHdfs(settings, timeout_s=30) as fs:
         fs.mkdirs(HDFS_DIR)

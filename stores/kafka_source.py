@@ -62,14 +62,16 @@ def kafka_stream(
 
 
 def kafka_range(spark: "SparkSession", settings: Settings, offsets: dict[int, tuple[int, int]]) -> "DataFrame":
-    """A static read of topic `events`: per partition, the records of offsets [start, end)."""
+    """A static read of topic `events`: per partition, the records of offsets [start, end). The read
+    is assigned exactly those partitions: Spark's reader refuses offsets naming part of a subscribed
+    topic's partitions (a replay leaves out those its span holds no record of)."""
     import json
 
     topic = settings.kafka.events_topic
     return (
         spark.read.format("kafka")
         .options(**kafka_source_options(settings))
-        .option("subscribe", topic)
+        .option("assign", json.dumps({topic: sorted(offsets)}))
         .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in offsets.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in offsets.items()}}))
         .option("failOnDataLoss", "true")
