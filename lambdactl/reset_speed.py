@@ -14,8 +14,8 @@ import logging
 
 from definitions import jobs
 from definitions.settings import Settings
-from definitions.times import iso_ms
 from lambdactl.output import _emit, _say
+from stores.kafka_coverage import loss_message, unabsorbed_loss
 
 log = logging.getLogger("lambdactl")
 
@@ -48,7 +48,7 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        lost = _unabsorbed_loss(settings)
+        lost = unabsorbed_loss(settings)
     except Exception as exc:  # HBase or Kafka away: the check cannot be made, so nothing is removed
         log.error(
             "cannot check that Kafka still holds what no batch run absorbed (%s: %s): with Kafka and HBase up "
@@ -58,18 +58,7 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 2
     if lost:
-        log.error(
-            "Kafka no longer holds every record the batch layer has not absorbed yet (%s): %s. A fresh "
-            "speed layer recomputes from Kafka's earliest offset, so those records would be in no layer: run "
-            "`lambdactl batch` first (its cutoff must pass the first record Kafka keeps of each such partition), "
-            "then reset",
-            f"from {iso_ms(lost[0])} on"
-            if lost[0]
-            else f"no batch run yet of {', '.join(lost[2])}: the whole topic"
-            if lost[2]
-            else "no batch run yet: the whole topic",
-            "; ".join(lost[1][:3]),
-        )
+        log.error("%s, then reset", loss_message(lost))
         return 2
     if args.stopped:
         ran = None
@@ -102,37 +91,6 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _emit({"stopped": ran, "removed": removed})
     return 0
-
-
-def _unabsorbed_loss(settings: Settings) -> tuple[int, list[str], list[str]] | None:
-    """(the lowest batch cutoff of the maintained views, the partitions whose records from it on Kafka's
-    retention deleted, the declared views without a batch run), or None when Kafka holds them all."""
-    from stores.kafka import lost_since, spans_from
-    from stores.registry import version_store
-
-    # The pointer alone (not the speed layer's marker: a damaged one is a reason to reset): below
-    # the lowest cutoff it names every view is answered from batch tables. No batch run yet: all of
-    # Kafka counts.
-    pointer = version_store(settings).pointer()
-    floor = min((e.cutoff_ms for e in pointer.entries.values()), default=0) if pointer is not None else 0
-    # A declared view no batch run has computed yet (`lambdactl views apply` stopped before its
-    # run) is answered from realtime rows alone once the fresh start records it maintained: all of
-    # Kafka counts for it.
-    unbuilt = unbuilt_views(settings, pointer)
-    if unbuilt:
-        floor = 0
-    lost = lost_since(spans_from(settings, floor), floor)
-    return (floor, lost, unbuilt) if lost else None
-
-
-def unbuilt_views(settings: Settings, pointer) -> list[str]:
-    """The storage names of the declared views (their served and pending definitions) that the
-    pointer has no entry for."""
-    from definitions.views import load_views
-    from stores.view_versions import versions_of
-
-    entries = pointer.entries if pointer is not None else {}
-    return sorted(set(versions_of(load_views(settings), None, pointer).maintained.names()) - set(entries))
 
 
 def add_parser(sub) -> None:

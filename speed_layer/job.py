@@ -223,7 +223,7 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     the size of a new checkpoint, its first start, since when each view is maintained (a view new to
     this start from now: stores.view_lifecycle) and the definition of each."""
     from definitions.view_versions import unresolved_message
-    from stores import checkpoints
+    from stores import checkpoints, kafka_coverage
     from stores.registry import version_store
     from stores.view_lifecycle import maintained_since
     from stores.view_versions import versions_of
@@ -232,7 +232,19 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         marker = checkpoints.read_marker(settings)
     except checkpoints.MarkerUnreadable as exc:  # a stop naming it, not a traceback at every restart
         raise SystemExit(str(exc)) from None
-    if marker is None and checkpoints.speed_layer_position(settings) is not None:
+    position = checkpoints.speed_layer_position(settings)
+    if marker is not None and position is None:
+        # No micro-batch committed (the checkpoint removed by hand, or the job killed before its first
+        # commit): Spark reads Kafka from the earliest offset, so this is a fresh start, marker or not.
+        lost = kafka_coverage.unabsorbed_loss(settings)
+        if lost:
+            raise SystemExit(
+                f"the speed layer's checkpoint {settings.speed.checkpoint_dir} has no committed micro-batch: a "
+                f"fresh start. {kafka_coverage.loss_message(lost)}, then `lambdactl reset-speed`"
+            )
+        log.warning("the checkpoint has no committed micro-batch: a fresh start (its marker is written anew)")
+        marker = None
+    if marker is None and position is not None:
         # Taken for a first start, it would say every view is maintained since time 0 (a view added
         # since would be served exact from any cutoff) and resume windows of an unknown bucket size.
         raise SystemExit(

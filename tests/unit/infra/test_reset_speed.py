@@ -20,7 +20,7 @@ def removed(monkeypatch):
 
     # Kafka holds what no batch absorbed (the check itself runs against the real stores:
     # tests/integration/speed/test_reset_speed.py).
-    monkeypatch.setattr(reset_speed, "_unabsorbed_loss", lambda settings: None)
+    monkeypatch.setattr(reset_speed, "unabsorbed_loss", lambda settings: None)
     calls: list = []
     monkeypatch.setattr(checkpoints, "remove_checkpoint", lambda settings: calls.append(settings) or [])
     return calls
@@ -63,7 +63,7 @@ def test_a_reset_whose_kafka_check_cannot_be_made_removes_nothing(tmp_path, monk
     def unreachable(settings):
         raise ConnectionRefusedError("HBase is down")
 
-    monkeypatch.setattr(reset_speed, "_unabsorbed_loss", unreachable)
+    monkeypatch.setattr(reset_speed, "unabsorbed_loss", unreachable)
     monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
     assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
     assert "cannot check that Kafka still holds" in caplog.text and "lambdactl up" in caplog.text
@@ -74,7 +74,7 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     """`views apply` stopped before the new view's batch run: a fresh start records it maintained,
     so it is answered from realtime rows alone; Kafka's retention must still hold all of its history."""
     from lambdactl import reset_speed
-    from stores import kafka, registry, replays
+    from stores import kafka, kafka_coverage, registry, replays
     from stores.pointer import Pointer, ViewEntry
 
     settings = Settings(state_dir="/nonexistent")
@@ -87,8 +87,8 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     monkeypatch.setattr(
         kafka, "lost_since", lambda spans, floor: ["partition 0: offsets 0 to 9"] if floor < 600_000 else []
     )
-    assert reset_speed.unbuilt_views(settings, pointer) == ["top_pages"]
-    assert reset_speed._unabsorbed_loss(settings) == (0, ["partition 0: offsets 0 to 9"], ["top_pages"])
+    assert kafka_coverage.unbuilt_views(settings, pointer) == ["top_pages"]
+    assert reset_speed.unabsorbed_loss(settings) == (0, ["partition 0: offsets 0 to 9"], ["top_pages"])
     assert floors == [0]
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
     monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
@@ -96,4 +96,4 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     assert "no batch run yet of top_pages: the whole topic" in caplog.text
     full = Pointer(entries={**entries, "top_pages": ViewEntry("top_pages_v1", 1, 600_000)}, version=1)
     monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": lambda self: full})())
-    assert reset_speed._unabsorbed_loss(settings) is None and floors[-1] == 600_000
+    assert reset_speed.unabsorbed_loss(settings) is None and floors[-1] == 600_000

@@ -11,7 +11,7 @@ import pytest
 from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, Registry
 from speed_layer.job import check_checkpoint_settings
-from stores import checkpoints, realtime_schema, registry, replays
+from stores import checkpoints, kafka_coverage, realtime_schema, registry, replays
 
 
 @pytest.fixture
@@ -22,6 +22,7 @@ def stores(monkeypatch):
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
     monkeypatch.setattr(checkpoints, "write_marker", lambda *args: written.append(args))
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: None))
+    monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: None)
     return written
 
 
@@ -38,6 +39,25 @@ def test_a_first_start_empties_the_realtime_tables_then_writes_its_marker(stores
     monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
     assert check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,))).names() == ["page_views"]
     assert len(stores) == 2 and stores[0] == ("cleared",), "emptied before the marker says a fresh start"
+
+
+def test_a_marker_without_a_committed_checkpoint_is_a_fresh_start(stores, monkeypatch):
+    """The checkpoint removed by hand (not by `lambdactl reset-speed`), its marker left: Spark read
+    Kafka from the earliest offset again, but the start resumed the marker. The earlier rows stayed
+    beside the rewritten ones, and nothing checked that Kafka still held what no batch absorbed."""
+    marker = checkpoints.Marker(3600, 1_000, {"page_views": 5_000}, dedupe_window_s=999)
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
+    # Another bucket size and dedupe window than the marker's: no checkpoint holds state made with them.
+    assert check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,))).names() == ["page_views"]
+    assert stores[0] == ("cleared",)
+    assert stores[1][2] == {"page_views": 0}, "every view from the earliest offset, as Spark reads it"
+    stores.clear()
+    lost = (0, ["partition 0: offsets 0 to 9"], [])
+    monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: lost)
+    with pytest.raises(SystemExit, match="Kafka no longer holds.*partition 0: offsets 0 to 9"):
+        check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
+    assert not stores, "nothing emptied, no marker written"
 
 
 def test_a_fresh_start_beside_a_recorded_replay_is_refused(stores, monkeypatch):
@@ -106,6 +126,7 @@ def test_a_checkpoint_made_with_another_dedupe_window_is_refused(monkeypatch):
     )
     settings = Settings(ingest_bucket_s=3600, speed=SpeedSettings(dedupe_window_s=600))
     assert checkpoints.read_marker(settings).dedupe_window_s == 60  # type: ignore[union-attr]
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})  # its state committed
     with pytest.raises(SystemExit, match="dedupe_window_s=60"):
         check_checkpoint_settings(settings, Registry((PAGE_VIEWS,)))
 

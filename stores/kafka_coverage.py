@@ -1,0 +1,58 @@
+"""Whether Kafka still holds every record no batch run absorbed: what a fresh start of the speed
+layer (`lambdactl reset-speed`, or a checkpoint removed by hand) needs, as it recomputes every
+realtime row from the earliest offset Kafka keeps. A record Kafka's retention deleted above a
+view's batch cutoff would then be in no layer."""
+
+from __future__ import annotations
+
+from definitions.settings import Settings
+from definitions.times import iso_ms
+
+
+def unabsorbed_loss(settings: Settings) -> tuple[int, list[str], list[str]] | None:
+    """(the lowest batch cutoff of the maintained views, the partitions whose records from it on Kafka's
+    retention deleted, the declared views without a batch run), or None when Kafka holds them all."""
+    from stores.kafka import lost_since, spans_from
+    from stores.registry import version_store
+
+    # The pointer alone (not the speed layer's marker: a damaged one is a reason to reset): below
+    # the lowest cutoff it names every view is answered from batch tables. No batch run yet: all of
+    # Kafka counts.
+    pointer = version_store(settings).pointer()
+    floor = min((e.cutoff_ms for e in pointer.entries.values()), default=0) if pointer is not None else 0
+    # A declared view no batch run has computed yet (`lambdactl views apply` stopped before its
+    # run) is answered from realtime rows alone once the fresh start records it maintained: all of
+    # Kafka counts for it.
+    unbuilt = unbuilt_views(settings, pointer)
+    if unbuilt:
+        floor = 0
+    lost = lost_since(spans_from(settings, floor), floor)
+    return (floor, lost, unbuilt) if lost else None
+
+
+def unbuilt_views(settings: Settings, pointer) -> list[str]:
+    """The storage names of the declared views (their served and pending definitions) that the
+    pointer has no entry for."""
+    from definitions.views import load_views
+    from stores.view_versions import versions_of
+
+    entries = pointer.entries if pointer is not None else {}
+    return sorted(set(versions_of(load_views(settings), None, pointer).maintained.names()) - set(entries))
+
+
+def loss_message(lost: tuple[int, list[str], list[str]]) -> str:
+    """What unabsorbed_loss found, and what to do first."""
+    floor, partitions, unbuilt = lost
+    since = (
+        f"from {iso_ms(floor)} on"
+        if floor
+        else f"no batch run yet of {', '.join(unbuilt)}: the whole topic"
+        if unbuilt
+        else "no batch run yet: the whole topic"
+    )
+    return (
+        f"Kafka no longer holds every record the batch layer has not absorbed yet ({since}): "
+        f"{'; '.join(partitions[:3])}. A fresh speed layer recomputes from Kafka's earliest offset, so those "
+        "records would be in no layer: run `lambdactl batch` first (its cutoff must pass the first record "
+        "Kafka keeps of each such partition)"
+    )
