@@ -100,15 +100,14 @@ def choose_cutoff(
                 f"cutoff {iso(requested_ms)} is not on an ingest-bucket boundary ({settings.ingest_bucket_s}s)"
             )
         now_ms = int(time.time() * 1000)
-        bucket_end_ms = now_ms - now_ms % bucket_ms + bucket_ms
-        # How far past the current ingest bucket a requested cutoff may lie: the DAG's sensor waits
-        # for the archiver to cover it for at most this long, so a later one is a typo, not a wait.
+        # How far past now a requested cutoff may lie: the DAG's sensor waits for the archiver to
+        # cover it for at most this long from its first poke, so a later one is a typo, not a wait.
         wait_s = settings.batch.completeness_wait_s
-        if requested_ms > bucket_end_ms + wait_s * 1000:  # a typo, not a wait
+        if requested_ms > now_ms + wait_s * 1000:  # a typo, not a wait
             raise CutoffError(
-                f"cutoff {iso(requested_ms)} is more than batch.completeness_wait_s ({wait_s}s) after the "
-                f"ingest bucket of now ({iso(now_ms)}) ends: the DAG's sensor would give up on it; give a "
-                "time the archiver can cover by then"
+                f"cutoff {iso(requested_ms)} is more than batch.completeness_wait_s ({wait_s}s) after now "
+                f"({iso(now_ms)}): the DAG's sensor would give up on it first; give a time the archiver can "
+                "cover by then"
             )
         if requested_ms > covered:
             raise NotCoveredYet(

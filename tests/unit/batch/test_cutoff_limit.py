@@ -1,0 +1,40 @@
+"""A requested cutoff the DAG's sensor could never see covered is refused at once (no service: the
+completeness marker and the clock are given). The sensor gives up batch.completeness_wait_s after
+its first poke; the limit was counted from the end of the current ingest bucket, so with hourly
+buckets a cutoff up to an hour past any sensor's patience was accepted, held the DAG's only run slot
+for an hour and failed as "Sensor has timed out"."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from batch_layer import job
+from definitions.settings import Settings
+from stores.pointer import CutoffError, NotCoveredYet
+
+HOUR_MS = 3_600_000
+TEN_PAST_TEN_MS = 1_795_000_000_000 // HOUR_MS * HOUR_MS + 10 * 60_000
+
+
+@pytest.fixture
+def at_ten_past_ten(monkeypatch):
+    covered = SimpleNamespace(complete_before_ms=TEN_PAST_TEN_MS - 10 * 60_000 - 60_000)
+    monkeypatch.setattr(job.checkpoints, "read_marker", lambda _settings: None)
+    monkeypatch.setattr(job.completeness, "latest", lambda _settings: covered)
+    monkeypatch.setattr(job.time, "time", lambda: TEN_PAST_TEN_MS / 1000)
+    return Settings(ingest_bucket_s=3_600)
+
+
+def test_a_cutoff_past_the_sensors_patience_is_refused_not_waited_for(at_ten_past_ten):
+    two_hours_on = TEN_PAST_TEN_MS - 10 * 60_000 + 2 * HOUR_MS  # 12:00, sensor gives up at 11:10
+    with pytest.raises(CutoffError, match="completeness_wait_s") as refused:
+        job.choose_cutoff(at_ten_past_ten, two_hours_on, None)
+    assert not isinstance(refused.value, NotCoveredYet)
+
+
+def test_a_cutoff_the_archiver_can_cover_within_the_wait_is_waited_for(at_ten_past_ten):
+    eleven = TEN_PAST_TEN_MS - 10 * 60_000 + HOUR_MS
+    with pytest.raises(NotCoveredYet, match="not covered"):
+        job.choose_cutoff(at_ten_past_ten, eleven, None)
