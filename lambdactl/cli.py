@@ -441,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError as exc:
         if not _stdout_closed():  # another pipe or socket of the command: a failure like any other
-            log.error("%s failed: %s: %s", args.command, type(exc).__name__, str(exc)[:500])
+            log.error("%s failed: %s: %s", args.command, type(exc).__name__, _one_line(exc))
             return 1
         # `lambdactl … | head`: the reader stopped; end quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
@@ -453,9 +453,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "%s failed: %s: %s (is the stack up? `lambdactl status`; -v shows the traceback)",
             args.command,
             type(exc).__name__,
-            str(exc)[:500],
+            _one_line(exc),
         )
         return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line, cut short: the Airflow DAG shows a failed command's last line
+    as the run's cause, and a message of many lines (a JVM's stack) left a fragment there."""
+    return " ".join(str(exc).split())[:500]
 
 
 if __name__ == "__main__":

@@ -59,3 +59,17 @@ def test_a_demo_asked_for_no_records_is_refused_before_the_stack_starts(settings
 
     monkeypatch.setattr("infra.stack.Stack.up", lambda *a, **k: pytest.fail("the stack was started"))
     assert run_demo(settings, count=0) == 2
+
+
+def test_a_failure_with_a_message_of_many_lines_is_said_on_one_line(tmp_path, monkeypatch, caplog):
+    """The DAG shows a failed command's last line as the run's cause (its `failure_cause` XCom): a
+    message of many lines (a JVM's error and its stack) left a stack frame there, not the error."""
+    plain_shell(monkeypatch, tmp_path)
+
+    def fails(*_a, **_k):
+        raise RuntimeError("Kafka refused the write\n\tat org.apache.kafka.Producer.send(Producer.java:1)\n")
+
+    monkeypatch.setattr("ingest.generator.produce", fails)
+    assert main(["generate", "--count", "1"]) == 1
+    said = [r.getMessage() for r in caplog.records if "generate failed" in r.getMessage()]
+    assert said and "\n" not in said[0] and "Kafka refused the write at org.apache" in said[0], said
