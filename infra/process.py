@@ -20,6 +20,9 @@ from pathlib import Path
 
 import psutil
 
+from definitions.files import write_private
+from infra.errors import StackError
+
 log = logging.getLogger(__name__)
 
 STATE_TAG = "LAMBDA_STACK_STATE_DIR"
@@ -30,6 +33,19 @@ class ProcessRecord:
     pid: int
     create_time: float
     command: list[str]
+    start_ticks: int | None = None  # start_ticks(pid) when recorded; None: a record of an earlier release
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat), or None where there
+    is no such file. Unlike its wall-clock start time (psutil's create_time: the boot time, read from
+    the wall clock, plus these ticks) it stays put when the clock is stepped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+        return int(data[data.rindex(b")") + 2 :].split()[19])  # field 22; a name may hold ") "
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class ProcessSupervisor:
@@ -67,8 +83,13 @@ class ProcessSupervisor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        record = ProcessRecord(proc.pid, psutil.Process(proc.pid).create_time(), list(command))
-        self.pid_file(name).write_text(json.dumps(record.__dict__))
+        record = ProcessRecord(proc.pid, psutil.Process(proc.pid).create_time(), list(command), start_ticks(proc.pid))
+        try:  # whole or not at all (definitions.files); unrecorded, the process would run on unseen
+            write_private(self.pid_file(name), json.dumps(record.__dict__))
+        except OSError as exc:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            raise StackError(name, f"could not record its pid in {self.pid_file(name)} ({exc}): stopped it") from None
         log.info("started %s as pid %d", name, proc.pid)
         return record
 
@@ -76,8 +97,14 @@ class ProcessSupervisor:
         path = self.pid_file(name)
         try:
             data = json.loads(path.read_text())
-            return ProcessRecord(int(data["pid"]), float(data["create_time"]), list(data["command"]))
-        except (OSError, ValueError, KeyError):
+            ticks = data.get("start_ticks")
+            return ProcessRecord(
+                int(data["pid"]),
+                float(data["create_time"]),
+                list(data["command"]),
+                None if ticks is None else int(ticks),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def process(self, name: str) -> psutil.Process | None:
@@ -87,7 +114,9 @@ class ProcessSupervisor:
             return None
         try:
             proc = psutil.Process(rec.pid)
-            if abs(proc.create_time() - rec.create_time) > 1 or proc.status() == psutil.STATUS_ZOMBIE:
+            ticks = start_ticks(rec.pid) if rec.start_ticks is not None else None
+            same = ticks == rec.start_ticks if ticks is not None else abs(proc.create_time() - rec.create_time) <= 1
+            if not same or proc.status() == psutil.STATUS_ZOMBIE:
                 return None
             return proc
         except psutil.Error:

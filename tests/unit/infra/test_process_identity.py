@@ -1,0 +1,58 @@
+"""A process is known by when it started in ticks since boot, not by its wall-clock start time (a
+real child process; no service). psutil's create_time is the boot time, read from the wall clock,
+plus those ticks: a clock stepped by more than a second (an NTP correction, a resumed VM) made every
+running store count as stopped, so `up` met its port taken and `down` killed it with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import psutil
+
+from infra.process import ProcessSupervisor
+
+
+def test_a_running_process_is_still_known_after_the_clock_steps(tmp_path, monkeypatch):
+    table = ProcessSupervisor(tmp_path)
+    record = table.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "work")
+    try:
+        assert table.process("sleeper") is not None
+        stepped = psutil.Process.create_time
+        monkeypatch.setattr(psutil.Process, "create_time", lambda self: stepped(self) + 5.0)
+        assert table.process("sleeper") is not None, "the clock moved, not the process"
+        # Another process under the recorded pid (reused): its start ticks differ.
+        data = json.loads(table.pid_file("sleeper").read_text())
+        table.pid_file("sleeper").write_text(json.dumps({**data, "start_ticks": data["start_ticks"] - 100}))
+        assert table.process("sleeper") is None
+        # A pid file of an earlier release (no ticks): its wall-clock start time decides, as before.
+        del data["start_ticks"]
+        table.pid_file("sleeper").write_text(json.dumps(data))
+        monkeypatch.undo()
+        assert table.process("sleeper") is not None
+    finally:
+        psutil.Process(record.pid).kill()
+        psutil.Process(record.pid).wait(10)
+
+
+def test_a_pid_that_cannot_be_recorded_stops_the_process_it_started(tmp_path, monkeypatch):
+    """A full disk as the pid file was written: the store ran on with no pid file, `status` said it
+    was stopped and the next `up` met its port taken."""
+    import uuid
+
+    import pytest
+
+    from infra import process
+    from infra.errors import StackError
+
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(process, "write_private", full)
+    token = uuid.uuid4().hex
+    table = ProcessSupervisor(tmp_path)
+    with pytest.raises(StackError, match="sleeper: could not record its pid.*No space left"):
+        table.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)", token], tmp_path / "work")
+    running = [p for p in psutil.process_iter(["cmdline"]) if token in (p.info["cmdline"] or [])]
+    assert running == [], "the process started is stopped"
+    assert not table.pid_file("sleeper").exists()
