@@ -185,12 +185,24 @@ class ProcessSupervisor:
                 continue
         return found
 
-    def kill_orphans(self) -> int:
+    def end_orphans(self, timeout_s: float) -> int:
+        """End what orphans() finds; how many. The session leaders among them (each program of a
+        supervisor that died runs under one: infra/session_leader.py) get SIGTERM, which they pass on
+        as the supervisor would, then end their program's group themselves; what still runs after
+        `timeout_s` gets SIGKILL."""
         orphans = self.orphans()
         for proc in orphans:
+            try:
+                if os.getsid(proc.pid) == proc.pid:
+                    log.warning("stopping orphan pid %d (%s)", proc.pid, " ".join(_cmdline(proc))[:120])
+                    proc.terminate()
+            except (OSError, psutil.Error):
+                continue
+        _, alive = psutil.wait_procs(orphans, timeout=timeout_s)
+        for proc in alive:
             log.warning("killing orphan pid %d (%s)", proc.pid, " ".join(_cmdline(proc))[:120])
             _kill(proc)
-        psutil.wait_procs(orphans, timeout=10)
+        psutil.wait_procs(alive, timeout=10)
         return len(orphans)
 
     def names(self) -> list[str]:

@@ -244,7 +244,7 @@ class Stack:
                 ProcessSupervisor.stop(self.supervisor, service.name, timeout)
         if not self.supervisord.running() and os.environ.get(STATE_TAG) != str(self.settings.state_dir):
             # Processes of a supervisor that died (killed, say) run on without it: end them first.
-            killed = self.supervisor.kill_orphans()
+            killed = self.supervisor.end_orphans(self.settings.stack.stop_timeout_s)
             if killed:
                 say(f"the supervisor was not running: ended {killed} process(es) it had left behind")
         # Checked before the configuration is applied (which stops the programs whose entries changed)
@@ -499,6 +499,10 @@ class Stack:
         for name in platform:
             if name in running:
                 outcome[name] = "stopped"
+        if self.whole_stack:  # what a supervisor that died left running, stopped before the stores it uses
+            ended = self.supervisor.end_orphans(timeout)
+            if ended:
+                say(f"stopped {ended} process(es) a supervisor that is gone had left running")
         members = list(self.services)
         if self.whole_stack:  # a Spark cluster started under other settings goes too, and a store an
             # earlier `up` started before it was taken out of stack.managed_services (its pid file says)
@@ -526,9 +530,9 @@ class Stack:
             if outcome[name] == "stopped":
                 say(f"{name}: stopped")
         if self.whole_stack:
-            killed = self.supervisor.kill_orphans()
+            killed = self.supervisor.end_orphans(timeout)
             if killed:
-                say(f"killed {killed} orphaned process(es) of this state dir")
+                say(f"ended {killed} orphaned process(es) of this state dir")
         return outcome
 
     # --- status ------------------------------------------------------------------------------

@@ -171,6 +171,23 @@ def test_up_after_the_supervisor_was_killed_replaces_what_it_left(isolated):
     assert not psutil.pid_exists(api) or psutil.Process(api).status() == psutil.STATUS_ZOMBIE
 
 
+def test_down_after_the_supervisor_was_killed_stops_what_it_left_as_a_stop_not_a_kill(isolated):
+    """Its programs were killed with SIGKILL (after the stores they use): a stop never ran."""
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    rows = isolated.status()
+    os.kill(rows["supervisor"]["pid"], signal.SIGKILL)
+    api = psutil.Process(rows["api"]["pid"])
+    wait_for(lambda: not isolated.status()["supervisor"]["running"], "the supervisor gone", timeout_s=30)
+    down = isolated.ctl("down")
+    assert down.returncode == 0, down.stderr[-3000:]
+    assert re.search(r"stopped \d+ process\(es\) a supervisor that is gone had left running", down.stderr), down.stderr
+    assert not api.is_running() or api.status() == psutil.STATUS_ZOMBIE
+    # Its output went to the dead supervisor (no log of its stop): what `down` had to kill, it names.
+    assert "killing orphan" not in down.stderr, "each stopped on SIGTERM, within stack.stop_timeout_s"
+    assert not _tagged(isolated.state_dir), "nothing of the state dir runs"
+
+
 def test_up_with_a_setting_that_changes_a_program_restarts_it_and_waits_for_it(isolated):
     """A setting that changes how the supervisor runs a program (here the size its log rotates at)
     makes the next `up` replace that program: it runs again, healthy, in the new form. (The

@@ -56,3 +56,31 @@ def test_a_pid_that_cannot_be_recorded_stops_the_process_it_started(tmp_path, mo
     running = [p for p in psutil.process_iter(["cmdline"]) if token in (p.info["cmdline"] or [])]
     assert running == [], "the process started is stopped"
     assert not table.pid_file("sleeper").exists()
+
+
+def test_orphans_a_dead_supervisor_left_are_asked_to_stop_before_they_are_killed(tmp_path):
+    """A killed supervisord leaves its session leaders and their programs running. They were killed
+    with SIGKILL (a streaming job's stop, Airflow's, never ran), and only after the stores they use."""
+    import os
+    import subprocess
+
+    from infra.process import STATE_TAG
+
+    said = tmp_path / "stopped"
+    program = (
+        "import pathlib, signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(said)!r}).write_text('term'), sys.exit(0)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, STATE_TAG: str(tmp_path)}
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", program], env=env, start_new_session=True, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert orphan.stdout is not None and orphan.stdout.readline().strip() == "ready"
+        assert ProcessSupervisor(tmp_path).end_orphans(timeout_s=10) == 1
+        assert orphan.wait(10) == 0 and said.read_text() == "term"
+    finally:
+        orphan.kill()
+        orphan.wait(10)
