@@ -540,6 +540,8 @@ class Stack:
     def status(self, probe: bool = True) -> list[ServiceStatus]:
         result = []
         restarts = restart_report(self.settings) if self.programs else {}
+        supervisor_runs = self.supervisord.running() if self.programs else False
+        supervisor_answers = self.supervisord.answering() if supervisor_runs else False
         for service in self.services:
             proc = self.supervisor.process(service.name)
             unsupervised = proc is None and (proc := self.supervisor.left_running(service.name)) is not None
@@ -549,11 +551,17 @@ class Stack:
                 (row.get("summary", "") if row.get("restarts_total") or row.get("gave_up") else ""),
             )
             if proc is None:
-                detail = why or (
-                    "not running"
-                    if not self.supervisor.supervised(service.name) or self.supervisord.running()
-                    else "not running (nor is the supervisor: run `lambdactl up`)"
-                )
+                if not self.supervisor.supervised(service.name):
+                    detail = "not running"
+                elif not supervisor_runs:  # a restart it had planned will not come: no stale "restarting in"
+                    last = row.get("last_reason")
+                    detail = "not running (nor is the supervisor: run `lambdactl up`)" + (
+                        f"; last exit: {last}" if last else ""
+                    )
+                elif not supervisor_answers:
+                    detail = "unknown: supervisord runs but does not answer (its programs may run on)"
+                else:
+                    detail = why or "not running"
                 result.append(ServiceStatus(service.name, False, None, 0.0, False, detail, 0.0, count, why))
                 continue
             healthy, detail = False, ""

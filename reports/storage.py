@@ -136,6 +136,9 @@ LISTED_FIELDS = ("created", "window", "summary")
 # once, not at every listing (a report is megabytes; the list is asked without a token).
 _listed: LRUCache = LRUCache(maxsize=4096)
 _listed_lock = threading.Lock()
+# One parse at a time: listings at once on a cold cache (an API just started) wait for the one that
+# parses a file, then find it cached, instead of each parsing every report and holding it.
+_parse_lock = threading.Lock()
 
 
 def list_summaries(settings: Settings, limit: int) -> list[StoredReport]:
@@ -150,18 +153,29 @@ def list_summaries(settings: Settings, limit: int) -> list[StoredReport]:
             with _listed_lock:
                 fields = _listed.get(key)
             if fields is None:
-                try:
-                    doc = json.loads(path.read_text())
-                except (ValueError, RecursionError):
-                    doc = None
-                fields = {name: doc.get(name) for name in LISTED_FIELDS} if isinstance(doc, dict) else {}
-                with _listed_lock:
-                    _listed[key] = fields  # {}: not a report, and not read again while unchanged
+                fields = _parsed_fields(path, key)
         except OSError:
             continue
         if fields:
             out.append(StoredReport(path.stem, fields))
     return out
+
+
+def _parsed_fields(path: Path, key: tuple) -> dict:
+    """LISTED_FIELDS of the report file at `path` (cache key `key`), parsed by one caller at a time."""
+    with _parse_lock:
+        with _listed_lock:
+            fields = _listed.get(key)
+        if fields is not None:  # parsed while this caller waited
+            return fields
+        try:
+            doc = json.loads(path.read_text())
+        except (ValueError, RecursionError):
+            doc = None
+        fields = {name: doc.get(name) for name in LISTED_FIELDS} if isinstance(doc, dict) else {}
+        with _listed_lock:
+            _listed[key] = fields  # {}: not a report, and not read again while unchanged
+        return fields
 
 
 def _path(settings: Settings, report_id: str, suffix: str) -> Path:

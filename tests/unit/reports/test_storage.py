@@ -289,3 +289,37 @@ def test_a_store_that_fails_half_way_leaves_no_temporary_file(local, monkeypatch
 def test_a_page_that_holds_a_lone_surrogate_is_stored_escaped_not_refused(local):
     storage.store_report(local, doc("20260101T100000Z-v1", version=1), "<p>\ud800x</p>")
     assert (local.state_dir / "reports" / "20260101T100000Z-v1.html").read_bytes() == b"<p>\\ud800x</p>"
+
+
+def test_listings_at_once_on_a_cold_cache_parse_each_report_once(local, monkeypatch):
+    """After an API restart, N listings at once each parsed every report (megabytes each): N times
+    the CPU, and N documents held at once."""
+    import threading
+    import time
+
+    for hour in range(10, 16):
+        storage.store_report(local, doc(f"20260101T{hour}0000Z-v{hour}", version=hour), "<p/>")
+    storage._listed.clear()
+    parsed = []
+    real_loads = storage.json.loads
+
+    def counting(text, *args, **kwargs):  # as slow as a report of megabytes
+        parsed.append(1)
+        time.sleep(0.05)
+        return real_loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(storage.json, "loads", counting)
+    start = threading.Barrier(4)
+    listed = []
+
+    def listing():
+        start.wait()
+        listed.append(len(storage.list_summaries(local, 100)))
+
+    threads = [threading.Thread(target=listing) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert listed == [6, 6, 6, 6]
+    assert len(parsed) == 6, f"{len(parsed)} parses of 6 reports"
