@@ -31,6 +31,10 @@ TTL_RECHECK_S = 60.0  # how often the realtime tables' TTL record is read again
 # How long a replaced reader stays open for the reads still running on it: longer than a read's
 # own timeouts (the reader is made with 5 s ones).
 CLOSE_AFTER_S = 30.0
+# After a reader could not be made, reads fail at once for this long instead of each waiting for a
+# connect of its own (one after another, under the lock): an unreachable store then costs one
+# connect timeout per pause, not one per query.
+REBUILD_AFTER_S = 2.0
 
 
 class RealtimeReads:
@@ -43,11 +47,20 @@ class RealtimeReads:
         self._ttl_changes: tuple[TtlChange, ...] = ()
         self._ttl_read_at: float | None = None  # monotonic
         self._ttl_lock = threading.Lock()
+        self._build_failed: tuple[float, str] | None = None  # (monotonic, why) of the last failed reader
 
     def reader(self) -> RealtimeReaderAdapter:
         with self._lock:
             if self._reader is None:
-                self._reader = registry.realtime_reader(self.settings, timeout_s=5)
+                failed = self._build_failed
+                if failed is not None and time.monotonic() < failed[0] + REBUILD_AFTER_S:
+                    raise ConnectionError(f"no realtime reader could be made {REBUILD_AFTER_S:.0f}s ago: {failed[1]}")
+                try:
+                    self._reader = registry.realtime_reader(self.settings, timeout_s=5)
+                except Exception as exc:
+                    self._build_failed = (time.monotonic(), f"{type(exc).__name__}: {exc}"[:300])
+                    raise
+                self._build_failed = None
             return self._reader
 
     def close(self) -> None:

@@ -168,6 +168,15 @@ class RealtimeReader:
         """Reads through `session`, or through a cluster connection of its own (closed by close())."""
         self.settings = settings
         self.cluster: Any | None = None  # shut down by close(); set when this reader owns the cluster
+        try:
+            self._set_up(session, timeout_s)
+        except BaseException:  # a keyspace or table missing, a prepare timing out: no cluster left behind
+            if self.cluster is not None:
+                self.cluster.shutdown()
+            raise
+
+    def _set_up(self, session, timeout_s: float) -> None:
+        settings = self.settings
         if session is None:
             self.cluster = cassandra_cluster(settings, timeout_s=timeout_s)
             session = self.cluster.connect(settings.cassandra.keyspace)

@@ -180,3 +180,54 @@ def test_a_read_the_server_refused_keeps_the_reader(reads, kind):
     assert len(Reader.built) == 1 and not Reader.built[0].closed, "the reader stays"
     assert reads.read(lambda r: r.get()) == "rows"
     assert len(Reader.built) == 1
+
+
+def test_while_no_reader_can_be_made_reads_fail_at_once_not_one_connect_timeout_each(monkeypatch):
+    """Cassandra unreachable (no refusal: each connect waits its timeout): every query made its own
+    reader under one lock, one after another, so eight queries at once waited up to 80 s and held
+    every query slot, `partial=true` ones too."""
+    from serving_layer.unavailable import StoreUnavailable
+
+    builds = []
+
+    def unreachable(_settings, timeout_s):
+        builds.append(timeout_s)
+        raise OSError("timed out")
+
+    monkeypatch.setattr(realtime_reads.registry, "realtime_reader", unreachable)
+    reads = RealtimeReads(Settings())
+    for _ in range(5):
+        with pytest.raises(StoreUnavailable, match="cassandra"):
+            reads.read(lambda r: r)
+    assert len(builds) == 1, f"{len(builds)} connects while the store stayed unreachable"
+    monkeypatch.setattr(realtime_reads, "REBUILD_AFTER_S", 0.0)  # the pause over: tried again
+    with pytest.raises(StoreUnavailable):
+        reads.read(lambda r: r)
+    assert len(builds) == 3
+
+
+def test_a_reader_whose_set_up_fails_after_connecting_shuts_its_connection_down(monkeypatch):
+    """A keyspace or table missing (a node restarting, a cluster never bootstrapped): each query's
+    failed reader left a connected cluster behind, with its threads and sockets."""
+    from stores import realtime
+
+    shut = []
+
+    class Session:
+        def execution_profile_clone_update(self, *_a, **_k):
+            return None
+
+        def prepare(self, _statement):
+            raise RuntimeError("unconfigured table realtime_by_key")
+
+    class Cluster:
+        def connect(self, _keyspace):
+            return Session()
+
+        def shutdown(self):
+            shut.append(True)
+
+    monkeypatch.setattr(realtime, "cassandra_cluster", lambda _settings, timeout_s: Cluster())
+    with pytest.raises(RuntimeError, match="unconfigured table"):
+        realtime.RealtimeReader(Settings())
+    assert shut == [True]
