@@ -138,13 +138,27 @@ def dead_letter_raw(raw, keep_bytes: int, name: str = "raw") -> list:
 def check_checkpoint_kept(settings: Settings) -> int | None:
     """Exit (SystemExit, the reason in the log) when the master query's checkpoint has planned fewer
     batches than the master dataset holds: the checkpoint was deleted, lost or restored from an
-    older copy. Spark's file sink skips every batch id its log already holds, so the checkpoint's
+    older copy; or has committed batches while the master dataset holds none (its path changed). Spark's file sink skips every batch id its log already holds, so the checkpoint's
     next batches (Kafka's earliest offsets on, for a new one) would be read and never written.
     Otherwise the last batch the checkpoint planned (None: none yet)."""
     checkpoint = kafka_gaps.checkpoint_dirs(settings, JOB)[0]
     with WebHdfs(settings) as fs:
         planned = max((int(name) for name in fs.list(f"{checkpoint}/offsets") if name.isdigit()), default=None)
+        committed = any(name.isdigit() for name in fs.list(f"{checkpoint}/commits"))
         last = last_archived_batch(fs, settings)
+    if last is None and committed:
+        # The file sink logs a batch before the checkpoint commits it: the archive is elsewhere now.
+        log.error(
+            "the archiver's checkpoint %s has committed batches up to %s, but the master dataset %s holds no batch "
+            "(no _spark_metadata): archiver.master_path changed, or the dataset was removed without its checkpoint. "
+            "Resumed, the archiver would write only new records there and the next batch run would drop every "
+            "record archived before. Not starting: set archiver.master_path back, or to rebuild the master from "
+            "Kafka remove the checkpoint too (docs/operations.md)",
+            checkpoint,
+            planned,
+            settings.archiver.master_path,
+        )
+        raise SystemExit(1)
     if last is None or (planned is not None and planned >= last):
         return planned
     log.error(

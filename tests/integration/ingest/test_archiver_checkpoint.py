@@ -43,6 +43,12 @@ def test_a_lost_checkpoint_beside_an_archived_master_dataset_stops_the_archiver(
     )
     check_checkpoint_kept(fresh)  # a new platform: nothing archived yet
 
+    # The stack's checkpoint (batches committed) with another master_path: its archive is elsewhere.
+    moved = with_archiver(settings, master_path=f"/lambda/test/moved-{unique}/master")
+    with caplog.at_level(logging.ERROR), pytest.raises(SystemExit):
+        check_checkpoint_kept(moved)
+    assert "holds no batch" in caplog.text and f"/lambda/test/moved-{unique}/master" in caplog.text
+
 
 def test_markers_of_an_earlier_checkpoint_are_dropped_when_the_archiver_starts_on_a_new_one(settings, stack):
     """The master rebuilt from Kafka (its dataset and checkpoint removed): the newest marker was the
