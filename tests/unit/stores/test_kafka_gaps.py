@@ -152,3 +152,26 @@ def test_an_acceptance_left_unreadable_is_named_and_gone_once_nothing_is_lost(mo
     monkeypatch.setattr(kafka_gaps, "gaps", lambda settings, job: [])  # nothing lost any more
     assert kafka_gaps.resume_check(settings, "speed-layer") == []
     assert path not in files
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_a_new_archive_beside_views_of_an_older_one_counts_what_kafka_deleted_as_lost(monkeypatch, served):
+    """The master rebuilt from Kafka (its dataset and checkpoint removed) after retention deleted the
+    topic's first records: the new archive silently lacked them, and the next batch run replaced
+    every view with one missing them, answers saying complete. On a platform no batch ran on yet,
+    what Kafka deleted before it started is no loss of the platform's."""
+    from types import SimpleNamespace
+
+    from definitions import jobs
+    from stores import kafka, kafka_gaps, registry
+
+    monkeypatch.setattr(kafka_gaps, "WebHdfs", DictHdfs.over({}))
+    monkeypatch.setattr(kafka_gaps, "committed_position", lambda fs, checkpoint, topic: None)
+    monkeypatch.setattr(kafka, "first_offsets", lambda settings: {0: 500, 1: 0})
+    pointer = object() if served else None
+    monkeypatch.setattr(registry, "version_store", lambda settings: SimpleNamespace(pointer=lambda: pointer))
+    settings = Settings()
+    found = kafka_gaps.gaps(settings, jobs.ARCHIVER)
+    master, dlq = kafka_gaps.checkpoint_dirs(settings, jobs.ARCHIVER)
+    assert found == ([Gap(master, 0, 0, 500), Gap(dlq, 0, 0, 500)] if served else [])
+    assert kafka_gaps.gaps(settings, jobs.SPEED_LAYER) == [], "the speed layer's fresh start checks the batch cutoffs"
