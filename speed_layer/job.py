@@ -233,7 +233,7 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     except checkpoints.MarkerUnreadable as exc:  # a stop naming it, not a traceback at every restart
         raise SystemExit(str(exc)) from None
     position = checkpoints.speed_layer_position(settings)
-    if marker is not None and position is None:
+    if marker is not None and position is None and not checkpoints.speed_layer_committed(settings):
         # No micro-batch committed (the checkpoint removed by hand, or the job killed before its first
         # commit): Spark reads Kafka from the earliest offset, so this is a fresh start, marker or not.
         lost = kafka_coverage.unabsorbed_loss(settings)

@@ -194,6 +194,14 @@ def file_written_ms(settings: Settings) -> int:
         return int(fs.status(marker_path(settings))["modificationTime"])
 
 
+def speed_layer_committed(settings: Settings) -> bool:
+    """Whether the speed layer's checkpoint has committed a micro-batch (a commit file, readable or not)."""
+    from stores.webhdfs import WebHdfs
+
+    with WebHdfs(settings) as fs:
+        return any(name.isdigit() for name in fs.list(f"{settings.speed.checkpoint_dir.rstrip('/')}/commits"))
+
+
 def speed_layer_position(settings: Settings) -> dict[int, int] | None:
     """Per partition of topic `events`, the next offset after the speed layer's last committed
     micro-batch (read from its checkpoint on HDFS); None before its first commit. A committed

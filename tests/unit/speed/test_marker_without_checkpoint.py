@@ -23,6 +23,7 @@ def stores(monkeypatch):
     monkeypatch.setattr(checkpoints, "write_marker", lambda *args: written.append(args))
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: None))
     monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: None)
+    monkeypatch.setattr(checkpoints, "speed_layer_committed", lambda _settings: False)
     return written
 
 
@@ -58,6 +59,12 @@ def test_a_marker_without_a_committed_checkpoint_is_a_fresh_start(stores, monkey
     with pytest.raises(SystemExit, match="Kafka no longer holds.*partition 0: offsets 0 to 9"):
         check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
     assert not stores, "nothing emptied, no marker written"
+    # Commit files whose offsets cannot be read: Spark resumes from them, so no fresh start.
+    monkeypatch.setattr(checkpoints, "speed_layer_committed", lambda _settings: True)
+    monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: pytest.fail("no fresh start"))
+    with pytest.raises(SystemExit, match="ingest_bucket_s=3600"):
+        check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
+    assert ("cleared",) not in stores
 
 
 def test_a_fresh_start_beside_a_recorded_replay_is_refused(stores, monkeypatch):
