@@ -186,16 +186,35 @@ class ProcessSupervisor:
         return found
 
     def end_orphans(self, timeout_s: float) -> int:
-        """End what orphans() finds; how many. The session leaders among them (each program of a
-        supervisor that died runs under one: infra/session_leader.py) get SIGTERM, which they pass on
-        as the supervisor would, then end their program's group themselves; what still runs after
-        `timeout_s` gets SIGKILL."""
+        """End what orphans() finds; how many. Each program of a supervisor that died runs under a
+        wrapper (infra/session_leader.py), which gets SIGTERM and passes it on as the supervisor's
+        stop would (to the program's group, or the program alone), then ends the group itself. A
+        session with no wrapper left gets SIGTERM through its leader's group; a process whose session
+        has no leader left gets it alone. What still runs after `timeout_s` gets SIGKILL."""
         orphans = self.orphans()
+        wrappers = {proc.pid for proc in orphans if any(a.endswith("session_leader.py") for a in _cmdline(proc))}
+        wrapped: set[int] = set()  # the sessions of the programs the wrappers run
+        alive_pids = {proc.pid for proc in orphans}
         for proc in orphans:
             try:
-                if os.getsid(proc.pid) == proc.pid:
-                    log.warning("stopping orphan pid %d (%s)", proc.pid, " ".join(_cmdline(proc))[:120])
+                if proc.ppid() in wrappers:
+                    wrapped.add(os.getsid(proc.pid))
+            except (OSError, psutil.Error):
+                continue
+        for proc in orphans:
+            try:
+                session = os.getsid(proc.pid)
+                if proc.pid in wrappers:
                     proc.terminate()
+                elif session in wrapped:
+                    continue  # its wrapper passes the stop on
+                elif session == proc.pid:
+                    _signal_group(proc.pid, signal.SIGTERM)
+                elif session not in alive_pids and psutil.pid_exists(session) is False:
+                    proc.terminate()
+                else:
+                    continue
+                log.warning("stopping orphan pid %d (%s)", proc.pid, " ".join(_cmdline(proc))[:120])
             except (OSError, psutil.Error):
                 continue
         _, alive = psutil.wait_procs(orphans, timeout=timeout_s)

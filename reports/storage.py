@@ -76,14 +76,15 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
     for suffix, data in payload.items():
         target = folder / f"{rid}{suffix}"
         # A name of its own: two builds of one report at once each move a whole file into place.
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{rid}{suffix}.", suffix=".tmp", delete=False) as tmp:
-            try:
+        tmp = tempfile.NamedTemporaryFile(dir=folder, prefix=f".{rid}{suffix}.", suffix=".tmp", delete=False)
+        try:  # a full disk (at the write or at the close's flush): no partial file left at every retry
+            with tmp:
                 tmp.write(data)
                 os.fchmod(tmp.fileno(), 0o644)  # mkstemp's 0600 kept an API of another user from reading it
-            except BaseException:  # a full disk, say: no partial file left behind at every retry
-                Path(tmp.name).unlink(missing_ok=True)
-                raise
-        Path(tmp.name).replace(target)  # the API never reads a half-written file
+            Path(tmp.name).replace(target)  # the API never reads a half-written file
+        except BaseException:
+            Path(tmp.name).unlink(missing_ok=True)
+            raise
         paths[suffix[1:]] = str(target)
     _prune_local(folder, settings.batch.keep_reports)
     return paths

@@ -31,9 +31,9 @@ TTL_RECHECK_S = 60.0  # how often the realtime tables' TTL record is read again
 # How long a replaced reader stays open for the reads still running on it: longer than a read's
 # own timeouts (the reader is made with 5 s ones).
 CLOSE_AFTER_S = 30.0
-# After a reader could not be made, reads fail at once for this long instead of each waiting for a
-# connect of its own (one after another, under the lock): an unreachable store then costs one
-# connect timeout per pause, not one per query.
+# After a reader could not be made twice in a row, reads fail at once for this long instead of each
+# waiting for a connect of its own (one after another, under the lock): an unreachable store then
+# costs one connect timeout per pause, not one per query. One failure alone (a blink) is tried again.
 REBUILD_AFTER_S = 2.0
 
 
@@ -47,18 +47,20 @@ class RealtimeReads:
         self._ttl_changes: tuple[TtlChange, ...] = ()
         self._ttl_read_at: float | None = None  # monotonic
         self._ttl_lock = threading.Lock()
-        self._build_failed: tuple[float, str] | None = None  # (monotonic, why) of the last failed reader
+        # (monotonic, why, failures in a row) of the last reader that could not be made
+        self._build_failed: tuple[float, str, int] | None = None
 
     def reader(self) -> RealtimeReaderAdapter:
         with self._lock:
             if self._reader is None:
                 failed = self._build_failed
-                if failed is not None and time.monotonic() < failed[0] + REBUILD_AFTER_S:
-                    raise ConnectionError(f"no realtime reader could be made {REBUILD_AFTER_S:.0f}s ago: {failed[1]}")
+                if failed is not None and failed[2] >= 2 and time.monotonic() < failed[0] + REBUILD_AFTER_S:
+                    raise ConnectionError(f"no realtime reader could be made, twice in a row: {failed[1]}")
                 try:
                     self._reader = registry.realtime_reader(self.settings, timeout_s=5)
                 except Exception as exc:
-                    self._build_failed = (time.monotonic(), f"{type(exc).__name__}: {exc}"[:300])
+                    count = failed[2] + 1 if failed is not None else 1
+                    self._build_failed = (time.monotonic(), f"{type(exc).__name__}: {exc}"[:300], count)
                     raise
                 self._build_failed = None
             return self._reader

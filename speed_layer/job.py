@@ -242,7 +242,10 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
                 f"the speed layer's checkpoint {settings.speed.checkpoint_dir} has no committed micro-batch: a "
                 f"fresh start. {kafka_coverage.loss_message(lost)}, then `lambdactl reset-speed`"
             )
-        log.warning("the checkpoint has no committed micro-batch: a fresh start (its marker is written anew)")
+        # What it planned (offsets, state) was made with the marker's settings: gone with it, so Spark
+        # starts from the earliest offset under these settings.
+        removed = checkpoints.remove_checkpoint(settings)
+        log.warning("the checkpoint has no committed micro-batch: a fresh start (removed %s)", removed)
         marker = None
     if marker is None and position is not None:
         # Taken for a first start, it would say every view is maintained since time 0 (a view added

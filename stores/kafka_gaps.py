@@ -89,11 +89,16 @@ def gaps(settings: Settings, job: str) -> list[Gap]:
     with WebHdfs(settings) as fs:
         positions = {c: committed_position(fs, c, topic) for c in checkpoint_dirs(settings, job)}
     if not any(positions.values()):
-        if job != jobs.ARCHIVER or not _views_served(settings):
-            return []  # nothing archived yet: what Kafka deleted before is no loss of the platform's
+        if job != jobs.ARCHIVER:
+            return []
+        kept = first_offsets(settings)
         # A new archive (the master rebuilt from Kafka) beside views a batch computed from the old one:
-        # what Kafka deleted is in neither, and the next batch run would replace those views.
-        positions = {c: {} for c in positions}
+        # what Kafka deleted is in neither, and the next batch run would replace those views. With no
+        # view served yet, nothing was archived: what Kafka deleted before is no loss of the platform's.
+        # (The pointer, in HBase, is read only when Kafka deleted something.)
+        if not any(kept.values()) or not _views_served(settings):
+            return []
+        return missing({c: {} for c in positions}, kept)
     return missing(positions, first_offsets(settings))
 
 

@@ -3,7 +3,7 @@
 Cassandra gives a row its table's `default_time_to_live` when the row is written; changing the
 TTL later leaves rows already written with the old one. So the time of every change is part of
 what an answer's staleness depends on (serving_layer.staleness): rows written before a raise
-expire on the old TTL. `ensure_schema` (stores.realtime) changes the TTL and the comment in one
+expire on the old TTL. `ensure_schema` (stores.realtime_schema) changes the TTL and the comment in one
 ALTER TABLE, so the record is there exactly when the change is: a JSON list of [from ms, TTL s],
 rows written from that time on (until the next entry) carrying that TTL.
 

@@ -84,3 +84,38 @@ def test_orphans_a_dead_supervisor_left_are_asked_to_stop_before_they_are_killed
     finally:
         orphan.kill()
         orphan.wait(10)
+
+
+def test_an_orphan_whose_session_leader_is_gone_is_asked_to_stop_too(tmp_path):
+    """A program that died and left a child: no live process leads the child's session, and it got
+    no SIGTERM, only SIGKILL after the whole wait."""
+    import os
+    import subprocess
+    import time
+
+    from infra.process import STATE_TAG
+
+    said = tmp_path / "stopped"
+    child = (
+        "import pathlib, signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(said)!r}).write_text('term'), sys.exit(0)))\n"
+        f"pathlib.Path({str(tmp_path / 'ready')!r}).write_text('')\n"
+        "time.sleep(60)\n"
+    )
+    parent = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {child!r}])"
+    env = {**os.environ, STATE_TAG: str(tmp_path)}
+    subprocess.run([sys.executable, "-c", parent], env=env, start_new_session=True, check=True)
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    table = ProcessSupervisor(tmp_path)
+    left = table.orphans()
+    try:
+        assert len(left) == 1 and os.getsid(left[0].pid) != left[0].pid
+        began = time.monotonic()
+        assert table.end_orphans(timeout_s=20) == 1
+        assert said.read_text() == "term" and time.monotonic() - began < 10
+    finally:
+        for proc in left:
+            if proc.is_running():
+                proc.kill()

@@ -9,6 +9,7 @@ import pytest
 
 from definitions.settings import Settings
 from infra.stack import Stack
+from lambdactl.status import format_status
 
 
 @pytest.fixture
@@ -32,13 +33,17 @@ def stack(tmp_path, monkeypatch):
 def test_a_supervisor_that_runs_but_does_not_answer_leaves_the_state_unknown(stack, monkeypatch):
     monkeypatch.setattr(stack.supervisord, "running", lambda: True)
     monkeypatch.setattr(stack.supervisord, "answering", lambda: False)
-    row = next(r for r in stack.status(probe=False) if r.name == "api")
+    rows = stack.status(probe=False)
+    row = next(r for r in rows if r.name == "api")
     assert "unknown" in row.detail and "does not answer" in row.detail, row.detail
+    assert "restarting in" not in format_status(rows)
 
 
 def test_a_supervisor_that_is_gone_says_so_not_a_restart_it_will_never_make(stack, monkeypatch):
     monkeypatch.setattr(stack.supervisord, "running", lambda: False)
     monkeypatch.setattr(stack.supervisord, "answering", lambda: False)
-    row = next(r for r in stack.status(probe=False) if r.name == "api")
-    assert "nor is the supervisor" in row.detail and "restarting in" not in row.detail, row.detail
-    assert "exit status 1" in row.detail, "its last exit is still said"
+    rows = stack.status(probe=False)
+    row = next(r for r in rows if r.name == "api")
+    assert "nor is the supervisor" in row.detail and "exit status 1" in row.detail, "its last exit is still said"
+    shown = format_status(rows)
+    assert "restarting in" not in shown and "nor is the supervisor" in shown, shown

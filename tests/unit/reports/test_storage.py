@@ -323,3 +323,27 @@ def test_listings_at_once_on_a_cold_cache_parse_each_report_once(local, monkeypa
         thread.join(30)
     assert listed == [6, 6, 6, 6]
     assert len(parsed) == 6, f"{len(parsed)} parses of 6 reports"
+
+
+def test_a_store_whose_last_bytes_fail_at_the_close_leaves_no_temporary_file(local, monkeypatch):
+    """A small page is written out at the close's flush: a full disk fails there, not at write()."""
+    import tempfile
+
+    real = tempfile.NamedTemporaryFile
+
+    class FullAtClose:
+        def __init__(self, *args, **kwargs):
+            self.file = real(*args, **kwargs)
+            self.name = self.file.name
+
+        def __enter__(self):
+            return self.file.__enter__()
+
+        def __exit__(self, *exc):
+            self.file.__exit__(*exc)
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(storage.tempfile, "NamedTemporaryFile", FullAtClose)
+    with pytest.raises(OSError, match="No space left"):
+        storage.store_report(local, doc("20260101T100000Z-v1", version=1), "<p>page</p>")
+    assert list((local.state_dir / "reports").iterdir()) == []

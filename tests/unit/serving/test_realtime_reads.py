@@ -199,11 +199,30 @@ def test_while_no_reader_can_be_made_reads_fail_at_once_not_one_connect_timeout_
     for _ in range(5):
         with pytest.raises(StoreUnavailable, match="cassandra"):
             reads.read(lambda r: r)
-    assert len(builds) == 1, f"{len(builds)} connects while the store stayed unreachable"
+    assert len(builds) == 2, f"{len(builds)} connects while the store stayed unreachable"
     monkeypatch.setattr(realtime_reads, "REBUILD_AFTER_S", 0.0)  # the pause over: tried again
     with pytest.raises(StoreUnavailable):
         reads.read(lambda r: r)
-    assert len(builds) == 3
+    assert len(builds) == 4
+
+
+def test_one_failed_connect_is_tried_again_within_the_same_read(monkeypatch):
+    """A blink: the read's second attempt makes a reader, as it did before the pause existed."""
+    builds = []
+
+    class Reader:
+        def close(self):
+            pass
+
+    def blinking(_settings, timeout_s):
+        builds.append(timeout_s)
+        if len(builds) == 1:
+            raise OSError("connection reset")
+        return Reader()
+
+    monkeypatch.setattr(realtime_reads.registry, "realtime_reader", blinking)
+    reads = RealtimeReads(Settings())
+    assert isinstance(reads.read(lambda r: r), Reader) and len(builds) == 2
 
 
 def test_a_reader_whose_set_up_fails_after_connecting_shuts_its_connection_down(monkeypatch):

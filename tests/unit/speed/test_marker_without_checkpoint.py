@@ -24,6 +24,7 @@ def stores(monkeypatch):
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: None))
     monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: None)
     monkeypatch.setattr(checkpoints, "speed_layer_committed", lambda _settings: False)
+    monkeypatch.setattr(checkpoints, "remove_checkpoint", lambda _settings: written.append(("removed",)) or [])
     return written
 
 
@@ -51,8 +52,8 @@ def test_a_marker_without_a_committed_checkpoint_is_a_fresh_start(stores, monkey
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
     # Another bucket size and dedupe window than the marker's: no checkpoint holds state made with them.
     assert check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,))).names() == ["page_views"]
-    assert stores[0] == ("cleared",)
-    assert stores[1][2] == {"page_views": 0}, "every view from the earliest offset, as Spark reads it"
+    assert stores[:2] == [("removed",), ("cleared",)], "what it planned under the old settings goes first"
+    assert stores[2][2] == {"page_views": 0}, "every view from the earliest offset, as Spark reads it"
     stores.clear()
     lost = (0, ["partition 0: offsets 0 to 9"], [])
     monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: lost)
