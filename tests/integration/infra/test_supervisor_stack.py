@@ -49,7 +49,14 @@ class Isolated:
         return {row["name"]: row for row in json.loads(done.stdout)["services"]}
 
     def settings(self) -> Settings:
-        return Settings(state_dir=self.state_dir)
+        """This stack's settings, as its processes have them (its own API port: the health of the
+        platform's API on the default port is not this API's)."""
+        return Settings(
+            state_dir=self.state_dir,
+            environment="development",
+            api={"port": self.port},
+            stack={"managed_services": ["api"], "restart_max": 2},
+        )
 
 
 def _free_port() -> int:
