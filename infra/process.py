@@ -192,28 +192,31 @@ class ProcessSupervisor:
         session with no wrapper left gets SIGTERM through its leader's group; a process whose session
         has no leader left gets it alone. What still runs after `timeout_s` gets SIGKILL."""
         orphans = self.orphans()
-        wrappers = {proc.pid for proc in orphans if any(a.endswith("session_leader.py") for a in _cmdline(proc))}
-        wrapped: set[int] = set()  # the sessions of the programs the wrappers run
-        alive_pids = {proc.pid for proc in orphans}
+        wrapper_path = str(Path(__file__).with_name("session_leader.py"))
+        wrappers = {proc.pid for proc in orphans if _cmdline(proc)[2:3] == [wrapper_path]}
+        wrapped: set[int] = set()  # the programs the wrappers run: each leads its session and group
+        groups: set[int] = set()  # the groups of session leaders no wrapper runs: signalled as a group
         for proc in orphans:
             try:
                 if proc.ppid() in wrappers:
-                    wrapped.add(os.getsid(proc.pid))
+                    wrapped.add(proc.pid)
+                elif proc.pid not in wrappers and os.getsid(proc.pid) == proc.pid:
+                    groups.add(proc.pid)
             except (OSError, psutil.Error):
                 continue
         for proc in orphans:
             try:
-                session = os.getsid(proc.pid)
+                group = os.getpgid(proc.pid)
                 if proc.pid in wrappers:
-                    proc.terminate()
-                elif session in wrapped:
-                    continue  # its wrapper passes the stop on
-                elif session == proc.pid:
+                    proc.terminate()  # it stops its program as supervisord's stop would
+                elif group in wrapped:
+                    continue  # in the program's group: its wrapper passes the stop on
+                elif proc.pid in groups:
                     _signal_group(proc.pid, signal.SIGTERM)
-                elif session not in alive_pids and psutil.pid_exists(session) is False:
+                elif group in groups:
+                    continue  # signalled with its group
+                else:  # a group of its own in a program's session, or a session whose leader is gone
                     proc.terminate()
-                else:
-                    continue
                 log.warning("stopping orphan pid %d (%s)", proc.pid, " ".join(_cmdline(proc))[:120])
             except (OSError, psutil.Error):
                 continue

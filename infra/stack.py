@@ -554,12 +554,13 @@ class Stack:
                 if not self.supervisor.supervised(service.name):
                     detail = "not running"
                 elif not supervisor_runs:  # a restart it had planned will not come: no stale "restarting in"
-                    last, why = row.get("last_reason"), ""
+                    last, why = row.get("last_reason"), why if row.get("gave_up") else ""
                     detail = "not running (nor is the supervisor: run `lambdactl up`)" + (
                         f"; last exit: {last}" if last else ""
                     )
                 elif not supervisor_answers:
-                    detail, why = "unknown: supervisord runs but does not answer (its programs may run on)", ""
+                    detail = "unknown: supervisord runs but does not answer (its programs may run on)"
+                    why = why if row.get("gave_up") else ""
                 else:
                     detail = why or "not running"
                 result.append(ServiceStatus(service.name, False, None, 0.0, False, detail, 0.0, count, why))

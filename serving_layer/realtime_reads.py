@@ -58,8 +58,9 @@ class RealtimeReads:
                     raise ConnectionError(f"no realtime reader could be made, twice in a row: {failed[1]}")
                 try:
                     self._reader = registry.realtime_reader(self.settings, timeout_s=5)
-                except Exception as exc:
-                    count = failed[2] + 1 if failed is not None else 1
+                except Exception as exc:  # failures in a row: one long after the last starts again
+                    recent = failed is not None and time.monotonic() < failed[0] + 30 * REBUILD_AFTER_S
+                    count = failed[2] + 1 if failed is not None and recent else 1
                     self._build_failed = (time.monotonic(), f"{type(exc).__name__}: {exc}"[:300], count)
                     raise
                 self._build_failed = None

@@ -233,7 +233,8 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     except checkpoints.MarkerUnreadable as exc:  # a stop naming it, not a traceback at every restart
         raise SystemExit(str(exc)) from None
     position = checkpoints.speed_layer_position(settings)
-    if marker is not None and position is None and not checkpoints.speed_layer_committed(settings):
+    committed = position is not None or checkpoints.speed_layer_committed(settings)
+    if marker is not None and not committed:
         # No micro-batch committed (the checkpoint removed by hand, or the job killed before its first
         # commit): Spark reads Kafka from the earliest offset, so this is a fresh start, marker or not.
         lost = kafka_coverage.unabsorbed_loss(settings)
@@ -242,12 +243,9 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
                 f"the speed layer's checkpoint {settings.speed.checkpoint_dir} has no committed micro-batch: a "
                 f"fresh start. {kafka_coverage.loss_message(lost)}, then `lambdactl reset-speed`"
             )
-        # What it planned (offsets, state) was made with the marker's settings: gone with it, so Spark
-        # starts from the earliest offset under these settings.
-        removed = checkpoints.remove_checkpoint(settings)
-        log.warning("the checkpoint has no committed micro-batch: a fresh start (removed %s)", removed)
+        log.warning("the checkpoint has no committed micro-batch: a fresh start (its marker is written anew)")
         marker = None
-    if marker is None and position is not None:
+    if marker is None and committed:
         # Taken for a first start, it would say every view is maintained since time 0 (a view added
         # since would be served exact from any cutoff) and resume windows of an unknown bucket size.
         raise SystemExit(
@@ -281,6 +279,10 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     now_ms = int(time.time() * 1000)
     if marker is None:
         clear_earlier_rows(settings)
+        # What an uncommitted checkpoint planned (offsets, state) was made with earlier settings: gone
+        # before the new marker, so Spark starts from the earliest offset under these. (Killed in
+        # between, the next start finds the same: no commit, so a fresh start again.)
+        checkpoints.remove_checkpoint_dir(settings)
         checkpoints.write_marker(settings, now_ms, maintained_since(None, names, now_ms), definitions, declarations)
         return maintained
     # A marker from before start times were recorded was written at the first start; one from before

@@ -155,6 +155,15 @@ def remove_checkpoint(settings: Settings) -> list[str]:
     return removed
 
 
+def remove_checkpoint_dir(settings: Settings) -> bool:
+    """Delete the speed layer's checkpoint directory alone (a fresh start: nothing in it committed);
+    whether it was there."""
+    from stores.webhdfs import WebHdfs
+
+    with WebHdfs(settings) as fs:
+        return bool(fs.delete(settings.speed.checkpoint_dir.rstrip("/"), recursive=True))
+
+
 def late_drops_path(settings: Settings) -> str:
     return f"{settings.speed.checkpoint_dir.rstrip('/')}-late-drops.json"
 

@@ -119,3 +119,48 @@ def test_an_orphan_whose_session_leader_is_gone_is_asked_to_stop_too(tmp_path):
         for proc in left:
             if proc.is_running():
                 proc.kill()
+
+
+def test_an_orphaned_program_is_stopped_through_its_wrapper_and_a_group_of_its_own_directly(tmp_path):
+    """The wrapper (infra/session_leader.py) stops its program's group as supervisord's stop would;
+    a process the program put in a group of its own (a task runner's setpgid) is not in that group
+    and waited for its SIGKILL."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    import infra
+    from infra.process import STATE_TAG
+
+    def trap(name: str) -> str:
+        return (
+            "import pathlib, signal, sys, time\n"
+            f"signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path({str(tmp_path / name)!r}).write_text('term'), "
+            "sys.exit(0)))\n"
+        )
+
+    loner = (
+        trap("loner")
+        + f"os_ = __import__('os'); os_.setpgid(0, 0)\npathlib.Path({str(tmp_path / 'ready')!r}).write_text('')\ntime.sleep(60)\n"
+    )
+    program = (
+        trap("program") + f"import subprocess\nsubprocess.Popen([sys.executable, '-c', {loner!r}])\ntime.sleep(60)\n"
+    )
+    wrapper = Path(infra.__file__).with_name("session_leader.py")
+    env = {**os.environ, STATE_TAG: str(tmp_path)}
+    command = [sys.executable, "-S", str(wrapper), "t", "--stop-after", "15", "--", sys.executable, "-c", program]
+    leader = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        began = time.monotonic()
+        assert ProcessSupervisor(tmp_path).end_orphans(timeout_s=20) == 3
+        assert (tmp_path / "program").read_text() == "term" and (tmp_path / "loner").read_text() == "term"
+        assert time.monotonic() - began < 10, "no wait for the SIGKILL"
+    finally:
+        leader.kill()
+        leader.wait(10)
+        for proc in ProcessSupervisor(tmp_path).orphans():
+            proc.kill()

@@ -336,8 +336,12 @@ def test_a_store_whose_last_bytes_fail_at_the_close_leaves_no_temporary_file(loc
             self.file = real(*args, **kwargs)
             self.name = self.file.name
 
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
         def __enter__(self):
-            return self.file.__enter__()
+            self.file.__enter__()
+            return self
 
         def __exit__(self, *exc):
             self.file.__exit__(*exc)

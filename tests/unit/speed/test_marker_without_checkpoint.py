@@ -24,7 +24,7 @@ def stores(monkeypatch):
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: None))
     monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: None)
     monkeypatch.setattr(checkpoints, "speed_layer_committed", lambda _settings: False)
-    monkeypatch.setattr(checkpoints, "remove_checkpoint", lambda _settings: written.append(("removed",)) or [])
+    monkeypatch.setattr(checkpoints, "remove_checkpoint_dir", lambda _settings: written.append(("removed",)) or True)
     return written
 
 
@@ -33,6 +33,12 @@ def test_a_checkpoint_with_commits_and_no_marker_is_refused(stores, monkeypatch)
     with pytest.raises(SystemExit, match="committed micro-batches but no marker"):
         check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
     assert not stores, "no marker was written"
+    # Commit files whose offsets cannot be read: Spark resumes from them all the same.
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
+    monkeypatch.setattr(checkpoints, "speed_layer_committed", lambda _settings: True)
+    with pytest.raises(SystemExit, match="committed micro-batches but no marker"):
+        check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
+    assert not stores, "nothing emptied"
 
 
 def test_a_first_start_empties_the_realtime_tables_then_writes_its_marker(stores, monkeypatch):
@@ -40,7 +46,7 @@ def test_a_first_start_empties_the_realtime_tables_then_writes_its_marker(stores
     the rows of the earlier checkpoint stayed beside the rows written again from Kafka: counted twice."""
     monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
     assert check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,))).names() == ["page_views"]
-    assert len(stores) == 2 and stores[0] == ("cleared",), "emptied before the marker says a fresh start"
+    assert len(stores) == 3 and stores[0] == ("cleared",), "emptied before the marker says a fresh start"
 
 
 def test_a_marker_without_a_committed_checkpoint_is_a_fresh_start(stores, monkeypatch):
@@ -52,7 +58,7 @@ def test_a_marker_without_a_committed_checkpoint_is_a_fresh_start(stores, monkey
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
     # Another bucket size and dedupe window than the marker's: no checkpoint holds state made with them.
     assert check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,))).names() == ["page_views"]
-    assert stores[:2] == [("removed",), ("cleared",)], "what it planned under the old settings goes first"
+    assert stores[:2] == [("cleared",), ("removed",)], "what it planned under the old settings goes before the marker"
     assert stores[2][2] == {"page_views": 0}, "every view from the earliest offset, as Spark reads it"
     stores.clear()
     lost = (0, ["partition 0: offsets 0 to 9"], [])
