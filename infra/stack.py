@@ -44,7 +44,7 @@ class ServiceStatus:
     healthy: bool
     detail: str
     uptime_s: float = 0.0
-    # Restarts the supervisor made (platform processes only), and the last one's reason.
+    # Restarts the supervisor made, and the last one's reason.
     restarts: int = 0
     restart_detail: str = ""
 
@@ -99,10 +99,8 @@ class Stack:
         self.whole_stack = names is None
         # Seconds each service took to become healthy in the last `up` (started services only).
         self.ready_after: dict[str, float] = {}
-        # The platform's processes run under supervisord: every managed one is in its configuration.
-        self.programs = [
-            s for s in svc.ALL if s.phase > 0 and (s.name in settings.stack.managed_services or s in self.services)
-        ]
+        # Every process of the stack runs under supervisord: each managed one is in its configuration.
+        self.programs = [s for s in svc.ALL if s.name in settings.stack.managed_services or s in self.services]
         self.supervisor = StackProcesses(settings, [p.name for p in self.programs])
         self.supervisord = self.supervisor.supervisord
         # Set when the command is interrupted: every wait for a service's health ends at its next poll.
@@ -155,7 +153,8 @@ class Stack:
         say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
         outcome: dict[str, str] = {}
         stores = [s for s in self.services if s.phase == 0]
-        self._up_phase(stores, outcome, say)
+        if stores:
+            self._up_supervised(stores, outcome, say)
         if self.whole_stack and stores:
             from infra.bootstrap import bootstrap
 
@@ -185,24 +184,6 @@ class Stack:
                 out.append((service.name, f"{service.name} runs at {_where(*was)}, these settings say {_where(*now)}"))
         return out
 
-    def _up_phase(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
-        to_start = []
-        for service in members:
-            if self.supervisor.process(service.name) is not None:
-                outcome[service.name] = "already running"
-            else:
-                to_start.append(service)
-        if to_start:
-            java = find_java(self.settings.stack.java_home)
-            for service in to_start:
-                self._preflight(service)
-            for service in to_start:
-                self._launch(service, java)
-                outcome[service.name] = "started"
-                record = self.supervisor.record(service.name)
-                say(f"{service.name}: started (pid {record.pid if record else '?'})")
-        self._await_all(members, outcome, say, self._await_healthy)
-
     def _await_all(self, members: list, outcome: dict[str, str], say: Callable[[str], None], wait) -> None:
         """Wait for every member concurrently; raise naming each that did not become healthy. An
         interrupt (Ctrl-C) ends every wait at its next poll, not at its deadline."""
@@ -227,21 +208,35 @@ class Stack:
             raise one_error(errors)
 
     def _up_supervised(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
-        """The platform's processes, under supervisord: started once, then restarted by it when they exit."""
+        """Processes under supervisord: started once, then restarted by it when they exit. (A store
+        an earlier release started with a pid file of its own runs on as it is until `down`.)"""
         with self.supervisord.lock():
             since = self._start_supervised(members, outcome, say)
-        self._await_all(members, outcome, say, lambda s: self._await_supervised(s, since))
+        self._await_all(
+            members,
+            outcome,
+            say,
+            lambda s: (
+                self._await_supervised(s, since) if self.supervisor.supervised(s.name) else self._await_healthy(s)
+            ),
+        )
 
     def _start_supervised(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> float:
         timeout = self.settings.stack.stop_timeout_s
+        unsupervised = set()  # stores an earlier release started with pid files of their own, running
         for service in members:  # a process started before the supervisor (its own pid file) moves under it
             if self.supervisor.pid_file(service.name).exists():
                 old = ProcessSupervisor.process(self.supervisor, service.name)
+                if old is not None and service.phase == 0:  # a store runs on until `down`
+                    outcome[service.name] = "already running"
+                    unsupervised.add(service.name)
+                    continue
                 if old is not None:
                     say(
                         f"{service.name}: runs outside the supervisor (pid {old.pid}); restarting it under the supervisor"
                     )
                 ProcessSupervisor.stop(self.supervisor, service.name, timeout)
+        members = [s for s in members if s.name not in unsupervised]
         if not self.supervisord.running() and os.environ.get(STATE_TAG) != str(self.settings.state_dir):
             # Processes of a supervisor that died (killed, say) run on without it: end them first.
             killed = self.supervisor.end_orphans(self.settings.stack.stop_timeout_s)
@@ -257,12 +252,16 @@ class Stack:
                     self._preflight(service)
                 except StackError as exc:
                     refused[service.name] = exc
+        if refused and len(refused) == len(members) and not self.supervisord.running():
+            raise one_error(list(refused.values()))  # nothing to start: no supervisor left behind either
         java = find_java(self.settings.stack.java_home)
         env = self._environment(java)
+        for p in self.programs:  # supervisord starts each in its directory
+            p.dirs(self.settings).root.mkdir(parents=True, exist_ok=True)
         programs = [
             Program(
                 p.name,
-                self.prepare(p, java),
+                p.command(self.settings, java),
                 p.dirs(self.settings).root,
                 {
                     "JAVA_HOME": env["JAVA_HOME"],
@@ -270,6 +269,7 @@ class Stack:
                     STATE_TAG: str(self.settings.state_dir),
                 },
                 p.stops,
+                store=p.phase == 0,
             )
             for p in self.programs
         ]
@@ -299,6 +299,7 @@ class Stack:
         for service in to_start:
             if service.name in refused:
                 continue
+            self.prepare(service, java)  # its configuration, rendered only for a start: a running one keeps its files
             self.supervisord.start(service.name)
             outcome[service.name] = "started"
             record = self.supervisor.record(service.name)
@@ -336,7 +337,8 @@ class Stack:
 
     def _loop_failure(self, service, entry: dict) -> StackError:
         last = entry.get("last_exit") or {}
-        tail = "\n".join(last.get("log_tail", []))
+        # More lines than the restart listener keeps: a JVM's cause sits above its stack trace.
+        tail = self.supervisor.tail(service.name, 60) or "\n".join(last.get("log_tail", []))
         causes = likely_causes(tail)
         return StackError(
             service.name,
@@ -366,19 +368,6 @@ class Stack:
         env.update(JAVA_HOME=str(java.home), LAMBDA_STATE_DIR=str(self.settings.state_dir))
         return env
 
-    def _launch(self, service: svc.Service, java: JavaRuntime) -> None:
-        from infra.store_logs import with_rolling_logs
-
-        command = with_rolling_logs(
-            service.name,
-            self.prepare(service, java),
-            service.dirs(self.settings).conf,
-            self.supervisor.log_file(service.name),
-            self.settings.stack.log_max_bytes,
-            self.settings.stack.log_backups,
-        )
-        self.supervisor.start(service.name, command, cwd=service.dirs(self.settings).root, env=self._environment(java))
-
     def prepare(self, service: svc.Service | svc.PlatformProcess, java: JavaRuntime) -> list[str]:
         """Render the service's configuration (and format its storage once); its command line."""
         dirs = service.dirs(self.settings)
@@ -387,7 +376,8 @@ class Stack:
         return service.command(self.settings, java)
 
     def _await_healthy(self, service: svc.Service) -> tuple[str, float]:
-        """Poll the service's probe until it answers; (what answered, seconds waited)."""
+        """Poll the probe of a store an earlier release started (its own pid file) until it answers;
+        (what answered, seconds waited)."""
         started = time.monotonic()
         deadline = started + service.timeout_s(self.settings)
         last_error = "no answer yet"
@@ -487,18 +477,18 @@ class Stack:
         running = {
             n for n, i in self.supervisord.all_info().items() if i["statename"] in ("RUNNING", "STARTING", "BACKOFF")
         }
-        platform = [s.name for s in self.services if s.phase > 0]
+        stores = [s.name for s in self.programs if s.phase == 0]  # stopped once what uses them is
+        asked = [s.name for s in self.services if s.name in running]
         with self.supervisord.lock():
             if self.whole_stack:
-                if self.supervisord.shutdown():
+                if self.supervisord.shutdown(last=stores):
                     say("supervisor: stopped, and every process it ran")
-            else:
-                for name in platform:
-                    if name in running:
-                        self.supervisord.stop(name)
-        for name in platform:
-            if name in running:
-                outcome[name] = "stopped"
+            elif asked:
+                self.supervisord.stop_at_once(last=stores, only=asked)
+                if self._nothing_supervised() and self.supervisord.shutdown():
+                    say("supervisor: stopped (no other process of the stack runs)")
+        for name in asked:
+            outcome[name] = "stopped"
         if self.whole_stack:  # what a supervisor that died left running, stopped before the stores it uses
             ended = self.supervisor.end_orphans(timeout)
             if ended:
@@ -534,6 +524,14 @@ class Stack:
             if killed:
                 say(f"ended {killed} orphaned process(es) of this state dir")
         return outcome
+
+    def _nothing_supervised(self) -> bool:
+        """supervisord answers, runs no program, and has no restart pending for one."""
+        info = self.supervisord.all_info()
+        if not info or any(i["statename"] in ("RUNNING", "STARTING", "BACKOFF", "STOPPING") for i in info.values()):
+            return False
+        known = read_status(self.settings.state_dir)["processes"]
+        return not any(known.get(name, {}).get("next_restart_at") for name in info)
 
     # --- status ------------------------------------------------------------------------------
 
@@ -583,7 +581,7 @@ class Stack:
                     service.name, True, proc.pid, rss, healthy, detail, time.time() - proc.create_time(), count, why
                 )
             )
-        if any(s.phase > 0 for s in self.services):
+        if any(self.supervisor.supervised(s.name) for s in self.services):
             result.append(self._supervisor_status())
         return result
 
@@ -597,17 +595,17 @@ class Stack:
                 None,
                 0.0,
                 False,
-                "not running: nothing restarts a platform process that exits (run `lambdactl up`)",
+                "not running: nothing restarts a process of the stack that exits (run `lambdactl up`)",
             )
         answers = self.supervisord.answering()
         listener = self.supervisord.listener_state() if answers else "UNKNOWN"
         detail = (
             "supervisord does not answer"
             if not answers
-            else f"supervisord runs, but its restart listener is {listener}: nothing restarts a platform process "
+            else f"supervisord runs, but its restart listener is {listener}: nothing restarts a process "
             "that exits (see logs/restarts.log; `lambdactl up` starts it again)"
             if listener not in ("RUNNING", "STARTING")  # BACKOFF: it exited; UNKNOWN: supervisord has no such program
-            else f"supervisord restarts the platform's processes, {budget.describe()}, backoff "
+            else f"supervisord restarts the stack's processes, {budget.describe()}, backoff "
             f"{budget.backoff_s:.0f}s doubling to {budget.backoff_max_s:.0f}s"
         )
         answers = answers and listener in ("RUNNING", "STARTING")

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import xmlrpc.client
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 NAME = "supervisor"  # its pid file and stdout: run/supervisor.pid, logs/supervisor.log
 LISTENER = "lambda-restarts"  # the event listener's name in supervisord
+# supervisord starts lower priorities first and stops them last (the platform's programs have its
+# default, 999): a supervisord stopped by a signal stops the platform's processes before the stores.
+STORE_PRIORITY = 100
 _MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to 107 bytes
 SESSION_LEADER = Path(__file__).with_name("session_leader.py")
 
@@ -50,6 +53,9 @@ class Program:
     directory: Path
     environment: Mapping[str, str]
     stops: str = "group"  # who its stop signal reaches: "group" or "program" (infra/session_leader.py)
+    # A store (Kafka, HDFS, HBase, Cassandra, a Spark cluster's daemons): supervisord starts it
+    # before, and stops it after, the platform's processes that use it.
+    store: bool = False
 
 
 def python_executable() -> str:
@@ -211,6 +217,7 @@ def render_config(settings: Settings, programs: Sequence[Program]) -> str:
             f"stdout_logfile={_logfile(logs / f'{program.name}.log')}",
             f"stdout_logfile_maxbytes={rotate['maxbytes']}",
             f"stdout_logfile_backups={rotate['backups']}",
+            *([f"priority={STORE_PRIORITY}"] if program.store else []),
             "",
         ]
     listener = [
@@ -430,20 +437,30 @@ class Supervisord:
                 # started again (a restart that came due) between the stop and the removal: again
         raise StackError(name, "supervisord kept starting it again while it was being taken out")
 
-    def shutdown(self) -> bool:
+    def shutdown(self, last: Collection[str] = ()) -> bool:
         """Stop supervisord and so every program it runs (each as a group); True if it ran. The
-        programs are asked to stop all at once first: supervisord stops them one after another, and
-        under load the later ones met the deadline below as a SIGKILL."""
-        self._stop_programs_at_once()
+        programs are asked to stop all at once first (those named in `last`, the stores, once the
+        others are stopped): supervisord stops them one after another, and under load the later
+        ones met the deadline below as a SIGKILL."""
+        self.stop_at_once(last)
         ran = self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
         socket_path(self.state_dir).unlink(missing_ok=True)
         return ran
 
-    def _stop_programs_at_once(self) -> None:
-        """Ask every running program to stop (each gets `stack.stop_timeout_s`, then supervisord's
-        SIGKILL), and wait until none runs. Asked again at each look: the restart listener still
-        runs, and restarts a program whose restart came due meanwhile. A supervisord that does not
-        answer is left to the stop."""
+    def stop_at_once(self, last: Collection[str] = (), only: Collection[str] | None = None) -> None:
+        """Ask every running program (of `only`, when given) to stop, those in `last` once the
+        others are stopped; each gets `stack.stop_timeout_s`, then supervisord's SIGKILL."""
+
+        def wanted(name: str) -> bool:
+            return only is None or name in only
+
+        self._stop_programs_at_once(lambda name: wanted(name) and name not in last)
+        self._stop_programs_at_once(wanted)
+
+    def _stop_programs_at_once(self, chosen: Callable[[str], bool]) -> None:
+        """Ask every chosen running program to stop, and wait until none runs. Asked again at each
+        look: the restart listener still runs, and restarts a program whose restart came due
+        meanwhile. A supervisord that does not answer is left to the stop."""
         if not self.answering():
             return
         deadline = time.monotonic() + self.settings.stack.stop_timeout_s + 10
@@ -453,7 +470,9 @@ class Supervisord:
                 running = [
                     info
                     for info in rpc.getAllProcessInfo()
-                    if info["name"] != LISTENER and info["statename"] in ("RUNNING", "STARTING", "BACKOFF", "STOPPING")
+                    if info["name"] != LISTENER
+                    and chosen(info["name"])
+                    and info["statename"] in ("RUNNING", "STARTING", "BACKOFF", "STOPPING")
                 ]
                 if not running:
                     return
@@ -473,8 +492,8 @@ class Supervisord:
 
 
 class StackProcesses(ProcessSupervisor):
-    """The processes of a state directory: the stores by their pid files, the platform's processes
-    through supervisord (a platform process still started the old way keeps its pid file)."""
+    """The processes of a state directory, through supervisord (a process started by an earlier
+    release with a pid file of its own is known by that file until it stops)."""
 
     def __init__(self, settings: Settings, programs: Sequence[str]) -> None:
         super().__init__(settings.state_dir)

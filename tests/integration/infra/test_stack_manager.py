@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -14,6 +15,7 @@ from infra.errors import StackError
 from infra.java import find_java
 from infra.process import STATE_TAG
 from infra.stack import Stack
+from stores import health
 
 
 def _free_port() -> int:
@@ -81,6 +83,36 @@ def test_down_leaves_no_process_behind(settings, tmp_path):
     assert isolated.down() == {"kafka": "was not running"}
 
 
+def test_a_store_that_dies_is_restarted_by_the_supervisor(settings, tmp_path):
+    # kill -9 of a store's JVM: the supervisor starts it again by itself, and it answers again.
+    own = _isolated_kafka(settings, tmp_path)
+    isolated = Stack(own, ["kafka"])
+    try:
+        assert isolated.up() == {"kafka": "started"}
+        first = isolated.supervisor.process("kafka")
+        assert first is not None
+        first.kill()
+        deadline = time.monotonic() + 120
+        again = None
+        while time.monotonic() < deadline:
+            again = isolated.supervisor.process("kafka")
+            if again is not None and again.pid != first.pid:
+                try:
+                    health.kafka(own)
+                    break
+                except Exception:  # still starting
+                    pass
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"kafka did not come back healthy within 120s (now: {again})")
+        [row] = [r for r in isolated.status() if r.name == "kafka"]
+        assert row.healthy and row.restarts == 1, row
+        assert "SIGKILL" in row.restart_detail, row
+    finally:
+        isolated.down()
+    assert _tagged(own.state_dir) == []
+
+
 def test_port_taken_is_reported_with_the_service_name(settings, tmp_path):
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
@@ -110,7 +142,7 @@ def test_service_that_dies_is_named_with_its_log_tail(settings, tmp_path):
             "heap_mb": 8,
             "health_timeout_s": 60,
         },
-        stack={"managed_services": ["kafka"]},
+        stack={"managed_services": ["kafka"], "restart_max": 0},
     )
     stack = Stack(own, ["kafka"])
     try:
@@ -119,7 +151,7 @@ def test_service_that_dies_is_named_with_its_log_tail(settings, tmp_path):
     finally:
         stack.down()
     assert err.value.service == "kafka"
-    assert "before becoming healthy" in err.value.reason
+    assert "keeps dying: the supervisor gave up" in err.value.reason
     assert "out of memory" in err.value.reason
     assert err.value.log_tail.strip()
 

@@ -1,86 +1,14 @@
-"""The JVM stores' logs rotate by size when the stack starts them: the rolling configurations made
-from infra/templates (unit), and Kafka, an HDFS namenode and Cassandra of their own, started with a
-tiny rotation size, rotating their logs for real (integration, on free ports in a temporary state dir)."""
+"""The JVM stores' logs rotate by size when the stack starts them: they log to the console, which the
+supervisor writes to `<state_dir>/logs/<name>.log` and rotates. Kafka, an HDFS namenode and Cassandra
+of their own, started with a tiny rotation size, rotate their logs for real (on free ports in a
+temporary state dir)."""
 
 from __future__ import annotations
 
 import socket
-import xml.etree.ElementTree as ET
-
-import pytest
 
 from definitions.settings import Settings
-from infra.services import TEMPLATES
 from infra.stack import Stack
-from infra.store_logs import log4j_rolling, logback_rolling, with_rolling_logs
-
-
-def _properties(text: str) -> dict[str, str]:
-    """Key → value as a properties file means it: the last line of a key wins."""
-    out = {}
-    for line in text.splitlines():
-        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
-            key, value = line.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
-
-
-@pytest.mark.parametrize("template", ["kafka/log4j.properties", "hadoop/log4j.properties"])
-def test_log4j_console_appenders_become_size_rotated_files(template, tmp_path):
-    console = (TEMPLATES / template).read_text()
-    props = _properties(log4j_rolling(console, tmp_path / "logs" / "x.log", 123_456, 4))
-    appenders = [a.strip() for a in props["log4j.rootLogger"].split(",")[1:]]
-    assert appenders
-    for name in appenders:
-        assert props[f"log4j.appender.{name}"] == "org.apache.log4j.RollingFileAppender"
-        assert props[f"log4j.appender.{name}.File"] == str(tmp_path / "logs" / "x.log")
-        assert props[f"log4j.appender.{name}.MaxFileSize"] == "123456"
-        assert props[f"log4j.appender.{name}.MaxBackupIndex"] == "4"
-        assert props[f"log4j.appender.{name}.layout"] == "org.apache.log4j.PatternLayout", "the layout is kept"
-    assert _properties(console).items() - props.items() == {
-        (f"log4j.appender.{n}", "org.apache.log4j.ConsoleAppender") for n in appenders
-    }, "nothing else changes"
-
-
-def test_logback_console_appender_becomes_a_size_rotated_file(tmp_path):
-    console = (TEMPLATES / "cassandra/logback.xml").read_text()
-    root = ET.fromstring(logback_rolling(console, tmp_path / "a&b" / "cassandra.log", 99_999, 30))
-    [appender] = root.findall("appender")
-    assert appender.get("class") == "ch.qos.logback.core.rolling.RollingFileAppender"
-    assert appender.findtext("file") == str(tmp_path / "a&b" / "cassandra.log")
-    assert appender.findtext("triggeringPolicy/maxFileSize") == "99999"
-    assert appender.findtext("triggeringPolicy/checkIncrement") == "0 milliseconds", "every event, not once a minute"
-    assert appender.findtext("rollingPolicy/maxIndex") == "20", "logback keeps at most 20 older files"
-    assert appender.findtext("encoder/pattern") == ET.fromstring(console).findtext("appender/encoder/pattern")
-    assert [r.get("ref") for r in root.findall("root/appender-ref")] == [appender.get("name")]
-
-
-def test_only_the_stores_command_line_points_at_the_rolling_configuration(tmp_path):
-    conf = tmp_path / "conf"
-    conf.mkdir()
-    (conf / "log4j.properties").write_text((TEMPLATES / "kafka/log4j.properties").read_text())
-    command = [
-        "java",
-        "-Xmx1m",
-        f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
-        "-cp",
-        "x",
-        "kafka.Kafka",
-        "a",
-    ]
-    rolled = with_rolling_logs("kafka", command, conf, tmp_path / "kafka.log", 20_000, 2)
-    assert rolled == [
-        "java",
-        "-Xmx1m",
-        f"-Dlog4j.configuration=file:{conf / 'log4j-kafka.properties'}",
-        "-cp",
-        "x",
-        "kafka.Kafka",
-        "a",
-    ]
-    assert (conf / "log4j-kafka.properties").is_file()
-    api = ["python", "-m", "api.server"]
-    assert with_rolling_logs("api", api, conf, tmp_path / "api.log", 20_000, 2) == api
 
 
 def _free_port() -> int:
