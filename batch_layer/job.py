@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 import psutil
 
 from batch_layer.heartbeat import beat_every_s, heartbeat
+from batch_layer.swap import _not_past_grace, _tables_kept, swap_version
 from batch_layer.tables import write_tables
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
@@ -51,11 +52,8 @@ from stores.pointer import (
     CutoffError,
     NotCoveredYet,
     PointerMoved,
-    advance,
     behind,
-    check_unmoved,
     run_basis,
-    run_tables,
 )
 from stores.registry import version_store
 
@@ -307,115 +305,6 @@ def _recorded_splits(version: int, name: str, recorded: object) -> list[bytes]:
         ) from None
 
 
-def _tables_kept(settings: Settings, version: int, run: dict) -> None:
-    """VerificationError naming the tables of `version` that are gone (dropped by retention)."""
-    missing = missing_tables(settings, run_tables(version, run))
-    if missing:
-        raise VerificationError(
-            f"version {version}'s tables {', '.join(missing)} were dropped (retention: a run verified over "
-            f"batch.retention_grace_s ago and never swapped, or one that served long ago); run the batch again"
-        )
-
-
-# A verified run swaps only this long before retention may drop its tables (stores.pointer.retention_plan).
-SWAP_MARGIN_MS = 60_000
-
-
-def _not_past_grace(settings: Settings, version: int, run: dict) -> None:
-    """A verified run whose grace period is (nearly) over is refused: retention, in any process, may
-    drop its tables between this check and the swap."""
-    # Its last beat too (retention counts it: stores.pointer.retention_plan): a `--verify` scan beats.
-    since = max(run.get("started_ms", 0) or 0, run.get("verified_ms", 0) or 0, run.get("heartbeat_ms", 0) or 0)
-    if time.time() * 1000 - since > settings.batch.retention_grace_s * 1000 - SWAP_MARGIN_MS:
-        raise VerificationError(
-            f"version {version} was verified over batch.retention_grace_s ({settings.batch.retention_grace_s}s) "
-            "ago and never swapped: retention may have dropped its tables, or may drop them at any time; run "
-            "the batch again"
-        )
-
-
-def swap_version(settings: Settings, version: int) -> Pointer:
-    """Move the entries of the views a verified version recomputed to its tables — compare-and-set;
-    PointerMoved if the pointer moved since its run read it in a way that changed what the run
-    planned against (stores.pointer.check_unmoved), VerificationError if its tables were dropped —
-    then apply retention."""
-    store = version_store(settings)
-    runs = store.runs()  # before the pointer: a run live here and not named by it was replaced
-    run = runs.get(version)
-    if run is None or run.get("state") not in ("verified", "live", "retired"):
-        raise VerificationError(f"version {version} cannot serve: its run is {run.get('state') if run else 'unknown'}")
-    current = store.pointer()
-    # Only its own swap names its version: any view of it served means that swap landed (a manual
-    # run may have replaced other views of it since, before this retry of the swap).
-    serving = [n for n in run["views"] if current is not None and (e := current.entry(n)) and e.version == version]
-    served = current if serving else None
-    if serving and len(serving) < len(run["views"]):
-        log.info("version %d serves %s already (its swap landed; later runs replaced the others)", version, serving)
-    if run["state"] != "verified":
-        if served is not None:
-            _retain(settings, store)
-            return served  # it serves already: swapping it again changes nothing
-        raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
-    if served is not None:  # its swap moved the pointer, and its process ended before recording so
-        _record_completed_swap(store, runs, served, version)
-        _retain(settings, store)
-        return served
-    _tables_kept(settings, version, run)
-    check_unmoved(current, run.get("based_on"), version, run.get("basis"))
-    _not_past_grace(settings, version, run)  # refused at once when it is over already
-    maintained = _speed_layer_maintains(settings) if run.get("full") else ()  # WebHDFS: may take seconds
-    pointer = advance(
-        current,
-        version=version,
-        run_id=run["run_id"],
-        cutoff_ms=run["cutoff_ms"],
-        views=run["views"],
-        full=bool(run.get("full")),
-        stats=run.get("stats", {}),
-        now_ms=int(time.time() * 1000),
-        maintained=maintained,
-    )
-    _not_past_grace(settings, version, run)  # and again right before the compare-and-set
-    store.swap(current, pointer)
-    _retain(settings, store)
-    return pointer
-
-
-def _retain(settings: Settings, store) -> None:
-    """Retention after a swap: the swap is done whatever it meets (a failure leaves old tables,
-    which the next swap drops), so it never fails the run that swapped."""
-    try:
-        store.retain(settings.batch.keep_versions)
-    except Exception as exc:
-        log.warning("retention after the swap failed (%s: %s); the next swap tries again", type(exc).__name__, exc)
-
-
-def _record_completed_swap(store, runs: dict[int, dict], served: Pointer, version: int) -> None:
-    """Record what the swap of `version`, whose compare-and-set moved the pointer to `served` but
-    whose process ended before recording it, would have: the run serves, and the runs it replaced
-    are retired — those `runs` (read before `served`) has as live that `served` does not name."""
-    # When it landed is not known, only that it was before now: the clean-up settles from now.
-    store.record_run(version, state="live", swapped_ms=served.swapped_ms, swap_landed_ms=int(time.time() * 1000))
-    for replaced, record in runs.items():
-        if record.get("state") == "live" and replaced not in served.versions():
-            store.record_run(replaced, state="retired")
-
-
-def _speed_layer_maintains(settings: Settings) -> set[str] | None:
-    """The storage names the speed layer maintains, as its marker says now (None: a marker of older
-    code, which does not list them). A full run keeps their entries (stores.pointer.advance)."""
-    try:
-        marker = checkpoints.read_marker(settings)
-    except Exception as exc:  # HDFS unreadable: refuse the swap, changing nothing, rather than guess
-        raise CutoffError(
-            f"the speed layer's marker cannot be read ({type(exc).__name__}: {exc}): nothing was changed; "
-            "swap again once HDFS answers"
-        ) from None
-    if marker is None:
-        return set()
-    return None if marker.views is None else set(marker.views)
-
-
 def parse_cutoff(text: str) -> int:
     """An ISO cutoff → epoch ms (an argparse type: the error says what is wrong; the boundary is
     checked later)."""
@@ -445,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     except (CutoffError, PointerMoved) as exc:
         log.error("%s", exc)
         return 2
+    except Exception as exc:  # a verification, a store that does not answer: one line (the traceback at debug)
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")
+        log.error("batch failed: %s: %s", type(exc).__name__, first)
+        log.debug("batch failed", exc_info=True)
+        return 1
     if result.skipped:
         log.info("skipped: %s", result.skipped)
     return 0

@@ -182,7 +182,7 @@ class BatchSettings(_Section):
     # Retention leaves the tables of a run in flight (writing, or verified and not swapped yet)
     # alone for this long after it started, verified or last beat (a writing run records a heartbeat
     # at least every minute); a killed run's tables go at the first swap after it. At least 10 min:
-    # a verified run swaps only while a minute of its grace is left (batch_layer.job.SWAP_MARGIN_MS),
+    # a verified run swaps only while a minute of its grace is left (batch_layer.swap.SWAP_MARGIN_MS),
     # so under one no run would ever swap.
     retention_grace_s: int = Field(3_600, ge=600)
     put_batch_size: int = Field(2_000, ge=1)

@@ -150,8 +150,12 @@ class VersionStore:
                     f"generation {expected.generation if expected else 0}, found {found}. Nothing was "
                     f"changed; run the batch again to recompute on top of the pointer as it is now."
                 )
-            # For readers still running the single-cutoff code; nothing new reads these columns.
-            meta.put(layout.POINTER_ROW, new.legacy_columns())
+            # For readers still running the single-cutoff code; nothing new reads these columns, and
+            # the swap is done whether they are written or not.
+            try:
+                meta.put(layout.POINTER_ROW, new.legacy_columns())
+            except Exception as exc:
+                log.warning("the pointer moved; its single-cutoff columns were not written (%s)", type(exc).__name__)
         finally:
             conn.close()
 
@@ -162,11 +166,21 @@ class VersionStore:
         landed it later; the clean-up's settle counts from the later). A move that keeps the version
         (retiring bookkeeping, a switch) records nothing for it: it re-marked a dropped run live."""
         self.compare_and_set(current, new)
-        if current is None or new.version != current.version:
-            landed_ms = int(time.time() * 1000)
-            self.record_run(new.version, state="live", swapped_ms=new.swapped_ms, swap_landed_ms=landed_ms)
-        for version in (current.versions() if current is not None else set()) - new.versions():
-            self.record_run(version, state="retired")
+        landed_ms = int(time.time() * 1000)
+        try:  # the swap is done: records that fail now (a Thrift timeout) do not undo it
+            if current is None or new.version != current.version:
+                self.record_run(new.version, state="live", swapped_ms=new.swapped_ms, swap_landed_ms=landed_ms)
+            for version in (current.versions() if current is not None else set()) - new.versions():
+                self.record_run(version, state="retired")
+        except Exception as exc:
+            log.warning(
+                "version %d serves (the pointer moved), but its run records were not updated (%s: %s): "
+                "`lambdactl batch --swap %d` records them",
+                new.version,
+                type(exc).__name__,
+                exc,
+                new.version,
+            )
         moved = sorted(name for name, e in new.entries.items() if e.version == new.version)
         cutoff = new.entries[moved[0]].cutoff_ms if moved else 0
         log.info(

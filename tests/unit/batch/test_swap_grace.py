@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from batch_layer import job
+from batch_layer import job, swap
 from stores.batch_writer import VerificationError
 
 
@@ -30,21 +30,21 @@ def verified_run(**extra) -> dict:
 
 def test_the_grace_is_checked_after_the_slow_reads_right_before_the_swap(settings, monkeypatch):
     clock = {"ms": 0}
-    monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
+    monkeypatch.setattr(swap, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
     swaps: list = []
     run = verified_run()
     store = SimpleNamespace(runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: swaps.append(a))
-    monkeypatch.setattr(job, "version_store", lambda s: store)
-    monkeypatch.setattr(job, "_tables_kept", lambda *a: None)
-    monkeypatch.setattr(job, "check_unmoved", lambda *a: None)
+    monkeypatch.setattr(swap, "version_store", lambda s: store)
+    monkeypatch.setattr(swap, "_tables_kept", lambda *a: None)
+    monkeypatch.setattr(swap, "check_unmoved", lambda *a: None)
 
     def slow_marker_read(s):  # the grace runs out while the marker is read
         clock["ms"] += settings.batch.retention_grace_s * 1000
         return ["page_views"]
 
-    monkeypatch.setattr(job, "_speed_layer_maintains", slow_marker_read)
+    monkeypatch.setattr(swap, "_speed_layer_maintains", slow_marker_read)
     with pytest.raises(VerificationError, match="retention may have dropped its tables"):
-        job.swap_version(settings, 5)
+        swap.swap_version(settings, 5)
     assert swaps == [], "nothing swapped"
 
 
@@ -52,7 +52,8 @@ def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ah
     """The DAG's verify task scans every table again (no counter, no beat): over a large history it
     outlasted batch.retention_grace_s, and the swap after it was refused on every run."""
     clock = {"ms": 0}
-    monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
+    for module in (job, swap):
+        monkeypatch.setattr(module, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
     grace_ms = settings.batch.retention_grace_s * 1000
     run = verified_run(stats={"tables": {"page_views": {"rows": 1, "cells": 1, "total": 1}}})
     beats: list[int] = []
@@ -65,9 +66,10 @@ def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ah
     store = SimpleNamespace(
         runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: swaps.append(a), record_run=record_run
     )
-    monkeypatch.setattr(job, "version_store", lambda s: store)
-    monkeypatch.setattr(job, "_tables_kept", lambda *a: None)
-    monkeypatch.setattr(job, "check_unmoved", lambda *a: None)
+    for module in (job, swap):
+        monkeypatch.setattr(module, "version_store", lambda s: store)
+        monkeypatch.setattr(module, "_tables_kept", lambda *a: None)
+    monkeypatch.setattr(swap, "check_unmoved", lambda *a: None)
     monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
     monkeypatch.setattr(job, "TableStats", lambda **kw: kw)
     monkeypatch.setattr(job, "beat_every_s", lambda grace_s: 0.01)
@@ -81,12 +83,12 @@ def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ah
         scanned.append(args[1])
 
     monkeypatch.setattr(job, "verify_table", long_scan)
-    monkeypatch.setattr(job, "_speed_layer_maintains", lambda s: ["page_views"])
-    monkeypatch.setattr(job, "_retain", lambda *a: None)
+    monkeypatch.setattr(swap, "_speed_layer_maintains", lambda s: ["page_views"])
+    monkeypatch.setattr(swap, "_retain", lambda *a: None)
     job.verify_version(settings, 5)
     assert beats[0] == 0, "a beat before the scan begins"
     assert scanned == ["page_views_v5"] and beats[-1] == 2 * grace_ms, "checked now: the grace runs from here"
-    job.swap_version(settings, 5)
+    swap.swap_version(settings, 5)
     assert len(swaps) == 1
 
     clock["ms"] += 2 * grace_ms  # verified long ago, never swapped: not scanned again
@@ -112,12 +114,12 @@ def test_a_retried_swap_whose_first_landed_before_a_partial_run_replaced_one_vie
         swap=lambda *a: pytest.fail("swapped again"),
         record_run=lambda version, **fields: recorded.append((version, fields.get("state"))),
     )
-    monkeypatch.setattr(job, "version_store", lambda s: store)
-    monkeypatch.setattr(job, "_retain", lambda *a: None)
-    assert job.swap_version(settings, 5) is pointer
+    monkeypatch.setattr(swap, "version_store", lambda s: store)
+    monkeypatch.setattr(swap, "_retain", lambda *a: None)
+    assert swap.swap_version(settings, 5) is pointer
     assert recorded == [(5, "live"), (4, "retired")]
     run["state"] = "live"  # and once recorded, a retry is done too
-    assert job.swap_version(settings, 5) is pointer
+    assert swap.swap_version(settings, 5) is pointer
 
 
 def test_a_run_loading_by_puts_still_removes_the_hfiles_a_killed_bulk_run_left(settings, monkeypatch):
@@ -148,7 +150,8 @@ def test_a_verify_of_a_version_the_pointer_names_is_no_swap_to_come_whatever_its
     from stores.pointer import Pointer, ViewEntry
 
     clock = {"ms": 10 * settings.batch.retention_grace_s * 1000}
-    monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
+    for module in (job, swap):
+        monkeypatch.setattr(module, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
     run = {
         "state": "verified",
         "views": ["page_views"],

@@ -67,3 +67,21 @@ def test_logs_of_no_lines_or_a_name_that_is_no_service(tmp_path):
     args = build_parser().parse_args(["logs", "../../etc/x"])
     with pytest.raises(StackError, match="not a service name"):
         cmd_logs(None, args)  # type: ignore[arg-type]
+
+
+def test_the_batch_jobs_own_entry_point_says_a_failure_on_one_line(monkeypatch, capsys, caplog):
+    """`spark-submit batch_layer/job.py`: a failure the job does not name (a verification, a store
+    that does not answer) is one line with exit 1, not a traceback."""
+    from batch_layer import job
+    from stores.batch_writer import VerificationError
+
+    def failing(*args, **kwargs):
+        raise VerificationError("page_views_v7: 3 rows, expected 4\n  at some.Frame(Frame.java:1)")
+
+    monkeypatch.setattr(job, "run_batch", failing)
+    monkeypatch.setattr(job, "configure_from", lambda *a: None)
+    with caplog.at_level("ERROR"):
+        assert job.main([]) == 1
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "VerificationError: page_views_v7: 3 rows, expected 4" in line and "Frame" not in line, line
+    assert "Traceback" not in capsys.readouterr().err

@@ -67,3 +67,18 @@ def test_the_clean_up_settles_from_when_the_swap_landed(monkeypatch):
     slept.clear()
     batch.settle_after_swap(settings, pointer)
     assert slept == [pytest.approx(settings.batch.cleanup_settle_s - 16)]
+
+
+def test_a_swap_that_landed_is_not_failed_by_its_bookkeeping(store, monkeypatch, caplog):
+    # The compare-and-set moved the pointer; the run records after it then time out. The swap is
+    # done (the version serves): the caller hears success, and the log says what is not recorded.
+    def timing_out(version, **fields):
+        raise TimeoutError("Thrift read timed out")
+
+    monkeypatch.setattr(store, "record_run", timing_out)
+    first = _pointer(1)
+    with caplog.at_level("WARNING"):
+        store.swap(None, first)
+        store.swap(first, _pointer(2, first))
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and all("serves" in w and "--swap" in w for w in warned), warned
