@@ -146,6 +146,55 @@ def wait_for_speed_layer(settings: Settings, ingest_ms: int, timeout_s: float = 
 BUCKETS_NOT_COMPUTED = "ingest_buckets_not_computed"
 
 
+def later_copies(chains, window_us: int):
+    """Each later copy of a chain (column `c`: an event's copies as structs t (µs), p, o, sorted):
+    kafka_partition, kafka_offset, gap_us (from the last copy counted before it) and recount (more
+    than `window_us` after it: counted again).
+
+    Linear in a chain's length: a fold that appended a mark per copy to its accumulator copied the
+    array at each step, and one event_id sent 100,000 times kept the report from ever finishing. The
+    fold now keeps only the counted copies (each over the de-duplication window after the one
+    before it: as few as the chain's span allows), and each copy is marked from them."""
+    from pyspark.sql import functions as F
+
+    indexed = chains.select(
+        F.transform(
+            "c", lambda x, i: F.struct(x["t"].alias("t"), x["p"].alias("p"), x["o"].alias("o"), i.alias("i"))
+        ).alias("c")
+    )
+    rest = F.slice("c", 2, F.size("c") - 1)
+    counted_type = "array<struct<i:int,t:bigint>>"
+
+    def step(acc, x):
+        beyond = (x["t"] - acc["ref"]) > F.lit(window_us)
+        return F.struct(
+            F.when(beyond, x["t"]).otherwise(acc["ref"]).alias("ref"),
+            F.when(beyond, F.concat(acc["n"], F.array(F.struct(x["i"].alias("i"), x["t"].alias("t")))))
+            .otherwise(acc["n"])
+            .alias("n"),
+        )
+
+    first = F.col("c")[0]
+    start = F.struct(
+        first["t"].alias("ref"),
+        F.array(F.struct(first["i"].alias("i"), first["t"].alias("t"))).cast(counted_type).alias("n"),
+    )
+    counted = indexed.select("c", F.aggregate(rest, start, step)["n"].alias("n"))
+
+    def mark(x):
+        before = F.filter("n", lambda r: r["i"] < x["i"])
+        return F.struct(
+            x["p"].alias("p"),
+            x["o"].alias("o"),
+            (x["t"] - F.array_max(F.transform(before, lambda r: r["t"]))).alias("gap_us"),
+            F.exists("n", lambda r: r["i"] == x["i"]).alias("recount"),
+        )
+
+    return counted.select(F.explode(F.transform(rest, mark)).alias("x")).select(
+        F.col("x.p").alias("kafka_partition"), F.col("x.o").alias("kafka_offset"), "x.gap_us", "x.recount"
+    )
+
+
 def batch_cells(
     settings: Settings, spark, views: list[View], start_ms: int, end_ms: int, cells_from_s: int | None = None
 ) -> tuple[dict[CellId, BatchCell], dict]:
@@ -187,20 +236,7 @@ def batch_cells(
         )
         .where(F.size("c") > 1)
     )
-    marked_type = "array<struct<p:int,o:bigint,gap_us:bigint,recount:boolean>>"
-
-    def step(acc, x):
-        gap = x["t"] - acc["ref"]
-        beyond = gap > F.lit(window_us)
-        mark = F.struct(x["p"].alias("p"), x["o"].alias("o"), gap.alias("gap_us"), beyond.alias("recount"))
-        return F.struct(
-            F.when(beyond, x["t"]).otherwise(acc["ref"]).alias("ref"), F.concat(acc["out"], F.array(mark)).alias("out")
-        )
-
-    start = F.struct(F.col("c")[0]["t"].alias("ref"), F.array().cast(marked_type).alias("out"))
-    later = chains.select(
-        F.explode(F.aggregate(F.slice("c", 2, F.size("c") - 1), start, step)["out"]).alias("x")
-    ).select(F.col("x.p").alias("kafka_partition"), F.col("x.o").alias("kafka_offset"), "x.gap_us", "x.recount")
+    later = later_copies(chains, window_us)
     tagged = (
         in_window.join(later, ["kafka_partition", "kafka_offset"], "left")
         .withColumn(
