@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
 import re
 import shutil
 import time
@@ -169,14 +170,30 @@ def _load_folder(settings: Settings, name: str):
     root = _folders(settings)
     root.mkdir(parents=True, exist_ok=True)
     folder = root / name
-    with open(folder.with_name(name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(folder.with_name(name + ".lock")):
         try:
             folder.mkdir()
             yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
             folder.with_name(name + ".lock").unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on the file at `path`, as it is once locked: a sweep may take the lock
+    between the open and the lock, and remove the file (it found no folder yet). A lock on a file
+    no longer at `path` is dropped, and the file made again."""
+    while True:
+        with open(path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if os.fstat(lock.fileno()).st_ino != os.stat(path).st_ino:
+                    continue
+            except FileNotFoundError:
+                continue
+            yield
+            return
 
 
 def sweep_leftovers(settings: Settings) -> list[Path]:

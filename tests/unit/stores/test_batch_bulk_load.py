@@ -138,3 +138,28 @@ def test_a_killed_runs_hfile_folders_are_swept_and_live_ones_kept(tmp_path):
         live.communicate("\n", timeout=30)
     assert sorted(p.name for p in root.iterdir()) == ["foreign"], "a load's folder and lock go when it ends"
     assert bulk.sweep_leftovers(Settings(state_dir=tmp_path / "nothing-here")) == []
+
+
+def test_a_lock_file_a_sweep_removed_before_the_load_locked_it_is_made_again(tmp_path, monkeypatch):
+    """A load opens `<folder>.lock`; before it locks it, another run's sweep takes the free lock and
+    removes the file. The load then held a lock on a file no one can see: its folder had no lock
+    file, and a kill -9 left its HFiles for good (the sweep leaves folders without one alone)."""
+    import fcntl
+
+    settings = Settings(state_dir=tmp_path)
+    real_flock = fcntl.flock
+    raced = []
+
+    def flock_after_a_sweep(handle, flags):
+        if not raced:  # the first lock the load takes: a sweep runs just before it
+            raced.append(True)
+            bulk.sweep_leftovers(settings)
+        return real_flock(handle, flags)
+
+    monkeypatch.setattr(bulk.fcntl, "flock", flock_after_a_sweep)
+    with bulk._load_folder(settings, "page_views_v9-minute-x") as folder:
+        lock_file = folder.with_name(folder.name + ".lock")
+        assert raced and lock_file.exists(), "the load's lock file is there while it runs"
+        monkeypatch.setattr(bulk.fcntl, "flock", real_flock)
+        assert bulk.sweep_leftovers(settings) == [] and folder.is_dir(), "its lock is held: the folder stays"
+    assert not folder.exists() and not lock_file.exists()
