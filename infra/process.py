@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,14 +185,26 @@ class ProcessSupervisor:
                 continue
         return found
 
-    def end_orphans(self, timeout_s: float) -> int:
+    def end_orphans(self, timeout_s: float, last: Collection[str] = (), only: Collection[str] | None = None) -> int:
         """End what orphans() finds; how many. Each program of a supervisor that died runs under a
         wrapper (infra/session_leader.py), which gets SIGTERM and passes it on as the supervisor's
         stop would (to the program's group, or the program alone), then ends the group itself. A
         session with no wrapper left gets SIGTERM through its leader's group; a process whose session
-        has no leader left gets it alone. What still runs after `timeout_s` gets SIGKILL."""
+        has no leader left gets it alone. What still runs after `timeout_s` gets SIGKILL. The
+        sessions of the programs named in `last` (the stores) are ended once the others are; with
+        `only`, just the orphans of the programs it names."""
         orphans = self.orphans()
-        wrapper_path = str(Path(__file__).with_name("session_leader.py"))
+        if only is not None:
+            theirs = _of_programs(orphans, set(only))
+            orphans = [p for p in orphans if p.pid in theirs]
+        later = _of_programs(orphans, set(last))
+        first = [p for p in orphans if p.pid not in later]
+        return self._end(first, timeout_s) + self._end([p for p in orphans if p.pid in later], timeout_s)
+
+    def _end(self, orphans: list[psutil.Process], timeout_s: float) -> int:
+        if not orphans:
+            return 0
+        wrapper_path = str(WRAPPER)
         wrappers = {proc.pid for proc in orphans if _cmdline(proc)[2:3] == [wrapper_path]}
         wrapped: set[int] = set()  # the programs the wrappers run: each leads its session and group
         groups: set[int] = set()  # the groups of session leaders no wrapper runs: signalled as a group
@@ -234,6 +246,35 @@ class ProcessSupervisor:
 
     def tail(self, name: str, lines: int = 40) -> str:
         return tail_file(self.log_file(name), lines)
+
+
+WRAPPER = Path(__file__).with_name("session_leader.py")
+
+
+def _session(proc: psutil.Process) -> int | None:
+    try:
+        return os.getsid(proc.pid)
+    except OSError:
+        return None
+
+
+def _of_programs(procs: list[psutil.Process], names: set[str]) -> set[int]:
+    """The pids among `procs` that belong to the programs named in `names`: their wrappers
+    (`infra/session_leader.py NAME …`, in the supervisor's session) and everything in the session
+    each wrapper's program leads."""
+    wrappers = set()
+    for proc in procs:
+        argv = _cmdline(proc)
+        if argv[2:3] == [str(WRAPPER)] and argv[3:4] and argv[3] in names:
+            wrappers.add(proc.pid)
+    sessions = set()
+    for proc in procs:
+        try:
+            if proc.ppid() in wrappers:
+                sessions.add(proc.pid)  # the program leads a session of its own
+        except psutil.Error:
+            continue
+    return wrappers | {p.pid for p in procs if _session(p) in sessions}
 
 
 def tail_file(path: Path, lines: int = 40) -> str:

@@ -100,7 +100,10 @@ class Stack:
         # Seconds each service took to become healthy in the last `up` (started services only).
         self.ready_after: dict[str, float] = {}
         # Every process of the stack runs under supervisord: each managed one is in its configuration.
-        self.programs = [s for s in svc.ALL if s.name in settings.stack.managed_services or s in self.services]
+        # (A Spark cluster's daemons too: a stack of some services only must not take them out of it.)
+        kept = {*settings.stack.managed_services, *cluster_services(settings)}
+        self.programs = [s for s in svc.ALL if s.name in kept or s in self.services]
+        self.store_names = [s.name for s in self.programs if s.phase == 0]
         self.supervisor = StackProcesses(settings, [p.name for p in self.programs])
         self.supervisord = self.supervisor.supervisord
         # Set when the command is interrupted: every wait for a service's health ends at its next poll.
@@ -239,7 +242,11 @@ class Stack:
         members = [s for s in members if s.name not in unsupervised]
         if not self.supervisord.running() and os.environ.get(STATE_TAG) != str(self.settings.state_dir):
             # Processes of a supervisor that died (killed, say) run on without it: end them first.
-            killed = self.supervisor.end_orphans(self.settings.stack.stop_timeout_s)
+            killed = self.supervisor.end_orphans(
+                self.settings.stack.stop_timeout_s,
+                last=self.store_names,
+                only=None if self.whole_stack else [s.name for s in self.services],
+            )
             if killed:
                 say(f"the supervisor was not running: ended {killed} process(es) it had left behind")
         # Checked before the configuration is applied (which stops the programs whose entries changed)
@@ -417,6 +424,7 @@ class Stack:
         process it left behind may still run)."""
         if not any(p.name == name for p in self.programs):
             raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
+        self._refuse_unsupervised(name)
         if not self.supervisord.answering():
             raise StackError(
                 name,
@@ -435,6 +443,7 @@ class Stack:
         service = next((p for p in self.programs if p.name == name), None)
         if service is None:
             raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
+        self._refuse_unsupervised(name)
         self.cancelled.clear()
         # Under the stack lock: an `up` or `down` in another shell is not undone half-way. (Callers
         # holding views.lock take it first: lambdactl views apply, lambdactl reset-speed.)
@@ -465,6 +474,16 @@ class Stack:
             self.supervisord.start(name)
         return self._await_supervised(service, since)[1]
 
+    def _refuse_unsupervised(self, name: str) -> None:
+        """StackError when `name` runs outside the supervisor (a store an earlier release started
+        with a pid file of its own): starting it under the supervisor would run it twice."""
+        if not self.supervisor.supervised(name) and self.supervisor.process(name) is not None:
+            raise StackError(
+                name,
+                "runs outside the supervisor (started by an earlier release): `lambdactl down`, then `lambdactl up` "
+                "starts it under the supervisor",
+            )
+
     def down(self, on_progress: Callable[[str], None] | None = None) -> dict[str, str]:
         say = on_progress or (lambda msg: log.info("%s", msg))
         with stack_lock(self.settings.state_dir, say):
@@ -477,7 +496,7 @@ class Stack:
         running = {
             n for n, i in self.supervisord.all_info().items() if i["statename"] in ("RUNNING", "STARTING", "BACKOFF")
         }
-        stores = [s.name for s in self.programs if s.phase == 0]  # stopped once what uses them is
+        stores = self.store_names  # stopped once what uses them is
         asked = [s.name for s in self.services if s.name in running]
         with self.supervisord.lock():
             if self.whole_stack:
@@ -490,7 +509,7 @@ class Stack:
         for name in asked:
             outcome[name] = "stopped"
         if self.whole_stack:  # what a supervisor that died left running, stopped before the stores it uses
-            ended = self.supervisor.end_orphans(timeout)
+            ended = self.supervisor.end_orphans(timeout, last=self.store_names)
             if ended:
                 say(f"stopped {ended} process(es) a supervisor that is gone had left running")
         members = list(self.services)
@@ -520,7 +539,7 @@ class Stack:
             if outcome[name] == "stopped":
                 say(f"{name}: stopped")
         if self.whole_stack:
-            killed = self.supervisor.end_orphans(timeout)
+            killed = self.supervisor.end_orphans(timeout, last=self.store_names)
             if killed:
                 say(f"ended {killed} orphaned process(es) of this state dir")
         return outcome

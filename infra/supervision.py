@@ -335,7 +335,7 @@ class Supervisord:
             # Applied whatever the file says: an `up` stopped half-way through an update (after the
             # file was written, between removing a program and adding it back) left supervisord
             # without that program, and the file unchanged since.
-            changed = self._update()
+            changed = self._update(last=[p.name for p in programs if p.store])
             self._ensure_listener()
             return "updated" if changed else "unchanged"
         if self.running():  # alive but not answering: start afresh
@@ -381,11 +381,14 @@ class Supervisord:
             time.sleep(0.2)
         return False
 
-    def _update(self) -> bool:
+    def _update(self, last: Collection[str] = ()) -> bool:
         """Bring supervisord's programs in line with the configuration file (what `supervisorctl
-        update` does: it compares the file with the programs supervisord runs); whether any changed."""
+        update` does: it compares the file with the programs supervisord runs); whether any changed.
+        The programs whose entries changed or went are stopped first, those in `last` (the stores)
+        once the others are: supervisord lists them lowest priority, so stores, first."""
         rpc = self.rpc(timeout_s=self.settings.stack.stop_timeout_s + 30)
         [[added, changed, removed]] = rpc.reloadConfig()
+        self.stop_at_once(last=last, only=[*changed, *removed])
         for name in (*changed, *removed):
             rpc.stopProcessGroup(name)
             rpc.removeProcessGroup(name)
@@ -441,9 +444,18 @@ class Supervisord:
         """Stop supervisord and so every program it runs (each as a group); True if it ran. The
         programs are asked to stop all at once first (those named in `last`, the stores, once the
         others are stopped): supervisord stops them one after another, and under load the later
-        ones met the deadline below as a SIGKILL."""
+        ones met the deadline below as a SIGKILL. A supervisord that does not answer is killed
+        alone: its programs run on, for the caller to stop in order (ProcessSupervisor.end_orphans)."""
+        killed = False
+        if self.running() and not self.answering():
+            proc = self.procs.process(NAME)
+            if proc is not None:
+                log.warning("supervisord (pid %d) does not answer: killing it alone", proc.pid)
+                proc.kill()
+                psutil.wait_procs([proc], timeout=10)
+                killed = True
         self.stop_at_once(last)
-        ran = self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
+        ran = self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15) or killed
         socket_path(self.state_dir).unlink(missing_ok=True)
         return ran
 

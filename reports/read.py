@@ -151,10 +151,12 @@ def later_copies(chains, window_us: int):
     kafka_partition, kafka_offset, gap_us (from the last copy counted before it) and recount (more
     than `window_us` after it: counted again).
 
-    Linear in a chain's length: a fold that appended a mark per copy to its accumulator copied the
-    array at each step, and one event_id sent 100,000 times kept the report from ever finishing. The
-    fold now keeps only the counted copies (each over the de-duplication window after the one
-    before it: as few as the chain's span allows), and each copy is marked from them."""
+    A fold that appended a mark per copy to its accumulator copied the array at each step (the
+    square of a chain's length: one event_id sent 100,000 times kept the report from ever
+    finishing). The fold now keeps only the counted copies, and each copy is marked from them: the
+    work is a chain's length times its counted copies. Those are each over the de-duplication
+    window after the one before, in ingest time (Kafka's LogAppendTime: no producer sets it), so a
+    chain's span in real time bounds them, not how many copies a producer sends at once."""
     from pyspark.sql import functions as F
 
     indexed = chains.select(

@@ -174,8 +174,9 @@ class VersionStore:
                 self.record_run(version, state="retired")
         except Exception as exc:
             log.warning(
-                "version %d serves (the pointer moved), but its run records were not updated (%s: %s): "
-                "`lambdactl batch --swap %d` records them",
+                "version %d serves (the pointer moved), but its run records were not all updated (%s: %s); "
+                "while its own still says verified, `lambdactl batch --swap %d` records them (the others "
+                "only say which runs served: retention keeps what the pointer names either way)",
                 new.version,
                 type(exc).__name__,
                 exc,

@@ -129,6 +129,30 @@ def test_killed_processes_come_back_by_themselves_and_answers_stay_exact(setting
         assert row["state"] == "RUNNING" and not row["gave_up"] and "log_tail" not in row, row
 
 
+def test_killed_stores_come_back_by_themselves_and_answers_stay_exact(settings, stack):
+    """A store is a program of the supervisor like any other: Cassandra killed while traffic
+    streams in, then Kafka, each runs again by itself, and the merged answers are exact after."""
+    for name in ("cassandra", "kafka"):
+        assert stack.supervisor.supervised(name), f"{name} runs under the supervisor (run `lambdactl up` once)"
+    config = GeneratorConfig(
+        seed=fresh_seed(),
+        count=2_000,
+        rate=200,
+        pages=25,
+        url_prefix=f"/heal-store-{uuid.uuid4().hex[:8]}",
+        duplicate_fraction=0.05,
+    )
+    result: dict = {}
+    producer = threading.Thread(target=lambda: result.setdefault("sent", send(settings, config)))
+    producer.start()
+    took = {"cassandra": _kill_and_time(settings, stack, "cassandra")}
+    producer.join(300)
+    took["kafka"] = _kill_and_time(settings, stack, "kafka")
+    after = send(settings, GeneratorConfig(seed=fresh_seed(), count=1_000, pages=25, url_prefix=config.url_prefix))
+    wait_until_exact(settings, result["sent"] + after)
+    assert all(running <= BACK_WITHIN_S for running, _ in took.values()), took
+
+
 def _heartbeat_after(settings, component: str, moment: float) -> str | None:
     """The component's last heartbeat as Airflow reports it, once it is later than `moment` (epoch s)."""
     from datetime import datetime

@@ -164,3 +164,47 @@ def test_an_orphaned_program_is_stopped_through_its_wrapper_and_a_group_of_its_o
         leader.wait(10)
         for proc in ProcessSupervisor(tmp_path).orphans():
             proc.kill()
+
+
+def test_orphaned_stores_are_stopped_once_the_platforms_orphans_are(tmp_path):
+    """A supervisor that died left an archiver and Kafka running (each under its wrapper): the
+    archiver is stopped, and has exited, before Kafka gets its stop; `only` leaves others alone."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    import infra
+    from infra.process import STATE_TAG
+
+    log = tmp_path / "stops"
+
+    def program(name: str, linger_s: float) -> str:
+        return (
+            "import signal, sys, time\n"
+            f"def stop(*_):\n    time.sleep({linger_s})\n"
+            f"    open({str(log)!r}, 'a').write({name!r} + '\\n')\n    sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, stop)\n"
+            f"open({str(tmp_path / name)!r}, 'w').close()\ntime.sleep(60)\n"
+        )
+
+    wrapper = Path(infra.__file__).with_name("session_leader.py")
+    env = {**os.environ, STATE_TAG: str(tmp_path)}
+    leaders = []
+    for name, linger in (("kafka", 0), ("archiver", 1.5), ("api", 0)):
+        command = [sys.executable, "-S", str(wrapper), name, "--stop-after", "15", "--", sys.executable, "-c"]
+        leaders.append(subprocess.Popen([*command, program(name, linger)], env=env, start_new_session=True))
+    try:
+        deadline = time.monotonic() + 10
+        while not all((tmp_path / n).exists() for n in ("kafka", "archiver", "api")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        supervisor = ProcessSupervisor(tmp_path)
+        assert supervisor.end_orphans(timeout_s=20, last=["kafka"], only=["kafka", "archiver"]) == 4
+        assert log.read_text().split() == ["archiver", "kafka"], "the store after the platform's process"
+        assert [p for p in supervisor.orphans()], "api was not asked for: it runs on"
+    finally:
+        for leader in leaders:
+            leader.kill()
+            leader.wait(10)
+        for proc in ProcessSupervisor(tmp_path).orphans():
+            proc.kill()

@@ -371,6 +371,7 @@ def test_down_asks_every_program_to_stop_at_once_before_supervisord_stops(tmp_pa
 
     supervisord = Supervisord(Settings(state_dir=tmp_path), Procs())
     supervisord.answering = lambda: True  # type: ignore[method-assign]
+    supervisord.running = lambda: True  # type: ignore[method-assign]
     supervisord.rpc = lambda timeout_s=10.0: rpc  # type: ignore[method-assign]
     assert supervisord.shutdown()
     assert calls == [
@@ -422,3 +423,103 @@ def test_a_restart_record_that_cannot_be_written_leaves_the_restarts_going(tmp_p
     clock.now += 1
     listener.run_due()
     assert rpc.started == ["api"]
+
+
+class _StoppingRpc:
+    """supervisord's XML-RPC for programs that stop one look after they were asked to."""
+
+    def __init__(self, states: dict[str, str], calls: list[str], changed: list[str] = ()) -> None:
+        self.states, self.calls, self.changed = states, calls, list(changed)
+
+    def getAllProcessInfo(self):
+        out = [{"name": n, "group": n, "statename": s} for n, s in self.states.items()]
+        self.states.update({n: "STOPPED" for n, s in self.states.items() if s == "STOPPING"})
+        return out
+
+    def stopProcess(self, name, wait):
+        name = name.split(":")[0]
+        self.calls.append(f"stop {name} ({', '.join(sorted(n for n, s in self.states.items() if s == 'RUNNING'))} ran)")
+        self.states[name] = "STOPPING"
+
+    def reloadConfig(self):
+        return [[[], self.changed, []]]
+
+    def stopProcessGroup(self, name):
+        self.calls.append(f"group {name} {self.states[name]}")
+
+    def removeProcessGroup(self, name):
+        pass
+
+    def addProcessGroup(self, name):
+        pass
+
+
+def _supervisord_over(tmp_path, rpc):
+    from infra.supervision import Supervisord
+
+    supervisord = Supervisord(
+        Settings(state_dir=tmp_path), type("Procs", (), {"stop": lambda self, name, timeout_s: True})()
+    )
+    supervisord.answering = lambda: True  # type: ignore[method-assign]
+    supervisord.running = lambda: True  # type: ignore[method-assign]
+    supervisord.rpc = lambda timeout_s=10.0: rpc  # type: ignore[method-assign]
+    return supervisord
+
+
+def test_the_stores_stop_once_the_platforms_processes_have_stopped(tmp_path):
+    """On down, and on an `up` that changed every program's entry (supervisord lists the stores,
+    of a lower priority, first): Kafka went while the archiver still wrote to it."""
+    calls: list[str] = []
+    rpc = _StoppingRpc({"kafka": "RUNNING", "archiver": "RUNNING", "api": "RUNNING"}, calls)
+    assert _supervisord_over(tmp_path, rpc).shutdown(last=["kafka"])
+    assert calls == ["stop archiver (api, archiver, kafka ran)", "stop api (api, kafka ran)", "stop kafka (kafka ran)"]
+
+    calls.clear()
+    rpc = _StoppingRpc({"kafka": "RUNNING", "archiver": "RUNNING", "api": "RUNNING"}, calls, ["kafka", "archiver"])
+    assert _supervisord_over(tmp_path, rpc)._update(last=["kafka"])
+    assert calls == [
+        "stop archiver (api, archiver, kafka ran)",
+        "stop kafka (api, kafka ran)",
+        "group kafka STOPPED",
+        "group archiver STOPPED",
+    ], "the changed programs stop, the store last; the API's entry did not change: it runs on"
+
+
+def test_a_supervisord_that_does_not_answer_is_killed_alone(tmp_path):
+    """Its stop (a SIGTERM, then SIGKILL to its whole tree after stop_timeout_s + 15) killed every
+    store it ran, in no order: killed alone, its programs are left for the ordered orphans' stop."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from infra.supervision import Supervisord
+    from tests.support.polling import wait_for
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"],
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: psutil.Process(parent.pid).children(), "the program to start", timeout_s=10)
+        [program] = psutil.Process(parent.pid).children()
+        stopped: list[str] = []
+
+        class Procs:
+            def process(self, name):
+                return psutil.Process(parent.pid) if parent.poll() is None else None
+
+            def stop(self, name, timeout_s):
+                stopped.append(name)
+                return False
+
+        supervisord = Supervisord(Settings(state_dir=tmp_path), Procs())
+        supervisord.answering = lambda: False  # type: ignore[method-assign]
+        assert supervisord.shutdown()
+        assert not psutil.pid_exists(parent.pid) or psutil.Process(parent.pid).status() == psutil.STATUS_ZOMBIE
+        assert program.is_running(), "supervisord killed alone: its program runs on"
+    finally:
+        for proc in psutil.Process(parent.pid).children() if parent.poll() is None else []:
+            proc.kill()
+        program.kill()
+        parent.kill()
