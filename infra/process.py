@@ -185,6 +185,15 @@ class ProcessSupervisor:
                 continue
         return found
 
+    def orphan_programs(self) -> set[str]:
+        """The names of the programs whose wrappers (infra/session_leader.py NAME …) are orphans."""
+        names = set()
+        for proc in self.orphans():
+            argv = _cmdline(proc)
+            if argv[2:3] == [str(WRAPPER)] and argv[3:4]:
+                names.add(argv[3])
+        return names
+
     def end_orphans(self, timeout_s: float, last: Collection[str] = (), only: Collection[str] | None = None) -> int:
         """End what orphans() finds; how many. Each program of a supervisor that died runs under a
         wrapper (infra/session_leader.py), which gets SIGTERM and passes it on as the supervisor's

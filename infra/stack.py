@@ -508,10 +508,12 @@ class Stack:
                     say("supervisor: stopped (no other process of the stack runs)")
         for name in asked:
             outcome[name] = "stopped"
-        if self.whole_stack:  # what a supervisor that died left running, stopped before the stores it uses
+        if self.whole_stack:  # what a supervisor that died left running, the stores after the others
+            left = self.supervisor.orphan_programs()
             ended = self.supervisor.end_orphans(timeout, last=self.store_names)
             if ended:
                 say(f"stopped {ended} process(es) a supervisor that is gone had left running")
+                outcome.update({s.name: "stopped" for s in self.services if s.name in left})
         members = list(self.services)
         if self.whole_stack:  # a Spark cluster started under other settings goes too, and a store an
             # earlier `up` started before it was taken out of stack.managed_services (its pid file says)
