@@ -186,13 +186,8 @@ class ProcessSupervisor:
         return found
 
     def orphan_programs(self) -> set[str]:
-        """The names of the programs whose wrappers (infra/session_leader.py NAME …) are orphans."""
-        names = set()
-        for proc in self.orphans():
-            argv = _cmdline(proc)
-            if argv[2:3] == [str(WRAPPER)] and argv[3:4]:
-                names.add(argv[3])
-        return names
+        """The names of the supervisord programs with orphans left running."""
+        return {name for name in map(program_of, self.orphans()) if name}
 
     def end_orphans(self, timeout_s: float, last: Collection[str] = (), only: Collection[str] | None = None) -> int:
         """End what orphans() finds; how many. Each program of a supervisor that died runs under a
@@ -260,30 +255,22 @@ class ProcessSupervisor:
 WRAPPER = Path(__file__).with_name("session_leader.py")
 
 
-def _session(proc: psutil.Process) -> int | None:
+# The name supervisord gives each program in its environment, which everything it starts inherits.
+PROGRAM_NAME = "SUPERVISOR_PROCESS_NAME"
+
+
+def program_of(proc: psutil.Process) -> str | None:
+    """The supervisord program `proc` belongs to (its wrapper, the program, anything they started,
+    however it regrouped), or None."""
     try:
-        return os.getsid(proc.pid)
-    except OSError:
+        return proc.environ().get(PROGRAM_NAME)
+    except psutil.Error:
         return None
 
 
 def _of_programs(procs: list[psutil.Process], names: set[str]) -> set[int]:
-    """The pids among `procs` that belong to the programs named in `names`: their wrappers
-    (`infra/session_leader.py NAME …`, in the supervisor's session) and everything in the session
-    each wrapper's program leads."""
-    wrappers = set()
-    for proc in procs:
-        argv = _cmdline(proc)
-        if argv[2:3] == [str(WRAPPER)] and argv[3:4] and argv[3] in names:
-            wrappers.add(proc.pid)
-    sessions = set()
-    for proc in procs:
-        try:
-            if proc.ppid() in wrappers:
-                sessions.add(proc.pid)  # the program leads a session of its own
-        except psutil.Error:
-            continue
-    return wrappers | {p.pid for p in procs if _session(p) in sessions}
+    """The pids among `procs` that belong to the programs named in `names`."""
+    return {p.pid for p in procs if program_of(p) in names}
 
 
 def tail_file(path: Path, lines: int = 40) -> str:

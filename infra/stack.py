@@ -103,7 +103,8 @@ class Stack:
         # (A Spark cluster's daemons too: a stack of some services only must not take them out of it.)
         kept = {*settings.stack.managed_services, *cluster_services(settings)}
         self.programs = [s for s in svc.ALL if s.name in kept or s in self.services]
-        self.store_names = [s.name for s in self.programs if s.phase == 0]
+        # Every store, also one these settings do not run (a larger cluster's worker): stopped last.
+        self.store_names = [s.name for s in svc.ALL if s.phase == 0]
         self.supervisor = StackProcesses(settings, [p.name for p in self.programs])
         self.supervisord = self.supervisor.supervisord
         # Set when the command is interrupted: every wait for a service's health ends at its next poll.
@@ -241,12 +242,17 @@ class Stack:
                 ProcessSupervisor.stop(self.supervisor, service.name, timeout)
         members = [s for s in members if s.name not in unsupervised]
         if not self.supervisord.running() and os.environ.get(STATE_TAG) != str(self.settings.state_dir):
-            # Processes of a supervisor that died (killed, say) run on without it: end them first.
-            killed = self.supervisor.end_orphans(
-                self.settings.stack.stop_timeout_s,
-                last=self.store_names,
-                only=None if self.whole_stack else [s.name for s in self.services],
-            )
+            # Processes of a supervisor that died (killed, say) run on without it: end them first,
+            # the stores after the others. Of some services only, none: a new supervisor would run
+            # beside the others' orphans, and the next `up` start them twice.
+            others = self.supervisor.orphan_programs() - {s.name for s in self.services}
+            if others and not self.whole_stack:
+                raise StackError(
+                    SUPERVISOR,
+                    f"the supervisor is not running, and {', '.join(sorted(others))} it started run(s) on without "
+                    "it: `lambdactl up` (the whole stack) stops and starts them again under a new one",
+                )
+            killed = self.supervisor.end_orphans(self.settings.stack.stop_timeout_s, last=self.store_names)
             if killed:
                 say(f"the supervisor was not running: ended {killed} process(es) it had left behind")
         # Checked before the configuration is applied (which stops the programs whose entries changed)
@@ -280,7 +286,7 @@ class Stack:
             )
             for p in self.programs
         ]
-        how = self.supervisord.ensure(programs, env)
+        how = self.supervisord.ensure(programs, env, last=self.store_names)
         if how != "unchanged":
             budget = Budget.from_settings(self.settings)
             record = self.supervisor.record(SUPERVISOR)

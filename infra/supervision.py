@@ -323,8 +323,12 @@ class Supervisord:
         except psutil.Error:
             return None
 
-    def ensure(self, programs: Sequence[Program], env: Mapping[str, str], timeout_s: float = 60) -> str:
-        """supervisord runs with this configuration: started, updated in place, or left as it was."""
+    def ensure(
+        self, programs: Sequence[Program], env: Mapping[str, str], timeout_s: float = 60, last: Collection[str] = ()
+    ) -> str:
+        """supervisord runs with this configuration: started, updated in place, or left as it was.
+        The programs in `last` (every store, also one the configuration no longer has) are stopped
+        after the others when a change stops them."""
         conf = config_path(self.state_dir)
         text = render_config(self.settings, programs)
         for folder in (conf.parent, self.state_dir / "logs"):
@@ -335,11 +339,13 @@ class Supervisord:
             # Applied whatever the file says: an `up` stopped half-way through an update (after the
             # file was written, between removing a program and adding it back) left supervisord
             # without that program, and the file unchanged since.
-            changed = self._update(last=[p.name for p in programs if p.store])
+            changed = self._update(last=last)
             self._ensure_listener()
             return "updated" if changed else "unchanged"
-        if self.running():  # alive but not answering: start afresh
+        if self.running():  # alive but not answering: start afresh, its programs stopped in order
+            self._kill_alone()
             self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
+            self.procs.end_orphans(self.settings.stack.stop_timeout_s, last=last)
         conf.write_text(text)
         self.procs.start(
             NAME,
@@ -390,8 +396,15 @@ class Supervisord:
         [[added, changed, removed]] = rpc.reloadConfig()
         self.stop_at_once(last=last, only=[*changed, *removed])
         for name in (*changed, *removed):
-            rpc.stopProcessGroup(name)
-            rpc.removeProcessGroup(name)
+            rpc.stopProcessGroup(name)  # waits for one stopped by other means meanwhile
+            for _ in range(120):  # one still STOPPING past the wait above: its stop is not over
+                try:
+                    rpc.removeProcessGroup(name)
+                    break
+                except xmlrpc.client.Fault as fault:
+                    if "STILL_RUNNING" not in fault.faultString:
+                        raise
+                    time.sleep(0.5)
         for name in (*changed, *added):
             rpc.addProcessGroup(name)
         return bool(added or changed or removed)
@@ -446,18 +459,24 @@ class Supervisord:
         others are stopped): supervisord stops them one after another, and under load the later
         ones met the deadline below as a SIGKILL. A supervisord that does not answer is killed
         alone: its programs run on, for the caller to stop in order (ProcessSupervisor.end_orphans)."""
-        killed = False
-        if self.running() and not self.answering():
-            proc = self.procs.process(NAME)
-            if proc is not None:
-                log.warning("supervisord (pid %d) does not answer: killing it alone", proc.pid)
-                proc.kill()
-                psutil.wait_procs([proc], timeout=10)
-                killed = True
+        killed = self.running() and not self.answering() and self._kill_alone()
         self.stop_at_once(last)
         ran = self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15) or killed
         socket_path(self.state_dir).unlink(missing_ok=True)
         return ran
+
+    def _kill_alone(self) -> bool:
+        """SIGKILL to supervisord alone (its stop would end its programs' trees in no order); whether it ran."""
+        proc = self.procs.process(NAME)
+        if proc is None:
+            return False
+        log.warning("supervisord (pid %d) does not answer: killing it alone", proc.pid)
+        try:
+            proc.kill()
+            psutil.wait_procs([proc], timeout=10)
+        except psutil.Error:
+            pass
+        return True
 
     def stop_at_once(self, last: Collection[str] = (), only: Collection[str] | None = None) -> None:
         """Ask every running program (of `only`, when given) to stop, those in `last` once the

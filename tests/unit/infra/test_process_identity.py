@@ -193,7 +193,8 @@ def test_orphaned_stores_are_stopped_once_the_platforms_orphans_are(tmp_path):
     leaders = []
     for name, linger in (("kafka", 0), ("archiver", 1.5), ("api", 0)):
         command = [sys.executable, "-S", str(wrapper), name, "--stop-after", "15", "--", sys.executable, "-c"]
-        leaders.append(subprocess.Popen([*command, program(name, linger)], env=env, start_new_session=True))
+        own = {**env, "SUPERVISOR_PROCESS_NAME": name}  # as supervisord names each program
+        leaders.append(subprocess.Popen([*command, program(name, linger)], env=own, start_new_session=True))
     try:
         deadline = time.monotonic() + 10
         while not all((tmp_path / n).exists() for n in ("kafka", "archiver", "api")) and time.monotonic() < deadline:

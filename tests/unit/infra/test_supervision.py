@@ -523,3 +523,25 @@ def test_a_supervisord_that_does_not_answer_is_killed_alone(tmp_path):
             proc.kill()
         program.kill()
         parent.kill()
+
+
+def test_a_changed_program_still_stopping_is_removed_once_it_has_stopped(tmp_path, monkeypatch):
+    """Past the wait for the stop, a program still STOPPING made removeProcessGroup fail the `up`
+    with supervisord's raw STILL_RUNNING fault."""
+    import xmlrpc.client
+
+    from infra import supervision
+
+    calls: list[str] = []
+    rpc = _StoppingRpc({"archiver": "RUNNING"}, calls, ["archiver"])
+    refusals = iter([True, True, False])
+
+    def remove(name):
+        if next(refusals):
+            raise xmlrpc.client.Fault(91, "STILL_RUNNING: archiver")
+        calls.append(f"removed {name}")
+
+    rpc.removeProcessGroup = remove  # type: ignore[method-assign]
+    monkeypatch.setattr(supervision.time, "sleep", lambda _s: None)
+    assert _supervisord_over(tmp_path, rpc)._update()
+    assert calls[-1] == "removed archiver", calls

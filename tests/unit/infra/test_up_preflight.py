@@ -33,7 +33,7 @@ class Supervisord:
     def all_info(self):
         return {name: {"statename": state} for name, state in self.states.items()}
 
-    def ensure(self, programs, env):
+    def ensure(self, programs, env, last=()):
         self.calls.append("apply")
         self.states["archiver"] = "STOPPED"  # its entry changed (a log setting, say): the update stops it
         return "updated"
@@ -96,3 +96,20 @@ def test_the_default_ports_do_not_collide(tmp_path):
     assert port_collisions([(s.name, s.host(settings), s.ports(settings)) for s in stack.services]) == []
     assert port_collisions([("a", "127.0.0.1", {"x": 1}), ("b", "10.0.0.1", {"y": 1})]) == []
     assert port_collisions([("a", "0.0.0.0", {"x": 1}), ("b", "10.0.0.1", {"y": 1})]) == ["port 1 is a's x and b's y"]
+
+
+def test_an_up_of_some_services_after_the_supervisor_died_leaves_the_others_orphans_alone(tmp_path, monkeypatch):
+    """Its new supervisor would run beside the orphans of the others (status then shows them as not
+    running), and the next whole `up` would start a second archiver beside the first."""
+    settings = Settings(state_dir=tmp_path, stack={"managed_services": ["kafka", "archiver", "api"]})
+    stack = Stack(settings, ["api"])
+    fake = Supervisord()
+    fake.running = lambda: False  # type: ignore[method-assign]
+    stack.supervisord = fake  # type: ignore[assignment]
+    monkeypatch.setattr(stack.supervisor, "orphan_programs", lambda: {"kafka", "archiver", "api"})
+    ended: list = []
+    monkeypatch.setattr(stack.supervisor, "end_orphans", lambda *a, **k: ended.append(k) or 0)
+    monkeypatch.delenv("LAMBDA_STACK_STATE_DIR", raising=False)
+    with pytest.raises(StackError, match="archiver, kafka it started run") as err:
+        stack._start_supervised([svc.BY_NAME["api"]], {}, lambda _message: None)
+    assert "`lambdactl up`" in str(err.value) and ended == [] and fake.calls == [], "nothing ended, nothing started"
