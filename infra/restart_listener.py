@@ -1,6 +1,6 @@
-"""supervisord event listener: restarts the platform's processes with backoff and a restart budget.
+"""supervisord event listener: restarts the stack's processes with backoff and a restart budget.
 
-supervisord runs each platform process with `autorestart=false` and `startretries=0` (see
+supervisord runs each process of the stack with `autorestart=false` and `startretries=0` (see
 infra/supervision.py): every exit, early or late, reaches this listener as a PROCESS_STATE event.
 For each one it logs why (exit status or signal, how long the process ran, the last lines of its
 log), ends what is left of the process's group, and either schedules a restart (infra/restarts.py

@@ -1,7 +1,7 @@
 """The services of the local stack, in start order: the stores (infra/store_services.py, each a
 JVM with its configuration rendered from infra/templates) and the platform's own processes (the
 archiver, the speed layer, the API, and Airflow's API server, scheduler and DAG processor),
-run by the supervisor. Also re-exports what the stack
+all run by the supervisor. Also re-exports what the stack
 manager and the tests use of infra/service_base.py and infra/store_services.py.
 """
 

@@ -424,7 +424,7 @@ class Stack:
     # --- down --------------------------------------------------------------------------------
 
     def stop(self, name: str) -> bool:
-        """Stop one of the platform's supervised processes and keep it stopped until the next `up`
+        """Stop one of the stack's supervised processes and keep it stopped until the next `up`
         starts it (Supervisord.take_out: not even a restart the listener had pending starts it);
         whether it ran. StackError when it is not one of them, or supervisord does not answer (a
         process it left behind may still run)."""
@@ -444,7 +444,7 @@ class Stack:
         return ran
 
     def restart(self, name: str) -> float:
-        """Stop one of the platform's supervised processes and start it again; the seconds until it
+        """Stop one of the stack's supervised processes and start it again; the seconds until it
         was healthy. StackError when it is not one of them, or does not come back healthy."""
         service = next((p for p in self.programs if p.name == name), None)
         if service is None:

@@ -1,8 +1,8 @@
-"""supervisord for the platform's own processes (archiver, speed layer, API, Airflow).
+"""supervisord for every process of the stack: the stores (Kafka, HDFS, HBase, Cassandra, a Spark
+cluster's daemons) and the platform's own processes (archiver, speed layer, API, Airflow).
 
-`lambdactl up` writes `<state_dir>/supervisor/supervisord.conf` and starts supervisord once (a
-process of the stack like the stores, with a pid file: infra/process.py). supervisord starts each
-platform process through a session leader (infra/session_leader.py: a session, so a CPU share, of its
+`lambdactl up` writes `<state_dir>/supervisor/supervisord.conf` and starts supervisord once (with
+a pid file of its own: infra/process.py). supervisord starts each process through a session leader (infra/session_leader.py: a session, so a CPU share, of its
 own), stops it as a group, writes its output to
 `<state_dir>/logs/<name>.log` rotated by size, and answers XML-RPC on a unix socket. Restarts are
 decided by the event listener infra/restart_listener.py (backoff and a restart budget, which

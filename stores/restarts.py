@@ -1,6 +1,6 @@
 """What the supervisor reports about restarts: the listener's status file and its report.
 
-supervisord runs the platform's processes (infra/supervision.py); its own `autorestart` restarts
+supervisord runs the stack's processes, stores included (infra/supervision.py); its own `autorestart` restarts
 at once and without limit, so restarts are decided here instead, by the event listener
 (infra/restart_listener.py; the policy is infra.restarts.Budget): after an exit, wait `restart_backoff_s`, doubled for every restart
 already made within `restart_window_s` (at most `restart_backoff_max_s`); once `restart_max`
