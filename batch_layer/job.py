@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 import psutil
 
 from batch_layer.heartbeat import beat_every_s, heartbeat
-from batch_layer.swap import _not_past_grace, _tables_kept, swap_version
+from batch_layer.swap import not_past_grace, swap_version, tables_kept
 from batch_layer.tables import write_tables
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, get_settings
@@ -273,9 +273,9 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     # Still to swap: a verified run the pointer does not name (one it names swapped, and is kept so).
     to_swap = run["state"] == "verified" and version not in (current.versions() if current is not None else ())
     if to_swap:
-        _not_past_grace(settings, version, run)  # retention may drop its tables at any time: not scanned
+        not_past_grace(settings, version, run)  # retention may drop its tables at any time: not scanned
         store.record_run(version, heartbeat_ms=int(time.time() * 1000))  # the first beat, before any wait
-    _tables_kept(settings, version, run)
+    tables_kept(settings, version, run)
     registry = {v.name: v for v in selected_views(settings, current, run.get("views"))}
     found = {}
     recorded_splits = run["stats"].get("splits", {})  # runs of earlier releases have none: one scan
@@ -335,8 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 2
     except Exception as exc:  # a verification, a store that does not answer: one line (the traceback at debug)
-        first = next((line for line in str(exc).splitlines() if line.strip()), "")
-        log.error("batch failed: %s: %s", type(exc).__name__, first)
+        # A JVM's error names its cause on a later line; its stack frames ("at …") are left out.
+        said = " ".join(t for t in (line.strip() for line in str(exc).splitlines()) if t and not t.startswith("at "))
+        log.error("batch failed: %s: %s", type(exc).__name__, said[:500])
         log.debug("batch failed", exc_info=True)
         return 1
     if result.skipped:

@@ -19,7 +19,7 @@ from stores.registry import version_store
 log = logging.getLogger("lambda.batch")
 
 
-def _tables_kept(settings: Settings, version: int, run: dict) -> None:
+def tables_kept(settings: Settings, version: int, run: dict) -> None:
     """VerificationError naming the tables of `version` that are gone (dropped by retention)."""
     missing = missing_tables(settings, run_tables(version, run))
     if missing:
@@ -33,7 +33,7 @@ def _tables_kept(settings: Settings, version: int, run: dict) -> None:
 SWAP_MARGIN_MS = 60_000
 
 
-def _not_past_grace(settings: Settings, version: int, run: dict) -> None:
+def not_past_grace(settings: Settings, version: int, run: dict) -> None:
     """A verified run whose grace period is (nearly) over is refused: retention, in any process, may
     drop its tables between this check and the swap."""
     # Its last beat too (retention counts it: stores.pointer.retention_plan): a `--verify` scan beats.
@@ -72,9 +72,9 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         _record_completed_swap(store, runs, served, version)
         _retain(settings, store)
         return served
-    _tables_kept(settings, version, run)
+    tables_kept(settings, version, run)
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
-    _not_past_grace(settings, version, run)  # refused at once when it is over already
+    not_past_grace(settings, version, run)  # refused at once when it is over already
     maintained = _speed_layer_maintains(settings) if run.get("full") else ()  # WebHDFS: may take seconds
     pointer = advance(
         current,
@@ -87,7 +87,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         now_ms=int(time.time() * 1000),
         maintained=maintained,
     )
-    _not_past_grace(settings, version, run)  # and again right before the compare-and-set
+    not_past_grace(settings, version, run)  # and again right before the compare-and-set
     store.swap(current, pointer)
     _retain(settings, store)
     return pointer

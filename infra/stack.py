@@ -286,7 +286,7 @@ class Stack:
             )
             for p in self.programs
         ]
-        how = self.supervisord.ensure(programs, env, last=self.store_names)
+        how = self.supervisord.ensure(programs, env, last=self.store_names, replace_hung=self.whole_stack)
         if how != "unchanged":
             budget = Budget.from_settings(self.settings)
             record = self.supervisor.record(SUPERVISOR)

@@ -324,11 +324,17 @@ class Supervisord:
             return None
 
     def ensure(
-        self, programs: Sequence[Program], env: Mapping[str, str], timeout_s: float = 60, last: Collection[str] = ()
+        self,
+        programs: Sequence[Program],
+        env: Mapping[str, str],
+        timeout_s: float = 60,
+        last: Collection[str] = (),
+        replace_hung: bool = True,
     ) -> str:
         """supervisord runs with this configuration: started, updated in place, or left as it was.
         The programs in `last` (every store, also one the configuration no longer has) are stopped
-        after the others when a change stops them."""
+        after the others when a change stops them. One that runs but does not answer is replaced
+        (its programs stopped) only with `replace_hung`: else StackError."""
         conf = config_path(self.state_dir)
         text = render_config(self.settings, programs)
         for folder in (conf.parent, self.state_dir / "logs"):
@@ -343,6 +349,12 @@ class Supervisord:
             self._ensure_listener()
             return "updated" if changed else "unchanged"
         if self.running():  # alive but not answering: start afresh, its programs stopped in order
+            if not replace_hung:
+                raise StackError(
+                    NAME,
+                    f"supervisord runs but did not answer within {timeout_s:.0f}s: `lambdactl up` of the whole "
+                    "stack replaces it (stopping every process it ran, and starting them again)",
+                )
             self._kill_alone()
             self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
             self.procs.end_orphans(self.settings.stack.stop_timeout_s, last=last)

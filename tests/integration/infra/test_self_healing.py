@@ -151,6 +151,8 @@ def test_killed_stores_come_back_by_themselves_and_answers_stay_exact(settings, 
     after = send(settings, GeneratorConfig(seed=fresh_seed(), count=1_000, pages=25, url_prefix=config.url_prefix))
     wait_until_exact(settings, result["sent"] + after)
     assert all(running <= BACK_WITHIN_S for running, _ in took.values()), took
+    report = restart_report(settings)
+    assert not any(row.get("gave_up") for row in report.values()), "no process used up its restarts meanwhile"
 
 
 def _heartbeat_after(settings, component: str, moment: float) -> str | None:

@@ -35,7 +35,7 @@ def test_the_grace_is_checked_after_the_slow_reads_right_before_the_swap(setting
     run = verified_run()
     store = SimpleNamespace(runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: swaps.append(a))
     monkeypatch.setattr(swap, "version_store", lambda s: store)
-    monkeypatch.setattr(swap, "_tables_kept", lambda *a: None)
+    monkeypatch.setattr(swap, "tables_kept", lambda *a: None)
     monkeypatch.setattr(swap, "check_unmoved", lambda *a: None)
 
     def slow_marker_read(s):  # the grace runs out while the marker is read
@@ -68,7 +68,7 @@ def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ah
     )
     for module in (job, swap):
         monkeypatch.setattr(module, "version_store", lambda s: store)
-        monkeypatch.setattr(module, "_tables_kept", lambda *a: None)
+        monkeypatch.setattr(module, "tables_kept", lambda *a: None)
     monkeypatch.setattr(swap, "check_unmoved", lambda *a: None)
     monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
     monkeypatch.setattr(job, "TableStats", lambda **kw: kw)
@@ -164,7 +164,7 @@ def test_a_verify_of_a_version_the_pointer_names_is_no_swap_to_come_whatever_its
         runs=lambda: {5: run}, pointer=lambda: pointer, record_run=lambda *a, **k: pytest.fail("beat")
     )
     monkeypatch.setattr(job, "version_store", lambda s: store)
-    monkeypatch.setattr(job, "_tables_kept", lambda *a: None)
+    monkeypatch.setattr(job, "tables_kept", lambda *a: None)
     monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
     monkeypatch.setattr(job, "TableStats", lambda **kw: kw)
     scanned: list = []

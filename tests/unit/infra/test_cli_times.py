@@ -76,12 +76,15 @@ def test_the_batch_jobs_own_entry_point_says_a_failure_on_one_line(monkeypatch, 
     from stores.batch_writer import VerificationError
 
     def failing(*args, **kwargs):
-        raise VerificationError("page_views_v7: 3 rows, expected 4\n  at some.Frame(Frame.java:1)")
+        raise VerificationError(
+            "An error occurred while calling o12.load.\n: java.io.IOException: disk full\n\tat some.Frame(Frame.java:1)"
+        )
 
     monkeypatch.setattr(job, "run_batch", failing)
     monkeypatch.setattr(job, "configure_from", lambda *a: None)
     with caplog.at_level("ERROR"):
         assert job.main([]) == 1
     [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
-    assert "VerificationError: page_views_v7: 3 rows, expected 4" in line and "Frame" not in line, line
+    assert "VerificationError: An error occurred while calling o12.load." in line, line
+    assert "java.io.IOException: disk full" in line and "Frame" not in line, "the cause, no stack frame"
     assert "Traceback" not in capsys.readouterr().err

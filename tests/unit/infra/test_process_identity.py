@@ -199,6 +199,7 @@ def test_orphaned_stores_are_stopped_once_the_platforms_orphans_are(tmp_path):
         deadline = time.monotonic() + 10
         while not all((tmp_path / n).exists() for n in ("kafka", "archiver", "api")) and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert all((tmp_path / n).exists() for n in ("kafka", "archiver", "api")), "the three programs started"
         supervisor = ProcessSupervisor(tmp_path)
         assert supervisor.end_orphans(timeout_s=20, last=["kafka"], only=["kafka", "archiver"]) == 4
         assert log.read_text().split() == ["archiver", "kafka"], "the store after the platform's process"

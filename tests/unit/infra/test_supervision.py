@@ -545,3 +545,27 @@ def test_a_changed_program_still_stopping_is_removed_once_it_has_stopped(tmp_pat
     monkeypatch.setattr(supervision.time, "sleep", lambda _s: None)
     assert _supervisord_over(tmp_path, rpc)._update()
     assert calls[-1] == "removed archiver", calls
+
+
+def test_an_up_of_some_services_does_not_replace_a_supervisord_that_does_not_answer(tmp_path):
+    """Replacing it stops every process it ran: `Stack(settings, ["cassandra"]).up()` brought the
+    whole stack down and started Cassandra alone. Only an `up` of the whole stack replaces it."""
+    from infra.errors import StackError
+    from infra.supervision import Supervisord
+
+    stops: list[str] = []
+    procs = type(
+        "Procs",
+        (),
+        {
+            "process": lambda self, name: None,
+            "stop": lambda self, name, timeout_s: stops.append(name) or True,
+            "end_orphans": lambda self, *a, **k: stops.append("orphans") or 0,
+        },
+    )()
+    supervisord = Supervisord(Settings(state_dir=tmp_path), procs)
+    supervisord.running = lambda: True  # type: ignore[method-assign]
+    supervisord.answering = lambda: False  # type: ignore[method-assign]
+    with pytest.raises(StackError, match="did not answer within 0s"):
+        supervisord.ensure([], {}, timeout_s=0, replace_hung=False)
+    assert stops == [], "nothing stopped"

@@ -33,7 +33,7 @@ class Supervisord:
     def all_info(self):
         return {name: {"statename": state} for name, state in self.states.items()}
 
-    def ensure(self, programs, env, last=()):
+    def ensure(self, programs, env, last=(), replace_hung=True):
         self.calls.append("apply")
         self.states["archiver"] = "STOPPED"  # its entry changed (a log setting, say): the update stops it
         return "updated"

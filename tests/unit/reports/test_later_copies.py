@@ -51,7 +51,8 @@ def test_random_chains_are_marked_as_the_fold_marks_them(spark):
 
 
 @pytest.mark.parametrize("spread_us", [0, WINDOW_US // 100])
-def test_one_event_sent_twenty_thousand_times_is_marked_in_one_pass(spark, spread_us):
+def test_one_event_sent_twenty_thousand_times_is_marked_as_the_rule_marks_it(spark, spread_us):
     # Copies a hostile producer sends at once (spread 0: all at one instant) or over 200 windows.
+    # (How the time grows with their number: bench/report_duplicate_chain.py.)
     chain = [(i * spread_us, i % 2, i) for i in range(20_000)]
     assert marks(spark, [chain]) == sorted(reference(chain))
