@@ -508,8 +508,9 @@ class Stack:
             if self.whole_stack:
                 if self.supervisord.shutdown(last=stores):
                     say("supervisor: stopped, and every process it ran")
-            elif asked:
-                self.supervisord.stop_at_once(last=stores, only=asked)
+            else:  # also when none of them ran (given up, say): a supervisor left with nothing to run goes
+                if asked:
+                    self.supervisord.stop_at_once(last=stores, only=asked)
                 if self._nothing_supervised() and self.supervisord.shutdown():
                     say("supervisor: stopped (no other process of the stack runs)")
         for name in asked:

@@ -151,6 +151,7 @@ def test_service_that_dies_is_named_with_its_log_tail(settings, tmp_path):
     finally:
         stack.down()
     assert err.value.service == "kafka"
+    assert _tagged(own.state_dir) == [], "down stopped the supervisor of a stack whose only program gave up"
     assert "keeps dying: the supervisor gave up" in err.value.reason
     assert "out of memory" in err.value.reason
     assert err.value.log_tail.strip()
