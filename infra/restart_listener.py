@@ -33,7 +33,7 @@ import psutil
 from definitions.logs import configure
 from infra.process import tail_file
 from infra.restarts import Budget
-from infra.supervision import program_process
+from infra.supervisor_config import program_process
 from stores.restarts import new_entry, read_status, write_status
 
 log = logging.getLogger("lambda.restarts")

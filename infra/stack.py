@@ -11,42 +11,27 @@ import logging
 import os
 import threading
 import time
-import xmlrpc.client
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-
-import psutil
 
 from definitions.files import private_dir
 from definitions.settings import Settings
 from infra import services as svc
+from infra import stack_down, stack_status
 from infra.diagnoses import likely_causes
 from infra.errors import StackError
 from infra.java import JavaRuntime, find_java
 from infra.process import STATE_TAG, ProcessSupervisor, port_owner
 from infra.restarts import Budget
 from infra.spark_services import cluster_services
+from infra.stack_status import ServiceStatus
 from infra.state_lock import stack_lock
-from infra.supervision import NAME as SUPERVISOR
-from infra.supervision import Program, StackProcesses
-from stores.restarts import read_status, restart_report, summary
+from infra.supervision import StackProcesses
+from infra.supervisor_config import NAME as SUPERVISOR
+from infra.supervisor_config import Program
+from stores.restarts import read_status, summary
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ServiceStatus:
-    name: str
-    running: bool
-    pid: int | None
-    rss_mb: float
-    healthy: bool
-    detail: str
-    uptime_s: float = 0.0
-    # Restarts the supervisor made, and the last one's reason.
-    restarts: int = 0
-    restart_detail: str = ""
 
 
 def one_error(errors: list[StackError]) -> StackError:
@@ -54,20 +39,6 @@ def one_error(errors: list[StackError]) -> StackError:
     if len(errors) == 1:
         return errors[0]
     return StackError(", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
-
-
-def _tree_rss(proc: psutil.Process) -> int:
-    total = 0
-    try:
-        members = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    for member in members:
-        try:
-            total += member.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
 
 
 def port_collisions(listening: list[tuple[str, str, dict[str, int]]]) -> list[str]:
@@ -421,224 +392,20 @@ class Stack:
         reason = what + (f"; likely cause: {causes[0]}" if causes else "")
         return StackError(service.name, f"{reason} (log: {self.supervisor.log_file(service.name)})", tail)
 
-    # --- down --------------------------------------------------------------------------------
+    # --- down and status (infra.stack_down, infra.stack_status) ----------------------------------
 
     def stop(self, name: str) -> bool:
-        """Stop one of the stack's supervised processes and keep it stopped until the next `up`
-        starts it (Supervisord.take_out: not even a restart the listener had pending starts it);
-        whether it ran. StackError when it is not one of them, or supervisord does not answer (a
-        process it left behind may still run)."""
-        if not any(p.name == name for p in self.programs):
-            raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
-        self._refuse_unsupervised(name)
-        if not self.supervisord.answering():
-            raise StackError(
-                name,
-                "supervisord does not answer, and a process it started may still run: `lambdactl up` first",
-            )
-        with self.supervisord.lock():
-            ran = self.supervisor.process(name) is not None
-            self.supervisord.take_out(name)
-        if self.supervisor.process(name) is not None:
-            raise StackError(name, "still running after it was stopped")
-        return ran
+        """Stop one supervised process and keep it stopped until the next `up` (stack_down.stop)."""
+        return stack_down.stop(self, name)
 
     def restart(self, name: str) -> float:
-        """Stop one of the stack's supervised processes and start it again; the seconds until it
-        was healthy. StackError when it is not one of them, or does not come back healthy."""
-        service = next((p for p in self.programs if p.name == name), None)
-        if service is None:
-            raise StackError(name, f"not a supervised process; those are {', '.join(p.name for p in self.programs)}")
-        self._refuse_unsupervised(name)
-        self.cancelled.clear()
-        # Under the stack lock: an `up` or `down` in another shell is not undone half-way. (Callers
-        # holding views.lock take it first: lambdactl views apply, lambdactl reset-speed.)
-        with stack_lock(self.settings.state_dir, lambda msg: log.info("%s", msg)), self.supervisord.lock():
-            if not self.supervisord.answering():
-                raise StackError(name, "the supervisor is not answering: start the stack with `lambdactl up`")
-            try:  # asked directly: all_info() is empty both on a failed call and with no program left
-                listed = {info["name"] for info in self.supervisord.rpc().getAllProcessInfo()}
-            except (OSError, xmlrpc.client.Error) as exc:
-                raise StackError(
-                    name, f"the supervisor did not list its programs ({type(exc).__name__}): try again"
-                ) from None
-            if name not in listed:
-                raise StackError(
-                    name,
-                    "not under the supervisor now (`lambdactl reset-speed` or `down` took it out): "
-                    "`lambdactl up` adds it back and starts it",
-                )
-            try:
-                self.supervisord.stop(name)
-            except BaseException:  # also when interrupted: a program stopped here is started again
-                try:
-                    self.supervisord.start(name)
-                except Exception as exc:  # the first failure is the one to report
-                    log.warning("starting %s again after its stop failed: %s", name, exc)
-                raise
-            since = time.time()
-            self.supervisord.start(name)
-        return self._await_supervised(service, since)[1]
-
-    def _refuse_unsupervised(self, name: str) -> None:
-        """StackError when `name` runs outside the supervisor (a store an earlier release started
-        with a pid file of its own): starting it under the supervisor would run it twice."""
-        if not self.supervisor.supervised(name) and self.supervisor.process(name) is not None:
-            raise StackError(
-                name,
-                "runs outside the supervisor (started by an earlier release): `lambdactl down`, then `lambdactl up` "
-                "starts it under the supervisor",
-            )
+        """Stop one supervised process and start it again; the seconds until it was healthy."""
+        return stack_down.restart(self, name)
 
     def down(self, on_progress: Callable[[str], None] | None = None) -> dict[str, str]:
         say = on_progress or (lambda msg: log.info("%s", msg))
         with stack_lock(self.settings.state_dir, say):
-            return self._down(say)
-
-    def _down(self, say: Callable[[str], None]) -> dict[str, str]:
-        timeout = self.settings.stack.stop_timeout_s
-        outcome = {}
-        # The platform's processes first (the supervisor must not restart them while the stores go).
-        running = {
-            n for n, i in self.supervisord.all_info().items() if i["statename"] in ("RUNNING", "STARTING", "BACKOFF")
-        }
-        stores = self.store_names  # stopped once what uses them is
-        asked = [s.name for s in self.services if s.name in running]
-        with self.supervisord.lock():
-            if self.whole_stack:
-                if self.supervisord.shutdown(last=stores):
-                    say("supervisor: stopped, and every process it ran")
-            else:  # also when none of them ran (given up, say): a supervisor left with nothing to run goes
-                if asked:
-                    self.supervisord.stop_at_once(last=stores, only=asked)
-                if self._nothing_supervised() and self.supervisord.shutdown():
-                    say("supervisor: stopped (no other process of the stack runs)")
-        for name in asked:
-            outcome[name] = "stopped"
-        if self.whole_stack:  # what a supervisor that died left running, the stores after the others
-            left = self.supervisor.orphan_programs()
-            ended = self.supervisor.end_orphans(timeout, last=self.store_names)
-            if ended:
-                say(f"stopped {ended} process(es) a supervisor that is gone had left running")
-                outcome.update({s.name: "stopped" for s in self.services if s.name in left})
-        members = list(self.services)
-        if self.whole_stack:  # a Spark cluster started under other settings goes too, and a store an
-            # earlier `up` started before it was taken out of stack.managed_services (its pid file says)
-            members = list(dict.fromkeys([*members, svc.SPARK_MASTER, *svc.SPARK_WORKERS, *svc.ALL]))
-        with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
-            # Platform processes started before the supervisor still have pid files of their own.
-            stopped = dict(
-                zip(
-                    [s.name for s in members],
-                    pool.map(
-                        lambda s: (
-                            self.supervisor.pid_file(s.name).exists()
-                            and ProcessSupervisor.stop(self.supervisor, s.name, timeout)
-                        ),
-                        members,
-                    ),
-                )
-            )
-        for name, ran in stopped.items():
-            if ran:
-                outcome[name] = "stopped"
-            elif name not in (s.name for s in self.services):
-                continue
-            outcome.setdefault(name, "was not running")
-            if outcome[name] == "stopped":
-                say(f"{name}: stopped")
-        if self.whole_stack:
-            killed = self.supervisor.end_orphans(timeout, last=self.store_names)
-            if killed:
-                say(f"ended {killed} orphaned process(es) of this state dir")
-        return outcome
-
-    def _nothing_supervised(self) -> bool:
-        """supervisord answers, runs no program, and has no restart pending for one."""
-        info = self.supervisord.all_info()
-        if not info or any(i["statename"] in ("RUNNING", "STARTING", "BACKOFF", "STOPPING") for i in info.values()):
-            return False
-        known = read_status(self.settings.state_dir)["processes"]
-        return not any(known.get(name, {}).get("next_restart_at") for name in info)
-
-    # --- status ------------------------------------------------------------------------------
+            return stack_down.down(self, say)
 
     def status(self, probe: bool = True) -> list[ServiceStatus]:
-        result = []
-        restarts = restart_report(self.settings) if self.programs else {}
-        supervisor_runs = self.supervisord.running() if self.programs else False
-        supervisor_answers = self.supervisord.answering() if supervisor_runs else False
-        for service in self.services:
-            proc = self.supervisor.process(service.name)
-            unsupervised = proc is None and (proc := self.supervisor.left_running(service.name)) is not None
-            row = restarts.get(service.name, {}) if self.supervisor.supervised(service.name) else {}
-            count, why = (
-                row.get("restarts_total", 0),
-                (row.get("summary", "") if row.get("restarts_total") or row.get("gave_up") else ""),
-            )
-            if proc is None:
-                if not self.supervisor.supervised(service.name):
-                    detail = "not running"
-                elif not supervisor_runs:  # a restart it had planned will not come: no stale "restarting in"
-                    last, why = row.get("last_reason"), why if row.get("gave_up") else ""
-                    detail = "not running (nor is the supervisor: run `lambdactl up`)" + (
-                        f"; last exit: {last}" if last else ""
-                    )
-                elif not supervisor_answers:
-                    detail = "unknown: supervisord runs but does not answer (its programs may run on)"
-                    why = why if row.get("gave_up") else ""
-                else:
-                    detail = why or "not running"
-                result.append(ServiceStatus(service.name, False, None, 0.0, False, detail, 0.0, count, why))
-                continue
-            healthy, detail = False, ""
-            if probe:
-                try:
-                    detail = service.check(self.settings)
-                    healthy = True
-                except Exception as exc:  # report, never raise, from status
-                    detail = str(exc) if str(exc).startswith("stuck: ") else f"unhealthy: {type(exc).__name__}: {exc}"
-            if unsupervised:
-                detail = (
-                    f"running without the supervisor (it was killed): nothing restarts it if it exits; "
-                    f"`lambdactl up` replaces it ({detail})"
-                )
-            rss = (_tree_rss(proc) if unsupervised else self.supervisor.rss_bytes(service.name)) / 2**20
-            result.append(
-                ServiceStatus(
-                    service.name, True, proc.pid, rss, healthy, detail, time.time() - proc.create_time(), count, why
-                )
-            )
-        if any(self.supervisor.supervised(s.name) for s in self.services):
-            result.append(self._supervisor_status())
-        return result
-
-    def _supervisor_status(self) -> ServiceStatus:
-        proc = ProcessSupervisor.process(self.supervisor, SUPERVISOR)
-        budget = Budget.from_settings(self.settings)
-        if proc is None:
-            return ServiceStatus(
-                SUPERVISOR,
-                False,
-                None,
-                0.0,
-                False,
-                "not running: nothing restarts a process of the stack that exits (run `lambdactl up`)",
-            )
-        answers = self.supervisord.answering()
-        listener = self.supervisord.listener_state() if answers else "UNKNOWN"
-        detail = (
-            "supervisord does not answer"
-            if not answers
-            else f"supervisord runs, but its restart listener is {listener}: nothing restarts a process "
-            "that exits (see logs/restarts.log; `lambdactl up` starts it again)"
-            if listener not in ("RUNNING", "STARTING")  # BACKOFF: it exited; UNKNOWN: supervisord has no such program
-            else f"supervisord restarts the stack's processes, {budget.describe()}, backoff "
-            f"{budget.backoff_s:.0f}s doubling to {budget.backoff_max_s:.0f}s"
-        )
-        answers = answers and listener in ("RUNNING", "STARTING")
-        try:
-            rss = proc.memory_info().rss / 2**20
-        except psutil.Error:
-            rss = 0.0
-        return ServiceStatus(SUPERVISOR, True, proc.pid, rss, answers, detail, time.time() - proc.create_time())
+        return stack_status.status(self, probe)

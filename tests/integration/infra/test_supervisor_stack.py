@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from definitions.settings import Settings
-from infra.supervision import socket_path
+from infra.supervisor_config import socket_path
 from stores.restarts import restart_report
 from tests.integration.infra.test_stack_manager import _tagged
 from tests.support.polling import wait_for

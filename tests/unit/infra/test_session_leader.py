@@ -16,7 +16,7 @@ import pytest
 
 from infra import session_leader
 from infra.restart_listener import program_of, session_members
-from infra.supervision import program_process, session_command
+from infra.supervisor_config import program_process, session_command
 from tests.support.polling import wait_for
 
 LEADER = Path(session_leader.__file__)

@@ -23,7 +23,7 @@ def stack(tmp_path, monkeypatch):
             "summary": "restarting in 0s after: exit status 1",
         }
     }
-    monkeypatch.setattr("infra.stack.restart_report", lambda _settings: pending)
+    monkeypatch.setattr("infra.stack_status.restart_report", lambda _settings: pending)
     monkeypatch.setattr(stack.supervisor, "process", lambda name: None)
     monkeypatch.setattr(stack.supervisor, "left_running", lambda name: None)
     monkeypatch.setattr(stack.supervisor, "supervised", lambda name: True)

@@ -16,7 +16,7 @@ from infra.errors import StackError
 from infra.process import STATE_TAG
 from infra.restart_listener import Listener, exit_reason
 from infra.restarts import Budget
-from infra.supervision import LISTENER, Program, render_config, socket_path
+from infra.supervisor_config import LISTENER, Program, render_config, socket_path
 from stores.restarts import read_status, restart_report
 
 
@@ -142,7 +142,7 @@ def test_a_socket_directory_in_the_temp_dir_is_this_users_own_or_refused(tmp_pat
     import tempfile
 
     from infra.errors import StackError
-    from infra.supervision import private_socket_dir
+    from infra.supervisor_config import private_socket_dir
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
