@@ -202,6 +202,11 @@ class BatchSettings(_Section):
     cleanup_settle_s: float = Field(20.0, ge=0)
     # Accuracy reports kept (one per batch run; the newest, here and on HDFS).
     keep_reports: int = Field(500, ge=1)
+    # Batch run records kept in the meta table: the newest this many, and any older one that still
+    # matters (stores/run_records.py); retention deletes the others, so swaps, verifications and
+    # reports, which read them all, do not slow down as runs accumulate. A report of an older run's
+    # window can no longer be built (its stored report stays).
+    keep_runs: int = Field(500, ge=20)
 
     @field_validator("jvm_options")
     @classmethod

@@ -131,7 +131,8 @@ class VersionStoreAdapter(Protocol):
     def swap(self, current: Pointer | None, new: Pointer) -> None: ...
 
     def retain(self, keep: int, grace_ms: int | None = None) -> list[str]:
-        """Drop old versions' tables (never one the pointer names); the names dropped."""
+        """Drop old versions' tables (never one the pointer names), and run records nothing needs
+        any more beyond the `batch.keep_runs` newest; the table names dropped."""
         ...
 
 

@@ -32,6 +32,7 @@ from stores.pointer import (
     table_version,
     table_view,
 )
+from stores.run_records import prunable_runs
 
 __all__ = ["CutoffError", "NotCoveredYet", "Pointer", "PointerFormatError", "PointerMoved", "VersionStore", "ViewEntry"]
 
@@ -205,7 +206,8 @@ class VersionStore:
         included); never drop a table the pointer names, one a run still writing on this host
         writes, nor one a run may be writing elsewhere or is about to swap (started or verified
         within `grace_ms`, default `batch.retention_grace_s`); drop every other table of this
-        store's views."""
+        store's views. Then delete the run records nothing reads any more, beyond the
+        `batch.keep_runs` newest (stores.run_records)."""
         if grace_ms is None:
             grace_ms = self.settings.batch.retention_grace_s * 1000
         # Tables, then runs, then the pointer: a table listed was recorded by its run before it was
@@ -236,7 +238,35 @@ class VersionStore:
                 self.record_run(version, state="dropped")
         if dropped:
             log.info("dropped old view tables: %s", ", ".join(dropped))
+        with_tables = {v for t in set(tables) - set(dropped) if (v := table_version(t)) is not None}
+        self._prune_runs(
+            prunable_runs(
+                runs, current, with_tables, self.settings.batch.keep_runs, time.time() * 1000, grace_ms, _may_run
+            )
+        )
         return dropped
+
+    def _prune_runs(self, versions: list[int]) -> None:
+        """Delete these run records (stores.run_records: ones nothing reads any more); a failure
+        leaves them for the next retention pass."""
+        if not versions:
+            return
+        conn = hbase_connection(self.settings)
+        try:
+            meta = self._meta(conn)
+            with meta.batch(batch_size=500) as batch:
+                for version in versions:
+                    batch.delete(layout.run_row(version))
+            # A scan reads over deleted rows until a major compaction drops them: 500 records read
+            # 13× slower with 8,260 deleted ones beside them (bench/run_records.py). The table is
+            # small; the compaction runs in HBase, in the background.
+            conn.compact_table(self.settings.hbase.meta_table, major=True)
+        except Exception as exc:
+            log.warning("could not delete %d old run records (%s); the next swap tries again", len(versions), exc)
+            return
+        finally:
+            conn.close()
+        log.info("deleted %d old run records (versions %d to %d)", len(versions), versions[0], versions[-1])
 
 
 def _may_run(run: Mapping) -> bool | None:

@@ -493,3 +493,33 @@ def test_retention_does_not_mark_the_serving_run_dropped_when_its_table_was_dele
     store = VersionStore(settings)
     store.retain(settings.batch.keep_versions)
     assert store.runs()[version]["state"] == "live", "the pointer still names it"
+
+
+def test_retention_deletes_the_old_run_records_nothing_needs(own):
+    """The meta table kept every run's record for ever, and every swap, verification, retention pass
+    and report reads them all: an hourly schedule slowed each by a year's worth of rows. Retention
+    keeps the newest `batch.keep_runs`, and older ones only while they matter."""
+    settings, (a, b, _) = own
+    settings = settings.model_copy(update={"batch": settings.batch.model_copy(update={"keep_runs": 20})})
+    store = VersionStore(settings)
+    serving = written(settings, [a, b], T0, full=True)
+    swap_version(settings, serving)  # named by the pointer: kept however many runs come after it
+    ended = []
+    for i in range(30):
+        version = store.allocate_version()
+        store.record_run(version, state="dropped" if i % 2 else "failed", cutoff_ms=T0, views=[a])
+        ended.append(version)
+    store.record_run(ended[0], realtime_cleaned_s={a: 5})  # a's highest clean-up mark: the reports read it
+    with_table = ended[1]
+    stray = table_name(f"{a}x", with_table)  # a table of its version left, of no view its runs name
+    create_table(settings, stray)
+    assert store.retain(settings.batch.keep_versions) == []
+    kept = set(store.runs())
+    assert kept == {serving, ended[0], with_table, *ended[-20:]}, sorted(set(ended) - kept)
+    conn = hbase_connection(settings)
+    try:
+        conn.delete_table(stray, disable=True)
+    finally:
+        conn.close()
+    store.retain(settings.batch.keep_versions)  # its table gone, its record goes at the next pass
+    assert set(store.runs()) == kept - {with_table}

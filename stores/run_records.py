@@ -1,0 +1,60 @@
+"""Which batch run records retention deletes.
+
+The meta table holds one record per batch run (its state, cutoff, views, figures). Every swap,
+verification, retention pass and report reads all of them, so an hourly schedule that kept them
+all would slow each of those by a year's worth of rows. Retention deletes the records nothing
+needs any more; what stays is everything a decision reads:
+- the `keep` newest runs (`batch.keep_runs`): a report of a recent window, a rollback's record;
+- every run the pointer names, or with a table left (retention drops tables from their records);
+- every run still live, retired (its tables kept for rollback), verified (still to swap) or writing
+  with a process that may still run (it records its end on the row: a row deleted under it would
+  come back half);
+- per view, the run holding the highest realtime clean-up mark (reports.build.cleaned_below_s reads
+  the highest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+
+from stores.pointer import Pointer
+
+# Records of runs that ended and whose tables are gone.
+ENDED = ("dropped", "failed")
+
+
+def prunable_runs(
+    runs: Mapping[int, Mapping],
+    pointer: Pointer | None,
+    with_tables: Collection[int],
+    keep: int,
+    now_ms: float,
+    grace_ms: float,
+    may_run: Callable[[Mapping], bool | None],
+) -> list[int]:
+    """The versions whose run records may be deleted, oldest first. `with_tables`: versions with a
+    table of theirs left; `may_run` as in stores.pointer.retention_plan (False: its process is known
+    gone)."""
+    newest = set(sorted(runs)[-keep:]) if keep > 0 else set()
+    named = pointer.versions() if pointer is not None else set()
+    highest: dict[str, tuple[int, int]] = {}
+    for version, run in runs.items():
+        try:
+            for view, below_s in (run.get("realtime_cleaned_s") or {}).items():
+                highest[str(view)] = max(highest.get(str(view), (-1, -1)), (int(below_s), version))
+        except (AttributeError, TypeError, ValueError):  # a mark the platform did not write: kept
+            highest[f"unread {version}"] = (0, version)
+    marks = {version for _, version in highest.values()}
+    out = []
+    for version, run in sorted(runs.items()):
+        if version in newest or version in named or version in marks or version in with_tables:
+            continue
+        state = run.get("state")
+        if state == "writing":
+            since = max(run.get("started_ms", 0) or 0, run.get("heartbeat_ms", 0) or 0)
+            if now_ms - since < grace_ms or may_run(run) is not False:
+                continue
+        elif state not in ENDED:
+            continue
+        out.append(version)
+    return out
