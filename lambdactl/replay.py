@@ -39,6 +39,7 @@ from lambdactl.replay_rules import (
     Refused,
     parse_from,
     reader_refusal,
+    replay_start,
     resolve_from,
     running_holder,
     settled_split,
@@ -175,6 +176,7 @@ def _plan(settings: Settings, args: argparse.Namespace):
         marker.ingest_bucket_s,
         now_ms,
         lambda p, o: ingest_time_at(settings, p, o),
+        on_raised=_say,
     )
     claims, overlays = read_replays(settings)
     held, answering = claims.get(view.name), overlays.get(view.name)
@@ -231,7 +233,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     # Every record below these was appended before the replay began (read before its claim: read after
     # it, records of the seconds between count too, and may move the split a whole bucket on).
     appended = end_offsets(settings)
-    started_ms = max([int(time.time() * 1000)] + [m.started_ms + 1 for m in replaced])  # after every mark read
+    started_ms, began_ms = replay_start(int(time.time() * 1000), replaced)
     shadow = shadow_name(view.name, started_ms)
     taken = [(m.started_ms, *m.replaces) for m in replaced if not m.switched]  # the claim a --resume takes over
     # A claim taken over that left the view's rows short passes that on: its 409 stays until a switch.
@@ -264,7 +266,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     )
     refresh_api(settings)
     bucket_ms = marker.ingest_bucket_s * 1000
-    split_ms = split_after(started_ms, latest_ingest_ms(settings), bucket_ms)
+    split_ms = split_after(began_ms, latest_ingest_ms(settings), bucket_ms)
     _say(f"{view.name}: the speed layer's own rows answer from {iso_ms(split_ms)}; waiting for that bucket to begin")
     waiting = time.monotonic()
     # Read twice the de-duplication window W before `from_ms` too: a copy of an event first ingested
@@ -382,9 +384,11 @@ def _wait_for_split(settings: Settings, view: str, from_ms: int, split_ms: int, 
     `split_ms` (the archiver's ticks reach every partition every few seconds)."""
     from stores.kafka import spans_between
 
-    before_split = split_ms / 1000 - time.time()
+    # No record after the split exists before it by this host's clock; by the brokers' (ahead) one
+    # it may: slept at most `timeout_s`, then asked.
+    before_split = min(split_ms / 1000 - time.time(), timeout_s)
     deadline = time.monotonic() + max(before_split, 0) + timeout_s
-    if before_split > 0:  # no record after the split can exist before it
+    if before_split > 0:
         time.sleep(before_split)
     while True:
         spans = spans_between(settings, from_ms, split_ms)

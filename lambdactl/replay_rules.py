@@ -3,7 +3,7 @@ claim, which realtime readers a replay can switch with (lambdactl/replay.py runs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from lambdactl.output import _say
 
@@ -50,11 +50,20 @@ def parse_from(text: str | None) -> list[tuple[int, int]] | int | None:
     return moment
 
 
-def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, ingest_time_at=None) -> int:
+def resolve_from(
+    text: str | None,
+    cutoff_ms: int,
+    bucket_s: int,
+    now_ms: int,
+    ingest_time_at=None,
+    on_raised: Callable[[str], None] | None = None,
+) -> int:
     """`--from` → the first ingest time replayed (ms), on the ingest-bucket grid (floored, so the first
     bucket is whole). `text`: empty for the view's batch cutoff; an ISO time with a zone; or
     `offsets:P=O,...` (Kafka partition = offset: from the earliest of their ingest times, which
-    `ingest_time_at(partition, offset)` gives)."""
+    `ingest_time_at(partition, offset)` gives). A time before the view's batch cutoff is raised to it
+    (told to `on_raised`): no answer reads the view's realtime rows below it, and Kafka's retention
+    may no longer hold those records."""
     parsed = parse_from(text)
     if parsed is None:
         moment = cutoff_ms
@@ -69,6 +78,13 @@ def resolve_from(text: str | None, cutoff_ms: int, bucket_s: int, now_ms: int, i
         moment = parsed
     if moment > now_ms:
         raise Refused(f"--from is in the future: {(text or '')[:60]!r}")
+    if moment < cutoff_ms:
+        if on_raised is not None:
+            on_raised(
+                f"--from {(text or '')[:60]!r} is before the view's batch cutoff: raised to the view's batch cutoff "
+                f"({cutoff_ms} ms), below which the batch answers"
+            )
+        moment = cutoff_ms
     size = bucket_s * 1000
     return max(moment, 0) // size * size
 
@@ -88,6 +104,14 @@ def running_holder(claim) -> int | None:
     except psutil.Error:
         return None
     return claim.pid if running else None
+
+
+def replay_start(now_ms: int, marks: Iterable) -> tuple[int, int]:
+    """(the replay's start, which names it, and the time its split counts from). It starts after
+    every mark it read, so the newest overlay answers; its split counts from this host's clock
+    alone: a mark made on a host whose clock ran ahead would otherwise move the split, and the wait
+    for it, as far ahead."""
+    return max([now_ms] + [m.started_ms + 1 for m in marks]), now_ms
 
 
 def split_after(started_ms: int, latest_ingest_ms: int | None, bucket_ms: int) -> int:

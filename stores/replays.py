@@ -319,7 +319,8 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
     with WebHdfs(settings) as fs:
         if not _answers_for(fs, f"{directory}/{claim.view}.json", claim):
             raise refused
-        fs.write(overlay, switched.to_json(), overwrite=True)
+        # Written beside it, then moved over it in one step: one killed half-way leaves no overlay.
+        fs.write_whole(overlay, switched.to_json())
         # A `--cancel` may have released the claim between the check and the write (it deletes the
         # rows once it has waited and seen no overlay): the overlay is taken back, the cancel wins.
         if not _answers_for(fs, f"{directory}/{claim.view}.json", claim):

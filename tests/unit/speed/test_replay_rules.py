@@ -28,6 +28,46 @@ def test_from_a_time_is_floored_to_a_whole_ingest_bucket():
     assert resolve_from("2026-11-17T10:00:59+01:00", 0, BUCKET_S, NOW_MS) == 1_794_906_000_000
 
 
+def test_a_from_before_the_views_cutoff_is_raised_to_it():
+    """No answer reads a view's realtime rows below its batch cutoff: rebuilding them was work for
+    nothing, and a replay was refused when Kafka's retention had deleted only records below it."""
+    said = []
+    cutoff = 1_794_999_960_000
+    assert resolve_from("2026-11-17T09:00:30Z", cutoff, BUCKET_S, NOW_MS, on_raised=said.append) == cutoff
+    assert said and "raised to the view's batch cutoff" in said[0]
+    times = {(0, 10): 1_794_906_070_000}
+    assert resolve_from("offsets:0=10", cutoff, BUCKET_S, NOW_MS, lambda p, o: times[(p, o)]) == cutoff
+    assert resolve_from("2026-11-18T11:05:30Z", cutoff - 120_000, BUCKET_S, NOW_MS) == 1_794_999_900_000
+
+
+def test_a_mark_dated_ahead_of_this_hosts_clock_orders_the_replay_but_does_not_move_its_split():
+    """A replay is named after every mark it read (the newest overlay answers), and its split came
+    from that name: a mark made on a host whose clock ran a day ahead made a `--resume` sleep that
+    day before its split (for centuries ahead, an OverflowError)."""
+    from lambdactl.replay_rules import replay_start
+    from stores.replays import ReplayMark, shadow_name
+
+    day = 86_400_000
+    ahead = ReplayMark("page_views", 0, NOW_MS + day, shadow_name("page_views", NOW_MS + day))
+    assert replay_start(NOW_MS, [ahead]) == (NOW_MS + day + 1, NOW_MS)
+    behind = ReplayMark("page_views", 0, NOW_MS - day, shadow_name("page_views", NOW_MS - day))
+    assert replay_start(NOW_MS, [behind]) == (NOW_MS, NOW_MS)
+    assert replay_start(NOW_MS, []) == (NOW_MS, NOW_MS)
+
+
+def test_the_wait_for_a_split_sleeps_no_longer_than_its_timeout(monkeypatch):
+    """The brokers' clock ahead puts the split ahead of this host's: it slept the whole skew before
+    asking Kafka, where records after the split were there already."""
+    from lambdactl import replay
+
+    slept: list[float] = []
+    monkeypatch.setattr(replay.time, "sleep", slept.append)
+    monkeypatch.setattr("stores.kafka.spans_between", lambda *_a: [])
+    hour_ahead = int(replay.time.time() * 1000) + 3_600_000
+    assert replay._wait_for_split(None, "page_views", 0, hour_ahead, timeout_s=180) == []
+    assert slept and max(slept) <= 180
+
+
 def test_from_offsets_starts_at_the_earliest_of_their_ingest_times():
     times = {(0, 10): 1_794_906_070_000, (1, 5): 1_794_906_010_000}
     got = resolve_from("offsets:0=10,1=5", 0, BUCKET_S, NOW_MS, lambda p, o: times[(p, o)])
@@ -167,6 +207,10 @@ class WritableFs(Fs):
 
     def replace(self, source, destination):
         self.files[destination.rsplit("/", 1)[1]] = self.files.pop(source.rsplit("/", 1)[1])
+
+    def write_whole(self, path, data):  # WebHdfs's: beside it, then moved over it
+        self.write(f"{path}.tmp", data)
+        self.replace(f"{path}.tmp", path)
 
 
 def test_replay_marks_read_while_a_switch_deletes_one_are_listed_again_and_the_newest_overlay_counts():
