@@ -223,7 +223,7 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     the size of a new checkpoint, its first start, since when each view is maintained (a view new to
     this start from now: stores.view_lifecycle) and the definition of each."""
     from definitions.view_versions import unresolved_message
-    from stores import checkpoints, kafka_coverage
+    from stores import checkpoints, kafka, kafka_coverage
     from stores.registry import version_store
     from stores.view_lifecycle import maintained_since
     from stores.view_versions import versions_of
@@ -289,6 +289,10 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
     # views were recorded was written when every view declared now was (they could not change).
     started = marker.started_ms if marker.started_ms is not None else checkpoints.file_written_ms(settings)
     previous = marker.views if marker.views is not None else dict.fromkeys(names, 0)
+    if set(names) - set(previous):
+        # A view added is maintained from after every record the stopped speed layer counted without
+        # it: after the latest Kafka holds (the brokers' clock), when that is ahead of this host's.
+        now_ms = max(now_ms, (kafka.latest_ingest_ms(settings) or -1) + 1)
     views = maintained_since(previous, names, now_ms)
     if (
         views != marker.views

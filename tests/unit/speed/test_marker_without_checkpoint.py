@@ -4,11 +4,12 @@ served exact from any cutoff, and the bucket-size check was skipped."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
 
-from definitions.settings import Settings
+from definitions.settings import Settings, SpeedSettings
 from definitions.views import PAGE_VIEWS, Registry
 from speed_layer.job import check_checkpoint_settings
 from stores import checkpoints, kafka_coverage, realtime_schema, registry, replays
@@ -156,3 +157,29 @@ def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatc
     checkpoints.write_marker(settings, 5_000, {"page_views": 0})
     assert b'"format": 1' in hdfs.data  # type: ignore[operator]
     assert checkpoints.read_marker(settings) == checkpoints.Marker(60, 5_000, {"page_views": 0}, dedupe_window_s=120)
+
+
+def test_a_view_added_is_maintained_from_after_the_latest_record_kafka_holds_whatever_the_clocks(stores, monkeypatch):
+    """A view added was recorded as maintained from this host's clock at the start. With the brokers'
+    clock ahead, records the stopped speed layer counted without it carry ingest times after that:
+    a batch cutoff at the next bucket left them to the speed layer, which never counted them for it."""
+    from definitions.views import View
+    from stores import kafka
+
+    added = View("added_view", keys=("url",), aggregation="count")
+    marker = checkpoints.Marker(60, 1_000, {"page_views": 5_000}, dedupe_window_s=600)
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
+    ahead = int(time.time() * 1000) + 3_600_000  # the brokers' clock an hour ahead of this host's
+    monkeypatch.setattr(kafka, "latest_ingest_ms", lambda _settings: ahead)
+    settings = Settings(ingest_bucket_s=60, speed=SpeedSettings(dedupe_window_s=600))
+    check_checkpoint_settings(settings, Registry((PAGE_VIEWS, added)))
+    assert stores[-1][2] == {"page_views": 5_000, "added_view": ahead + 1}
+    stores.clear()
+    monkeypatch.setattr(kafka, "latest_ingest_ms", lambda _settings: None)  # an empty topic: this host's clock
+    before = int(time.time() * 1000)
+    check_checkpoint_settings(settings, Registry((PAGE_VIEWS, added)))
+    assert before <= stores[-1][2]["added_view"] <= int(time.time() * 1000)
+    stores.clear()
+    monkeypatch.setattr(kafka, "latest_ingest_ms", lambda _settings: pytest.fail("asked with no view added"))
+    check_checkpoint_settings(settings, Registry((PAGE_VIEWS,)))
