@@ -249,6 +249,17 @@ def persisted_settings(settings: Settings) -> Settings | None:
         return None
 
 
+def persisted_digest(settings: Settings) -> str:
+    """A short digest of the persisted settings as written (canonical JSON: `persist` sorts its
+    keys): what every process of the stack loads; "" when there is no file."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(persisted_path(settings).read_bytes()).hexdigest()[:16]
+    except FileNotFoundError:
+        return ""
+
+
 def read_snapshot(path: Path) -> Settings:
     """The settings write_snapshot wrote: every value given, none taken from elsewhere."""
     _check_owned(path)

@@ -28,7 +28,7 @@ from infra.stack_status import ServiceStatus
 from infra.state_lock import stack_lock
 from infra.supervision import StackProcesses
 from infra.supervisor_config import NAME as SUPERVISOR
-from infra.supervisor_config import Program
+from infra.supervisor_config import SETTINGS_DIGEST, Program, loaded_digest
 from stores.restarts import read_status, summary
 
 log = logging.getLogger(__name__)
@@ -242,6 +242,7 @@ class Stack:
         env = self._environment(java)
         for p in self.programs:  # supervisord starts each in its directory
             p.dirs(self.settings).root.mkdir(parents=True, exist_ok=True)
+        digests = self._settings_digests(say)
         programs = [
             Program(
                 p.name,
@@ -251,6 +252,7 @@ class Stack:
                     "JAVA_HOME": env["JAVA_HOME"],
                     "LAMBDA_STATE_DIR": env["LAMBDA_STATE_DIR"],
                     STATE_TAG: str(self.settings.state_dir),
+                    **({SETTINGS_DIGEST: digest} if (digest := digests.get(p.name)) is not None else {}),
                 },
                 p.stops,
                 store=p.phase == 0,
@@ -291,6 +293,31 @@ class Stack:
         if refused:
             raise one_error(list(refused.values()))
         return since
+
+    def _settings_digests(self, say: Callable[[str], None]) -> dict[str, str | None]:
+        """Per platform program, the settings digest its entry carries: the persisted settings' for
+        one this `up` is asked to run (a running one started with other settings is then restarted
+        by the update), and the one it runs with for any other (no entry changed, so none stopped
+        that this `up` would not start again). The stores' settings reach them through their
+        commands and configuration files."""
+        from definitions.settings_store import persisted_digest
+
+        now = persisted_digest(self.settings)
+        asked = {s.name for s in self.services}
+        out: dict[str, str | None] = {}
+        changed = []
+        for p in self.programs:
+            if p.phase == 0:
+                continue
+            proc = self.supervisor.process(p.name)
+            loaded = loaded_digest(proc)
+            out[p.name] = now if p.name in asked or proc is None else loaded
+            if p.name in asked and proc is not None and loaded != now and self.supervisor.supervised(p.name):
+                changed.append(p.name)
+        if changed:
+            it = "it" if len(changed) == 1 else "they"
+            say(f"settings changed since {it} started: {', '.join(changed)}; restarted with them")
+        return out
 
     def _await_supervised(self, service, since: float) -> tuple[str, float]:
         """Poll until healthy; fail when the supervisor gave up on it, or at the deadline."""

@@ -29,6 +29,23 @@ _MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to 107 bytes
 SESSION_LEADER = Path(__file__).with_name("session_leader.py")
 
 
+# In the environment of each platform process: the digest of the persisted settings it loaded
+# (definitions.settings_store.persisted_digest). Changed settings change its supervisord entry, so
+# the `up` that persists them restarts it (supervisord stops a program whose entry changed).
+SETTINGS_DIGEST = "LAMBDA_SETTINGS_DIGEST"
+
+
+def loaded_digest(proc: psutil.Process | None) -> str | None:
+    """The settings digest a running process was started with; None when it runs none (or not at
+    all, or was started before digests were recorded)."""
+    if proc is None:
+        return None
+    try:
+        return proc.environ().get(SETTINGS_DIGEST)
+    except psutil.Error:
+        return None
+
+
 @dataclass(frozen=True)
 class Program:
     name: str

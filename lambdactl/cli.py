@@ -149,7 +149,7 @@ def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
             return 2
         path = persisted_path(settings)
         log.info(
-            "%s taken out of %s; running processes keep what they loaded until restarted"
+            "%s taken out of %s; running processes keep what they loaded until `lambdactl up` restarts them"
             if removed
             else "%s is not in %s: nothing changed",
             args.unset,

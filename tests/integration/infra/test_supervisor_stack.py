@@ -309,3 +309,31 @@ def test_a_restart_of_a_program_taken_out_says_to_run_up_and_one_in_place_comes_
     with pytest.raises(StackError, match=r"not under the supervisor now.*lambdactl up"):
         stack.restart("api")
     assert not isolated.status()["api"]["running"], "left as it was"
+
+
+def test_up_with_changed_settings_restarts_the_programs_that_loaded_the_old_ones(isolated):
+    """`up` persisted a new setting and left the running processes as they were: a new API token
+    was refused by the API that still ran, and the old one still let everyone in, while `up`
+    said every process was already running."""
+    import httpx
+
+    from definitions.settings import DEFAULT_TOKEN
+
+    def answer(token: str) -> int:  # 401 before the body is read; a body of no event is refused after
+        url = f"http://127.0.0.1:{isolated.port}/api/v1/events"
+        return httpx.post(url, content=b"{}", headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code
+
+    up = isolated.ctl("up")
+    assert up.returncode == 0, up.stderr[-3000:]
+    first = isolated.status()["api"]["pid"]
+    again = isolated.ctl("up")
+    assert again.returncode == 0 and isolated.status()["api"]["pid"] == first, "no change: left running"
+
+    isolated.env["LAMBDA_API__TOKEN"] = "a-new-token-for-this-test"
+    changed = isolated.ctl("up")
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "settings changed since it started: api" in changed.stderr, changed.stderr[-3000:]
+    row = isolated.status()["api"]
+    assert row["healthy"] and row["pid"] != first, "restarted with the new settings"
+    assert answer("a-new-token-for-this-test") != 401
+    assert answer(DEFAULT_TOKEN) == 401, "the old token no longer lets anyone in"
