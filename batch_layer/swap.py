@@ -11,7 +11,7 @@ import time
 
 from definitions.settings import Settings
 from stores import checkpoints
-from stores.batch_views import Pointer
+from stores.batch_views import Pointer, PointerMoved
 from stores.batch_writer import VerificationError, missing_tables
 from stores.pointer import CutoffError, advance, check_unmoved, run_tables
 from stores.registry import version_store
@@ -88,7 +88,18 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         maintained=maintained,
     )
     not_past_grace(settings, version, run)  # and again right before the compare-and-set
-    store.swap(current, pointer)
+    try:
+        store.swap(current, pointer)
+    except PointerMoved:
+        # Another attempt at this same swap (a retried task beside the one it replaced, `lambdactl
+        # batch --swap N` beside the DAG's) may have moved it: then the version serves, as asked.
+        now = store.pointer()
+        if now is None or not any((e := now.entry(n)) is not None and e.version == version for n in run["views"]):
+            raise
+        log.info("version %d serves already: another attempt at its swap landed it", version)
+        _record_completed_swap(store, runs, now, version)
+        _retain(settings, store)
+        return now
     _retain(settings, store)
     return pointer
 

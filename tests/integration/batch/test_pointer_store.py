@@ -507,7 +507,8 @@ def test_retention_deletes_the_old_run_records_nothing_needs(own):
     ended = []
     for i in range(30):
         version = store.allocate_version()
-        store.record_run(version, state="dropped" if i % 2 else "failed", cutoff_ms=T0, views=[a])
+        state = "dropped" if i % 2 else "failed"
+        store.record_run(version, state=state, cutoff_ms=T0, previous_cutoff_ms=T0, views=[a])
         ended.append(version)
     store.record_run(ended[0], realtime_cleaned_s={a: 5})  # a's highest clean-up mark: the reports read it
     with_table = ended[1]
@@ -523,3 +524,27 @@ def test_retention_deletes_the_old_run_records_nothing_needs(own):
         conn.close()
     store.retain(settings.batch.keep_versions)  # its table gone, its record goes at the next pass
     assert set(store.runs()) == kept - {with_table}
+
+
+def test_two_attempts_at_one_swap_both_end_with_it_serving(own, monkeypatch):
+    """A retried swap task beside the attempt it replaced (or `lambdactl batch --swap N` beside the
+    DAG's): the one that read the pointer before the other's compare-and-set landed failed with
+    "the pointer moved ... nothing was changed; run the batch again" although its version served."""
+    settings, (a, _b, _c) = own
+    store = VersionStore(settings)
+    swap_version(settings, written(settings, [a], T0, full=True))
+    version = written(settings, [a], T0 + STEP)
+    before = store.pointer()
+    landed = swap_version(settings, version)  # the other attempt, first to land
+    real_runs, real_pointer = VersionStore.runs, VersionStore.pointer
+    # This attempt read the run record and the pointer before that one landed.
+    monkeypatch.setattr(
+        VersionStore,
+        "runs",
+        lambda self: {**real_runs(self), version: {**real_runs(self)[version], "state": "verified"}},
+    )
+    reads = iter([before])
+    monkeypatch.setattr(VersionStore, "pointer", lambda self: next(reads, None) or real_pointer(self))
+    assert swap_version(settings, version) == landed
+    monkeypatch.undo()
+    assert store.runs()[version]["state"] == "live"

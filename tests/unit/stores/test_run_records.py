@@ -36,7 +36,7 @@ def test_a_record_that_still_matters_is_kept():
     runs = {v: {"state": "dropped"} for v in range(1, 11)}
     runs[1]["state"] = "live"  # the pointer names it
     runs[2]["state"] = "retired"  # its tables are kept for rollback
-    runs[3]["state"] = "verified"  # still to swap
+    runs[3] = {"state": "verified", "verified_ms": NOW - 1_000}  # still to swap
     runs[4] = {"state": "dropped", "realtime_cleaned_s": {"a": 50}}  # the highest clean-up of view a
     runs[5] = {"state": "dropped", "realtime_cleaned_s": {"a": 40, "b": 70}}  # the highest of b
     runs[6] = {"state": "dropped", "realtime_cleaned_s": {"a": 30}}  # below a's highest: not needed
@@ -72,6 +72,7 @@ def test_the_plan_never_drops_the_newest_nor_a_serving_nor_a_highest_clean_up_on
             run = {"state": rng.choice(["writing", "verified", "live", "retired", "dropped", "failed"])}
             if rng.random() < 0.3:
                 run["realtime_cleaned_s"] = {rng.choice("ab"): rng.randint(0, 5)}
+            run["verified_ms"] = rng.choice([NOW - 1_000, NOW - 2 * GRACE])
             runs[v] = run
         keep = rng.randint(1, 10)
         named = set(rng.sample(sorted(runs), min(2, len(runs))))
@@ -80,7 +81,11 @@ def test_the_plan_never_drops_the_newest_nor_a_serving_nor_a_highest_clean_up_on
         pruned = set(plan(runs, current, present, keep))
         assert not pruned & set(sorted(runs)[-keep:])
         assert not pruned & named and not pruned & present
-        assert all(runs[v]["state"] in ("dropped", "failed") for v in pruned)
+        assert all(
+            runs[v]["state"] in ("dropped", "failed")
+            or (runs[v]["state"] == "verified" and runs[v]["verified_ms"] < NOW - GRACE)
+            for v in pruned
+        )
         for view in "ab":
             cleaned = [r["realtime_cleaned_s"][view] for r in runs.values() if view in r.get("realtime_cleaned_s", {})]
             left = [
@@ -89,3 +94,36 @@ def test_the_plan_never_drops_the_newest_nor_a_serving_nor_a_highest_clean_up_on
                 if v not in pruned and view in r.get("realtime_cleaned_s", {})
             ]
             assert max(cleaned, default=None) == max(left, default=None), "the highest clean-up per view stays"
+
+
+def test_the_pointers_own_version_is_kept_even_when_no_entry_names_it():
+    """The realtime clean-up records its mark on the record of the run that last moved the pointer:
+    after a move that retired views, no entry may name it."""
+    runs = {v: {"state": "dropped"} for v in range(1, 6)}
+    current = Pointer(entries={"a": ViewEntry("a_v5", 5, 5_000)}, generation=3, version=2, swapped_ms=NOW)
+    assert plan(runs, current=current, keep=1) == [1, 3, 4]
+
+
+def test_a_verified_run_never_swapped_goes_once_past_its_grace():
+    old, recent = NOW - 2 * GRACE, NOW - 1_000
+    runs = {
+        1: {"state": "verified", "started_ms": old, "verified_ms": old},
+        2: {"state": "verified", "started_ms": old, "verified_ms": recent},  # may still swap
+        3: {"state": "verified", "started_ms": old, "verified_ms": old, "heartbeat_ms": recent},  # being verified
+        4: {"state": "dropped"},
+    }
+    assert plan(runs, keep=1) == [1]
+
+
+def test_the_run_an_older_record_reads_its_windows_start_from_stays():
+    """A record without previous_cutoff_ms (an earlier release's) has its report window start at the
+    highest cutoff of the earlier served runs: pruning that run widened the window without a word."""
+    runs = {
+        1: {"state": "dropped", "cutoff_ms": 100},
+        2: {"state": "dropped", "cutoff_ms": 200},  # the window start of 4
+        3: {"state": "failed", "cutoff_ms": 300},  # failed: not a window start
+        4: {"state": "live", "cutoff_ms": 400},
+        5: {"state": "dropped", "cutoff_ms": 500, "previous_cutoff_ms": 400},
+        6: {"state": "dropped", "cutoff_ms": 600, "previous_cutoff_ms": 500},
+    }
+    assert plan(runs, keep=1) == [1, 3, 5]
