@@ -68,7 +68,12 @@ def main() -> int:
         # Views of its own: retention considers only the views its run records name, so the stack's
         # own tables (of page_views, ...) are never its to drop.
         views = [f"{meta}_a", f"{meta}_b"]
-        record = {"state": "dropped", "cutoff_ms": 1_800_000_000_000, "views": views}
+        record = {
+            "state": "dropped",
+            "cutoff_ms": 1_800_000_000_000,
+            "previous_cutoff_ms": 1_799_996_400_000,
+            "views": views,
+        }
         cells = {f"p:{k}".encode(): json.dumps(v).encode() for k, v in record.items()}  # as record_run writes
         for size in (int(s) for s in args.sizes.split(",")):
             conn = hbase_connection(settings)
