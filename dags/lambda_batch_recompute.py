@@ -43,6 +43,14 @@ class LambdactlError(RuntimeError):
         self.code = code
 
 
+REFUSED = 2  # lambdactl's refusal: the same command would meet it again
+
+
+class LambdactlRefused(LambdactlError, AirflowFailException):
+    """A refusal (exit 2: behind what serves, the pointer moved, the grace over, an unknown view):
+    the task fails at once, its retries being for failures that may pass (a store that blinked)."""
+
+
 # What a command leaves its task, of the task's execution_timeout, to report why it stopped: a
 # minute, or a quarter of a shorter limit.
 TIMEOUT_MARGIN_S = 60
@@ -98,6 +106,8 @@ def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
         said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         if done.returncode not in expected:
             _say_cause(f"{command} exited {done.returncode}: {said[-1] if said else 'no message'}")
+        if done.returncode == REFUSED and REFUSED not in expected:
+            raise LambdactlRefused(list(args), done.returncode, done.stderr)
         raise LambdactlError(list(args), done.returncode, done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
     return json.loads(lines[-1]) if lines else {}
@@ -177,9 +187,10 @@ def refuse_backfill() -> None:
 )
 def lambda_batch_recompute():
     # A sensor in reschedule mode: between pokes it holds no worker slot (the task instance shows
-    # `up_for_reschedule`); it gives up after batch.completeness_wait_s (an hour). A refusal that waiting cannot fix (a cutoff
-    # off the bucket grid, behind serving) fails the poke, naming why; any failure is retried twice
-    # (a store that blinked), each poke at most two minutes.
+    # `up_for_reschedule`); it gives up after batch.completeness_wait_s (an hour). A refusal that
+    # waiting cannot fix (a cutoff off the bucket grid, behind serving) fails the task at once,
+    # naming why (LambdactlRefused, in every task); any other failure is retried twice (a store that
+    # blinked), each poke at most two minutes.
     @task.sensor(
         poke_interval=15,
         timeout=COMPLETENESS_WAIT_S,

@@ -227,6 +227,43 @@ BACKFILL = textwrap.dedent("""
 """)
 
 
+EXIT_CODES = textwrap.dedent("""
+    import json, sys
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_batch_recompute as dag_file
+    from airflow.exceptions import AirflowFailException
+
+    ti = SimpleNamespace(xcom_push=lambda key, value: None, task=SimpleNamespace(execution_timeout=None))
+    dag_file.get_current_context = lambda: {"ti": ti}
+    outcome = {}
+    for code in (1, 2):
+        try:
+            dag_file.lambdactl("exit", str(code))
+        except dag_file.LambdactlError as exc:
+            outcome[code] = {"code": exc.code, "fails_at_once": isinstance(exc, AirflowFailException)}
+    print(json.dumps(outcome))
+""")
+
+
+def test_a_refusal_fails_its_task_at_once_and_other_failures_are_retried(settings, tmp_path):
+    """Exit 2 is a refusal the same command meets again (behind what serves, the pointer moved, the
+    grace over, an unknown view): each of a task's retries failed the same way, and a run's clear
+    failure came minutes later. Exit 1 (a store that did not answer) may pass on a retry."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "lambdactl"  # exits with the code it is given, as lambdactl refuses or fails
+    fake.write_text('#!/bin/sh\necho "lambdactl: refused or failed" >&2\nexit "$2"\n')
+    fake.chmod(0o755)
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(bin_dir))
+    result = in_airflow(settings, EXIT_CODES, env)
+    assert result == {
+        "1": {"code": 1, "fails_at_once": False},
+        "2": {"code": 2, "fails_at_once": True},
+    }, result
+
+
 def test_a_backfill_is_refused_and_a_cutoff_is_at_most_an_iso_times_length(settings, tmp_path):
     """Every run plans the latest cutoff whatever its logical date: a backfill's runs (run beside
     other runs) each recomputed the same cutoff, and all but one failed their swap."""
