@@ -118,7 +118,7 @@ def read_persisted(path: Path) -> dict[str, Any] | None:
             "them; fix or remove the file"
         )
     try:
-        doc = json.loads(path.read_text(), object_pairs_hook=_unique_keys)
+        doc = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
     except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8 or JSON, nested too deep
         raise SettingsConflict(
             f"the persisted settings {path} are not readable JSON ({type(exc).__name__}: {exc}); fix or remove the file"
@@ -220,8 +220,24 @@ def unset(settings: Settings, key: str) -> bool:
             node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict) or last not in node:
             return False
+        valid_before = _validates(doc)
         del node[last]
+        if valid_before:  # a file that did not validate is being mended: any step of that is taken
+            try:
+                _FileOnly(**doc)
+            except ValueError as exc:
+                raise SettingsConflict(
+                    f"taking {key} out would leave settings that do not validate ({exc}); nothing was changed"
+                ) from None
         write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return True
+
+
+def _validates(doc: dict) -> bool:
+    try:
+        _FileOnly(**json.loads(json.dumps(doc)))  # a copy: validation must not change the document
+    except ValueError:
+        return False
     return True
 
 
@@ -263,7 +279,7 @@ def persisted_digest(settings: Settings) -> str:
 def read_snapshot(path: Path) -> Settings:
     """The settings write_snapshot wrote: every value given, none taken from elsewhere."""
     _check_owned(path)
-    return Settings(**json.loads(path.read_text()))
+    return Settings(**json.loads(path.read_text(encoding="utf-8")))
 
 
 def _settings_lock(settings: Settings):

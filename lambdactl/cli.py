@@ -427,6 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsConflict, ValueError) as exc:  # a conflict, or a setting that does not validate
         log.error("%s", exc)
         return 2
+    except RecursionError:  # a LAMBDA_* value of JSON nested thousands deep
+        log.error("the settings cannot be read: a value given in the environment nests too deep")
+        return 2
     except OSError as exc:  # the state directory or a settings file this user cannot read
         log.error("the settings cannot be read: %s (check the owner and mode of the state directory)", exc)
         return 2

@@ -344,6 +344,21 @@ def test_config_unset_mends_a_persisted_value_the_settings_no_longer_accept(capl
     assert load().cassandra.keyspace == Settings().cassandra.keyspace
 
 
+def test_config_unset_refuses_to_leave_settings_that_no_longer_validate(monkeypatch, caplog):
+    """Taking a value out can break a rule between settings (two-hour ingest buckets need a batch
+    interval at least as long): `--unset` said done, and every later command refused to start."""
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "7200")
+    monkeypatch.setenv("LAMBDA_BATCH__INTERVAL_S", "7200")
+    path = persist(load())
+    before = path.read_text()
+    for name in ("LAMBDA_INGEST_BUCKET_S", "LAMBDA_BATCH__INTERVAL_S"):
+        monkeypatch.delenv(name)
+    assert main(["config", "--unset", "batch.interval_s"]) == 2
+    assert "ingest_bucket_s must not exceed batch.interval_s" in caplog.text and "nothing was changed" in caplog.text
+    assert path.read_text() == before
+    assert main(["config"]) == 0, "the settings still load"
+
+
 def test_a_persisted_jars_dir_is_read_back_and_kept_by_a_later_plain_up(monkeypatch, tmp_path):
     """The default jars_dir of every later command was taken for an explicit one: it won over the
     persisted value and the next `up` persisted the default in its place."""
@@ -416,3 +431,9 @@ def test_a_persisted_jars_dir_that_is_gone_gives_way_to_the_default(monkeypatch,
     persist(Settings())
     monkeypatch.delenv("LAMBDA_JARS_DIR")
     assert load().jars_dir == Settings().jars_dir
+
+
+def test_a_setting_nested_too_deep_in_the_environment_is_refused_not_a_traceback(monkeypatch, caplog):
+    monkeypatch.setenv("LAMBDA_API__CORS_ORIGINS", "[" * 100_000 + "]" * 100_000)
+    assert main(["config"]) == 2
+    assert "nest" in caplog.text
