@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from airflow.exceptions import AirflowFailException, AirflowSkipException
@@ -69,12 +70,24 @@ def command_timeout_s() -> float | None:
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the thread that started it dies
 
 
-def _end_with_the_task() -> None:
-    """In the command's process, before it runs: SIGTERM when the task's process dies. Airflow ends a
+# Looked up once, in the task's process: not in the forked child, where loading a library is not
+# safe while other threads of the parent held its locks.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _end_with_the_task(parent: int) -> Callable[[], None]:
+    """For the command's process, before it runs: SIGTERM when the task's process dies. Airflow ends a
     task ("mark failed", "clear", a missed heartbeat) with SIGTERM then SIGKILL to the task's own
     process only, and a `@task` has no on_kill: the command ran on (a batch's Spark driver beside the
-    retry's, a swap moving the pointer after the UI said failed)."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    retry's, a swap moving the pointer after the UI said failed). A task that died between the fork
+    and the signal's setting sends none: the command then does not run at all."""
+
+    def setup() -> None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return setup
 
 
 def _say_cause(cause: str) -> None:
@@ -91,7 +104,11 @@ def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
     timeout_s = command_timeout_s()
     try:
         done = subprocess.run(
-            [binary, *args], capture_output=True, text=True, timeout=timeout_s, preexec_fn=_end_with_the_task
+            [binary, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            preexec_fn=_end_with_the_task(os.getpid()),
         )
     except OSError as exc:  # no such program, or arguments too long for the system (a run's conf)
         _say_cause(f"{command[:200]} could not be started: {exc.strerror or exc}")

@@ -163,6 +163,29 @@ ORPHAN = textwrap.dedent("""
 """)
 
 
+ORPHANED_AT_START = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import lambda_batch_recompute as dag_file
+
+    child = os.fork()
+    if child == 0:  # the command's process, whose task died before it could ask for the signal
+        try:
+            dag_file._end_with_the_task(os.getppid() + 1)()
+        finally:
+            os._exit(0)
+    print(json.dumps({"code": os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])}))
+""")
+
+
+def test_a_command_whose_task_died_before_it_started_does_not_run(settings, tmp_path):
+    """The parent-death signal is asked for in the command's process after the fork: a task that died
+    in between sent none, and a batch or a swap ran on, unowned, after the UI said failed."""
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path))
+    assert in_airflow(settings, ORPHANED_AT_START, env) == {"code": 1}
+
+
 def test_a_task_killed_from_outside_takes_its_command_with_it(settings, tmp_path):
     """Airflow ends a task ("mark failed", "clear", a missed heartbeat) by signalling the task's own
     process; its command (a batch's Spark driver, a swap) ran on beside the retry."""
