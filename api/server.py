@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from api import worker_sync
 from definitions.logs import configure_from
-from definitions.settings import Settings, get_settings
+from definitions.settings import Settings, get_settings, process_settings
 from definitions.settings_store import read_snapshot, write_snapshot
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def main() -> int:
     from api.app import InsecureSettings, check_settings, create_app
     from api.http_protocol import BoundedHttpToolsProtocol
 
-    settings = get_settings()
+    settings = process_settings("api")
     configure_from("api", settings)
     try:
         check_settings(settings)

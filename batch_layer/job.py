@@ -33,7 +33,7 @@ from batch_layer.heartbeat import beat_every_s, heartbeat
 from batch_layer.swap import not_past_grace, swap_version, tables_kept
 from batch_layer.tables import write_tables
 from definitions.logs import bind, configure_from
-from definitions.settings import Settings, get_settings
+from definitions.settings import Settings, process_settings
 from definitions.spark import batch_session_options
 from definitions.times import iso_ms as iso
 from definitions.times import parse_iso_ms
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--views", type=view_names, help="comma-separated view names (default: all)")
     parser.add_argument("--force", action="store_true", help="recompute even if the serving version has this cutoff")
     args = parser.parse_args(argv)
-    settings = get_settings()
+    settings = process_settings("batch")
     configure_from("batch", settings)
     try:
         result = run_batch(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -667,3 +668,16 @@ def get_settings() -> Settings:
     from definitions.settings_store import load
 
     return load()
+
+
+def process_settings(process: str) -> Settings:
+    """get_settings for a process's entry point: settings it cannot load end it at once (exit 2)
+    with one line naming what is wrong, not a traceback at every restart (logging is not set up yet:
+    the line goes to stderr, which the supervisor writes to the process's log)."""
+    from definitions.settings_store import SettingsConflict
+
+    try:
+        return get_settings()
+    except (SettingsConflict, ValueError, OSError, RecursionError) as exc:
+        print(f"{process}: refusing to start: the settings cannot be loaded: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None

@@ -29,7 +29,7 @@ from pathlib import Path
 from definitions.files import private_dir, replace_text, write_private
 from definitions.logs import configure_from
 from definitions.section import browser_url
-from definitions.settings import DEFAULT_AIRFLOW_PASSWORD, REPO_ROOT, Settings, get_settings
+from definitions.settings import DEFAULT_AIRFLOW_PASSWORD, REPO_ROOT, Settings, process_settings
 from stores.airflow import base_url
 
 log = logging.getLogger("lambda.airflow")
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.airflow", description="run one of Airflow's components")
     parser.add_argument("component", nargs="?", default="api-server", choices=COMPONENTS)
     component = parser.parse_args(argv).component
-    settings = get_settings()
+    settings = process_settings(f"airflow {component}")
     configure_from("airflow" if component == "api-server" else f"airflow-{component}", settings)
     if (
         settings.environment != "development"

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from definitions import jobs
 from definitions.events import FIELD_NAMES
 from definitions.logs import configure_from
-from definitions.settings import Settings, get_settings
+from definitions.settings import Settings, process_settings
 from definitions.spark import trigger_interval
 from ingest.ticker import Ticker
 from stores import completeness, health, kafka_gaps
@@ -228,7 +228,7 @@ def run(settings: Settings) -> int:
 
 
 def main() -> int:
-    settings = get_settings()
+    settings = process_settings("archiver")
     configure_from("archiver", settings)
     return run(settings)
 

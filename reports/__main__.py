@@ -8,7 +8,7 @@ import json
 import sys
 
 from definitions.logs import configure_from
-from definitions.settings import get_settings
+from definitions.settings import process_settings
 from definitions.spark import spark_session
 from reports.build import Window, produce, window_for_version
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous-cutoff-ms", type=int, help="window start (with --cutoff-ms: an explicit window)")
     parser.add_argument("--cutoff-ms", type=int, help="window end")
     args = parser.parse_args(argv)
-    settings = get_settings()
+    settings = process_settings("accuracy-report")
     configure_from("accuracy-report", settings)
     if args.cutoff_ms is not None:
         window = Window(args.previous_cutoff_ms or 0, args.cutoff_ms, args.version, "adhoc")

@@ -24,7 +24,7 @@ from typing import Any
 
 from definitions import jobs
 from definitions.logs import configure_from
-from definitions.settings import Settings, get_settings
+from definitions.settings import Settings, process_settings
 from definitions.spark import trigger_interval
 from definitions.views import HLL_LG_K, Registry, View, key_text, load_views
 from definitions.views import cells as view_cells
@@ -491,7 +491,7 @@ def run(settings: Settings) -> int:
 def main() -> int:
     from definitions.spark import quiet_interrupted_batches
 
-    settings = get_settings()
+    settings = process_settings("speed-layer")
     configure_from("speed-layer", settings)
     quiet_interrupted_batches()
     return run(settings)
