@@ -418,7 +418,8 @@ class AirflowSettings(_Section):
     # Task slots of the LocalExecutor (one worker process of ~130 MB each): the DAG runs one task at a
     # time, one run at a time (max_active_runs=1).
     parallelism: int = Field(1, ge=1)
-    dag_id: str = "lambda_batch_recompute"
+    # The id dags/lambda_batch_recompute.py declares: the API triggers and reads its runs by it.
+    dag_id: Literal["lambda_batch_recompute"] = "lambda_batch_recompute"
     health_timeout_s: float = Field(300, gt=0)
     # A new install's DAG is active: it runs every batch.interval_s. True creates it paused (the
     # Makefile's tests: no scheduled run in their way). Either way a pause set later is kept.

@@ -150,8 +150,10 @@ class HBaseSettings(_Section):
     regionserver_port: Port = 16020
     regionserver_info_port: Port = 16030
     zookeeper_port: Port = 2181
-    namespace: str = "lambda"
-    meta_table: str = "meta"
+    # As HBase accepts them: a namespace of letters, digits and _; a table name that may also hold
+    # . and - (not first).
+    namespace: str = Field("lambda", pattern=r"^[A-Za-z0-9_]{1,64}$")
+    meta_table: str = Field("meta", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
     # Where the standalone master keeps its tables; empty = a directory in the state dir.
     rootdir: str = ""
     master_heap_mb: int = Field(768, ge=1)
