@@ -242,7 +242,7 @@ class Stack:
         env = self._environment(java)
         for p in self.programs:  # supervisord starts each in its directory
             p.dirs(self.settings).root.mkdir(parents=True, exist_ok=True)
-        digests = self._settings_digests(say)
+        digests = self._settings_digests(running, say)
         programs = [
             Program(
                 p.name,
@@ -294,7 +294,7 @@ class Stack:
             raise one_error(list(refused.values()))
         return since
 
-    def _settings_digests(self, say: Callable[[str], None]) -> dict[str, str | None]:
+    def _settings_digests(self, running: dict[str, dict], say: Callable[[str], None]) -> dict[str, str | None]:
         """Per platform program, the settings digest its entry carries: the persisted settings' for
         one this `up` is asked to run (a running one started with other settings is then restarted
         by the update), and the one it runs with for any other (no entry changed, so none stopped
@@ -309,10 +309,13 @@ class Stack:
         for p in self.programs:
             if p.phase == 0:
                 continue
-            proc = self.supervisor.process(p.name)
-            loaded = loaded_digest(proc)
-            out[p.name] = now if p.name in asked or proc is None else loaded
-            if p.name in asked and proc is not None and loaded != now and self.supervisor.supervised(p.name):
+            info = running.get(p.name, {})
+            # supervisord's own child (the session leader) has the entry's environment as it started
+            # it; the program under it may have made its own (Airflow's does).
+            leader = info.get("pid") if info.get("statename") in ("RUNNING", "STARTING", "BACKOFF") else None
+            loaded = loaded_digest(leader)
+            out[p.name] = now if p.name in asked or not leader else loaded
+            if p.name in asked and leader and loaded != now:
                 changed.append(p.name)
         if changed:
             it = "it" if len(changed) == 1 else "they"

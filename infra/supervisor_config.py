@@ -35,13 +35,13 @@ SESSION_LEADER = Path(__file__).with_name("session_leader.py")
 SETTINGS_DIGEST = "LAMBDA_SETTINGS_DIGEST"
 
 
-def loaded_digest(proc: psutil.Process | None) -> str | None:
-    """The settings digest a running process was started with; None when it runs none (or not at
-    all, or was started before digests were recorded)."""
-    if proc is None:
+def loaded_digest(pid: int | None) -> str | None:
+    """The settings digest the process `pid` was started with; None when it has none (or is gone,
+    or was started before digests were recorded)."""
+    if not pid:
         return None
     try:
-        return proc.environ().get(SETTINGS_DIGEST)
+        return psutil.Process(pid).environ().get(SETTINGS_DIGEST)
     except psutil.Error:
         return None
 
