@@ -97,7 +97,8 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         if now is None or not any((e := now.entry(n)) is not None and e.version == version for n in run["views"]):
             raise
         log.info("version %d serves already: another attempt at its swap landed it", version)
-        _record_completed_swap(store, runs, now, version)
+        if store.runs().get(version, {}).get("state") == "verified":  # that attempt did not record it
+            _record_completed_swap(store, runs, now, version)
         _retain(settings, store)
         return now
     _retain(settings, store)
@@ -124,13 +125,18 @@ def _record_completed_swap(store, runs: dict[int, dict], served: Pointer, versio
             store.record_run(replaced, state="retired")
 
 
+class MarkerUnavailable(RuntimeError):
+    """The speed layer's marker could not be read: a failure that may pass (lambdactl exits 1, and
+    the DAG retries), not a refusal."""
+
+
 def _speed_layer_maintains(settings: Settings) -> set[str] | None:
     """The storage names the speed layer maintains, as its marker says now (None: a marker of older
     code, which does not list them). A full run keeps their entries (stores.pointer.advance)."""
     try:
         marker = checkpoints.read_marker(settings)
-    except Exception as exc:  # HDFS unreadable: refuse the swap, changing nothing, rather than guess
-        raise CutoffError(
+    except Exception as exc:  # HDFS unreadable: fail the swap, changing nothing, rather than guess
+        raise MarkerUnavailable(
             f"the speed layer's marker cannot be read ({type(exc).__name__}: {exc}): nothing was changed; "
             "swap again once HDFS answers"
         ) from None

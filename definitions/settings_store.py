@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -265,15 +265,18 @@ def persisted_settings(settings: Settings) -> Settings | None:
         return None
 
 
-def persisted_digest(settings: Settings) -> str:
-    """A short digest of the persisted settings as written (canonical JSON: `persist` sorts its
-    keys): what every process of the stack loads; "" when there is no file."""
+def persisted_digest(settings: Settings, keys: Iterable[str] = ()) -> str:
+    """A short digest of the persisted settings (what every process of the stack loads): of the
+    top-level `keys` of the file, or of all but `views` (applied by `lambdactl views apply`) without
+    them; "" when there is no file."""
     import hashlib
 
-    try:
-        return hashlib.sha256(persisted_path(settings).read_bytes()).hexdigest()[:16]
-    except FileNotFoundError:
+    doc = read_persisted(persisted_path(settings))
+    if doc is None:
         return ""
+    wanted = set(keys)
+    part = {k: v for k, v in doc.items() if (k in wanted if wanted else k != "views")}
+    return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def read_snapshot(path: Path) -> Settings:

@@ -38,6 +38,9 @@ class PlatformProcess:
     # Who the stop signal reaches (infra/session_leader.py --stops): a PySpark driver stops its
     # queries through its JVM, so the JVM (in its group) must not get the signal too.
     stops: str = "group"
+    # The persisted settings (top-level keys) whose change `up` restarts it for; empty: all but
+    # `views`, which `lambdactl views apply` applies itself (definitions.settings_store.persisted_digest).
+    reads: tuple[str, ...] = ()
 
     def dirs(self, settings: Settings) -> ServiceDirs:
         return ServiceDirs(settings.state_dir / self.name)
@@ -81,6 +84,11 @@ API = PlatformProcess(
     needs_spark=False,
 )
 
+# What Airflow's processes are started with (infra/airflow.py: its configuration, and the values its
+# tasks' commands are given); everything else its tasks read from the persisted file at each run. A
+# restart of its scheduler ends a batch task in progress: not for a change it does not read.
+AIRFLOW_READS = ("airflow", "batch", "api", "ingest_bucket_s", "environment", "state_dir")
+
 AIRFLOW = PlatformProcess(
     name="airflow",  # Airflow's API server (and UI); it also brings Airflow's database schema up to date
     module="infra.airflow",
@@ -90,6 +98,7 @@ AIRFLOW = PlatformProcess(
     ports=lambda s: {"api": s.airflow.port},
     host=lambda s: s.airflow.host,
     needs_spark=False,
+    reads=AIRFLOW_READS,
 )
 
 
@@ -103,6 +112,7 @@ def _airflow_component(component: str) -> PlatformProcess:
         check=health.airflow_component(component),
         timeout_s=lambda s: s.airflow.health_timeout_s,
         needs_spark=False,
+        reads=AIRFLOW_READS,
     )
 
 

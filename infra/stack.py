@@ -28,7 +28,7 @@ from infra.stack_status import ServiceStatus
 from infra.state_lock import stack_lock
 from infra.supervision import StackProcesses
 from infra.supervisor_config import NAME as SUPERVISOR
-from infra.supervisor_config import SETTINGS_DIGEST, Program, loaded_digest
+from infra.supervisor_config import SETTINGS_DIGEST, Program, entry_digests, loaded_digest
 from stores.restarts import read_status, summary
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ class Stack:
         env = self._environment(java)
         for p in self.programs:  # supervisord starts each in its directory
             p.dirs(self.settings).root.mkdir(parents=True, exist_ok=True)
-        digests = self._settings_digests(running, say)
+        digests = self._settings_digests(running, {s.name for s in members}, say)
         programs = [
             Program(
                 p.name,
@@ -294,32 +294,37 @@ class Stack:
             raise one_error(list(refused.values()))
         return since
 
-    def _settings_digests(self, running: dict[str, dict], say: Callable[[str], None]) -> dict[str, str | None]:
-        """Per platform program, the settings digest its entry carries: the persisted settings' for
-        one this `up` is asked to run (a running one started with other settings is then restarted
-        by the update), and the one it runs with for any other (no entry changed, so none stopped
-        that this `up` would not start again). The stores' settings reach them through their
-        commands and configuration files."""
+    def _settings_digests(
+        self, running: dict[str, dict], starting: set[str], say: Callable[[str], None]
+    ) -> dict[str, str | None]:
+        """Per platform program, the settings digest its entry carries: of the persisted settings it
+        reads (PlatformProcess.reads) for one this phase of `up` starts (a running one started with
+        others is then stopped by the update, and started again here), and the one its entry has
+        for any other (no entry changed, so none stopped that this phase would not start again).
+        The stores' settings reach them through their commands and configuration files."""
         from definitions.settings_store import persisted_digest
 
-        now = persisted_digest(self.settings)
-        asked = {s.name for s in self.services}
+        entries = entry_digests(self.settings.state_dir)
         out: dict[str, str | None] = {}
         changed = []
         for p in self.programs:
             if p.phase == 0:
                 continue
+            if p.name not in starting:
+                out[p.name] = entries.get(p.name)
+                continue
+            out[p.name] = now = persisted_digest(self.settings, getattr(p, "reads", ()))
             info = running.get(p.name, {})
             # supervisord's own child (the session leader) has the entry's environment as it started
             # it; the program under it may have made its own (Airflow's does).
             leader = info.get("pid") if info.get("statename") in ("RUNNING", "STARTING", "BACKOFF") else None
-            loaded = loaded_digest(leader)
-            out[p.name] = now if p.name in asked or not leader else loaded
-            if p.name in asked and leader and loaded != now:
+            if leader and loaded_digest(leader) != now:
                 changed.append(p.name)
         if changed:
             it = "it" if len(changed) == 1 else "they"
-            say(f"settings changed since {it} started: {', '.join(changed)}; restarted with them")
+            say(
+                f"settings changed since {it} started: {', '.join(changed)}; restarting {'it' if it == 'it' else 'them'}"
+            )
         return out
 
     def _await_supervised(self, service, since: float) -> tuple[str, float]:

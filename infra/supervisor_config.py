@@ -46,6 +46,23 @@ def loaded_digest(pid: int | None) -> str | None:
         return None
 
 
+def entry_digests(state_dir: Path) -> dict[str, str]:
+    """The settings digest of each program's entry in the supervisord.conf written last."""
+    import re
+
+    try:
+        text = config_path(state_dir).read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    out = {}
+    for section in re.split(r"(?m)^(?=\[)", text):
+        name = re.match(r"\[program:([^\]]+)\]", section)
+        digest = re.search(rf'^environment=.*\b{SETTINGS_DIGEST}="([0-9a-f]*)"', section, re.M)
+        if name and digest:
+            out[name.group(1)] = digest.group(1)
+    return out
+
+
 @dataclass(frozen=True)
 class Program:
     name: str

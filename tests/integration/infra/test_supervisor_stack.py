@@ -332,7 +332,7 @@ def test_up_with_changed_settings_restarts_the_programs_that_loaded_the_old_ones
     isolated.env["LAMBDA_API__TOKEN"] = "a-new-token-for-this-test"
     changed = isolated.ctl("up")
     assert changed.returncode == 0, changed.stderr[-3000:]
-    assert "settings changed since it started: api" in changed.stderr, changed.stderr[-3000:]
+    assert "settings changed since it started: api; restarting it" in changed.stderr, changed.stderr[-3000:]
     row = isolated.status()["api"]
     assert row["healthy"] and row["pid"] != first, "restarted with the new settings"
     assert answer("a-new-token-for-this-test") != 401

@@ -24,7 +24,7 @@ def test_a_second_start_on_a_taken_port_refuses_and_leaves_the_running_apis_file
         running = [directory / "generation", directory / "settings-1234.json", directory / "worker-1234-ab"]
         for path in running:
             path.write_text("the running API's")
-        monkeypatch.setattr(server, "get_settings", lambda: settings)
+        monkeypatch.setattr(server, "process_settings", lambda _process: settings)
         monkeypatch.setattr(server, "configure_from", lambda *args: None)
         started = []
         monkeypatch.setattr("uvicorn.run", lambda *args, **kwargs: started.append(args))
