@@ -266,17 +266,17 @@ def persisted_settings(settings: Settings) -> Settings | None:
 
 
 def persisted_digest(settings: Settings, keys: Iterable[str] = ()) -> str:
-    """A short digest of the persisted settings (what every process of the stack loads): of the
-    top-level `keys` of the file, or of all but `views` (applied by `lambdactl views apply`) without
-    them; "" when there is no file."""
+    """A short digest of the persisted settings (what every process of the stack loads): of `keys`
+    (dotted setting names, or whole sections), or without them of all but `views` (applied by
+    `lambdactl views apply`); "" when there is no file."""
     import hashlib
 
     doc = read_persisted(persisted_path(settings))
     if doc is None:
         return ""
-    wanted = set(keys)
-    part = {k: v for k, v in doc.items() if (k in wanted if wanted else k != "views")}
-    return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()[:16]
+    wanted = sorted(set(keys))
+    part = {k: _get(doc, k) for k in wanted} if wanted else {k: v for k, v in doc.items() if k != "views"}
+    return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def read_snapshot(path: Path) -> Settings:

@@ -87,7 +87,19 @@ API = PlatformProcess(
 # What Airflow's processes are started with (infra/airflow.py: its configuration, and the values its
 # tasks' commands are given); everything else its tasks read from the persisted file at each run. A
 # restart of its scheduler ends a batch task in progress: not for a change it does not read.
-AIRFLOW_READS = ("airflow", "batch", "api", "ingest_bucket_s", "environment", "state_dir")
+AIRFLOW_READS = (
+    "airflow",
+    "batch.interval_s",
+    "batch.task_timeout_s",
+    "batch.completeness_wait_s",
+    "api.host",
+    "api.port",
+    "api.public_url",
+    "ingest_bucket_s",
+    "environment",
+    "state_dir",
+    "logging",
+)
 
 AIRFLOW = PlatformProcess(
     name="airflow",  # Airflow's API server (and UI); it also brings Airflow's database schema up to date

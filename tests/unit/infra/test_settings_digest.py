@@ -30,7 +30,13 @@ def test_the_digest_follows_what_a_process_reads(tmp_path):
     assert persisted_digest(settings) != everything
     assert persisted_digest(settings, svc.AIRFLOW.reads) == airflow, "Airflow is not started with Kafka's port"
     _persisted(settings, {"api": {"token": "b" * 20}, "views": {"modules": ["x"]}, "kafka": {"port": 9093}})
-    assert persisted_digest(settings, svc.AIRFLOW.reads) != airflow
+    assert persisted_digest(settings, svc.AIRFLOW.reads) == airflow, "nor with the API's token"
+    assert persisted_digest(settings) != everything, "which the API is"
+    _persisted(settings, {"api": {"token": "b" * 20, "port": 8001}, "kafka": {"port": 9093}})
+    assert persisted_digest(settings, svc.AIRFLOW.reads) != airflow, "its runs link to the API's address"
+    moved = persisted_digest(settings, svc.AIRFLOW.reads)
+    _persisted(settings, {"api": {"token": "b" * 20, "port": 8001}, "logging": {"level": "DEBUG"}})
+    assert persisted_digest(settings, svc.AIRFLOW.reads) != moved, "its processes log as the settings say"
 
 
 def test_each_entrys_digest_is_read_back_from_the_configuration_written(tmp_path):
