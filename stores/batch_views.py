@@ -233,7 +233,9 @@ class VersionStore:
         finally:
             conn.close()
         ours = {name for run in runs.values() for name in run.get("views", [])}
-        remaining = {table_version(t) for t in set(tables) - set(dropped) if table_view(t) in ours}
+        remaining = {
+            v for t in set(tables) - set(dropped) if table_view(t) in ours and (v := table_version(t)) is not None
+        }
         named = {e.version for e in current.entries.values()} if current is not None else set()
         for version, run in runs.items():
             # A version the pointer names stays live even with its table gone (deleted outside the
@@ -242,10 +244,11 @@ class VersionStore:
                 self.record_run(version, state="dropped")
         if dropped:
             log.info("dropped old view tables: %s", ", ".join(dropped))
-        with_tables = {v for t in set(tables) - set(dropped) if (v := table_version(t)) is not None}
+        # Versions with a table left of a view their runs name (a table of another view, or of
+        # another meta table's runs sharing the namespace, is no run's of this store).
         self._prune_runs(
             prunable_runs(
-                runs, current, with_tables, self.settings.batch.keep_runs, time.time() * 1000, grace_ms, _may_run
+                runs, current, remaining, self.settings.batch.keep_runs, time.time() * 1000, grace_ms, _may_run
             )
         )
         return dropped

@@ -14,10 +14,12 @@ import sys
 import threading
 import time
 
+import happybase
 import psutil
 import pytest
 
 from batch_layer.job import swap_version, verify_version
+from batch_layer.swap import MarkerUnavailable
 from stores.batch_views import PointerMoved, VersionStore
 from stores.batch_writer import VerificationError, create_table
 from stores.checkpoints import marker_path, write_marker
@@ -25,7 +27,6 @@ from stores.clients import hbase_connection
 from stores.pointer import (
     DOC,
     HAS_DOC,
-    CutoffError,
     Pointer,
     advance,
     retiring_done,
@@ -168,8 +169,9 @@ def test_a_full_run_leaves_the_entry_of_a_view_the_speed_layer_still_maintains(o
 
 
 def test_a_full_runs_swap_refuses_clearly_when_the_speed_layers_marker_cannot_be_read(own):
-    """Which entries a full run keeps depends on the marker: with HDFS unreachable the swap is refused,
-    saying why, and the pointer does not move (the DAG's retry swaps once HDFS answers)."""
+    """Which entries a full run keeps depends on the marker: with HDFS unreachable the swap fails,
+    saying why, and the pointer does not move (a failure that may pass, not a refusal: the DAG's
+    retry swaps once HDFS answers)."""
     settings, (a, b, c) = own
     swap_version(settings, written(settings, [a, b, c], T0, full=True))
     version = written(settings, [a, b], T0 + STEP, full=True)
@@ -177,7 +179,7 @@ def test_a_full_runs_swap_refuses_clearly_when_the_speed_layers_marker_cannot_be
     unreachable = settings.model_copy(
         update={"hdfs": settings.hdfs.model_copy(update={"webhdfs_urls": ["http://127.0.0.1:9"]})}
     )
-    with pytest.raises(CutoffError, match="marker cannot be read.*nothing was changed"):
+    with pytest.raises(MarkerUnavailable, match="marker cannot be read.*nothing was changed"):
         swap_version(unreachable, version)
     assert pointer_row(settings) == before
     assert VersionStore(settings).runs()[version]["state"] == "verified"
@@ -495,7 +497,7 @@ def test_retention_does_not_mark_the_serving_run_dropped_when_its_table_was_dele
     assert store.runs()[version]["state"] == "live", "the pointer still names it"
 
 
-def test_retention_deletes_the_old_run_records_nothing_needs(own):
+def test_retention_deletes_the_old_run_records_nothing_needs(own, monkeypatch):
     """The meta table kept every run's record for ever, and every swap, verification, retention pass
     and report reads them all: an hourly schedule slowed each by a year's worth of rows. Retention
     keeps the newest `batch.keep_runs`, and older ones only while they matter."""
@@ -512,17 +514,22 @@ def test_retention_deletes_the_old_run_records_nothing_needs(own):
         ended.append(version)
     store.record_run(ended[0], realtime_cleaned_s={a: 5})  # a's highest clean-up mark: the reports read it
     with_table = ended[1]
-    stray = table_name(f"{a}x", with_table)  # a table of its version left, of no view its runs name
-    create_table(settings, stray)
+    left = table_name(a, with_table)  # a table of its run left: its drop fails this pass
+    create_table(settings, left)
+    create_table(settings, table_name(f"{a}x", ended[3]))  # a table of no view its runs name: not its
+    real_delete = happybase.Connection.delete_table
+
+    def failing(self, name, disable=False):
+        if name == left:
+            raise OSError("HBase did not answer")
+        return real_delete(self, name, disable)
+
+    monkeypatch.setattr(happybase.Connection, "delete_table", failing)
     assert store.retain(settings.batch.keep_versions) == []
+    monkeypatch.undo()
     kept = set(store.runs())
     assert kept == {serving, ended[0], with_table, *ended[-20:]}, sorted(set(ended) - kept)
-    conn = hbase_connection(settings)
-    try:
-        conn.delete_table(stray, disable=True)
-    finally:
-        conn.close()
-    store.retain(settings.batch.keep_versions)  # its table gone, its record goes at the next pass
+    assert store.retain(settings.batch.keep_versions) == [left]  # dropped now, and its record goes
     assert set(store.runs()) == kept - {with_table}
 
 
