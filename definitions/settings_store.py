@@ -318,8 +318,21 @@ def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
             source = "default"
         if value and SECRET_NAME.search(name):
             value = "**********"  # a secret in a free-form map (spark.conf "spark.authenticate.secret")
+        elif isinstance(value, str):
+            value = masked_inside(value)
         rows.append((name, value, source))
     return rows
+
+
+def masked_inside(text: str) -> str:
+    """`text` with the secrets inside it masked: a JVM system property whose name says secret
+    (`-Djavax.net.ssl.keyStorePassword=…`) and a URL's password (`https://user:…@host`)."""
+    text = _SECRET_PROPERTY.sub(lambda m: m[1] + "**********" if SECRET_NAME.search(m[1]) else m[0], text)
+    return _URL_PASSWORD.sub(r"\1**********\2", text)
+
+
+_SECRET_PROPERTY = re.compile(r"(-D[^\s=]+=)(\S*)")
+_URL_PASSWORD = re.compile(r"(://[^\s/@:]*:)[^\s/@]*(@)")
 
 
 # Option names whose values are secrets: Spark's own pattern (spark.redaction.regex), and the names
