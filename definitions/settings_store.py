@@ -331,7 +331,7 @@ def masked_inside(text: str) -> str:
     return _URL_PASSWORD.sub(r"\1**********\2", text)
 
 
-_SECRET_PROPERTY = re.compile(r"(-D[^\s=]+=)(\S*)")
+_SECRET_PROPERTY = re.compile(r"""(-D[^\s=]+=)((?:"[^"]*"|'[^']*'|[^\s"'])*)""")  # a value may be quoted
 _URL_PASSWORD = re.compile(r"(://[^\s/@:]*:)[^\s/@]*(@)")
 
 
