@@ -33,6 +33,7 @@ from figures import configure_logging, emit, fmt  # bench/ itself
 
 from batch_layer import job
 from definitions.settings import Settings, get_settings
+from definitions.settings_store import masked_inside
 from stores import batch_bulk_load
 from stores import batch_layout as layout
 from stores.master import read_archived
@@ -157,7 +158,7 @@ def main() -> int:
     result = {
         "records": args.size,
         "driver_memory": settings.batch.driver_memory,
-        "jvm_options": settings.batch.jvm_options,
+        "jvm_options": masked_inside(settings.batch.jvm_options),  # written to the results, then the README
         "seconds": statistics.median(r["seconds"] for r in runs),
         "runs": runs,
         "load_average_1m": [round(x, 1) for x in loads],

@@ -326,13 +326,31 @@ def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
 
 def masked_inside(text: str) -> str:
     """`text` with the secrets inside it masked: a JVM system property whose name says secret
-    (`-Djavax.net.ssl.keyStorePassword=…`) and a URL's password (`https://user:…@host`)."""
-    text = _SECRET_PROPERTY.sub(lambda m: m[1] + "**********" if SECRET_NAME.search(m[1]) else m[0], text)
-    return _URL_PASSWORD.sub(r"\1**********\2", text)
+    (`-Djavax.net.ssl.keyStorePassword=…`, the whole shell word however quoted, as Spark splits
+    JVM options), a URL's password (`https://user:…@host`) and a query parameter whose name says
+    secret (`?password=…`, `&sig=…`). Linear in the length of `text`."""
+
+    def word(m: re.Match[str]) -> str:
+        bare = _QUOTES.sub(lambda q: q[0][1:-1] if q[0][-1:] == q[0][0] and len(q[0]) > 1 else q[0][1:], m[0])
+        bare = bare.replace('\\"', '"')
+        prop = _PROPERTY.fullmatch(bare)
+        return f"-D{prop[1]}=**********" if prop and prop[2] and SECRET_NAME.search(prop[1]) else m[0]
+
+    text = _WORD.sub(word, text)
+    text = _URL_PASSWORD.sub(r"\1**********\2", text)
+    return _QUERY_SECRET.sub(
+        lambda m: f"{m[1]}=**********" if m[2] and (SECRET_NAME.search(m[1]) or m[1].lower() == "sig") else m[0], text
+    )
 
 
-_SECRET_PROPERTY = re.compile(r"""(-D[^\s=]+=)((?:"[^"]*"|'[^']*'|[^\s"'])*)""")  # a value may be quoted
-_URL_PASSWORD = re.compile(r"(://[^\s/@:]*:)[^\s/@]*(@)")
+# A shell word as Spark's splitCommandString reads one: unquoted characters, '…', "…" (with \"
+# inside), an unclosed last quote running to the end.
+_WORD = re.compile(r"""(?:"(?:\\.|[^"\\])*"?|'[^']*'?|[^\s"'])+""")
+_QUOTES = re.compile(r""""(?:\\.|[^"\\])*"?|'[^']*'?""")
+_PROPERTY = re.compile(r"-D([^=]+)=(.*)", re.DOTALL)
+# A URL's password: up to the last @ before the path (an unencoded @ in it included).
+_URL_PASSWORD = re.compile(r"(://[^\s/@:]*:)[^\s/]*(@)")
+_QUERY_SECRET = re.compile(r"(?<=[?&;])([^\s=&;#?]+)=([^\s&;#]*)")
 
 
 # Option names whose values are secrets: Spark's own pattern (spark.redaction.regex), and the names

@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from definitions.settings import Settings
-from definitions.settings_store import SettingsConflict, load, persist, persisted_path, provenance
+from definitions.settings_store import SettingsConflict, load, masked_inside, persist, persisted_path, provenance
 from lambdactl.cli import main
 from tests.support.shell import plain_shell
 
@@ -185,6 +185,24 @@ def test_config_masks_secrets_inside_values_too(monkeypatch):
     )
     assert rows["spark.conf.spark.hadoop.fs.s3a.endpoint"] == "https://ops:**********@store.example:9000/x"
     assert "ks-s3cret -Dplain=1" in load().spark.jvm_options, "only what config shows is masked"
+
+
+@pytest.mark.parametrize(
+    ("shown", "masked"),
+    [
+        ('"-Dx.password=a b" -Dk=1', "-Dx.password=********** -Dk=1"),  # Spark's quoting: the whole word
+        ('-D"x.password=a b" -Dk=1', "-Dx.password=********** -Dk=1"),
+        ('-Dx.password="a\\" b s3cret" -Dk=1', "-Dx.password=********** -Dk=1"),
+        ('-Dx.password="a s3cret', "-Dx.password=**********"),  # an unclosed quote runs to the end
+        ("-Dx.token='a s3cret' next", "-Dx.token=********** next"),
+        ("https://ops:p@s3cret@host/x", "https://ops:**********@host/x"),  # an unencoded @ in it
+        ("jdbc:postgresql://h/db?password=s3cret&user=u", "jdbc:postgresql://h/db?password=**********&user=u"),
+        ("https://a.example/x?sv=1&sig=s3cret", "https://a.example/x?sv=1&sig=**********"),
+        ("-Dx.password= -Dplain=1 https://host:8080/p?user=u", "-Dx.password= -Dplain=1 https://host:8080/p?user=u"),
+    ],
+)
+def test_secrets_inside_a_value_are_masked_however_written(shown, masked):
+    assert masked_inside(shown) == masked
 
 
 def test_a_broken_persisted_file_is_a_clear_error(tmp_path):
