@@ -168,8 +168,9 @@ def test_rerun_of_the_same_cutoff_is_a_no_op(bsettings, batch_run, spark):
 def test_cutoff_not_covered_is_refused(bsettings, batch_run):
     marker = completeness.latest(bsettings)
     step = bucket_s(bsettings) * 1000
-    next_bucket = marker.complete_before_ms - marker.complete_before_ms % step + step
-    for ahead in (next_bucket, next_bucket + 2 * step):  # the DAG's sensor waits for these
+    # One bucket past the next one: the archiver cannot cover it between this read and the check.
+    uncovered = marker.complete_before_ms - marker.complete_before_ms % step + 2 * step
+    for ahead in (uncovered, uncovered + 2 * step):  # the DAG's sensor waits for these
         with pytest.raises(NotCoveredYet, match="not covered"):
             choose_cutoff(bsettings, ahead, VersionStore(bsettings).pointer())
     wait_ms = bsettings.batch.completeness_wait_s * 1000

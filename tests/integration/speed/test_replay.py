@@ -91,8 +91,8 @@ def test_wiped_rows_come_back_exact_by_replay_while_traffic_flows(settings, stac
     assert rows_named(settings, first.shadow) > 0
 
     # Once more, over the switched one: it replaces the first replay's rows, and stays exact. No query
-    # runs from here on: the shortest settle the settings allow before rows an answer read go
-    # (test_pointer_cache_swap.py proves the settle with queries running).
+    # runs while these two commands wait before deleting rows an answer may read: the shortest settle
+    # the settings allow (test_pointer_cache_swap.py proves the settle with queries running).
     settle = {"LAMBDA_BATCH__CLEANUP_SETTLE_S": str(settings.api.pointer_cache_s + 5)}
     again = lambdactl(settings, "replay", "--view", "page_views", "--json", extra_env=settle)
     assert again.returncode == 0, again.stderr[-3000:]
