@@ -331,9 +331,7 @@ def masked_inside(text: str) -> str:
     secret (`?password=…`, `&sig=…`). Linear in the length of `text`."""
 
     def word(m: re.Match[str]) -> str:
-        bare = _QUOTES.sub(lambda q: q[0][1:-1] if q[0][-1:] == q[0][0] and len(q[0]) > 1 else q[0][1:], m[0])
-        bare = bare.replace('\\"', '"')
-        prop = _PROPERTY.fullmatch(bare)
+        prop = _PROPERTY.fullmatch(re.sub(r"""\\"|["']""", "", m[0]))  # the word unquoted
         return f"-D{prop[1]}=**********" if prop and prop[2] and SECRET_NAME.search(prop[1]) else m[0]
 
     text = _WORD.sub(word, text)
@@ -346,7 +344,6 @@ def masked_inside(text: str) -> str:
 # A shell word as Spark's splitCommandString reads one: unquoted characters, '…', "…" (with \"
 # inside), an unclosed last quote running to the end.
 _WORD = re.compile(r"""(?:"(?:\\.|[^"\\])*"?|'[^']*'?|[^\s"'])+""")
-_QUOTES = re.compile(r""""(?:\\.|[^"\\])*"?|'[^']*'?""")
 _PROPERTY = re.compile(r"-D([^=]+)=(.*)", re.DOTALL)
 # A URL's password: up to the last @ before the path (an unencoded @ in it included).
 _URL_PASSWORD = re.compile(r"(://[^\s/@:]*:)[^\s/]*(@)")
