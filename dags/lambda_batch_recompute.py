@@ -26,7 +26,7 @@ INTERVAL = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__INTERVAL_S", "360
 # Settings too (batch.task_timeout_s, batch.completeness_wait_s), as infra/airflow passes them.
 TASK_TIMEOUT = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__TASK_TIMEOUT_S", "7200")))
 COMPLETENESS_WAIT_S = int(os.environ.get("LAMBDA_BATCH__COMPLETENESS_WAIT_S", "3600"))
-NOTHING_NEW = 3  # `lambdactl batch --plan` exit code: no cutoff newer than the serving one
+NOTHING_NEW = 3  # `lambdactl batch --plan` exit code: no cutoff newer than the serving one (or overtaken)
 NOT_COVERED_YET = 4  # ... the master dataset is not complete up to the cutoff yet: wait
 CLEANUP_LEFT = 5  # `lambdactl clean-realtime`: rows left for the next clean-up; answers are unaffected
 # XCom keys the Airflow UI shows: the accuracy report's address (the "Accuracy report" extra link of
@@ -152,6 +152,23 @@ def _params() -> dict:
     return get_current_context()["params"]
 
 
+def run_step(*args: str) -> dict:
+    """lambdactl for a step of a run that planned its own cutoff (mode next_cutoff, no cutoff given):
+    a run beside it (an operator's `lambdactl batch`) that moved serving past that cutoff, or swapped
+    it first, leaves this one nothing to do: the step is skipped, naming why, and the next run plans a
+    newer cutoff. A cutoff the user chose, or a full recompute asked for, fails on the same refusal:
+    what was asked for did not happen."""
+    p = _params()
+    if p["cutoff"] or p["mode"] != "next_cutoff":
+        return lambdactl(*args)
+    try:
+        return lambdactl(*args, "--skip-if-overtaken", expected=(NOTHING_NEW,))
+    except LambdactlError as exc:
+        if exc.code == NOTHING_NEW:
+            raise AirflowSkipException(str(exc).splitlines()[-1].strip()[-1_000:]) from exc
+        raise
+
+
 def refuse_backfill() -> None:
     """A run plans the latest cutoff whatever its logical date: a backfill's runs (which Airflow runs
     beside other runs, max_active_runs notwithstanding) would each recompute the same cutoff, and all
@@ -244,7 +261,7 @@ def lambda_batch_recompute():
             args += ["--views", ",".join(p["views"])]
         if p["mode"] == "full_recompute":
             args.append("--force")
-        result = lambdactl(*args)
+        result = run_step(*args)
         if result.get("skipped"):
             raise AirflowSkipException(result["skipped"])
         return result
@@ -256,7 +273,7 @@ def lambda_batch_recompute():
 
     @task
     def swap(run: dict) -> dict:
-        return lambdactl("batch", "--swap", str(run["version"]))
+        return run_step("batch", "--swap", str(run["version"]))
 
     @task(retries=1)
     def report(run: dict) -> dict:

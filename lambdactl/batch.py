@@ -14,7 +14,8 @@ from lambdactl.output import _emit, _say
 log = logging.getLogger("lambdactl")
 
 # Exit codes of `lambdactl batch` beyond 0 (done) and 2 (refused): 3, with --plan: no view would
-# move past the cutoff it serves at; 4: the master dataset is not complete up to the cutoff yet.
+# move past the cutoff it serves at; with --skip-if-overtaken: a run beside this one overtook it;
+# 4: the master dataset is not complete up to the cutoff yet.
 NOTHING_NEW = 3
 NOT_COVERED_YET = 4
 CLEANUP_LEFT = 5  # clean-realtime finished with rows left for a later clean-up (answers unaffected)
@@ -75,6 +76,10 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
         log.error("batch refused for now: %s", exc)
         return NOT_COVERED_YET
     except (CutoffError, VerificationError, PointerMoved) as exc:
+        why = overtaken_run(settings, args, cutoff) if args.skip_if_overtaken and isinstance(exc, CutoffError) else ""
+        if why:
+            _say(f"nothing to do: {why}; the next run plans a newer cutoff ({exc})")
+            return NOTHING_NEW
         log.error("batch refused: %s", exc)
         return 2
     if result.skipped:
@@ -159,6 +164,35 @@ def planned_names(settings: Settings, current, names: list[str] | None) -> list[
             found = [name]
         out += [n for n in found if n not in out]
     return out
+
+
+def overtaken(current, views: list[str], cutoff_ms: int) -> str:
+    """Why a run of `views` at `cutoff_ms` has nothing left to do once another run swapped: some view
+    serves past its cutoff (the run cannot serve), or every one serves at it already; "" otherwise."""
+    from definitions.times import iso_ms
+    from stores.pointer import behind
+
+    late = behind(current, views, cutoff_ms)
+    if late:
+        return f"a run beside this one moved serving past its cutoff {iso_ms(cutoff_ms)}: " + ", ".join(late)
+    if views and current is not None and all((e := current.entry(n)) and e.cutoff_ms == cutoff_ms for n in views):
+        return f"a run beside this one swapped first: every view of this run serves at its cutoff {iso_ms(cutoff_ms)}"
+    return ""
+
+
+def overtaken_run(settings: Settings, args: argparse.Namespace, cutoff_ms: int | None) -> str:
+    """overtaken() for the run a refused `lambdactl batch` was about: the recorded run of a `--swap`,
+    else the views and cutoff given. "" when that run is unknown (no cutoff given: it was planned now)."""
+    from stores.registry import version_store
+
+    store = version_store(settings)
+    current = store.pointer()
+    if args.swap is not None:
+        run = store.runs().get(args.swap) or {}
+        views, cutoff_ms = list(run.get("views") or []), run.get("cutoff_ms")
+    else:
+        views = planned_names(settings, current, args.views)
+    return overtaken(current, views, cutoff_ms) if isinstance(cutoff_ms, int) else ""
 
 
 def settle_after_swap(settings: Settings, pointer) -> None:

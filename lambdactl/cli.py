@@ -306,6 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--force", action="store_true", help="recompute even if the views are served at this cutoff")
     batch.add_argument("--json", action="store_true", help="also print the result as JSON on stdout")
     batch.add_argument("--no-report", action="store_true", help="skip the accuracy report after the swap")
+    batch.add_argument(
+        "--skip-if-overtaken",
+        action="store_true",
+        help="exit 3 instead of refusing when a run beside this one (another `lambdactl batch`, the DAG) "
+        "moved serving past this run's cutoff, or serves every view of it at that cutoff already",
+    )
     steps = batch.add_mutually_exclusive_group()
     steps.add_argument(
         "--plan",

@@ -287,6 +287,55 @@ def test_a_refusal_fails_its_task_at_once_and_other_failures_are_retried(setting
     }, result
 
 
+OVERTAKEN = textwrap.dedent("""
+    import json, sys
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_batch_recompute as dag_file
+    from airflow.exceptions import AirflowFailException, AirflowSkipException
+
+    ti = SimpleNamespace(xcom_push=lambda key, value: None, task=SimpleNamespace(execution_timeout=None))
+    outcome = {}
+    for name, params in (
+        ("planned", {"mode": "next_cutoff", "cutoff": ""}),
+        ("cutoff given", {"mode": "next_cutoff", "cutoff": "2026-11-18T11:00:00Z"}),
+        ("full recompute", {"mode": "full_recompute", "cutoff": ""}),
+    ):
+        dag_file.get_current_context = lambda: {"ti": ti, "params": params}
+        try:
+            dag_file.run_step("batch", "--swap", "12")
+            outcome[name] = "ran"
+        except AirflowSkipException as exc:
+            outcome[name] = {"skipped": str(exc)}
+        except AirflowFailException as exc:
+            outcome[name] = {"failed": str(exc).splitlines()[-1]}
+    print(json.dumps(outcome))
+""")
+
+
+def test_a_run_overtaken_by_a_run_beside_it_skips_unless_its_cutoff_or_mode_was_asked_for(settings, tmp_path):
+    """An operator's `lambdactl batch` that swaps past a DAG run's planned cutoff left the run failed
+    (red in the UI) though nothing was wrong: now its step is skipped, naming why. A cutoff or a full
+    recompute the user asked for still fails: what was asked for did not happen. The stand-in
+    lambdactl answers as the real one does (tests/unit/batch/test_overtaken.py)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "lambdactl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *--skip-if-overtaken*) echo "lambdactl: nothing to do: a run beside this one moved '
+        'serving past its cutoff" >&2; exit 3;; esac\n'
+        'echo "lambdactl: batch refused: behind what serves" >&2\nexit 2\n'
+    )
+    fake.chmod(0o755)
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(bin_dir))
+    result = in_airflow(settings, OVERTAKEN, env)
+    assert "a run beside this one moved serving past its cutoff" in result["planned"]["skipped"], result
+    assert "behind what serves" in result["cutoff given"]["failed"], result
+    assert "behind what serves" in result["full recompute"]["failed"], result
+
+
 def test_a_backfill_is_refused_and_a_cutoff_is_at_most_an_iso_times_length(settings, tmp_path):
     """Every run plans the latest cutoff whatever its logical date: a backfill's runs (run beside
     other runs) each recomputed the same cutoff, and all but one failed their swap."""
@@ -598,5 +647,9 @@ def test_a_manual_run_beside_a_dag_run_loses_the_swap_and_changes_nothing(settin
     late = lambdactl(settings, "batch", "--swap", str(manual_version))
     assert late.returncode == 2, late.stderr[-2000:]
     assert "the pointer moved since this run read it" in late.stderr
-    assert store.pointer() == after_dag, "the refused swap changed nothing"
+    # As the DAG's own steps ask (their cutoff planned): the run beside it overtook this one
+    overtaken = lambdactl(settings, "batch", "--swap", str(manual_version), "--skip-if-overtaken")
+    assert overtaken.returncode == 3, overtaken.stderr[-2000:]
+    assert "nothing to do: a run beside this one" in overtaken.stderr, overtaken.stderr[-2000:]
+    assert store.pointer() == after_dag, "the refused swaps changed nothing"
     wait_exact(settings, sent)
