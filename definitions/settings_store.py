@@ -265,17 +265,18 @@ def persisted_settings(settings: Settings) -> Settings | None:
         return None
 
 
-def persisted_digest(settings: Settings, keys: Iterable[str] = ()) -> str:
+def persisted_digest(settings: Settings, keys: Iterable[str] = (), ignores: Iterable[str] = ()) -> str:
     """A short digest of the persisted settings (what every process of the stack loads): of `keys`
     (dotted setting names, or whole sections), or without them of all but `views` (applied by
-    `lambdactl views apply`); "" when there is no file."""
+    `lambdactl views apply`) and the sections among `ignores`; "" when there is no file."""
     import hashlib
 
     doc = read_persisted(persisted_path(settings))
     if doc is None:
         return ""
     wanted = sorted(set(keys))
-    part = {k: _get(doc, k) for k in wanted} if wanted else {k: v for k, v in doc.items() if k != "views"}
+    left_out = {"views", *ignores}
+    part = {k: _get(doc, k) for k in wanted} if wanted else {k: v for k, v in doc.items() if k not in left_out}
     return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -41,6 +41,8 @@ class PlatformProcess:
     # The persisted settings (top-level keys) whose change `up` restarts it for; empty: all but
     # `views`, which `lambdactl views apply` applies itself (definitions.settings_store.persisted_digest).
     reads: tuple[str, ...] = ()
+    # Without `reads`: the persisted sections it never reads, whose change does not restart it.
+    ignores: tuple[str, ...] = ()
 
     def dirs(self, settings: Settings) -> ServiceDirs:
         return ServiceDirs(settings.state_dir / self.name)
@@ -58,12 +60,18 @@ class PlatformProcess:
                 raise StackError(self.name, f"no Spark Kafka connector jars in {folder}: run `make setup`")
 
 
+# What the streaming jobs never read: the API's and Airflow's sections. A change to them (a token, a
+# read limit, the API's port) restarts those, not the archiver and the speed layer, whose restart
+# pauses ingestion and freshness.
+STREAMING_IGNORES = ("api", "airflow")
+
 ARCHIVER = PlatformProcess(
     name="archiver",
     module="ingest.archiver",
     check=health.archiver,
     timeout_s=lambda s: s.archiver.health_timeout_s,
     stops="program",
+    ignores=STREAMING_IGNORES,
 )
 
 SPEED_LAYER = PlatformProcess(
@@ -72,6 +80,7 @@ SPEED_LAYER = PlatformProcess(
     check=health.speed_layer,
     timeout_s=lambda s: s.speed.health_timeout_s,
     stops="program",
+    ignores=STREAMING_IGNORES,
 )
 
 API = PlatformProcess(

@@ -313,7 +313,7 @@ class Stack:
             if p.name not in starting:
                 out[p.name] = entries.get(p.name)
                 continue
-            out[p.name] = now = persisted_digest(self.settings, getattr(p, "reads", ()))
+            out[p.name] = now = persisted_digest(self.settings, getattr(p, "reads", ()), getattr(p, "ignores", ()))
             info = running.get(p.name, {})
             # supervisord's own child (the session leader) has the entry's environment as it started
             # it; the program under it may have made its own (Airflow's does).

@@ -50,3 +50,33 @@ def test_each_entrys_digest_is_read_back_from_the_configuration_written(tmp_path
     path.write_text(render_config(settings, programs))
     assert entry_digests(settings.state_dir) == {"api": "0123abcd"}
     assert entry_digests(Path(tmp_path / "elsewhere")) == {}
+
+
+def test_the_streaming_jobs_are_not_restarted_for_the_apis_or_airflows_settings(tmp_path):
+    """A new API token or read limit restarted the archiver and the speed layer too: ingestion and
+    freshness paused for a setting neither reads."""
+    settings = Settings(state_dir=tmp_path / "state")
+    base = {"api": {"token": "a" * 20}, "airflow": {"port": 8080}, "kafka": {"port": 9092}, "speed": {}}
+    for job in (svc.ARCHIVER, svc.SPEED_LAYER):
+        assert not job.reads and set(job.ignores) == {"api", "airflow"}, job.name
+        _persisted(settings, base)
+        before = persisted_digest(settings, job.reads, job.ignores)
+        _persisted(settings, {**base, "api": {"token": "b" * 20, "max_read_mib": 8}, "airflow": {"port": 8081}})
+        assert persisted_digest(settings, job.reads, job.ignores) == before, job.name
+        for changed in ({"kafka": {"port": 9093}}, {"speed": {"trigger_s": 2}}, {"logging": {"level": "DEBUG"}}):
+            _persisted(settings, {**base, **changed})
+            assert persisted_digest(settings, job.reads, job.ignores) != before, (job.name, changed)
+    assert not svc.API.ignores, "the API restarts for any change but the views"
+
+
+def test_up_gives_each_entry_the_digest_of_what_it_reads(tmp_path):
+    from infra.stack import Stack
+
+    settings = Settings(state_dir=tmp_path / "state")
+    stack = Stack(settings)
+    starting = {"archiver", "speed-layer", "api", "airflow"}
+    _persisted(settings, {"api": {"token": "a" * 20}, "kafka": {"port": 9092}})
+    before = stack._settings_digests({}, starting, print)
+    _persisted(settings, {"api": {"token": "b" * 20}, "kafka": {"port": 9092}})
+    after = stack._settings_digests({}, starting, print)
+    assert {n for n in starting if before[n] != after[n]} == {"api"}, (before, after)
