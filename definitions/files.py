@@ -6,7 +6,7 @@ import fcntl
 import os
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -116,3 +116,32 @@ def state_lock(
             yield waited
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def refuse_untrusted(path: Path, setting: str, consequence: str) -> None:
+    """ValueError naming `setting` unless `path` (a folder it names, or a file in one) passes
+    open_to_others: every process of the platform runs the code found there."""
+    problem = open_to_others(path)
+    if problem:
+        raise ValueError(f"{setting}: {problem}: {consequence}")
+
+
+def refuse_untrusted_module(name: str, folders: Iterable[Path], setting: str) -> None:
+    """refuse_untrusted for the files of module `name` (every file of a package) when it is found in
+    one of `folders`, before it is imported; one found elsewhere (the virtualenv's packages) is left."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return  # the import that follows names what is wrong
+    if spec is None or not spec.origin:
+        return
+    origin = Path(spec.origin).resolve()
+    if not any(origin.is_relative_to(Path(folder).resolve()) for folder in folders):
+        return
+    files = [origin]
+    for location in spec.submodule_search_locations or ():  # a package: every file it may import
+        files += sorted(Path(location).rglob("*.py"))
+    for file in files:
+        refuse_untrusted(file, setting, f"module {name} is not imported")

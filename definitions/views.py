@@ -401,13 +401,19 @@ def load_views(settings, reload: bool = False) -> Registry:
     import importlib
     import sys
 
+    from definitions.files import refuse_untrusted, refuse_untrusted_module
+
     for path in reversed(settings.views.paths):
+        if not path.is_dir():  # a folder removed since (its modules retired): nothing to import from it
+            continue
+        refuse_untrusted(path, "views.paths", "no view module is imported from it")
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
     if reload:
         importlib.invalidate_caches()  # a module file added since the last import is found
     views = list(BUILT_IN)
     for name in settings.views.modules:
+        refuse_untrusted_module(name, settings.views.paths, "views.paths")
         if reload and name in sys.modules:
             module = importlib.reload(sys.modules[name])
         else:

@@ -1,0 +1,78 @@
+"""`views.paths` names folders every process of the platform imports code from (the API, the
+streaming jobs, each batch run): a folder or module file another user can change, or another user's,
+is refused, naming it, before anything is imported from it — as the persisted settings file is."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+import pytest
+
+from definitions.settings import Settings
+from definitions.views import load_views
+
+DECLARATION = (
+    "from definitions.views import View\n"
+    "VIEWS = [View(name='{view}', keys=('url',), aggregation='count', granularities=('hour',))]\n"
+)
+
+
+@pytest.fixture
+def declared(tmp_path):
+    """(settings, folder, module file) of a module declaring one view, in a folder of its own."""
+    folder = tmp_path / "views"
+    folder.mkdir(mode=0o755)
+    name = f"trusted_views_{uuid.uuid4().hex[:8]}"
+    module = folder / f"{name}.py"
+    module.write_text(DECLARATION.format(view=f"v_{uuid.uuid4().hex[:8]}"))
+    module.chmod(0o644)
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [name], "paths": [str(folder)]})
+    yield settings, folder, module
+    sys.modules.pop(name, None)
+    if str(folder) in sys.path:
+        sys.path.remove(str(folder))
+
+
+def test_a_folder_and_module_of_the_users_own_are_imported(declared):
+    settings, _, _ = declared
+    assert len(list(load_views(settings))) == 6
+
+
+def test_a_folder_every_user_can_change_is_refused_before_any_import(declared):
+    settings, folder, module = declared
+    folder.chmod(0o777)
+    with pytest.raises(ValueError, match=rf"views.paths: {folder} can be changed by every user"):
+        load_views(settings)
+    assert module.stem not in sys.modules and str(folder) not in sys.path, "nothing imported from it"
+
+
+def test_a_module_file_every_user_can_change_is_refused_before_its_import(declared):
+    settings, _, module = declared
+    module.chmod(0o666)
+    with pytest.raises(ValueError, match=rf"{module} can be changed by every user"):
+        load_views(settings, reload=True)
+    assert module.stem not in sys.modules
+
+
+def test_a_package_with_a_file_every_user_can_change_is_refused(tmp_path):
+    folder = tmp_path / "views"
+    package = folder / f"team_views_{uuid.uuid4().hex[:8]}"
+    package.mkdir(parents=True, mode=0o755)
+    (package / "__init__.py").write_text("from .declared import VIEWS\n")
+    (package / "declared.py").write_text(DECLARATION.format(view="team_clicks"))
+    (package / "declared.py").chmod(0o646)
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [package.name], "paths": [str(folder)]})
+    try:
+        with pytest.raises(ValueError, match=r"declared.py can be changed by every user"):
+            load_views(settings)
+        assert package.name not in sys.modules
+    finally:
+        sys.path.remove(str(folder)) if str(folder) in sys.path else None
+
+
+def test_a_folder_that_is_gone_is_passed_over(tmp_path):
+    """A folder removed since it was declared (its modules retired) has nothing to import."""
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": [str(tmp_path / "gone")]})
+    assert len(list(load_views(settings))) == 5
+    assert str(tmp_path / "gone") not in sys.path
