@@ -51,6 +51,7 @@ from stores.master import first_copies, read_master
 from stores.pointer import (
     CutoffError,
     NotCoveredYet,
+    Overtaken,
     PointerMoved,
     behind,
     run_basis,
@@ -114,7 +115,7 @@ def choose_cutoff(
         cutoff = requested_ms
     late = behind(current, views if views is not None else list(current.entries) if current else [], cutoff)
     if late:
-        raise CutoffError(f"cutoff {iso(cutoff)} is behind what serves " + ", ".join(late))
+        raise Overtaken(f"cutoff {iso(cutoff)} is behind what serves " + ", ".join(late))
     return cutoff
 
 

@@ -13,7 +13,7 @@ from definitions.settings import Settings
 from stores import checkpoints
 from stores.batch_views import Pointer, PointerMoved
 from stores.batch_writer import VerificationError, missing_tables
-from stores.pointer import CutoffError, advance, check_unmoved, run_tables
+from stores.pointer import Overtaken, advance, check_unmoved, run_tables
 from stores.registry import version_store
 
 log = logging.getLogger("lambda.batch")
@@ -67,7 +67,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         if served is not None:
             _retain(settings, store)
             return served  # it serves already: swapping it again changes nothing
-        raise CutoffError(f"version {version} served and was replaced since; run the batch again instead of going back")
+        raise Overtaken(f"version {version} served and was replaced since; run the batch again instead of going back")
     if served is not None:  # its swap moved the pointer, and its process ended before recording so
         _record_completed_swap(store, runs, served, version)
         _retain(settings, store)

@@ -34,9 +34,10 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     )
     from stores.batch_views import PointerMoved
     from stores.batch_writer import VerificationError
-    from stores.pointer import NotCoveredYet
+    from stores.pointer import NotCoveredYet, Overtaken
     from stores.registry import version_store
 
+    OVERTAKING = (Overtaken, PointerMoved)  # the refusals another run's swap causes
     cutoff = parse_cutoff(args.cutoff) if args.cutoff else None
     try:
         if args.plan:
@@ -76,7 +77,7 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
         log.error("batch refused for now: %s", exc)
         return NOT_COVERED_YET
     except (CutoffError, VerificationError, PointerMoved) as exc:
-        why = overtaken_run(settings, args, cutoff) if args.skip_if_overtaken and isinstance(exc, CutoffError) else ""
+        why = overtaken_run(settings, args, cutoff) if args.skip_if_overtaken and isinstance(exc, OVERTAKING) else ""
         if why:
             _say(f"nothing to do: {why}; the next run plans a newer cutoff ({exc})")
             return NOTHING_NEW
@@ -166,33 +167,46 @@ def planned_names(settings: Settings, current, names: list[str] | None) -> list[
     return out
 
 
-def overtaken(current, views: list[str], cutoff_ms: int) -> str:
-    """Why a run of `views` at `cutoff_ms` has nothing left to do once another run swapped: some view
-    serves past its cutoff (the run cannot serve), or every one serves at it already; "" otherwise."""
+def overtaken(current, views: list[str], cutoff_ms: int, own_version: int | None = None) -> str:
+    """Why a run of `views` at `cutoff_ms`, refused because another run swapped (Overtaken,
+    PointerMoved), has nothing left to do: some of its views serve at its cutoff or past it, from
+    another run (the next run plans a newer cutoff); "" otherwise (the pointer moved in another way:
+    an alias, a view retiring)."""
     from definitions.times import iso_ms
-    from stores.pointer import behind
 
-    late = behind(current, views, cutoff_ms)
-    if late:
-        return f"a run beside this one moved serving past its cutoff {iso_ms(cutoff_ms)}: " + ", ".join(late)
-    if views and current is not None and all((e := current.entry(n)) and e.cutoff_ms == cutoff_ms for n in views):
-        return f"a run beside this one swapped first: every view of this run serves at its cutoff {iso_ms(cutoff_ms)}"
-    return ""
+    if current is None:
+        return ""
+    ahead = [
+        f"{name} (version {e.version}, cutoff {iso_ms(e.cutoff_ms)})"
+        for name in views
+        if (e := current.entry(name)) is not None and e.cutoff_ms >= cutoff_ms and e.version != own_version
+    ]
+    if not ahead:
+        return ""
+    return f"a run beside this one swapped first, at or past this run's cutoff {iso_ms(cutoff_ms)}: " + ", ".join(ahead)
 
 
 def overtaken_run(settings: Settings, args: argparse.Namespace, cutoff_ms: int | None) -> str:
     """overtaken() for the run a refused `lambdactl batch` was about: the recorded run of a `--swap`,
-    else the views and cutoff given. "" when that run is unknown (no cutoff given: it was planned now)."""
+    else the views and cutoff given. "" when that run is unknown (no cutoff given: it was planned
+    now; a record that names none) or cannot be read: the refusal stands."""
     from stores.registry import version_store
 
-    store = version_store(settings)
-    current = store.pointer()
-    if args.swap is not None:
-        run = store.runs().get(args.swap) or {}
-        views, cutoff_ms = list(run.get("views") or []), run.get("cutoff_ms")
-    else:
-        views = planned_names(settings, current, args.views)
-    return overtaken(current, views, cutoff_ms) if isinstance(cutoff_ms, int) else ""
+    try:
+        store = version_store(settings)
+        current = store.pointer()
+        if args.swap is not None:
+            run = store.runs().get(args.swap)
+            run = run if isinstance(run, dict) else {}
+            views, cutoff_ms = run.get("views"), run.get("cutoff_ms")
+        else:
+            views = planned_names(settings, current, args.views)
+        if type(cutoff_ms) is not int or not isinstance(views, list) or not all(isinstance(v, str) for v in views):
+            return ""
+        return overtaken(current, views, cutoff_ms, args.swap)
+    except Exception as exc:  # noqa: BLE001 - whatever reading the stores met: the refusal itself is the answer
+        log.debug("whether the run was overtaken is unknown: %s: %s", type(exc).__name__, exc)
+        return ""
 
 
 def settle_after_swap(settings: Settings, pointer) -> None:

@@ -51,6 +51,12 @@ class PointerMoved(CutoffError):
     CutoffError: the cutoff was planned against a pointer that is no longer there)."""
 
 
+class Overtaken(CutoffError):
+    """The cutoff is behind what serves: another run moved serving past it (or, asked for by hand,
+    it was behind already). `lambdactl batch --skip-if-overtaken` tells this and PointerMoved from
+    the refusals that are no other run's doing."""
+
+
 class PointerFormatError(ValueError):
     """The stored pointer row cannot be read."""
 
@@ -307,7 +313,7 @@ def advance(
     views = list(views)
     late = behind(current, views, cutoff_ms)
     if late:
-        raise CutoffError(f"version {version} (cutoff {iso(cutoff_ms)}) is behind what serves " + ", ".join(late))
+        raise Overtaken(f"version {version} (cutoff {iso(cutoff_ms)}) is behind what serves " + ", ".join(late))
     if current is None:
         entries = {}
     elif full:

@@ -1,7 +1,8 @@
-"""A DAG run whose cutoff a run beside it overtook (an operator's `lambdactl batch` swapped past it, or
-at it, first) has nothing left to do: with --skip-if-overtaken its step exits 3 (the DAG skips it)
-instead of refusing with 2 (the DAG failed the run). Any other refusal stays one. The stores are
-stand-ins here; tests/integration/airflow/test_dags.py runs the DAG's side."""
+"""A DAG run whose cutoff a run beside it overtook (an operator's `lambdactl batch` swapped at or past
+it first) has nothing left to do: with --skip-if-overtaken its step exits 3 (the DAG skips it)
+instead of refusing with 2 (the DAG failed the run). Every other refusal stays one, also when
+whether the run was overtaken cannot be read. The stores are stand-ins here;
+tests/integration/airflow/test_dags.py runs the DAG's side and the real command."""
 
 from __future__ import annotations
 
@@ -13,44 +14,46 @@ import batch_layer.job
 import lambdactl.batch as batch
 import stores.registry
 from definitions.settings import Settings
-from stores.pointer import CutoffError, Pointer, PointerMoved, ViewEntry
+from stores.batch_writer import VerificationError
+from stores.pointer import CutoffError, Overtaken, Pointer, PointerMoved, ViewEntry
 
-C = 1_795_000_000_000  # the run's cutoff
+C = 1_795_000_000_000  # the run's cutoff, 2026-11-18T11:06:40Z
 STEP = 60_000
+VIEWS = ["page_views", "clicks"]
 
 
-def pointer(**cutoffs: int) -> Pointer:
-    return Pointer({name: ViewEntry(f"{name}_9", 9, cutoff) for name, cutoff in cutoffs.items()}, version=9)
-
-
-def test_a_view_served_past_the_cutoff_overtakes_the_run():
-    why = batch.overtaken(pointer(page_views=C + STEP, clicks=C - STEP), ["page_views", "clicks"], C)
-    assert "moved serving past its cutoff" in why and "page_views (version 9" in why and "clicks" not in why
-
-
-def test_every_view_served_at_the_cutoff_overtakes_the_run():
-    assert "every view of this run serves at its cutoff" in batch.overtaken(
-        pointer(page_views=C, clicks=C), ["page_views", "clicks"], C
-    )
+def pointer(version: int = 9, **cutoffs: int) -> Pointer:
+    return Pointer({name: ViewEntry(f"{name}_{version}", version, c) for name, c in cutoffs.items()}, version=version)
 
 
 @pytest.mark.parametrize(
     "current",
-    [None, pointer(page_views=C - STEP), pointer(page_views=C, clicks=C - STEP), pointer(clicks=C)],
-    ids=["no pointer", "behind", "one of two at it", "view not served"],
+    [pointer(page_views=C + STEP, clicks=C - STEP), pointer(page_views=C, clicks=C), pointer(page_views=C)],
+    ids=["one past it", "all at it", "one of two at it"],
 )
-def test_a_run_with_something_left_to_serve_is_not_overtaken(current):
-    assert batch.overtaken(current, ["page_views", "clicks"], C) == ""
+def test_a_view_served_at_or_past_the_cutoff_by_another_run_overtakes_it(current):
+    why = batch.overtaken(current, VIEWS, C)
+    assert "a run beside this one swapped first" in why and "page_views (version 9" in why, why
+    assert "clicks" not in why or current.entry("clicks").cutoff_ms >= C
+
+
+@pytest.mark.parametrize(
+    "current, own",
+    [(None, None), (pointer(page_views=C - STEP, clicks=C - STEP), None), (pointer(page_views=C), 9)],
+    ids=["no pointer", "all behind it (the pointer moved otherwise)", "served by its own version"],
+)
+def test_a_run_no_other_run_got_ahead_of_is_not_overtaken(current, own):
+    assert batch.overtaken(current, VIEWS, C, own) == ""
 
 
 class Store:
-    def __init__(self, current: Pointer, runs: dict[int, dict]):
+    def __init__(self, current: Pointer, runs: dict):
         self.current, self.recorded = current, runs
 
     def pointer(self) -> Pointer:
         return self.current
 
-    def runs(self) -> dict[int, dict]:
+    def runs(self) -> dict:
         return self.recorded
 
 
@@ -64,8 +67,8 @@ def args(**given) -> argparse.Namespace:
 
 @pytest.fixture
 def refused(monkeypatch):
-    """cmd_batch against a pointer serving page_views and clicks at C + STEP; the run and the swap
-    refuse with the error the test sets."""
+    """cmd_batch against a pointer serving page_views and clicks at C + STEP (no store is asked); the
+    run and the swap refuse with the error the test sets."""
     state = {"error": CutoffError("refused"), "store": Store(pointer(page_views=C + STEP, clicks=C + STEP), {})}
 
     def refuse(*_args, **_kwargs):
@@ -74,31 +77,61 @@ def refused(monkeypatch):
     monkeypatch.setattr(batch_layer.job, "run_batch", refuse)
     monkeypatch.setattr(batch_layer.job, "swap_version", refuse)
     monkeypatch.setattr(stores.registry, "version_store", lambda _settings: state["store"])
+    monkeypatch.setattr(batch, "planned_names", lambda _settings, _current, names: list(names or VIEWS))
     return state
 
 
 def test_a_recompute_overtaken_exits_3_with_the_flag_and_2_without(refused, caplog):
-    settings = Settings()
     run = args(cutoff="2026-11-18T11:06:40Z", views=["page_views"])
-    refused["error"] = CutoffError("cutoff 2026-11-18T11:06:40Z is behind what serves page_views")
-    assert batch.cmd_batch(settings, run) == batch.NOTHING_NEW
-    assert "nothing to do: a run beside this one moved serving past its cutoff" in caplog.text
-    assert batch.cmd_batch(settings, args(**{**vars(run), "skip_if_overtaken": False})) == 2
+    refused["error"] = Overtaken("cutoff 2026-11-18T11:06:40Z is behind what serves page_views")
+    assert batch.cmd_batch(Settings(), run) == batch.NOTHING_NEW
+    assert "nothing to do: a run beside this one swapped first" in caplog.text
+    assert batch.cmd_batch(Settings(), args(**{**vars(run), "skip_if_overtaken": False})) == 2
 
 
 def test_a_swap_overtaken_exits_3_and_one_with_something_left_refuses(refused):
-    settings = Settings()
     refused["error"] = PointerMoved("the pointer moved since this run read it")
-    refused["store"].recorded = {12: {"views": ["page_views", "clicks"], "cutoff_ms": C}}
-    assert batch.cmd_batch(settings, args(no_swap=False, swap=12)) == batch.NOTHING_NEW
-    refused["store"].recorded = {12: {"views": ["page_views", "clicks"], "cutoff_ms": C + 2 * STEP}}
-    assert batch.cmd_batch(settings, args(no_swap=False, swap=12)) == 2, "its views would move on: refused"
-    assert batch.cmd_batch(settings, args(no_swap=False, swap=13)) == 2, "an unknown run: refused"
+    refused["store"].recorded = {12: {"views": VIEWS, "cutoff_ms": C}}
+    assert batch.cmd_batch(Settings(), args(no_swap=False, swap=12)) == batch.NOTHING_NEW
+    refused["store"].recorded = {12: {"views": VIEWS, "cutoff_ms": C + 2 * STEP}}
+    assert batch.cmd_batch(Settings(), args(no_swap=False, swap=12)) == 2, "its views would move on: refused"
+    assert batch.cmd_batch(Settings(), args(no_swap=False, swap=13)) == 2, "an unknown run: refused"
 
 
-def test_a_refusal_that_is_no_cutoffs_stays_one(refused):
-    from stores.batch_writer import VerificationError
+@pytest.mark.parametrize(
+    "error",
+    [
+        VerificationError("version 12's tables were dropped"),
+        CutoffError("unknown view 'x'"),
+        CutoffError("the speed layer keys realtime rows by 60s ingest buckets"),
+    ],
+    ids=["tables dropped", "unknown view", "bucket size"],
+)
+def test_a_refusal_no_other_run_caused_stays_one_though_views_are_ahead(refused, error):
+    refused["error"] = error
+    refused["store"].recorded = {12: {"views": VIEWS, "cutoff_ms": C}}
+    assert batch.cmd_batch(Settings(), args(no_swap=False, swap=12)) == 2
+    assert batch.cmd_batch(Settings(), args(cutoff="2026-11-18T11:06:40Z")) == 2
 
-    refused["error"] = VerificationError("version 12's tables were dropped")
-    refused["store"].recorded = {12: {"views": ["page_views"], "cutoff_ms": C}}
+
+@pytest.mark.parametrize(
+    "record",
+    [{"views": VIEWS, "cutoff_ms": True}, {"views": "page_views", "cutoff_ms": C}, {"views": [["x"]], "cutoff_ms": C}],
+    ids=["a bool for a cutoff", "views not a list", "a view not a name"],
+)
+def test_a_malformed_run_record_is_refused_not_skipped(refused, record):
+    refused["error"] = PointerMoved("the pointer moved since this run read it")
+    refused["store"].recorded = {12: record}
+    assert batch.cmd_batch(Settings(), args(no_swap=False, swap=12)) == 2
+
+
+def test_a_store_that_cannot_say_leaves_the_refusal_not_a_failure(refused, monkeypatch):
+    """Reading the pointer to tell failed: the refusal stands (exit 2: the DAG fails at once), not exit 1."""
+
+    class Down(Store):
+        def pointer(self) -> Pointer:
+            raise ConnectionError("hbase-thrift did not answer")
+
+    refused["error"] = PointerMoved("the pointer moved since this run read it")
+    refused["store"] = Down(pointer(), {})
     assert batch.cmd_batch(Settings(), args(no_swap=False, swap=12)) == 2
