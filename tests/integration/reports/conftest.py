@@ -23,7 +23,15 @@ from definitions.views import load_views
 from ingest.generator import GeneratorConfig
 from reports import build, read
 from stores.batch_views import VersionStore
-from tests.support.accuracy_scenario import HOUR, batch_window, only_keys, raw_records, resend, wait_for_old_records
+from tests.support.accuracy_scenario import (
+    HOUR,
+    batch_window,
+    move_speed_watermark,
+    only_keys,
+    raw_records,
+    resend,
+    wait_for_old_records,
+)
 from tests.support.events import fresh_seed, send
 
 
@@ -40,6 +48,7 @@ def scenario(settings, stack, spark):
     positions = wait_for_old_records(settings, spark, 2 * window_s + 120, seed)
     assert len(positions) >= 20, "the master dataset holds too few old records to re-send"
     originals = raw_records(settings, positions)
+    move_speed_watermark(settings)  # their ids out of the speed layer's de-duplication state
 
     clean = send(
         settings,
