@@ -127,21 +127,33 @@ def refuse_untrusted(path: Path, setting: str, consequence: str) -> None:
 
 
 def refuse_untrusted_module(name: str, folders: Iterable[Path], setting: str) -> None:
-    """refuse_untrusted for the files of module `name` (every file of a package) when it is found in
-    one of `folders`, before it is imported; one found elsewhere (the virtualenv's packages) is left."""
+    """refuse_untrusted for every file Python may import module `name` from (each package on the way
+    to it too: its folder and all it holds, `__pycache__` included; a single module's file and its
+    cached bytecode), when it is found in one of `folders` — looked up without importing anything,
+    a link judged by where it points too. One found elsewhere (the virtualenv's packages) is left."""
     import importlib.util
+    from importlib.machinery import PathFinder
 
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return  # the import that follows names what is wrong
-    if spec is None or not spec.origin:
-        return
-    origin = Path(spec.origin).resolve()
-    if not any(origin.is_relative_to(Path(folder).resolve()) for folder in folders):
-        return
-    files = [origin]
-    for location in spec.submodule_search_locations or ():  # a package: every file it may import
-        files += sorted(Path(location).rglob("*.py"))
-    for file in files:
-        refuse_untrusted(file, setting, f"module {name} is not imported")
+    parts = name.split(".")
+    search: list[str] | None = [str(folder) for folder in folders]
+    for depth in range(1, len(parts) + 1):
+        if not search:
+            return  # no package to look in: the import that follows names what is wrong
+        try:
+            spec = PathFinder.find_spec(".".join(parts[:depth]), search)
+        except (ImportError, ValueError, OSError):
+            return
+        if spec is None:
+            return  # not in these folders (at the top: an installed package)
+        files: list[Path] = []
+        if spec.origin and spec.has_location:
+            origin = Path(spec.origin)
+            files.append(origin)
+            if origin.suffix == ".py":
+                cached = Path(importlib.util.cache_from_source(str(origin)))
+                files += [p for p in (cached.parent, cached) if p.exists()]
+        for location in spec.submodule_search_locations or ():  # a package: everything it holds
+            files += [Path(location), *sorted(Path(location).rglob("*"))]
+        for file in files:
+            refuse_untrusted(file, setting, f"module {name} is not imported")
+        search = list(spec.submodule_search_locations or ())

@@ -394,21 +394,33 @@ PAGE_VIEWS_BY_CHANNEL = View(
 BUILT_IN = Registry((PAGE_VIEWS, UNIQUE_VISITORS, TOP_PAGES, PAGE_VIEWS_BY_COUNTRY_DEVICE, PAGE_VIEWS_BY_CHANNEL))
 
 
+# The views.paths folders load_views put on sys.path: one no longer declared is taken off again.
+_ADDED_PATHS: list[str] = []
+
+
 def load_views(settings, reload: bool = False) -> Registry:
     """The built-in views plus those declared in the modules named by `settings.views.modules` (found
     in `settings.views.paths` first, then among the installed packages);
     `reload`: modules imported before are read again (a running API picking up changed declarations)."""
     import importlib
     import sys
+    from pathlib import Path
 
     from definitions.files import refuse_untrusted, refuse_untrusted_module
 
+    for gone in [p for p in _ADDED_PATHS if Path(p) not in settings.views.paths]:  # no longer declared
+        _ADDED_PATHS.remove(gone)
+        if gone in sys.path:
+            sys.path.remove(gone)
     for path in reversed(settings.views.paths):
+        if not path.is_absolute():  # each process runs in a folder of its own
+            raise ValueError(f"views.paths: {path} is not an absolute path")
         if not path.is_dir():  # a folder removed since (its modules retired): nothing to import from it
             continue
         refuse_untrusted(path, "views.paths", "no view module is imported from it")
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
+            _ADDED_PATHS.append(str(path))
     if reload:
         importlib.invalidate_caches()  # a module file added since the last import is found
     views = list(BUILT_IN)

@@ -4,6 +4,8 @@ is refused, naming it, before anything is imported from it — as the persisted 
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 import uuid
 
@@ -76,3 +78,87 @@ def test_a_folder_that_is_gone_is_passed_over(tmp_path):
     settings = Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": [str(tmp_path / "gone")]})
     assert len(list(load_views(settings))) == 5
     assert str(tmp_path / "gone") not in sys.path
+
+
+def test_a_dotted_name_runs_no_parent_package_before_its_files_are_checked(tmp_path):
+    """find_spec("pkg.mod") imported pkg (ran its __init__) before anything was checked."""
+    folder = tmp_path / "views"
+    package = folder / f"outer_{uuid.uuid4().hex[:8]}"
+    package.mkdir(parents=True, mode=0o755)
+    ran = tmp_path / "ran"
+    (package / "__init__.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    (package / "__init__.py").chmod(0o666)
+    (package / "declared.py").write_text(DECLARATION.format(view="outer_clicks"))
+    name = f"{package.name}.declared"
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [name], "paths": [str(folder)]})
+    try:
+        with pytest.raises(ValueError, match=r"__init__.py can be changed by every user"):
+            load_views(settings)
+        assert not ran.exists(), "the package's code ran before the check"
+    finally:
+        sys.path.remove(str(folder)) if str(folder) in sys.path else None
+
+
+def test_a_module_linked_to_a_file_outside_is_judged_by_that_file(tmp_path):
+    folder, elsewhere = tmp_path / "views", tmp_path / "shared"
+    folder.mkdir(mode=0o755)
+    elsewhere.mkdir(mode=0o755)
+    target = elsewhere / "open.py"
+    target.write_text(DECLARATION.format(view="linked_clicks"))
+    target.chmod(0o666)
+    name = f"linked_{uuid.uuid4().hex[:8]}"
+    (folder / f"{name}.py").symlink_to(target)
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [name], "paths": [str(folder)]})
+    try:
+        with pytest.raises(ValueError, match=r"can be changed by every user"):
+            load_views(settings)
+        assert name not in sys.modules
+    finally:
+        sys.path.remove(str(folder)) if str(folder) in sys.path else None
+
+
+def test_cached_bytecode_every_user_can_change_is_refused(declared):
+    """Python runs __pycache__/<module>.cpython-*.pyc instead of the source when its stamp matches."""
+    settings, folder, module = declared
+    cached = importlib.util.cache_from_source(str(module))
+    (folder / "__pycache__").mkdir(mode=0o755)
+    (folder / "__pycache__").chmod(0o777)
+    with pytest.raises(ValueError, match=r"__pycache__ can be changed by every user"):
+        load_views(settings)
+    (folder / "__pycache__").chmod(0o755)
+    with open(cached, "wb") as f:
+        f.write(b"")
+    os.chmod(cached, 0o666)
+    with pytest.raises(ValueError, match=r"\.pyc can be changed by every user"):
+        load_views(settings)
+    assert module.stem not in sys.modules
+
+
+def test_a_package_holding_a_file_every_user_can_change_of_any_kind_is_refused(tmp_path):
+    """An extension module (.so) is imported before a .py of the same name; bytecode beside it too."""
+    folder = tmp_path / "views"
+    package = folder / f"team_{uuid.uuid4().hex[:8]}"
+    (package / "inner").mkdir(parents=True, mode=0o755)
+    (package / "__init__.py").write_text(DECLARATION.format(view="team_orders"))
+    (package / "inner" / "helper.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    (package / "inner" / "helper.cpython-311-x86_64-linux-gnu.so").chmod(0o666)
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [package.name], "paths": [str(folder)]})
+    try:
+        with pytest.raises(ValueError, match=r"helper.cpython-311-x86_64-linux-gnu.so can be changed by every user"):
+            load_views(settings)
+    finally:
+        sys.path.remove(str(folder)) if str(folder) in sys.path else None
+
+
+def test_a_folder_no_longer_declared_leaves_the_import_path(declared, tmp_path):
+    settings, folder, _ = declared
+    load_views(settings)
+    assert str(folder) in sys.path
+    load_views(Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": []}), reload=True)
+    assert str(folder) not in sys.path, "modules found there would be imported unchecked"
+
+
+def test_a_relative_folder_is_refused(tmp_path):
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": ["views"]})
+    with pytest.raises(ValueError, match=r"views.paths: views is not an absolute path"):
+        load_views(settings)
