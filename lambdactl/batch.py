@@ -167,20 +167,31 @@ def planned_names(settings: Settings, current, names: list[str] | None) -> list[
     return out
 
 
-def overtaken(current, views: list[str], cutoff_ms: int, own_version: int | None = None) -> str:
+def overtaken(current, views: list[str], cutoff_ms: int, own_version: int | None = None, basis=None) -> str:
     """Why a run of `views` at `cutoff_ms`, refused because another run swapped (Overtaken,
-    PointerMoved), has nothing left to do: some of its views serve at its cutoff or past it, from
-    another run (the next run plans a newer cutoff); "" otherwise (the pointer moved in another way:
-    an alias, a view retiring)."""
+    PointerMoved), has nothing left to do: another run moved some of its views to its cutoff or past
+    it since it read the pointer (its `basis`, stores.pointer.run_basis, for a written run; without
+    one, a view past its cutoff: a view at it already when the run planned does not count); the next
+    run plans a newer cutoff. "" otherwise: the pointer moved in another way (an alias, a view
+    retiring), and the refusal stands."""
+    from collections.abc import Mapping
+
     from definitions.times import iso_ms
 
     if current is None:
         return ""
-    ahead = [
-        f"{name} (version {e.version}, cutoff {iso_ms(e.cutoff_ms)})"
-        for name in views
-        if (e := current.entry(name)) is not None and e.cutoff_ms >= cutoff_ms and e.version != own_version
-    ]
+    read = basis.get("entries") if isinstance(basis, Mapping) else None
+    ahead = []
+    for name in views:
+        e = current.entry(name)
+        if e is None or e.version == own_version:
+            continue
+        if isinstance(read, Mapping):
+            moved = e.cutoff_ms >= cutoff_ms and read.get(name) != [e.table, e.version, e.cutoff_ms]
+        else:
+            moved = e.cutoff_ms > cutoff_ms
+        if moved:
+            ahead.append(f"{name} (version {e.version}, cutoff {iso_ms(e.cutoff_ms)})")
     if not ahead:
         return ""
     return f"a run beside this one swapped first, at or past this run's cutoff {iso_ms(cutoff_ms)}: " + ", ".join(ahead)
@@ -198,12 +209,12 @@ def overtaken_run(settings: Settings, args: argparse.Namespace, cutoff_ms: int |
         if args.swap is not None:
             run = store.runs().get(args.swap)
             run = run if isinstance(run, dict) else {}
-            views, cutoff_ms = run.get("views"), run.get("cutoff_ms")
+            views, cutoff_ms, basis = run.get("views"), run.get("cutoff_ms"), run.get("basis")
         else:
-            views = planned_names(settings, current, args.views)
+            views, basis = planned_names(settings, current, args.views), None
         if type(cutoff_ms) is not int or not isinstance(views, list) or not all(isinstance(v, str) for v in views):
             return ""
-        return overtaken(current, views, cutoff_ms, args.swap)
+        return overtaken(current, views, cutoff_ms, args.swap, basis)
     except Exception as exc:  # noqa: BLE001 - whatever reading the stores met: the refusal itself is the answer
         log.debug("whether the run was overtaken is unknown: %s: %s", type(exc).__name__, exc)
         return ""

@@ -26,24 +26,48 @@ def pointer(version: int = 9, **cutoffs: int) -> Pointer:
     return Pointer({name: ViewEntry(f"{name}_{version}", version, c) for name, c in cutoffs.items()}, version=version)
 
 
+def basis(current: Pointer) -> dict:
+    """What a run read (stores.pointer.run_basis): the entries of its views."""
+    return {"entries": {n: [e.table, e.version, e.cutoff_ms] for n, e in current.entries.items()}}
+
+
+READ = basis(pointer(version=8, page_views=C - STEP, clicks=C - STEP))  # both behind the run's cutoff
+
+
 @pytest.mark.parametrize(
     "current",
     [pointer(page_views=C + STEP, clicks=C - STEP), pointer(page_views=C, clicks=C), pointer(page_views=C)],
     ids=["one past it", "all at it", "one of two at it"],
 )
-def test_a_view_served_at_or_past_the_cutoff_by_another_run_overtakes_it(current):
-    why = batch.overtaken(current, VIEWS, C)
+def test_a_view_another_run_moved_to_or_past_the_cutoff_overtakes_a_written_run(current):
+    why = batch.overtaken(current, VIEWS, C, 12, READ)
     assert "a run beside this one swapped first" in why and "page_views (version 9" in why, why
     assert "clicks" not in why or current.entry("clicks").cutoff_ms >= C
 
 
+def test_without_what_the_run_read_only_a_view_past_the_cutoff_overtakes_it():
+    """A recompute refused before it wrote anything: a view at its cutoff may have served so when it planned."""
+    assert "page_views (version 9" in batch.overtaken(pointer(page_views=C + STEP), VIEWS, C)
+    assert batch.overtaken(pointer(page_views=C, clicks=C), VIEWS, C) == ""
+
+
 @pytest.mark.parametrize(
-    "current, own",
-    [(None, None), (pointer(page_views=C - STEP, clicks=C - STEP), None), (pointer(page_views=C), 9)],
-    ids=["no pointer", "all behind it (the pointer moved otherwise)", "served by its own version"],
+    "current, own, read",
+    [
+        (None, None, READ),
+        (pointer(page_views=C - STEP, clicks=C - STEP), None, READ),
+        (pointer(page_views=C), 9, READ),
+        (pointer(page_views=C, clicks=C - STEP), 12, basis(pointer(page_views=C, clicks=C - 2 * STEP))),
+    ],
+    ids=[
+        "no pointer",
+        "all behind it (the pointer moved otherwise)",
+        "served by its own version",
+        "at it already when the run read the pointer",
+    ],
 )
-def test_a_run_no_other_run_got_ahead_of_is_not_overtaken(current, own):
-    assert batch.overtaken(current, VIEWS, C, own) == ""
+def test_a_run_no_other_run_got_ahead_of_is_not_overtaken(current, own, read):
+    assert batch.overtaken(current, VIEWS, C, own, read) == ""
 
 
 class Store:
@@ -91,8 +115,10 @@ def test_a_recompute_overtaken_exits_3_with_the_flag_and_2_without(refused, capl
 
 def test_a_swap_overtaken_exits_3_and_one_with_something_left_refuses(refused):
     refused["error"] = PointerMoved("the pointer moved since this run read it")
-    refused["store"].recorded = {12: {"views": VIEWS, "cutoff_ms": C}}
+    refused["store"].recorded = {12: {"views": VIEWS, "cutoff_ms": C, "basis": READ}}
     assert batch.cmd_batch(Settings(), args(no_swap=False, swap=12)) == batch.NOTHING_NEW
+    refused["store"].recorded = {12: {"views": VIEWS, "cutoff_ms": C, "basis": basis(refused["store"].current)}}
+    assert batch.cmd_batch(Settings(), args(no_swap=False, swap=12)) == 2, "what serves is what it read: refused"
     refused["store"].recorded = {12: {"views": VIEWS, "cutoff_ms": C + 2 * STEP}}
     assert batch.cmd_batch(Settings(), args(no_swap=False, swap=12)) == 2, "its views would move on: refused"
     assert batch.cmd_batch(Settings(), args(no_swap=False, swap=13)) == 2, "an unknown run: refused"
