@@ -42,12 +42,15 @@ def _sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def open_to_others(path: Path) -> str | None:
-    """Why `path` (or its folder) may not be trusted to name code the platform runs: another user's
-    (but root's), or writable by every user; None when it is the user's own. Group-writable is left
-    to the group (umask 002: the user's own group)."""
+def open_to_others(path: Path, ancestors: bool = False) -> str | None:
+    """Why `path` (or its folder; with `ancestors`, any folder above it, whose owner could move it
+    away and put another in its place) may not be trusted to name code the platform runs: another
+    user's (but root's), or writable by every user (a sticky folder such as /tmp, above it, is not);
+    None when it is the user's own. Group-writable is left to the group (umask 002: the user's own
+    group)."""
     real_parent = path.resolve().parent  # a link's target: its folder decides who can replace it
-    for item in (path, path.parent, *([real_parent] if real_parent != path.parent.resolve() else [])):
+    above = list(real_parent.parents) if ancestors else []
+    for item in (path, path.parent, *([real_parent] if real_parent != path.parent.resolve() else []), *above):
         mode = item.stat()
         if mode.st_uid not in (os.getuid(), 0):  # root's own (/etc, an image's files) is no stranger's
             return f"{item} belongs to another user (uid {mode.st_uid})"
@@ -118,10 +121,11 @@ def state_lock(
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def refuse_untrusted(path: Path, setting: str, consequence: str) -> None:
-    """ValueError naming `setting` unless `path` (a folder it names, or a file in one) passes
-    open_to_others: every process of the platform runs the code found there."""
-    problem = open_to_others(path)
+def refuse_untrusted(path: Path, setting: str, consequence: str, ancestors: bool = False) -> None:
+    """ValueError naming `setting` unless `path` (a folder it names, with every folder above it:
+    `ancestors`; or a file in one) passes open_to_others: every process of the platform runs the code
+    found there."""
+    problem = open_to_others(path, ancestors)
     if problem:
         raise ValueError(f"{setting}: {problem}: {consequence}")
 

@@ -417,7 +417,7 @@ def load_views(settings, reload: bool = False) -> Registry:
             raise ValueError(f"views.paths: {path} is not an absolute path")
         if not path.is_dir():  # a folder removed since (its modules retired): nothing to import from it
             continue
-        refuse_untrusted(path, "views.paths", "no view module is imported from it")
+        refuse_untrusted(path, "views.paths", "no view module is imported from it", ancestors=True)
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
             _ADDED_PATHS.append(str(path))

@@ -162,3 +162,17 @@ def test_a_relative_folder_is_refused(tmp_path):
     settings = Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": ["views"]})
     with pytest.raises(ValueError, match=r"views.paths: views is not an absolute path"):
         load_views(settings)
+
+
+def test_a_folder_under_one_every_user_can_change_is_refused(tmp_path):
+    """Whoever can change a folder above it can move the views folder away and put another there."""
+    above = tmp_path / "shared"
+    folder = above / "team" / "views"
+    folder.mkdir(parents=True, mode=0o755)
+    above.chmod(0o777)
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": [str(folder)]})
+    with pytest.raises(ValueError, match=rf"views.paths: {above} can be changed by every user"):
+        load_views(settings)
+    above.chmod(0o1777)  # sticky, as /tmp: only an entry's owner may move it
+    assert len(list(load_views(settings))) == 5
+    sys.path.remove(str(folder))
