@@ -452,6 +452,15 @@ class ViewSettings(_Section):
     # Directories searched for those modules first (absolute paths); empty: installed packages only.
     paths: list[Path] = []
 
+    @field_validator("paths")
+    @classmethod
+    def _absolute(cls, paths: list[Path]) -> list[Path]:
+        """Each process runs in a folder of its own: a relative folder named other modules in each."""
+        relative = [str(p) for p in paths if not p.is_absolute()]
+        if relative:
+            raise ValueError(f"must be absolute paths: {relative}")
+        return paths
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(

@@ -115,6 +115,13 @@ class Stack:
                 "environment is development, from the persisted settings (an earlier up): the development "
                 "token and Airflow password are accepted; `lambdactl config --unset environment` ends that"
             )
+        if any(s.phase != 0 for s in self.services):  # every platform process loads the declared views
+            from definitions.views import load_views
+
+            try:
+                load_views(self.settings)
+            except (ValueError, ImportError) as exc:
+                raise StackError("settings", f"the declared views cannot be loaded: {exc}") from None
         moved = self._running_stores_moved()
         if moved:  # checked before anything is persisted: the running stack keeps its settings
             raise StackError(

@@ -8,6 +8,7 @@ import importlib.util
 import os
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -159,9 +160,12 @@ def test_a_folder_no_longer_declared_leaves_the_import_path(declared, tmp_path):
 
 
 def test_a_relative_folder_is_refused(tmp_path):
-    settings = Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": ["views"]})
+    """Refused when the settings are read (tests/unit/infra/test_up_preflight.py); also one set past
+    their checks."""
+    settings = Settings(state_dir=tmp_path / "state")
+    views = settings.views.model_copy(update={"paths": [Path("views")]})
     with pytest.raises(ValueError, match=r"views.paths: views is not an absolute path"):
-        load_views(settings)
+        load_views(settings.model_copy(update={"views": views}))
 
 
 def test_a_folder_under_one_every_user_can_change_is_refused(tmp_path):

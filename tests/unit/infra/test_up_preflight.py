@@ -113,3 +113,33 @@ def test_an_up_of_some_services_after_the_supervisor_died_leaves_the_others_orph
     with pytest.raises(StackError, match="archiver, kafka it started run") as err:
         stack._start_supervised([svc.BY_NAME["api"]], {}, lambda _message: None)
     assert "`lambdactl up`" in str(err.value) and ended == [] and fake.calls == [], "nothing ended, nothing started"
+
+
+def test_views_the_platform_cannot_load_are_refused_before_anything_is_persisted(tmp_path, monkeypatch):
+    """A views folder every user can change was refused by each platform process at its start:
+    `up` persisted it, started the stores, then the API and the speed layer died at every restart."""
+    from definitions.settings_store import persisted_path
+
+    def start(*_args):  # nothing is started by a unit test, whatever `up` gets to
+        raise AssertionError("up went on to start the stack")
+
+    monkeypatch.setattr(Stack, "_running_stores_moved", lambda self: [])
+    monkeypatch.setattr(Stack, "_up_supervised", start)
+
+    folder = tmp_path / "views"
+    folder.mkdir()
+    folder.chmod(0o777)
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        environment="development",
+        views={"modules": [], "paths": [str(folder)]},
+    )
+    with pytest.raises(StackError, match=rf"the declared views cannot be loaded: views.paths: {folder} can be changed"):
+        Stack(settings).up()
+    assert not persisted_path(settings).exists(), "nothing persisted"
+
+
+def test_a_relative_views_folder_is_refused_when_the_settings_are_read(tmp_path):
+    """Each process runs in a folder of its own: it found the modules of a relative folder elsewhere."""
+    with pytest.raises(ValueError, match=r"(?s)views.paths.*must be absolute paths"):
+        Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": ["views"]})
