@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import httpx
 from fastapi.testclient import TestClient
@@ -40,20 +39,33 @@ def test_an_event_is_measured_in_utf8_as_kafka_holds_it(settings):
 
 
 def test_large_request_bodies_are_parsed_one_at_a_time_per_worker(settings, monkeypatch):
-    running, most, small_beside = 0, 0, False
+    """The first large body's parse holds until the four small ones are parsed (at most 5 s), and
+    they start only once it runs: had they waited for the large ones, none would be parsed beside it.
+    (It slept 50 ms instead, and on a busy machine the small ones were all parsed before it began.)"""
+    running, most, small_beside, smalls = 0, 0, False, 0
     lock = threading.Lock()
+    large_started, smalls_parsed = threading.Event(), threading.Event()
     real = route.check_events
 
     def counted(settings, data):
-        nonlocal running, most, small_beside
+        nonlocal running, most, small_beside, smalls
         if len(data) <= route.LARGE_BODY_BYTES:
-            small_beside = small_beside or running > 0
-            return real(settings, data)
+            large_started.wait(5)
+            with lock:
+                small_beside = small_beside or running > 0
+            try:
+                return real(settings, data)
+            finally:
+                with lock:
+                    smalls += 1
+                    if smalls == 4:
+                        smalls_parsed.set()
         with lock:
             running += 1
             most = max(most, running)
+        large_started.set()
         try:
-            time.sleep(0.05)
+            smalls_parsed.wait(5)
             return real(settings, data)
         finally:
             with lock:
