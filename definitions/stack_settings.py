@@ -64,7 +64,8 @@ class StackSettings(_Section):
     # queries fire at least every few seconds (the archiver's ticks), so silence means a hang.
     stuck_after_s: float = Field(300, gt=0)
     # Where the streaming jobs publish their progress on HDFS (what health and status read), and
-    # at most how often between their start and end.
+    # at most how often a change between their start and end (an idle job's unchanged document goes
+    # out a quarter as often as readers elsewhere need it: stores.progress.published_max_age_s).
     progress_dir: str = Field("/lambda/progress", pattern=r"^/")
     progress_publish_s: float = Field(5.0, gt=0, le=60)
     # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at

@@ -50,13 +50,15 @@ class HdfsPublisher:
         self.last_error_logged = 0.0
         self.hdfs: WebHdfs | None = None  # one WebHDFS session for every publication; made again after a failure
 
-    def __call__(self, text: str) -> None:
+    def __call__(self, text: str) -> bool:
+        """Whether the document was published."""
         from stores.webhdfs import WebHdfs
 
         try:
             if self.hdfs is None:
                 self.hdfs = WebHdfs(self.settings, timeout_s=5.0)
             self.hdfs.write(self.path, text.encode())
+            return True
         except Exception as exc:  # HDFS down or restarting: the next publication tries again
             if self.hdfs is not None:
                 self.hdfs.close()
@@ -64,6 +66,7 @@ class HdfsPublisher:
             if time.monotonic() - self.last_error_logged > 60:
                 self.last_error_logged = time.monotonic()
                 log.warning("could not publish progress to %s: %s: %s", self.path, type(exc).__name__, exc)
+            return False
 
 
 def source_offsets(text: str | None) -> dict[str, dict[int, int]]:
@@ -115,14 +118,19 @@ class ProgressFile:
         job: str,
         hooks: dict[str, Hook] | None = None,
         extra: dict | None = None,
-        publish: Callable[[str], None] | None = None,
+        publish: Callable[[str], bool | None] | None = None,
     ) -> None:
-        """`publish` (HdfsPublisher in the jobs) receives the document to keep where readers find it."""
+        """`publish` (HdfsPublisher in the jobs) receives the document to keep where readers find it;
+        False back: it was not kept, and goes out again with the next report."""
         self.path = progress_path(settings, job)
         self.hooks = hooks or {}
         self.publish = publish
         self.publish_every_s = settings.stack.progress_publish_s
+        # An idle job republishes an unchanged document only this often: often enough that a reader
+        # elsewhere never finds it older than it accepts, seldom enough not to write HDFS all day.
+        self.keepalive_s = max(self.publish_every_s, published_max_age_s(settings) / 4)
         self.published_at = 0.0
+        self.unpublished = False  # a change kept back by the publication interval
         self.lock = threading.Lock()
         self.state: dict = {
             "host": socket.gethostname(),
@@ -153,9 +161,10 @@ class ProgressFile:
             self._write(publish=True)
 
     def idle(self) -> None:
-        """No batch to run (Spark says so every few seconds): the document stays fresh for readers."""
+        """No batch to run (Spark says so every few seconds): a change kept back goes out now, and
+        the document stays fresh for readers."""
         with self.lock:
-            self._write()
+            self._write(changed=False)
 
     def progress(self, p) -> None:
         observed = {k: v.asDict() for k, v in (p.observedMetrics or {}).items()}
@@ -217,16 +226,21 @@ class ProgressFile:
             self.state.update(extra)
             self._write()
 
-    def _write(self, publish: bool = False) -> None:
+    def _write(self, publish: bool = False, changed: bool = True) -> None:
+        """Rewrite the file beside the driver; publish at once (`publish`), a change at most every
+        `publish_every_s`, and an unchanged document every `keepalive_s`."""
         self.state["updated_ms"] = int(time.time() * 1000)
         text = json.dumps(self.state, indent=1, default=str)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(self.path)
-        if self.publish is not None and (publish or time.monotonic() - self.published_at >= self.publish_every_s):
+        self.unpublished = self.unpublished or changed
+        since_s = time.monotonic() - self.published_at
+        due = (self.unpublished and since_s >= self.publish_every_s) or since_s >= self.keepalive_s
+        if self.publish is not None and (publish or due):
             self.published_at = time.monotonic()
-            self.publish(text)
+            self.unpublished = self.publish(text) is False
 
     def listener(self):
         """A StreamingQueryListener feeding this file (pyspark imported only when called)."""
@@ -251,6 +265,11 @@ class ProgressFile:
                 progress_file.terminated(str(event.id), event.exception, str(event.runId))
 
         return Listener()
+
+
+def published_max_age_s(settings: Settings) -> float:
+    """How old a published document a reader on another machine accepts from a running job."""
+    return max(settings.stack.stuck_after_s, 10 * settings.stack.progress_publish_s)
 
 
 def read_progress(settings: Settings, job: str, now_ms: int | None = None) -> dict:
@@ -285,7 +304,7 @@ def read_progress(settings: Settings, job: str, now_ms: int | None = None) -> di
     else:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         age_s = (now_ms - int(state.get("updated_ms") or 0)) / 1000
-        if age_s > max(settings.stack.stuck_after_s, 10 * settings.stack.progress_publish_s):
+        if age_s > published_max_age_s(settings):
             raise RuntimeError(f"progress from {state.get('host')} is {age_s:.0f} s old: the job is not reporting")
     return state
 

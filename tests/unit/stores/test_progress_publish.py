@@ -7,7 +7,7 @@ import json
 from types import SimpleNamespace
 
 from definitions.settings import Settings
-from stores.progress import ProgressFile
+from stores.progress import ProgressFile, published_max_age_s
 
 
 def batch(n: int) -> SimpleNamespace:
@@ -85,3 +85,54 @@ def test_a_failing_hook_leaves_the_batch_counted_and_says_why(tmp_path):
     assert state["queries"]["speed-views"]["batch_id"] == 3
     assert state["totals"]["events"] == 5
     assert "WebHDFS refused" in state["queries"]["speed-views"]["hook_error"]
+
+
+def test_an_idle_job_publishes_what_changed_and_otherwise_only_to_stay_fresh(tmp_path, monkeypatch):
+    """Spark reports an idle query every few seconds; each report published the unchanged document
+    again (a file written on HDFS every 5 s by each job, most of their idle work). Now an idle report
+    publishes a batch not published yet, and otherwise only often enough that a reader elsewhere
+    never finds the document older than it accepts."""
+    published: list[dict] = []
+    clock = [1000.0]
+    monkeypatch.setattr("stores.progress.time.monotonic", lambda: clock[0])
+    settings = Settings(state_dir=tmp_path)
+    progress = ProgressFile(settings, "speed-layer", publish=lambda text: published.append(json.loads(text)))
+    progress.started("q1", "speed-views")
+    progress.progress(batch(1))  # within the interval of the start: kept back
+    assert len(published) == 1
+    clock[0] += progress.publish_every_s
+    progress.idle()  # the batch kept back goes out with the next idle report
+    assert published[-1]["queries"]["speed-views"]["batch_id"] == 1
+    count = len(published)
+    for _ in range(100):  # idle reports every publish interval: nothing new to say
+        clock[0] += progress.publish_every_s / 2
+        progress.idle()
+    idle_s = 50 * progress.publish_every_s
+    accepted_s = published_max_age_s(settings)
+    assert len(published) - count <= idle_s / (accepted_s / 4) + 1, "published at every idle report"
+    assert len(published) - count >= idle_s / (accepted_s / 2), "not published often enough to stay fresh"
+    # however long it idles, no reader elsewhere finds the document older than it accepts
+    assert progress.keepalive_s * 2 <= accepted_s
+    # the local file still follows every report
+    assert json.loads(progress.path.read_text())["updated_ms"] >= published[-1]["updated_ms"]
+
+
+def test_a_publication_that_failed_goes_out_again_with_the_next_report(tmp_path, monkeypatch):
+    """HDFS down at a publication: the change it carried is not taken as published."""
+    attempts: list[dict] = []
+    up = [False]
+    clock = [1000.0]
+    monkeypatch.setattr("stores.progress.time.monotonic", lambda: clock[0])
+
+    def publish(text: str) -> bool:
+        attempts.append(json.loads(text))
+        return up[0]
+
+    progress = ProgressFile(Settings(state_dir=tmp_path), "speed-layer", publish=publish)
+    progress.started("q1", "speed-views")
+    clock[0] += progress.publish_every_s
+    progress.progress(batch(7))  # HDFS down: not kept
+    up[0] = True
+    clock[0] += progress.publish_every_s
+    progress.idle()
+    assert len(attempts) == 3 and attempts[-1]["queries"]["speed-views"]["batch_id"] == 7
