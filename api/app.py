@@ -22,7 +22,7 @@ from api.routes import admin, events, health, reports
 from api.views_install import install_views, refresh_views, reload_views
 from api.worker_sync import WorkerSync
 from definitions.settings import Settings, default_secrets
-from definitions.views import load_views
+from definitions.view_loading import load_views
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.service import ServingLayer
 

@@ -9,7 +9,8 @@ from fastapi import FastAPI
 
 from api.routes import views
 from definitions.settings import Settings
-from definitions.views import Registry, load_views
+from definitions.view_loading import load_views
+from definitions.views import Registry
 from stores.view_versions import versions_of
 
 log = logging.getLogger("lambda.api")

@@ -100,7 +100,7 @@ def prepare_home(settings: Settings) -> None:
     """Airflow's home, and the declared views' names for the DAG's form. A view module that does
     not import (edited on disk, say) leaves the names last written: it stopped every component of
     Airflow, each start failing the same way."""
-    from definitions.views import load_views
+    from definitions.view_loading import load_views
 
     home = private_dir(airflow_home(settings))  # its database holds run confs and XComs
     try:

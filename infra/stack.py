@@ -12,19 +12,19 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 from definitions.files import private_dir
 from definitions.settings import Settings
 from infra import services as svc
 from infra import stack_down, stack_status
-from infra.diagnoses import likely_causes
+from infra import stack_waits as waits
 from infra.errors import StackError
 from infra.java import JavaRuntime, find_java
 from infra.process import STATE_TAG, ProcessSupervisor, port_owner
 from infra.restarts import Budget
 from infra.spark_services import cluster_services
 from infra.stack_status import ServiceStatus
+from infra.stack_waits import one_error
 from infra.state_lock import stack_lock
 from infra.supervision import StackProcesses
 from infra.supervisor_config import NAME as SUPERVISOR
@@ -32,13 +32,6 @@ from infra.supervisor_config import SETTINGS_DIGEST, Program, entry_digests, loa
 from stores.restarts import read_status, summary
 
 log = logging.getLogger(__name__)
-
-
-def one_error(errors: list[StackError]) -> StackError:
-    """The failures of several services as one error naming each."""
-    if len(errors) == 1:
-        return errors[0]
-    return StackError(", ".join(e.service for e in errors), "\n\n".join(str(e) for e in errors))
 
 
 def port_collisions(listening: list[tuple[str, str, dict[str, int]]]) -> list[str]:
@@ -116,7 +109,7 @@ class Stack:
                 "token and Airflow password are accepted; `lambdactl config --unset environment` ends that"
             )
         if any(s.phase != 0 for s in self.services):  # every platform process loads the declared views
-            from definitions.views import load_views
+            from definitions.view_loading import load_views
 
             try:
                 load_views(self.settings)
@@ -166,40 +159,20 @@ class Stack:
                 out.append((service.name, f"{service.name} runs at {_where(*was)}, these settings say {_where(*now)}"))
         return out
 
-    def _await_all(self, members: list, outcome: dict[str, str], say: Callable[[str], None], wait) -> None:
-        """Wait for every member concurrently; raise naming each that did not become healthy. An
-        interrupt (Ctrl-C) ends every wait at its next poll, not at its deadline."""
-        pool = ThreadPoolExecutor(max_workers=max(1, len(members)))
-        try:
-            futures = {s.name: pool.submit(wait, s) for s in members}
-            errors = []
-            for name, future in futures.items():
-                try:
-                    detail, waited = future.result()
-                    if outcome[name] == "started":
-                        self.ready_after[name] = waited
-                        say(f"{name}: healthy after {waited:.0f}s ({detail})")
-                except StackError as exc:
-                    errors.append(exc)
-        except BaseException:
-            self.cancelled.set()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if errors:
-            raise one_error(errors)
-
     def _up_supervised(self, members: list, outcome: dict[str, str], say: Callable[[str], None]) -> None:
         """Processes under supervisord: started once, then restarted by it when they exit. (A store
         an earlier release started with a pid file of its own runs on as it is until `down`.)"""
         with self.supervisord.lock():
             since = self._start_supervised(members, outcome, say)
-        self._await_all(
+        waits.await_all(
+            self,
             members,
             outcome,
             say,
             lambda s: (
-                self._await_supervised(s, since) if self.supervisor.supervised(s.name) else self._await_healthy(s)
+                waits.await_supervised(self, s, since)
+                if self.supervisor.supervised(s.name)
+                else waits.await_healthy(self, s)
             ),
         )
 
@@ -334,49 +307,6 @@ class Stack:
             )
         return out
 
-    def _await_supervised(self, service, since: float) -> tuple[str, float]:
-        """Poll until healthy; fail when the supervisor gave up on it, or at the deadline."""
-        started = time.monotonic()
-        deadline = started + service.timeout_s(self.settings)
-        last_error = "no answer yet"
-        while True:
-            entry = read_status(self.settings.state_dir)["processes"].get(service.name, {})
-            if (entry.get("gave_up_at") or 0) >= since:
-                raise self._loop_failure(service, entry)
-            state = self.supervisord.all_info().get(service.name, {}).get("statename")
-            if state is None and not self.supervisord.running():
-                raise self._failure(service, "the supervisor stopped running")
-            if state == "STOPPED":
-                raise self._failure(service, "was stopped before becoming healthy")
-            if state in ("RUNNING", "STARTING"):
-                try:
-                    return service.check(self.settings), time.monotonic() - started
-                except Exception as exc:  # a probe may fail in any client-specific way while starting
-                    last_error = f"{type(exc).__name__}: {exc}"
-            else:
-                last_error = f"{state or 'not started'}; {summary(entry)}"
-            if time.monotonic() > deadline:
-                raise self._failure(
-                    service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last: {last_error})"
-                )
-            self._pause(service)
-
-    def _loop_failure(self, service, entry: dict) -> StackError:
-        last = entry.get("last_exit") or {}
-        # More lines than the restart listener keeps: a JVM's cause sits above its stack trace.
-        tail = self.supervisor.tail(service.name, 60) or "\n".join(last.get("log_tail", []))
-        causes = likely_causes(tail)
-        return StackError(
-            service.name,
-            (
-                f"keeps dying: the supervisor gave up after {entry.get('restarts', 0)} restart(s) "
-                f"({Budget.from_settings(self.settings).describe()}); last exit: {last.get('reason')}"
-                + (f"; likely cause: {causes[0]}" if causes else "")
-                + f" (log: {self.supervisor.log_file(service.name)}; restarts: {self.settings.state_dir / 'logs' / 'restarts.log'})"
-            ),
-            tail,
-        )
-
     def _preflight(self, service: svc.Service) -> None:
         service.check_jars(self.settings)
         host = service.host(self.settings)
@@ -400,39 +330,6 @@ class Stack:
         dirs.conf.mkdir(parents=True, exist_ok=True)
         service.render(self.settings, dirs, java)
         return service.command(self.settings, java)
-
-    def _await_healthy(self, service: svc.Service) -> tuple[str, float]:
-        """Poll the probe of a store an earlier release started (its own pid file) until it answers;
-        (what answered, seconds waited)."""
-        started = time.monotonic()
-        deadline = started + service.timeout_s(self.settings)
-        last_error = "no answer yet"
-        while True:
-            if self.supervisor.process(service.name) is None:
-                code = self.supervisor.exit_code(service.name)
-                raise self._failure(
-                    service, f"exited{'' if code is None else f' with code {code}'} before becoming healthy"
-                )
-            try:
-                return service.check(self.settings), time.monotonic() - started
-            except Exception as exc:  # a probe may fail in any client-specific way while starting
-                last_error = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() > deadline:
-                raise self._failure(
-                    service, f"not healthy within {service.timeout_s(self.settings):.0f}s (last probe: {last_error})"
-                )
-            self._pause(service)
-
-    def _pause(self, service) -> None:
-        """A second between two polls of a wait; StackError at once when the command was interrupted."""
-        if self.cancelled.wait(1.0):
-            raise StackError(service.name, "the wait for it was interrupted")
-
-    def _failure(self, service: svc.Service, what: str) -> StackError:
-        tail = self.supervisor.tail(service.name, 40)
-        causes = likely_causes(tail)
-        reason = what + (f"; likely cause: {causes[0]}" if causes else "")
-        return StackError(service.name, f"{reason} (log: {self.supervisor.log_file(service.name)})", tail)
 
     # --- down and status (infra.stack_down, infra.stack_status) ----------------------------------
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from infra import services as svc
 from infra.errors import StackError
 from infra.process import ProcessSupervisor
+from infra.stack_waits import await_supervised
 from infra.state_lock import stack_lock
 from stores.restarts import read_status
 
@@ -77,7 +78,7 @@ def restart(stack: Stack, name: str) -> float:
             raise
         since = time.time()
         stack.supervisord.start(name)
-    return stack._await_supervised(service, since)[1]
+    return await_supervised(stack, service, since)[1]
 
 
 def refuse_unsupervised(stack: Stack, name: str) -> None:

@@ -51,7 +51,7 @@ def _states(settings: Settings, registry) -> list:
 
 def cmd_views(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.times import iso_ms
-    from definitions.views import load_views
+    from definitions.view_loading import load_views
     from stores.view_versions import read_versions
 
     registry = load_views(settings)
@@ -100,8 +100,8 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
 
 def _apply(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.settings_store import persist_view_modules, with_view_modules
+    from definitions.view_loading import load_views
     from definitions.view_versions import unresolved_message
-    from definitions.views import load_views
     from infra.airflow import write_declared_views
     from stores.checkpoints import read_marker
     from stores.view_versions import read_versions

@@ -16,8 +16,9 @@ import time
 from collections.abc import Sequence
 
 from definitions.settings import Settings
+from definitions.view_loading import load_views
 from definitions.view_versions import Versions, unresolved_message
-from definitions.views import Registry, View, key_text, load_views
+from definitions.views import Registry, View, key_text
 from serving_layer import replay_overlay
 from serving_layer.answers import Provenance, SeriesAnswer, TopAnswer, ViewBuilding, buckets_between
 from serving_layer.merge import (

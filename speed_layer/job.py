@@ -26,7 +26,8 @@ from definitions import jobs
 from definitions.logs import configure_from
 from definitions.settings import Settings, process_settings
 from definitions.spark import trigger_interval
-from definitions.views import HLL_LG_K, Registry, View, key_text, load_views
+from definitions.view_loading import load_views
+from definitions.views import HLL_LG_K, Registry, View, key_text
 from definitions.views import cells as view_cells
 from stores import health, kafka_gaps
 from stores.kafka import check_timestamp_type

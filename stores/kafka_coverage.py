@@ -33,7 +33,7 @@ def unabsorbed_loss(settings: Settings) -> tuple[int, list[str], list[str]] | No
 def unbuilt_views(settings: Settings, pointer) -> list[str]:
     """The storage names of the declared views (their served and pending definitions) that the
     pointer has no entry for."""
-    from definitions.views import load_views
+    from definitions.view_loading import load_views
     from stores.view_versions import versions_of
 
     entries = pointer.entries if pointer is not None else {}

@@ -5,8 +5,9 @@ a changed view)."""
 from __future__ import annotations
 
 from definitions.settings import Settings
+from definitions.view_loading import load_views
 from definitions.view_versions import Versions, resolve
-from definitions.views import Registry, load_views
+from definitions.views import Registry
 from stores.checkpoints import Marker
 from stores.pointer import Pointer
 

@@ -17,7 +17,7 @@ import pytest
 from datasketches import hll_sketch
 
 from batch_layer.job import CutoffError, choose_cutoff, run_batch
-from definitions.views import load_views
+from definitions.view_loading import load_views
 from ingest.generator import GeneratorConfig
 from stores import batch_layout as layout
 from stores import completeness

@@ -10,7 +10,7 @@ import os
 import pytest
 from datasketches import hll_sketch
 
-from definitions.views import load_views
+from definitions.view_loading import load_views
 from ingest.generator import GeneratorConfig
 from stores import batch_layout as layout
 from stores.batch_views import VersionStore

@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from definitions.views import load_views
+from definitions.view_loading import load_views
 from ingest.generator import GeneratorConfig
 from reports import build, read
 from stores.batch_views import VersionStore

@@ -11,7 +11,8 @@ import time
 from collections import Counter
 
 from definitions.events import parse_time, validate
-from definitions.views import GRANULARITIES, load_views
+from definitions.view_loading import load_views
+from definitions.views import GRANULARITIES
 from ingest.generator import SentRecord
 from ingest.truth import distinct_events
 from tests.support.accuracy_scenario import HOUR

@@ -8,7 +8,7 @@ import json
 import httpx
 
 from definitions.settings import REPO_ROOT
-from definitions.views import load_views
+from definitions.view_loading import load_views
 from reports import storage
 from reports.render import render_html
 from stores.webhdfs import WebHdfs

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from definitions.views import load_views
+from definitions.view_loading import load_views
 from speed_layer.job import cells_by_ingest_bucket
 from stores.kafka_source import validated_events
 

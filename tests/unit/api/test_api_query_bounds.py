@@ -267,7 +267,7 @@ def test_a_window_is_rounded_out_to_whole_buckets_and_says_so(settings):
     """An unaligned window was counted over whole buckets (two days for two hours across midnight)
     while the answer echoed the hours asked: a top-N's figures looked like two hours' worth."""
     from api.window import parse_time, resolve_window
-    from definitions.views import load_views
+    from definitions.view_loading import load_views
 
     top = next(v for v in load_views(settings) if v.name == "top_pages")
     now = parse_time("2026-11-29T12:00:00Z", "now")

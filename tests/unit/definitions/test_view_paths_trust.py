@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from definitions.settings import Settings
-from definitions.views import load_views
+from definitions.view_loading import load_views
 
 DECLARATION = (
     "from definitions.views import View\n"

@@ -94,7 +94,7 @@ def test_a_declared_view_name_with_the_storage_separator_is_refused(tmp_path):
     """`__` separates a view's name from its definition's in storage names: a declared `a__b` could be
     taken for a definition of view `a`."""
     from definitions.settings import Settings
-    from definitions.views import load_views
+    from definitions.view_loading import load_views
 
     (tmp_path / "separated_views.py").write_text(
         "from definitions.views import View\n"

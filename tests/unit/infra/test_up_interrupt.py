@@ -12,6 +12,7 @@ import pytest
 
 from definitions.settings import Settings
 from infra.stack import Stack
+from infra.stack_waits import await_all, await_healthy
 
 
 class NeverHealthy:
@@ -33,7 +34,7 @@ def test_an_interrupt_while_waiting_for_health_ends_every_wait(tmp_path, monkeyp
     began = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            stack._await_all([service], {service.name: "started"}, lambda line: None, stack._await_healthy)
+            await_all(stack, [service], {service.name: "started"}, lambda line: None, lambda s: await_healthy(stack, s))
     finally:
         ctrl_c.cancel()  # a wait that ended otherwise must not have the session interrupted later
     took = time.monotonic() - began

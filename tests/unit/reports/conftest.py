@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from definitions.views import GRANULARITIES, key_text, load_views
+from definitions.view_loading import load_views
+from definitions.views import GRANULARITIES, key_text
 from reports.build import Comparison, assemble
 from reports.cells import BatchCell, RealtimeSnapshot
 from reports.compare import match_cells

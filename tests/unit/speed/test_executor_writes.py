@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from definitions.views import key_text, load_views
+from definitions.view_loading import load_views
+from definitions.views import key_text
 from speed_layer.job import BatchWriter
 
 SAMPLES = "tests.unit.stores.sample_adapters"
