@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 class Section(BaseModel):
@@ -20,6 +20,19 @@ Port = Annotated[int, Field(ge=1, le=65_535)]
 # A host name or an IP address (v6 in brackets or bare): nothing that could end a line of the
 # configuration files it is written into, nor a URL it is put in.
 Host = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:%\[\]-]{1,253}$")]
+
+
+def _no_dot_segments(path: str) -> str:
+    if any(part in (".", "..") for part in path.split("/")):
+        raise ValueError(
+            "must not have `.` or `..` segments: HDFS resolves them, past the checks that keep paths apart"
+        )
+    return path
+
+
+# An absolute HDFS path (relative ones were appended to hdfs://host:port without a slash), with no
+# space or colon (Hadoop's Path takes a colon for a scheme) and nothing HDFS would resolve.
+HdfsPath = Annotated[str, Field(pattern=r"^/[^\s:]*$"), AfterValidator(_no_dot_segments)]
 
 
 def is_port(text: str) -> bool:

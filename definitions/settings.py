@@ -27,7 +27,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from definitions.section import ANY_ADDRESS, Host, Port, PublicUrl
+from definitions.section import ANY_ADDRESS, HdfsPath, Host, Port, PublicUrl
 from definitions.section import Section as _Section
 from definitions.stack_settings import AIRFLOW_COMPANIONS, LoggingSettings, StackSettings
 from definitions.store_connections import LOCAL_HOST, CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
@@ -45,7 +45,6 @@ BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token
 DEFAULT_AIRFLOW_PASSWORD = "admin"
 CASSANDRA_MAX_TTL_S = 630_720_000  # 20 years: Cassandra refuses a longer default_time_to_live
 JVM_SIZE = r"^\d+[kKmMgGtT]$"  # a JVM heap size: 768m, 3g (Spark's launcher refuses anything else at start)
-HDFS_PATH = r"^/[^\s:]*$"  # absolute: relative ones were appended to hdfs://host:port without a slash
 
 
 class SparkClusterSettings(_Section):
@@ -61,14 +60,14 @@ class SparkClusterSettings(_Section):
     # Task slots and memory each worker offers. Slots may exceed the machine's cores: the archiver and
     # the speed layer hold theirs all the time, and a batch run, a report and a manual run beside a
     # DAG run each need their own (an application that finds none waits).
-    worker_cores: int = Field(12, ge=1)
-    worker_memory_mb: int = Field(3_072, ge=512)
-    daemon_heap_mb: int = Field(256, ge=64)
+    worker_cores: int = Field(12, ge=1, le=1_024)
+    worker_memory_mb: int = Field(3_072, ge=512, le=2**20)
+    daemon_heap_mb: int = Field(256, ge=64, le=65_536)
     # What each application takes of the cluster: at most this many task slots, and executors of
     # this much memory.
-    app_cores: int = Field(2, ge=1)
+    app_cores: int = Field(2, ge=1, le=1_024)
     executor_memory: str = "768m"
-    health_timeout_s: float = Field(60, gt=0)
+    health_timeout_s: float = Field(60, gt=0, le=3_600)
 
     @property
     def master_url(self) -> str:
@@ -111,7 +110,7 @@ class SparkSettings(_Section):
     python: str = ""
     cluster: SparkClusterSettings = SparkClusterSettings()
     driver_memory: str = Field("1g", pattern=JVM_SIZE)
-    shuffle_partitions: int = Field(4, ge=1)
+    shuffle_partitions: int = Field(4, ge=1, le=10_000)
     ui_enabled: bool = False
     # JVM options of every driver (and executor): G1 returns heap it no longer needs to the
     # system after 30 s without a collection, so an idle streaming job holds what it uses, not
@@ -143,20 +142,20 @@ class SparkSettings(_Section):
 class ArchiverSettings(_Section):
     """The Kafka → HDFS master dataset job. Paths are on the HDFS of `hdfs`."""
 
-    master_path: str = Field("/lambda/master/events", pattern=HDFS_PATH)
-    completeness_path: str = Field("/lambda/master/completeness", pattern=HDFS_PATH)
-    checkpoint_dir: str = Field("/lambda/checkpoints/archiver", pattern=HDFS_PATH)
+    master_path: HdfsPath = "/lambda/master/events"
+    completeness_path: HdfsPath = "/lambda/master/completeness"
+    checkpoint_dir: HdfsPath = "/lambda/checkpoints/archiver"
     # Between a millisecond and an hour: Spark takes the trigger as whole milliseconds
     # (definitions.spark.trigger_interval).
     trigger_s: float = Field(10.0, ge=0.001, le=3_600)
     # How often each partition of `events` gets a tick record, so ingest-time completeness
     # advances on idle partitions too. Unset: a sixth of an ingest bucket, within 5–60 s (each tick
     # wakes both streaming jobs for a micro-batch; cutoffs move once per ingest bucket).
-    tick_interval_s: float | None = Field(None, gt=0)
-    max_offsets_per_trigger: int = Field(500_000, ge=1)
+    tick_interval_s: float | None = Field(None, ge=1, le=3_600)
+    max_offsets_per_trigger: int = Field(500_000, ge=1, le=100_000_000)
     driver_memory: str = Field("768m", pattern=JVM_SIZE)
-    keep_markers: int = Field(20, ge=1)
-    health_timeout_s: float = Field(240, gt=0)
+    keep_markers: int = Field(20, ge=1, le=100_000)
+    health_timeout_s: float = Field(240, gt=0, le=3_600)
 
 
 class BatchSettings(_Section):
@@ -171,7 +170,7 @@ class BatchSettings(_Section):
     # streaming G1 options, 188 s with these. The time zone option is always added.
     jvm_options: str = "-XX:+UseParallelGC"
     # How often the batch views are recomputed (the Airflow schedule).
-    interval_s: int = Field(3_600, ge=60)
+    interval_s: int = Field(3_600, ge=60, le=30 * 86_400)
     # The DAG's limits: each task's execution_timeout (a recompute of a large master dataset takes
     # hours), and how long its sensor waits for the archiver's completeness before it gives up.
     task_timeout_s: int = Field(7_200, ge=300, le=7 * 86_400)
@@ -179,14 +178,14 @@ class BatchSettings(_Section):
     # Per view, versions that served, kept (the serving one included) for rollback; older tables
     # are dropped — never a table the pointer names. At least 2: an answer that read the pointer
     # just before a swap still reads the previous table (longer with api.pointer_cache_s).
-    keep_versions: int = Field(3, ge=2)
+    keep_versions: int = Field(3, ge=2, le=100)
     # Retention leaves the tables of a run in flight (writing, or verified and not swapped yet)
     # alone for this long after it started, verified or last beat (a writing run records a heartbeat
     # at least every minute); a killed run's tables go at the first swap after it. At least 10 min:
     # a verified run swaps only while a minute of its grace is left (batch_layer.swap.SWAP_MARGIN_MS),
     # so under one no run would ever swap.
-    retention_grace_s: int = Field(3_600, ge=600)
-    put_batch_size: int = Field(2_000, ge=1)
+    retention_grace_s: int = Field(3_600, ge=600, le=30 * 86_400)
+    put_batch_size: int = Field(2_000, ge=1, le=1_000_000)
     # Verification scans a written table back in this many row ranges at once (one Thrift
     # connection each), split at row keys sampled from the computation.
     verify_threads: int = Field(4, ge=1, le=32)
@@ -200,14 +199,14 @@ class BatchSettings(_Section):
     # The realtime clean-up deletes rows a swap absorbed only this long after the swap: longer than
     # the API reuses a pointer (`api.pointer_cache_s`) plus the longest query, so no answer computed
     # from the previous pointer misses them.
-    cleanup_settle_s: float = Field(20.0, ge=0)
+    cleanup_settle_s: float = Field(20.0, ge=0, le=3_600)
     # Accuracy reports kept (one per batch run; the newest, here and on HDFS).
-    keep_reports: int = Field(500, ge=1)
+    keep_reports: int = Field(500, ge=1, le=1_000_000)
     # Batch run records kept in the meta table: the newest this many, and any older one that still
     # matters (stores/run_records.py); retention deletes the others, so swaps, verifications and
     # reports, which read them all, do not slow down as runs accumulate. A report of an older run's
     # window can no longer be built (its stored report stays).
-    keep_runs: int = Field(500, ge=20)
+    keep_runs: int = Field(500, ge=20, le=1_000_000)
 
     @field_validator("jvm_options")
     @classmethod
@@ -218,7 +217,7 @@ class BatchSettings(_Section):
 class SpeedSettings(_Section):
     """The Kafka → Cassandra realtime views job. The checkpoint path is on the HDFS of `hdfs`."""
 
-    checkpoint_dir: str = Field("/lambda/checkpoints/speed", pattern=HDFS_PATH)
+    checkpoint_dir: HdfsPath = "/lambda/checkpoints/speed"
     # A micro-batch starts this long after the previous one started, or as soon as it ends if it
     # took longer: a short trigger costs nothing while nothing arrives (a batch runs only on new
     # records) and shortens the wait of a new event.
@@ -226,26 +225,26 @@ class SpeedSettings(_Section):
     # Partitions of the speed layer's state (de-duplication and aggregation): each is a RocksDB
     # instance whose changes are committed to HDFS every micro-batch. Read when a checkpoint is
     # created; a checkpoint keeps the number it was made with.
-    shuffle_partitions: int = Field(2, ge=1)
+    shuffle_partitions: int = Field(2, ge=1, le=10_000)
     # Watermark delay on ingest time: duplicates re-sent within this window are counted once
     # (Spark keeps an event_id until the watermark passes its time + this delay, so in practice
     # one to two windows, longer while no traffic moves the watermark), and aggregation state of
     # older ingest buckets is dropped.
-    dedupe_window_s: int = Field(600, ge=1)
+    dedupe_window_s: int = Field(600, ge=1, le=7 * 86_400)
     # Realtime rows expire by themselves this long after they are written, so a platform whose
     # batch runs stopped does not grow without bound (the cleanup after each batch swap deletes
     # absorbed rows much sooner). Unset: derived from the batch schedule with a wide margin
     # (Settings.realtime_ttl_s). Answers that need rows older than ttl − stale_margin_s say
     # `complete: false` and why (serving_layer.staleness): never a silently short count.
     ttl_s: int | None = Field(None, ge=3_600, le=CASSANDRA_MAX_TTL_S)
-    stale_margin_s: int = Field(3_600, ge=0)
+    stale_margin_s: int = Field(3_600, ge=0, le=30 * 86_400)
     # gc_grace_seconds of the realtime tables: how long deletion and expiry tombstones stay before a
     # compaction may purge them (Cassandra's default is 10 days). Rows here are never read below
     # the serving cutoff, so a deletion missed by a replica is harmless; a short grace keeps reads
     # clear of tombstones.
     gc_grace_s: int = Field(3_600, ge=0, le=2**31 - 1)  # Cassandra's table option is an int
-    max_offsets_per_trigger: int = Field(200_000, ge=1)
-    write_concurrency: int = Field(64, ge=1)
+    max_offsets_per_trigger: int = Field(200_000, ge=1, le=100_000_000)
+    write_concurrency: int = Field(64, ge=1, le=4_096)
     # Realtime rows go to Cassandra in unlogged batches of rows that live on the same replicas (a
     # batch is one request, which its replicas apply locally), each batch up to this many bytes of
     # values (Cassandra warns above its batch_size_warn_threshold, 5 KiB by default). 0: every row
@@ -253,9 +252,9 @@ class SpeedSettings(_Section):
     write_batch_bytes: int = Field(5_120, ge=0, le=51_200)  # Cassandra refuses batches over 50 KiB by default
     # How long a micro-batch keeps retrying its Cassandra writes (a restart, a brief outage) before
     # the query fails: meanwhile the job waits and Kafka holds the records, nothing is lost.
-    store_outage_s: float = Field(600, ge=0)
+    store_outage_s: float = Field(600, ge=0, le=7 * 86_400)
     driver_memory: str = Field("768m", pattern=JVM_SIZE)
-    health_timeout_s: float = Field(240, gt=0)
+    health_timeout_s: float = Field(240, gt=0, le=3_600)
 
 
 class EventLimits(_Section):
@@ -363,34 +362,34 @@ class ApiSettings(_Section):
                 )
         return hosts
 
-    max_events_per_request: int = Field(1_000, ge=1)
+    max_events_per_request: int = Field(1_000, ge=1, le=1_000_000)
     # Bytes of a request body; larger bodies are answered 413 before they are read.
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1_024)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1_024, le=2**30)
     # Queries may ask about event times from this instant (epoch seconds; 2000-01-01T00:00:00Z) …
     earliest_query_time_s: int = Field(946_684_800, ge=0, le=253_402_300_799)
     # … up to this far ahead of now.
     max_query_ahead_s: int = Field(7 * 86_400, ge=0, le=100 * 366 * 86_400)  # now + this: a year before 9999
     # View queries served at once; a query waits up to `query_queue_s` for a slot, then gets 429.
-    max_concurrent_queries: int = Field(8, ge=1)
-    query_queue_s: float = Field(2.0, ge=0)
-    hbase_pool_size: int = Field(8, ge=1)
+    max_concurrent_queries: int = Field(8, ge=1, le=1_024)
+    query_queue_s: float = Field(2.0, ge=0, le=600)
+    hbase_pool_size: int = Field(8, ge=1, le=1_024)
     # How long a query waits for a free pooled HBase connection before HBase counts as unavailable.
-    hbase_pool_wait_s: float = Field(5.0, gt=0)
-    health_timeout_s: float = Field(60, gt=0)
+    hbase_pool_wait_s: float = Field(5.0, gt=0, le=600)
+    health_timeout_s: float = Field(60, gt=0, le=3_600)
     # How long a read of the pointer is reused (0: read per query). The realtime clean-up waits
     # `batch.cleanup_settle_s` after a swap, so an answer from a pointer this old stays exact.
     pointer_cache_s: float = Field(1.0, ge=0, le=10)
     # Memory for what queries read from batch tables (they never change once served); 0: none.
-    batch_cache_mib: int = Field(64, ge=0)
+    batch_cache_mib: int = Field(64, ge=0, le=65_536)
     # Memory for what queries read from the realtime store, kept until the store is written again
     # (serving_layer.speed_cache); 0: none.
-    speed_cache_mib: int = Field(32, ge=0)
+    speed_cache_mib: int = Field(32, ge=0, le=65_536)
     # The most data one read of a query may hold (about what Python holds: 200 bytes a row, its key
     # twice, its sketch): a top-N reads every key its window saw (realtime rows since the cutoff; the
     # batch keys of its buckets), a series its sketches; a query beside a switched replay reads its
     # realtime rows twice. A window holding more is a 422 asking for a narrower one, not a worker's
     # memory.
-    max_read_mib: int = Field(64, ge=1)
+    max_read_mib: int = Field(64, ge=1, le=65_536)
     # How often, at most, the API asks the realtime store whether it was written since (one small
     # read): an answer shows a realtime write at most this long after it ended.
     realtime_check_s: float = Field(0.05, ge=0.005, le=1)
@@ -417,10 +416,10 @@ class AirflowSettings(_Section):
     admin_password: SecretStr = SecretStr(DEFAULT_AIRFLOW_PASSWORD)
     # Task slots of the LocalExecutor (one worker process of ~130 MB each): the DAG runs one task at a
     # time, one run at a time (max_active_runs=1).
-    parallelism: int = Field(1, ge=1)
+    parallelism: int = Field(1, ge=1, le=256)
     # The id dags/lambda_batch_recompute.py declares: the API triggers and reads its runs by it.
     dag_id: Literal["lambda_batch_recompute"] = "lambda_batch_recompute"
-    health_timeout_s: float = Field(300, gt=0)
+    health_timeout_s: float = Field(300, gt=0, le=3_600)
     # A new install's DAG is active: it runs every batch.interval_s. True creates it paused (the
     # Makefile's tests: no scheduled run in their way). Either way a pause set later is kept.
     paused_at_creation: bool = False
@@ -516,7 +515,7 @@ class Settings(BaseSettings):
             )
         return path
 
-    ingest_bucket_s: int = Field(3600, ge=1)
+    ingest_bucket_s: int = Field(3600, ge=1, le=86_400)
 
     kafka: KafkaSettings = KafkaSettings()
     hdfs: HdfsSettings = HdfsSettings()

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from definitions.section import HdfsPath
 from definitions.section import Section as _Section
 
 AIRFLOW_COMPANIONS = ("airflow-scheduler", "airflow-dag-processor")
@@ -43,8 +44,8 @@ class StackSettings(_Section):
     # process (`lambdactl status` says why; `lambdactl up` tries it again). See docs/operations.md.
     restart_max: int = Field(5, ge=0, le=1_000)
     restart_window_s: float = Field(600, gt=0, le=7 * 86_400)
-    restart_backoff_s: float = Field(1.0, gt=0)
-    restart_backoff_max_s: float = Field(60.0, gt=0)
+    restart_backoff_s: float = Field(1.0, gt=0, le=3_600)
+    restart_backoff_max_s: float = Field(60.0, gt=0, le=86_400)
     # How readily each supervised process yields the CPU (0..19; a process not named: 0, as the
     # stores): the nice value of its session's Linux autogroup (infra/session_leader.py). The query
     # API, unnamed, answers first when it is busy; the streaming jobs and Airflow (and the batch jobs
@@ -58,20 +59,20 @@ class StackSettings(_Section):
         "airflow-dag-processor": 10,
     }
     # Seconds a started process must stay up before the supervisor calls it running.
-    start_s: int = Field(5, ge=0)
+    start_s: int = Field(5, ge=0, le=3_600)
     # A streaming job none of whose micro-batches finished for this long is reported stuck
     # (unhealthy, with how far behind Kafka it was) by `lambdactl status`, `up` and /health: its
     # queries fire at least every few seconds (the archiver's ticks), so silence means a hang.
-    stuck_after_s: float = Field(300, gt=0)
+    stuck_after_s: float = Field(300, gt=0, le=7 * 86_400)
     # Where the streaming jobs publish their progress on HDFS (what health and status read), and
     # at most how often a change between their start and end (an idle job's unchanged document goes
     # out a quarter as often as readers elsewhere need it: stores.progress.published_max_age_s).
-    progress_dir: str = Field("/lambda/progress", pattern=r"^/")
+    progress_dir: HdfsPath = "/lambda/progress"
     progress_publish_s: float = Field(5.0, gt=0, le=60)
     # Every log of the stack (the platform's processes, the stores, the supervisor) rotates at
     # this size, keeping this many older files beside it.
-    log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024)
-    log_backups: int = Field(5, ge=1)
+    log_max_bytes: int = Field(50 * 2**20, ge=16 * 1024, le=2**40)
+    log_backups: int = Field(5, ge=1, le=1_000)
 
     @model_validator(mode="after")
     def _cpu_nice_known(self) -> StackSettings:

@@ -4,7 +4,7 @@ defaults: the local stack) or on clusters (lists of brokers and hosts, security,
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
@@ -25,9 +25,9 @@ class KafkaSettings(_Section):
     events_topic: str = Field("events", pattern=TOPIC)
     dlq_topic: str = Field("events.dlq", pattern=TOPIC)
     # Topics `lambdactl bootstrap` creates: partitions and copies of each (at most the brokers).
-    partitions: int = Field(4, ge=1)
-    replication_factor: int = Field(1, ge=1)
-    retention_hours: int = Field(168, ge=1)
+    partitions: int = Field(4, ge=1, le=10_000)
+    replication_factor: int = Field(1, ge=1, le=16)
+    retention_hours: int = Field(168, ge=1, le=10 * 8_760)
     # How the brokers store the platform's topics (their `compression.type`). "uncompressed" makes a
     # broker decompress each batch a producer compressed and refuse it when its records, decompressed,
     # pass `max.message.bytes`: kept as the producer compressed it ("producer", or the same codec), a
@@ -52,8 +52,8 @@ class KafkaSettings(_Section):
     # ... and with SSL on this port, requiring a client certificate signed by the local stack's CA
     # (infra.local_tls): where TLS and mutual-TLS clients are checked. 0: no such listener.
     ssl_listener_port: int = Field(9096, ge=0, le=65_535)
-    heap_mb: int = Field(512, ge=1)
-    health_timeout_s: float = Field(90, gt=0)
+    heap_mb: int = Field(512, ge=1, le=2**20)
+    health_timeout_s: float = Field(90, gt=0, le=3_600)
 
     @property
     def bootstrap(self) -> str:
@@ -111,9 +111,9 @@ class HdfsSettings(_Section):
     # (its one datanode: Spark's client asked for its default, 3, and every file stayed
     # under-replicated for good), else the cluster's own default (its hdfs-site.xml).
     replication: int = Field(0, ge=0, le=512)
-    namenode_heap_mb: int = Field(384, ge=1)
-    datanode_heap_mb: int = Field(256, ge=1)
-    health_timeout_s: float = Field(120, gt=0)
+    namenode_heap_mb: int = Field(384, ge=1, le=2**20)
+    datanode_heap_mb: int = Field(256, ge=1, le=2**20)
+    health_timeout_s: float = Field(120, gt=0, le=3_600)
 
     @model_validator(mode="after")
     def _webhdfs_urls_are_http(self) -> HdfsSettings:
@@ -156,9 +156,9 @@ class HBaseSettings(_Section):
     meta_table: str = Field("meta", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
     # Where the standalone master keeps its tables; empty = a directory in the state dir.
     rootdir: str = ""
-    master_heap_mb: int = Field(768, ge=1)
-    thrift_heap_mb: int = Field(256, ge=1)
-    health_timeout_s: float = Field(150, gt=0)
+    master_heap_mb: int = Field(768, ge=1, le=2**20)
+    thrift_heap_mb: int = Field(256, ge=1, le=2**20)
+    health_timeout_s: float = Field(150, gt=0, le=3_600)
 
     @property
     def thrift_endpoints(self) -> list[tuple[str, int]]:
@@ -185,8 +185,8 @@ class CassandraSettings(_Section):
     keyspace: str = Field("lambda", pattern=r"^[a-z][a-z0-9_]{0,47}$")
     # The keyspace the platform creates: SimpleStrategy with `replication_factor`, or, when
     # `replication` names data centres, NetworkTopologyStrategy with those copies per data centre.
-    replication_factor: int = Field(1, ge=1)
-    replication: dict[str, int] = {}
+    replication_factor: int = Field(1, ge=1, le=16)
+    replication: dict[str, Annotated[int, Field(le=16)]] = {}  # below 1: refused naming it (below)
     # The data centre the clients send requests to first; empty: the first contact point's.
     local_dc: str = ""
     # The replicas every read and write of the platform waits for: a quorum, so that a read meets
@@ -212,10 +212,10 @@ class CassandraSettings(_Section):
     # acknowledged realtime row is lost to a power cut); "group" syncs every group window;
     # "periodic" acknowledges at once and syncs every period (up to a period of writes can be lost).
     commitlog_sync: Literal["batch", "group", "periodic"] = "batch"
-    commitlog_sync_group_window_ms: int = Field(15, ge=1)
-    commitlog_sync_period_ms: int = Field(10_000, ge=1)
-    heap_mb: int = Field(768, ge=1)
-    health_timeout_s: float = Field(180, gt=0)
+    commitlog_sync_group_window_ms: int = Field(15, ge=1, le=60_000)
+    commitlog_sync_period_ms: int = Field(10_000, ge=1, le=600_000)
+    heap_mb: int = Field(768, ge=1, le=2**20)
+    health_timeout_s: float = Field(180, gt=0, le=3_600)
 
     @model_validator(mode="after")
     def _replication_counts(self) -> CassandraSettings:

@@ -310,7 +310,7 @@ def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
         ({"batch": {"jvm_options": "-Duser.timezone=Asia/Tokyo"}}, "batch.jvm_options"),
         # Cassandra refuses a default_time_to_live over 20 years: the speed layer could not start
         ({"speed": {"ttl_s": 700_000_000}}, "ttl_s"),
-        ({"batch": {"interval_s": 70_000_000}}, "Cassandra's limit"),
+        ({"batch": {"interval_s": 70_000_000}}, "batch.interval_s"),
         ({"speed": {"gc_grace_s": 2**31}}, "gc_grace_s"),
         ({"speed": {"trigger_s": 1e-5}}, "trigger_s"),  # "1e-05 seconds": Spark refused it at start
         ({"archiver": {"trigger_s": 400}}, "three triggers"),  # a job would look stuck for ever
@@ -319,6 +319,16 @@ def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
         ({"archiver": {"master_path": ""}}, "master_path"),
         ({"speed": {"checkpoint_dir": "/lambda/checkpoints/archiver/x"}}, "must not be archiver.checkpoint_dir"),
         ({"speed": {"checkpoint_dir": "/lambda/master/events"}}, "or inside it"),
+        # HDFS resolves `..`: this checkpoint was inside the master dataset, past the comparison
+        ({"speed": {"checkpoint_dir": "/lambda/checkpoints/speed/../../master/events/x"}}, "speed.checkpoint_dir"),
+        ({"archiver": {"master_path": "/lambda/./master"}}, "archiver.master_path"),
+        ({"stack": {"progress_dir": "/p\nx:y z"}}, "stack.progress_dir"),
+        # the ticker sent and flushed ticks with no pause: the topic filled, both jobs never idled
+        ({"archiver": {"tick_interval_s": 1e-9}}, "tick_interval_s"),
+        # Python's waits overflow on such a timeout: an exhausted pool answered 500, not 503
+        ({"api": {"hbase_pool_wait_s": 1e308}}, "api.hbase_pool_wait_s"),
+        ({"api": {"max_body_bytes": 10**15}}, "api.max_body_bytes"),  # no body limit left at all
+        ({"stack": {"stuck_after_s": float("inf")}}, "stack.stuck_after_s"),
         (  # a sibling sorting between the two hid the nesting from a comparison of neighbours
             {
                 "archiver": {"checkpoint_dir": "/lambda/ck", "master_path": "/lambda/ck.x"},
@@ -363,3 +373,36 @@ def test_values_airflow_would_expand_into_others_are_refused(values, words):
 def test_a_database_url_with_a_percent_encoded_dollar_and_an_absolute_home_are_taken(tmp_path):
     given = Settings(airflow={"database_url": "postgresql://ops:pa%24s@db/airflow", "home": str(tmp_path)})
     assert given.airflow.database_url.get_secret_value().endswith("pa%24s@db/airflow")
+
+
+def test_every_number_a_setting_takes_is_bounded_above():
+    """A huge or infinite number passed validation and failed in use: a wait Python cannot make, a
+    limit that no longer limits, a loop with no pause. Each numeric setting has an upper bound."""
+    import typing
+
+    import annotated_types
+    from pydantic import BaseModel
+
+    unbounded = []
+    checked_by_a_validator = {"stack.cpu_nice"}  # 0 to 19, refused naming the process
+
+    def bounded(metadata) -> bool:
+        flat = [n for m in metadata for n in (getattr(m, "metadata", None) or [m])]  # Field(...) holds its own
+        return any(isinstance(m, (annotated_types.Le, annotated_types.Lt)) for m in flat)
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            kinds = typing.get_args(field.annotation) or (field.annotation,)
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                walk(field.annotation, f"{prefix}{name}.")
+            elif typing.get_origin(field.annotation) is dict:  # a map's numbers: its value type's bound
+                value = kinds[1]
+                numbers = typing.get_args(value)[:1] or (value,)
+                if numbers[0] in (int, float) and not bounded(typing.get_args(value)[1:]):
+                    if f"{prefix}{name}" not in checked_by_a_validator:
+                        unbounded.append(f"{prefix}{name}")
+            elif any(k in (int, float) for k in kinds) and not bounded(field.metadata):
+                unbounded.append(f"{prefix}{name}")
+
+    walk(Settings, "")
+    assert unbounded == []
