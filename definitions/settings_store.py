@@ -188,11 +188,19 @@ def persist(settings: Settings) -> Path:
     persisted ones, plus the data-shaping values in force where the file has none (where it has
     one, it wins: `views apply` may have changed `views.modules` since this process loaded it).
     Read, changed and written under `settings.lock`, so writers at once lose none of each other's
-    values; created with owner-only permissions: the file may hold secrets."""
+    values; created with owner-only permissions: the file may hold secrets. SettingsConflict when
+    the file has a data-shaping value this process was given another of (persisted since it loaded)."""
     path = persisted_path(settings)
     given = settings._given if settings._given is not None else explicit_values(settings)
     with _settings_lock(settings):
         persisted = read_persisted(path) or {}
+        found = conflicts(persisted, given)
+        if found:  # another command persisted its own value since this one loaded the settings
+            raise SettingsConflict(
+                f"refusing to persist: {'; '.join(found)} ({path}); another command persisted it since this "
+                "one read the settings. Leave the setting out (or set it to that value), or follow 'Changing "
+                "a data-shaping setting' in docs/operations.md."
+            )
         doc = _merge(persisted, given)
         for key in DATA_SHAPING:
             had, value = _get(persisted, key)

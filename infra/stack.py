@@ -89,7 +89,7 @@ class Stack:
 
     def _up(self, say: Callable[[str], None]) -> dict[str, str]:
         from definitions.settings import default_secrets
-        from definitions.settings_store import persist
+        from definitions.settings_store import SettingsConflict, persist
 
         insecure = default_secrets(self.settings) if self.settings.environment != "development" else []
         if insecure and any(s.name in ("api", "airflow") for s in self.services):
@@ -125,7 +125,11 @@ class Stack:
                 "(or leave them out to use the running ones)",
             )
         private_dir(self.settings.state_dir)
-        say(f"settings persisted in {persist(self.settings)}: every process of the stack loads them")
+        try:
+            where = persist(self.settings)
+        except SettingsConflict as exc:  # another `up` persisted other data-shaping values meanwhile
+            raise StackError("settings", str(exc)) from None
+        say(f"settings persisted in {where}: every process of the stack loads them")
         outcome: dict[str, str] = {}
         stores = [s for s in self.services if s.phase == 0]
         if stores:

@@ -66,6 +66,23 @@ def test_a_contradicting_data_shaping_setting_is_refused(monkeypatch, variable, 
         load()
 
 
+def test_two_commands_given_different_data_shaping_values_at_once_do_not_both_persist(monkeypatch):
+    """Two `up`s on a new state directory, one with 600 s buckets and one with 1800 s: both loaded
+    before either persisted, so neither met a conflict. The second kept the file's 600 (every process
+    then ran with it) and said it was up with 1800."""
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "600")
+    first = load()
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "1800")
+    second = load()
+    persist(first)
+    with pytest.raises(
+        SettingsConflict, match="ingest_bucket_s is 600 in the persisted settings, this command says 1800"
+    ):
+        persist(second)
+    assert json.loads(persisted_path(first).read_text())["ingest_bucket_s"] == 600
+    persist(first)  # the same values again: fine
+
+
 def test_the_same_value_or_another_setting_is_fine(monkeypatch):
     monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
     persist(Settings())
