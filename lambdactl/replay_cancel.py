@@ -1,7 +1,10 @@
 """`lambdactl replay --view V --cancel`: give up an interrupted replay of a view (lambdactl/replay.py).
 
 The claim goes first, so the replay, if it still runs elsewhere, is refused at its switch
-(stores.replays.switch); then the rows it wrote, which no answer read, are deleted.
+(stores.replays.switch); then the rows it wrote are deleted as any replay's rows no mark names are
+(lambdactl/replay_orphans.py): only if no mark names them when read after the release and again
+`replaced_rows_kept_s` later. A replay elsewhere that read the claim just before it went, and
+switched meanwhile, keeps them; so does a `--resume` that took the claim over meanwhile.
 """
 
 from __future__ import annotations
@@ -11,18 +14,15 @@ import time
 from definitions.settings import Settings
 from lambdactl.replay import Refused, running_holder
 
-# How long `--cancel` waits between taking the claim off and deleting its rows: a replay elsewhere that
-# read the claim just before it went has written its overlay by then (its rows are then kept).
-CANCEL_SETTLE_S = 5.0
-
 
 def cancel(settings: Settings, name: str) -> dict:
     """Take off the claim of an interrupted replay of view `name` and delete the rows it wrote (no
     answer read them: it never switched); the view then answers as before with nothing replaying.
     Refused (changing nothing) when no replay holds the view, its holder still runs on this host, or
     the claim is one `--resume` must finish (an unreadable mark, an earlier release's in-place replay)."""
+    from lambdactl.replay_orphans import delete_orphaned_replays
     from lambdactl.views import refresh_api
-    from stores import realtime_cleanup, replays
+    from stores import replays
     from stores.view_versions import read_versions
 
     claims = replays.read_replays(settings)[0]
@@ -58,10 +58,11 @@ def cancel(settings: Settings, name: str) -> dict:
         raise Refused(f"{view}'s mark changed meanwhile (another `--resume` or `--cancel`): look again")
     try:
         refresh_api(settings)
-        time.sleep(CANCEL_SETTLE_S)
-        if any(m.shadow == held.shadow for m in replays.read_replays(settings)[1].values()):
-            return {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": True}
-        deleted = realtime_cleanup.delete_view_from(settings, held.shadow, 0, time.time_ns() // 1000)
+        orphans = delete_orphaned_replays(settings, [held.shadow], wait=_settle)
+        if held.shadow not in orphans.names:  # a mark names its rows again
+            overlays = replays.read_replays(settings)[1]
+            switched = any(m.shadow == held.shadow for m in overlays.values())
+            return {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": switched, "kept": True}
     except Exception as exc:
         raise CancelIncomplete(
             {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": False, "complete": False},
@@ -69,15 +70,19 @@ def cancel(settings: Settings, name: str) -> dict:
             f"{type(exc).__name__}: {str(exc)[:300]}; unless its replay switched meanwhile, no answer reads them, and "
             "the realtime clean-up after a later batch run deletes them",
         ) from None
-    done = {"view": view, "shadow": held.shadow, "rows_deleted": deleted.rows_below_cutoff, "switched": False}
-    if not deleted.complete:
+    done = {"view": view, "shadow": held.shadow, "rows_deleted": orphans.rows, "switched": False}
+    if not orphans.complete:
         raise CancelIncomplete(
             {**done, "complete": False},
-            f"{view}'s replay mark is off; {deleted.rows_below_cutoff:,} of its rows ({held.shadow}) were deleted, "
-            f"{len(deleted.unreadable)} token range(s) could not be read: no answer reads the rest, and the realtime "
-            "clean-up after a later batch run deletes it",
+            f"{view}'s replay mark is off; {orphans.rows:,} of its rows ({held.shadow}) were deleted, and some "
+            "token ranges could not be read: no answer reads the rest, and the realtime clean-up after a later "
+            "batch run deletes it",
         )
     return done
+
+
+def _settle(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 class CancelIncomplete(Exception):

@@ -500,25 +500,14 @@ def test_a_cancel_that_lands_between_the_switchs_check_and_its_overlay_withdraws
 )
 def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settings, monkeypatch, claim, words):
     from lambdactl import replay_cancel as replay
-    from stores import realtime_cleanup, replays
+    from stores import replays
 
     held = {} if claim is None else {"page_views": replays.ReplayMark("page_views", 0, 1, claim)}
     if claim == "unreadable":
         held = {"page_views": replays.ReplayMark("page_views", 0, 1, "page_views~replay-1", unreadable="x: [1]")}
-    deleted: list[str] = []
     released: list[replays.ReplayMark] = []
-    monkeypatch.setattr(replays, "read_replays", lambda _settings: (held, {}))
-    monkeypatch.setattr(replays, "release", lambda _settings, mark: released.append(mark) or True)
-    monkeypatch.setattr("lambdactl.views.refresh_api", lambda _settings: None)
-    monkeypatch.setattr(
-        "stores.view_versions.read_versions", lambda _settings: SimpleNamespace(storages=lambda names: list(names))
-    )
-    monkeypatch.setattr(replay, "CANCEL_SETTLE_S", 0.0)
-    monkeypatch.setattr(
-        realtime_cleanup,
-        "delete_view_from",
-        lambda _settings, name, _from, _ts: deleted.append(name) or realtime_cleanup.Cleanup(0, rows_below_cutoff=7),
-    )
+    _marks_in_memory(monkeypatch, held, {}, released)
+    deleted = _deletions(monkeypatch)
     if words is not None:
         with pytest.raises(replay.Refused, match=words):
             replay.cancel(settings, "page_views")
@@ -530,7 +519,38 @@ def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settin
             "rows_deleted": 7,
             "switched": False,
         }
-        assert released == [held["page_views"]] and deleted == [claim]
+        assert released == [replays.ReplayMark("page_views", 0, 1, claim)] and deleted == [claim]
+
+
+def _marks_in_memory(monkeypatch, claims: dict, overlays: dict, released: list | None = None) -> None:
+    """The replay marks (claims, overlays) as `claims` and `overlays` hold them; a release takes the claim off."""
+    from stores import replays
+
+    def release(_settings, mark):
+        if released is not None:
+            released.append(mark)
+        return claims.pop(mark.view, None) is not None
+
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: (dict(claims), dict(overlays)))
+    monkeypatch.setattr(
+        replays, "read_replays_and_empty_claims", lambda _settings: (dict(claims), dict(overlays), set())
+    )
+    monkeypatch.setattr(replays, "release", release)
+    monkeypatch.setattr("lambdactl.views.refresh_api", lambda _settings: None)
+    monkeypatch.setattr(
+        "stores.view_versions.read_versions", lambda _settings: SimpleNamespace(storages=lambda names: list(names))
+    )
+    monkeypatch.setattr("lambdactl.replay_cancel._settle", lambda _seconds: None)
+
+
+def _deletions(monkeypatch, cleanup=None) -> list[str]:
+    """The storage names whose rows the realtime clean-up is asked to delete (7 rows each, or `cleanup`)."""
+    from stores import realtime_cleanup
+
+    deleted: list[str] = []
+    done = cleanup or realtime_cleanup.Cleanup(0, rows_below_cutoff=7)
+    monkeypatch.setattr(realtime_cleanup, "delete_absorbed", lambda _settings, cutoffs: deleted.extend(cutoffs) or done)
+    return deleted
 
 
 def test_cancel_names_what_it_left_a_switch_it_lost_to_and_finds_a_claim_under_the_name_given(settings, monkeypatch):
@@ -538,11 +558,9 @@ def test_cancel_names_what_it_left_a_switch_it_lost_to_and_finds_a_claim_under_t
     from stores import realtime_cleanup, replays
 
     held = replays.ReplayMark("page_views__ab12", 0, 1, "page_views__ab12~replay-1")
+    claims = {"page_views__ab12": held}
     overlays: dict = {}
-    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({"page_views__ab12": held}, overlays))
-    monkeypatch.setattr(replays, "release", lambda _settings, mark: True)
-    monkeypatch.setattr("lambdactl.views.refresh_api", lambda _settings: None)
-    monkeypatch.setattr(replay, "CANCEL_SETTLE_S", 0.0)
+    _marks_in_memory(monkeypatch, claims, overlays)
 
     def stores_down(_settings):
         raise ConnectionError("HBase is down")
@@ -551,7 +569,7 @@ def test_cancel_names_what_it_left_a_switch_it_lost_to_and_finds_a_claim_under_t
     from stores.realtime_scan import Unreadable
 
     partial = realtime_cleanup.Cleanup(0, rows_below_cutoff=3, unreadable=[Unreadable("t", 0, 1, "timeout")])
-    monkeypatch.setattr(realtime_cleanup, "delete_view_from", lambda *_args: partial)
+    _deletions(monkeypatch, partial)
     # The storage name as given needs no store to resolve it; a deletion that could not read every
     # token range says how far it got.
     with pytest.raises(replay.CancelIncomplete, match="3 of its rows") as incomplete:
@@ -559,7 +577,11 @@ def test_cancel_names_what_it_left_a_switch_it_lost_to_and_finds_a_claim_under_t
     assert incomplete.value.summary["complete"] is False and incomplete.value.summary["rows_deleted"] == 3
     with pytest.raises(replay.Refused, match="no replay holds page_views's mark"):
         replay.cancel(settings, "page_views")  # its storage names cannot be read: only the name given
-    overlays["page_views__ab12"] = replace(held, split_ms=60_000)  # it switched as the cancel began
+    claims["page_views__ab12"] = held
+    monkeypatch.setattr(  # it switched as the cancel began
+        "lambdactl.replay_cancel._settle",
+        lambda _seconds: overlays.update(page_views__ab12=replace(held, split_ms=60_000)),
+    )
     assert replay.cancel(settings, "page_views__ab12")["switched"] is True
 
 
@@ -747,3 +769,37 @@ def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here
     with pytest.raises(replay.MarkCleared, match="old_view is retired"):
         replay._plan(settings, args)
     assert unmarked == ["old_view"]
+
+
+def _cancel_beside(settings, monkeypatch, during_wait):
+    """`--cancel` of page_views's replay (started 50), with marks in memory; `during_wait(claims,
+    overlays)` is what happens elsewhere while it waits. (its result, the storage names it deleted)."""
+    from lambdactl import replay_cancel as replay
+    from stores import replays
+
+    claims = {"page_views": replays.ReplayMark("page_views", 0, 50, "page_views~replay-50")}
+    overlays: dict = {}
+    _marks_in_memory(monkeypatch, claims, overlays)
+    monkeypatch.setattr(replay, "_settle", lambda _seconds: during_wait(claims, overlays))
+    deleted = _deletions(monkeypatch)
+    return replay.cancel(settings, "page_views"), deleted
+
+
+def test_a_cancel_keeps_the_rows_a_resume_took_over_while_it_waited(settings, monkeypatch):
+    """`--cancel` and `--resume` at once: the cancel released the claim, the resume claimed the view
+    taking the cancelled replay over (which lets that replay, still running on another host, switch
+    to its rows), and the cancel deleted the rows after its wait: answers then read deleted rows."""
+    from stores import replays
+
+    def resume(claims, _overlays):
+        claims["page_views"] = replays.ReplayMark("page_views", 0, 90, "page_views~replay-90", replaces=(50,))
+
+    result, deleted = _cancel_beside(settings, monkeypatch, resume)
+    assert deleted == [], "the rows a claim names again are kept"
+    assert result["rows_deleted"] == 0 and result["switched"] is False and result["kept"] is True
+
+
+def test_a_cancel_deletes_rows_only_once_no_mark_names_them_after_its_wait(settings, monkeypatch):
+    result, deleted = _cancel_beside(settings, monkeypatch, lambda _claims, _overlays: None)
+    assert deleted == ["page_views~replay-50"]
+    assert result == {"view": "page_views", "shadow": "page_views~replay-50", "rows_deleted": 7, "switched": False}
