@@ -23,9 +23,10 @@ Host = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:%\[\]-]{1,253}$")]
 
 
 def _no_dot_segments(path: str) -> str:
-    if any(part in (".", "..") for part in path.split("/")):
+    if path != "/" and any(part in ("", ".", "..") for part in path.split("/")[1:]):
         raise ValueError(
-            "must not have `.` or `..` segments: HDFS resolves them, past the checks that keep paths apart"
+            "must not have `.`, `..` or empty segments (`//`, a trailing `/`): HDFS resolves them, past the "
+            "checks that keep paths apart"
         )
     return path
 

@@ -170,7 +170,7 @@ class BatchSettings(_Section):
     # streaming G1 options, 188 s with these. The time zone option is always added.
     jvm_options: str = "-XX:+UseParallelGC"
     # How often the batch views are recomputed (the Airflow schedule).
-    interval_s: int = Field(3_600, ge=60, le=30 * 86_400)
+    interval_s: int = Field(3_600, ge=60, le=366 * 86_400)
     # The DAG's limits: each task's execution_timeout (a recompute of a large master dataset takes
     # hours), and how long its sensor waits for the archiver's completeness before it gives up.
     task_timeout_s: int = Field(7_200, ge=300, le=7 * 86_400)
@@ -230,7 +230,7 @@ class SpeedSettings(_Section):
     # (Spark keeps an event_id until the watermark passes its time + this delay, so in practice
     # one to two windows, longer while no traffic moves the watermark), and aggregation state of
     # older ingest buckets is dropped.
-    dedupe_window_s: int = Field(600, ge=1, le=7 * 86_400)
+    dedupe_window_s: int = Field(600, ge=1, le=366 * 86_400)
     # Realtime rows expire by themselves this long after they are written, so a platform whose
     # batch runs stopped does not grow without bound (the cleanup after each batch swap deletes
     # absorbed rows much sooner). Unset: derived from the batch schedule with a wide margin
@@ -515,7 +515,7 @@ class Settings(BaseSettings):
             )
         return path
 
-    ingest_bucket_s: int = Field(3600, ge=1, le=86_400)
+    ingest_bucket_s: int = Field(3600, ge=1, le=366 * 86_400)
 
     kafka: KafkaSettings = KafkaSettings()
     hdfs: HdfsSettings = HdfsSettings()
