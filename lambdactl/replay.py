@@ -72,12 +72,19 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
                 f"{done['view']}: not cancelled: its replay switched as the cancel began; its rows answer and are kept"
             )
             return 2
-        if done.get("kept"):
+        if done.get("kept") == "taken_over":
             _say(
                 f"{done['view']}: its claim is off, but a `--resume` claimed the view meanwhile and took this replay "
                 f"over: its rows ({done['shadow']}) are kept, and that replay goes on"
             )
             return 2
+        if done.get("kept"):
+            _say(
+                f"{done['view']}: replay cancelled; it answers as before. A mark named its rows ({done['shadow']}) "
+                "while the cancel looked (a switch taken back, a claim being written): they are left, read by no "
+                "answer, for `lambdactl clean-realtime`"
+            )
+            return 0
         _say(f"{done['view']}: replay cancelled; {done['rows_deleted']:,} rows it wrote deleted; it answers as before")
         return 0
     try:

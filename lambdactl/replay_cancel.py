@@ -59,10 +59,8 @@ def cancel(settings: Settings, name: str) -> dict:
     try:
         refresh_api(settings)
         orphans = delete_orphaned_replays(settings, [held.shadow], wait=_settle)
-        if held.shadow not in orphans.names:  # a mark names its rows again
-            overlays = replays.read_replays(settings)[1]
-            switched = any(m.shadow == held.shadow for m in overlays.values())
-            return {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": switched, "kept": True}
+        if held.shadow not in orphans.names:  # a mark named its rows while the cancel looked
+            return {"view": view, "shadow": held.shadow, "rows_deleted": 0, **_why_kept(settings, held)}
     except Exception as exc:
         raise CancelIncomplete(
             {"view": view, "shadow": held.shadow, "rows_deleted": 0, "switched": False, "complete": False},
@@ -79,6 +77,20 @@ def cancel(settings: Settings, name: str) -> dict:
             "batch run deletes it",
         )
     return done
+
+
+def _why_kept(settings: Settings, held) -> dict:
+    """Why rows the cancel found named are kept: its replay switched to them, a `--resume` took its
+    claim over, or (neither, now) a mark named them for a moment: a switch taken back, a claim being
+    written; no answer reads them, and the realtime clean-up deletes them once no mark names them."""
+    from stores import replays
+
+    claims, overlays = replays.read_replays(settings)
+    if any(m.shadow == held.shadow for m in overlays.values()):
+        return {"switched": True}
+    if any(held.started_ms in (c.started_ms, *c.replaces) for c in claims.values() if c.view == held.view):
+        return {"switched": False, "kept": "taken_over"}
+    return {"switched": False, "kept": "named_meanwhile"}
 
 
 def _settle(seconds: float) -> None:

@@ -273,6 +273,7 @@ def mark(
         view, from_ms, started_ms, shadow, host=socket.gethostname(), pid=os.getpid(), replaces=replaces, short=short
     )
     data = claimed.to_json()
+    moved_away = False
     with WebHdfs(settings) as fs:
         fs.mkdirs(marks_dir(settings))
         if any(n == f"{view}.json" and k != "FILE" for n, k, _ in fs.entries(marks_dir(settings))):
@@ -281,12 +282,22 @@ def mark(
                     f"{path} is a directory, no mark: `lambdactl replay --view {view} --resume` replaces it"
                 )
             fs.delete(path, recursive=True)  # a directory under the claim's name (no mark): replaced
+            moved_away = True
         # Written beside it, then moved in one step (a name no mark has: listings skip it): a claim
         # being written shows as empty, and one killed half-way would stay so. A move without
         # overwrite fails when the claim is there: the first replay to move its file holds it.
         written = f"{path}.tmp-{claimed.started_ms}-{os.getpid()}"
         fs.write(written, data)
         if take_over:
+            # Only over the claim this one was planned to take over (replaces[0]): one a `--cancel`
+            # released meanwhile stays released (its rows may be being deleted), one another replay made
+            # stays its. (No compare-and-set on WebHDFS: this narrows the race to the instant between.)
+            if replaces and not moved_away and not _is_claim(fs, path, view, replaces[0]):
+                fs.delete(written)
+                raise ReplayMarked(
+                    f"{view}'s claim changed since this `--resume` read it (a `--cancel`, or another replay "
+                    "claimed the view): nothing was taken over; look again with `lambdactl status`"
+                )
             fs.replace(written, path)
             return claimed
         if not fs.rename(written, path):
@@ -337,6 +348,18 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
         if _holds(fs, f"{directory}/{claim.view}.json", claim):
             fs.delete(f"{directory}/{claim.view}.json")
     return switched
+
+
+def _is_claim(fs, path: str, view: str, started_ms: int) -> bool:
+    """Whether the claim file is there and is the claim started at `started_ms`, or no mark at all (an
+    unreadable or empty one: what a `--resume` planned against such a file takes over)."""
+    data = fs.read(path, max_bytes=MAX_MARK_BYTES)
+    if data is None:
+        return False
+    try:
+        return ReplayMark.from_json(view, data).started_ms == started_ms
+    except ValueError:
+        return True
 
 
 def _is_switched(fs, path: str, view: str, kind: str, length: int) -> bool:

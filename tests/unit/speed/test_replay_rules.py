@@ -522,8 +522,11 @@ def test_cancel_refuses_what_it_cannot_undo_and_names_the_rows_it_deletes(settin
         assert released == [replays.ReplayMark("page_views", 0, 1, claim)] and deleted == [claim]
 
 
-def _marks_in_memory(monkeypatch, claims: dict, overlays: dict, released: list | None = None) -> None:
-    """The replay marks (claims, overlays) as `claims` and `overlays` hold them; a release takes the claim off."""
+def _marks_in_memory(
+    monkeypatch, claims: dict, overlays: dict, released: list | None = None, being_written: set | None = None
+) -> None:
+    """The replay marks (claims, overlays) as `claims` and `overlays` hold them, and the views whose
+    claim file is being written (`being_written`); a release takes the claim off."""
     from stores import replays
 
     def release(_settings, mark):
@@ -533,7 +536,9 @@ def _marks_in_memory(monkeypatch, claims: dict, overlays: dict, released: list |
 
     monkeypatch.setattr(replays, "read_replays", lambda _settings: (dict(claims), dict(overlays)))
     monkeypatch.setattr(
-        replays, "read_replays_and_empty_claims", lambda _settings: (dict(claims), dict(overlays), set())
+        replays,
+        "read_replays_and_empty_claims",
+        lambda _settings: (dict(claims), dict(overlays), set(being_written or ())),
     )
     monkeypatch.setattr(replays, "release", release)
     monkeypatch.setattr("lambdactl.views.refresh_api", lambda _settings: None)
@@ -771,7 +776,7 @@ def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here
     assert unmarked == ["old_view"]
 
 
-def _cancel_beside(settings, monkeypatch, during_wait):
+def _cancel_beside(settings, monkeypatch, during_wait, being_written: set | None = None):
     """`--cancel` of page_views's replay (started 50), with marks in memory; `during_wait(claims,
     overlays)` is what happens elsewhere while it waits. (its result, the storage names it deleted)."""
     from lambdactl import replay_cancel as replay
@@ -779,7 +784,7 @@ def _cancel_beside(settings, monkeypatch, during_wait):
 
     claims = {"page_views": replays.ReplayMark("page_views", 0, 50, "page_views~replay-50")}
     overlays: dict = {}
-    _marks_in_memory(monkeypatch, claims, overlays)
+    _marks_in_memory(monkeypatch, claims, overlays, being_written=being_written)
     monkeypatch.setattr(replay, "_settle", lambda _seconds: during_wait(claims, overlays))
     deleted = _deletions(monkeypatch)
     return replay.cancel(settings, "page_views"), deleted
@@ -796,10 +801,46 @@ def test_a_cancel_keeps_the_rows_a_resume_took_over_while_it_waited(settings, mo
 
     result, deleted = _cancel_beside(settings, monkeypatch, resume)
     assert deleted == [], "the rows a claim names again are kept"
-    assert result["rows_deleted"] == 0 and result["switched"] is False and result["kept"] is True
+    assert result["rows_deleted"] == 0 and result["switched"] is False and result["kept"] == "taken_over"
+
+
+def test_a_cancel_says_why_it_kept_rows_a_mark_named_only_for_a_moment(settings, monkeypatch):
+    """A claim file of the view was being written when the cancel looked again (a replay claiming the
+    view, which may yet switch under it), and is gone by the time it says why: the rows are left for
+    the clean-up, and the cancel did cancel."""
+    being_written: set = set()
+    result, deleted = _cancel_beside(
+        settings, monkeypatch, lambda _claims, _overlays: being_written.add("page_views"), being_written
+    )
+    assert deleted == [] and result["kept"] == "named_meanwhile" and result["switched"] is False
 
 
 def test_a_cancel_deletes_rows_only_once_no_mark_names_them_after_its_wait(settings, monkeypatch):
     result, deleted = _cancel_beside(settings, monkeypatch, lambda _claims, _overlays: None)
     assert deleted == ["page_views~replay-50"]
     assert result == {"view": "page_views", "shadow": "page_views~replay-50", "rows_deleted": 7, "switched": False}
+
+
+def test_a_resume_takes_over_only_the_claim_it_was_planned_against(settings, monkeypatch):
+    """A `--resume` planned while replay A held the claim, writing its own after a `--cancel` released
+    A's: the cancel deleted A's rows, and A (still running elsewhere) switched to them under the
+    resume's claim, which names A as taken over. Now the resume is refused, and the claim stays off."""
+    from stores import replays, webhdfs
+
+    files: dict = {}
+    monkeypatch.setattr(webhdfs, "WebHdfs", lambda _settings: WritableFs(files))
+
+    def resume(started: int, over: int) -> replays.ReplayMark:
+        shadow = replays.shadow_name("page_views", started)
+        return replays.mark(settings, "page_views", 0, started, take_over=True, shadow=shadow, replaces=(over,))
+
+    with pytest.raises(replays.ReplayMarked, match="changed since this `--resume` read it"):
+        resume(90, 50)  # A's claim (50) was released meanwhile
+    assert files == {}, "nothing claimed, nothing left beside"
+    files["page_views.json"] = replays.ReplayMark("page_views", 0, 70, "page_views~replay-70").to_json()
+    with pytest.raises(replays.ReplayMarked):
+        resume(90, 50)  # another replay claimed the view since
+    assert replays.ReplayMark.from_json("page_views", files["page_views.json"]).started_ms == 70
+    assert resume(95, 70).replaces == (70,), "the claim it was planned against is taken over"
+    files["page_views.json"] = b"{broken"
+    assert resume(99, 0).started_ms == 99, "an unreadable claim is what such a resume takes over"
