@@ -135,6 +135,7 @@ class ProgressFile:
         self.state: dict = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "keepalive_s": self.keepalive_s,  # readers elsewhere, with settings of their own, accept that
             "started_ms": int(time.time() * 1000),
             "queries": {},
             "totals": {},
@@ -304,7 +305,11 @@ def read_progress(settings: Settings, job: str, now_ms: int | None = None) -> di
     else:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         age_s = (now_ms - int(state.get("updated_ms") or 0)) / 1000
-        if age_s > published_max_age_s(settings):
+        # The job's own keepalive counts too (capped: a day): a reader set to accept less than the job
+        # republishes an idle document would call every idle job gone.
+        keepalive_s = state.get("keepalive_s")
+        job_says_s = 2 * min(float(keepalive_s), 86_400.0) if isinstance(keepalive_s, (int, float)) else 0.0
+        if age_s > max(published_max_age_s(settings), job_says_s):
             raise RuntimeError(f"progress from {state.get('host')} is {age_s:.0f} s old: the job is not reporting")
     return state
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from definitions.settings import Settings
 from stores.progress import ProgressFile, published_max_age_s
 
@@ -136,3 +138,34 @@ def test_a_publication_that_failed_goes_out_again_with_the_next_report(tmp_path,
     clock[0] += progress.publish_every_s
     progress.idle()
     assert len(attempts) == 3 and attempts[-1]["queries"]["speed-views"]["batch_id"] == 7
+
+
+def test_a_reader_set_to_accept_less_than_an_idle_job_republishes_still_counts_it(tmp_path, monkeypatch):
+    """A job republishes an idle document every keepalive_s of its own settings; a reader elsewhere
+    with a shorter stack.stuck_after_s called the idle job gone between two publications."""
+    from stores import webhdfs
+    from stores.progress import read_progress
+
+    job = ProgressFile(Settings(state_dir=tmp_path), "speed-layer")
+    doc = {**job.state, "host": "another-machine", "updated_ms": 1_000_000}
+
+    class Hdfs:
+        def __init__(self, *_args, **_kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_exc):
+            return None
+
+        def read(self, _path):
+            return json.dumps(doc).encode()
+
+    monkeypatch.setattr(webhdfs, "WebHdfs", Hdfs)
+    strict = Settings(state_dir=tmp_path, ingest_bucket_s=30, stack={"stuck_after_s": 30})
+    idle_for_ms = int(job.keepalive_s * 1000) + 10_000  # just past one republication interval
+    assert idle_for_ms / 1000 > published_max_age_s(strict)
+    assert read_progress(strict, "speed-layer", now_ms=1_000_000 + idle_for_ms)["host"] == "another-machine"
+    with pytest.raises(RuntimeError, match="not reporting"):
+        read_progress(strict, "speed-layer", now_ms=1_000_000 + 3 * idle_for_ms)
