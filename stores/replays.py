@@ -292,7 +292,7 @@ def mark(
             # Only over the claim this one was planned to take over (replaces[0]): one a `--cancel`
             # released meanwhile stays released (its rows may be being deleted), one another replay made
             # stays its. (No compare-and-set on WebHDFS: this narrows the race to the instant between.)
-            if replaces and not moved_away and not _is_claim(fs, path, view, replaces[0]):
+            if replaces and not moved_away and not _holds(fs, path, ReplayMark(view, 0, replaces[0])):
                 fs.delete(written)
                 raise ReplayMarked(
                     f"{view}'s claim changed since this `--resume` read it (a `--cancel`, or another replay "
@@ -348,18 +348,6 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
         if _holds(fs, f"{directory}/{claim.view}.json", claim):
             fs.delete(f"{directory}/{claim.view}.json")
     return switched
-
-
-def _is_claim(fs, path: str, view: str, started_ms: int) -> bool:
-    """Whether the claim file is there and is the claim started at `started_ms`, or no mark at all (an
-    unreadable or empty one: what a `--resume` planned against such a file takes over)."""
-    data = fs.read(path, max_bytes=MAX_MARK_BYTES)
-    if data is None:
-        return False
-    try:
-        return ReplayMark.from_json(view, data).started_ms == started_ms
-    except ValueError:
-        return True
 
 
 def _is_switched(fs, path: str, view: str, kind: str, length: int) -> bool:
