@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 import stat
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -28,7 +30,24 @@ def write_private(path: Path, text: str) -> Path:
         temporary.unlink(missing_ok=True)
         raise
     _sync_dir(path.parent)
+    _remove_stale_temporaries(path)
     return path
+
+
+# Older than any write takes: a temporary file this old was left by a writer killed before its rename.
+STALE_TEMPORARY_S = 600
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove the temporary copies of `path` that killed writers left (each holds what the file held:
+    maybe secrets); a writer's copy in flight is younger and stays."""
+    horizon = time.time() - STALE_TEMPORARY_S
+    for left in path.parent.glob(f".{glob.escape(path.name)}.{'[0-9a-f]' * 12}.tmp"):
+        try:
+            if left.stat().st_mtime < horizon:
+                left.unlink()
+        except FileNotFoundError:
+            pass  # removed by another writer meanwhile
 
 
 def _sync_dir(folder: Path) -> None:

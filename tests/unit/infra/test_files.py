@@ -33,6 +33,23 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary_one(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["settings.json"]
 
 
+def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next_write(tmp_path):
+    """A writer killed between creating its temporary file and the rename leaves a copy of the
+    secrets beside the file; the next write removes such copies once they are older than any write
+    can take, and leaves a writer's copy in flight alone."""
+    path = tmp_path / "settings.json"
+    stale = tmp_path / ".settings.json.0123456789ab.tmp"
+    stale.write_text('{"token": "old secret"}')
+    os.utime(stale, (1_000_000, 1_000_000))
+    in_flight = tmp_path / ".settings.json.ba9876543210.tmp"
+    in_flight.write_text("being written")
+    other = tmp_path / ".passwords.json.0123456789ab.tmp"
+    other.write_text("another file's")
+    os.utime(other, (1_000_000, 1_000_000))
+    write_private(path, "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, in_flight.name, other.name])
+
+
 def test_the_new_text_is_on_disk_before_it_replaces_the_old(tmp_path, monkeypatch):
     """A crash after the rename must not leave an empty file: the text is synced first, then the folder."""
     path = tmp_path / "settings.json"
