@@ -423,6 +423,9 @@ class AirflowSettings(_Section):
     # A new install's DAG is active: it runs every batch.interval_s. True creates it paused (the
     # Makefile's tests: no scheduled run in their way). Either way a pause set later is kept.
     paused_at_creation: bool = False
+    # Task logs, DAG-processor logs and run records older than this go (`lambdactl housekeeping`,
+    # daily by the lambda_housekeeping DAG).
+    keep_history_days: int = Field(30, ge=1, le=3_650)
 
     @field_validator("home", "database_url", "admin_user")
     @classmethod

@@ -18,7 +18,7 @@ from definitions.logs import configure
 from definitions.settings import Settings, get_settings
 from definitions.views import view_names
 from infra.errors import StackError
-from lambdactl import accept_loss, reset_speed
+from lambdactl import accept_loss, housekeeping, reset_speed
 from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
 from lambdactl.output import _say
 from lambdactl.replay import cmd_replay
@@ -342,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     clean.set_defaults(func=cmd_clean_realtime)
     accept_loss.add_parser(sub)
     reset_speed.add_parser(sub)
+    housekeeping.add_parser(sub)
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)

@@ -36,7 +36,8 @@ PARSE = textwrap.dedent("""
                       "views": bag.dags["lambda_batch_recompute"].params.get_param("views").schema,
                       "timeouts": {t.task_id: t.execution_timeout.total_seconds()
                                    for t in bag.dags["lambda_batch_recompute"].tasks},
-                      "sensor_timeout": bag.dags["lambda_batch_recompute"].get_task("wait_for_completeness").timeout}))
+                      "sensor_timeout": bag.dags["lambda_batch_recompute"].get_task("wait_for_completeness").timeout,
+                      "housekeeping_schedule": str(bag.dags["lambda_housekeeping"].schedule)}))
 """)
 
 
@@ -95,6 +96,8 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
         "report",
         "clean_realtime",
     ]
+    assert result["dags"]["lambda_housekeeping"] == ["housekeeping"]
+    assert "@daily" in result["housekeeping_schedule"] or "0 0 * * *" in result["housekeeping_schedule"]
     assert "3600" in result["schedule"] or "1:00:00" in result["schedule"]
     assert result["views"]["type"] == "array"
     assert result["views"]["examples"] == ["page_views", "clicks"], result["views"]

@@ -1,0 +1,39 @@
+"""lambda_housekeeping: daily, delete Airflow's history older than `airflow.keep_history_days`.
+
+Airflow never removes its task logs, its DAG processor's dated log folders or its run records on
+its own; on a platform that runs for years they fill the disk and slow its database. This DAG runs
+`lambdactl housekeeping` (infra/airflow_housekeeping) once a day: the older log files go, and
+`airflow db clean` removes the older runs, task instances, XComs and audit-log rows. A run that
+fails (the database busy) is retried; running it again deletes nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag, task
+
+LAMBDACTL = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
+
+
+@dag(
+    dag_id="lambda_housekeeping",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "execution_timeout": timedelta(hours=1)},
+    tags=["lambda"],
+    doc_md=__doc__,
+)
+def lambda_housekeeping():
+    @task.bash
+    def housekeeping() -> str:
+        return f"{shlex.quote(LAMBDACTL)} housekeeping --json"
+
+    housekeeping()
+
+
+lambda_housekeeping()

@@ -1,0 +1,116 @@
+"""Airflow's history, kept for `airflow.keep_history_days` and no longer.
+
+Airflow writes a log file per task attempt and a dated folder of DAG-processor logs a day, and keeps
+every run, task instance, XCom and audit-log row in its database; none of it is ever removed on its
+own. `lambdactl housekeeping` (run daily by the `lambda_housekeeping` DAG) deletes the older log
+files and runs Airflow's own `airflow db clean` on the older records. Only complete history goes:
+a file or folder still written to is newer than the horizon, and `db clean` keeps each DAG's latest
+scheduled run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from definitions.settings import Settings
+from infra.airflow import airflow_home, check_installed, environment
+
+# The tables `airflow db clean` empties of older rows. Not `dag` nor `dag_version`: Airflow 3.1's
+# clean-up of those stops on a foreign key a newer task instance still holds (apache/airflow#63703);
+# they grow by one row per DAG and per change of a DAG file, not per run.
+CLEANED_TABLES = (
+    "dag_run",
+    "task_instance",
+    "task_instance_history",
+    "task_reschedule",
+    "xcom",
+    "log",
+    "job",
+    "import_error",
+    "callback_request",
+    "asset_event",
+    "deadline",
+)
+CLEAN_TIMEOUT_S = 1_800  # `db clean` deletes in batches; a day's rows take seconds
+
+
+class HousekeepingFailed(RuntimeError):
+    """Airflow's clean-up failed: the message names its exit and last words."""
+
+
+@dataclass(frozen=True)
+class Pruned:
+    files: int = 0
+    bytes: int = 0
+    folders: int = 0
+
+
+def log_folder(settings: Settings) -> Path:
+    return airflow_home(settings) / "logs"  # AIRFLOW__LOGGING__BASE_LOG_FOLDER, as infra/airflow sets it
+
+
+def prune_logs(folder: Path, before: float) -> Pruned:
+    """Delete the files under `folder` last written before `before` (a Unix time), then the folders
+    left empty that were as old before this pass (deleting in a folder makes it new): a folder a task
+    has just made for its log is newer and stays. Links are removed as entries, never followed."""
+    walked = list(os.walk(folder))  # top-down: each folder before what it holds
+    ages = {os.path.join(parent, d): _mtime(os.path.join(parent, d)) for parent, dirs, _ in walked for d in dirs}
+    files = size = folders = 0
+    for parent, dirs, names in reversed(walked):  # what a folder holds before the folder
+        for name in names:
+            path = os.path.join(parent, name)
+            try:
+                st = os.lstat(path)
+                if st.st_mtime < before:
+                    os.unlink(path)
+                    files, size = files + 1, size + st.st_size
+            except FileNotFoundError:
+                pass  # removed meanwhile (a second housekeeping)
+        for name in dirs:
+            path = os.path.join(parent, name)
+            if ages[path] >= before:
+                continue
+            try:
+                if os.path.islink(path):
+                    os.unlink(path)
+                else:
+                    os.rmdir(path)
+                folders += 1
+            except OSError:
+                pass  # not empty (newer files inside) or removed meanwhile
+    return Pruned(files, size, folders)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except FileNotFoundError:
+        return float("inf")  # gone meanwhile: nothing to remove
+
+
+def clean_metadata(settings: Settings, before: datetime) -> None:
+    """`airflow db clean` of the records older than `before`, unarchived, in CLEANED_TABLES."""
+    command = [
+        str(check_installed(settings)),
+        "db",
+        "clean",
+        "--clean-before-timestamp",
+        before.isoformat(),
+        "--tables",
+        ",".join(CLEANED_TABLES),
+        "--skip-archive",
+        "--yes",
+    ]
+    try:
+        done = subprocess.run(
+            command, env=environment(settings), capture_output=True, text=True, timeout=CLEAN_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise HousekeepingFailed(f"`airflow db clean` did not end within {CLEAN_TIMEOUT_S} s") from exc
+    if done.returncode != 0:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+        raise HousekeepingFailed(f"`airflow db clean` failed (exit {done.returncode}): {tail}")
