@@ -235,16 +235,20 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         raise SystemExit(str(exc)) from None
     position = checkpoints.speed_layer_position(settings)
     committed = position is not None or checkpoints.speed_layer_committed(settings)
-    if marker is not None and not committed:
-        # No micro-batch committed (the checkpoint removed by hand, or the job killed before its first
-        # commit): Spark reads Kafka from the earliest offset, so this is a fresh start, marker or not.
+    if not committed:
+        # No micro-batch committed (a first start, `lambdactl reset-speed`, the checkpoint removed by
+        # hand, the job killed before its first commit): Spark reads Kafka from the earliest offset, so
+        # this is a fresh start, marker or not. Kafka must still hold what no batch run absorbed: the
+        # reset checked it, but retention may have deleted more since.
         lost = kafka_coverage.unabsorbed_loss(settings)
         if lost:
+            then = "`lambdactl reset-speed`" if marker is not None else "`lambdactl up`"
             raise SystemExit(
                 f"the speed layer's checkpoint {settings.speed.checkpoint_dir} has no committed micro-batch: a "
-                f"fresh start. {kafka_coverage.loss_message(lost)}, then `lambdactl reset-speed`"
+                f"fresh start. {kafka_coverage.loss_message(lost)}, then {then}"
             )
-        log.warning("the checkpoint has no committed micro-batch: a fresh start (its marker is written anew)")
+        if marker is not None:
+            log.warning("the checkpoint has no committed micro-batch: a fresh start (its marker is written anew)")
         marker = None
     if marker is None and committed:
         # Taken for a first start, it would say every view is maintained since time 0 (a view added

@@ -50,6 +50,18 @@ def test_a_first_start_empties_the_realtime_tables_then_writes_its_marker(stores
     assert len(stores) == 3 and stores[0] == ("cleared",), "emptied before the marker says a fresh start"
 
 
+def test_a_fresh_start_after_a_reset_checks_again_that_kafka_holds_what_no_batch_absorbed(stores, monkeypatch):
+    """`lambdactl reset-speed` checks Kafka when it removes the marker; the next `up` may come days
+    later, when retention has deleted records no batch run absorbed. The fresh start recomputes from
+    Kafka's earliest offset, so it would have served those views short as exact."""
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
+    lost = (1_000, ["partition 1: offsets 0 to 41"], [])
+    monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: lost)
+    with pytest.raises(SystemExit, match="a fresh start.*Kafka no longer holds.*partition 1: offsets 0 to 41.*`lambdactl up`"):
+        check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
+    assert not stores, "nothing emptied, no marker written"
+
+
 def test_a_marker_without_a_committed_checkpoint_is_a_fresh_start(stores, monkeypatch):
     """The checkpoint removed by hand (not by `lambdactl reset-speed`), its marker left: Spark read
     Kafka from the earliest offset again, but the start resumed the marker. The earlier rows stayed
