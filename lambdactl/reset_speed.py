@@ -16,6 +16,7 @@ from definitions import jobs
 from definitions.settings import Settings
 from lambdactl.output import _emit, _say
 from stores.kafka_coverage import loss_message, unabsorbed_loss
+from stores.view_versions import read_versions
 
 log = logging.getLogger("lambdactl")
 
@@ -48,13 +49,29 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 2
     try:
+        try:
+            versions = read_versions(settings)
+        except checkpoints.MarkerUnreadable as exc:  # a damaged marker is a reason to reset: none to compare
+            _say(f"{exc}: the views' definitions are taken as declared")
+            versions = None
         lost = unabsorbed_loss(settings)
-    except Exception as exc:  # HBase or Kafka away: the check cannot be made, so nothing is removed
+    except Exception as exc:  # HBase, HDFS or Kafka away: the checks cannot be made, so nothing is removed
         log.error(
-            "cannot check that Kafka still holds what no batch run absorbed (%s: %s): with Kafka and HBase up "
-            "(`lambdactl up` starts the stores), run it again",
+            "cannot check the views' definitions and that Kafka still holds what no batch run absorbed (%s: %s): "
+            "with Kafka, HDFS and HBase up (`lambdactl up` starts the stores), run it again",
             type(exc).__name__,
             str(exc)[:300],
+        )
+        return 2
+    changing = sorted({*versions.pending, *versions.unresolved}) if versions is not None else []
+    if changing:
+        # Only the marker records which definition a storage name holds: a fresh start would maintain
+        # the declared one under the served name, whose batch table holds the one before.
+        log.error(
+            "the definition of %s changed and the speed layer has not switched to it: a fresh start would answer "
+            "from batch rows of one definition and realtime rows of the other. Finish the change with `lambdactl "
+            "views apply` (or restore the declaration) first",
+            ", ".join(changing),
         )
         return 2
     if lost:
