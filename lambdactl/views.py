@@ -104,6 +104,7 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.view_versions import unresolved_message
     from infra.airflow import write_declared_views
     from stores.checkpoints import read_marker
+    from stores.registry import version_store
     from stores.view_versions import read_versions
 
     if args.modules is not None and not [m for m in args.modules.split(",") if m.strip()]:
@@ -125,11 +126,22 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - a module's own code runs at import: any error refuses the set
         log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, str(exc)[:500])
         return 2
-    marker, unreadable = None, None
+    marker, unreadable, pointer = None, None, None
     try:
         marker = read_marker(settings)
-    except Exception as exc:  # HDFS down: the stack is not running (told below, once the views are set)
+        if marker is None:
+            pointer = version_store(settings).pointer()
+    except Exception as exc:  # HDFS or HBase down: the stack is not running (told below, once the views are set)
         unreadable = exc
+    if marker is None and pointer is not None and pointer.entries:
+        # A batch run served, and no marker: `lambdactl reset-speed` removed it. Until the fresh start
+        # writes a new one, nothing records what the speed layer maintains, and a view added now would
+        # be served from no rows as exact.
+        log.error(
+            "refused, nothing changed: the speed layer was reset (`lambdactl reset-speed`) and has not started "
+            "again: run `lambdactl up` (its fresh start recomputes the realtime views), then `lambdactl views apply`"
+        )
+        return 2
     if marker is not None:
         versions = read_versions(settings, registry, marker=marker)
         if versions.unresolved:

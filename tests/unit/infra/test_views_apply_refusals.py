@@ -148,3 +148,24 @@ def test_apply_of_a_module_that_fails_as_it_loads_exits_2_naming_why(tmp_path, m
     assert "is the stack up" not in caplog.text
     persisted = tmp_path / "state" / "settings.json"
     assert not persisted.exists() or "broken_views_mod" not in persisted.read_text(), "nothing was written"
+
+
+def test_apply_after_a_reset_of_the_speed_layer_waits_for_its_fresh_start(tmp_path, monkeypatch, caplog):
+    """Between `lambdactl reset-speed` and the next `up` no marker records what the speed layer
+    maintains: an applied view was set "serving" since time 0 with no history and answered from no
+    rows as exact, until a fresh start that nothing checked."""
+    from types import SimpleNamespace
+
+    from stores import checkpoints, registry
+    from stores.pointer import Pointer, ViewEntry
+
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
+    served = Pointer(entries={"page_views": ViewEntry("page_views_v3", 3, 1_000)})
+    monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: served))
+    from lambdactl import views
+
+    monkeypatch.setattr(views, "_speed_layer_maintains", lambda *_: pytest.fail("went on to apply"))
+    assert main(["views", "apply"]) == 2
+    assert "reset" in caplog.text and "lambdactl up" in caplog.text
