@@ -57,7 +57,9 @@ def test_a_fresh_start_after_a_reset_checks_again_that_kafka_holds_what_no_batch
     monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
     lost = (1_000, ["partition 1: offsets 0 to 41"], [])
     monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: lost)
-    with pytest.raises(SystemExit, match="a fresh start.*Kafka no longer holds.*partition 1: offsets 0 to 41.*`lambdactl up`"):
+    with pytest.raises(
+        SystemExit, match="a fresh start.*Kafka no longer holds.*partition 1: offsets 0 to 41.*`lambdactl up`"
+    ):
         check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
     assert not stores, "nothing emptied, no marker written"
 
