@@ -353,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     apply = views_sub.add_parser(
         "apply",
         help="bring the running platform to the declared views: restart the speed layer with them, build the "
-        "history of new ones in a batch run, retire removed ones; the other views keep answering",
+        "history of new ones in a batch run, retire removed ones; the other views keep answering (exit 5: "
+        "rows of a retired view left for a later clean-up)",
     )
     modules = apply.add_mutually_exclusive_group()
     modules.add_argument("--modules", help="comma-separated view modules: set the persisted views.modules first")

@@ -8,6 +8,9 @@ import sys
 
 log = logging.getLogger("lambdactl")
 
+# What holds the state directory's views.lock, as a command waiting for it says.
+VIEWS_LOCK_HOLDERS = "lambdactl views apply or reset-speed"
+
 
 def _say(message: str) -> None:
     log.info("%s", message)

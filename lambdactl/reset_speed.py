@@ -14,7 +14,7 @@ import logging
 
 from definitions import jobs
 from definitions.settings import Settings
-from lambdactl.output import _emit, _say
+from lambdactl.output import VIEWS_LOCK_HOLDERS, _emit, _say
 from stores.kafka_coverage import loss_message, unabsorbed_loss
 from stores.view_versions import read_versions
 
@@ -28,7 +28,7 @@ def cmd_reset_speed(settings: Settings, args: argparse.Namespace) -> int:
     # No `up` may start the speed layer, nor `views apply` restart it, between its stop and the removal.
     # The views lock first, as `views apply` takes them (its restart takes the stack lock inside it).
     with (
-        state_lock(settings.state_dir, "views.lock", "lambdactl views apply", _say),
+        state_lock(settings.state_dir, "views.lock", VIEWS_LOCK_HOLDERS, _say),
         stack_lock(settings.state_dir, _say),
     ):
         return _reset(settings, args)

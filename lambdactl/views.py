@@ -23,11 +23,12 @@ import time
 from collections.abc import Sequence
 
 from definitions.settings import Settings
-from lambdactl.output import _emit, _say
+from lambdactl.output import VIEWS_LOCK_HOLDERS, _emit, _say
 
 log = logging.getLogger("lambdactl")
 
 SPEED_LAYER = "speed-layer"
+RETIRED_ROWS_LEFT = 5  # as `lambdactl clean-realtime`: the views are applied; rows wait for a later clean-up
 API_ANSWER_S = 60.0  # the API reloads the view modules and reads the stores before it answers
 
 
@@ -88,7 +89,7 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.files import state_lock
     from definitions.settings_store import SettingsConflict, load
 
-    with state_lock(settings.state_dir, "views.lock", "lambdactl views apply", _say) as waited:
+    with state_lock(settings.state_dir, "views.lock", VIEWS_LOCK_HOLDERS, _say) as waited:
         if waited:
             try:
                 settings = load()
@@ -155,19 +156,20 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     if unreadable is not None:
         log.error(
-            "HDFS cannot be read (%s): the declared views are set; `lambdactl up` starts the platform with "
+            "HDFS or HBase cannot be read (%s): the declared views are set; `lambdactl up` starts the platform with "
             "them, then run `lambdactl views apply` again to build the new ones",
             type(unreadable).__name__,
         )
         return 3
     # A changed view takes three rounds: its new definition is built beside the old one, the view
     # switches to it, then the old one is retired. Each round's steps can be repeated.
+    complete = True
     for _ in range(3):
         maintained = read_versions(settings, registry).maintained.names()
         dropped = _mark_retiring(settings, maintained)
         _speed_layer_maintains(settings, maintained, deadline)
         reload_api(settings)
-        _retire(settings, maintained, dropped)
+        complete = _retire(settings, maintained, dropped)
         building = [s for s in _states(settings, registry) if s.state == "building"]
         if building:
             _build(settings, building, deadline)
@@ -177,6 +179,9 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
         reload_api(settings)
     for s in _states(settings, registry):
         _say(f"  {s.name}: {s.state}{' (' + s.reason + ')' if s.reason else ''}")
+    if not complete:
+        _say("some realtime rows of retired views are left for a later clean-up (`lambdactl clean-realtime`)")
+        return RETIRED_ROWS_LEFT
     return 0
 
 
@@ -310,24 +315,27 @@ def _mark_retiring(settings: Settings, maintained: list[str]) -> list[str]:
     return dropped
 
 
-def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = ()) -> None:
+def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = ()) -> bool:
     """Drop the pointer entries of storage names no longer maintained (compare-and-set), mark
     `dropped` (_mark_retiring's) retiring again — a clean-up that ran while the speed layer restarted
     read the old marker, took them for maintained and unmarked them — then delete the realtime rows
-    of every retiring one once no answer can still read them."""
+    of every retiring one once no answer can still read them. False when some of those rows were
+    left for a later clean-up."""
     from lambdactl.batch import delete_retiring, move_pointer
     from stores.pointer import retire
     from stores.registry import version_store
 
+    named: list[str] = []
+
     def without(current):
         gone = set(current.entries) - set(maintained)
         again = set(dropped) - set(maintained) - set(current.retiring)
-        return retire(current, sorted(gone | again), _now_ms()) if gone or again else None
+        named[:] = sorted(gone | again)
+        return retire(current, named, _now_ms()) if named else None
 
-    moved = move_pointer(version_store(settings), without)
-    if moved is not None:
-        _say(f"retired {', '.join(sorted(set(moved.retiring) - set(maintained)))}: pointer entries removed")
-    delete_retiring(settings)
+    if move_pointer(version_store(settings), without) is not None:
+        _say(f"retired {', '.join(named)}: pointer entries removed")
+    return delete_retiring(settings)
 
 
 def _now_ms() -> int:
@@ -338,8 +346,9 @@ def _build(settings: Settings, building: list, deadline: float) -> None:
     """The batch of the views being built, at the first complete cutoff that covers their history."""
     from batch_layer.job import choose_cutoff, iso, run_batch
     from stores.batch_views import PointerMoved
+    from stores.batch_writer import VerificationError
     from stores.checkpoints import read_marker
-    from stores.pointer import NotCoveredYet
+    from stores.pointer import NotCoveredYet, Overtaken
     from stores.registry import version_store
     from stores.view_lifecycle import first_cutoff_ms
 
@@ -357,8 +366,14 @@ def _build(settings: Settings, building: list, deadline: float) -> None:
                 result = run_batch(settings, cutoff, names)
                 _say(f"version {result.version} serves {', '.join(names)} below {iso(result.cutoff_ms)}")
                 return
-        except (NotCoveredYet, PointerMoved) as exc:
+        except (NotCoveredYet, PointerMoved, Overtaken) as exc:
+            # Overtaken: a batch beside this one served a newer cutoff meanwhile; plan again from it.
             log.info("not yet: %s", exc)
+        except VerificationError as exc:
+            raise SystemExit(
+                f"the batch run building {', '.join(names)} failed its verification ({exc}): serving is unchanged; "
+                "run `lambdactl views apply` again"
+            ) from None
         if time.monotonic() > deadline:
             raise SystemExit(
                 f"the master dataset did not reach {iso(needed)} in time (is the archiver running?): "

@@ -29,7 +29,9 @@ def test_a_second_apply_waits_and_then_applies_what_the_first_saved(tmp_path, mo
         second = threading.Thread(target=lambda: outcome.append(views_cli.cmd_views_apply(read_before, args)))
         second.start()
         wait_for(lambda: any("waiting for" in m for m in said), "the second apply to wait", 10, 0.01)
-        assert any(f"another lambdactl views apply on {state} (pid {os.getpid()})" in m for m in said), said
+        assert any(f"another lambdactl views apply or reset-speed on {state} (pid {os.getpid()})" in m for m in said), (
+            said
+        )
         assert not outcome, "it waits before it reads or changes anything"
         # The first apply saves its views (modules that do not load, so the second stops there).
         persist_view_modules(with_view_modules(Settings(state_dir=state), ["views_the_first_saved"]))

@@ -3,6 +3,8 @@ do not import, and a speed layer this stack does not run. No service is needed."
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from definitions.settings import Settings
@@ -169,3 +171,63 @@ def test_apply_after_a_reset_of_the_speed_layer_waits_for_its_fresh_start(tmp_pa
     monkeypatch.setattr(views, "_speed_layer_maintains", lambda *_: pytest.fail("went on to apply"))
     assert main(["views", "apply"]) == 2
     assert "reset" in caplog.text and "lambdactl up" in caplog.text
+
+
+def test_a_build_overtaken_by_a_batch_beside_it_plans_again_and_a_failed_verification_says_so(monkeypatch):
+    """A DAG run that swapped a newer cutoff while the view's build ran made the build's cutoff
+    behind what serves: the apply stopped with "is the stack up?"; and so did a failed verification."""
+    from types import SimpleNamespace
+
+    from batch_layer import job
+    from lambdactl import views
+    from stores import checkpoints, registry
+    from stores.batch_writer import VerificationError
+    from stores.pointer import Overtaken
+
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
+    monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: None))
+    monkeypatch.setattr(views.time, "sleep", lambda _s: None)
+    cutoffs = iter([60_000, 120_000])
+    monkeypatch.setattr(job, "choose_cutoff", lambda *_: next(cutoffs))
+    ran: list[int] = []
+
+    def run_batch(settings, cutoff, names):
+        ran.append(cutoff)
+        if cutoff == 60_000:
+            raise Overtaken("cutoff 60000 is behind what serves page_views")
+        return SimpleNamespace(version=7, cutoff_ms=cutoff)
+
+    monkeypatch.setattr(job, "run_batch", run_batch)
+    building = [SimpleNamespace(name="page_views", since_ms=0)]
+    views._build(Settings(), building, time.monotonic() + 60)
+    assert ran == [60_000, 120_000], "planned again at a newer cutoff"
+
+    def unverified(settings, cutoff, names):
+        raise VerificationError("page_views_v8: 10 rows written, 9 read back")
+
+    monkeypatch.setattr(job, "choose_cutoff", lambda *_: 180_000)
+    monkeypatch.setattr(job, "run_batch", unverified)
+    with pytest.raises(SystemExit, match=r"verification.*9 read back.*serving is unchanged.*views apply"):
+        views._build(Settings(), building, time.monotonic() + 60)
+
+
+def test_retiring_says_which_names_it_retired_and_whether_rows_were_left(monkeypatch):
+    """`apply` exited 0 after "not all deleted", and named every retiring storage name as retired by it,
+    older ones a replay still held included."""
+    from lambdactl import batch, views
+    from stores import registry
+    from stores.pointer import Pointer, ViewEntry
+
+    said: list[str] = []
+    monkeypatch.setattr(views, "_say", said.append)
+    current = Pointer(
+        entries={"page_views": ViewEntry("page_views_v3", 3, 1_000), "clicks": ViewEntry("clicks_v3", 3, 1_000)},
+        retiring=("old_view",),
+    )
+    moved: list[Pointer] = []
+    monkeypatch.setattr(registry, "version_store", lambda _settings: None)
+    monkeypatch.setattr(batch, "move_pointer", lambda _store, change, *_: moved.append(change(current)) or moved[-1])
+    monkeypatch.setattr(batch, "delete_retiring", lambda _settings: False)
+    assert views._retire(Settings(), ["page_views"]) is False
+    assert said == ["retired clicks: pointer entries removed"]
+    assert set(moved[0].retiring) == {"old_view", "clicks"}
