@@ -10,12 +10,10 @@ fails (the database busy) is retried; running it again deletes nothing more.
 from __future__ import annotations
 
 import os
-import shlex
 from datetime import datetime, timedelta
 
+from airflow.exceptions import AirflowFailException
 from airflow.sdk import dag, task
-
-LAMBDACTL = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
 
 
 @dag(
@@ -31,7 +29,13 @@ LAMBDACTL = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
 def lambda_housekeeping():
     @task.bash
     def housekeeping() -> str:
-        return f"{shlex.quote(LAMBDACTL)} housekeeping --json"
+        # The platform's command line, as infra/airflow passes it; the shell expands the path (never
+        # templated), so no character of it is read as Jinja or split.
+        if not os.environ.get("LAMBDA_PLATFORM_BIN"):
+            raise AirflowFailException(
+                "LAMBDA_PLATFORM_BIN is not set: Airflow was not started by the platform (`lambdactl up`)"
+            )
+        return '"$LAMBDA_PLATFORM_BIN/lambdactl" housekeeping --json'
 
     housekeeping()
 

@@ -10,7 +10,9 @@ scheduled run.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +38,12 @@ CLEANED_TABLES = (
     "deadline",
 )
 CLEAN_TIMEOUT_S = 1_800  # `db clean` deletes in batches; a day's rows take seconds
+# Rows deleted per transaction: the first clean-up of a long-lived install holds SQLite's write lock
+# (which the scheduler and the API server wait on) a batch at a time, not for months of rows at once.
+CLEAN_BATCH_ROWS = 1_000
+# What `airflow db clean` logs, and otherwise ignores, when a table's clean-up fails (a database
+# busy past its wait): it still exits 0 (airflow/utils/db_cleanup.py, _suppress_with_logging).
+TABLE_FAILED = re.compile(r"Encountered error when attempting to clean table '([^']*)'")
 
 
 class HousekeepingFailed(RuntimeError):
@@ -47,6 +55,8 @@ class Pruned:
     files: int = 0
     bytes: int = 0
     folders: int = 0
+    failed: int = 0  # entries that could not be removed (another owner's, a folder without write access)
+    first_error: str = ""
 
 
 def log_folder(settings: Settings) -> Path:
@@ -56,10 +66,15 @@ def log_folder(settings: Settings) -> Path:
 def prune_logs(folder: Path, before: float) -> Pruned:
     """Delete the files under `folder` last written before `before` (a Unix time), then the folders
     left empty that were as old before this pass (deleting in a folder makes it new): a folder a task
-    has just made for its log is newer and stays. Links are removed as entries, never followed."""
+    has just made for its log is newer and stays. Links are removed as entries, never followed, and
+    a `folder` that is itself a link is refused (HousekeepingFailed): its target is not Airflow's
+    own. An entry that cannot be removed is counted and the pass goes on."""
+    if folder.is_symlink():
+        raise HousekeepingFailed(f"{folder} is a link (to {os.readlink(folder)}): refusing to delete under it")
     walked = list(os.walk(folder))  # top-down: each folder before what it holds
     ages = {os.path.join(parent, d): _mtime(os.path.join(parent, d)) for parent, dirs, _ in walked for d in dirs}
-    files = size = folders = 0
+    files = size = folders = failed = 0
+    first_error = ""
     for parent, dirs, names in reversed(walked):  # what a folder holds before the folder
         for name in names:
             path = os.path.join(parent, name)
@@ -70,6 +85,8 @@ def prune_logs(folder: Path, before: float) -> Pruned:
                     files, size = files + 1, size + st.st_size
             except FileNotFoundError:
                 pass  # removed meanwhile (a second housekeeping)
+            except OSError as exc:
+                failed, first_error = failed + 1, first_error or f"{path}: {exc.strerror}"
         for name in dirs:
             path = os.path.join(parent, name)
             if ages[path] >= before:
@@ -80,9 +97,12 @@ def prune_logs(folder: Path, before: float) -> Pruned:
                 else:
                     os.rmdir(path)
                 folders += 1
-            except OSError:
-                pass  # not empty (newer files inside) or removed meanwhile
-    return Pruned(files, size, folders)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno != errno.ENOTEMPTY:  # newer files inside, or ones that could not go (counted)
+                    failed, first_error = failed + 1, first_error or f"{path}: {exc.strerror}"
+    return Pruned(files, size, folders, failed, first_error)
 
 
 def _mtime(path: str) -> float:
@@ -93,24 +113,43 @@ def _mtime(path: str) -> float:
 
 
 def clean_metadata(settings: Settings, before: datetime) -> None:
-    """`airflow db clean` of the records older than `before`, unarchived, in CLEANED_TABLES."""
-    command = [
-        str(check_installed(settings)),
-        "db",
-        "clean",
-        "--clean-before-timestamp",
-        before.isoformat(),
-        "--tables",
-        ",".join(CLEANED_TABLES),
-        "--skip-archive",
-        "--yes",
-    ]
+    """`airflow db clean` of the records older than `before`, unarchived, in CLEANED_TABLES, then
+    `airflow db drop-archived`: `db clean` copies the rows it deletes into an `_airflow_deleted__*`
+    table first and drops it after, so one it was killed or failed in between stays otherwise."""
+    executable = str(check_installed(settings))
+    _airflow(
+        settings,
+        "db clean",
+        [
+            executable,
+            "db",
+            "clean",
+            "--clean-before-timestamp",
+            before.isoformat(),
+            "--tables",
+            ",".join(CLEANED_TABLES),
+            "--batch-size",
+            str(CLEAN_BATCH_ROWS),
+            "--skip-archive",
+            "--yes",
+        ],
+    )
+    _airflow(settings, "db drop-archived", [executable, "db", "drop-archived", "--yes"])
+
+
+def _airflow(settings: Settings, what: str, command: list[str]) -> None:
     try:
         done = subprocess.run(
             command, env=environment(settings), capture_output=True, text=True, timeout=CLEAN_TIMEOUT_S, check=False
         )
     except subprocess.TimeoutExpired as exc:
-        raise HousekeepingFailed(f"`airflow db clean` did not end within {CLEAN_TIMEOUT_S} s") from exc
+        raise HousekeepingFailed(f"`airflow {what}` did not end within {CLEAN_TIMEOUT_S} s") from exc
+    output = f"{done.stdout}\n{done.stderr}"
     if done.returncode != 0:
         tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])
-        raise HousekeepingFailed(f"`airflow db clean` failed (exit {done.returncode}): {tail}")
+        raise HousekeepingFailed(f"`airflow {what}` failed (exit {done.returncode}): {tail}")
+    failed = sorted(set(TABLE_FAILED.findall(output)))
+    if failed:
+        raise HousekeepingFailed(
+            f"`airflow {what}` could not clean {', '.join(failed)} (the database busy?): run it again"
+        )

@@ -87,10 +87,13 @@ def _fake_airflow(tmp_path, script: str):
 
 
 def test_metadata_is_cleaned_before_the_horizon_in_the_tables_that_clean_safely(tmp_path):
-    settings = _fake_airflow(tmp_path, f'echo "$@" > {tmp_path}/args\n')
+    settings = _fake_airflow(tmp_path, f'echo "$@" >> {tmp_path}/args\n')
     clean_metadata(settings, NOW - timedelta(days=30))
-    args = (tmp_path / "args").read_text().split()
+    clean, drop = (tmp_path / "args").read_text().splitlines()
+    assert drop.split() == ["db", "drop-archived", "--yes"], "copies a killed clean-up left go too"
+    args = clean.split()
     assert args[:2] == ["db", "clean"]
+    assert args[args.index("--batch-size") + 1] == "1000", "the write lock is held a batch at a time"
     assert args[args.index("--clean-before-timestamp") + 1] == "2026-11-01T12:00:00+00:00"
     tables = args[args.index("--tables") + 1].split(",")
     assert tables == list(CLEANED_TABLES)
@@ -103,3 +106,50 @@ def test_a_failed_clean_up_names_its_exit_and_last_words(tmp_path):
     settings = _fake_airflow(tmp_path, "echo 'database is locked' >&2\nexit 1\n")
     with pytest.raises(HousekeepingFailed, match=r"exit 1.*database is locked"):
         clean_metadata(settings, NOW - timedelta(days=30))
+
+
+def test_a_table_airflow_could_not_clean_is_a_failure_though_it_exits_0(tmp_path):
+    """`airflow db clean` logs a table whose clean-up failed (SQLite busy past its wait) as a warning,
+    goes on and exits 0: the housekeeping said "cleaned" and its task was not retried."""
+    warning = "[warning  ] Encountered error when attempting to clean table 'dag_run'. [airflow.utils.db_cleanup]"
+    settings = _fake_airflow(tmp_path, f'echo "{warning}" >&2\nexit 0\n')
+    with pytest.raises(HousekeepingFailed, match=r"could not clean dag_run"):
+        clean_metadata(settings, NOW - timedelta(days=30))
+
+
+def test_a_log_folder_that_is_a_link_is_refused(tmp_path):
+    elsewhere = _file(tmp_path / "shared" / "old.log", OLD)
+    (tmp_path / "logs").symlink_to(tmp_path / "shared")
+    with pytest.raises(HousekeepingFailed, match="is a link"):
+        prune_logs(tmp_path / "logs", NOW.timestamp())
+    assert elsewhere.exists()
+
+
+def test_an_entry_that_cannot_be_removed_is_counted_and_the_pass_goes_on(tmp_path, monkeypatch):
+    """One file of another owner stopped the pass, every day, before Airflow's records were cleaned."""
+    logs = tmp_path / "logs"
+    locked = _file(logs / "a_locked" / "old.log", OLD)
+    later = _file(logs / "b_open" / "old.log", OLD)
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):
+        if str(path) == str(locked):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    pruned = prune_logs(logs, NOW.timestamp())
+    assert locked.exists() and not later.exists()
+    assert pruned.failed == 1 and "old.log: Permission denied" in pruned.first_error
+    assert (logs / "a_locked").is_dir(), "its folder, not empty, stays without counting as a failure"
+
+
+def test_history_is_kept_at_least_as_long_as_a_batch_run_can_last():
+    """`airflow db clean` picks runs by their start, whatever their state: with keep_history_days=1
+    a batch run whose sensor had waited a day lost its records while it ran."""
+    from lambdactl.housekeeping import kept_history_s
+
+    assert kept_history_s(Settings()) == 30 * 86_400
+    short = Settings(airflow={"keep_history_days": 1})
+    longest = short.batch.completeness_wait_s + 15 * short.batch.task_timeout_s
+    assert kept_history_s(short) == longest + 86_400 > 86_400
