@@ -44,10 +44,10 @@ def _remove_stale_temporaries(path: Path) -> None:
     horizon = time.time() - STALE_TEMPORARY_S
     for left in path.parent.glob(f".{glob.escape(path.name)}.{'[0-9a-f]' * 12}.tmp"):
         try:
-            if left.stat().st_mtime < horizon:
+            if left.lstat().st_mtime < horizon:
                 left.unlink()
-        except FileNotFoundError:
-            pass  # removed by another writer meanwhile
+        except OSError:
+            pass  # removed by another writer meanwhile, or not a file this writer can remove: the write stands
 
 
 def _sync_dir(folder: Path) -> None:

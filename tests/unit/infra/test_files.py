@@ -46,8 +46,12 @@ def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next_write(tmp_
     other = tmp_path / ".passwords.json.0123456789ab.tmp"
     other.write_text("another file's")
     os.utime(other, (1_000_000, 1_000_000))
+    odd = tmp_path / ".settings.json.cccccccccccc.tmp"
+    odd.mkdir()  # matches the name, cannot be unlinked: the write still succeeds
+    os.utime(odd, (1_000_000, 1_000_000))
     write_private(path, "new")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, in_flight.name, other.name])
+    assert path.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, in_flight.name, other.name, odd.name])
 
 
 def test_the_new_text_is_on_disk_before_it_replaces_the_old(tmp_path, monkeypatch):
