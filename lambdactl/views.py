@@ -366,8 +366,16 @@ def _build(settings: Settings, building: list, deadline: float) -> None:
                 result = run_batch(settings, cutoff, names)
                 _say(f"version {result.version} serves {', '.join(names)} below {iso(result.cutoff_ms)}")
                 return
-        except (NotCoveredYet, PointerMoved, Overtaken) as exc:
-            # Overtaken: a batch beside this one served a newer cutoff meanwhile; plan again from it.
+        except Overtaken as exc:
+            # A batch beside this one served a newer cutoff meanwhile: done if it served these views
+            # from a cutoff that covers their history, else plan again from it.
+            pointer = version_store(settings).pointer()
+            entries = pointer.entries if pointer is not None else {}
+            if all(n in entries and entries[n].cutoff_ms >= needed for n in names):
+                _say(f"a batch run beside this one serves {', '.join(names)} (version {entries[names[0]].version})")
+                return
+            log.info("not yet: %s", exc)
+        except (NotCoveredYet, PointerMoved) as exc:
             log.info("not yet: %s", exc)
         except VerificationError as exc:
             raise SystemExit(

@@ -202,6 +202,15 @@ def test_a_build_overtaken_by_a_batch_beside_it_plans_again_and_a_failed_verific
     views._build(Settings(), building, time.monotonic() + 60)
     assert ran == [60_000, 120_000], "planned again at a newer cutoff"
 
+    # The batch beside it served the view being built: done, with no second batch over the master dataset.
+    from stores.pointer import Pointer, ViewEntry
+
+    served = Pointer(entries={"page_views": ViewEntry("page_views_v9", 9, 90_000)})
+    monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: served))
+    cutoffs, ran[:] = iter([60_000]), []
+    views._build(Settings(), building, time.monotonic() + 60)
+    assert ran == [60_000]
+
     def unverified(settings, cutoff, names):
         raise VerificationError("page_views_v8: 10 rows written, 9 read back")
 
