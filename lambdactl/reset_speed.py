@@ -14,6 +14,7 @@ import logging
 
 from definitions import jobs
 from definitions.settings import Settings
+from definitions.view_loading import load_views
 from lambdactl.output import VIEWS_LOCK_HOLDERS, _emit, _say
 from stores.kafka_coverage import loss_message, unabsorbed_loss
 from stores.view_versions import read_versions
@@ -49,8 +50,13 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         )
         return 2
     try:
+        declared = load_views(settings)
+    except Exception as exc:  # noqa: BLE001 - a view module's own code runs at import
+        log.error("the declared views cannot be loaded (%s: %s): fix or restore the module", type(exc).__name__, exc)
+        return 2
+    try:
         try:
-            versions = read_versions(settings)
+            versions = read_versions(settings, declared)
         except checkpoints.MarkerUnreadable as exc:  # a damaged marker is a reason to reset: none to compare
             _say(f"{exc}: the views' definitions are taken as declared")
             versions = None
@@ -70,7 +76,8 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         log.error(
             "the definition of %s changed and the speed layer has not switched to it: a fresh start would answer "
             "from batch rows of one definition and realtime rows of the other. Finish the change with `lambdactl "
-            "views apply` (or restore the declaration) first",
+            "views apply` (or restore the declaration) first; if the speed layer refuses to start meanwhile because a "
+            "data-shaping setting changed, put its old value back for that",
             ", ".join(changing),
         )
         return 2

@@ -23,7 +23,7 @@ def removed(monkeypatch):
     # Kafka holds what no batch absorbed (the check itself runs against the real stores:
     # tests/integration/speed/test_reset_speed.py).
     monkeypatch.setattr(reset_speed, "unabsorbed_loss", lambda settings: None)
-    monkeypatch.setattr(reset_speed, "read_versions", lambda settings: Versions(Registry((PAGE_VIEWS,))))
+    monkeypatch.setattr(reset_speed, "read_versions", lambda *_: Versions(Registry((PAGE_VIEWS,))))
     calls: list = []
     monkeypatch.setattr(checkpoints, "remove_checkpoint", lambda settings: calls.append(settings) or [])
     return calls
@@ -72,17 +72,17 @@ def test_a_change_of_a_views_definition_not_switched_yet_is_refused_before_anyth
     monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
     changed = replace(PAGE_VIEWS, name="page_views__0a1b2c3d")
     pending = Versions(Registry((PAGE_VIEWS, changed)), {"page_views": PAGE_VIEWS}, {"page_views": changed})
-    monkeypatch.setattr(reset_speed, "read_versions", lambda _settings: pending)
+    monkeypatch.setattr(reset_speed, "read_versions", lambda *_: pending)
     assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
     assert "page_views" in caplog.text and "views apply" in caplog.text
     assert removed == []
     caplog.clear()
     unresolved = Versions(Registry(()), {"page_views": PAGE_VIEWS}, unresolved=("page_views",))
-    monkeypatch.setattr(reset_speed, "read_versions", lambda _settings: unresolved)
+    monkeypatch.setattr(reset_speed, "read_versions", lambda *_: unresolved)
     assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
     assert "page_views" in caplog.text and removed == []
 
-    def damaged(_settings):
+    def damaged(*_):
         from stores.checkpoints import MarkerUnreadable
 
         raise MarkerUnreadable("the marker holds no marker")
@@ -136,3 +136,18 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     full = Pointer(entries={**entries, "top_pages": ViewEntry("top_pages_v1", 1, 600_000)}, version=1)
     monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": lambda self: full})())
     assert reset_speed.unabsorbed_loss(settings) is None and floors[-1] == 600_000
+
+
+def test_a_view_module_that_does_not_load_is_named_not_taken_for_a_store_down(tmp_path, monkeypatch, removed, caplog):
+    from lambdactl import reset_speed
+    from stores import replays
+
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+
+    def broken(_settings):
+        raise ImportError("No module named 'team_views'")
+
+    monkeypatch.setattr(reset_speed, "load_views", broken)
+    assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
+    assert "cannot be loaded" in caplog.text and "team_views" in caplog.text
+    assert "HBase up" not in caplog.text and removed == []
