@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import date
 
 from api.errors import ApiError
-from definitions.settings import ApiSettings
+from definitions.service_settings import ApiSettings
 from definitions.times import iso_s as iso
 from definitions.views import GRANULARITIES, View
 

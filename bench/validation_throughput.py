@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from definitions.events import FIELD_NAMES, VALIDATION_DDL, verdict  # noqa: E402
-from definitions.settings import EventLimits, get_settings  # noqa: E402
+from definitions.layer_settings import EventLimits  # noqa: E402
+from definitions.settings import get_settings  # noqa: E402
 from definitions.spark import spark_session  # noqa: E402
 from ingest.generator import ClickstreamGenerator, GeneratorConfig  # noqa: E402
 from stores.kafka_source import LOG_APPEND_TIME, validated_events  # noqa: E402

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from definitions.settings import EventLimits
+from definitions.layer_settings import EventLimits
 
 # The newest contract version this platform reads; it reads every version from 1 up to it. A
 # version adds optional fields (Field.since) and nothing else, so an older event is a newer one

@@ -4,9 +4,12 @@ a browser reaches a service at."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the repository's checkout: default places of its files
 
 
 class Section(BaseModel):

@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from definitions.settings import LOCAL_HOST, Settings
+from definitions.settings import Settings
 from definitions.settings_store import SECRET_NAME
+from definitions.store_connections import LOCAL_HOST
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

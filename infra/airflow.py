@@ -28,8 +28,9 @@ from pathlib import Path
 
 from definitions.files import private_dir, replace_text, write_private
 from definitions.logs import configure_from
-from definitions.section import browser_url
-from definitions.settings import DEFAULT_AIRFLOW_PASSWORD, REPO_ROOT, Settings, process_settings
+from definitions.section import REPO_ROOT, browser_url
+from definitions.service_settings import DEFAULT_AIRFLOW_PASSWORD
+from definitions.settings import Settings, process_settings
 from stores.airflow import base_url
 
 log = logging.getLogger("lambda.airflow")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from definitions.settings import REPO_ROOT, Settings
+from definitions.section import REPO_ROOT
+from definitions.settings import Settings
 from infra.errors import StackError
 from stores.restarts import supervisor_dir
 

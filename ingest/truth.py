@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from definitions.events import InvalidEvent, validate
-from definitions.settings import EventLimits
+from definitions.layer_settings import EventLimits
 from definitions.views import GRANULARITIES
 from ingest.generator import INVALID_KINDS, SentRecord
 

@@ -14,7 +14,8 @@ Python worker per task. tests/unit/ingest/test_validation_parity.py holds the tw
 from typing import TYPE_CHECKING
 
 from definitions.events import FIELD_NAMES, JVM_VALIDATOR_CLASS, TICK_KEY, VALIDATION_DDL, contract_json
-from definitions.settings import EventLimits, Settings
+from definitions.layer_settings import EventLimits
+from definitions.settings import Settings
 from stores.clients import kafka_spark_options
 from stores.kafka import ISOLATION_LEVEL
 

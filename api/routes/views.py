@@ -24,7 +24,8 @@ from starlette.concurrency import run_in_threadpool
 from api.errors import ApiError, error_responses
 from api.window import DEFAULT_SPAN_BUCKETS, TIME_EXAMPLE, TIME_PATTERN, iso, resolve_window
 from definitions.events import FIELDS, value_pattern
-from definitions.settings import MAX_KEY_BYTES, Settings
+from definitions.layer_settings import MAX_KEY_BYTES
+from definitions.settings import Settings
 from definitions.view_versions import Versions
 from definitions.views import View
 from serving_layer.answers import SeriesAnswer, TopAnswer

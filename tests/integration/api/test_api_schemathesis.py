@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from definitions.settings import REPO_ROOT
+from definitions.section import REPO_ROOT
 
 MAX_EXAMPLES = 40  # per operation and phase: the run takes about a minute
 

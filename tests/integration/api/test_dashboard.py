@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from definitions.settings import REPO_ROOT
+from definitions.section import REPO_ROOT
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 

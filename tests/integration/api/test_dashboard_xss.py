@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from definitions.events import format_time
-from definitions.settings import REPO_ROOT
+from definitions.section import REPO_ROOT
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 TITLE = "Lambda platform"

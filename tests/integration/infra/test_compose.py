@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 
 import yaml
 
-from definitions.settings import REPO_ROOT, Settings
+from definitions.section import REPO_ROOT
+from definitions.settings import Settings
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 MAVEN_POM = REPO_ROOT / "infra" / "maven" / "pom.xml"

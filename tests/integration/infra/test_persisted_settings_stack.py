@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from definitions.settings import REPO_ROOT
+from definitions.section import REPO_ROOT
 from stores.progress import read_progress
 
 LAMBDACTL = Path(sys.executable).parent / "lambdactl"

@@ -317,7 +317,7 @@ def test_up_with_changed_settings_restarts_the_programs_that_loaded_the_old_ones
     said every process was already running."""
     import httpx
 
-    from definitions.settings import DEFAULT_TOKEN
+    from definitions.service_settings import DEFAULT_TOKEN
 
     def answer(token: str) -> int:  # 401 before the body is read; a body of no event is refused after
         url = f"http://127.0.0.1:{isolated.port}/api/v1/events"

@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from definitions.settings import REPO_ROOT
+from definitions.section import REPO_ROOT
 from definitions.view_loading import load_views
 from reports import storage
 from reports.render import render_html

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from definitions.settings import ApiSettings
+from definitions.service_settings import ApiSettings
 from tests.support.tripwire_api import make_client
 
 PRODUCER = "producer-token-0123456789"

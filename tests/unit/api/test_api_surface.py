@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr, ValidationError
 
 from api.app import create_app
-from definitions.settings import ApiSettings
+from definitions.service_settings import ApiSettings
 from tests.support.tripwire_api import LOCAL_URL, make_client
 
 

@@ -5,7 +5,7 @@ realtime TTL. The tests keep it paused at creation (the Makefile), out of their 
 
 from __future__ import annotations
 
-from definitions.settings import AirflowSettings
+from definitions.service_settings import AirflowSettings
 from infra.airflow import environment
 
 
@@ -17,7 +17,7 @@ def test_a_new_dag_is_active_unless_asked_otherwise(settings):
 
 
 def test_the_tests_keep_it_paused_at_creation():
-    from definitions.settings import REPO_ROOT
+    from definitions.section import REPO_ROOT
 
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert "export LAMBDA_AIRFLOW__PAUSED_AT_CREATION ?= true" in makefile

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from definitions.settings import REPO_ROOT
+from definitions.section import REPO_ROOT
 
 ENTRY_POINTS = [
     ["-m", "ingest.archiver"],

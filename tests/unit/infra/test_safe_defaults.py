@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
-from definitions.settings import AirflowSettings, ApiSettings, Settings, default_secrets
+from definitions.service_settings import AirflowSettings, ApiSettings
+from definitions.settings import Settings, default_secrets
 from infra.errors import StackError
 from infra.stack import Stack
 
@@ -68,7 +69,7 @@ def test_event_limits_that_allow_a_key_no_store_can_hold_are_refused():
     batch run failed on it, for good (the master dataset keeps it)."""
     from pydantic import ValidationError
 
-    from definitions.settings import MAX_KEY_BYTES, EventLimits
+    from definitions.layer_settings import MAX_KEY_BYTES, EventLimits
     from stores.batch_layout import encode_key
 
     with pytest.raises(ValidationError, match=r"events\.max_record_bytes .*max_url_chars"):
@@ -84,7 +85,7 @@ def test_event_limits_that_allow_a_key_no_store_can_hold_are_refused():
 def test_the_development_token_is_no_admin_token_outside_development():
     """It is printed in the repository: as `api.admin_token` it opened the admin routes to anyone."""
     from api.app import InsecureSettings, check_settings
-    from definitions.settings import DEFAULT_TOKEN
+    from definitions.service_settings import DEFAULT_TOKEN
 
     settings = Settings(
         environment="production",

@@ -197,7 +197,7 @@ def test_a_host_that_is_no_host_is_refused_naming_the_setting(section, values):
 def test_a_retention_grace_under_which_no_run_could_swap_is_refused():
     """A verified run swaps only while a minute of its grace is left: with a grace of 30 s, every
     run wrote and verified its tables, was refused its swap, and left them behind."""
-    from definitions.settings import BatchSettings
+    from definitions.layer_settings import BatchSettings
 
     with pytest.raises(pydantic.ValidationError, match="retention_grace_s"):
         BatchSettings(retention_grace_s=30)

@@ -158,7 +158,7 @@ def test_spark_struct_is_derived_from_the_declaration():
 # value_pattern: what the API checks a view key against, outside validate()
 def _field_accepts(field, value: str) -> bool:
     from definitions.events import _check_field
-    from definitions.settings import EventLimits
+    from definitions.layer_settings import EventLimits
 
     limits = EventLimits(max_record_bytes=1_000_000)
     try:

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from definitions.settings import EventLimits
+from definitions.layer_settings import EventLimits
 from ingest.generator import INVALID_KINDS, ClickstreamGenerator, GeneratorConfig, SentRecord
 from ingest.truth import VerdictMismatch, distinct_events
 

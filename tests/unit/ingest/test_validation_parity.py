@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from definitions.events import FIELD_NAMES, verdict
-from definitions.settings import EventLimits
+from definitions.layer_settings import EventLimits
 from stores.kafka_source import LOG_APPEND_TIME, validated_events
 from tests.support.parity_corpus import records
 

@@ -21,7 +21,7 @@ from definitions.events import (
     validate_document,
     verdict,
 )
-from definitions.settings import EventLimits
+from definitions.layer_settings import EventLimits
 from tests.support.hostile import BASE, CONFIRMED, corpus
 
 INGEST_MS = 1_794_906_000_000  # 2026-11-17T09:00:00Z

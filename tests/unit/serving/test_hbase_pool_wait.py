@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from definitions.settings import ApiSettings, HBaseSettings, Settings
+from definitions.service_settings import ApiSettings
+from definitions.settings import HBaseSettings, Settings
 from serving_layer.service import ServingLayer, StoreUnavailable
 
 

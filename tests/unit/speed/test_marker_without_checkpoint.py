@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from definitions.settings import Settings, SpeedSettings
+from definitions.layer_settings import SpeedSettings
+from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, Registry
 from speed_layer.job import check_checkpoint_settings
 from stores import checkpoints, kafka_coverage, realtime_schema, registry, replays
@@ -147,7 +148,7 @@ def test_a_marker_this_release_cannot_read_whole_stops_the_speed_layer_naming_it
 def test_a_checkpoint_made_with_another_dedupe_window_is_refused(monkeypatch):
     """Its de-duplication state was made with that window (a host whose local settings were wiped
     while HDFS kept the checkpoint resumed it with another)."""
-    from definitions.settings import SpeedSettings
+    from definitions.layer_settings import SpeedSettings
     from stores import webhdfs
 
     monkeypatch.setattr(
@@ -161,7 +162,7 @@ def test_a_checkpoint_made_with_another_dedupe_window_is_refused(monkeypatch):
 
 
 def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatch):
-    from definitions.settings import SpeedSettings
+    from definitions.layer_settings import SpeedSettings
     from stores import webhdfs
 
     hdfs = MarkerFile(None)

@@ -190,7 +190,7 @@ def test_cluster_settings_that_would_fail_later_are_refused_now(section, fields,
 
 
 def test_the_local_cluster_settings_are_checked():
-    from definitions.settings import SparkClusterSettings
+    from definitions.spark_settings import SparkClusterSettings
     from definitions.stack_settings import StackSettings
 
     with pytest.raises(ValidationError, match="exceeds what a worker offers"):

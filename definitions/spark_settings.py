@@ -1,0 +1,106 @@
+"""The settings of Spark (section `spark` of definitions.settings.Settings): its sessions, and the
+local standalone cluster `lambdactl up` may run."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator, model_validator
+
+from definitions.section import Host, Port
+from definitions.section import Section as _Section
+from definitions.store_connections import LOCAL_HOST
+
+JVM_SIZE = r"^\d+[kKmMgGtT]$"  # a JVM heap size: 768m, 3g (Spark's launcher refuses anything else at start)
+
+
+class SparkClusterSettings(_Section):
+    """A Spark standalone cluster that `lambdactl up` runs as local processes (`spark-master`,
+    `spark-worker-1` …, from the pinned pyspark's own jars). `workers` 0 (the default): no cluster,
+    every job runs in `spark.master`. More than 0: every job (archiver, speed layer, batch,
+    reports) runs as an application of this cluster, its work in the workers' executors."""
+
+    workers: int = Field(0, ge=0, le=4)
+    host: Host = LOCAL_HOST
+    port: Port = 7077
+    ui_port: Port = 8090  # the master's web UI and JSON (/json/); workers use the ports after it
+    # Task slots and memory each worker offers. Slots may exceed the machine's cores: the archiver and
+    # the speed layer hold theirs all the time, and a batch run, a report and a manual run beside a
+    # DAG run each need their own (an application that finds none waits).
+    worker_cores: int = Field(12, ge=1, le=1_024)
+    worker_memory_mb: int = Field(3_072, ge=512, le=2**20)
+    daemon_heap_mb: int = Field(256, ge=64, le=65_536)
+    # What each application takes of the cluster: at most this many task slots, and executors of
+    # this much memory.
+    app_cores: int = Field(2, ge=1, le=1_024)
+    executor_memory: str = "768m"
+    health_timeout_s: float = Field(60, gt=0, le=3_600)
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+    @model_validator(mode="after")
+    def _executors_fit_the_workers(self) -> SparkClusterSettings:
+        if self.ui_port + self.workers > 65_535:
+            raise ValueError(
+                f"spark.cluster.ui_port {self.ui_port}: its {self.workers} workers' web UIs take the ports after it, "
+                "past 65535"
+            )
+        match = re.fullmatch(r"(\d+)([kmgt])", self.executor_memory.strip().lower())
+        if not match:
+            raise ValueError(f"spark.cluster.executor_memory: {self.executor_memory!r} is not like 768m or 2g")
+        mb = int(match.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}[match.group(2)]
+        if self.workers and mb > self.worker_memory_mb:
+            raise ValueError(
+                f"spark.cluster.executor_memory {self.executor_memory} exceeds what a worker offers "
+                f"(spark.cluster.worker_memory_mb={self.worker_memory_mb}): no application would get an executor"
+            )
+        return self
+
+
+UTC_NAMES = ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z")
+
+
+def no_other_zone(name: str, jvm_options: str) -> str:
+    """JVM options that set no time zone but UTC (definitions.spark adds UTC to every JVM's)."""
+    zones = re.findall(r"-Duser\.timezone=(\S*)", jvm_options)
+    if any(z not in UTC_NAMES for z in zones):
+        raise ValueError(f"{name} must not set -Duser.timezone to another zone than UTC: the time model is UTC")
+    return jvm_options
+
+
+class SparkSettings(_Section):
+    master: str = "local[*]"
+    # The Python interpreter of the executors' Python workers. Empty: the driver's own (right for
+    # local mode and for the local cluster); set it to the interpreter path on a real cluster's nodes.
+    python: str = ""
+    cluster: SparkClusterSettings = SparkClusterSettings()
+    driver_memory: str = Field("1g", pattern=JVM_SIZE)
+    shuffle_partitions: int = Field(4, ge=1, le=10_000)
+    ui_enabled: bool = False
+    # JVM options of every driver (and executor): G1 returns heap it no longer needs to the
+    # system after 30 s without a collection, so an idle streaming job holds what it uses, not
+    # its -Xmx. The time zone option is always added.
+    jvm_options: str = "-XX:+UseG1GC -XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+    # Extra `spark.*` options passed as-is to every session.
+    conf: dict[str, str] = {}
+
+    @field_validator("conf")
+    @classmethod
+    def _time_stays_utc(cls, conf: dict[str, str]) -> dict[str, str]:
+        """Every session reads and writes time in UTC: the archiver's ingest_date and ingest_hour
+        partitions, the batch's pruning by the cutoff's date, the reports' windows. Another zone
+        here put a UTC day's last hours in the next day's partition, which a batch cutoff on that
+        day left out while the clean-up deleted their realtime rows."""
+        zone = conf.get("spark.sql.session.timeZone")
+        if zone is not None and zone not in UTC_NAMES:
+            raise ValueError(f"spark.sql.session.timeZone must stay UTC (got {zone!r}): the time model is UTC")
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            no_other_zone(key, conf.get(key, ""))
+        return conf
+
+    @field_validator("jvm_options")
+    @classmethod
+    def _jvm_zone_stays_utc(cls, options: str) -> str:
+        return no_other_zone("spark.jvm_options", options)
