@@ -44,6 +44,7 @@ from lambdactl.replay_rules import (
     running_holder,
     settled_split,
     split_after,
+    taken_over,
 )
 from stores.replays import ReplayMarked
 
@@ -248,7 +249,6 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     appended = end_offsets(settings)
     started_ms, began_ms = replay_start(int(time.time() * 1000), replaced)
     shadow = shadow_name(view.name, started_ms)
-    taken = [(m.started_ms, *m.replaces) for m in replaced if not m.switched]  # the claim a --resume takes over
     # A claim taken over that left the view's rows short passes that on: its 409 stays until a switch.
     short = any(m.rows_short for m in replaced)
     claim = mark(
@@ -258,7 +258,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         started_ms,
         take_over=args.resume,
         shadow=shadow,
-        replaces=taken[0] if taken else (),
+        replaces=taken_over(replaced),  # the claim a --resume takes over, and its chain
         short=short,
     )
     # Still maintained, now that the claim is made: a retirement (`views apply`) that began after the

@@ -159,3 +159,17 @@ def reader_refusal(reader: type, setting: str) -> str | None:
         "rows could not answer for the view (stores/adapters.py); rebuild it with "
         "`lambdactl batch --views VIEW --force` instead"
     )
+
+
+# The claims a take-over names (its own chain included), newest first: bounded, so a claim resumed
+# again and again stays under a mark's 4,096 bytes (MAX_MARK_BYTES; about 220 started_ms fit) and
+# readable. A replay further back that still ran would be refused at its switch: it no longer holds
+# the claim.
+MAX_REPLACED = 64
+
+
+def taken_over(replaced: Iterable) -> tuple[int, ...]:
+    """What a `--resume` records it replaces: the unswitched claim it takes over and the ones that
+    claim had taken over, at most MAX_REPLACED of them."""
+    chains = [(m.started_ms, *m.replaces) for m in replaced if not m.switched]
+    return tuple(chains[0][:MAX_REPLACED]) if chains else ()

@@ -844,3 +844,23 @@ def test_a_resume_takes_over_only_the_claim_it_was_planned_against(settings, mon
     assert resume(95, 70).replaces == (70,), "the claim it was planned against is taken over"
     files["page_views.json"] = b"{broken"
     assert resume(99, 0).started_ms == 99, "an unreadable claim is what such a resume takes over"
+
+
+def test_a_claim_resumed_again_and_again_stays_a_readable_mark():
+    """Each `--resume` named every claim before it: after about 220 kills and resumes the claim
+    passed a mark's 4,096 bytes, read as no mark, and the view's answers were refused for good."""
+    from lambdactl.replay_rules import MAX_REPLACED, taken_over
+    from stores.replays import MAX_MARK_BYTES, ReplayMark, shadow_name
+
+    now = 1_796_000_000_000
+    claim = ReplayMark("page_views", 0, now, shadow=shadow_name("page_views", now))
+    for n in range(1, 400):  # killed, then resumed, 400 times
+        started = now + n * 1_000
+        claim = ReplayMark("page_views", 0, started, shadow=shadow_name("page_views", started), replaces=taken_over([claim]))
+        data = claim.to_json()
+        assert len(data) <= MAX_MARK_BYTES
+        assert ReplayMark.from_json("page_views", data) == claim
+    assert len(claim.replaces) == MAX_REPLACED
+    assert claim.replaces[0] == now + 398 * 1_000, "the claim taken over first, then its own chain"
+    switched = ReplayMark("page_views", 0, now, shadow=shadow_name("page_views", now), split_ms=now)
+    assert taken_over([switched]) == (), "a switched replay is no claim to take over"
