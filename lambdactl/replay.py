@@ -46,6 +46,7 @@ from lambdactl.replay_rules import (
     split_after,
     taken_over,
 )
+from lambdactl.replay_switch import SwitchUnfinished, delete_replaced, switched_to
 from stores.replays import ReplayMarked
 
 
@@ -109,6 +110,9 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     except NotSwitched as exc:
         _say(f"replay not switched: {exc}")
         return 2
+    except SwitchUnfinished as exc:
+        _say(str(exc))
+        return 1
     except KeyboardInterrupt:
         _say(f"replay of {view.name} interrupted; {_left(settings, view.name)}")
         return 130
@@ -242,7 +246,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
     from speed_layer.replay import rewrite
     from stores.checkpoints import read_marker
     from stores.kafka import end_offsets, latest_ingest_ms, lost_since
-    from stores.replays import holds, mark, release, shadow_name, switch
+    from stores.replays import holds, mark, release, shadow_name
 
     # Every record below these was appended before the replay began (read before its claim: read after
     # it, records of the seconds between count too, and may move the split a whole bucket on).
@@ -325,14 +329,14 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
             f"the speed layer was reset or started afresh while the replay ran: its rows of {view.name} are "
             "made again from Kafka, so the replayed ones are not switched to (a later clean-up deletes them)"
         )
-    switch(settings, claim, split_ms)
+    switched_to(settings, claim, split_ms)
     # Switched: the replay is done, whatever happens from here (the API workers read the marks again
     # within a minute when not told; rows left are read by no answer).
     old_rows = {m.shadow for m in replaced if m.shadow} - {shadow}  # of the replays this one replaced
     try:
         refresh_api(settings)
         _say(f"{view.name}: switched to the replayed rows for ingest buckets {iso_ms(from_ms)} to {iso_ms(split_ms)}")
-        deleted = _delete_replaced(settings, view.name, sorted(old_rows))
+        deleted = delete_replaced(settings, view.name, sorted(old_rows))
     except KeyboardInterrupt:
         _say(
             f"{view.name}: interrupted after the switch: it answers from the replayed rows; the replaced "
@@ -365,31 +369,6 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         _say(json.dumps(summary))
     _say(f"{view.name}: replayed {done.records:,} records in {done.seconds:.1f}s; its answers read them")
     return 0
-
-
-def _delete_replaced(settings: Settings, view: str, old_rows: list[str]) -> int:
-    """Delete the rows of the replays a switched replay replaced (no answer reads them once every
-    API worker read the marks again): the rows deleted."""
-    from serving_layer.speed_state import replaced_rows_kept_s
-    from stores.realtime_cleanup import delete_view_from
-
-    if not old_rows:
-        return 0
-    # Every API worker has read the replay marks again by then, even one whose read just now failed
-    # or raced with the switch, or refuses the view: the replaced rows are read by none.
-    settle_s = replaced_rows_kept_s(settings)
-    _say(f"{view}: deleting the replaced replays' rows in {settle_s:.0f}s, once no API worker reads them")
-    time.sleep(settle_s)
-    deleted = 0
-    for old in old_rows:
-        cleaned = delete_view_from(settings, old, 0, time.time_ns() // 1000)
-        deleted += cleaned.rows_below_cutoff
-        if not cleaned.complete:  # no answer reads them; `lambdactl clean-realtime` deletes orphans
-            _say(
-                f"{view}: rows of the replaced replay {old} are left in {len(cleaned.unreadable)} token range(s) "
-                "that could not be cleaned; no answer reads them, and a later clean-up deletes them"
-            )
-    return deleted
 
 
 def _wait_for_split(settings: Settings, view: str, from_ms: int, split_ms: int, timeout_s: float):

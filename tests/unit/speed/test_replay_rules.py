@@ -856,7 +856,9 @@ def test_a_claim_resumed_again_and_again_stays_a_readable_mark():
     claim = ReplayMark("page_views", 0, now, shadow=shadow_name("page_views", now))
     for n in range(1, 400):  # killed, then resumed, 400 times
         started = now + n * 1_000
-        claim = ReplayMark("page_views", 0, started, shadow=shadow_name("page_views", started), replaces=taken_over([claim]))
+        claim = ReplayMark(
+            "page_views", 0, started, shadow=shadow_name("page_views", started), replaces=taken_over([claim])
+        )
         data = claim.to_json()
         assert len(data) <= MAX_MARK_BYTES
         assert ReplayMark.from_json("page_views", data) == claim
@@ -864,3 +866,32 @@ def test_a_claim_resumed_again_and_again_stays_a_readable_mark():
     assert claim.replaces[0] == now + 398 * 1_000, "the claim taken over first, then its own chain"
     switched = ReplayMark("page_views", 0, now, shadow=shadow_name("page_views", now), split_ms=now)
     assert taken_over([switched]) == (), "a switched replay is no claim to take over"
+
+
+def test_a_switch_that_fails_after_its_overlay_is_written_says_the_view_answers_from_the_replay(monkeypatch):
+    """The switch wrote its overlay, then failed deleting the claim: the replay said "the view keeps
+    answering as before", though the view already answered from the replayed rows."""
+    from definitions.settings import Settings
+    from lambdactl import replay_switch as replay
+    from stores import replays
+    from stores.replays import ReplayMark, shadow_name
+
+    claim = ReplayMark("page_views", 0, 5_000, shadow=shadow_name("page_views", 5_000))
+    overlay = ReplayMark("page_views", 0, 5_000, shadow=claim.shadow, split_ms=9_000)
+
+    def fails_after_the_overlay(settings, held, split_ms):
+        raise ConnectionError("HDFS went away")
+
+    monkeypatch.setattr(replays, "switch", fails_after_the_overlay)
+    monkeypatch.setattr(replays, "read_overlays", lambda _settings: {"page_views": overlay})
+    with pytest.raises(replay.SwitchUnfinished, match=r"switched \(it answers from the replayed rows\).*--cancel"):
+        replay.switched_to(Settings(), claim, 9_000)
+    # No overlay of this replay: the failure is the switch's own, the view as it was.
+    monkeypatch.setattr(replays, "read_overlays", lambda _settings: {})
+    with pytest.raises(ConnectionError):
+        replay.switched_to(Settings(), claim, 9_000)
+    monkeypatch.setattr(
+        replays, "read_overlays", lambda _settings: {"page_views": ReplayMark("page_views", 0, 4_000, "x", 6_000)}
+    )
+    with pytest.raises(ConnectionError):
+        replay.switched_to(Settings(), claim, 9_000)
