@@ -298,6 +298,7 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         split_ms,
         appended,
         bucket_ms,
+        view.name,
     )
     waited_s = time.monotonic() - waiting
     lost = lost_since(spans, from_ms)

@@ -122,16 +122,34 @@ def split_after(started_ms: int, latest_ingest_ms: int | None, bucket_ms: int) -
     return (began // bucket_ms + 1) * bucket_ms
 
 
-def settled_split(wait: Callable[[int], list], split_ms: int, appended: dict[int, int], bucket_ms: int):
+# How far the split may move on for records appended before the replay began: each bucket it moves
+# past this host's clock is waited out, so a brokers' clock hours ahead made the replay wait hours.
+MAX_SPLIT_MOVE_MS = 600_000
+
+
+def settled_split(
+    wait: Callable[[int], list], split_ms: int, appended: dict[int, int], bucket_ms: int, view: str = "V"
+):
     """(spans, split) once no record appended before the replay began (below `appended`, per
     partition) is ingested at or after the split: `wait(split)` gives the spans up to a split. No
     clock is trusted: such a record (the brokers' clock ahead of this host's, their latest time not
-    read) would be left to the view's own rows, so the split moves one bucket on."""
+    read) would be left to the view's own rows, so the split moves one bucket on, up to
+    MAX_SPLIT_MOVE_MS (at least 3 buckets): further, the clocks are wrong, and the replay stops
+    (SystemExit; the view stays claimed and answers as before)."""
+    allowed_ms = max(3 * bucket_ms, MAX_SPLIT_MOVE_MS)
+    limit_ms = split_ms + allowed_ms
     while True:
         spans = wait(split_ms)
         early = [s.partition for s in spans if s.end < appended.get(s.partition, 0)]
         if not early:
             return spans, split_ms
+        if split_ms + bucket_ms > limit_ms:
+            raise SystemExit(
+                f"partition(s) {early} still hold records appended before the replay began and ingested at or after "
+                f"{split_ms} ms: the brokers' clock runs more than {allowed_ms // 1000} s ahead of this host's. The view "
+                f"stays claimed and answers as before: set both clocks right (NTP), then `lambdactl replay --view "
+                f"{view} --resume`"
+            )
         split_ms += bucket_ms
         _say(
             f"partition(s) {early} hold records appended before the replay began and ingested after the split: "

@@ -895,3 +895,24 @@ def test_a_switch_that_fails_after_its_overlay_is_written_says_the_view_answers_
     )
     with pytest.raises(ConnectionError):
         replay.switched_to(Settings(), claim, 9_000)
+
+
+def test_the_split_moves_on_at_most_ten_minutes_then_the_replay_stops_naming_the_clocks():
+    """Each bucket the split moves past this host's clock is waited out: with the brokers' clock an
+    hour ahead, a replay waited an hour before it read Kafka."""
+    from lambdactl.replay_rules import settled_split
+
+    asked = []
+
+    def always_early(split_ms):
+        asked.append(split_ms)
+        assert len(asked) < 200, "the split moved on without end"
+        return [replace(span(0, 0, 0), end=10)]
+
+    with pytest.raises(SystemExit, match=r"more than 600 s ahead.*replay --view page_views --resume"):
+        settled_split(always_early, 60_000, {0: 100}, 30_000, "page_views")
+    assert asked[-1] == 60_000 + 600_000 and len(asked) == 21
+    asked.clear()
+    with pytest.raises(SystemExit, match=r"more than 10800 s ahead"):
+        settled_split(always_early, 3_600_000, {0: 100}, 3_600_000, "page_views")
+    assert len(asked) == 4, "at least three buckets"
