@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from definitions.settings import Settings
-from speed_layer.job import PENDING, late_drops_recorder, record_pending_late_drops
+from speed_layer.late_drops import PENDING, late_drops_recorder, record_pending_late_drops
 from stores.progress import ProgressFile
 
 

@@ -12,7 +12,7 @@ import pytest
 from definitions.layer_settings import SpeedSettings
 from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, Registry
-from speed_layer.job import check_checkpoint_settings
+from speed_layer.checkpoint_start import check_checkpoint_settings
 from stores import checkpoints, kafka_coverage, realtime_schema, registry, replays
 
 
