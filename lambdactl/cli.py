@@ -5,26 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import re
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC
-from pathlib import Path
 
 from definitions.logs import configure
 from definitions.settings import Settings, get_settings
 from definitions.views import view_names
 from infra.errors import StackError
-from lambdactl import accept_loss, housekeeping, reset_speed
+from lambdactl import accept_loss, generate, housekeeping, reset_speed
+from lambdactl.arg_types import at_least_one, iso_time, positive
 from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
 from lambdactl.output import _say
 from lambdactl.replay import cmd_replay
 from lambdactl.status import cmd_status
 from lambdactl.views import cmd_views, cmd_views_apply
-from stores.kafka import COMPRESSION_CODECS
 
 log = logging.getLogger("lambdactl")
 
@@ -84,42 +81,6 @@ def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
-    import contextlib
-
-    from ingest.generator import produce, read_sent
-    from ingest.truth import VerdictMismatch, write_truth
-
-    start = generation_start(args)
-    try:
-        config = _generator_config(args, start)
-    except ValueError as exc:
-        log.error("generate refused, nothing sent: %s", exc)
-        return 2
-    events_out = args.events_out
-    if args.truth_out and not events_out:
-        events_out = args.truth_out.with_suffix(".events.jsonl")
-    with contextlib.ExitStack() as stack:
-        handle = stack.enter_context(open(events_out, "w")) if events_out else None
-        report = produce(settings, config, handle, progress_every=max(1000, args.count // 10))
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.by_kind.items()))
-    _say(f"sent {report.sent} records in {report.seconds:.1f}s ({report.rate:,.0f}/s); {kinds}")
-    if events_out:
-        _say(f"what was sent: {events_out}")
-    if args.truth_out:
-        try:
-            write_truth(read_sent(events_out), args.granularity, args.truth_out, settings.events)
-        except VerdictMismatch as exc:  # the records are sent: what was sent stays in events_out
-            log.error(
-                "no ground truth written: %s (the generator's options make records the platform's event "
-                "limits judge otherwise than meant: events.* settings, or --start, --span, --late-max)",
-                exc,
-            )
-            return 1
-        _say(f"ground truth ({args.granularity} buckets): {args.truth_out}")
-    return 0 if report.failed == 0 else 1
-
-
 def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     """Run one service in the foreground (containers, systemd): render its config, then exec it."""
     import os
@@ -166,83 +127,10 @@ def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _generator_config(args: argparse.Namespace, start):
-    """`generate`'s GeneratorConfig; ValueError naming what is wrong with its arguments."""
-    from ingest.generator import GeneratorConfig
-
-    return GeneratorConfig(
-        seed=args.seed,
-        count=args.count,
-        rate=args.rate,
-        pages=args.pages,
-        users=args.users,
-        span_s=args.span,
-        start=start,
-        late_fraction=args.late_fraction,
-        late_min_s=args.late_min,
-        late_max_s=args.late_max,
-        duplicate_fraction=args.duplicate_fraction,
-        invalid_fraction=args.invalid_fraction,
-        topic=args.topic or "",
-        compression=args.compression,
-    )
-
-
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from lambdactl.demo import run_demo
 
     return run_demo(settings, count=args.count, rate=args.rate)
-
-
-def generation_start(args: argparse.Namespace):
-    """`generate --start` as a UTC datetime (read as `iso_time` validated it), or None: now."""
-    from datetime import datetime
-
-    from definitions.times import parse_iso_ms
-
-    return datetime.fromtimestamp(parse_iso_ms(args.start) / 1000, UTC) if args.start else None
-
-
-def iso_time(text: str) -> str:
-    """An argparse type: the text as given once it reads as an ISO 8601 time (definitions.times)."""
-    from definitions.times import parse_iso_ms
-
-    try:
-        parse_iso_ms(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def finite(text: str) -> float:
-    """An argparse type: a number that is neither NaN nor infinite (a timeout of `nan` never ran out:
-    every comparison with it is false)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number: {text[:40]!r}")
-    return value
-
-
-def positive(text: str) -> float:
-    """An argparse type: a finite number above 0 (seconds to wait)."""
-    value = finite(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0: {text[:40]!r}")
-    return value
-
-
-def at_least_one(text: str) -> int:
-    """An argparse type: a whole number of 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number: {text[:40]!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more: {text[:40]!r}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,37 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("-n", "--lines", type=int, default=50)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=cmd_logs)
-    gen = sub.add_parser("generate", help="produce a realistic, seeded clickstream into Kafka")
-    gen.add_argument("--count", type=int, default=10_000, help="records to send")
-    gen.add_argument("--rate", type=finite, default=0.0, help="records per second (0: as fast as possible)")
-    gen.add_argument("--seed", type=int, default=42)
-    gen.add_argument("--pages", type=int, default=500)
-    gen.add_argument("--users", type=int, default=5_000)
-    gen.add_argument(
-        "--span",
-        type=finite,
-        default=0.0,
-        help="spread event times over this many seconds before --start, following a daily rhythm (0: live)",
-    )
-    gen.add_argument("--start", type=iso_time, help="ISO time the simulated span ends at (default: now)")
-    gen.add_argument("--late-fraction", type=finite, default=0.0)
-    gen.add_argument("--late-min", type=finite, default=3_600.0, help="seconds")
-    gen.add_argument("--late-max", type=finite, default=172_800.0, help="seconds")
-    gen.add_argument("--duplicate-fraction", type=finite, default=0.0)
-    gen.add_argument("--invalid-fraction", type=finite, default=0.0)
-    gen.add_argument("--topic", help="default: the events topic from settings")
-    gen.add_argument(
-        "--compression",
-        choices=COMPRESSION_CODECS,
-        default="none",
-        help="the producer's compression codec, as any Kafka client may choose it",
-    )
-    gen.add_argument(
-        "--events-out", type=Path, help="write every sent record (kind, partition, offset, ingest time) as JSONL"
-    )
-    gen.add_argument("--truth-out", type=Path, help="write the ground-truth view values the valid events imply")
-    gen.add_argument("--granularity", choices=["minute", "hour", "day"], default="hour")
-    gen.set_defaults(func=cmd_generate)
+    generate.add_parser(sub)
     batch = sub.add_parser("batch", help="recompute the batch views now")
     batch.add_argument(
         "--cutoff", type=iso_time, help="ISO time on an ingest-bucket boundary (default: the last complete one)"

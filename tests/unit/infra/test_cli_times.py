@@ -32,10 +32,10 @@ def test_a_well_formed_time_is_read_as_given():
 
 
 def test_the_start_of_generated_events_is_the_time_given_read_as_validated(monkeypatch):
-    from lambdactl import cli
+    from lambdactl import generate
 
     args = build_parser().parse_args(["generate", "--start", " 2026-11-27T02:00:00 ", "--count", "1"])
-    assert cli.generation_start(args) == datetime(2026, 11, 27, 2, 0, tzinfo=UTC)  # no zone: UTC, as validated
+    assert generate.generation_start(args) == datetime(2026, 11, 27, 2, 0, tzinfo=UTC)  # no zone: UTC, as validated
 
 
 @pytest.mark.parametrize("views", ["", " ", ",", "page_views,", "page_views,,top_pages"])
