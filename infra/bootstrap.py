@@ -16,7 +16,7 @@ from infra.errors import StackError
 from infra.java import find_java
 from infra.services import HBASE, JAVA_DIR
 from stores.batch_views import NamespaceMissing, ensure_meta_table
-from stores.kafka import ensure_topics
+from stores.kafka_topic_config import ensure_topics
 from stores.realtime_schema import ensure_keyspace
 
 log = logging.getLogger(__name__)

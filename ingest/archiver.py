@@ -28,8 +28,8 @@ from definitions.settings import Settings, process_settings
 from definitions.spark import trigger_interval
 from ingest.ticker import Ticker
 from stores import completeness, health, kafka_gaps
-from stores.kafka import check_timestamp_type, partition_count
 from stores.kafka_source import SOURCE_COLUMNS, kafka_sink_options, kafka_stream, validated_events
+from stores.kafka_topic_config import check_timestamp_type, partition_count
 from stores.master import last_archived_batch, master_url
 from stores.progress import HdfsPublisher, ProgressFile, source_offsets
 from stores.webhdfs import WebHdfs

@@ -32,8 +32,8 @@ from definitions.views import cells as view_cells
 from speed_layer.checkpoint_start import check_checkpoint_settings
 from speed_layer.late_drops import late_drops_recorder, record_pending_late_drops
 from stores import health, kafka_gaps
-from stores.kafka import check_timestamp_type
 from stores.kafka_source import kafka_stream, validated_events
+from stores.kafka_topic_config import check_timestamp_type
 from stores.master import first_copies
 from stores.progress import HdfsPublisher, ProgressFile
 from stores.realtime import RealtimeRow

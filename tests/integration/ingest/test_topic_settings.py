@@ -13,7 +13,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
 from definitions.settings import KafkaSettings
 from stores.clients import kafka_admin
-from stores.kafka import check_timestamp_type, ensure_topics
+from stores.kafka_topic_config import check_timestamp_type, ensure_topics
 
 
 def configs(admin, name: str) -> dict[str, str]:

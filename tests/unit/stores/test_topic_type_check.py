@@ -1,4 +1,4 @@
-"""What the streaming jobs ask of topic `events` before they start (stores.kafka.check_timestamp_type),
+"""What the streaming jobs ask of topic `events` before they start (stores.kafka_topic_config.check_timestamp_type),
 for the answers a cluster may give that the local stack does not (no service: the admin client is a
 stand-in returning Kafka's DescribeConfigs shape)."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from definitions.settings import Settings
-from stores import kafka
+from stores import kafka_topic_config as kafka
 
 
 def _admin(error_code: int, message: str | None, entries: list) -> object:
@@ -63,7 +63,9 @@ def test_completeness_refuses_a_stamp_its_producer_chose():
     """A topic changed to CreateTime while the jobs run (they check its type when they start): a
     record's stamp is no ingest time, and one far in the future moved completeness past events to come."""
     broker = SimpleNamespace(offset=7, partition=2, timestamp=1_700_000_000_000, timestamp_type=1)
-    assert kafka._broker_stamp("events", broker) == 1_700_000_000_000
+    from stores.kafka import _broker_stamp
+
+    assert _broker_stamp("events", broker) == 1_700_000_000_000
     producer = SimpleNamespace(offset=8, partition=2, timestamp=4_102_444_800_000, timestamp_type=0)
     with pytest.raises(RuntimeError, match="record 8 of events partition 2 carries its producer's timestamp"):
-        kafka._broker_stamp("events", producer)
+        _broker_stamp("events", producer)
