@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 import psutil
 
 from batch_layer.heartbeat import beat_every_s, heartbeat
-from batch_layer.swap import not_past_grace, swap_version, tables_kept
+from batch_layer.swap import not_past_grace, retain_before_writing, swap_version, tables_kept
 from batch_layer.tables import write_tables
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, process_settings
@@ -201,6 +201,7 @@ def run_batch(
     if bulk:
         batch_bulk_load.check_session(spark)  # before any work: a session without its classes cannot load
     batch_bulk_load.sweep_leftovers(settings)  # whatever this run loads by: a killed bulk run's HFiles
+    retain_before_writing(settings, store)
     version = store.allocate_version()
     bind(run=run_id, version=version)  # every later line of this process names the run
     me = psutil.Process()

@@ -114,6 +114,18 @@ def _retain(settings: Settings, store) -> None:
         log.warning("retention after the swap failed (%s: %s); the next swap tries again", type(exc).__name__, exc)
 
 
+def retain_before_writing(settings: Settings, store) -> None:
+    """Retention at a run's start, before it writes: the tables of runs killed, failed or refused
+    before their swap go even while no swap succeeds (each such run left a whole set). Never fails
+    the run; the grace keeps the tables of runs still writing or about to swap."""
+    try:
+        store.retain(settings.batch.keep_versions)
+    except Exception as exc:
+        log.warning(
+            "retention before this run failed (%s: %s); the next run or swap tries again", type(exc).__name__, exc
+        )
+
+
 def _record_completed_swap(store, runs: dict[int, dict], served: Pointer, version: int) -> None:
     """Record what the swap of `version`, whose compare-and-set moved the pointer to `served` but
     whose process ended before recording it, would have: the run serves, and the runs it replaced

@@ -171,3 +171,38 @@ def test_a_verify_of_a_version_the_pointer_names_is_no_swap_to_come_whatever_its
     monkeypatch.setattr(job, "verify_table", lambda *a: scanned.append(a[1]))
     job.verify_version(settings, 5)
     assert scanned == ["page_views_v5"]
+
+
+def test_a_run_drops_the_tables_retention_would_before_it_writes_its_own(settings, monkeypatch):
+    """Retention ran only after a swap: while every run failed or was refused before its swap (HBase
+    short of disk, say), each one left a full set of tables, and nothing dropped them."""
+    from definitions import spark
+    from stores import batch_bulk_load
+
+    class Allocated(Exception):
+        pass
+
+    order: list = []
+    store = SimpleNamespace(
+        pointer=lambda: None,
+        retain=lambda keep: order.append(("retain", keep)) or [],
+        allocate_version=lambda: order.append("allocate") or (_ for _ in ()).throw(Allocated()),
+    )
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
+    monkeypatch.setattr(job, "choose_cutoff", lambda *a: 60_000)
+    monkeypatch.setattr(batch_bulk_load, "chosen_load", lambda s: "puts")
+    monkeypatch.setattr(spark, "spark_session", lambda *a, **k: pytest.fail("no session was given"))
+    monkeypatch.setattr(batch_bulk_load, "sweep_leftovers", lambda s: [])
+    with pytest.raises(Allocated):
+        job.run_batch(settings, spark=object())
+    assert order == [("retain", settings.batch.keep_versions), "allocate"]
+
+    def failing(keep):
+        raise ConnectionError("HBase away")
+
+    order.clear()
+    store.retain = failing  # a failed retention never fails the run: the next one tries again
+    with pytest.raises(Allocated):
+        job.run_batch(settings, spark=object())
+    assert order == ["allocate"]
