@@ -241,7 +241,10 @@ def run_batch(
         }
         store.record_run(version, state="verified", stats=run_stats, verified_ms=int(time.time() * 1000))
     except BaseException:
-        store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
+        try:
+            store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
+        except Exception as exc:  # HBase away too: the run's own error is the one to see
+            log.warning("could not record run %d as failed (%s: %s)", version, type(exc).__name__, exc)
         raise
     finally:
         if events is not None:  # a session the caller passed outlives the run

@@ -206,3 +206,37 @@ def test_a_run_drops_the_tables_retention_would_before_it_writes_its_own(setting
     with pytest.raises(Allocated):
         job.run_batch(settings, spark=object())
     assert order == ["allocate"]
+
+
+def test_a_run_that_fails_with_hbase_away_too_raises_its_own_error(settings, monkeypatch):
+    """Recording the run as failed met HBase down as well: its error replaced the run's own."""
+    from contextlib import nullcontext
+
+    from definitions import spark
+    from stores import batch_bulk_load
+
+    recorded: list = []
+
+    def record_run(version, state, **fields):
+        recorded.append(state)
+        if state == "failed":
+            raise ConnectionError("HBase away")
+
+    store = SimpleNamespace(
+        pointer=lambda: None, retain=lambda keep: [], allocate_version=lambda: 7, record_run=record_run
+    )
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
+    monkeypatch.setattr(job, "choose_cutoff", lambda *a: 60_000)
+    monkeypatch.setattr(job, "heartbeat", lambda *a: nullcontext())
+    monkeypatch.setattr(batch_bulk_load, "chosen_load", lambda s: "puts")
+    monkeypatch.setattr(spark, "spark_session", lambda *a, **k: pytest.fail("no session was given"))
+    monkeypatch.setattr(batch_bulk_load, "sweep_leftovers", lambda s: [])
+
+    def the_runs_own(*a):
+        raise ValueError("the master dataset cannot be read")
+
+    monkeypatch.setattr(job, "deduplicated_events", the_runs_own)
+    with pytest.raises(ValueError, match="master dataset cannot be read"):
+        job.run_batch(settings, spark=object())
+    assert recorded == ["writing", "failed"]
