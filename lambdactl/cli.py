@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.set_defaults(func=cmd_batch)
     report = sub.add_parser("report", help="build (--version N) or list speed-vs-batch accuracy reports")
     report.add_argument("--version", type=int, help="the batch version whose ingest window to report on")
-    report.add_argument("--limit", type=int, default=20, help="how many reports to list")
+    report.add_argument("--limit", type=at_least_one, default=20, help="how many reports to list")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
     clean = sub.add_parser(
@@ -282,7 +282,19 @@ def _stdout_closed() -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "batch" and (args.verify is not None or args.swap is not None):
+        ignored = [
+            name
+            for name, given in (("--views", args.views), ("--cutoff", args.cutoff), ("--force", args.force))
+            if given
+        ]
+        if ignored:
+            parser.error(
+                f"--verify and --swap act on the version given, whose run chose its views and cutoff: "
+                f"{', '.join(ignored)} do not apply"
+            )
     configure("lambdactl", "DEBUG" if args.verbose else "INFO", "short")
     from definitions.settings_store import SettingsConflict
 

@@ -73,3 +73,31 @@ def test_a_failure_with_a_message_of_many_lines_is_said_on_one_line(tmp_path, mo
     assert main(["generate", "--count", "1"]) == 1
     said = [r.getMessage() for r in caplog.records if "generate failed" in r.getMessage()]
     assert said and "\n" not in said[0] and "Kafka refused the write at org.apache" in said[0], said
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--verify", "5", "--views", "page_views"],
+        ["--swap", "5", "--cutoff", "2026-11-27T02:00:00Z"],
+        ["--swap", "5", "--force"],
+    ],
+)
+def test_a_step_on_a_written_version_refuses_options_it_would_ignore(tmp_path, monkeypatch, capsys, arguments):
+    """`--verify` and `--swap` act on the version given, whose run chose its views and cutoff: the
+    options were dropped without a word (`--swap 5 --views a` moved every view version 5 wrote)."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setattr("batch_layer.job.swap_version", lambda *a: pytest.fail("swapped"))
+    monkeypatch.setattr("batch_layer.job.verify_version", lambda *a: pytest.fail("verified"))
+    with pytest.raises(SystemExit) as exited:
+        main(["batch", *arguments])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "act on the version given" in err and "Traceback" not in err
+
+
+def test_report_lists_at_least_one(tmp_path, monkeypatch, capsys):
+    plain_shell(monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["report", "--limit", "0"])
+    assert exited.value.code == 2 and "must be 1 or more" in capsys.readouterr().err
