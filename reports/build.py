@@ -101,8 +101,9 @@ def check_not_cleaned(views: list[View], cleaned_s: Mapping[str, int], start_ms:
     a recomputation at the same cutoff, has nothing to compare either way)."""
     if views and start_ms < end_ms and all(cleaned_s.get(v.name, 0) * 1000 >= end_ms for v in views):
         raise NoWindow(
-            f"the realtime rows of the window ending {iso_ms(end_ms)} were deleted by the realtime clean-up "
-            f"(below {iso_ms(min(cleaned_s[v.name] for v in views) * 1000)}): a report compares them with the "
+            f"the realtime clean-up was started on the rows of the window ending {iso_ms(end_ms)} (below "
+            f"{iso_ms(min(cleaned_s[v.name] for v in views) * 1000)}; they are deleted, or will be once it "
+            "finishes): a report compares them with the "
             "batch, so it is made before the clean-up, as the DAG's report task is (`lambdactl report` lists them)"
         )
 
