@@ -48,14 +48,8 @@ from stores.batch_writer import (
     verify_table,
 )
 from stores.master import first_copies, read_master
-from stores.pointer import (
-    CutoffError,
-    NotCoveredYet,
-    Overtaken,
-    PointerMoved,
-    behind,
-    run_basis,
-)
+from stores.pointer import CutoffError, NotCoveredYet, Overtaken, PointerMoved
+from stores.pointer_moves import behind, run_basis
 from stores.registry import version_store
 
 log = logging.getLogger("lambda.batch")
@@ -207,7 +201,7 @@ def run_batch(
     me = psutil.Process()
     # The swap moves only these views' entries (all of them, for a full run), and only if the
     # pointer is still at the generation read above, or moved only in ways that leave what the run
-    # planned against as it was (stores.pointer.run_basis: another view's swap, a clean-up).
+    # planned against as it was (stores.pointer_moves.run_basis: another view's swap, a clean-up).
     store.record_run(
         version,
         state="writing",

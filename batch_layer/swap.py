@@ -13,7 +13,8 @@ from definitions.settings import Settings
 from stores import checkpoints
 from stores.batch_views import Pointer, PointerMoved
 from stores.batch_writer import VerificationError, missing_tables
-from stores.pointer import Overtaken, advance, check_unmoved, run_tables
+from stores.pointer import Overtaken, run_tables
+from stores.pointer_moves import advance, check_unmoved
 from stores.registry import version_store
 
 log = logging.getLogger("lambda.batch")
@@ -49,7 +50,7 @@ def not_past_grace(settings: Settings, version: int, run: dict) -> None:
 def swap_version(settings: Settings, version: int) -> Pointer:
     """Move the entries of the views a verified version recomputed to its tables — compare-and-set;
     PointerMoved if the pointer moved since its run read it in a way that changed what the run
-    planned against (stores.pointer.check_unmoved), VerificationError if its tables were dropped —
+    planned against (stores.pointer_moves.check_unmoved), VerificationError if its tables were dropped —
     then apply retention."""
     store = version_store(settings)
     runs = store.runs()  # before the pointer: a run live here and not named by it was replaced
@@ -144,7 +145,7 @@ class MarkerUnavailable(RuntimeError):
 
 def _speed_layer_maintains(settings: Settings) -> set[str] | None:
     """The storage names the speed layer maintains, as its marker says now (None: a marker of older
-    code, which does not list them). A full run keeps their entries (stores.pointer.advance)."""
+    code, which does not list them). A full run keeps their entries (stores.pointer_moves.advance)."""
     try:
         marker = checkpoints.read_marker(settings)
     except Exception as exc:  # HDFS unreadable: fail the swap, changing nothing, rather than guess

@@ -170,7 +170,7 @@ def planned_names(settings: Settings, current, names: list[str] | None) -> list[
 def overtaken(current, views: list[str], cutoff_ms: int, own_version: int | None = None, basis=None) -> str:
     """Why a run of `views` at `cutoff_ms`, refused because another run swapped (Overtaken,
     PointerMoved), has nothing left to do: another run moved some of its views to its cutoff or past
-    it since it read the pointer (its `basis`, stores.pointer.run_basis, for a written run; without
+    it since it read the pointer (its `basis`, stores.pointer_moves.run_basis, for a written run; without
     one, a view past its cutoff: a view at it already when the run planned does not count); the next
     run plans a newer cutoff. "" otherwise: the pointer moved in another way (an alias, a view
     retiring), and the refusal stands."""
@@ -248,7 +248,7 @@ def delete_retiring(settings: Settings, pointer=None) -> bool:
     serves and the speed layer does not maintain, once no answer can still read them; then take
     them, and any the speed layer maintains again, off the list (compare-and-set). False when some
     rows could not all be deleted (their names stay retiring, for a later clean-up)."""
-    from stores.pointer import retiring_done
+    from stores.pointer_moves import retiring_done
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
     from stores.replays import drop_overlay, read_overlays
@@ -290,10 +290,10 @@ def delete_retiring(settings: Settings, pointer=None) -> bool:
 
 
 def _retiring_now(settings: Settings, pointer, say: bool = False) -> tuple[list[str], list[str]]:
-    """stores.pointer.retiring_now with what the speed layer maintains and the replay marks, as read
+    """stores.pointer_moves.retiring_now with what the speed layer maintains and the replay marks, as read
     now. With a marker of an older speed layer (no list of views), nothing is deleted."""
     from stores.checkpoints import read_marker
-    from stores.pointer import retiring_now
+    from stores.pointer_moves import retiring_now
     from stores.replays import read_marks
 
     marker = read_marker(settings)

@@ -187,10 +187,10 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
 
 def _switch(settings: Settings, registry) -> list[str]:
     """Switch every changed view whose new definition is serving (exact) to it: one compare-and-set of
-    the pointer's aliases (stores.pointer.switch); the API answers from the new definition from
+    the pointer's aliases (stores.pointer_moves.switch); the API answers from the new definition from
     that moment on. The views switched."""
     from lambdactl.batch import move_pointer
-    from stores.pointer import switch
+    from stores.pointer_moves import switch
     from stores.registry import version_store
     from stores.view_versions import read_versions
 
@@ -305,7 +305,7 @@ def _mark_retiring(settings: Settings, maintained: list[str]) -> list[str]:
     when this apply stops part-way. Returns them."""
     from lambdactl.batch import move_pointer
     from stores.checkpoints import read_marker
-    from stores.pointer import retiring_marked
+    from stores.pointer_moves import retiring_marked
     from stores.registry import version_store
 
     marker = read_marker(settings)
@@ -322,7 +322,7 @@ def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = 
     of every retiring one once no answer can still read them. False when some of those rows were
     left for a later clean-up."""
     from lambdactl.batch import delete_retiring, move_pointer
-    from stores.pointer import retire
+    from stores.pointer_moves import retire
     from stores.registry import version_store
 
     named: list[str] = []

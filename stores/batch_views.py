@@ -5,7 +5,7 @@ The pointer row is the only thing serving reads to choose, per view, a table and
 only then moves the pointer with one HBase compare-and-set (Thrift1 `checkAndPut` on the pointer
 document's column): readers see the old entries or the new ones, never a mix, and of two runs
 of one view that read the same pointer only the first to swap moves it — the other fails with
-PointerMoved and changes nothing (stores.pointer.check_unmoved says which moves a swap survives). A run that dies leaves the pointer where it was; its tables are dropped by a later
+PointerMoved and changes nothing (stores.pointer_moves.check_unmoved says which moves a swap survives). A run that dies leaves the pointer where it was; its tables are dropped by a later
 run's retention pass.
 """
 
@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 
 from definitions.settings import Settings
+from definitions.times import iso_ms as iso
 from stores import batch_layout as layout
 from stores.clients import hbase_connection
 from stores.pointer import (
@@ -27,7 +28,6 @@ from stores.pointer import (
     PointerFormatError,
     PointerMoved,
     ViewEntry,
-    iso,
     retention_plan,
     table_version,
     table_view,

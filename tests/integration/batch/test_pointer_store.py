@@ -24,16 +24,8 @@ from stores.batch_views import PointerMoved, VersionStore
 from stores.batch_writer import VerificationError, create_table
 from stores.checkpoints import marker_path, write_marker
 from stores.clients import hbase_connection
-from stores.pointer import (
-    DOC,
-    HAS_DOC,
-    Pointer,
-    advance,
-    retiring_done,
-    retiring_marked,
-    run_basis,
-    table_name,
-)
+from stores.pointer import DOC, HAS_DOC, Pointer, table_name
+from stores.pointer_moves import advance, retiring_done, retiring_marked, run_basis
 
 T0 = 1_800_000_000_000
 STEP = 60_000

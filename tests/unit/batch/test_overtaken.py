@@ -27,7 +27,7 @@ def pointer(version: int = 9, **cutoffs: int) -> Pointer:
 
 
 def basis(current: Pointer) -> dict:
-    """What a run read (stores.pointer.run_basis): the entries of its views."""
+    """What a run read (stores.pointer_moves.run_basis): the entries of its views."""
     return {"entries": {n: [e.table, e.version, e.cutoff_ms] for n, e in current.entries.items()}}
 
 

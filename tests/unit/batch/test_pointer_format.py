@@ -16,10 +16,9 @@ from stores.pointer import (
     PointerFormatError,
     PointerMoved,
     ViewEntry,
-    advance,
-    check_unmoved,
     table_version,
 )
+from stores.pointer_moves import advance, check_unmoved
 
 T0 = 1_800_000_000_000
 MIN = 60_000
@@ -213,7 +212,7 @@ def test_a_swap_is_not_refused_for_moves_that_leave_its_views_as_it_read_them():
     swap of another view bump the generation, but leave what a partial run planned against as it
     was: its swap goes on (its full compute is not lost). A move of its own views, of an alias, or
     marking one of its views retiring still refuses it; a full run is refused by any entry's move."""
-    from stores.pointer import retiring_done, retiring_marked, run_basis, switch
+    from stores.pointer_moves import retiring_done, retiring_marked, run_basis, switch
 
     current = per_view()
     # As the run record keeps them: JSON.
@@ -254,7 +253,7 @@ def test_a_run_building_a_view_without_an_entry_keeps_the_strict_rule():
     read. An alias moved meanwhile refuses a run too, and so does a basis that is not one."""
     from dataclasses import replace
 
-    from stores.pointer import retiring_done, retiring_marked, run_basis
+    from stores.pointer_moves import retiring_done, retiring_marked, run_basis
 
     current = per_view()
     building = json.loads(json.dumps(run_basis(current, ["page_views", "top_pages"], full=False)))

@@ -12,7 +12,8 @@ import pytest
 
 import lambdactl.batch as batch
 from stores.checkpoints import Marker
-from stores.pointer import Pointer, ViewEntry, retire
+from stores.pointer import Pointer, ViewEntry
+from stores.pointer_moves import retire
 
 RETIRED = retire(
     Pointer({"page_views": ViewEntry("pv_1", 1, 60_000), "old": ViewEntry("old_1", 1, 60_000)}), ["old"], 1

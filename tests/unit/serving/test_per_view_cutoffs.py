@@ -18,16 +18,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from serving_layer.merge import BatchCell, SpeedCell, merge_additive, merge_top
-from stores.pointer import (
-    Pointer,
-    PointerMoved,
-    advance,
-    check_unmoved,
-    retention_plan,
-    table_name,
-    table_version,
-    table_view,
-)
+from stores.pointer import Pointer, PointerMoved, retention_plan, table_name, table_version, table_view
+from stores.pointer_moves import advance, check_unmoved
 
 INGEST_MS = 60_000
 BUCKET_S = 3_600

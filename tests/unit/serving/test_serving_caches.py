@@ -16,7 +16,8 @@ from serving_layer.merge import BatchCell
 from serving_layer.part_cache import PartCache, approx_bytes
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.service import ServingLayer, StoreUnavailable
-from stores.pointer import DOC, advance
+from stores.pointer import DOC
+from stores.pointer_moves import advance
 from tests.support.polling import wait_for
 
 HOUR = 3_600

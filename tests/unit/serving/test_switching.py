@@ -9,7 +9,8 @@ import pytest
 from definitions.view_versions import resolve, storage_name
 from definitions.views import PAGE_VIEWS, Registry, View
 from serving_layer.switching import Switched, answering_view
-from stores.pointer import CutoffError, Pointer, ViewEntry, switch
+from stores.pointer import CutoffError, Pointer, ViewEntry
+from stores.pointer_moves import switch
 
 FILTERED = replace(PAGE_VIEWS, where="event_type = 'page_view' AND device = 'mobile'")
 NEW = storage_name("page_views", FILTERED.fingerprint)
@@ -66,7 +67,7 @@ def test_the_switch_needs_a_batch_table_of_the_new_definition():
 
 
 def test_aliases_survive_storage_and_every_later_move():
-    from stores.pointer import advance, retire
+    from stores.pointer_moves import advance, retire
 
     pointer = switch(Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")}), "page_views", NEW, 5)
     read = Pointer.from_doc(pointer.to_doc())
@@ -96,7 +97,7 @@ def test_a_route_made_without_the_stores_is_answered_by_the_definition_stored_un
 
 
 def test_retiring_storage_names_are_kept_until_their_rows_are_deleted():
-    from stores.pointer import advance, retire, retiring_done, retiring_marked
+    from stores.pointer_moves import advance, retire, retiring_done, retiring_marked
 
     before = Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")})
     switched = switch(before, "page_views", NEW, 1)
@@ -113,7 +114,7 @@ def test_retiring_storage_names_are_kept_until_their_rows_are_deleted():
 
 
 def test_a_full_run_retires_what_it_dropped_and_the_aliases_to_it():
-    from stores.pointer import advance
+    from stores.pointer_moves import advance
 
     removed = switch(Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")}), "page_views", NEW, 1)
     full = advance(removed, version=3, run_id="r", cutoff_ms=120_000, views=["other"], full=True, stats={}, now_ms=2)
@@ -126,7 +127,7 @@ def test_a_full_run_keeps_what_the_speed_layer_still_maintains():
     """A view dropped from its module but not yet applied (or put back before an apply) is still
     maintained by the speed layer and answered by the API: a full run that no longer computes it
     leaves its entry and alias as they were (`lambdactl views apply` retires it), never half a view."""
-    from stores.pointer import advance
+    from stores.pointer_moves import advance
 
     switched = switch(Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")}), "page_views", NEW, 1)
     kept = advance(
@@ -162,7 +163,7 @@ def test_a_full_run_keeps_what_the_speed_layer_still_maintains():
 
 
 def test_a_retiring_name_a_replay_holds_keeps_its_rows_until_a_later_clean_up():
-    from stores.pointer import retire, retiring_now
+    from stores.pointer_moves import retire, retiring_now
 
     switched = switch(Pointer({"page_views": entry("page_views_v1"), NEW: entry(f"{NEW}_v2")}), "page_views", NEW, 1)
     assert retiring_now(switched, maintained=[], replaying=[]) == ([], []), "its entry still serves"

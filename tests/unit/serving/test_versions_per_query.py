@@ -16,7 +16,8 @@ from serving_layer import service as service_module
 from serving_layer.answers import ViewBuilding
 from serving_layer.service import ServingLayer
 from stores.checkpoints import Marker
-from stores.pointer import Pointer, ViewEntry, switch
+from stores.pointer import Pointer, ViewEntry
+from stores.pointer_moves import switch
 from tests.unit.serving.test_serving_caches import MemoryBatchViews, NoRealtime  # noqa: F401 - named below
 
 CHANGED = replace(PAGE_VIEWS, where="event_type = 'page_view' AND device = 'mobile'")

@@ -13,7 +13,8 @@ import random
 
 import pytest
 
-from stores.pointer import Pointer, ViewEntry, retention_plan, retire, retiring_done, table_name
+from stores.pointer import Pointer, ViewEntry, retention_plan, table_name
+from stores.pointer_moves import retire, retiring_done
 from stores.view_lifecycle import first_cutoff_ms, lifecycle, lifecycles, maintained_since
 
 BUCKET_MS = 60_000
@@ -99,7 +100,7 @@ def test_a_retired_views_newest_table_stays_until_its_clean_up_has_run():
     """A swap's retention right after `views apply` retired a view dropped the table an answer from
     the pointer read just before (kept api.pointer_cache_s) was still reading. It stays while the
     name is retiring: the realtime clean-up takes it off after batch.cleanup_settle_s."""
-    from stores.pointer import advance
+    from stores.pointer_moves import advance
 
     runs = {v: {"state": "retired" if v == 1 else "live", "views": ["a", "gone"], "started_ms": 0} for v in (1, 2)}
     runs[3] = {"state": "live", "views": ["a"], "started_ms": 0}

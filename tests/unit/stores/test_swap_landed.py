@@ -11,7 +11,7 @@ import pytest
 from definitions.settings import Settings
 from lambdactl import batch
 from stores.batch_views import VersionStore
-from stores.pointer import advance
+from stores.pointer_moves import advance
 
 NOW_MS = 1_800_000_000_000
 
