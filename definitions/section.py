@@ -1,6 +1,6 @@
 """The base of every settings section: unknown keys are refused, values never change after loading.
 With the types settings share: a TCP port, a host, the port of a `host:port` entry, and the address
-a browser reaches a service at."""
+a browser reaches a service at; and REPO_ROOT, the checkout the defaults place files in."""
 
 from __future__ import annotations
 

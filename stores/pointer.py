@@ -9,7 +9,7 @@ clean-up deletes each view's rows below its own T, and retention never drops a t
 Stored in the meta table's pointer row as one JSON document in one column (`p:doc`), so that moving
 it is one HBase compare-and-set (Thrift1 `checkAndPut` checks and puts one column): every move
 increments `generation`, a run records the generation it read when it planned its cutoff and what
-it planned against (run_basis), and its swap succeeds if the pointer is still at that generation or
+it planned against (stores.pointer_moves.run_basis), and its swap succeeds if the pointer is still at that generation or
 moved only in ways that left that basis as it was (another view's swap, clean-up bookkeeping) —
 otherwise it fails with `PointerMoved` and changes nothing. Each swap is one compare-and-set against
 the pointer as read at the swap, so no move made meanwhile is overwritten.

@@ -1,6 +1,7 @@
-"""The rules that move the pointer (stores/pointer.py) — pure functions, no store: a run's swap
-(advance), retiring views, switching a view to a changed definition, and what a run planned against
-(run_basis), which its swap's compare-and-set checks (check_unmoved)."""
+"""The rules that move the pointer (stores/pointer.py) — pure functions, no store: whether a run's
+cutoff is behind what serves (behind), a run's swap (advance), retiring views, switching a view to
+a changed definition, and what a run planned against (run_basis), which its swap's compare-and-set
+checks (check_unmoved)."""
 
 from __future__ import annotations
 

@@ -130,6 +130,7 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     assert reset_speed.unabsorbed_loss(settings) == (0, ["partition 0: offsets 0 to 9"], ["top_pages"])
     assert floors == [0]
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    monkeypatch.setattr(reset_speed, "read_versions", lambda *_: Versions(Registry((PAGE_VIEWS,))))
     monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
     assert cmd_reset_speed(settings, _args(stopped=True)) == 2
     assert "no batch run yet of top_pages: the whole topic" in caplog.text

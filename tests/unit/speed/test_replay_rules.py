@@ -872,7 +872,7 @@ def test_a_switch_that_fails_after_its_overlay_is_written_says_the_view_answers_
     """The switch wrote its overlay, then failed deleting the claim: the replay said "the view keeps
     answering as before", though the view already answered from the replayed rows."""
     from definitions.settings import Settings
-    from lambdactl import replay_switch as replay
+    from lambdactl import replay_switch
     from stores import replays
     from stores.replays import ReplayMark, shadow_name
 
@@ -884,17 +884,19 @@ def test_a_switch_that_fails_after_its_overlay_is_written_says_the_view_answers_
 
     monkeypatch.setattr(replays, "switch", fails_after_the_overlay)
     monkeypatch.setattr(replays, "read_overlays", lambda _settings: {"page_views": overlay})
-    with pytest.raises(replay.SwitchUnfinished, match=r"switched \(it answers from the replayed rows\).*--cancel"):
-        replay.switched_to(Settings(), claim, 9_000)
+    with pytest.raises(
+        replay_switch.SwitchUnfinished, match=r"switched \(it answers from the replayed rows\).*--cancel"
+    ):
+        replay_switch.switched_to(Settings(), claim, 9_000)
     # No overlay of this replay: the failure is the switch's own, the view as it was.
     monkeypatch.setattr(replays, "read_overlays", lambda _settings: {})
     with pytest.raises(ConnectionError):
-        replay.switched_to(Settings(), claim, 9_000)
+        replay_switch.switched_to(Settings(), claim, 9_000)
     monkeypatch.setattr(
         replays, "read_overlays", lambda _settings: {"page_views": ReplayMark("page_views", 0, 4_000, "x", 6_000)}
     )
     with pytest.raises(ConnectionError):
-        replay.switched_to(Settings(), claim, 9_000)
+        replay_switch.switched_to(Settings(), claim, 9_000)
 
 
 def test_the_split_moves_on_at_most_ten_minutes_then_the_replay_stops_naming_the_clocks():

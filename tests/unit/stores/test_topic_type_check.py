@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from definitions.settings import Settings
-from stores import kafka_topic_config as kafka
+from stores import kafka_topic_config
 
 
 def _admin(error_code: int, message: str | None, entries: list) -> object:
@@ -18,9 +18,11 @@ def _admin(error_code: int, message: str | None, entries: list) -> object:
 
 
 def test_a_topic_the_job_may_not_describe_is_not_judged(monkeypatch, caplog):
-    monkeypatch.setattr(kafka, "kafka_admin", lambda *a, **k: _admin(29, "Topic authorization failed.", []))
+    monkeypatch.setattr(
+        kafka_topic_config, "kafka_admin", lambda *a, **k: _admin(29, "Topic authorization failed.", [])
+    )
     with caplog.at_level("WARNING"):
-        kafka.check_timestamp_type(Settings())
+        kafka_topic_config.check_timestamp_type(Settings())
     assert "not checked" in caplog.text and "authorization" in caplog.text
 
 
@@ -32,16 +34,18 @@ def test_a_topic_the_job_may_not_describe_is_not_judged(monkeypatch, caplog):
     ],
 )
 def test_a_topic_stamped_by_producers_or_not_there_is_refused(monkeypatch, answer, words):
-    monkeypatch.setattr(kafka, "kafka_admin", lambda *a, **k: _admin(*answer))
+    monkeypatch.setattr(kafka_topic_config, "kafka_admin", lambda *a, **k: _admin(*answer))
     with pytest.raises(RuntimeError, match=words):
-        kafka.check_timestamp_type(Settings())
+        kafka_topic_config.check_timestamp_type(Settings())
 
 
 def test_log_append_time_passes(monkeypatch):
     monkeypatch.setattr(
-        kafka, "kafka_admin", lambda *a, **k: _admin(0, None, [("message.timestamp.type", "LogAppendTime")])
+        kafka_topic_config,
+        "kafka_admin",
+        lambda *a, **k: _admin(0, None, [("message.timestamp.type", "LogAppendTime")]),
     )
-    kafka.check_timestamp_type(Settings())
+    kafka_topic_config.check_timestamp_type(Settings())
 
 
 @pytest.mark.parametrize("policy", ["compact", "compact,delete"])
@@ -49,13 +53,13 @@ def test_a_compacted_topic_is_refused(monkeypatch, policy):
     """Compaction deletes every record but the last of each key, whether a job read it or not: the
     ticks share one key, a user's events may too."""
     entries = [("message.timestamp.type", "LogAppendTime"), ("cleanup.policy", policy)]
-    monkeypatch.setattr(kafka, "kafka_admin", lambda *a, **k: _admin(0, None, entries))
+    monkeypatch.setattr(kafka_topic_config, "kafka_admin", lambda *a, **k: _admin(0, None, entries))
     with pytest.raises(RuntimeError, match=f"cleanup.policy={policy}: compaction deletes"):
-        kafka.check_timestamp_type(Settings())
+        kafka_topic_config.check_timestamp_type(Settings())
 
 
 def test_the_platforms_topics_are_made_and_kept_deleting_by_retention_only():
-    for name, configs in kafka.topic_configs(Settings()).items():
+    for name, configs in kafka_topic_config.topic_configs(Settings()).items():
         assert configs["cleanup.policy"] == "delete", name
 
 
