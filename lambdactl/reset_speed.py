@@ -39,6 +39,7 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
     from infra.errors import StackError
     from infra.stack import Stack
     from stores import checkpoints, replays
+    from stores.registry import version_store
 
     claims, overlays = replays.read_replays(settings)
     if claims or overlays:
@@ -55,12 +56,15 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         log.error("the declared views cannot be loaded (%s: %s): fix or restore the module", type(exc).__name__, exc)
         return 2
     try:
+        # One reading of the pointer for both checks: a batch run swapping between two readings
+        # would have them judge different states.
+        pointer = version_store(settings).pointer()
         try:
-            versions = read_versions(settings, declared)
+            versions = read_versions(settings, declared, pointer=pointer)
         except checkpoints.MarkerUnreadable as exc:  # a damaged marker is a reason to reset: none to compare
             _say(f"{exc}: the views' definitions are taken as declared")
             versions = None
-        lost = unabsorbed_loss(settings)
+        lost = unabsorbed_loss(settings, declared, pointer)
     except Exception as exc:  # HBase, HDFS or Kafka away: the checks cannot be made, so nothing is removed
         log.error(
             "cannot check the views' definitions and that Kafka still holds what no batch run absorbed (%s: %s): "

@@ -7,37 +7,47 @@ from __future__ import annotations
 
 from definitions.settings import Settings
 from definitions.times import iso_ms
+from definitions.views import Registry
+
+_UNREAD = object()
 
 
-def unabsorbed_loss(settings: Settings) -> tuple[int, list[str], list[str]] | None:
+def unabsorbed_loss(
+    settings: Settings, declared: Registry | None = None, pointer=_UNREAD
+) -> tuple[int, list[str], list[str]] | None:
     """(the lowest batch cutoff of the maintained views, the partitions whose records from it on Kafka's
-    retention deleted, the declared views without a batch run), or None when Kafka holds them all."""
+    retention deleted, the declared views without a batch run), or None when Kafka holds them all.
+    The declared views are loaded and the pointer read unless given (a caller that checked them
+    already passes what it checked)."""
     from stores.kafka import lost_since, spans_from
     from stores.registry import version_store
 
     # The pointer alone (not the speed layer's marker: a damaged one is a reason to reset): below
     # the lowest cutoff it names every view is answered from batch tables. No batch run yet: all of
     # Kafka counts.
-    pointer = version_store(settings).pointer()
+    if pointer is _UNREAD:
+        pointer = version_store(settings).pointer()
     floor = min((e.cutoff_ms for e in pointer.entries.values()), default=0) if pointer is not None else 0
     # A declared view no batch run has computed yet (`lambdactl views apply` stopped before its
     # run) is answered from realtime rows alone once the fresh start records it maintained: all of
     # Kafka counts for it.
-    unbuilt = unbuilt_views(settings, pointer)
+    unbuilt = unbuilt_views(settings, pointer, declared)
     if unbuilt:
         floor = 0
     lost = lost_since(spans_from(settings, floor), floor)
     return (floor, lost, unbuilt) if lost else None
 
 
-def unbuilt_views(settings: Settings, pointer) -> list[str]:
-    """The storage names of the declared views (their served and pending definitions) that the
-    pointer has no entry for."""
+def unbuilt_views(settings: Settings, pointer, declared: Registry | None = None) -> list[str]:
+    """The storage names of the declared views (their served and pending definitions; loaded unless
+    given) that the pointer has no entry for."""
     from definitions.view_loading import load_views
     from stores.view_versions import versions_of
 
+    if declared is None:
+        declared = load_views(settings)
     entries = pointer.entries if pointer is not None else {}
-    return sorted(set(versions_of(load_views(settings), None, pointer).maintained.names()) - set(entries))
+    return sorted(set(versions_of(declared, None, pointer).maintained.names()) - set(entries))
 
 
 def loss_message(lost: tuple[int, list[str], list[str]]) -> str:

@@ -22,11 +22,23 @@ def removed(monkeypatch):
 
     # Kafka holds what no batch absorbed (the check itself runs against the real stores:
     # tests/integration/speed/test_reset_speed.py).
-    monkeypatch.setattr(reset_speed, "unabsorbed_loss", lambda settings: None)
-    monkeypatch.setattr(reset_speed, "read_versions", lambda *_: Versions(Registry((PAGE_VIEWS,))))
+    monkeypatch.setattr(reset_speed, "unabsorbed_loss", lambda *_: None)
+    monkeypatch.setattr(reset_speed, "read_versions", lambda *_, **__: Versions(Registry((PAGE_VIEWS,))))
+    _pointer_is(monkeypatch, None)
     calls: list = []
     monkeypatch.setattr(checkpoints, "remove_checkpoint", lambda settings: calls.append(settings) or [])
     return calls
+
+
+def _pointer_is(monkeypatch, pointer, reads: list | None = None) -> None:
+    from stores import registry
+
+    def read(_self):
+        if reads is not None:
+            reads.append(pointer)
+        return pointer
+
+    monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": read})())
 
 
 def _args(stopped: bool = False) -> argparse.Namespace:
@@ -72,17 +84,17 @@ def test_a_change_of_a_views_definition_not_switched_yet_is_refused_before_anyth
     monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
     changed = replace(PAGE_VIEWS, name="page_views__0a1b2c3d")
     pending = Versions(Registry((PAGE_VIEWS, changed)), {"page_views": PAGE_VIEWS}, {"page_views": changed})
-    monkeypatch.setattr(reset_speed, "read_versions", lambda *_: pending)
+    monkeypatch.setattr(reset_speed, "read_versions", lambda *_, **__: pending)
     assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
     assert "page_views" in caplog.text and "views apply" in caplog.text
     assert removed == []
     caplog.clear()
     unresolved = Versions(Registry(()), {"page_views": PAGE_VIEWS}, unresolved=("page_views",))
-    monkeypatch.setattr(reset_speed, "read_versions", lambda *_: unresolved)
+    monkeypatch.setattr(reset_speed, "read_versions", lambda *_, **__: unresolved)
     assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
     assert "page_views" in caplog.text and removed == []
 
-    def damaged(*_):
+    def damaged(*_, **__):
         from stores.checkpoints import MarkerUnreadable
 
         raise MarkerUnreadable("the marker holds no marker")
@@ -113,14 +125,14 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     """`views apply` stopped before the new view's batch run: a fresh start records it maintained,
     so it is answered from realtime rows alone; Kafka's retention must still hold all of its history."""
     from lambdactl import reset_speed
-    from stores import kafka, kafka_coverage, registry, replays
+    from stores import kafka, kafka_coverage, replays
     from stores.pointer import Pointer, ViewEntry
 
     settings = Settings(state_dir="/nonexistent")
     built = ("page_views", "page_views_by_channel", "page_views_by_country_device", "unique_visitors")
     entries = {name: ViewEntry(f"{name}_v1", 1, 600_000) for name in built}  # top_pages: declared, never computed
     pointer = Pointer(entries=entries, version=1)
-    monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": lambda self: pointer})())
+    _pointer_is(monkeypatch, pointer)
     floors: list[int] = []
     monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or [])
     monkeypatch.setattr(
@@ -130,12 +142,12 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     assert reset_speed.unabsorbed_loss(settings) == (0, ["partition 0: offsets 0 to 9"], ["top_pages"])
     assert floors == [0]
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
-    monkeypatch.setattr(reset_speed, "read_versions", lambda *_: Versions(Registry((PAGE_VIEWS,))))
+    monkeypatch.setattr(reset_speed, "read_versions", lambda *_, **__: Versions(Registry((PAGE_VIEWS,))))
     monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
     assert cmd_reset_speed(settings, _args(stopped=True)) == 2
     assert "no batch run yet of top_pages: the whole topic" in caplog.text
     full = Pointer(entries={**entries, "top_pages": ViewEntry("top_pages_v1", 1, 600_000)}, version=1)
-    monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": lambda self: full})())
+    _pointer_is(monkeypatch, full)
     assert reset_speed.unabsorbed_loss(settings) is None and floors[-1] == 600_000
 
 
@@ -152,3 +164,27 @@ def test_a_view_module_that_does_not_load_is_named_not_taken_for_a_store_down(tm
     assert cmd_reset_speed(Settings(state_dir=tmp_path), _args(stopped=True)) == 2
     assert "cannot be loaded" in caplog.text and "team_views" in caplog.text
     assert "HBase up" not in caplog.text and removed == []
+
+
+def test_both_checks_judge_one_reading_of_the_pointer_and_one_loading_of_the_views(monkeypatch, removed):
+    """A batch run swapping between two readings would have the definition check and the Kafka check
+    judge different states."""
+    from lambdactl import reset_speed
+    from stores import kafka, kafka_coverage, replays
+    from stores.pointer import Pointer, ViewEntry
+
+    monkeypatch.setattr(reset_speed, "unabsorbed_loss", kafka_coverage.unabsorbed_loss)
+    pointer = Pointer(entries={"page_views": ViewEntry("page_views_v1", 1, 600_000)}, version=1)
+    reads: list = []
+    _pointer_is(monkeypatch, pointer, reads)
+    loaded: list = []
+    monkeypatch.setattr(reset_speed, "load_views", lambda _s: loaded.append(1) or Registry((PAGE_VIEWS,)))
+    given: list = []
+    monkeypatch.setattr(reset_speed, "read_versions", lambda _s, declared, **kw: given.append(kw) or Versions(declared))
+    floors: list[int] = []
+    monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or [])
+    monkeypatch.setattr(kafka, "lost_since", lambda spans, floor: [])
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    assert cmd_reset_speed(Settings(state_dir="/nonexistent"), _args(stopped=True)) == 0
+    assert reads == [pointer] and loaded == [1]
+    assert given == [{"pointer": pointer}] and floors == [600_000]
