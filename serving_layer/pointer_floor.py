@@ -1,7 +1,7 @@
 """The pointer generation below which no worker process of one API answers any more.
 
 Each worker keeps the pointer it read for `api.pointer_cache_s`. Alone, a worker never goes back
-to an older pointer (service.ServingLayer._pointer_read); across workers it could: one answers from
+to an older pointer (serving_layer.pointer_cache); across workers it could: one answers from
 the moved pointer, the next query reaches another worker still keeping the older one. `lambdactl
 views apply` switches a view by moving the pointer and promises that once one answer came from the
 new definition, none comes from the old. So every worker writes the generation of each pointer it

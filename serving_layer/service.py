@@ -30,6 +30,7 @@ from serving_layer.merge import (
     merge_top,
 )
 from serving_layer.part_cache import PartCache
+from serving_layer.pointer_cache import PointerCache, generation
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.realtime_reads import RealtimeReads
 from serving_layer.speed_state import SpeedState
@@ -48,16 +49,11 @@ from stores.view_versions import versions_of
 log = logging.getLogger(__name__)
 
 
-def _generation(pointer: Pointer | None) -> int:
-    return pointer.generation if pointer is not None else -1
-
-
 class ServingLayer:
     """Holds the store connections (pooled, reused across requests) and answers view queries."""
 
     def __init__(self, settings: Settings, views: Registry | None = None, floor: PointerFloor | None = None) -> None:
         self.settings = settings
-        self.floor = floor  # shared by the API's worker processes (serving_layer.pointer_floor)
         self.declared = views if views is not None else load_views(settings)
         # The views' versions and what they were made from, replaced in one assignment: (versions,
         # (marker, the pointer's aliases, its generation, when: monotonic) or None until reload()
@@ -75,7 +71,7 @@ class ServingLayer:
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
         self.batch_cache = PartCache(settings.api.batch_cache_mib * 2**20, refusals=(ReadTooLarge,))
-        self._pointer: tuple[Pointer | None, float] | None = None  # (pointer, when read)
+        self.pointers = PointerCache(settings, self._read_pointer, floor)
 
     # --- store access --------------------------------------------------------------------------
 
@@ -92,7 +88,7 @@ class ServingLayer:
         restarted or a changed view switched, and `lambdactl replay` when it begins and ends. Each
         view is answered by the definition that serves it (definitions.view_versions): a changed one
         by its old definition until its new one is built and switched to."""
-        self._pointer = None
+        self.pointers.forget()
         self.declared = declared
         try:
             pointer = self.pointer()
@@ -140,13 +136,13 @@ class ServingLayer:
             kept, basis = self._resolved
             if (
                 basis is not None
-                and _generation(pointer) < basis[2]
+                and generation(pointer) < basis[2]
                 and now < basis[3] + self.settings.api.pointer_cache_s
             ):
                 return fresh
             if shapes(fresh) != shapes(kept):
                 self._routes_stale = True  # the API makes its routes again (take_stale_routes)
-            self._resolved = (fresh, (marker, aliases, _generation(pointer), now))
+            self._resolved = (fresh, (marker, aliases, generation(pointer), now))
         return fresh
 
     def take_stale_routes(self) -> bool:
@@ -211,29 +207,8 @@ class ServingLayer:
         )
 
     def pointer(self) -> Pointer | None:
-        """The pointer, read again once it is `api.pointer_cache_s` old. A query served from a pointer
-        that moved less than that ago is still exact: the old table stays (retention keeps
-        `batch.keep_versions`), and the realtime rows it needs stay until the clean-up, which waits
-        `batch.cleanup_settle_s` after a swap (lambdactl clean-realtime)."""
-        return self._pointer_read()[0]
-
-    def _pointer_read(self, fresh: bool = False) -> tuple[Pointer | None, float]:
-        """(the pointer, when it was read from HBase, monotonic); read now when `fresh`."""
-        ttl = self.settings.api.pointer_cache_s
-        now = time.monotonic()
-        cached = self._pointer
-        floor = self.floor.get() if self.floor is not None and ttl > 0 else -1
-        if not fresh and cached is not None and now - cached[1] < ttl and _generation(cached[0]) >= floor:
-            return cached
-        read = (self._read_pointer(), now)
-        if self.floor is not None and ttl > 0:
-            self.floor.seen(floor, _generation(read[0]))  # before it is answered from
-        # A read that began before a newer one was cached keeps out: an answer never goes back to an
-        # older pointer (a read of a re-made store, from a later start than the cache's life, does).
-        current = self._pointer
-        if ttl > 0 and (current is None or _generation(read[0]) >= _generation(current[0]) or now >= current[1] + ttl):
-            self._pointer = read
-        return read
+        """The pointer, kept for `api.pointer_cache_s` (serving_layer.pointer_cache)."""
+        return self.pointers.get()[0]
 
     def _answer(self, query, what: str):
         """`query(pointer)`, done within batch.cleanup_settle_s of reading that pointer from HBase: an
@@ -241,7 +216,7 @@ class ServingLayer:
         meanwhile, so it is computed again on a fresh pointer, and flagged if that is slow too."""
         settle_s = self.settings.batch.cleanup_settle_s
         for attempt in (1, 2):
-            pointer, read_at = self._pointer_read(fresh=attempt == 2)
+            pointer, read_at = self.pointers.get(fresh=attempt == 2)
             answer = query(pointer)
             took_s = time.monotonic() - read_at
             if took_s < settle_s:

@@ -261,12 +261,12 @@ def test_a_pointer_read_that_began_before_a_newer_one_was_cached_does_not_replac
     older = serving._read_pointer()
     store.publish(2, "run-2", {first: 9})
     newer = replace(serving._read_pointer(), generation=older.generation + 1)  # publish() starts afresh
-    serving._pointer = (newer, time.monotonic())
-    serving._read_pointer = lambda: older  # the late read
-    got, _ = serving._pointer_read(fresh=True)
+    serving.pointers.cached = (newer, time.monotonic())
+    serving.pointers.read = lambda: older  # the late read
+    got, _ = serving.pointers.get(fresh=True)
     assert got is older and serving.pointer() is newer
     # A cached pointer past its life is replaced by any read (a re-made store starts generations anew).
-    serving._pointer = (newer, time.monotonic() - 10)
+    serving.pointers.cached = (newer, time.monotonic() - 10)
     assert serving.pointer() is older
 
 
@@ -277,8 +277,8 @@ def _workers(tmp_path, pointer_cache_s: float) -> tuple[ServingLayer, ServingLay
     first, store = _serving(tmp_path, pointer_cache_s=pointer_cache_s)
     second, _ = _serving(tmp_path, pointer_cache_s=pointer_cache_s)
     second.batch_views = first.batch_views = store
-    first.floor = PointerFloor(floor)
-    second.floor = PointerFloor(floor)
+    first.pointers.floor = PointerFloor(floor)
+    second.pointers.floor = PointerFloor(floor)
     return first, second, store
 
 
@@ -291,7 +291,7 @@ def test_once_one_worker_answered_from_a_moved_pointer_no_worker_answers_from_an
     assert _total(first) == 5 and _total(second) == 5  # both keep the pointer for 5 s
     store.publish(2, "run-2", {bucket: 9}, generation=2)
     assert _total(first) == 5
-    first._pointer = None  # its cache ends first
+    first.pointers.forget()  # its cache ends first
     assert _total(first) == 9
     assert _total(second) == 9, "the other worker went back to the older pointer"
     assert store.reads.count("pointer") == 4
@@ -311,7 +311,7 @@ def test_a_re_made_pointer_store_lowers_the_floor(tmp_path):
     reads = store.reads.count("pointer")
     assert _total(second) == 2
     assert store.reads.count("pointer") == reads, "the pointer is read again at every query"
-    assert second.floor.get() == 1
+    assert second.pointers.floor.get() == 1
 
 
 def test_queries_missing_the_same_key_at_once_share_one_read():
