@@ -81,6 +81,18 @@ class Settings(BaseSettings):
     # Where `make setup` puts the jars resolved by infra/maven.
     jars_dir: Path = REPO_ROOT / ".lambda" / "jars"
 
+    @field_validator("state_dir", "jars_dir", mode="before")
+    @classmethod
+    def _a_folder_named(cls, value: Any) -> Any:
+        """An empty value would be the current folder (a `down` from another one would not find the
+        stack); `~` is expanded by a shell, not here: `~/x` would be a folder named `~`."""
+        text = value if isinstance(value, str) else None
+        if text is not None and not text.strip():
+            raise ValueError("is empty: give a folder, or leave the setting out for its default")
+        if text is not None and text.startswith("~"):
+            raise ValueError(f"starts with '~', which is not expanded here: give the full path, not {text[:100]!r}")
+        return value
+
     @field_validator("state_dir", "jars_dir")
     @classmethod
     def _no_control_characters(cls, path: Path, info: ValidationInfo) -> Path:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 from pydantic_settings import EnvSettingsSource, TomlConfigSettingsSource
 
 from definitions.files import write_private
@@ -76,9 +76,29 @@ def explicit_values(settings: Settings) -> dict[str, Any]:
     return out
 
 
+def _section(model: type[BaseModel] | None, key: str) -> type[BaseModel] | None:
+    """The settings section `model`'s field `key` holds, or None (a value, a map, no such field)."""
+    field = model.model_fields.get(key) if model is not None else None
+    kind = field.annotation if field is not None else None
+    return kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+
+
+def _key_parts(dotted: str) -> list[str]:
+    """A dotted setting name as the keys of the nested document: past a map setting (`spark.conf`,
+    `cassandra.replication`) the rest is one entry's key, which may hold dots itself."""
+    parts = dotted.split(".")
+    model: type[BaseModel] | None = Settings
+    for i, part in enumerate(parts[:-1]):
+        known = model is not None and part in model.model_fields
+        model = _section(model, part)
+        if known and model is None:  # a value or a map: the rest names one of its entries
+            return [*parts[: i + 1], ".".join(parts[i + 1 :])]
+    return parts
+
+
 def _get(doc: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
     node: Any = doc
-    for part in dotted.split("."):
+    for part in _key_parts(dotted):
         if not isinstance(node, Mapping) or part not in node:
             return False, None
         node = node[part]
@@ -86,19 +106,23 @@ def _get(doc: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
 
 
 def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
+    *parents, last = _key_parts(dotted)
     node = doc
     for part in parents:
         node = node.setdefault(part, {})
     node[last] = value
 
 
-def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def _merge(
+    base: Mapping[str, Any], over: Mapping[str, Any], model: type[BaseModel] | None = Settings
+) -> dict[str, Any]:
+    """`over` on `base`, section by section; a value, and a map setting whole (the entries it no
+    longer gives are gone: a data centre renamed, a Spark option taken out)."""
     out = dict(base)
     for key, value in over.items():
-        out[key] = (
-            _merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) else value
-        )
+        section = _section(model, key)
+        both = section is not None and isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = _merge(out[key], value, section) if both else value
     return out
 
 
@@ -205,7 +229,7 @@ def persist(settings: Settings) -> Path:
         for key in DATA_SHAPING:
             had, value = _get(persisted, key)
             _set(doc, key, value if had else _plain(_get(settings.model_dump(), key)[1]))
-        return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return _write_persisted(path, doc)
 
 
 def unset(settings: Settings, key: str) -> bool:
@@ -222,7 +246,7 @@ def unset(settings: Settings, key: str) -> bool:
     path = persisted_path(settings)
     with _settings_lock(settings):
         doc = read_persisted(path) or {}
-        *parents, last = key.split(".")
+        *parents, last = _key_parts(key)
         node: Any = doc
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
@@ -237,8 +261,15 @@ def unset(settings: Settings, key: str) -> bool:
                 raise SettingsConflict(
                     f"taking {key} out would leave settings that do not validate ({exc}); nothing was changed"
                 ) from None
-        write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        _write_persisted(path, doc)
     return True
+
+
+def _write_persisted(path: Path, doc: dict[str, Any]) -> Path:
+    """Write the persisted settings; a link (settings kept elsewhere, linked into the state folder)
+    stays one: its target is written, which read_persisted checked no other user can change."""
+    write_private(path.resolve() if path.is_symlink() else path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return path
 
 
 def _validates(doc: dict) -> bool:
@@ -390,4 +421,4 @@ def persist_view_modules(settings: Settings) -> Path:
         doc = read_persisted(path) or {}
         _set(doc, "views.modules", list(settings.views.modules))
         _set(doc, "views.paths", [str(p) for p in settings.views.paths])
-        return write_private(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return _write_persisted(path, doc)

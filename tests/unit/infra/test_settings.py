@@ -212,6 +212,18 @@ def test_a_state_directory_the_stores_configurations_would_split_is_refused(path
     assert Settings(state_dir=tmp_path / "with space").state_dir.name == "with space"
 
 
+@pytest.mark.parametrize("variable", ["LAMBDA_STATE_DIR", "LAMBDA_JARS_DIR"])
+@pytest.mark.parametrize("value", ["", "   ", "~/lambda", "~operator/lambda"])
+def test_an_empty_directory_or_one_a_shell_would_have_expanded_is_refused(variable, value, monkeypatch, tmp_path):
+    """`LAMBDA_STATE_DIR= lambdactl up` put the whole stack's state in the current folder, where a
+    `down` from another folder did not find it; `~/x` became a folder named `~` there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(pydantic.ValidationError, match=variable.removeprefix("LAMBDA_").lower()) as refused:
+        Settings()
+    assert ("empty" if not value.strip() else "'~'") in str(refused.value)
+
+
 @pytest.mark.parametrize("which", ["file", "folder"])
 def test_a_lambda_toml_others_can_change_is_not_read(tmp_path, which, monkeypatch):
     """It names the Java and the view modules every process runs, and `up` persists what it says:

@@ -491,3 +491,48 @@ def test_a_setting_nested_too_deep_in_the_environment_is_refused_not_a_traceback
     monkeypatch.setenv("LAMBDA_API__CORS_ORIGINS", "[" * 100_000 + "]" * 100_000)
     assert main(["config"]) == 2
     assert "nest" in caplog.text
+
+
+def test_a_map_setting_given_again_replaces_the_persisted_map_whole(monkeypatch):
+    """A map is one setting: merged entry by entry, a data centre renamed kept the old one in force
+    and in the file, and no Spark option could be taken out by giving the map without it."""
+    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION", '{"dc1": 3}')
+    monkeypatch.setenv("LAMBDA_SPARK__CONF", '{"spark.sql.foo": "1"}')
+    persist(load())
+    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION", '{"dc2": 3}')
+    monkeypatch.setenv("LAMBDA_SPARK__CONF", "{}")
+    loaded = load()
+    assert loaded.cassandra.replication == {"dc2": 3} and loaded.spark.conf == {}
+    doc = json.loads(persist(loaded).read_text())
+    assert doc["cassandra"]["replication"] == {"dc2": 3} and doc["spark"]["conf"] == {}
+    monkeypatch.delenv("LAMBDA_CASSANDRA__REPLICATION")
+    monkeypatch.delenv("LAMBDA_SPARK__CONF")
+    assert load().cassandra.replication == {"dc2": 3}, "what was persisted last"
+
+
+def test_config_unset_takes_one_entry_out_of_a_map_whose_keys_have_dots(monkeypatch, caplog):
+    monkeypatch.setenv("LAMBDA_SPARK__CONF", '{"spark.sql.foo": "1", "spark.sql.bar": "2"}')
+    persist(load())
+    monkeypatch.delenv("LAMBDA_SPARK__CONF")
+    with caplog.at_level("INFO"):
+        assert main(["config", "--unset", "spark.conf.spark.sql.foo"]) == 0
+    assert "not in" not in caplog.text
+    assert load().spark.conf == {"spark.sql.bar": "2"}
+    sources = {name: source for name, _value, source in provenance(load())}
+    assert sources["spark.conf.spark.sql.bar"].startswith("persisted")
+
+
+def test_persisted_settings_linked_into_the_state_folder_stay_linked(monkeypatch, tmp_path):
+    """Replaced by a file of its own, the link was gone and edits to the file it named were ignored."""
+    monkeypatch.setenv("LAMBDA_API__PORT", "8111")
+    path = persist(Settings())
+    kept = tmp_path / "managed"
+    kept.mkdir(mode=0o700)
+    path.rename(kept / "settings.json")
+    path.symlink_to(kept / "settings.json")
+    monkeypatch.setenv("LAMBDA_API__PORT", "8112")
+    assert persist(load()) == path and path.is_symlink()
+    assert json.loads((kept / "settings.json").read_text())["api"]["port"] == 8112
+    monkeypatch.delenv("LAMBDA_API__PORT")
+    assert main(["config", "--unset", "api.port"]) == 0
+    assert path.is_symlink() and "port" not in json.loads((kept / "settings.json").read_text()).get("api", {})
