@@ -32,7 +32,8 @@ client reading nothing held the answer's coroutine, its open file and the connec
 it liked (uvicorn waits for the buffers to drain without a deadline); one reading at 2 KB/s or
 more is not affected.
 
-Between requests of a kept-alive connection uvicorn's own keep-alive timeout applies.
+Between requests of a kept-alive connection uvicorn's own keep-alive timeout applies; bytes there
+that begin no request (line ends, which the parser skips) start a head's bounds instead.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_bytes = 0
         self._bounded = self._in_head = True
+        self._between = False  # a request ended, and no other began since
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
@@ -108,6 +110,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._head_bytes = 0
         self._bounded = self._in_head = True
+        self._between = False
         if not self._answering():
             self._start_head_timer()
 
@@ -129,6 +132,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._bounded = False
+        self._between = True
         self._stop_body_timer()
         super().on_message_complete()
         if (
@@ -158,6 +162,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if self._bounded:
                 self._head_bytes += len(data)
             super().data_received(data)
+            self._began_nothing(len(data))
             return
         # Let the parser see only what fits: a head that ends within it goes on as usual (a request
         # beginning after it, pipelined, starts its own count).
@@ -173,6 +178,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._refuse_current(431, f"the request's trailers are longer than {MAX_HEAD_BYTES} bytes")
             return
         self.data_received(data[room:])
+
+    def _began_nothing(self, read: int) -> None:
+        """After a request was answered, bytes that began no other (line ends, which the parser skips
+        between requests) cancelled uvicorn's keep-alive timer: one `\r\n` held the connection for
+        ever. They count as the start of a head: bounded in time and size alike."""
+        if (
+            self._between
+            and not self._in_head
+            and not self._answering()
+            and self.timeout_keep_alive_task is None
+            and not self.transport.is_closing()
+        ):
+            self._in_head = self._bounded = True
+            self._head_bytes = read
+            self._start_head_timer()
 
     def _answering(self) -> bool:
         """Whether a request of this connection is still being answered (or waits to be)."""

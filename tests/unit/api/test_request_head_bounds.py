@@ -296,3 +296,29 @@ def test_a_request_the_parser_refuses_gets_the_apis_error_body(server, head):
     assert b"content-type: application/json" in headers.lower()
     assert json.loads(body)["detail"].startswith("not a valid HTTP/1.1 request")
     ok(server)
+
+
+@pytest.mark.parametrize("stray", [b"\r\n", b"\r\n\r\n\r\n", b"\n"])
+def test_bytes_between_requests_that_begin_no_request_do_not_hold_the_connection(server, stray):
+    """The parser skips line ends between requests without beginning one, and they cancelled the
+    keep-alive timer armed at the answer: one `\\r\\n` held the connection (and a file descriptor)
+    for ever."""
+    with socket.create_connection(server, timeout=20) as conn:
+        conn.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+        seen = b""
+        while b'"/first"' not in seen:
+            seen += conn.recv(65536)
+        conn.sendall(stray)
+        began = time.monotonic()
+        rest = b""
+        while chunk := conn.recv(65536):
+            rest += chunk
+        assert time.monotonic() - began < 5, "closed once the head did not come (HEAD_TIMEOUT_S, 1 s here)"
+        assert rest == b"" or status_of(rest) == 408
+
+
+def test_a_request_after_stray_line_ends_is_answered(server):
+    first = b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n"
+    last = b"GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    response = exchange(server, first, b"\r\n", last, pause=0.2)
+    assert response.count(b"HTTP/1.1 200") == 2 and b'"/last"' in response, response[:300]
