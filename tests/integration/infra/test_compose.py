@@ -190,6 +190,17 @@ def test_links_handed_to_a_browser_name_addresses_it_reaches(monkeypatch):
             assert url == f"http://{published[section.port]}:{section.port}", (name, url)
 
 
+def test_the_compose_api_takes_only_host_names_its_clients_use(monkeypatch):
+    """Listening on 0.0.0.0 with no allowed_hosts, it took any Host header: a web page whose name
+    was rebound to 127.0.0.1 read every view (docs/security.md)."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    names = _settings_of(services["api"], monkeypatch).api.host_names()
+    assert names is not None and "evil.example" not in names
+    for name in ("airflow", "airflow-scheduler", "airflow-dag-processor"):  # they ask http://api:8000
+        assert _settings_of(services[name], monkeypatch).api.host in names, name
+    assert "127.0.0.1" in names and "localhost" in names  # the published port, from a browser here
+
+
 def test_the_jvm_code_compiles_where_only_the_maven_jars_are(settings, tmp_path):
     """What the image's build runs: infra/compile_jvm.sh over a jars directory that infra/maven filled
     and infra/setup.sh never stamped (the image's Maven stage writes no stamp): it failed there."""
