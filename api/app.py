@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api import errors
+from api.deps import BodyRoom
 from api.metrics import ApiMetrics
 from api.middleware import HeadersAndLatency
 from api.routes import admin, events, health, reports
@@ -89,6 +90,7 @@ def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: 
         app.state.metrics = ApiMetrics(metrics_dir)
         app.state.producer = _LazyProducer(settings)
         app.state.query_slots = anyio.Semaphore(settings.api.max_concurrent_queries)
+        app.state.body_room = BodyRoom(settings.api.max_bodies_mib * 2**20)
         app.state.worker_sync = sync
         following = None
         if sync is not None:

@@ -4,6 +4,8 @@ the bounded reading of a request body."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -54,24 +56,56 @@ def _check(credentials: HTTPAuthorizationCredentials | None, expected: str) -> N
         )
 
 
-async def read_body(request: Request, cap: int) -> bytes:
-    """The request body, refused with 413 if it is (or declares to be) longer than `cap` bytes."""
+class BodyRoom:
+    """Bytes of request bodies one worker process holds at once (api.max_bodies_mib). Taken and
+    given back on the event loop's thread only: no lock."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.limit:
+            raise ApiError(
+                429,
+                f"the API is busy: the request bodies it holds fill api.max_bodies_mib "
+                f"({self.limit // 2**20} MiB); send it again shortly",
+                headers={"Retry-After": "1"},
+            )
+        self.held += size
+
+
+@asynccontextmanager
+async def held_body(request: Request, cap: int) -> AsyncIterator[bytes]:
+    """The request body, refused with 413 if it is (or declares to be) longer than `cap` bytes, and
+    429 if the worker holds too many at once (BodyRoom); its room is given back when the block ends."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not (declared.isascii() and declared.isdigit()):  # "²" is a digit to isdigit(), not to int()
             raise ApiError(400, "Content-Length is not a number of bytes")
         if len(declared) > 18 or int(declared) > cap:
             raise ApiError(413, f"request body of {declared[:20]} bytes is over the limit of {cap} bytes")
-    chunks, size = [], 0
+    room: BodyRoom = request.app.state.body_room
+    taken = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > cap:
-                raise ApiError(413, f"request body is over the limit of {cap} bytes")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise ApiError(400, "the request body ended before it was complete") from None
-    return b"".join(chunks)
+        if declared is not None:  # taken whole before a byte is read: a refusal reads nothing
+            room.take(int(declared))
+            taken = int(declared)
+        chunks, size = [], 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > cap:
+                    raise ApiError(413, f"request body is over the limit of {cap} bytes")
+                if size > taken:  # a streamed body takes its room as it comes
+                    room.take(size - taken)
+                    taken = size
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise ApiError(400, "the request body ended before it was complete") from None
+        yield b"".join(chunks)
+    finally:
+        room.held -= taken
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AdminTokenDep, SettingsDep, read_body
+from api.deps import AdminTokenDep, SettingsDep, held_body
 from api.errors import ApiError, error_responses, failure_text
 from api.views_install import MarksUnread, refresh_views
 from api.views_install import reload_views as reload
@@ -142,6 +142,22 @@ def _trigger_one(settings: Settings, body: RecomputeRequest) -> str:
         client.close()
 
 
+def _recompute_request(data: bytes) -> RecomputeRequest:
+    """The recompute's body (none: the defaults); 422 naming each field that is wrong."""
+    try:
+        return RecomputeRequest.model_validate_json(data) if data.strip() else RecomputeRequest()
+    except ValidationError as exc:
+        items = [
+            {"loc": ["body", *e.get("loc", ())], "msg": str(e.get("msg", "invalid")).removeprefix("Value error, ")}
+            for e in exc.errors()
+        ]
+        raise ApiError(
+            422,
+            "body: " + "; ".join(f"{'.'.join(map(str, i['loc'][1:])) or 'body'}: {i['msg']}" for i in items[:5]),
+            errors=items,
+        ) from None
+
+
 @router.post(
     "/recompute",
     status_code=202,
@@ -156,19 +172,8 @@ def _trigger_one(settings: Settings, body: RecomputeRequest) -> str:
     },
 )
 async def recompute(request: Request, settings: SettingsDep) -> dict[str, Any]:
-    data = await read_body(request, settings.api.max_body_bytes)
-    try:
-        body = RecomputeRequest.model_validate_json(data) if data.strip() else RecomputeRequest()
-    except ValidationError as exc:
-        items = [
-            {"loc": ["body", *e.get("loc", ())], "msg": str(e.get("msg", "invalid")).removeprefix("Value error, ")}
-            for e in exc.errors()
-        ]
-        raise ApiError(
-            422,
-            "body: " + "; ".join(f"{'.'.join(map(str, i['loc'][1:])) or 'body'}: {i['msg']}" for i in items[:5]),
-            errors=items,
-        ) from None
+    async with held_body(request, settings.api.max_body_bytes) as data:
+        body = _recompute_request(data)
     unknown = [name for name in body.views if name not in request.app.state.views.names()]
     if unknown:
         declared = ", ".join(request.app.state.views.names())

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import TokenDep, read_body
+from api.deps import TokenDep, held_body
 from api.errors import ApiError, error_responses
 from definitions import events as contract
 from definitions.events import FIELDS, SCHEMA_VERSION, InvalidEvent, parse_json, validate_document
@@ -205,7 +205,11 @@ def events_router(settings: Settings) -> APIRouter:
     )
     async def post_events(request: Request) -> dict[str, Any]:
         metrics = request.app.state.metrics
-        data = await read_body(request, settings.api.max_body_bytes)
+        # The body's room (api.max_bodies_mib) is held until it is answered: its events are too.
+        async with held_body(request, settings.api.max_body_bytes) as data:
+            return await _accept(request, metrics, data)
+
+    async def _accept(request: Request, metrics, data: bytes) -> dict[str, Any]:
         try:
             async with large if len(data) > LARGE_BODY_BYTES else contextlib.nullcontext():
                 payloads = await run_in_threadpool(check_events, settings, data)

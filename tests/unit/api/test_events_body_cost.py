@@ -11,6 +11,7 @@ import json
 import threading
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -136,3 +137,54 @@ def test_while_kafka_is_slow_few_produces_hold_threads_and_the_others_get_a_503(
     with TestClient(app, base_url=LOCAL_URL):
         assert asyncio.run(post_many()) == [202] * route.PRODUCE_THREADS + [503] * 3
     assert most == route.PRODUCE_THREADS
+
+
+def test_request_bodies_held_at_once_are_bounded_per_worker_and_the_others_get_a_429(settings, monkeypatch):
+    """Each POST read its whole body (up to api.max_body_bytes) before it waited for anything, and
+    nothing bounded how many were held at once: a thousand connections with the token held ~4 GB.
+    Bodies take room from api.max_bodies_mib as they are read and give it back when answered."""
+    api = settings.api.model_copy(update={"max_bodies_mib": 1, "max_body_bytes": 400 * 1024})
+    settings = settings.model_copy(update={"api": api})
+    held, release = threading.Semaphore(0), threading.Event()
+    real = route.check_events
+
+    def holding(settings, data):
+        held.release()
+        release.wait(10)
+        return real(settings, data)
+
+    monkeypatch.setattr(route, "check_events", holding)
+    app = create_app(settings)
+    body = json.dumps([{}] * 5).encode() + b" " * (300 * 1024)  # invalid events: 422 before Kafka
+
+    async def post_many() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {token(settings)}", "Content-Type": "application/json"}
+        async with httpx.AsyncClient(transport=transport, base_url=LOCAL_URL, timeout=30) as client:
+            posts = {
+                asyncio.ensure_future(client.post("/api/v1/events", content=body, headers=headers)) for _ in range(5)
+            }
+            # Three bodies of 300 KiB fit in 1 MiB, and are held: the other two are refused without waiting.
+            done: set = set()
+            while len(done) < 2:
+                finished, _ = await asyncio.wait(posts - done, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+                assert finished, "no body was refused"
+                done |= finished
+            refused = [t.result() for t in done]
+            assert [a.status_code for a in refused] == [429, 429] and all(a.headers["retry-after"] for a in refused)
+            assert "api.max_bodies_mib" in refused[0].json()["detail"]
+            release.set()
+            answered = await asyncio.gather(*(posts - done))
+            again = await client.post("/api/v1/events", content=body, headers=headers)  # the room came back
+        return sorted(a.status_code for a in [*answered, again])
+
+    with TestClient(app, base_url=LOCAL_URL):
+        assert asyncio.run(post_many()) == [422] * 4
+
+
+def test_room_for_bodies_below_one_body_is_refused():
+    from definitions.service_settings import ApiSettings
+
+    with pytest.raises(ValueError, match="max_bodies_mib"):
+        ApiSettings(max_bodies_mib=4, max_body_bytes=8 * 1024 * 1024)
+    assert ApiSettings(max_bodies_mib=8, max_body_bytes=8 * 1024 * 1024).max_bodies_mib == 8
