@@ -98,8 +98,12 @@ def replace_text(path: Path, text: str) -> None:
     """Replace `path` in one step: a reader sees the old text or the new, never a part (a temporary
     name of its own per writer, so writers in several processes do not meet)."""
     part = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    part.write_text(text)
-    os.replace(part, path)
+    try:
+        part.write_text(text)
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
 
 
 class LockHeld(Exception):

@@ -158,7 +158,7 @@ class Service:
 
 def render_template(source: str, target: Path, private: bool = False, **values: object) -> None:
     """Render a template into `target`; `private`: readable by the owner only (it holds a secret)."""
-    from definitions.files import write_private
+    from definitions.files import replace_text, write_private
 
     escape = xml_escape if source.endswith(".xml") else str
     text = Template((TEMPLATES / source).read_text()).substitute({k: escape(str(v)) for k, v in values.items()})
@@ -166,7 +166,7 @@ def render_template(source: str, target: Path, private: bool = False, **values: 
     if private:
         write_private(target, text)
     else:
-        target.write_text(text)
+        replace_text(target, text)  # a start killed meanwhile leaves the whole file before
 
 
 def _run_once(service: str, marker: Path, command: list[str], cwd: Path) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from definitions.files import replace_text
 from definitions.settings import Settings
 from infra.errors import StackError
 from infra.process import ProcessRecord, ProcessSupervisor, tail_file
@@ -126,7 +127,7 @@ class Supervisord:
             folder.mkdir(parents=True, exist_ok=True)
         if self.running() and self._wait_answering(timeout_s):
             if not (conf.exists() and conf.read_text() == text):
-                conf.write_text(text)
+                replace_text(conf, text)  # a killed `up` leaves the whole one before
             # Applied whatever the file says: an `up` stopped half-way through an update (after the
             # file was written, between removing a program and adding it back) left supervisord
             # without that program, and the file unchanged since.
@@ -143,7 +144,7 @@ class Supervisord:
             self._kill_alone()
             self.procs.stop(NAME, self.settings.stack.stop_timeout_s + 15)
             self.procs.end_orphans(self.settings.stack.stop_timeout_s, last=last)
-        conf.write_text(text)
+        replace_text(conf, text)
         self.procs.start(
             NAME,
             [python_executable(), "-m", "supervisor.supervisord", "-c", str(conf)],

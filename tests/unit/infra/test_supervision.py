@@ -569,3 +569,48 @@ def test_an_up_of_some_services_does_not_replace_a_supervisord_that_does_not_ans
     with pytest.raises(StackError, match="did not answer within 0s"):
         supervisord.ensure([], {}, timeout_s=0, replace_hung=False)
     assert stops == [], "nothing stopped"
+
+
+def _killed_mid_write(monkeypatch) -> None:
+    """Every Path.write_text writes half its text, then the process 'dies' (raises)."""
+    from pathlib import Path
+
+    real = Path.write_text
+
+    def half(self, text, *args, **kwargs):
+        real(self, text[: len(text) // 2], *args, **kwargs)
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(Path, "write_text", half)
+
+
+def test_an_up_killed_while_writing_the_configuration_leaves_the_one_before(tmp_path, monkeypatch):
+    """Written in place, a killed `up` left supervisord.conf cut short: the next `up` read no digest
+    for the programs it lost, and stopped them for a change there was none of."""
+    from infra.supervision import Supervisord
+    from infra.supervisor_config import config_path
+
+    supervisord = Supervisord(Settings(state_dir=tmp_path), object())
+    supervisord.running = lambda: True  # type: ignore[method-assign]
+    supervisord._wait_answering = lambda timeout_s: True  # type: ignore[method-assign]
+    supervisord._update = lambda last=(): False  # type: ignore[method-assign]
+    supervisord._ensure_listener = lambda: None  # type: ignore[method-assign]
+    conf = config_path(tmp_path)
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text("[supervisord]\n; the configuration before\n")
+    _killed_mid_write(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        supervisord.ensure([], {}, timeout_s=0)
+    assert conf.read_text() == "[supervisord]\n; the configuration before\n"
+
+
+def test_a_store_configuration_is_never_left_cut_short(tmp_path, monkeypatch):
+    from infra.service_base import render_template
+
+    target = tmp_path / "core-site.xml"
+    target.write_text("<configuration/>\n")
+    _killed_mid_write(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        render_template("hadoop/core-site.xml", target, host="127.0.0.1", port=9000, tmp_dir="/x")
+    assert target.read_text() == "<configuration/>\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["core-site.xml"], "no part left beside it"
