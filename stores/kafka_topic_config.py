@@ -133,13 +133,23 @@ def check_timestamp_type(settings: Settings) -> None:
             "it manages)"
         )
     stored = _topic_config(described, _COMPRESSION_KEY)
-    if stored != settings.kafka.stored_compression:
+    chosen = settings.kafka.stored_compression
+    if stored is None:  # Kafka names every setting, defaults too: a broker that did not is not judged
+        log.warning("topic %s's %s was not given: not checked", topic, _COMPRESSION_KEY)
+    elif stored != chosen:
+        raise RuntimeError(
+            f"topic {topic} has {_COMPRESSION_KEY}={stored}, the settings say {chosen}: kept as producers "
+            "compressed them, a small batch can declare a record that decompresses to more than this job's "
+            "memory, which kills it at every restart. Set it (kafka-configs.sh --alter --entity-type topics "
+            f"--entity-name {topic} --add-config {_COMPRESSION_KEY}=uncompressed, or `lambdactl up` on the stack "
+            f"it manages), or, taking that risk, set kafka.stored_compression={stored}"
+        )
+    if chosen != "uncompressed":
         log.warning(
-            "topic %s has compression.type=%s, the settings say %s: kept as producers compressed them, a "
-            "small batch can hold a record that decompresses to more than this job's memory",
+            "topic %s keeps batches as producers compressed them (kafka.stored_compression=%s): one small batch "
+            "can declare a record larger than this job's memory, an OutOfMemoryError at every restart",
             topic,
-            stored,
-            settings.kafka.stored_compression,
+            chosen,
         )
 
 

@@ -73,3 +73,24 @@ def test_completeness_refuses_a_stamp_its_producer_chose():
     producer = SimpleNamespace(offset=8, partition=2, timestamp=4_102_444_800_000, timestamp_type=0)
     with pytest.raises(RuntimeError, match="record 8 of events partition 2 carries its producer's timestamp"):
         _broker_stamp("events", producer)
+
+
+@pytest.mark.parametrize("stored", ["producer", "zstd"])
+def test_a_topic_keeping_batches_as_producers_compressed_them_is_refused_unless_the_settings_say_so(
+    monkeypatch, caplog, stored
+):
+    """Kept compressed, a 30 KB batch can declare a record of 1 GiB, which the jobs' Kafka client
+    allocates whole: OutOfMemoryError at every restart. The jobs only warned, and ran."""
+    entries = [("message.timestamp.type", "LogAppendTime"), ("compression.type", stored)]
+    monkeypatch.setattr(kafka_topic_config, "kafka_admin", lambda *a, **k: _admin(0, None, entries))
+    with pytest.raises(RuntimeError, match=f"compression.type={stored}.*compression.type=uncompressed"):
+        kafka_topic_config.check_timestamp_type(Settings())
+    chosen = Settings(kafka={"stored_compression": stored})  # the operator's choice, named
+    with caplog.at_level("WARNING"):
+        kafka_topic_config.check_timestamp_type(chosen)
+    assert "OutOfMemoryError" in caplog.text
+    entries[1] = ("compression.type", "uncompressed")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        kafka_topic_config.check_timestamp_type(Settings())
+    assert caplog.text == ""
