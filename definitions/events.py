@@ -161,7 +161,7 @@ def parse_json(data: bytes | str, max_depth: int) -> Any:
         if text.count("[") + text.count("{") > max_depth and nesting_depth(text) > max_depth:
             raise InvalidEvent(f"too deeply nested: JSON nesting deeper than {max_depth}")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_json_object)
     except RecursionError:
         raise InvalidEvent(f"too deeply nested: JSON nesting deeper than {max_depth}") from None
     except ValueError:  # JSONDecodeError, NaN/Infinity, an integer of too many digits
@@ -170,6 +170,29 @@ def parse_json(data: bytes | str, max_depth: int) -> Any:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
+class _NamedTwice(dict):
+    """A JSON object that gave a name twice (`twice`: the first such name). An event is refused for
+    it: parsers differ on which value counts (the last here, the first in others)."""
+
+    __slots__ = ("twice",)
+    twice: str
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc = dict(pairs)
+    if len(doc) == len(pairs):
+        return doc
+    seen: set[str] = set()
+    named = _NamedTwice(doc)
+    named.twice = next(name for name, _ in pairs if name in seen or seen.add(name))  # type: ignore[func-returns-value]
+    return named
+
+
+def json_kind(value: Any) -> str:
+    """The name a reason gives a parsed JSON value's type (Python's, as the JVM validator says it)."""
+    return "dict" if isinstance(value, dict) else type(value).__name__
 
 
 def validate(
@@ -222,7 +245,9 @@ def validate_document(doc: Any, ingest_time_ms: int | None = None, limits: Event
 
 def _validate_document(doc: Any, ingest_time_ms: int | None, limits: EventLimits) -> dict[str, Any]:
     if not isinstance(doc, dict):
-        raise InvalidEvent(f"not a JSON object: got {type(doc).__name__}")
+        raise InvalidEvent(f"not a JSON object: got {json_kind(doc)}")
+    if isinstance(doc, _NamedTwice):
+        raise InvalidEvent(f"duplicate field: {shown(doc.twice)}")
     unknown = [name for name in doc if name not in _FIELD_SET]
     if unknown:
         names = ", ".join(shown(name) for name in sorted(unknown)[:5])
@@ -282,10 +307,10 @@ def _max_len(field: Field, limits: EventLimits) -> int:
 def _check_field(field: Field, value: Any, limits: EventLimits) -> Any:
     if field.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidEvent(f"mistyped field: {field.name} must be an integer, got {type(value).__name__}")
+            raise InvalidEvent(f"mistyped field: {field.name} must be an integer, got {json_kind(value)}")
         return value
     if not isinstance(value, str):
-        raise InvalidEvent(f"mistyped field: {field.name} must be a string, got {type(value).__name__}")
+        raise InvalidEvent(f"mistyped field: {field.name} must be a string, got {json_kind(value)}")
     if not value:
         raise InvalidEvent(f"empty field: {field.name}")
     limit = _max_len(field, limits)

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import TokenDep, held_body
 from api.errors import ApiError, error_responses
 from definitions import events as contract
-from definitions.events import FIELDS, SCHEMA_VERSION, InvalidEvent, parse_json, validate_document
+from definitions.events import FIELDS, SCHEMA_VERSION, InvalidEvent, json_kind, parse_json, validate_document
 from definitions.settings import Settings
 
 log = logging.getLogger("lambda.api")
@@ -152,7 +152,7 @@ def check_events(settings: Settings, data: bytes) -> list[tuple[bytes, bytes]]:
     except InvalidEvent as exc:
         raise ApiError(400, f"body: {exc.reason}") from None
     if not isinstance(events, list):
-        raise ApiError(422, f"body: a JSON array of events is expected, got a JSON {type(events).__name__}")
+        raise ApiError(422, f"body: a JSON array of events is expected, got a JSON {json_kind(events)}")
     if not events:
         raise ApiError(422, "no events: send a non-empty JSON array of events")
     if len(events) > limit:

@@ -261,6 +261,7 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
   private static Map<String, Value> parseObject(Contract c, String text) throws Invalid {
     Map<String, Value> fields = new HashMap<>();
     String rootType;
+    String twice = null; // the first name the object gives twice: refused once the text is read whole
     if (!text.isEmpty() && text.charAt(0) == '\ufeff') {
       throw malformed();
     }
@@ -284,7 +285,9 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
           } else if (valueToken.isStructStart()) {
             skipChecked(c, p);
           }
-          fields.put(name, new Value(typeOf(valueToken), valueText));
+          if (fields.put(name, new Value(typeOf(valueToken), valueText)) != null && twice == null) {
+            twice = name;
+          }
         }
         if (t != JsonToken.END_OBJECT) {
           throw malformed();
@@ -302,6 +305,9 @@ public final class ValidateEvent implements UDF3<byte[], Long, String, Row> {
     }
     if (!"dict".equals(rootType)) {
       throw new Invalid("not a JSON object: got " + rootType);
+    }
+    if (twice != null) {
+      throw new Invalid("duplicate field: " + shown(twice));
     }
     return fields;
   }

@@ -266,3 +266,16 @@ def test_a_token_that_is_empty_at_run_time_lets_no_request_without_credentials_t
         for headers in ({}, {"authorization": "Bearer "}):
             resp = client.post("/api/v1/admin/views/refresh", headers=headers)
             assert resp.status_code == 401, resp.text
+
+
+def test_an_event_giving_a_field_twice_is_a_422_naming_it(client, settings):
+    """Accepted, the last value counted: another reader of the topic may take the first."""
+    good = '{"event_id":"e-1","event_time":"2026-11-21T10:00:00Z","user_id":"u1","url":"/x","event_type":"click"}'
+    twice = good[:-1] + ',"event_type":"purchase"}'
+    resp = client.post(
+        "/api/v1/events",
+        content=f"[{good},{twice}]",
+        headers={"Authorization": f"Bearer {token(settings)}", "Content-Type": "application/json"},
+    )
+    body = assert_error_shape(resp, settings, 422)
+    assert [(e["index"], e["error"]) for e in body["errors"]] == [(1, "duplicate field: event_type")]

@@ -156,6 +156,26 @@ def test_empty_optional_strings_mean_absent():
         validate(json.dumps(dict(BASE, url="")), INGEST_MS)
 
 
+def test_an_object_giving_a_name_twice_is_refused_naming_it():
+    """Parsers differ on which of two values counts (the last here and in Jackson, the first in
+    others): `"event_type":"click","event_type":"purchase"` was a purchase here, maybe a click to
+    another reader of the topic."""
+    inner = json.dumps(BASE)[1:-1]
+    for raw, name in [
+        ('{"event_type":"click",' + inner + "}", "event_type"),
+        ("{" + inner + ',"zz":1,"zz":2}', "zz"),  # before the unknown field: what is wrong first
+        ('{"\\u0075rl":"/x",' + inner + "}", "url"),  # the same name, escaped
+    ]:
+        with pytest.raises(InvalidEvent, match=f"^duplicate field: {name}$"):
+            validate(raw, INGEST_MS)
+    # Inside a value it is the value that is wrong; after the object, the text.
+    with pytest.raises(InvalidEvent, match="^mistyped field: url must be a string, got dict$"):
+        without_url = json.dumps({k: v for k, v in BASE.items() if k != "url"})[1:-1]
+        validate('{"url":{"a":1,"a":2},' + without_url + "}", INGEST_MS)
+    with pytest.raises(InvalidEvent, match="^malformed JSON"):
+        validate('{"event_type":"click",' + inner + "} x", INGEST_MS)
+
+
 def test_limits_come_from_settings():
     strict = EventLimits(max_url_chars=16, max_record_bytes=512, min_event_time_s=1_790_000_000, max_future_s=0)
     assert (
