@@ -13,6 +13,7 @@ again.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Hashable
 from dataclasses import fields, is_dataclass
@@ -20,8 +21,13 @@ from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
+from definitions.logs import REPEATS
+
 T = TypeVar("T")
 _OBJECT = 56  # bytes of a small Python object, with its slot in a container
+
+
+log = logging.getLogger(__name__)
 
 
 def approx_bytes(value: Any) -> int:
@@ -64,11 +70,14 @@ class _Refused:
 class PartCache:
     """Reads that stay true while their key does, kept up to `max_bytes` (least recently used go first)."""
 
-    def __init__(self, max_bytes: int, refusals: tuple[type[Exception], ...] = ()) -> None:
+    def __init__(self, max_bytes: int, refusals: tuple[type[Exception], ...] = (), setting: str = "") -> None:
         """`refusals`: exceptions a read raises whatever the store's state (a read too large for
         `api.max_read_mib`): kept like a value, and raised to the queries that waited for it, so a
-        refused query asked again costs no second read of the store."""
+        refused query asked again costs no second read of the store. `setting`: the one that sizes
+        this cache, named when a read is too large to keep."""
         self.max_bytes = max_bytes
+        self.setting = setting
+        self.too_large = 0  # reads larger than the whole cache: read again at every query of them
         self.refusals = refusals
         self._cache: LRUCache = LRUCache(maxsize=max(1, max_bytes), getsizeof=lambda entry: entry[0])
         self._lock = threading.Lock()
@@ -122,6 +131,16 @@ class PartCache:
         if 0 < size <= self.max_bytes:
             with self._lock:
                 self._cache[key] = (size, value)
+        elif self.max_bytes > 0:  # said, not kept silently: each query of it reads the store again
+            self.too_large += 1
+            log.warning(
+                "a read of %d MiB is larger than the whole cache (%s, %d MiB): it is read again at every query "
+                "of it; raise the setting (within the workers' memory) or ask narrower windows",
+                size >> 20,
+                self.setting or "its size",
+                self.max_bytes >> 20,
+                extra=REPEATS,
+            )
 
     def clear(self) -> None:
         with self._lock:

@@ -70,7 +70,9 @@ class ServingLayer:
         self.realtime = RealtimeReads(settings, on_marks=self.speed.notice_marks)
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
-        self.batch_cache = PartCache(settings.api.batch_cache_mib * 2**20, refusals=(ReadTooLarge,))
+        self.batch_cache = PartCache(
+            settings.api.batch_cache_mib * 2**20, refusals=(ReadTooLarge,), setting="api.batch_cache_mib"
+        )
         self.pointers = PointerCache(settings, self._read_pointer, floor)
 
     # --- store access --------------------------------------------------------------------------

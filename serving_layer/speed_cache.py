@@ -27,7 +27,7 @@ MAX_AGE_S = 60.0
 
 class SpeedPartCache:
     def __init__(self, max_bytes: int, check_s: float) -> None:
-        self.parts = PartCache(max_bytes, refusals=(ReadTooLarge,))
+        self.parts = PartCache(max_bytes, refusals=(ReadTooLarge,), setting="api.speed_cache_mib")
         self.check_s = check_s
         self._marks: Hashable | None = None
         self._epoch = 0  # one more at each change of the marks: what kept parts are labelled with

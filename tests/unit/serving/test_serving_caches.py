@@ -172,6 +172,20 @@ def test_batch_part_cache_is_bounded_by_bytes_and_keeps_no_failed_read():
     assert cache.get("c", lambda: {2: 2}) == {2: 2}
 
 
+def test_a_read_larger_than_the_whole_cache_is_said_not_dropped_silently(caplog):
+    """A top-N of a large site read past api.batch_cache_mib: kept nowhere, it was read from HBase
+    again at every query, and nothing said why."""
+    cache = PartCache(max_bytes=2**20, setting="api.batch_cache_mib")
+    with caplog.at_level("WARNING"):
+        cache.get("top", lambda: {i: BatchCell(i, b"s" * 1000) for i in range(2_000)})
+    assert cache.too_large == 1 and cache.bytes == 0
+    assert "larger than the whole cache (api.batch_cache_mib, 1 MiB)" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        PartCache(max_bytes=0).get("off", lambda: {i: i for i in range(10_000)})
+    assert caplog.text == "", "a cache turned off says nothing"
+
+
 def test_long_keys_count_against_the_cache_too():
     cache = PartCache(max_bytes=100_000)
     for i in range(1_000):  # empty reads of distinct 2 KB keys (what a client can ask for)
