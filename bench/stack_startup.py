@@ -24,7 +24,8 @@ import time
 import uuid
 from pathlib import Path
 
-from api_latency import base_url, freshness  # bench/ itself: the scripts run as files
+from api_freshness import freshness  # bench/ itself: the scripts run as files
+from api_latency import base_url
 from figures import configure_logging
 
 from definitions.settings import get_settings
