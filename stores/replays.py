@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from definitions.settings import Settings
@@ -130,35 +129,6 @@ SWITCHED = ".switched-"
 def shadow_name(view: str, started_ms: int) -> str:
     """The storage name a replay started at `started_ms` writes `view`'s realtime rows under."""
     return f"{view}{SHADOW_SEPARATOR}{started_ms}"
-
-
-_SHADOW = re.compile(r"(?P<view>[^./~]{1,200})" + re.escape(SHADOW_SEPARATOR) + r"(?P<started>[0-9]{1,16})")
-
-
-def unreferenced_shadows(
-    names: Iterable[str],
-    claims: dict[str, ReplayMark],
-    overlays: dict[str, ReplayMark],
-    claims_being_written: Iterable[str] = (),
-) -> set[str]:
-    """The replays' rows (shadow names) among `names` that no mark refers to: no claim is theirs or
-    took theirs over (a `--resume`'s `replaces`), and no view's newest overlay reads them. No replay
-    can switch to them any more, and an answer reads them only from marks read before that held
-    (lambdactl/replay_orphans.py waits those out). Left by a `--cancel` that could not delete them,
-    a replay refused at its switch, a switch killed before it deleted the overlays it replaced, or
-    a replay killed before it deleted the rows it replaced. A view whose claim file is no mark, or
-    is empty (`claims_being_written`: read_replays_and_empty_claims, from the same listing as the
-    marks), keeps all its replays' rows: a replay still running may switch under such a file."""
-    referenced = {m.shadow for m in overlays.values() if m.shadow}
-    for held in claims.values():
-        referenced.update(shadow_name(held.view, t) for t in (held.started_ms, *held.replaces))
-    unreadable = {view for view, held in claims.items() if held.unreadable} | set(claims_being_written)
-    found = set()
-    for name in names:
-        parts = _SHADOW.fullmatch(name)
-        if parts is not None and name not in referenced and parts["view"] not in unreadable:
-            found.add(name)
-    return found
 
 
 class ReplayMarked(RuntimeError):

@@ -216,7 +216,8 @@ def test_a_view_name_is_short_enough_for_every_name_made_from_it():
     """Table, shadow, replay-mark and HDFS file names are made from a view's name: one of 201
     characters was never listed as replaying, and its replay's switch failed on HDFS's 255 bytes."""
     from definitions.view_versions import storage_name
-    from stores.replays import _mark_name, shadow_name, unreferenced_shadows
+    from lambdactl.replay_orphans import unreferenced_shadows
+    from stores.replays import _mark_name, shadow_name
 
     longest = "v" * 64
     View(longest, keys=("url",), aggregation="count")

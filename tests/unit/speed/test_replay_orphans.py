@@ -1,10 +1,11 @@
-"""Which replays' rows no replay mark names any more (stores.replays.unreferenced_shadows), which the
+"""Which replays' rows no replay mark names any more (lambdactl.replay_orphans.unreferenced_shadows), which the
 realtime clean-up deletes (lambdactl/replay_orphans.py; on the real stores in
 tests/integration/speed/test_replay_orphans.py); without a store: the marks are given."""
 
 from __future__ import annotations
 
-from stores.replays import ReplayMark, shadow_name, unreferenced_shadows
+from lambdactl.replay_orphans import unreferenced_shadows
+from stores.replays import ReplayMark, shadow_name
 
 V, W = "page_views", "top_pages"
 
