@@ -113,6 +113,10 @@ def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
     except OSError as exc:  # no such program, or arguments too long for the system (a run's conf)
         _say_cause(f"{command[:200]} could not be started: {exc.strerror or exc}")
         raise LambdactlError(list(args)[:1], -1, str(exc)) from None
+    except ValueError as exc:  # an argument holding a NUL byte (a run's conf): every retry meets it
+        cause = f"{command[:200]!r} could not be started: {exc}"
+        _say_cause(cause)
+        raise LambdactlRefused(list(args)[:1], -1, cause) from None
     except subprocess.TimeoutExpired as exc:  # the command was killed; the next try starts afresh
         cause = f"{command} did not finish within {timeout_s:.0f}s (the task's execution_timeout): stopped"
         _say_cause(cause)
@@ -127,7 +131,12 @@ def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
             raise LambdactlRefused(list(args), done.returncode, done.stderr)
         raise LambdactlError(list(args), done.returncode, done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
-    return json.loads(lines[-1]) if lines else {}
+    try:
+        return json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        cause = f"{command} printed a line that is no JSON object: {lines[-1][:200]}"
+        _say_cause(cause)
+        raise LambdactlError(list(args), done.returncode, cause) from None
 
 
 def declared_views() -> list[str]:
@@ -202,6 +211,7 @@ def refuse_backfill() -> None:
             "",
             type="string",
             maxLength=40,  # an ISO time; the API's recompute route has the same limit
+            pattern=r"^([0-9T:.+Z-]+)?$",  # what an ISO time is made of: Airflow refuses anything else at once
             description="explicit ISO cutoff on an ingest-bucket boundary (empty: the last complete one)",
         ),
         "views": Param(
@@ -212,7 +222,8 @@ def refuse_backfill() -> None:
             # Airflow refuses a run naming another one, naming it. A view `lambdactl views apply`
             # just added is offered from the DAG's next parse (dag_processor.min_file_process_interval,
             # 30 s); a run whose view is removed meanwhile fails at its next task, naming it.
-            items={"type": "string", **({"enum": VIEWS} if VIEWS else {})},
+            maxItems=100,  # the API's recompute route has the same limit
+            items={"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,99}$", **({"enum": VIEWS} if VIEWS else {})},
             **({"examples": VIEWS} if VIEWS else {}),
         ),
     },
@@ -278,8 +289,10 @@ def lambda_batch_recompute():
     @task(retries=1)
     def report(run: dict) -> dict:
         result = lambdactl("report", "--version", str(run["version"]), "--json")
-        if not result.get("id"):  # no link to a report that is not there
-            raise LambdactlError(["report"], 0, f"lambdactl report named no report: {str(result)[:500]}")
+        if not result.get("id"):  # no link to a report that is not there; a retry would build it again
+            cause = f"lambdactl report named no report: {str(result)[:500]}"
+            _say_cause(cause)
+            raise LambdactlRefused(["report"], 0, cause)
         url = result.get("url") or f"{os.environ.get('LAMBDA_API_URL', '')}/api/v1/reports/{result['id']}/html"
         print(f"accuracy report: {url}")
         get_current_context()["ti"].xcom_push(key=REPORT_URL_KEY, value=url)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import textwrap
 import threading
@@ -263,11 +264,13 @@ EXIT_CODES = textwrap.dedent("""
     ti = SimpleNamespace(xcom_push=lambda key, value: None, task=SimpleNamespace(execution_timeout=None))
     dag_file.get_current_context = lambda: {"ti": ti}
     outcome = {}
-    for code in (1, 2):
+    for code in ("1", "2", "a\\x00b", "json"):
+        causes = []
+        ti.xcom_push = lambda key, value: causes.append(value)
         try:
-            dag_file.lambdactl("exit", str(code))
+            dag_file.lambdactl("exit", code)
         except dag_file.LambdactlError as exc:
-            outcome[code] = {"code": exc.code, "fails_at_once": isinstance(exc, AirflowFailException)}
+            outcome[code] = {"code": exc.code, "fails_at_once": isinstance(exc, AirflowFailException), "cause": causes}
     print(json.dumps(outcome))
 """)
 
@@ -279,15 +282,24 @@ def test_a_refusal_fails_its_task_at_once_and_other_failures_are_retried(setting
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "lambdactl"  # exits with the code it is given, as lambdactl refuses or fails
-    fake.write_text('#!/bin/sh\necho "lambdactl: refused or failed" >&2\nexit "$2"\n')
+    fake.write_text(
+        '#!/bin/sh\ncase "$2" in json) echo "{not json"; exit 0;; esac\n'
+        'echo "lambdactl: refused or failed" >&2\nexit "$2"\n'
+    )
     fake.chmod(0o755)
     env = environment(settings)
     env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(bin_dir))
     result = in_airflow(settings, EXIT_CODES, env)
+    causes = {code: outcome.pop("cause") for code, outcome in result.items()}
     assert result == {
         "1": {"code": 1, "fails_at_once": False},
         "2": {"code": 2, "fails_at_once": True},
+        # A NUL byte in a run's conf: ValueError from subprocess, once a bare traceback retried twice.
+        "a\x00b": {"code": -1, "fails_at_once": True},
+        "json": {"code": 0, "fails_at_once": False},
     }, result
+    assert "could not be started: embedded null byte" in causes["a\x00b"][0], causes
+    assert "printed a line that is no JSON object: {not json" in causes["json"][0], causes
 
 
 OVERTAKEN = textwrap.dedent("""
@@ -356,6 +368,8 @@ def test_a_backfill_is_refused_and_a_cutoff_is_at_most_an_iso_times_length(setti
     assert "backfill is refused" in result["outcome"]["backfill"], result
     assert "backfill is refused" in result["cause"], "the UI shows why"
     assert result["cutoff"]["maxLength"] == 40, result["cutoff"]
+    assert re.fullmatch(result["cutoff"]["pattern"], "2026-11-18T11:00:00Z")
+    assert not re.search(result["cutoff"]["pattern"], "2026\x00"), "refused by Airflow at the trigger"
 
 
 def trigger(settings, conf: dict) -> str:
