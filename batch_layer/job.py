@@ -182,6 +182,10 @@ def run_batch(
                 ", ".join(names),
                 iso(cutoff),
             )
+            runs = store.runs()
+            for served in sorted({current.entries[n].version for n in names}):
+                if runs.get(served, {}).get("state") == "verified":  # its swap landed, its caller timed out
+                    swap_version(settings, served)  # records it (and the runs it replaced)
             return BatchResult(
                 current.entries[names[0]].version, cutoff, current.run_id, skipped="already at this cutoff"
             )

@@ -70,7 +70,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             return served  # it serves already: swapping it again changes nothing
         raise Overtaken(f"version {version} served and was replaced since; run the batch again instead of going back")
     if served is not None:  # its swap moved the pointer, and its process ended before recording so
-        _record_completed_swap(store, runs, served, version)
+        record_completed_swap(store, runs, served, version)
         _retain(settings, store)
         return served
     tables_kept(settings, version, run)
@@ -99,7 +99,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             raise
         log.info("version %d serves already: another attempt at its swap landed it", version)
         if store.runs().get(version, {}).get("state") == "verified":  # that attempt did not record it
-            _record_completed_swap(store, runs, now, version)
+            record_completed_swap(store, runs, now, version)
         _retain(settings, store)
         return now
     _retain(settings, store)
@@ -127,15 +127,18 @@ def retain_before_writing(settings: Settings, store) -> None:
         )
 
 
-def _record_completed_swap(store, runs: dict[int, dict], served: Pointer, version: int) -> None:
+def record_completed_swap(store, runs: dict[int, dict], served: Pointer, version: int) -> int:
     """Record what the swap of `version`, whose compare-and-set moved the pointer to `served` but
-    whose process ended before recording it, would have: the run serves, and the runs it replaced
-    are retired — those `runs` (read before `served`) has as live that `served` does not name."""
+    whose process ended (or timed out) before recording it, would have: the run serves, and the runs
+    it replaced are retired — those `runs` (read before `served`) has as live that `served` does not
+    name. The landing time it records (ms): now."""
     # When it landed is not known, only that it was before now: the clean-up settles from now.
-    store.record_run(version, state="live", swapped_ms=served.swapped_ms, swap_landed_ms=int(time.time() * 1000))
+    landed_ms = int(time.time() * 1000)
+    store.record_run(version, state="live", swapped_ms=served.swapped_ms, swap_landed_ms=landed_ms)
     for replaced, record in runs.items():
         if record.get("state") == "live" and replaced not in served.versions():
             store.record_run(replaced, state="retired")
+    return landed_ms
 
 
 class MarkerUnavailable(RuntimeError):

@@ -226,13 +226,18 @@ def settle_after_swap(settings: Settings, pointer) -> None:
     can be running, before deleting them, counted from when the swap landed (its run's
     `swap_landed_ms`; the pointer's own stamp precedes the compare-and-set). At most the setting
     itself: a swap stamped ahead by another host's clock does not stall this."""
+    from batch_layer.swap import record_completed_swap
     from stores.registry import version_store
 
+    store = version_store(settings)
+    runs = store.runs()
     landed_ms = pointer.swapped_ms
+    if runs.get(pointer.version, {}).get("state") == "verified":
+        # Its compare-and-set landed (the pointer names it) and its caller did not hear so (a timeout):
+        # when is not known, only that it was before now. Recorded, from now.
+        landed_ms = record_completed_swap(store, runs, pointer, pointer.version)
     try:
-        landed_ms = max(
-            landed_ms, int(version_store(settings).runs().get(pointer.version, {}).get("swap_landed_ms", 0))
-        )
+        landed_ms = max(landed_ms, int(runs.get(pointer.version, {}).get("swap_landed_ms", 0)))
     except (TypeError, ValueError):
         pass  # a record that is no number: the pointer's stamp
     settle_s = min(settings.batch.cleanup_settle_s, landed_ms / 1000 + settings.batch.cleanup_settle_s - time.time())

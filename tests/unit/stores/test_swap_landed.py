@@ -82,3 +82,45 @@ def test_a_swap_that_landed_is_not_failed_by_its_bookkeeping(store, monkeypatch,
         store.swap(first, _pointer(2, first))
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warned) == 2 and all("serves" in w and "--swap" in w for w in warned), warned
+
+
+def test_a_swap_that_landed_unrecorded_is_settled_from_now_and_recorded(monkeypatch):
+    """The compare-and-set landed after a slow wait and the call timed out: the run stayed
+    `verified`, with no landing time, and the clean-up settled from the pointer's stamp, made
+    before that wait: short by it."""
+    from stores import registry
+
+    settings = Settings()
+    pointer = _pointer(3)
+    runs = {2: {"state": "live"}, 3: {"state": "verified"}}
+    recorded: list = []
+    fake = SimpleNamespace(runs=lambda: runs, record_run=lambda version, **fields: recorded.append((version, fields)))
+    monkeypatch.setattr(registry, "version_store", lambda _s: fake)
+    slept: list = []
+    monkeypatch.setattr(batch.time, "sleep", slept.append)
+    monkeypatch.setattr(batch.time, "time", lambda: NOW_MS / 1000 + 40)  # the stamp is 40 s old
+    batch.settle_after_swap(settings, pointer)
+    assert slept == [pytest.approx(settings.batch.cleanup_settle_s)], "the whole wait, from now"
+    assert recorded[0] == (3, {"state": "live", "swapped_ms": NOW_MS, "swap_landed_ms": NOW_MS + 40_000})
+    assert (2, {"state": "retired"}) in recorded, "the run it replaced"
+
+
+def test_a_batch_already_at_its_cutoff_records_a_swap_that_landed_unrecorded(monkeypatch):
+    """`lambdactl batch` again after a swap that timed out: "already at this cutoff", and the run
+    that serves stayed `verified` for good."""
+    from batch_layer import job
+
+    pointer = _pointer(3)
+    runs = {3: {"state": "verified"}}
+    store = SimpleNamespace(pointer=lambda: pointer, runs=lambda: runs)
+    monkeypatch.setattr(job, "version_store", lambda _s: store)
+    monkeypatch.setattr(job, "selected_views", lambda s, current, views: [SimpleNamespace(name="page_views")])
+    monkeypatch.setattr(job, "choose_cutoff", lambda s, cutoff_ms, current, names: pointer.cutoff_of("page_views"))
+    monkeypatch.setattr(job, "missing_tables", lambda s, tables: [])
+    swapped: list = []
+    monkeypatch.setattr(job, "swap_version", lambda s, version: swapped.append(version))
+    result = job.run_batch(Settings(), views=["page_views"])
+    assert result.skipped == "already at this cutoff" and swapped == [3]
+    runs[3] = {"state": "live"}
+    job.run_batch(Settings(), views=["page_views"])
+    assert swapped == [3], "a recorded swap is not done again"
