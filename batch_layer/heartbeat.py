@@ -21,13 +21,23 @@ def beat_every_s(grace_s: float) -> float:
 
 
 @contextmanager
-def heartbeat(store: Any, version: int, every_s: float) -> Iterator[None]:
+def heartbeat(store: Any, version: int, every_s: float, state: str = "writing") -> Iterator[None]:
+    """Beat while the run's record is still `state`: a run retention gave up (no beat within the
+    grace) stops beating rather than bring back a record retention may have deleted; its next
+    record (record_run_if) fails it."""
     stop = threading.Event()
 
     def beat() -> None:
         while not stop.wait(every_s):
             try:
-                store.record_run(version, heartbeat_ms=int(time.time() * 1000))
+                if not store.record_run_if(version, state, heartbeat_ms=int(time.time() * 1000)):
+                    log.error(
+                        "run %d is no longer recorded %s: retention gave it up (no beat within "
+                        "batch.retention_grace_s) and may drop its tables; it stops beating",
+                        version,
+                        state,
+                    )
+                    return
             except Exception as exc:  # HBase busy a moment: the next beat tries again
                 log.warning("could not record the run's heartbeat: %s", exc)
 

@@ -237,7 +237,13 @@ def run_batch(
             "splits": {k: [key.hex() for key in keys] for k, keys in splits.items()},
             "seconds": round(time.monotonic() - started, 1),
         }
-        store.record_run(version, state="verified", stats=run_stats, verified_ms=int(time.time() * 1000))
+        if not store.record_run_if(
+            version, "writing", state="verified", stats=run_stats, verified_ms=int(time.time() * 1000)
+        ):
+            raise RuntimeError(
+                f"run {run_id} (version {version}) is no longer recorded writing: retention gave it up (no beat "
+                "within batch.retention_grace_s) and may have dropped its tables. Run the batch again"
+            )
     except BaseException:
         try:
             store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
@@ -277,12 +283,16 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     to_swap = run["state"] == "verified" and version not in (current.versions() if current is not None else ())
     if to_swap:
         not_past_grace(settings, version, run)  # retention may drop its tables at any time: not scanned
-        store.record_run(version, heartbeat_ms=int(time.time() * 1000))  # the first beat, before any wait
+        _beat_verified(store, version)  # the first beat, before any wait
     tables_kept(settings, version, run)
     registry = {v.name: v for v in selected_views(settings, current, run.get("views"))}
     found = {}
     recorded_splits = run["stats"].get("splits", {})  # runs of earlier releases have none: one scan
-    beats = heartbeat(store, version, beat_every_s(settings.batch.retention_grace_s)) if to_swap else nullcontext()
+    beats = (
+        heartbeat(store, version, beat_every_s(settings.batch.retention_grace_s), state="verified")
+        if to_swap
+        else nullcontext()
+    )
     with beats:
         for name, recorded in run["stats"]["tables"].items():
             expected = TableStats(**recorded)
@@ -290,8 +300,16 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
             verify_table(settings, layout.table_name(name, version), registry[name], expected, splits)
             found[name] = expected
     if to_swap:
-        store.record_run(version, heartbeat_ms=int(time.time() * 1000))  # checked now: the swap's grace from here
+        _beat_verified(store, version)  # checked now: the swap's grace from here
     return found
+
+
+def _beat_verified(store, version: int) -> None:
+    if not store.record_run_if(version, "verified", heartbeat_ms=int(time.time() * 1000)):
+        raise VerificationError(
+            f"version {version} is no longer recorded verified: retention gave it up, or another process swapped "
+            "it; nothing was changed"
+        )
 
 
 def _recorded_splits(version: int, name: str, recorded: object) -> list[bytes]:

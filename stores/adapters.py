@@ -124,6 +124,12 @@ class VersionStoreAdapter(Protocol):
         """Set these fields (JSON values) of the run record of `version`."""
         ...
 
+    def record_run_if(self, version: int, expected: str, /, **fields: Any) -> bool:
+        """Set these fields of the run record of `version` only while its state is `expected`, in one
+        atomic step on the state (the new state, if given, first); False, changing nothing, when it
+        is not (the record may have been deleted)."""
+        ...
+
     def runs(self) -> dict[int, dict]:
         """{version: run record} of every recorded run."""
         ...

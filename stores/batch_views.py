@@ -104,6 +104,36 @@ class VersionStore:
         finally:
             conn.close()
 
+    def record_run_if(self, version: int, expected: str, /, **fields) -> bool:
+        """Set these fields of run `version`'s record only while its state is `expected`: one HBase
+        checkAndPut on the state (of the new state, if `fields` has one, else of the first field),
+        then the other fields. False, changing nothing, when it is not: retention gave the run up
+        (stores.run_records) and may have deleted its record, which a plain put would bring back
+        half made."""
+        from Hbase_thrift import Mutation  # the IDL happybase loads declares checkAndPut
+
+        cells = {f"p:{k}".encode(): json.dumps(v).encode() for k, v in fields.items()}
+        first = b"p:state" if b"p:state" in cells else next(iter(cells))
+        conn = hbase_connection(self.settings)
+        try:
+            meta = self._meta(conn)
+            row = layout.run_row(version)
+            if not conn.client.checkAndPut(
+                meta.name,
+                row,
+                b"p:state",
+                json.dumps(expected).encode(),
+                Mutation(column=first, value=cells[first]),
+                {},
+            ):
+                return False
+            rest = {k: v for k, v in cells.items() if k != first}
+            if rest:
+                meta.put(row, rest)
+            return True
+        finally:
+            conn.close()
+
     def runs(self) -> dict[int, dict]:
         conn = hbase_connection(self.settings)
         try:

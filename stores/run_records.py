@@ -8,8 +8,10 @@ needs any more; what stays is everything a decision reads:
 - every run the pointer names, or with a table left (retention drops tables from their records);
 - every run the pointer's own version names (the realtime clean-up records its mark there);
 - every run still live, retired (its tables kept for rollback), verified within the swap's grace
-  (`batch.retention_grace_s`), or writing with a process that may still run (it records its end
-  on the row: a row deleted under it would come back half);
+  (`batch.retention_grace_s`), or writing with its process running on this host or beating within
+  the grace. A run of another host silent longer is given up, as retention gives up its tables:
+  were it still running, it records nothing more (stores.batch_views.record_run_if: only while its
+  record says "writing"), so its deleted record does not come back half made;
 - for a kept record without its window's start (an earlier release's), the earlier run whose
   cutoff the report reads instead;
 - per view, the run holding the highest realtime clean-up mark (reports.build.cleaned_below_s reads
@@ -57,7 +59,7 @@ def prunable_runs(
         state = run.get("state")
         since = max(run.get(k, 0) or 0 for k in ("started_ms", "verified_ms", "heartbeat_ms"))
         if state == "writing":
-            if now_ms - since < grace_ms or may_run(run) is not False:
+            if now_ms - since < grace_ms or may_run(run) is True:
                 continue
         elif state == "verified":  # never swapped, and past the grace within which it could have been
             if now_ms - since < grace_ms:

@@ -547,3 +547,29 @@ def test_two_attempts_at_one_swap_both_end_with_it_serving(own, monkeypatch):
     assert swap_version(settings, version) == landed
     monkeypatch.undo()
     assert store.runs()[version]["state"] == "live"
+
+
+def test_a_run_records_only_while_its_record_says_what_it_expects(own):
+    """Retention gives up a run of another host silent past the grace, dropping its tables and its
+    record: had it been running still, its next beat or its "verified" brought the record back half
+    made (a state-less row no retention pass ever deleted). Against the real HBase checkAndPut."""
+    settings, _ = own
+    store = VersionStore(settings)
+    version = store.allocate_version()
+    store.record_run(version, state="writing", run_id="r", started_ms=1)
+    assert store.record_run_if(version, "writing", heartbeat_ms=5)
+    assert store.record_run_if(version, "writing", state="verified", verified_ms=7, stats={"events": 3})
+    assert store.runs()[version] == {
+        "state": "verified",
+        "run_id": "r",
+        "started_ms": 1,
+        "heartbeat_ms": 5,
+        "verified_ms": 7,
+        "stats": {"events": 3},
+    }
+    assert not store.record_run_if(version, "writing", heartbeat_ms=9), "no longer writing"
+    assert store.runs()[version]["heartbeat_ms"] == 5
+    store._prune_runs([version])  # given up: deleted
+    assert not store.record_run_if(version, "verified", heartbeat_ms=11)
+    assert not store.record_run_if(version, "writing", state="verified", verified_ms=12)
+    assert version not in store.runs(), "nothing came back"

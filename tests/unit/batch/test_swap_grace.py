@@ -59,12 +59,14 @@ def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ah
     beats: list[int] = []
     swaps: list = []
 
-    def record_run(version, **fields):
+    def record_run_if(version, expected, **fields):
+        assert expected == "verified" == run["state"]
         beats.append(fields["heartbeat_ms"])
         run.update(fields)
+        return True
 
     store = SimpleNamespace(
-        runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: swaps.append(a), record_run=record_run
+        runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: swaps.append(a), record_run_if=record_run_if
     )
     for module in (job, swap):
         monkeypatch.setattr(module, "version_store", lambda s: store)
@@ -161,7 +163,7 @@ def test_a_verify_of_a_version_the_pointer_names_is_no_swap_to_come_whatever_its
     }
     pointer = Pointer({"page_views": ViewEntry("page_views_v5", 5, 60_000)}, version=5)
     store = SimpleNamespace(
-        runs=lambda: {5: run}, pointer=lambda: pointer, record_run=lambda *a, **k: pytest.fail("beat")
+        runs=lambda: {5: run}, pointer=lambda: pointer, record_run_if=lambda *a, **k: pytest.fail("beat")
     )
     monkeypatch.setattr(job, "version_store", lambda s: store)
     monkeypatch.setattr(job, "tables_kept", lambda *a: None)
@@ -223,7 +225,11 @@ def test_a_run_that_fails_with_hbase_away_too_raises_its_own_error(settings, mon
             raise ConnectionError("HBase away")
 
     store = SimpleNamespace(
-        pointer=lambda: None, retain=lambda keep: [], allocate_version=lambda: 7, record_run=record_run
+        pointer=lambda: None,
+        retain=lambda keep: [],
+        allocate_version=lambda: 7,
+        record_run=record_run,
+        record_run_if=lambda version, expected, **fields: pytest.fail("recorded verified"),
     )
     monkeypatch.setattr(job, "version_store", lambda s: store)
     monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
@@ -240,3 +246,59 @@ def test_a_run_that_fails_with_hbase_away_too_raises_its_own_error(settings, mon
     with pytest.raises(ValueError, match="master dataset cannot be read"):
         job.run_batch(settings, spark=object())
     assert recorded == ["writing", "failed"]
+
+
+def test_a_run_given_up_by_retention_records_nothing_more_and_fails(settings, monkeypatch):
+    """Its record, deleted by retention (another host's run silent past the grace), came back half
+    made at its next beat or its "verified"; now it fails, naming why, and writes nothing back."""
+    from contextlib import nullcontext
+
+    from stores import batch_bulk_load
+
+    recorded: list = []
+    store = SimpleNamespace(
+        pointer=lambda: None,
+        retain=lambda keep: [],
+        allocate_version=lambda: 7,
+        record_run=lambda version, state, **fields: recorded.append(state),
+        record_run_if=lambda version, expected, **fields: recorded.append(f"if {expected}") or False,
+    )
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
+    monkeypatch.setattr(job, "choose_cutoff", lambda *a: 60_000)
+    monkeypatch.setattr(job, "heartbeat", lambda *a: nullcontext())
+    monkeypatch.setattr(batch_bulk_load, "chosen_load", lambda s: "puts")
+    monkeypatch.setattr(batch_bulk_load, "sweep_leftovers", lambda s: [])
+    monkeypatch.setattr(job, "retain_before_writing", lambda *a: None)
+    events = SimpleNamespace(cache=lambda: events, count=lambda: 3, unpersist=lambda: None)
+    monkeypatch.setattr(job, "deduplicated_events", lambda *a: events)
+    monkeypatch.setattr(job, "write_tables", lambda *a: ({}, {}))
+    with pytest.raises(RuntimeError, match="retention gave it up"):
+        job.run_batch(settings, spark=object())
+    assert recorded == ["writing", "if writing", "failed"]
+
+
+def test_a_heartbeat_of_a_run_given_up_stops():
+    import threading
+
+    from batch_layer.heartbeat import heartbeat
+
+    asked: list = []
+    given_up = threading.Event()
+
+    def record_run_if(version, expected, **fields):
+        asked.append(expected)
+        given_up.set()
+        return False
+
+    with heartbeat(SimpleNamespace(record_run_if=record_run_if), 7, every_s=0.01):
+        assert given_up.wait(10)
+        from tests.support.polling import wait_for
+
+        wait_for(
+            lambda: not any(t.name == "run-heartbeat" for t in threading.enumerate()),
+            "the heartbeat to stop",
+            timeout_s=5,
+            interval_s=0.01,
+        )
+    assert asked == ["writing"]

@@ -316,11 +316,12 @@ def test_a_run_beats_while_it_computes_and_stops_when_it_ends():
             self.beats: list[int] = []
             self.third = threading.Event()
 
-        def record_run(self, version: int, **fields) -> None:
-            assert version == 7 and set(fields) == {"heartbeat_ms"}
+        def record_run_if(self, version: int, expected: str, **fields) -> bool:
+            assert version == 7 and expected == "writing" and set(fields) == {"heartbeat_ms"}
             self.beats.append(fields["heartbeat_ms"])
             if len(self.beats) >= 3:
                 self.third.set()
+            return True
 
     store = Runs()
     with heartbeat(store, 7, every_s=0.01):

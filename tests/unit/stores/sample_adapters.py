@@ -72,6 +72,9 @@ class EmptyVersions(_Recorded):
     def record_run(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError
 
+    def record_run_if(self, *args: Any, **kwargs: Any) -> bool:
+        raise NotImplementedError
+
     def retain(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 

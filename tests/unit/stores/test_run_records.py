@@ -44,13 +44,16 @@ def test_a_record_that_still_matters_is_kept():
     assert plan(runs, current=pointer(1, 8), present={7}, keep=2) == [6]
 
 
-def test_a_writing_run_is_pruned_only_when_its_process_is_known_gone():
-    """A run of another host may still finish and record "verified" on a row made anew: never pruned.
-    One of this host whose process is gone never writes again."""
+def test_a_writing_run_is_pruned_once_its_process_is_gone_or_another_hosts_run_is_silent_past_the_grace():
+    """A run of another host silent past the grace was kept for good (it might record "verified" on
+    a row made anew), while retention dropped its tables: it now records only while its record says
+    "writing" (stores.batch_views.record_run_if), so it is pruned as its tables are dropped. One of
+    this host whose process is gone never writes again."""
     old = NOW - 2 * GRACE
     runs = {
         1: {"state": "writing", "started_ms": old, "host": "here"},  # its process is gone
-        2: {"state": "writing", "started_ms": old, "host": "elsewhere"},  # cannot be asked
+        2: {"state": "writing", "started_ms": old, "host": "elsewhere"},  # cannot be asked: silent too long
+        7: {"state": "writing", "started_ms": old, "heartbeat_ms": NOW - 1_000, "host": "elsewhere"},  # beating
         3: {"state": "writing", "started_ms": old, "host": "here", "running": True},  # still running
         4: {"state": "writing", "started_ms": NOW - 1_000, "host": "here"},  # gone, but within grace
         5: {"state": "dropped"},
@@ -60,7 +63,7 @@ def test_a_writing_run_is_pruned_only_when_its_process_is_known_gone():
     def may_run(run):
         return run.get("running", False) if run["host"] == "here" else None
 
-    assert plan(runs, keep=1, may_run=may_run) == [1, 5]
+    assert plan(runs, keep=1, may_run=may_run) == [1, 2, 5, 6]
 
 
 def test_the_plan_never_drops_the_newest_nor_a_serving_nor_a_highest_clean_up_on_random_records():
@@ -83,7 +86,7 @@ def test_the_plan_never_drops_the_newest_nor_a_serving_nor_a_highest_clean_up_on
         assert not pruned & named and not pruned & present
         assert all(
             runs[v]["state"] in ("dropped", "failed")
-            or (runs[v]["state"] == "verified" and runs[v]["verified_ms"] < NOW - GRACE)
+            or (runs[v]["state"] in ("verified", "writing") and runs[v]["verified_ms"] < NOW - GRACE)
             for v in pruned
         )
         for view in "ab":
