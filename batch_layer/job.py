@@ -305,10 +305,14 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
 
 
 def _beat_verified(store, version: int) -> None:
-    if not store.record_run_if(version, "verified", heartbeat_ms=int(time.time() * 1000)):
+    """A beat of a verified run still to swap; none is needed once another process swapped it."""
+    if store.record_run_if(version, "verified", heartbeat_ms=int(time.time() * 1000)):
+        return
+    state = (store.runs().get(version) or {}).get("state")
+    if state not in ("live", "retired"):
         raise VerificationError(
-            f"version {version} is no longer recorded verified: retention gave it up, or another process swapped "
-            "it; nothing was changed"
+            f"version {version} is no longer recorded verified (its record: {state or 'gone'}): retention gave it "
+            "up and may have dropped its tables; run the batch again"
         )
 
 

@@ -302,3 +302,13 @@ def test_a_heartbeat_of_a_run_given_up_stops():
             interval_s=0.01,
         )
     assert asked == ["writing"]
+
+
+def test_a_verified_run_another_process_swapped_meanwhile_needs_no_beat(settings, monkeypatch):
+    run = {"state": "live"}
+    store = SimpleNamespace(record_run_if=lambda *a, **k: False, runs=lambda: {5: run})
+    job._beat_verified(store, 5)  # swapped beside the scan: done
+    run["state"] = "verified-then-pruned"
+    store.runs = lambda: {}
+    with pytest.raises(VerificationError, match="its record: gone"):
+        job._beat_verified(store, 5)
