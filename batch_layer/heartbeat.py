@@ -31,9 +31,9 @@ def heartbeat(store: Any, version: int, every_s: float, state: str = "writing") 
         while not stop.wait(every_s):
             try:
                 if not store.record_run_if(version, state, heartbeat_ms=int(time.time() * 1000)):
-                    log.error(
-                        "run %d is no longer recorded %s: retention gave it up (no beat within "
-                        "batch.retention_grace_s) and may drop its tables; it stops beating",
+                    log.warning(
+                        "run %d is no longer recorded %s (another process swapped it, or retention gave it up: "
+                        "no beat within batch.retention_grace_s); it stops beating",
                         version,
                         state,
                     )
