@@ -33,7 +33,8 @@ it liked (uvicorn waits for the buffers to drain without a deadline); one readin
 more is not affected.
 
 Between requests of a kept-alive connection uvicorn's own keep-alive timeout applies; bytes there
-that begin no request (line ends, which the parser skips) start a head's bounds instead.
+that begin no request (line ends, which the parser skips) close the connection HEAD_TIMEOUT_S after
+the first of them, or past MAX_HEAD_BYTES of them.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._bounded = self._in_head = True
         self._between = False  # a request ended, and no other began since
+        self._stray_at: float | None = None  # when bytes that began no request first came since it ended
+        self._stray_bytes = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
@@ -111,6 +114,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._bounded = self._in_head = True
         self._between = False
+        self._stray_at, self._stray_bytes = None, 0
         if not self._answering():
             self._start_head_timer()
 
@@ -182,7 +186,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _began_nothing(self, read: int) -> None:
         """After a request was answered, bytes that began no other (line ends, which the parser skips
         between requests) cancelled uvicorn's keep-alive timer: one `\r\n` held the connection for
-        ever. They count as the start of a head: bounded in time and size alike."""
+        ever. The keep-alive timer runs again, to HEAD_TIMEOUT_S after the first such byte (more of
+        them do not put it off), and more than MAX_HEAD_BYTES of them close the connection. A request
+        that begins meanwhile has its own head's time."""
         if (
             self._between
             and not self._in_head
@@ -190,9 +196,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             and self.timeout_keep_alive_task is None
             and not self.transport.is_closing()
         ):
-            self._in_head = self._bounded = True
-            self._head_bytes = read
-            self._start_head_timer()
+            now = self.loop.time()
+            if self._stray_at is None:
+                self._stray_at = now
+            self._stray_bytes += read
+            if self._stray_bytes > MAX_HEAD_BYTES:
+                self.transport.close()
+                return
+            self.timeout_keep_alive_task = self.loop.call_later(
+                max(0.0, self._stray_at + HEAD_TIMEOUT_S - now), self.timeout_keep_alive_handler
+            )
 
     def _answering(self) -> bool:
         """Whether a request of this connection is still being answered (or waits to be)."""

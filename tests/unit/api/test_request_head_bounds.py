@@ -313,8 +313,47 @@ def test_bytes_between_requests_that_begin_no_request_do_not_hold_the_connection
         rest = b""
         while chunk := conn.recv(65536):
             rest += chunk
-        assert time.monotonic() - began < 5, "closed once the head did not come (HEAD_TIMEOUT_S, 1 s here)"
-        assert rest == b"" or status_of(rest) == 408
+        assert time.monotonic() - began < 5, "closed once no request came (HEAD_TIMEOUT_S, 1 s here)"
+        assert rest == b"", "closed as an idle connection is: no answer a next request could take for its own"
+
+
+def test_line_ends_sent_again_and_again_do_not_put_the_close_off(server):
+    with socket.create_connection(server, timeout=20) as conn:
+        conn.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+        seen = b""
+        while b'"/first"' not in seen:
+            seen += conn.recv(65536)
+        began = time.monotonic()
+        try:
+            for _ in range(40):  # 4 s of a line end every 0.1 s
+                conn.sendall(b"\r\n")
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        closed = False
+        try:
+            closed = conn.recv(65536) == b""
+        except (ConnectionResetError, TimeoutError):
+            closed = True
+        assert closed and time.monotonic() - began < 5
+
+
+def test_a_request_after_a_stray_line_end_has_its_own_heads_time(server):
+    """The next request's head is timed from its own first byte, not from the line end before it."""
+    with socket.create_connection(server, timeout=20) as conn:
+        conn.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+        seen = b""
+        while b'"/first"' not in seen:
+            seen += conn.recv(65536)
+        conn.sendall(b"\r\n")
+        time.sleep(0.7)  # HEAD_TIMEOUT_S is 1 s here
+        conn.sendall(b"GET /second HTTP/1.1\r\n")
+        time.sleep(0.6)  # past a second since the line end, 0.6 s into this head
+        conn.sendall(b"Host: x\r\nConnection: close\r\n\r\n")
+        rest = b""
+        while chunk := conn.recv(65536):
+            rest += chunk
+        assert status_of(rest) == 200 and b'"/second"' in rest, rest[:200]
 
 
 def test_a_request_after_stray_line_ends_is_answered(server):
