@@ -234,8 +234,12 @@ def settle_after_swap(settings: Settings, pointer) -> None:
     landed_ms = pointer.swapped_ms
     if runs.get(pointer.version, {}).get("state") == "verified":
         # Its compare-and-set landed (the pointer names it) and its caller did not hear so (a timeout):
-        # when is not known, only that it was before now. Recorded, from now.
-        landed_ms = record_completed_swap(store, runs, pointer, pointer.version)
+        # when is not known, only that it was before now: from now. Recorded against the pointer read
+        # after the runs (record_completed_swap), if it is still that swap's.
+        landed_ms = int(time.time() * 1000)
+        fresh = store.pointer()
+        if fresh is not None and fresh.version == pointer.version:
+            landed_ms = record_completed_swap(store, runs, fresh, pointer.version)
     try:
         landed_ms = max(landed_ms, int(runs.get(pointer.version, {}).get("swap_landed_ms", 0)))
     except (TypeError, ValueError):

@@ -94,7 +94,12 @@ def test_a_swap_that_landed_unrecorded_is_settled_from_now_and_recorded(monkeypa
     pointer = _pointer(3)
     runs = {2: {"state": "live"}, 3: {"state": "verified"}}
     recorded: list = []
-    fake = SimpleNamespace(runs=lambda: runs, record_run=lambda version, **fields: recorded.append((version, fields)))
+    now_pointer = {"p": pointer}
+    fake = SimpleNamespace(
+        runs=lambda: runs,
+        pointer=lambda: now_pointer["p"],
+        record_run=lambda version, **fields: recorded.append((version, fields)),
+    )
     monkeypatch.setattr(registry, "version_store", lambda _s: fake)
     slept: list = []
     monkeypatch.setattr(batch.time, "sleep", slept.append)
@@ -103,6 +108,14 @@ def test_a_swap_that_landed_unrecorded_is_settled_from_now_and_recorded(monkeypa
     assert slept == [pytest.approx(settings.batch.cleanup_settle_s)], "the whole wait, from now"
     assert recorded[0] == (3, {"state": "live", "swapped_ms": NOW_MS, "swap_landed_ms": NOW_MS + 40_000})
     assert (2, {"state": "retired"}) in recorded, "the run it replaced"
+    # A run swapped since the caller read the pointer: recording from that old pointer would retire
+    # the run now serving. The wait is whole all the same; nothing is recorded.
+    recorded.clear()
+    slept.clear()
+    runs.update({3: {"state": "verified"}, 4: {"state": "live"}})
+    now_pointer["p"] = _pointer(4, pointer)
+    batch.settle_after_swap(settings, pointer)
+    assert slept == [pytest.approx(settings.batch.cleanup_settle_s)] and recorded == []
 
 
 def test_a_batch_already_at_its_cutoff_records_a_swap_that_landed_unrecorded(monkeypatch):
