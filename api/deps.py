@@ -69,7 +69,7 @@ class BodyRoom:
             raise ApiError(
                 429,
                 f"the API is busy: the request bodies it holds fill api.max_bodies_mib "
-                f"({self.limit // 2**20} MiB); send it again shortly",
+                f"({self.limit / 2**20:g} MiB); send it again shortly",
                 headers={"Retry-After": "1"},
             )
         self.held += size

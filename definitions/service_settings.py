@@ -91,8 +91,9 @@ class ApiSettings(_Section):
     # Bytes of a request body; larger bodies are answered 413 before they are read.
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1_024, le=2**30)
     # Bytes of request bodies one worker process holds at once (read, until answered); a body that
-    # finds no room is answered 429 at once. At least one body of max_body_bytes.
-    max_bodies_mib: int = Field(64, ge=1, le=65_536)
+    # finds no room is answered 429 at once. At least one body of max_body_bytes; unset: 64 MiB, or
+    # one such body if larger.
+    max_bodies_mib: int | None = Field(None, ge=1, le=65_536)
     # Queries may ask about event times from this instant (epoch seconds; 2000-01-01T00:00:00Z) …
     earliest_query_time_s: int = Field(946_684_800, ge=0, le=253_402_300_799)
     # … up to this far ahead of now.
@@ -125,9 +126,15 @@ class ApiSettings(_Section):
     # every one (api/worker_sync.py); the query slots and the caches above are per process.
     workers: int = Field(2, ge=1, le=16)
 
+    def bodies_bytes(self) -> int:
+        """The bytes of request bodies one worker holds at once (max_bodies_mib)."""
+        if self.max_bodies_mib is not None:
+            return self.max_bodies_mib * 2**20
+        return max(64 * 2**20, self.max_body_bytes)
+
     @model_validator(mode="after")
     def _room_for_a_body(self) -> ApiSettings:
-        if self.max_bodies_mib * 2**20 < self.max_body_bytes:
+        if self.max_bodies_mib is not None and self.max_bodies_mib * 2**20 < self.max_body_bytes:
             raise ValueError(
                 f"api.max_bodies_mib ({self.max_bodies_mib}) holds no body of api.max_body_bytes "
                 f"({self.max_body_bytes}): every such body would be refused"

@@ -188,3 +188,6 @@ def test_room_for_bodies_below_one_body_is_refused():
     with pytest.raises(ValueError, match="max_bodies_mib"):
         ApiSettings(max_bodies_mib=4, max_body_bytes=8 * 1024 * 1024)
     assert ApiSettings(max_bodies_mib=8, max_body_bytes=8 * 1024 * 1024).max_bodies_mib == 8
+    # Unset, it follows a body limit raised past 64 MiB: settings that loaded before keep loading.
+    assert ApiSettings(max_body_bytes=100 * 2**20).bodies_bytes() == 100 * 2**20
+    assert ApiSettings().bodies_bytes() == 64 * 2**20
