@@ -211,7 +211,6 @@ def refuse_backfill() -> None:
             "",
             type="string",
             maxLength=40,  # an ISO time; the API's recompute route has the same limit
-            pattern=r"^([0-9T:.+Z-]+)?$",  # what an ISO time is made of: Airflow refuses anything else at once
             description="explicit ISO cutoff on an ingest-bucket boundary (empty: the last complete one)",
         ),
         "views": Param(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import textwrap
 import threading
@@ -368,8 +367,6 @@ def test_a_backfill_is_refused_and_a_cutoff_is_at_most_an_iso_times_length(setti
     assert "backfill is refused" in result["outcome"]["backfill"], result
     assert "backfill is refused" in result["cause"], "the UI shows why"
     assert result["cutoff"]["maxLength"] == 40, result["cutoff"]
-    assert re.fullmatch(result["cutoff"]["pattern"], "2026-11-18T11:00:00Z")
-    assert not re.search(result["cutoff"]["pattern"], "2026\x00"), "refused by Airflow at the trigger"
 
 
 def trigger(settings, conf: dict) -> str:
