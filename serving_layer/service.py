@@ -122,7 +122,7 @@ class ServingLayer:
         store that could not be read at the last reload, a switch this process was not told of).
         The service keeps them unless `pointer` is older than theirs (a query still holding the
         pointer from before a switch, beside queries from after it), for api.pointer_cache_s (then
-        a re-made pointer store's, as _pointer_read does). Never from a failed read (no marker: the
+        a re-made pointer store's, as serving_layer.pointer_cache does). Never from a failed read (no marker: the
         last ones stay)."""
         versions, basis = self._resolved
         marker = self.speed.marker()

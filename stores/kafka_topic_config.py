@@ -88,7 +88,7 @@ def ensure_topics(settings: Settings) -> list[str]:
                 )
                 if key in (_TYPE_KEY, _POLICY_KEY):  # no exact answer without them
                     raise RuntimeError(problem)
-                log.warning("%s", problem)  # the jobs warn again at every start
+                log.warning("%s", problem)  # the jobs refuse to start (check_timestamp_type), naming it
         return [t.name for t in new]
     finally:
         admin.close()
