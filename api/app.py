@@ -90,6 +90,7 @@ def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: 
         app.state.metrics = ApiMetrics(metrics_dir)
         app.state.producer = _LazyProducer(settings)
         app.state.query_slots = anyio.Semaphore(settings.api.max_concurrent_queries)
+        app.state.client_queries = {}  # client address -> its view queries running or waiting
         app.state.body_room = BodyRoom(settings.api.bodies_bytes())
         app.state.worker_sync = sync
         following = None

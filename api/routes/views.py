@@ -127,7 +127,31 @@ def check_key_bytes(keys: dict[str, Any], max_bytes: int) -> None:
 
 async def run_query(request: Request, fn, *args, **kwargs):
     """Run a store query in a worker thread once one of the api.max_concurrent_queries slots is
-    free; 429 after api.query_queue_s without one."""
+    free; 429 after api.query_queue_s without one, and at once when the client (its address) has
+    api.max_queries_per_client queries running or waiting already: a few clients cannot take every
+    slot."""
+    state = request.app.state
+    client = request.client.host if request.client is not None else ""
+    limit = state.settings.api.max_queries_per_client
+    if state.client_queries.get(client, 0) >= limit:
+        raise ApiError(
+            429,
+            f"this client has {limit} view queries running or waiting already (api.max_queries_per_client): "
+            "send the next one when one has been answered",
+            headers={"Retry-After": "1"},
+        )
+    state.client_queries[client] = state.client_queries.get(client, 0) + 1
+    try:
+        return await _run_in_a_slot(request, fn, *args, **kwargs)
+    finally:
+        left = state.client_queries[client] - 1
+        if left:
+            state.client_queries[client] = left
+        else:
+            del state.client_queries[client]  # the map holds clients with queries only
+
+
+async def _run_in_a_slot(request: Request, fn, *args, **kwargs):
     state = request.app.state
     queue_s = state.settings.api.query_queue_s
     acquired = False

@@ -143,6 +143,29 @@ def test_queries_beyond_the_concurrency_limit_get_429_with_retry_after(settings)
         assert client.get(f"{VIEWS}/page_views", params={"url": "/", "granularity": "hour"}).status_code == 500
 
 
+def test_one_client_cannot_take_every_query_slot(settings):
+    """Eight slow top-N queries of one client (no token needed) took every slot of a worker, and
+    everyone else got 429s."""
+    capped = settings.model_copy(update={"api": settings.api.model_copy(update={"max_queries_per_client": 2})})
+    for client in make_client(capped):
+        running = client.app.state.client_queries
+        me = "testclient"  # the address Starlette's test client gives
+        running[me] = 2  # two of its queries are running
+        try:
+            started = time.perf_counter()
+            resp = client.get(f"{VIEWS}/page_views", params={"url": "/", "granularity": "hour"})
+            assert time.perf_counter() - started < 1, "refused at once, not after a wait for a slot"
+        finally:
+            running[me] = 0
+        body = assert_error_shape(resp, capped, 429)
+        assert "api.max_queries_per_client" in body["detail"] and resp.headers["retry-after"] == "1"
+        del running[me]
+        # under the cap, the query goes on (to the tripwire, which answers the generic 500) and
+        # leaves no count behind, answered or refused
+        assert client.get(f"{VIEWS}/page_views", params={"url": "/", "granularity": "hour"}).status_code == 500
+        assert running == {}
+
+
 def test_the_list_of_views_waits_for_a_query_slot_too(settings):
     """It reads the pointer from HBase: anonymous crowds of it took the worker threads and HBase
     connections view queries wait for, outside the concurrency limit."""
