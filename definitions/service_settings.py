@@ -101,9 +101,9 @@ class ApiSettings(_Section):
     # View queries served at once; a query waits up to `query_queue_s` for a slot, then gets 429.
     max_concurrent_queries: int = Field(8, ge=1, le=1_024)
     query_queue_s: float = Field(2.0, ge=0, le=600)
-    # View queries one client address has running or waiting at once, per worker process; more are
-    # answered 429 at once. Behind a reverse proxy on this host, uvicorn takes the address from its
-    # X-Forwarded-For; behind one elsewhere, every client is the proxy: raise it to
+    # View queries one client address of another host has running or waiting at once, per worker
+    # process; more are answered 429 at once. Behind a reverse proxy on this host, uvicorn takes the
+    # address from its X-Forwarded-For; behind one elsewhere, every client is the proxy: raise it to
     # max_concurrent_queries there.
     max_queries_per_client: int = Field(4, ge=1, le=1_024)
     hbase_pool_size: int = Field(8, ge=1, le=1_024)
