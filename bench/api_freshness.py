@@ -7,31 +7,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 
 import httpx
 from figures import percentile  # bench/ itself: the scripts run as files
+from freshness_probes import probe_document
 
-from definitions.events import SCHEMA_VERSION, format_time
 from definitions.settings import Settings
 
 log = logging.getLogger("bench.api")
-
-
-def probe_event(url: str, user: str) -> dict:
-    return {
-        "event_id": str(uuid.uuid4()),
-        "event_time": format_time(datetime.now(UTC)),
-        "user_id": user,
-        "url": url,
-        "event_type": "page_view",
-        "referrer": None,
-        "country": "US",
-        "device": "desktop",
-        "schema_version": SCHEMA_VERSION,
-    }
 
 
 def freshness(
@@ -85,7 +69,7 @@ def freshness(
             now = time.monotonic()
             if len(sent) < probes and now >= next_probe:
                 url = f"/bench-api-{run}/{len(sent)}"
-                event = probe_event(url, user)
+                event = probe_document(url, user)
                 probe = {"url": url, "sent_s": time.time()}
                 try:
                     if producer is not None:

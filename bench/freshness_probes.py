@@ -50,8 +50,9 @@ class Probe:
     extra: dict = field(default_factory=dict)
 
 
-def probe_event(url: str, user: str) -> bytes:
-    event = {
+def probe_document(url: str, user: str) -> dict:
+    """A fresh page_view of `url` by `user`, timed now: one probe."""
+    return {
         "event_id": str(uuid.uuid4()),
         "event_time": format_time(datetime.now(UTC)),
         "user_id": user,
@@ -62,7 +63,10 @@ def probe_event(url: str, user: str) -> bytes:
         "device": "desktop",
         "schema_version": SCHEMA_VERSION,
     }
-    return json.dumps(event, separators=(",", ":")).encode()
+
+
+def probe_event(url: str, user: str) -> bytes:
+    return json.dumps(probe_document(url, user), separators=(",", ":")).encode()
 
 
 def freshness(
