@@ -298,16 +298,21 @@ def test_a_request_the_parser_refuses_gets_the_apis_error_body(server, head):
     ok(server)
 
 
+def answered_first(conn: socket.socket) -> None:
+    """One request on `conn`, read until its answer has come (the connection kept alive)."""
+    conn.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+    seen = b""
+    while b'"/first"' not in seen:
+        seen += conn.recv(65536)
+
+
 @pytest.mark.parametrize("stray", [b"\r\n", b"\r\n\r\n\r\n", b"\n"])
 def test_bytes_between_requests_that_begin_no_request_do_not_hold_the_connection(server, stray):
     """The parser skips line ends between requests without beginning one, and they cancelled the
     keep-alive timer armed at the answer: one `\\r\\n` held the connection (and a file descriptor)
     for ever."""
     with socket.create_connection(server, timeout=20) as conn:
-        conn.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
-        seen = b""
-        while b'"/first"' not in seen:
-            seen += conn.recv(65536)
+        answered_first(conn)
         conn.sendall(stray)
         began = time.monotonic()
         rest = b""
@@ -319,10 +324,7 @@ def test_bytes_between_requests_that_begin_no_request_do_not_hold_the_connection
 
 def test_line_ends_sent_again_and_again_do_not_put_the_close_off(server):
     with socket.create_connection(server, timeout=20) as conn:
-        conn.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
-        seen = b""
-        while b'"/first"' not in seen:
-            seen += conn.recv(65536)
+        answered_first(conn)
         began = time.monotonic()
         try:
             for _ in range(40):  # 4 s of a line end every 0.1 s
@@ -341,10 +343,7 @@ def test_line_ends_sent_again_and_again_do_not_put_the_close_off(server):
 def test_a_request_after_a_stray_line_end_has_its_own_heads_time(server):
     """The next request's head is timed from its own first byte, not from the line end before it."""
     with socket.create_connection(server, timeout=20) as conn:
-        conn.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
-        seen = b""
-        while b'"/first"' not in seen:
-            seen += conn.recv(65536)
+        answered_first(conn)
         conn.sendall(b"\r\n")
         time.sleep(0.7)  # HEAD_TIMEOUT_S is 1 s here
         conn.sendall(b"GET /second HTTP/1.1\r\n")
