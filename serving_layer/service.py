@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
 
 from definitions.settings import Settings
 from definitions.view_loading import load_views
@@ -21,15 +20,13 @@ from definitions.view_versions import Versions, unresolved_message
 from definitions.views import Registry, View, key_text
 from serving_layer import replay_overlay
 from serving_layer.answers import Provenance, SeriesAnswer, TopAnswer, ViewBuilding, buckets_between
+from serving_layer.batch_part import BatchPart
 from serving_layer.merge import (
-    BatchCell,
-    RankedTotals,
     SpeedCell,
     merge_additive,
     merge_distinct,
     merge_top,
 )
-from serving_layer.part_cache import PartCache
 from serving_layer.pointer_cache import PointerCache, generation
 from serving_layer.pointer_floor import PointerFloor
 from serving_layer.realtime_reads import RealtimeReads
@@ -38,9 +35,6 @@ from serving_layer.staleness import Horizon, archiver_loss_reason, late_drop_rea
 from serving_layer.switching import Switched, UnknownAlias, answering_view
 from serving_layer.unavailable import StoreUnavailable
 from serving_layer.view_states import ViewState, view_states
-from stores import registry
-from stores.adapters import ReadTooLarge
-from stores.batch_reader import BatchViewsUnavailable
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
@@ -63,17 +57,12 @@ class ServingLayer:
             None,
         )
         self._routes_stale = False  # the definitions answering the views moved since the routes were made
-        self.batch_views = registry.batch_view_reader(
-            settings, settings.api.hbase_pool_size, settings.api.hbase_pool_wait_s
-        )
+        self.batch = BatchPart(settings)
         self.speed = SpeedState(settings)
         self.realtime = RealtimeReads(settings, on_marks=self.speed.notice_marks)
         self._lock = threading.Lock()
         self.provenance_counts = {"batch": 0, "speed": 0}
-        self.batch_cache = PartCache(
-            settings.api.batch_cache_mib * 2**20, refusals=(ReadTooLarge,), setting="api.batch_cache_mib"
-        )
-        self.pointers = PointerCache(settings, self._read_pointer, floor)
+        self.pointers = PointerCache(settings, self.batch.pointer, floor)
 
     # --- store access --------------------------------------------------------------------------
 
@@ -230,14 +219,6 @@ class ServingLayer:
         )
         return answer
 
-    def _read_pointer(self) -> Pointer | None:
-        data = self._hbase(self.batch_views.pointer_columns)
-        try:
-            pointer = Pointer.from_columns(data) if data else None
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # the row is there but is no pointer
-            raise StoreUnavailable("hbase", f"the batch views' pointer cannot be read: {exc}") from None
-        return pointer
-
     def _check_cutoff(self, view: View, pointer: Pointer | None) -> None:
         """StoreUnavailable when `view`'s batch cutoff is inside one of the speed layer's ingest
         buckets: that bucket would be split between the layers, and no exact answer given (the
@@ -252,43 +233,6 @@ class ServingLayer:
                 f"batch version {entry.version} of {view.name} has cutoff {entry.cutoff_ms} ms, not on a boundary "
                 f"of the speed layer's {bucket_s}s ingest buckets",
             )
-
-    # --- batch part ----------------------------------------------------------------------------
-
-    def _batch_series(
-        self, source: ViewSource, view: View, granularity: str, keys: Sequence[str], buckets: list[int]
-    ) -> dict[int, BatchCell]:
-        if source.table is None or not buckets:
-            return {}
-        table = source.table
-
-        def read() -> dict[int, BatchCell]:
-            cells = self._hbase(self.batch_views.series, table, view, granularity, keys, buckets[0], buckets[-1])
-            return {bucket: BatchCell(value, sketch) for bucket, (value, sketch) in cells.items()}
-
-        key = ("series", table, source.run_id, view.name, granularity, tuple(keys), buckets[0], buckets[-1])
-        return self.batch_cache.get(key, read)
-
-    def _batch_top(self, source: ViewSource, view: View, granularity: str, buckets: list[int]) -> RankedTotals:
-        if source.table is None or not buckets:
-            return RankedTotals.of({})
-        table = source.table
-        key = ("totals", table, source.run_id, view.name, granularity, buckets[0], buckets[-1])
-        return self.batch_cache.get(
-            key,
-            lambda: RankedTotals.of(
-                self._hbase(self.batch_views.totals, table, view, granularity, buckets[0], buckets[-1])
-            ),
-        )
-
-    # --- speed part ----------------------------------------------------------------------------
-
-    def _hbase(self, read, *args):
-        """A batch-view read; HBase unreadable (after the reader's own retry) is StoreUnavailable."""
-        try:
-            return read(*args)
-        except BatchViewsUnavailable as exc:
-            raise StoreUnavailable("hbase", exc.detail) from exc
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -315,7 +259,7 @@ class ServingLayer:
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
         cutoff_ms = source.cutoff_ms
         provenance = self._provenance(view, source)
-        batch = self._batch_series(source, view, granularity, key_values, buckets)
+        batch = self.batch.series(source, view, granularity, key_values, buckets)
         merge = merge_additive if view.additive else merge_distinct
         try:
             key = key_text(key_values)
@@ -375,7 +319,7 @@ class ServingLayer:
         source = pointer.source(view.name) if pointer else NO_SOURCE  # this view's table and cutoff
         cutoff_ms = source.cutoff_ms
         provenance = self._provenance(view, source)
-        batch = self._batch_top(source, view, granularity, buckets)
+        batch = self.batch.top(source, view, granularity, buckets)
         speed: dict[str, int] = {}
         try:
             overlay = self.speed.overlay(view.name)

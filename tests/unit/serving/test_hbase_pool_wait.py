@@ -22,7 +22,7 @@ def test_an_exhausted_pool_is_unavailable_after_the_wait():
         hbase=HBaseSettings(thrift_port=port), api=ApiSettings(hbase_pool_size=1, hbase_pool_wait_s=0.3)
     )
     serving = ServingLayer(settings)
-    pool = serving.batch_views._connections()
+    pool = serving.batch.reader._connections()
     taken = pool._acquire_connection()  # the only connection, held by "another request" (no server needed)
     try:
         started = time.monotonic()

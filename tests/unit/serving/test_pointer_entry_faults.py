@@ -16,7 +16,7 @@ ALIGNED = 1_800_000_000_000 - 1_800_000_000_000 % (HOUR * 1000)
 
 def _with(serving: ServingLayer, batch: MemoryBatchViews, pointer: Pointer) -> Pointer:
     batch.doc = pointer.to_doc()
-    read = serving._read_pointer()
+    read = serving.batch.pointer()
     assert read is not None
     return read
 

@@ -116,7 +116,7 @@ def test_the_batch_part_is_read_once_per_table_and_the_speed_part_every_time(tmp
     assert store.reads.count("pointer") == 2
     assert [r for r in store.reads if r != "pointer"] == ["page_views_v1"], store.reads
     assert NoRealtime.reads == 2
-    assert serving.batch_cache.hits == 1 and serving.batch_cache.misses == 1
+    assert serving.batch.cache.hits == 1 and serving.batch.cache.misses == 1
 
 
 def test_a_new_version_is_read_from_its_own_table_and_a_reused_table_name_of_another_run_is_read_again(tmp_path):
@@ -272,9 +272,9 @@ def test_a_pointer_read_that_began_before_a_newer_one_was_cached_does_not_replac
     serving, store = _serving(tmp_path, pointer_cache_s=5)
     first = CUTOFF_MS // 1000 - 3 * HOUR
     store.publish(1, "run-1", {first: 5})
-    older = serving._read_pointer()
+    older = serving.batch.pointer()
     store.publish(2, "run-2", {first: 9})
-    newer = replace(serving._read_pointer(), generation=older.generation + 1)  # publish() starts afresh
+    newer = replace(serving.batch.pointer(), generation=older.generation + 1)  # publish() starts afresh
     serving.pointers.cached = (newer, time.monotonic())
     serving.pointers.read = lambda: older  # the late read
     got, _ = serving.pointers.get(fresh=True)
@@ -290,7 +290,7 @@ def _workers(tmp_path, pointer_cache_s: float) -> tuple[ServingLayer, ServingLay
     floor.parent.mkdir()
     first, store = _serving(tmp_path, pointer_cache_s=pointer_cache_s)
     second, _ = _serving(tmp_path, pointer_cache_s=pointer_cache_s)
-    second.batch_views = first.batch_views = store
+    second.batch.reader = first.batch.reader = store
     first.pointers.floor = PointerFloor(floor)
     second.pointers.floor = PointerFloor(floor)
     return first, second, store

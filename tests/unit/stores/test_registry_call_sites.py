@@ -51,7 +51,7 @@ def test_the_serving_layer_reads_through_the_chosen_adapters(recording):
     from serving_layer.service import ServingLayer
 
     serving = ServingLayer(recording)
-    batch = serving.batch_views
+    batch = serving.batch.reader
     assert isinstance(batch, RecordingBatchViews)
     assert batch.args == (recording.api.hbase_pool_size, recording.api.hbase_pool_wait_s)
     serving.speed.known(None)  # no speed layer has started: HDFS is not asked
