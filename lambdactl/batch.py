@@ -260,7 +260,7 @@ def delete_retiring(settings: Settings, pointer=None) -> bool:
     from stores.pointer_moves import retiring_done
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
-    from stores.replays import drop_overlay, read_overlays
+    from stores.replay_cleanup import drop_overlays_of, overlays_of
 
     store = version_store(settings)
     pointer = pointer or store.pointer()
@@ -279,15 +279,15 @@ def delete_retiring(settings: Settings, pointer=None) -> bool:
         todo = sorted(set(todo) & set(after))
     if todo:
         everything = int(time.time()) + 366 * 86_400  # past any ingest bucket a realtime row can have
-        overlays = [m for view, m in read_overlays(settings).items() if view in todo]
-        names = [*todo, *(m.shadow for m in overlays if m.shadow)]  # with the rows of their replays
+        # With the rows of their replays: every overlay's, not only the newest (a switch killed half-way
+        # leaves older ones, which would otherwise become the newest and stay for good).
+        names = [*todo, *(m.shadow for m in overlays_of(settings, todo) if m.shadow)]
         cleanup = delete_absorbed(settings, dict.fromkeys(names, everything), timestamp_us=as_of_us)
         if not cleanup.complete:
             _say(f"realtime rows of {', '.join(todo)} not all deleted ({cleanup.summary()}): they stay retiring")
             todo, complete = [], False
         else:
-            for overlay in overlays:
-                drop_overlay(settings, overlay)
+            drop_overlays_of(settings, todo)
             _say(f"realtime rows of retired {', '.join(todo)} deleted: {cleanup.summary()}")
         # Maintained again: read once more after the deletion, just before the pointer moves
         # (another apply may have marked one retiring again meanwhile, about to stop maintaining it).
@@ -343,7 +343,8 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
     from lambdactl.replay_orphans import Orphans, delete_orphaned_replays
     from stores.realtime_cleanup import delete_absorbed
     from stores.registry import version_store
-    from stores.replays import drop_overlay, overlay_cutoffs, read_overlays
+    from stores.replay_cleanup import drop_overlay, overlay_cutoffs
+    from stores.replays import read_overlays
 
     pointer = version_store(settings).pointer()
     if pointer is None:

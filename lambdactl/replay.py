@@ -162,14 +162,18 @@ def _plan(settings: Settings, args: argparse.Namespace):
     ):
         held = read_replays(settings)[0].get(args.view)
         if held is not None:
-            from stores.replays import unmark
+            from stores.replay_cleanup import forget_claim
+            from stores.replays import ReplayMarked
 
             if running_holder(held) is not None:
                 raise Refused(
                     f"the replay holding {args.view}'s mark still runs (pid {held.pid} on this host): wait for it, "
                     "or stop it, then `--resume`"
                 )
-            unmark(settings, args.view)
+            try:
+                forget_claim(settings, held)
+            except ReplayMarked as exc:
+                raise Refused(str(exc)) from None
             raise MarkCleared(
                 f"{args.view} is retired: its replay mark is taken off, and its realtime rows are deleted by "
                 "the next clean-up (`lambdactl clean-realtime` or `lambdactl views apply`)"

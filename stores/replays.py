@@ -258,7 +258,9 @@ def mark(
         # overwrite fails when the claim is there: the first replay to move its file holds it.
         written = f"{path}.tmp-{claimed.started_ms}-{os.getpid()}"
         fs.write(written, data)
-        if take_over:
+        # An unreadable claim of no holder (replaces[0] == 0) with no claim file: a file under an
+        # overlay's name that is none. Created as a first replay's claim; its switch deletes that file.
+        if take_over and not (replaces[:1] == (0,) and not moved_away and fs.read(path) is None):
             # Only over the claim this one was planned to take over (replaces[0]): one a `--cancel`
             # released meanwhile stays released (its rows may be being deleted), one another replay made
             # stays its. (No compare-and-set on WebHDFS: this narrows the race to the instant between.)
@@ -354,30 +356,6 @@ def holds(settings: Settings, claim: ReplayMark) -> bool:
 def _holds(fs, path: str, claim: ReplayMark) -> bool:
     """Whether the claim file is still `claim`'s (a `--resume` elsewhere may have taken it over since)."""
     return _answers_for(fs, path, claim, take_overs=False)
-
-
-def overlay_cutoffs(overlays: dict[str, ReplayMark], cutoffs_s: dict[str, int]) -> tuple[dict[str, int], list]:
-    """For the clean-up: ({shadow name: cutoff (s)}, the overlays no answer reads any more). A shadow's
-    rows below its view's cutoff are never read, like the view's own; an overlay whose split the
-    cutoff reached is read no more (serving_layer/replay_overlay.py). A view without a cutoff keeps all."""
-    shadows: dict[str, int] = {}
-    finished = []
-    for view, overlay in sorted(overlays.items()):
-        cutoff = cutoffs_s.get(view)
-        if cutoff is None or not overlay.shadow:
-            continue
-        shadows[overlay.shadow] = cutoff
-        if overlay.split_ms is not None and cutoff * 1000 >= overlay.split_ms:
-            finished.append(overlay)
-    return shadows, finished
-
-
-def drop_overlay(settings: Settings, overlay: ReplayMark) -> None:
-    """Delete an overlay file (its shadow rows must no longer be read: the view's cutoff passed it)."""
-    from stores.webhdfs import WebHdfs
-
-    with WebHdfs(settings) as fs:
-        fs.delete(_overlay_path(settings, overlay.view, overlay.started_ms))
 
 
 def _overlay_path(settings: Settings, view: str, started_ms: int) -> str:

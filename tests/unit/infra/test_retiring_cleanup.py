@@ -39,6 +39,7 @@ def stores(monkeypatch):
     import stores.checkpoints
     import stores.realtime_cleanup
     import stores.registry
+    import stores.replay_cleanup
     import stores.replays
 
     state = SimpleNamespace(
@@ -47,7 +48,7 @@ def stores(monkeypatch):
         marks=[],
         deleted=[],
         settled=0,
-        overlays={},
+        overlays=[],
         dropped=[],
         as_of=[],
         marker_read_us=[],
@@ -64,8 +65,13 @@ def stores(monkeypatch):
 
     monkeypatch.setattr(stores.checkpoints, "read_marker", read_marker)
     monkeypatch.setattr(stores.replays, "read_marks", lambda settings: answer(state.marks))
-    monkeypatch.setattr(stores.replays, "read_overlays", lambda settings: state.overlays)
-    monkeypatch.setattr(stores.replays, "drop_overlay", lambda settings, overlay: state.dropped.append(overlay))
+    monkeypatch.setattr(stores.replays, "read_overlays", lambda settings: {m.view: m for m in state.overlays})
+    monkeypatch.setattr(
+        stores.replay_cleanup,
+        "overlays_of",
+        lambda settings, views: [m for m in state.overlays if m.view in views],
+    )
+    monkeypatch.setattr(stores.replay_cleanup, "drop_overlays_of", lambda settings, views: state.dropped.extend(views))
 
     def delete_absorbed(settings, cutoffs, timestamp_us=None):
         state.deleted.append(sorted(cutoffs))
@@ -93,12 +99,15 @@ def test_a_retired_name_loses_its_rows_and_leaves_the_list(stores):
 def test_a_retired_name_loses_the_rows_of_its_switched_replay_too(stores):
     from stores.replays import ReplayMark, shadow_name
 
+    older = ReplayMark("old", 0, 3, shadow_name("old", 3), 30_000)  # left by a switch killed half-way
     replayed = ReplayMark("old", 0, 5, shadow_name("old", 5), 60_000)
     stores.markers, stores.marks = [marker("page_views")], [{}]
-    stores.overlays = {"old": replayed, "page_views": ReplayMark("page_views", 0, 6, shadow_name("page_views", 6), 1)}
+    stores.overlays = [older, replayed, ReplayMark("page_views", 0, 6, shadow_name("page_views", 6), 1)]
     batch.delete_retiring(None)
-    assert stores.deleted == [["old", shadow_name("old", 5)]], "the retired view's shadow rows, not another view's"
-    assert stores.dropped == [replayed]
+    assert stores.deleted == [["old", shadow_name("old", 3), shadow_name("old", 5)]], (
+        "every replay of the retired view loses its rows, not another view's"
+    )
+    assert stores.dropped == ["old"]
     assert stores.store.value.retiring == ()
 
 

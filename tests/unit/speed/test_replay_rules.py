@@ -130,7 +130,8 @@ def test_offsets_kafka_does_not_keep_are_refused_not_a_crash():
 
 
 def test_a_replays_rows_go_below_their_views_cutoff_and_its_overlay_once_the_cutoff_reaches_the_split():
-    from stores.replays import ReplayMark, overlay_cutoffs, shadow_name
+    from stores.replay_cleanup import overlay_cutoffs
+    from stores.replays import ReplayMark, shadow_name
 
     ahead = ReplayMark("page_views", 60_000, 1, shadow_name("page_views", 1), 600_000)
     reached = ReplayMark("top_pages", 60_000, 2, shadow_name("top_pages", 2), 300_000)
@@ -747,7 +748,7 @@ def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here
     from definitions.view_versions import Versions
     from definitions.views import Registry
     from lambdactl import replay
-    from stores import checkpoints, registry, replays, view_versions
+    from stores import checkpoints, registry, replay_cleanup, replays, view_versions
     from stores.pointer import Pointer
 
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "replay"])
@@ -763,7 +764,7 @@ def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here
         monkeypatch.setattr(registry, "version_store", lambda _s: type("V", (), {"pointer": lambda self: pointer})())
         monkeypatch.setattr(view_versions, "read_versions", lambda *_a, **_k: Versions(maintained=Registry()))
         monkeypatch.setattr(replays, "read_replays", lambda _s: ({"old_view": claim}, {}))
-        monkeypatch.setattr(replays, "unmark", lambda _s, view: unmarked.append(view))
+        monkeypatch.setattr(replay_cleanup, "forget_claim", lambda _s, held: unmarked.append(held.view))
         args = argparse.Namespace(view="old_view", resume=True, from_=None)
         with pytest.raises(Refused, match=f"still runs \\(pid {holder.pid} on this host\\)"):
             replay._plan(settings, args)

@@ -1,0 +1,106 @@
+"""What the realtime clean-ups do with replay marks (stores.replays): which replayed rows they delete
+below a view's cutoff, and the overlay files they take away once no answer reads them, older ones
+and files under an overlay's name that are none included (a switch killed half-way leaves those);
+and a retired view's marks, which nothing can finish."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from definitions.settings import Settings
+from stores.replays import (
+    MAX_MARK_BYTES,
+    ReplayMark,
+    ReplayMarked,
+    _holds,
+    _is_switched,
+    _mark_name,
+    marks_dir,
+)
+
+
+def overlay_cutoffs(overlays: dict[str, ReplayMark], cutoffs_s: dict[str, int]) -> tuple[dict[str, int], list]:
+    """For the clean-up: ({shadow name: cutoff (s)}, the overlays no answer reads any more). A shadow's
+    rows below its view's cutoff are never read, like the view's own; an overlay whose split the
+    cutoff reached is read no more (serving_layer/replay_overlay.py). A view without a cutoff keeps all."""
+    shadows: dict[str, int] = {}
+    finished = []
+    for view, overlay in sorted(overlays.items()):
+        cutoff = cutoffs_s.get(view)
+        if cutoff is None or not overlay.shadow:
+            continue
+        shadows[overlay.shadow] = cutoff
+        if overlay.split_ms is not None and cutoff * 1000 >= overlay.split_ms:
+            finished.append(overlay)
+    return shadows, finished
+
+
+def drop_overlay(settings: Settings, overlay: ReplayMark) -> None:
+    """Delete an overlay file (its shadow rows must no longer be read: the view's cutoff passed it),
+    and the view's older ones, which it covered: left by a switch killed before it deleted them, one
+    would otherwise become the view's newest. Their rows, no longer named, go as orphans
+    (lambdactl/replay_orphans.py)."""
+    _drop(settings, [overlay.view], lambda fs, path, started, kind, length: started > overlay.started_ms)
+
+
+def overlays_of(settings: Settings, views: Iterable[str]) -> list[ReplayMark]:
+    """Every overlay of `views`, not only the newest (read_overlays), oldest first: a retired view's
+    clean-up deletes the rows of each."""
+    from stores.webhdfs import WebHdfs
+
+    wanted, found = set(views), []
+    directory = marks_dir(settings)
+    with WebHdfs(settings) as fs:
+        for name, kind, length in sorted(fs.entries(directory)):
+            parts = _mark_name(name)
+            if parts is None or parts["view"] not in wanted or not parts["switched"]:
+                continue
+            if kind != "FILE" or not 0 < length <= MAX_MARK_BYTES:
+                continue
+            data = fs.read(f"{directory}/{name}", max_bytes=MAX_MARK_BYTES)
+            try:
+                mark = ReplayMark.from_json(parts["view"], data) if data is not None else None
+            except ValueError:
+                continue
+            if mark is not None and mark.switched:
+                found.append(mark)
+    return sorted(found, key=lambda m: (m.view, m.started_ms))
+
+
+def drop_overlays_of(settings: Settings, views: Iterable[str]) -> None:
+    """Delete every file under an overlay's name of `views` (retired: their rows were deleted)."""
+    _drop(settings, views)
+
+
+def forget_claim(settings: Settings, held: ReplayMark) -> None:
+    """Take off a retired view's claim `held` (as read_replays gave it), and the files under the
+    view's overlay names that are no overlay (they keep it claimed): no replay can finish a view the
+    speed layer no longer maintains. Its overlays stay: the retiring clean-up deletes their rows,
+    then them. ReplayMarked, changing nothing, when a `--resume` took the claim over since."""
+    from stores.webhdfs import WebHdfs
+
+    path = f"{marks_dir(settings)}/{held.view}.json"
+    with WebHdfs(settings) as fs:
+        if held.started_ms and fs.read(path, max_bytes=MAX_MARK_BYTES) is not None and not _holds(fs, path, held):
+            raise ReplayMarked(f"{held.view}'s replay mark changed since it was read (another `--resume`): look again")
+        fs.delete(path, recursive=True)  # a directory there is no mark either
+    _drop(
+        settings, [held.view], lambda fs, path, started, kind, length: _is_switched(fs, path, held.view, kind, length)
+    )
+
+
+def _drop(settings: Settings, views: Iterable[str], keep: Callable[..., bool] | None = None) -> None:
+    """Delete the files under an overlay's name of `views`, but those `keep(fs, path, started_ms,
+    kind, length)` says to keep."""
+    from stores.webhdfs import WebHdfs
+
+    wanted = set(views)
+    directory = marks_dir(settings)
+    with WebHdfs(settings) as fs:
+        for name, kind, length in fs.entries(directory):
+            parts = _mark_name(name)
+            if parts is None or parts["view"] not in wanted or not parts["switched"]:
+                continue
+            path = f"{directory}/{name}"
+            if keep is None or not keep(fs, path, int(parts["started"]), kind, length):
+                fs.delete(path, recursive=kind != "FILE")
