@@ -89,9 +89,16 @@ def resolve_from(
     return max(moment, 0) // size * size
 
 
+# How far after a claim's start its holder's process may seem to start (the kernel counts a process's
+# start in clock ticks from boot: it can read a little late).
+_START_TOLERANCE_MS = 2_000
+
+
 def running_holder(claim) -> int | None:
     """The process id of the replay holding `claim` when it still runs on this host; None when it
-    ended, runs elsewhere (not knowable here) or the claim names no process."""
+    ended, runs elsewhere (not knowable here) or the claim names no process. A replay that started
+    after the claim was made (its process id reused: a replay of another view, say) is not its
+    holder: a claim is made after its process started."""
     import socket
 
     import psutil
@@ -100,7 +107,11 @@ def running_holder(claim) -> int | None:
         return None
     try:
         process = psutil.Process(claim.pid)
-        running = process.status() != psutil.STATUS_ZOMBIE and "replay" in process.cmdline()
+        running = (
+            process.status() != psutil.STATUS_ZOMBIE
+            and "replay" in process.cmdline()
+            and process.create_time() * 1000 <= claim.started_ms + _START_TOLERANCE_MS
+        )
     except psutil.Error:
         return None
     return claim.pid if running else None

@@ -4,6 +4,7 @@ holds what it must read, and the state a replayed view is in."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -368,9 +369,14 @@ def test_resume_refuses_while_the_replay_holding_the_claim_still_runs_on_this_ho
             30,
             interval_s=0.01,
         )
-        live = ReplayMark("page_views", 0, 1, "page_views~replay-1", host=here, pid=holder.pid)
+        started_ms = int(time.time() * 1000)  # a claim is made after its process started
+        live = ReplayMark("page_views", 0, started_ms, f"page_views~replay-{started_ms}", host=here, pid=holder.pid)
         assert running_holder(live) == holder.pid
         assert ReplayMark.from_json("page_views", live.to_json()) == live, "the holder is written with the claim"
+        # The process id of a holder that ended, taken by a replay (of another view, say) started after
+        # the claim was made: not its holder, so `--resume` and `--cancel` go on.
+        reused = replace(live, started_ms=started_ms - 60_000, shadow=f"page_views~replay-{started_ms - 60_000}")
+        assert running_holder(reused) is None
     finally:
         holder.kill()
         holder.wait(10)
@@ -753,8 +759,9 @@ def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here
 
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "replay"])
     try:
+        now_ms = int(time.time() * 1000)
         claim = replays.ReplayMark(
-            "old_view", 0, 10, replays.shadow_name("old_view", 10), host=socket.gethostname(), pid=holder.pid
+            "old_view", 0, now_ms, replays.shadow_name("old_view", now_ms), host=socket.gethostname(), pid=holder.pid
         )
         pointer = Pointer(version=1, retiring=("old_view",))
         unmarked: list[str] = []
