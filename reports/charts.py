@@ -22,6 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from definitions.times import iso_s
+from reports.compare import merge_buckets
 
 CAUSE_LABELS = {
     "duplicates_beyond_window": "duplicates beyond the window",
@@ -215,33 +216,6 @@ def fill_buckets(series: Sequence[dict], bucket_s: int, window: dict | None = No
     have = {d["ingest_bucket"]: d for d in series}
     empty = {"speed": 0, "batch": 0, "drift": 0, "abs_error": 0, "cells": 0, "duplicates": 0}
     return [have.get(b) or {"ingest_bucket": b, "time": iso_s(b), **empty} for b in range(first, last + 1, bucket_s)]
-
-
-# What merge_buckets adds up when it draws neighbouring buckets as one bar.
-_SUMMED = ("speed", "batch", "abs_error", "cells")
-
-
-def merge_buckets(series: Sequence[dict], limit: int = 400) -> list[dict]:
-    """At most `limit` entries: past it, each run of neighbouring buckets becomes one entry, named by
-    its first bucket, with the sums of its counts and the drift (and duplicates) of its bucket of
-    largest drift, so drifts of opposite signs do not cancel out of sight (a chart of one bar per
-    bucket grew with the report's window: 30 MB of SVG for 1 s buckets over two days)."""
-    if len(series) <= limit:
-        return list(series)
-    size = -(-len(series) // limit)
-    merged = []
-    for at in range(0, len(series), size):
-        group = series[at : at + size]
-        worst = max(group, key=lambda d: abs(d.get("drift", 0)))
-        merged.append(
-            {
-                **group[0],
-                **{key: sum(d.get(key, 0) for d in group) for key in _SUMMED},
-                "drift": worst.get("drift", 0),
-                "duplicates": worst.get("duplicates", 0),
-            }
-        )
-    return merged
 
 
 def drift_chart(series: Sequence[dict], label: str, width: int = 1140, height: int = 220) -> Markup:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from definitions.times import iso_ms
@@ -16,6 +16,9 @@ from reports.cells import HLL_BOUND, BatchCell, Cell, CellId, significant
 
 MAX_DIFFERENCES = 2_000  # differing cells listed per view
 MAX_SCATTER = 1_500
+# Entries of a granularity's drift over time a report stores: past it, neighbouring ingest buckets
+# share one (merge_buckets), or the report grows with its window (a week of minute buckets is 10,080).
+MAX_DRIFT_POINTS = 1_000
 ERROR_BINS = ((0.5, "0"), (1.5, "1"), (2.5, "2"), (5.5, "3–5"), (10.5, "6–10"), (100.5, "11–100"), (math.inf, ">100"))
 HLL_BINS = [x / 2 for x in range(-8, 9)]  # edges in units of the bound: -4 … 4
 
@@ -131,7 +134,7 @@ def granularity_figures(view: View, cells: list[Cell]) -> dict:
         },
         "causes": causes,
         "error_histogram": [{"bin": label, "cells": count} for (_, label), count in zip(ERROR_BINS, histogram)],
-        "drift_over_time": drift_over_time(cells),
+        "drift_over_time": merge_buckets(drift_over_time(cells), MAX_DRIFT_POINTS),
         "worst_keys": worst_keys(view, cells),
         "worst_cells": [
             cell_doc(c) for c in sorted(cells, key=lambda c: -abs(c.diff))[:15] if significant(c.diff, view.additive)
@@ -166,6 +169,34 @@ def drift_over_time(cells: list[Cell]) -> list[dict]:
         }
         for b, t in sorted(over_time.items())
     ]
+
+
+# What merge_buckets adds up when neighbouring buckets share one entry.
+_SUMMED = ("speed", "batch", "abs_error", "cells")
+
+
+def merge_buckets(series: Sequence[dict], limit: int = 400) -> list[dict]:
+    """At most `limit` entries: past it, each run of neighbouring buckets becomes one entry, named by
+    its first bucket, with the sums of its counts and the drift (and duplicates) of its bucket of
+    largest drift, so drifts of opposite signs do not cancel out of sight (a chart of one bar per
+    bucket grew with the report's window: 30 MB of SVG for 1 s buckets over two days)."""
+    if len(series) <= limit:
+        return list(series)
+    size = -(-len(series) // limit)
+    merged = []
+    for at in range(0, len(series), size):
+        group = series[at : at + size]
+        worst = max(group, key=lambda d: abs(d.get("drift", 0)))
+        merged.append(
+            {
+                **group[0],
+                **{key: _r(sum(d.get(key, 0) for d in group)) for key in _SUMMED},
+                "drift": worst.get("drift", 0),
+                "duplicates": worst.get("duplicates", 0),
+                "buckets": sum(d.get("buckets", 1) for d in group),  # how many buckets share the entry
+            }
+        )
+    return merged
 
 
 def hll_figures(cells: list[Cell]) -> dict:

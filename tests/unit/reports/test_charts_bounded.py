@@ -5,7 +5,8 @@ per report). Past the limit, neighbouring buckets are drawn together: their sums
 from __future__ import annotations
 
 from definitions.times import iso_s
-from reports.charts import drift_chart, merge_buckets
+from reports.charts import drift_chart
+from reports.compare import merge_buckets
 
 
 def series(n: int, start: int = 1_700_000_000) -> list[dict]:

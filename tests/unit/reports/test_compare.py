@@ -285,3 +285,25 @@ def test_the_realtime_snapshot_says_since_when_each_view_is_maintained(monkeypat
 
     monkeypatch.setattr("stores.checkpoints.read_marker", unreadable)
     assert read.read_realtime(settings, T0 * 1000, (T0 + 10 * MINUTE) * 1000, [PAGE_VIEWS]).maintained_ms is None
+
+
+def test_the_drift_over_time_a_report_stores_is_bounded_whatever_its_windows_length():
+    """One entry per ingest bucket made a report's JSON grow with its window (a week of minute buckets
+    per view and granularity); past MAX_DRIFT_POINTS, neighbouring buckets share one entry that keeps
+    their sums and the largest drift among them."""
+    from reports.compare import MAX_DRIFT_POINTS
+
+    buckets = 3 * MAX_DRIFT_POINTS + 7
+    ids = [cell_id("page_views", "minute", ["/a"], T0 + i * MINUTE) for i in range(buckets)]
+    batch = {cid: BatchCell(10, 10, 10) for cid in ids}
+    realtime = {cid: 10.0 for cid in ids}
+    realtime[ids[5]] = 13.0
+    cells, _ = match_cells([PAGE_VIEWS], realtime, batch, T0 * 1000, (T0 + buckets * MINUTE) * 1000, ttl_floor_s=0)
+    f = granularity_figures(PAGE_VIEWS, cells["page_views"])
+    series = f["drift_over_time"]
+    assert len(series) <= MAX_DRIFT_POINTS
+    assert sum(d["cells"] for d in series) == buckets and sum(d["batch"] for d in series) == 10 * buckets
+    assert sum(d["buckets"] for d in series) == buckets
+    assert max(d["drift"] for d in series) == 3 and series[0]["ingest_bucket"] == min(
+        c.ingest_bucket for c in cells["page_views"]
+    )
