@@ -27,7 +27,8 @@ def execute_all_with_retries(
 ) -> None:
     """Execute every (statement, parameters), many in flight; retry the failed ones with backoff
     (up to 10 s apart) until `give_up_after_s` has passed, so a store that is restarting or briefly
-    unreachable delays the work instead of failing it; then raise naming the error."""
+    unreachable delays the work instead of failing it; then raise naming the error. A statement
+    refused as invalid raises at once."""
     from cassandra.concurrent import execute_concurrent
 
     pending, error, attempt = list(statements), None, 0
@@ -41,6 +42,10 @@ def execute_all_with_retries(
         except Exception as exc:  # every host down: the driver may raise instead of listing failures
             failed, error = pending, exc
         if failed:
+            if _invalid(error):  # the statement itself is refused: sending it again cannot help
+                raise RuntimeError(
+                    f"{len(failed)} {what} refused by Cassandra as invalid: {type(error).__name__}: {error}"
+                )
             if time.monotonic() >= deadline:
                 raise RuntimeError(
                     f"{len(failed)} {what} still failing after {attempt} attempts in "
@@ -51,6 +56,14 @@ def execute_all_with_retries(
             )
             time.sleep(min(2**attempt, 10))
         pending = failed
+
+
+def _invalid(error: BaseException | None) -> bool:
+    """Whether Cassandra refused the statement itself (an invalid request: too large, a schema that
+    does not fit): a timeout or a replica that is down may pass on a retry; this never does."""
+    from cassandra import RequestValidationException
+
+    return isinstance(error, RequestValidationException)
 
 
 ROW_OVERHEAD_BYTES = 32  # Cassandra counts a row's timestamps and cell headers too
