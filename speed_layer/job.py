@@ -183,10 +183,12 @@ class BatchWriter:
     the batch's write timestamp (larger than every earlier batch's, so a late retry of an older
     batch never overwrites a newer value) and learns only how many rows were written."""
 
-    def __init__(self, settings: Settings, registry: Registry) -> None:
+    def __init__(self, settings: Settings, registry: Registry, floor_us: int = 0) -> None:
         self.settings = settings
         self.views = {view.name: (view.aggregation, view.layout) for view in registry}
-        self.last_timestamp_us = 0
+        # Above the latest write time the store holds (`floor_us`): a clock stepped back since an
+        # earlier run would otherwise give this run's rows older times than the rows they replace.
+        self.last_timestamp_us = floor_us
 
     def batch_timestamp_us(self) -> int:
         self.last_timestamp_us = max(time.time_ns() // 1000, self.last_timestamp_us + 1)
@@ -257,8 +259,12 @@ def run(settings: Settings) -> int:
     stopping = stop_on_signal("the speed layer")
     # The store is reached (and its schema made) before the first batch: a missing store or adapter
     # stops the job here, with its reason, rather than in a task.
-    realtime_writer(settings).close()
-    writer = BatchWriter(settings, maintained)
+    store = realtime_writer(settings)
+    try:  # optional for a plug-in store (stores.adapters.RealtimeWriterAdapter)
+        floor_us = store.latest_timestamp_us() if hasattr(store, "latest_timestamp_us") else 0
+    finally:
+        store.close()
+    writer = BatchWriter(settings, maintained, floor_us)
 
     def start(strict: bool) -> tuple:
         return (
