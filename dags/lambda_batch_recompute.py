@@ -287,7 +287,8 @@ def lambda_batch_recompute():
 
     @task(retries=1)
     def report(run: dict) -> dict:
-        result = lambdactl("report", "--version", str(run["version"]), "--json")
+        # --reuse: a retry after the first attempt stored the report names that one, not a second.
+        result = lambdactl("report", "--version", str(run["version"]), "--reuse", "--json")
         if not result.get("id"):  # no link to a report that is not there; a retry would build it again
             cause = f"lambdactl report named no report: {str(result)[:500]}"
             _say_cause(cause)

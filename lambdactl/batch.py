@@ -119,16 +119,30 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+REUSE_AMONG = 10  # how many of the newest stored reports `report --reuse` looks among
+
+
 def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     """Build the accuracy report of a batch version's ingest window, or list the reports."""
     from reports.build import NoWindow, produce, window_for_version
-    from reports.storage import list_reports
+    from reports.storage import list_reports, report_file
 
     if args.version is None:
         for rid, report in list_reports(settings, args.limit):
             window = report.get("window") or {}
             _say(f"{rid}: {window.get('start')} → {window.get('end')} (version {report.get('version')})")
         return 0
+    base = browser_url(settings.api.host, settings.api.port, settings.api.public_url)
+    if getattr(args, "reuse", False):
+        # A task retried after its first attempt stored the report: that one, not a second of the run.
+        # The newest few only: a report is built just after its version's swap.
+        for rid, doc in list_reports(settings, REUSE_AMONG):
+            if doc.get("version") == args.version:
+                url = f"{base}/api/v1/reports/{rid}/html"
+                _say(f"report {rid} for version {args.version} was stored already: {url}")
+                if args.json:
+                    _emit({"id": rid, "url": url, "json": str(report_file(settings, rid)), "reused": True})
+                return 0
     try:
         window = window_for_version(settings, args.version)
     except NoWindow as exc:
@@ -142,7 +156,7 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     except NoWindow as exc:  # the clean-up deleted the window's realtime rows
         log.error("%s", exc)
         return 2
-    url = f"{browser_url(settings.api.host, settings.api.port, settings.api.public_url)}/api/v1/reports/{report['id']}/html"
+    url = f"{base}/api/v1/reports/{report['id']}/html"
     _say(f"report {report['id']} for version {args.version}: {url} ({paths.get('json')})")
     if args.json:
         _emit({"id": report["id"], "url": url, **paths})

@@ -189,6 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     batch.set_defaults(func=cmd_batch)
     report = sub.add_parser("report", help="build (--version N) or list speed-vs-batch accuracy reports")
     report.add_argument("--version", type=int, help="the batch version whose ingest window to report on")
+    report.add_argument(
+        "--reuse",
+        action="store_true",
+        help="name a stored report of that version instead of building another (a retried task)",
+    )
     report.add_argument("--limit", type=at_least_one, default=20, help="how many reports to list")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
