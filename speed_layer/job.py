@@ -183,12 +183,10 @@ class BatchWriter:
     the batch's write timestamp (larger than every earlier batch's, so a late retry of an older
     batch never overwrites a newer value) and learns only how many rows were written."""
 
-    def __init__(self, settings: Settings, registry: Registry, floor_us: int = 0) -> None:
+    def __init__(self, settings: Settings, registry: Registry) -> None:
         self.settings = settings
         self.views = {view.name: (view.aggregation, view.layout) for view in registry}
-        # Above the latest write time the store holds (`floor_us`): a clock stepped back since an
-        # earlier run would otherwise give this run's rows older times than the rows they replace.
-        self.last_timestamp_us = floor_us
+        self.last_timestamp_us = 0
 
     def batch_timestamp_us(self) -> int:
         self.last_timestamp_us = max(time.time_ns() // 1000, self.last_timestamp_us + 1)
@@ -259,12 +257,8 @@ def run(settings: Settings) -> int:
     stopping = stop_on_signal("the speed layer")
     # The store is reached (and its schema made) before the first batch: a missing store or adapter
     # stops the job here, with its reason, rather than in a task.
-    store = realtime_writer(settings)
-    try:  # optional for a plug-in store (stores.adapters.RealtimeWriterAdapter)
-        floor_us = store.latest_timestamp_us() if hasattr(store, "latest_timestamp_us") else 0
-    finally:
-        store.close()
-    writer = BatchWriter(settings, maintained, floor_us)
+    realtime_writer(settings).close()
+    writer = BatchWriter(settings, maintained)
 
     def start(strict: bool) -> tuple:
         return (

@@ -108,9 +108,6 @@ class RealtimeWriterAdapter(Protocol):
 
     def close(self) -> None: ...
 
-    # Optional: `latest_timestamp_us() -> int`, the latest `timestamp_us` the store holds; the speed
-    # layer starts its write times above it (its host's clock may have stepped back since).
-
 
 class VersionStoreAdapter(Protocol):
     """Setting `stores.versions`; built as `cls(settings)` by the batch layer, the reports and

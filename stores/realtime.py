@@ -20,7 +20,7 @@ from stores.adapters import ROW_BYTES, ReadTooLarge
 from stores.clients import cassandra_cluster
 from stores.realtime_schema import BY_BUCKET, BY_KEY, TABLES, ensure_schema, ttl_changes_of
 from stores.realtime_statements import execute_all_with_retries, replica_batches
-from stores.realtime_writes import ROWS_ROLE, MarkReader, WriteMarks
+from stores.realtime_writes import MarkReader, WriteMarks
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class RealtimeWriter:
         ensure_schema(settings, self.session)
         self.by_key = self.session.prepare(TABLES[BY_KEY].insert())
         self.by_bucket = self.session.prepare(TABLES[BY_BUCKET].insert())
-        self.marks = WriteMarks(self.session, ROWS_ROLE)
+        self.marks = WriteMarks(self.session, "rows")
 
     def write(
         self, by_key: Sequence[RealtimeRow], by_bucket: Sequence[RealtimeRow], timestamp_us: int | None = None
@@ -92,17 +92,11 @@ class RealtimeWriter:
         )
         execute_all_with_retries(
             self.session,
-            [self.marks.next_mark(at_least_us=ts)],
+            [self.marks.next_mark()],
             1,
             self.settings.speed.store_outage_s,
             "realtime write marks",
         )
-
-    def latest_timestamp_us(self) -> int:
-        """The latest write time of rows any writer marked in the last day (stores.realtime_writes:
-        each mark is at least its write's time); 0 when none did."""
-        marks = MarkReader(self.session).read()
-        return max((generation for writer, generation in marks if writer.startswith(f"{ROWS_ROLE}:")), default=0)
 
     def _replicas(self, routing_key: bytes) -> tuple[str, ...]:
         hosts = self.cluster.metadata.get_replicas(self.settings.cassandra.keyspace, routing_key)

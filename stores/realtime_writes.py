@@ -27,7 +27,6 @@ TABLE = "realtime_writes"
 SHARD = 0  # every mark in one partition: one read returns them all
 MARK_TTL_S = 86_400
 LATE_DROPS_WRITER = "late-drops"
-ROWS_ROLE = "rows"  # the writers of realtime rows (stores.realtime.RealtimeWriter): `rows:<id>`
 
 
 def create_statement(keyspace: str, gc_grace_s: int) -> str:
@@ -47,11 +46,10 @@ class WriteMarks:
         self._lock = threading.Lock()
         self._insert = session.prepare(f"INSERT INTO {TABLE} (shard, writer, generation) VALUES ({SHARD}, ?, ?)")
 
-    def next_mark(self, at_least_us: int = 0) -> tuple[Any, tuple[str, int]]:
-        """(statement, parameters) of the next mark: a number larger than any this writer marked, and
-        at least `at_least_us` (the write time of the rows it marks: a later writer starts above it)."""
+    def next_mark(self) -> tuple[Any, tuple[str, int]]:
+        """(statement, parameters) of the next mark: a number larger than any this writer marked."""
         with self._lock:
-            self._last = max(time.time_ns() // 1000, self._last + 1, at_least_us)
+            self._last = max(time.time_ns() // 1000, self._last + 1)
             return self._insert, (self.writer, self._last)
 
 

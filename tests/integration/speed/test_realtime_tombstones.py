@@ -36,15 +36,3 @@ def test_rows_without_a_sketch_are_written_without_tombstones(settings, stack):
             assert [r.sketch for r in sketches] == [b"\x01sketch"]
         finally:
             cluster.shutdown()
-
-
-def test_a_new_writer_learns_the_latest_write_time_so_a_clock_stepped_back_loses_no_update(settings, stack):
-    """A speed layer started again after the clock stepped back wrote its batches with older write
-    times than the rows it replaced, and Cassandra kept the older values: answers short until a
-    batch run. Each write's mark is at least its write time, and the next writer starts above the
-    latest mark."""
-    name = f"test_write_floor_{uuid.uuid4().hex[:8]}"
-    ahead_us = (T + 10 * 86_400) * 1_000_000  # a write time far past this host's clock
-    with scratch_realtime(settings, name) as (writer, _reader):
-        writer.write([RealtimeRow("page_views", "minute", "/t", T, T, 5)], [], timestamp_us=ahead_us)
-        assert writer.latest_timestamp_us() >= ahead_us
