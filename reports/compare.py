@@ -179,7 +179,8 @@ def merge_buckets(series: Sequence[dict], limit: int = 400) -> list[dict]:
     """At most `limit` entries: past it, each run of neighbouring buckets becomes one entry, named by
     its first bucket, with the sums of its counts and the drift (and duplicates) of its bucket of
     largest drift, so drifts of opposite signs do not cancel out of sight (a chart of one bar per
-    bucket grew with the report's window: 30 MB of SVG for 1 s buckets over two days)."""
+    bucket grew with the report's window: 30 MB of SVG for 1 s buckets over two days). A merged
+    entry's drift is that bucket's, so it is not its speed − batch."""
     if len(series) <= limit:
         return list(series)
     size = -(-len(series) // limit)
@@ -190,7 +191,8 @@ def merge_buckets(series: Sequence[dict], limit: int = 400) -> list[dict]:
         merged.append(
             {
                 **group[0],
-                **{key: _r(sum(d.get(key, 0) for d in group)) for key in _SUMMED},
+                **{key: _r(sum(d.get(key, 0) for d in group)) for key in _SUMMED if key != "cells"},
+                "cells": sum(d.get("cells", 0) for d in group),
                 "drift": worst.get("drift", 0),
                 "duplicates": worst.get("duplicates", 0),
                 "buckets": sum(d.get("buckets", 1) for d in group),  # how many buckets share the entry

@@ -4,6 +4,7 @@ grouped by replica into unlogged batches (the speed layer's writes and the realt
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -59,11 +60,16 @@ def execute_all_with_retries(
 
 
 def _invalid(error: BaseException | None) -> bool:
-    """Whether Cassandra refused the statement itself (an invalid request: too large, a schema that
-    does not fit): a timeout or a replica that is down may pass on a retry; this never does."""
-    from cassandra import RequestValidationException
+    """Whether Cassandra refused the statement itself (an invalid request: a batch too large, a value
+    that does not fit its column): a retry never passes. A table or keyspace a coordinator does not
+    know yet (its schema lags a change just made), a permission a cache has not caught up with, a
+    timeout or a replica that is down may pass on a retry."""
+    from cassandra import InvalidRequest
 
-    return isinstance(error, RequestValidationException)
+    return isinstance(error, InvalidRequest) and _SCHEMA_LAG.search(str(error)) is None
+
+
+_SCHEMA_LAG = re.compile(r"unconfigured table|does not exist|[Uu]nknown (table|keyspace|column)")
 
 
 ROW_OVERHEAD_BYTES = 32  # Cassandra counts a row's timestamps and cell headers too

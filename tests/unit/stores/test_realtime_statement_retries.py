@@ -5,7 +5,7 @@ as invalid fails at once, naming why: retrying it for `speed.store_outage_s` onl
 from __future__ import annotations
 
 import pytest
-from cassandra import InvalidRequest, WriteTimeout
+from cassandra import InvalidRequest, Unauthorized, WriteTimeout
 
 from stores import realtime_statements
 
@@ -36,9 +36,17 @@ def test_a_statement_refused_as_invalid_fails_at_once_naming_why(answers):
     assert calls == [2], "not retried"
 
 
-def test_a_timeout_is_retried_until_the_statement_goes_through(answers):
+@pytest.mark.parametrize(
+    "passing",
+    [
+        WriteTimeout("timed out", consistency=1, required_responses=1, received_responses=0, write_type=0),
+        InvalidRequest("unconfigured table realtime_by_key"),  # a coordinator behind a schema change
+        InvalidRequest("Keyspace lambda_speed does not exist"),
+        Unauthorized("User lambda has no MODIFY permission"),  # a permissions cache behind a grant
+    ],
+)
+def test_what_may_pass_on_a_retry_is_retried_until_the_statement_goes_through(answers, passing):
     queue, calls = answers
-    timeout = WriteTimeout("timed out", consistency=1, required_responses=1, received_responses=0, write_type=0)
-    queue.extend([[None, timeout], [timeout], [None]])
+    queue.extend([[None, passing], [passing], [None]])
     realtime_statements.execute_all_with_retries(object(), [("s", ()), ("s", ())], 2, give_up_after_s=600)
     assert calls == [2, 1, 1]
