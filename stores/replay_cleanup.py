@@ -12,9 +12,8 @@ from stores.replays import (
     MAX_MARK_BYTES,
     ReplayMark,
     ReplayMarked,
-    _holds,
-    _is_switched,
     _mark_name,
+    _overlay_at,
     marks_dir,
 )
 
@@ -55,15 +54,10 @@ def overlays_of(settings: Settings, views: Iterable[str]) -> list[ReplayMark]:
             parts = _mark_name(name)
             if parts is None or parts["view"] not in wanted or not parts["switched"]:
                 continue
-            if kind != "FILE" or not 0 < length <= MAX_MARK_BYTES:
-                continue
-            data = fs.read(f"{directory}/{name}", max_bytes=MAX_MARK_BYTES)
-            try:
-                mark = ReplayMark.from_json(parts["view"], data) if data is not None else None
-            except ValueError:
-                continue
-            if mark is not None and mark.switched:
-                found.append(mark)
+            path = f"{directory}/{name}"
+            overlay = _overlay_at(fs, path, parts["view"], int(parts["started"]), kind, length)
+            if overlay is not None:
+                found.append(overlay)
     return sorted(found, key=lambda m: (m.view, m.started_ms))
 
 
@@ -76,17 +70,34 @@ def forget_claim(settings: Settings, held: ReplayMark) -> None:
     """Take off a retired view's claim `held` (as read_replays gave it), and the files under the
     view's overlay names that are no overlay (they keep it claimed): no replay can finish a view the
     speed layer no longer maintains. Its overlays stay: the retiring clean-up deletes their rows,
-    then them. ReplayMarked, changing nothing, when a `--resume` took the claim over since."""
+    then them. ReplayMarked, changing nothing, when the claim is another than `held` now (a
+    `--resume` took it over, or a replay claimed the view after a broken claim was read)."""
     from stores.webhdfs import WebHdfs
 
-    path = f"{marks_dir(settings)}/{held.view}.json"
+    directory = marks_dir(settings)
+    name = f"{held.view}.json"
     with WebHdfs(settings) as fs:
-        if held.started_ms and fs.read(path, max_bytes=MAX_MARK_BYTES) is not None and not _holds(fs, path, held):
-            raise ReplayMarked(f"{held.view}'s replay mark changed since it was read (another `--resume`): look again")
-        fs.delete(path, recursive=True)  # a directory there is no mark either
+        kind = next((k for n, k, _ in fs.entries(directory) if n == name), None)
+        data = fs.read(f"{directory}/{name}", max_bytes=MAX_MARK_BYTES) if kind == "FILE" else None
+        if data is not None and not _still(held, data):
+            raise ReplayMarked(f"{held.view}'s replay mark changed since it was read (another replay): look again")
+        if kind is not None:
+            fs.delete(f"{directory}/{name}", recursive=kind != "FILE")  # a directory there is no mark either
     _drop(
-        settings, [held.view], lambda fs, path, started, kind, length: _is_switched(fs, path, held.view, kind, length)
+        settings,
+        [held.view],
+        lambda fs, path, started, kind, length: _overlay_at(fs, path, held.view, started, kind, length) is not None,
     )
+
+
+def _still(held: ReplayMark, data: bytes) -> bool:
+    """Whether the claim file's `data` is still what `held` was read from: no mark (still broken), or
+    `held`'s own claim."""
+    try:
+        current = ReplayMark.from_json(held.view, data)
+    except ValueError:
+        return True
+    return bool(held.started_ms) and current.started_ms == held.started_ms
 
 
 def _drop(settings: Settings, views: Iterable[str], keep: Callable[..., bool] | None = None) -> None:

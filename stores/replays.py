@@ -258,9 +258,15 @@ def mark(
         # overwrite fails when the claim is there: the first replay to move its file holds it.
         written = f"{path}.tmp-{claimed.started_ms}-{os.getpid()}"
         fs.write(written, data)
-        # An unreadable claim of no holder (replaces[0] == 0) with no claim file: a file under an
-        # overlay's name that is none. Created as a first replay's claim; its switch deletes that file.
-        if take_over and not (replaces[:1] == (0,) and not moved_away and fs.read(path) is None):
+        # An unreadable claim of no holder (replaces[0] == 0), no claim file, and a file under an
+        # overlay's name that is none: the claim is created as a first replay's (no overwrite); its
+        # switch deletes that file. (A broken claim file deleted since: a `--resume` took it; refused.)
+        if take_over and not (
+            replaces[:1] == (0,)
+            and not moved_away
+            and fs.read(path) is None
+            and _broken_overlay_left(fs, marks_dir(settings), view)
+        ):
             # Only over the claim this one was planned to take over (replaces[0]): one a `--cancel`
             # released meanwhile stays released (its rows may be being deleted), one another replay made
             # stays its. (No compare-and-set on WebHDFS: this narrows the race to the instant between.)
@@ -314,7 +320,10 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
             if not found or found["view"] != claim.view or not found["switched"]:
                 continue
             started = int(found["started"])
-            if started < claim.started_ms or not _is_switched(fs, f"{directory}/{name}", claim.view, kind, length):
+            if (
+                started < claim.started_ms
+                or _overlay_at(fs, f"{directory}/{name}", claim.view, started, kind, length) is None
+            ):
                 # older (the claim's rows cover it), or a file under an overlay's name that is none
                 fs.delete(f"{directory}/{name}", recursive=kind != "FILE")
         if _holds(fs, f"{directory}/{claim.view}.json", claim):
@@ -322,15 +331,28 @@ def switch(settings: Settings, claim: ReplayMark, split_ms: int) -> ReplayMark:
     return switched
 
 
-def _is_switched(fs, path: str, view: str, kind: str, length: int) -> bool:
-    """Whether the file at `path` is a switched replay of `view` (a newer replay's overlay: kept)."""
+def _overlay_at(fs, path: str, view: str, started: int, kind: str, length: int) -> ReplayMark | None:
+    """The overlay in the file at `path`, under an overlay's name of `view` started at `started`, as
+    read_replays takes it (a switched mark of that start); None for anything else, which keeps the
+    view refused as an unreadable claim until a `--resume` switches (or, retired, its mark goes)."""
     if kind != "FILE" or not 0 < length <= MAX_MARK_BYTES:
-        return False
+        return None
     data = fs.read(path, max_bytes=MAX_MARK_BYTES)
     try:
-        return data is not None and ReplayMark.from_json(view, data).switched
+        mark = ReplayMark.from_json(view, data) if data is not None else None
     except ValueError:
-        return False
+        return None
+    return mark if mark is not None and mark.switched and mark.started_ms == started else None
+
+
+def _broken_overlay_left(fs, directory: str, view: str) -> bool:
+    """Whether a file under one of `view`'s overlay names is no overlay (_overlay_at)."""
+    for name, kind, length in fs.entries(directory):
+        found = _mark_name(name)
+        if found and found["view"] == view and found["switched"]:
+            if _overlay_at(fs, f"{directory}/{name}", view, int(found["started"]), kind, length) is None:
+                return True
+    return False
 
 
 def _answers_for(fs, path: str, claim: ReplayMark, take_overs: bool = True) -> bool:

@@ -118,3 +118,56 @@ def test_a_retired_views_claim_taken_over_meanwhile_is_not_taken_off(settings, f
     with pytest.raises(replays.ReplayMarked, match="changed"):
         replay_cleanup.forget_claim(settings, held)
     assert files == {"old.json": later}
+
+
+def test_a_resume_planned_on_a_broken_claim_that_went_since_still_refuses(settings, files):
+    """Read as unreadable because the claim file itself was broken; a `--resume` elsewhere took it over
+    and switched meanwhile (the file is gone, no broken overlay file is left): nothing to take over."""
+    from stores import replays
+
+    files["page_views.json"] = b"{broken"
+    held = replays.read_replays(settings)[0]["page_views"]
+    del files["page_views.json"]
+    with pytest.raises(replays.ReplayMarked, match="changed since"):
+        replays.mark(settings, "page_views", 0, 70, take_over=True, shadow="x", replaces=taken_over([held]))
+    assert "page_views.json" not in files
+
+
+def test_a_claim_made_between_the_check_and_the_move_is_kept(settings, monkeypatch, files):
+    from stores import replays
+
+    files["page_views.switched-5.json"] = b"[1]"
+    held = replays.read_replays(settings)[0]["page_views"]
+    other = replays.ReplayMark("page_views", 0, 60, replays.shadow_name("page_views", 60)).to_json()
+    rename = WritableFs.rename
+
+    def another_claims_then_rename(self, source, destination):
+        self.files["page_views.json"] = other  # a first replay's claim lands just after the check
+        return rename(self, source, destination)
+
+    monkeypatch.setattr(WritableFs, "rename", another_claims_then_rename)
+    with pytest.raises(replays.ReplayMarked, match="holds its mark"):
+        replays.mark(settings, "page_views", 0, 70, take_over=True, shadow="x", replaces=taken_over([held]))
+    assert files["page_views.json"] == other
+
+
+def test_a_switched_mark_under_another_start_than_its_name_says_goes_with_a_retired_views_claim(settings, files):
+    from stores import replay_cleanup, replays
+
+    misnamed = replays.ReplayMark("old", 0, 3, replays.shadow_name("old", 3), 60_000)
+    files["old.switched-4.json"] = misnamed.to_json()
+    held = replays.read_replays(settings)[0]["old"]
+    assert held.unreadable, "read as no overlay: the view stays claimed"
+    replay_cleanup.forget_claim(settings, held)
+    assert files == {} and replays.read_replays(settings) == ({}, {})
+
+
+def test_a_claim_made_after_a_broken_one_was_read_is_not_taken_off_as_a_retired_views(settings, files):
+    from stores import replay_cleanup, replays
+
+    files["old.json"] = b"{broken"
+    held = replays.read_replays(settings)[0]["old"]
+    files["old.json"] = claim = replays.ReplayMark("old", 0, 9, replays.shadow_name("old", 9)).to_json()
+    with pytest.raises(replays.ReplayMarked, match="changed"):
+        replay_cleanup.forget_claim(settings, held)
+    assert files == {"old.json": claim}
