@@ -47,7 +47,7 @@ from stores.batch_writer import (
     missing_tables,
     verify_table,
 )
-from stores.master import first_copies, read_master
+from stores.master import first_copies, last_archived, read_master
 from stores.pointer import CutoffError, NotCoveredYet, Overtaken, PointerMoved
 from stores.pointer_moves import behind, run_basis
 from stores.registry import version_store
@@ -85,6 +85,12 @@ def choose_cutoff(
     covered = marker.complete_before_ms if marker is not None else None
     if covered is None:
         raise NotCoveredYet("the archiver has not published completeness for every partition yet")
+    assert marker is not None
+    refusal = completeness.doubt(
+        marker, last_archived(settings), int(time.time() * 1000), settings.archiver.completeness_path
+    )
+    if refusal:
+        raise CutoffError(refusal)
     if requested_ms is None:
         cutoff = covered - covered % bucket_ms
     else:

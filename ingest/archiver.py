@@ -136,17 +136,22 @@ def dead_letter_raw(raw, keep_bytes: int, name: str = "raw") -> list:
 
 
 def check_checkpoint_kept(settings: Settings) -> int | None:
-    """Exit (SystemExit, the reason in the log) when the master query's checkpoint has planned fewer
-    batches than the master dataset holds: the checkpoint was deleted, lost or restored from an
-    older copy; or has committed batches while the master dataset holds none (its path changed). Spark's file sink skips every batch id its log already holds, so the checkpoint's
-    next batches (Kafka's earliest offsets on, for a new one) would be read and never written.
+    """Exit (SystemExit, the reason in the log) when the master query's checkpoint and the master
+    dataset do not go together:
+    - it planned fewer batches than the master holds (the checkpoint was deleted, lost or restored
+      from an older copy): Spark's file sink skips every batch id its log already holds, so the
+      checkpoint's next batches (Kafka's earliest offsets on, for a new one) would be read and never
+      written;
+    - it committed batches while the master holds none (archiver.master_path changed);
+    - it committed more batches than the master holds (the master was restored from an older copy):
+      the batches between would never be archived again.
     Otherwise the last batch the checkpoint planned (None: none yet)."""
     checkpoint = kafka_gaps.checkpoint_dirs(settings, JOB)[0]
     with WebHdfs(settings) as fs:
         planned = max((int(name) for name in fs.list(f"{checkpoint}/offsets") if name.isdigit()), default=None)
-        committed = any(name.isdigit() for name in fs.list(f"{checkpoint}/commits"))
+        committed = max((int(name) for name in fs.list(f"{checkpoint}/commits") if name.isdigit()), default=None)
         last = last_archived_batch(fs, settings)
-    if last is None and committed:
+    if last is None and committed is not None:
         # The file sink logs a batch before the checkpoint commits it: the archive is elsewhere now.
         log.error(
             "the archiver's checkpoint %s has committed batches up to %s, but the master dataset %s holds no batch "
@@ -157,6 +162,23 @@ def check_checkpoint_kept(settings: Settings) -> int | None:
             checkpoint,
             planned,
             settings.archiver.master_path,
+        )
+        raise SystemExit(1)
+    if last is not None and committed is not None and committed > last:
+        # The file sink logs a batch before the checkpoint commits it: the master lost batches since.
+        log.error(
+            "the archiver's checkpoint %s has committed batches up to %d, but the master dataset %s holds batches 0 "
+            "to %d: it was restored from an older copy, or its log cut short. Resumed, the archiver would go on "
+            "after batch %d, and the records of batches %d to %d would never be archived again while the "
+            "completeness markers claim them. Not starting: restore the master dataset that goes with the "
+            "checkpoint, or rebuild the master from Kafka (docs/operations.md)",
+            checkpoint,
+            committed,
+            settings.archiver.master_path,
+            last,
+            committed,
+            last + 1,
+            committed,
         )
         raise SystemExit(1)
     if last is None or (planned is not None and planned >= last):

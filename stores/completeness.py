@@ -159,3 +159,34 @@ def latest(settings: Settings) -> Completeness | None:
             except MarkerMalformed as exc:
                 log.warning("completeness marker %s/%s is not one (%s): passed over", root, name, exc)
     return None
+
+
+# How far past this host's clock the newest marker may say the master is complete (the broker stamps
+# records by its own clock).
+MAX_AHEAD_MS = 300_000
+
+
+def doubt(marker: Completeness, last_archived: int | None, now_ms: int, root: str) -> str | None:
+    """Why the newest marker (under `root`) must not be trusted, or None: it is of a batch the master
+    dataset does not hold (`last_archived`: its file sink's last batch), so it describes another
+    archive (a master restored or rebuilt while the archiver was down: the archiver drops such
+    markers when it starts); or it says complete far past now (a clock far off, or a file written
+    by hand). Trusted, a run would take a cutoff the master has not reached."""
+    from definitions.times import iso_ms
+
+    name = f"{root}/{marker.batch_id:012d}.json"
+    if last_archived is None or marker.batch_id > last_archived:
+        held = "no batch" if last_archived is None else f"batches up to {last_archived}"
+        return (
+            f"completeness marker {name} is of archiver batch {marker.batch_id}, but the master dataset holds "
+            f"{held}: a marker of another archive (restored or rebuilt while the archiver was down); start the "
+            "archiver, which drops such markers, or delete it"
+        )
+    covered = marker.complete_before_ms
+    if covered is not None and covered > now_ms + MAX_AHEAD_MS:
+        return (
+            f"completeness marker {name} says the master is complete up to {iso_ms(covered)}, more than "
+            f"{MAX_AHEAD_MS // 1000}s after this host's clock ({iso_ms(now_ms)}): a clock far off, or a marker not "
+            "the archiver's; set the clock right, or delete it"
+        )
+    return None

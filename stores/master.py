@@ -60,3 +60,11 @@ def last_archived_batch(fs: WebHdfs, settings: Settings) -> int | None:
     # Only the log's own files: a commit killed part-way leaves Spark's `.N.<uuid>.tmp` beside them.
     ids = [int(found.group(1)) for found in map(SINK_LOG_FILE.fullmatch, names) if found]
     return max(ids, default=None)
+
+
+def last_archived(settings: Settings) -> int | None:
+    """last_archived_batch, on a connection of its own."""
+    from stores.webhdfs import WebHdfs
+
+    with WebHdfs(settings) as fs:
+        return last_archived_batch(fs, settings)

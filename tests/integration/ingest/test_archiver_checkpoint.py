@@ -81,3 +81,30 @@ def test_markers_of_an_earlier_checkpoint_are_dropped_when_the_archiver_starts_o
     finally:
         with WebHdfs(settings) as fs:
             fs.delete(root, recursive=True)
+
+
+def test_a_master_dataset_restored_from_an_older_copy_stops_the_archiver(settings, stack, caplog):
+    """The checkpoint committed batches the restored master dataset does not hold (its file sink logs
+    a batch before the checkpoint commits it): resumed, the archiver would go on after them, and
+    their records would never be archived again while the completeness markers claim them."""
+    unique = uuid.uuid4().hex[:8]
+    root = f"/lambda/test/restored-{unique}"
+    mine = with_archiver(settings, checkpoint_dir=f"{root}/checkpoints", master_path=f"{root}/events")
+    try:
+        with WebHdfs(settings) as fs:
+            for batch in range(7):
+                fs.write(f"{root}/checkpoints/master/offsets/{batch}", b"v1\n{}\n")
+                fs.write(f"{root}/checkpoints/master/commits/{batch}", b"v1\n{}\n")
+            for batch in range(4):
+                fs.write(f"{root}/events/_spark_metadata/{batch}", b"v1\n")
+        with caplog.at_level(logging.ERROR), pytest.raises(SystemExit):
+            check_checkpoint_kept(mine)
+        said = caplog.text
+        assert "committed batches up to 6" in said and "holds batches 0 to 3" in said and root in said, said
+        with WebHdfs(settings) as fs:
+            for batch in range(4, 7):  # the sink logged them: an ordinary restart
+                fs.write(f"{root}/events/_spark_metadata/{batch}", b"v1\n")
+        assert check_checkpoint_kept(mine) == 6
+    finally:
+        with WebHdfs(settings) as fs:
+            fs.delete(root, recursive=True)

@@ -20,9 +20,10 @@ TEN_PAST_TEN_MS = 1_795_000_000_000 // HOUR_MS * HOUR_MS + 10 * 60_000
 
 @pytest.fixture
 def at_ten_past_ten(monkeypatch):
-    covered = SimpleNamespace(complete_before_ms=TEN_PAST_TEN_MS - 10 * 60_000 - 60_000)
+    covered = SimpleNamespace(complete_before_ms=TEN_PAST_TEN_MS - 10 * 60_000 - 60_000, batch_id=40)
     monkeypatch.setattr(job.checkpoints, "read_marker", lambda _settings: None)
     monkeypatch.setattr(job.completeness, "latest", lambda _settings: covered)
+    monkeypatch.setattr(job, "last_archived", lambda _settings: 40)
     monkeypatch.setattr(job.time, "time", lambda: TEN_PAST_TEN_MS / 1000)
     return Settings(ingest_bucket_s=3_600)
 
@@ -38,3 +39,25 @@ def test_a_cutoff_the_archiver_can_cover_within_the_wait_is_waited_for(at_ten_pa
     eleven = TEN_PAST_TEN_MS - 10 * 60_000 + HOUR_MS
     with pytest.raises(NotCoveredYet, match="not covered"):
         job.choose_cutoff(at_ten_past_ten, eleven, None)
+
+
+@pytest.mark.parametrize(
+    ("batch_id", "last", "ahead_ms", "words"),
+    [
+        (41, 40, 0, "of archiver batch 41, but the master dataset holds batches up to 40"),
+        (3, None, 0, "holds no batch"),
+        (40, 40, 3 * HOUR_MS, "after this host's clock"),
+    ],
+)
+def test_a_completeness_marker_of_another_archive_or_far_ahead_is_refused_naming_it(
+    at_ten_past_ten, monkeypatch, batch_id, last, ahead_ms, words
+):
+    """A marker outliving a master restored or rebuilt while the archiver was down (it drops such
+    markers when it starts), or one written by hand: trusted, a run took a cutoff the master had not
+    reached, served it and let the clean-up delete the realtime rows below it."""
+    marker = SimpleNamespace(complete_before_ms=TEN_PAST_TEN_MS - 10 * 60_000 + ahead_ms, batch_id=batch_id)
+    monkeypatch.setattr(job.completeness, "latest", lambda _settings: marker)
+    monkeypatch.setattr(job, "last_archived", lambda _settings: last)
+    with pytest.raises(CutoffError, match=words) as refused:
+        job.choose_cutoff(at_ten_past_ten, None, None)
+    assert f"{batch_id:012d}.json" in str(refused.value) and not isinstance(refused.value, NotCoveredYet)
