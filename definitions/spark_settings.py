@@ -70,6 +70,18 @@ def no_other_zone(name: str, jvm_options: str) -> str:
     return jvm_options
 
 
+# Spark options that make a batch run read the master dataset wrong without a word: it must fail,
+# naming the file, rather than count what it could read.
+_SILENT_READS = {
+    "spark.sql.files.ignoreMissingFiles": "a master file that is missing would be skipped, its events uncounted",
+    "spark.sql.files.ignoreCorruptFiles": "a damaged master file would be skipped, its events uncounted",
+    "spark.sql.streaming.fileStreamSink.ignoreMetadata": (
+        "the master would be read without its file sink's log, counting files of unfinished batches and files "
+        "placed by hand"
+    ),
+}
+
+
 class SparkSettings(_Section):
     master: str = "local[*]"
     # The Python interpreter of the executors' Python workers. Empty: the driver's own (right for
@@ -83,7 +95,7 @@ class SparkSettings(_Section):
     # system after 30 s without a collection, so an idle streaming job holds what it uses, not
     # its -Xmx. The time zone option is always added.
     jvm_options: str = "-XX:+UseG1GC -XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
-    # Extra `spark.*` options passed as-is to every session.
+    # Extra `spark.*` options passed as-is to every session (not those of _SILENT_READS).
     conf: dict[str, str] = {}
 
     @field_validator("conf")
@@ -98,6 +110,9 @@ class SparkSettings(_Section):
             raise ValueError(f"spark.sql.session.timeZone must stay UTC (got {zone!r}): the time model is UTC")
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             no_other_zone(key, conf.get(key, ""))
+        for key, why in _SILENT_READS.items():
+            if conf.get(key, "false").strip().lower() != "false":
+                raise ValueError(f"{key} must stay false: {why}")
         return conf
 
     @field_validator("jvm_options")

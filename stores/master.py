@@ -49,8 +49,14 @@ def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
 
 def read_archived(spark: SparkSession, url: str) -> DataFrame:
     """Archived events at `url` with the contract's schema (not one inferred from some file's footer,
-    which may predate a field)."""
-    return spark.read.schema(master_ddl()).parquet(url)
+    which may predate a field). A file missing or damaged fails the read, naming it, whatever a
+    session's options say: never counted as no events."""
+    return (
+        spark.read.schema(master_ddl())
+        .option("ignoreMissingFiles", "false")
+        .option("ignoreCorruptFiles", "false")
+        .parquet(url)
+    )
 
 
 def last_archived_batch(fs: WebHdfs, settings: Settings) -> int | None:

@@ -318,6 +318,10 @@ def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
         # another zone put a UTC day's last hours in the next day's partition, which a cutoff left out
         ({"spark": {"conf": {"spark.sql.session.timeZone": "Asia/Tokyo"}}}, "must stay UTC"),
         ({"spark": {"conf": {"spark.executor.extraJavaOptions": "-Duser.timezone=EST"}}}, "-Duser.timezone"),
+        # master files missing, damaged or outside the file sink's log skipped or counted without a word
+        ({"spark": {"conf": {"spark.sql.files.ignoreMissingFiles": "true"}}}, "ignoreMissingFiles"),
+        ({"spark": {"conf": {"spark.sql.files.ignoreCorruptFiles": "TRUE"}}}, "ignoreCorruptFiles"),
+        ({"spark": {"conf": {"spark.sql.streaming.fileStreamSink.ignoreMetadata": "true"}}}, "ignoreMetadata"),
         ({"spark": {"jvm_options": "-XX:+UseG1GC -Duser.timezone=America/New_York"}}, "spark.jvm_options"),
         ({"batch": {"jvm_options": "-Duser.timezone=Asia/Tokyo"}}, "batch.jvm_options"),
         # Cassandra refuses a default_time_to_live over 20 years: the speed layer could not start
