@@ -160,7 +160,7 @@ def check_checkpoint_kept(settings: Settings) -> int | None:
             "record archived before. Not starting: set archiver.master_path back, or to rebuild the master from "
             "Kafka remove the checkpoint too (docs/operations.md)",
             checkpoint,
-            planned,
+            committed,
             settings.archiver.master_path,
         )
         raise SystemExit(1)

@@ -348,7 +348,7 @@ def _build(settings: Settings, building: list, deadline: float) -> None:
     from stores.batch_views import PointerMoved
     from stores.batch_writer import VerificationError
     from stores.checkpoints import read_marker
-    from stores.pointer import NotCoveredYet, Overtaken
+    from stores.pointer import CutoffError, NotCoveredYet, Overtaken
     from stores.registry import version_store
     from stores.view_lifecycle import first_cutoff_ms
 
@@ -377,6 +377,8 @@ def _build(settings: Settings, building: list, deadline: float) -> None:
             log.info("not yet: %s", exc)
         except (NotCoveredYet, PointerMoved) as exc:
             log.info("not yet: %s", exc)
+        except CutoffError as exc:  # no waiting helps (a completeness marker not to trust, say)
+            raise SystemExit(f"no batch run can build {', '.join(names)}: {exc}") from None
         except VerificationError as exc:
             raise SystemExit(
                 f"the batch run building {', '.join(names)} failed its verification ({exc}): serving is unchanged; "
