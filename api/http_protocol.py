@@ -26,6 +26,12 @@ And a request's body:
 - a request waiting behind an earlier one's answer (pipelined: nothing is read meanwhile) has its
   body's time from when it is its turn.
 
+And pipelining: at most MAX_PIPELINED requests of one connection wait behind the answer being
+written (nothing more is read meanwhile); the next is answered 429 in its turn and the connection
+closed (the connection is read a little longer, its bytes dropped, so that the client can read
+the answers: closed while it sends, the kernel resets it). uvicorn parsed every request of each read (the event loop reads up to 256 KiB: ~9,000 tiny
+ones) and read on after each answer: one connection's waiting requests grew without end.
+
 And an answer: a client that does not take 48 KiB of it within SEND_STALL_S (writing is paused
 while more than 64 KiB wait to be sent, and resumes below 16 KiB) has its connection dropped. A
 client reading nothing held the answer's coroutine, its open file and the connection for as long as
@@ -54,12 +60,27 @@ log = logging.getLogger("lambda.api")
 # at most one read (the event loop reads up to 256 KiB): bounded all the same.
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 10.0
+# Requests of one connection parsed and waiting behind the answer being written (HTTP pipelining).
+MAX_PIPELINED = 32
 # The body of one request, from the end of its head: 4 MiB (api.max_body_bytes) at 1 Mbit/s is 34 s.
 BODY_TIMEOUT_S = 60.0
 # How long an answer may wait for a client that reads nothing of it.
 SEND_STALL_S = 30.0
+# After a refusal: how long, and for how many more bytes, the connection is read (and what comes
+# dropped) before it is closed.
+LINGER_S = 2.0
+LINGER_BYTES = 1 << 20
 
-REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
+REASONS = {
+    400: "Bad Request",
+    408: "Request Timeout",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+}
+
+
+class PipelineFull(Exception):
+    """Raised in the parser's callback to stop it at a request pipelined beyond MAX_PIPELINED."""
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -80,6 +101,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None  # decided while an earlier answer is written
+        self._overflow = False  # a request came with MAX_PIPELINED others waiting
+        self._lingered: int | None = None  # bytes dropped since a refusal was written
+        self._linger_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)
         self._start_head_timer()
 
@@ -87,6 +111,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self._stop_body_timer()
         self._stop_send_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -121,6 +147,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._bounded = self._in_head = False
         self._stop_head_timer()
+        if len(self.pipeline) >= MAX_PIPELINED:
+            # Raised, the parser stops at once: nothing after this head is parsed (send_400_response).
+            self._overflow = True
+            raise PipelineFull
         super().on_headers_complete()
         self._stop_body_timer()
         self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_timed_out)
@@ -152,6 +182,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self.pipeline and not self.transport.is_closing():
+            self.flow.pause_reading()  # uvicorn reads on while requests wait: one read is ~9,000 more
         if self.transport.is_closing() or self._answering():
             return
         if self._refusal is not None:
@@ -160,6 +192,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._start_head_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._lingered is not None:  # refused, and the refusal written: what comes is dropped
+            self._lingered += len(data)
+            if self._lingered > LINGER_BYTES:
+                self.transport.close()
+            return
         if self._refusal is not None:
             return  # refused: nothing more is read
         if not self._bounded or self._head_bytes + len(data) <= MAX_HEAD_BYTES:
@@ -266,7 +303,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         """A request the parser refuses (two Content-Lengths, a header name with a space, a bad
-        method): the API's error body, not uvicorn's text/plain."""
+        method): the API's error body, not uvicorn's text/plain. Or a request pipelined beyond
+        MAX_PIPELINED: refused in its turn."""
+        if self._overflow:
+            self._refuse(429, f"more than {MAX_PIPELINED} requests pipelined on one connection wait to be answered")
+            return
         self._write_refusal(400, "not a valid HTTP/1.1 request: its request line, headers or framing cannot be read")
 
     def _write_refusal(self, status: int, detail: str) -> None:
@@ -277,5 +318,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         head.append(b"content-type: application/json\r\nx-content-type-options: nosniff\r\n")
         head.append(b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
         self.transport.write(b"".join(head) + body)
-        self.transport.close()
+        self._close_lingering()
         log.info("refused a request head (%d): %s", status, detail, extra=REPEATS)
+
+    def _close_lingering(self) -> None:
+        """Close after the refusal written, once the client has had LINGER_S to read it. Closed at
+        once while the client still sends (pipelined requests, a body), the kernel answered with a
+        reset, and the client lost the refusal and any answer before it that it had not read yet.
+        The end of the answers is sent now (the client sees the connection end); what arrives
+        meanwhile is dropped, and past LINGER_BYTES of it the connection closes."""
+        if not self.transport.can_write_eof():  # TLS: no half-close
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self._lingered = 0
+        self._linger_timer = self.loop.call_later(LINGER_S, self.transport.close)
+        self.flow.resume_reading()

@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 
 from api import http_protocol
-from api.http_protocol import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
+from api.http_protocol import MAX_HEAD_BYTES, MAX_PIPELINED, BoundedHttpToolsProtocol
 
 BIG_CHUNKS = 256  # 16 MiB
 
@@ -81,13 +81,7 @@ def exchange(address, *parts: bytes, timeout: float = 5.0, pause: float = 0.0) -
                 conn.sendall(part)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        chunks = []
-        try:
-            while chunk := conn.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            pass
-        return b"".join(chunks)
+        return read_until_closed(conn)
 
 
 def status_of(response: bytes) -> int:
@@ -184,6 +178,60 @@ def test_pipelined_heads_behind_a_slow_answer_are_answered_in_order(server):
     assert response.startswith(b"HTTP/1.1 200"), response[:200]
     assert response.count(b"HTTP/1.1 200") == 3 and b"408" not in response, response
     assert response.index(b"slow") < response.index(b'"/two"') < response.index(b'"/three"')
+
+
+def send_until_closed(conn: socket.socket, data: bytes) -> None:
+    try:
+        conn.sendall(data)
+    except OSError:  # the server closed the connection
+        pass
+
+
+def read_until_closed(conn: socket.socket) -> bytes:
+    chunks = []
+    try:
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        pass
+    return b"".join(chunks)
+
+
+def test_requests_pipelined_beyond_the_bound_are_refused_after_the_answers_before(server):
+    """One connection pipelining tiny requests behind a slow answer: each read of the event loop
+    (256 KiB) held ~9,000 parsed requests waiting, and every answer let another read in: memory
+    without end. Up to MAX_PIPELINED wait; the request after them is answered 429 in its turn, and
+    the connection closed after a while (closed at once with the client's bytes unread, the kernel
+    reset it and dropped answers not yet sent: about every other run here lost the 429)."""
+    sent = 20_000
+    flood = b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n" + b"GET /p HTTP/1.1\r\nHost: x\r\n\r\n" * sent
+    with socket.create_connection(server, timeout=20) as conn:
+        sender = threading.Thread(target=send_until_closed, args=(conn, flood), daemon=True)
+        sender.start()  # read meanwhile: a client that reads nothing of its answers is dropped
+        response = read_until_closed(conn)
+        sender.join(20)
+    answered = response.count(b"HTTP/1.1 200")
+    assert response.startswith(b"HTTP/1.1 200") and b"slow" in response, response[:200]
+    assert b"HTTP/1.1 429" in response, (answered, len(response), response[-100:])
+    assert 1 + MAX_PIPELINED <= answered <= 1 + 4 * MAX_PIPELINED, answered
+    assert response.rindex(b"HTTP/1.1 200") < response.index(b"HTTP/1.1 429")
+    assert json.loads(response[response.rindex(b"\r\n\r\n") + 4 :])["detail"].startswith("more than")
+    ok(server)
+
+
+def test_requests_pipelined_within_the_bound_are_all_answered_in_order(server):
+    paths = [f"/p{i}".encode() for i in range(MAX_PIPELINED)]
+    heads = b"".join(b"GET " + p + b" HTTP/1.1\r\nHost: x\r\n\r\n" for p in paths)
+    response = exchange(
+        server,
+        b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n" + heads,
+        b"GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        pause=0.2,
+        timeout=10,
+    )
+    assert b"429" not in response and response.count(b"HTTP/1.1 200") == MAX_PIPELINED + 2, response[-300:]
+    where = [response.index(b'"' + p + b'"') for p in paths]
+    assert where == sorted(where) and response.index(b'"/last"') > where[-1]
 
 
 def test_a_refusal_behind_a_slow_answer_comes_after_it(server):
