@@ -145,7 +145,9 @@ def check_checkpoint_kept(settings: Settings) -> int | None:
     - it committed batches while the master holds none (archiver.master_path changed);
     - it committed more batches than the master holds (the master was restored from an older copy):
       the batches between would never be archived again.
-    Otherwise the last batch the checkpoint planned (None: none yet)."""
+    Otherwise the last batch the master holds, which the checkpoint planned too (None: none yet): a
+    completeness marker of a later batch is of an earlier archive, since a marker is published only
+    after its batch is in the master."""
     checkpoint = kafka_gaps.checkpoint_dirs(settings, JOB)[0]
     with WebHdfs(settings) as fs:
         planned = max((int(name) for name in fs.list(f"{checkpoint}/offsets") if name.isdigit()), default=None)
@@ -182,7 +184,7 @@ def check_checkpoint_kept(settings: Settings) -> int | None:
         )
         raise SystemExit(1)
     if last is None or (planned is not None and planned >= last):
-        return planned
+        return last
     log.error(
         "the archiver's checkpoint %s has planned %s, but the master dataset %s holds batches 0 to %d: Spark's "
         "file sink would skip the records of the checkpoint's next batches up to %d as already written. Not "

@@ -75,7 +75,9 @@ def test_markers_of_an_earlier_checkpoint_are_dropped_when_the_archiver_starts_o
         new = completeness.Completeness(2, 1, {0: completeness.PartitionProgress(3, 1_700_000_000_000)}, 1)
         completeness.publish(mine, new)
         with WebHdfs(settings) as fs:
-            fs.write(f"{root}/checkpoints/master/offsets/2", b"v1\n{}\n")
+            for batch in range(3):
+                fs.write(f"{root}/checkpoints/master/offsets/{batch}", b"v1\n{}\n")
+                fs.write(f"{root}/events/_spark_metadata/{batch}", b"v1\n")
         assert completeness.drop_beyond(mine, check_checkpoint_kept(mine)) == [], "its own markers stay"
         assert completeness.latest(mine) == new
     finally:

@@ -9,6 +9,7 @@ import pytest
 
 from definitions.settings import Settings
 from ingest import archiver
+from stores import completeness
 from tests.support.dict_hdfs import DictHdfs
 
 CHECKPOINT = "/lambda/checkpoints/archiver/master"
@@ -29,4 +30,20 @@ def test_a_first_batch_planned_and_not_committed_is_no_refusal(monkeypatch):
     """Killed before its first commit: the sink log is empty, and rightly so."""
     settings = Settings()
     monkeypatch.setattr(archiver, "WebHdfs", DictHdfs.over({f"{CHECKPOINT}/offsets/0": b"{}"}))
-    assert archiver.check_checkpoint_kept(settings) == 0
+    assert archiver.check_checkpoint_kept(settings) is None, "the master holds no batch: no marker is its"
+
+
+def test_markers_are_kept_only_up_to_the_last_batch_the_master_holds(monkeypatch):
+    """Killed after planning batch 5 and before writing it: a marker 5 is of an earlier archive (a
+    marker is published only after its batch is in the master), and would say complete up to a time
+    this archive has not reached."""
+    settings = Settings()
+    files = {f"{CHECKPOINT}/offsets/{n}": b"{}" for n in range(6)}
+    files |= {f"{CHECKPOINT}/commits/{n}": b"{}" for n in range(5)}
+    files |= {f"{settings.archiver.master_path}/_spark_metadata/{n}": b"v1" for n in range(5)}
+    files |= {f"{settings.archiver.completeness_path}/{n:012d}.json": b"{}" for n in range(3, 6)}
+    monkeypatch.setattr(archiver, "WebHdfs", DictHdfs.over(files))
+    monkeypatch.setattr(completeness, "WebHdfs", DictHdfs.over(files))
+    kept = archiver.check_checkpoint_kept(settings)
+    assert kept == 4
+    assert completeness.drop_beyond(settings, kept) == ["000000000005.json"]
