@@ -72,6 +72,14 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
             f"{marker.dedupe_window_s}, settings say {settings.speed.dedupe_window_s}: keep "
             f"{marker.dedupe_window_s}, or remove the checkpoint and its marker with `lambdactl reset-speed`"
         )
+    changed = [] if marker is None else marker.changed_limits(settings)
+    if changed:
+        # Records it counted were judged under those limits; the archiver judges new ones under these.
+        raise SystemExit(
+            f"the speed layer's checkpoint {settings.speed.checkpoint_dir} counted records judged by "
+            f"{', '.join(changed)}; settings say otherwise: keep those, or remove the checkpoint and its "
+            "marker with `lambdactl reset-speed` (docs/operations.md, changing a data-shaping setting)"
+        )
     versions = versions_of(declared, marker, version_store(settings).pointer())
     if versions.unresolved:
         raise SystemExit(
@@ -105,6 +113,7 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         or definitions != marker.definitions
         or declarations != marker.declarations
         or marker.dedupe_window_s is None  # an older marker: recorded from now on
+        or marker.events != checkpoints.event_limits(settings)
     ):
         added = sorted(set(views) - set(previous))
         removed = sorted(set(previous) - set(views))

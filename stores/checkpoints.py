@@ -8,7 +8,8 @@ bounds how old the oldest realtime row can be (serving_layer.staleness). The fil
 beside the checkpoint: `<checkpoint_dir>-settings.json`, `{"format": 1, "ingest_bucket_s": N,
 "dedupe_window_s": W, "started_ms": T, "views": {"<view>": since_ms, ...}, "definitions": {"<view>":
 fingerprint, ...}}`: `format` (absent: 1) is refused when later than this release reads;
-`dedupe_window_s` is the window its de-duplication state was made with; `views` says since when the
+`dedupe_window_s` is the window its de-duplication state was made with, `events` the validation
+limits (settings.events) the records it counted were judged by; `views` says since when the
 speed layer maintains each view (stores.view_lifecycle); a marker without it is from before views
 could be added to a running platform, when every view was maintained from the first start.
 `definitions` says which definition of each view it maintains (View.fingerprint), and `declarations`
@@ -24,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from definitions.settings import Settings
+from definitions.settings_store import DATA_SHAPING
 from definitions.views import View
 
 
@@ -38,6 +40,14 @@ class Marker:
     declarations: dict[str, dict] | None = None
     # speed.dedupe_window_s its de-duplication state was made with; None: not recorded (older marker)
     dedupe_window_s: int | None = None
+    # the validation limits (settings.events) its records were judged by; None: not recorded (older marker)
+    events: dict[str, int] | None = None
+
+    def changed_limits(self, settings: Settings) -> list[str]:
+        """The validation limits recorded here that `settings` give other values of, as
+        `events.<name>=<recorded>` (a limit this release does not know, or one not recorded, is no change)."""
+        now = event_limits(settings)
+        return [f"events.{k}={v}" for k, v in sorted((self.events or {}).items()) if k in now and now[k] != v]
 
     def recorded(self) -> dict[str, View]:
         """The definitions the speed layer maintains, as views under their storage names (one that
@@ -49,6 +59,15 @@ class Marker:
             except ValueError:
                 continue
         return out
+
+
+def event_limits(settings: Settings) -> dict[str, int]:
+    """The validation limits a record is judged by (the data-shaping `events.*` settings)."""
+    return {
+        key.split(".", 1)[1]: getattr(settings.events, key.split(".", 1)[1])
+        for key in DATA_SHAPING
+        if key.startswith("events.")
+    }
 
 
 class MarkerUnreadable(ValueError):
@@ -100,6 +119,7 @@ def read_marker(settings: Settings) -> Marker | None:
             None if definitions is None else {str(k): str(v) for k, v in definitions.items()},
             None if not isinstance(declarations, dict) else {str(k): v for k, v in declarations.items()},
             None if doc.get("dedupe_window_s") is None else int(doc["dedupe_window_s"]),
+            None if doc.get("events") is None else {str(k): int(v) for k, v in doc["events"].items()},
         )
     except MarkerUnreadable:
         raise
@@ -129,6 +149,7 @@ def write_marker(
         "format": MARKER_FORMAT,
         "ingest_bucket_s": settings.ingest_bucket_s,
         "dedupe_window_s": settings.speed.dedupe_window_s,
+        "events": event_limits(settings),
         "started_ms": started_ms if started_ms is not None else int(time.time() * 1000),
     }
     if views is not None:
