@@ -284,6 +284,12 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     run = store.runs().get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
         raise VerificationError(f"version {version} was not written and verified (run: {run})")
+    stats = run.get("stats")
+    if not isinstance(stats, dict) or not isinstance(stats.get("tables"), dict):
+        raise VerificationError(
+            f"version {version}'s run record has no figures to check its tables against (state {run['state']}, "
+            "stats missing or malformed): run the batch again"
+        )
     current = store.pointer()
     # Still to swap: a verified run the pointer does not name (one it names swapped, and is kept so).
     to_swap = run["state"] == "verified" and version not in (current.versions() if current is not None else ())

@@ -105,32 +105,35 @@ class VersionStore:
             conn.close()
 
     def record_run_if(self, version: int, expected: str, /, **fields) -> bool:
-        """Set these fields of run `version`'s record only while its state is `expected`: one HBase
-        checkAndPut on the state (of the new state, if `fields` has one, else of the first field),
-        then the other fields. False, changing nothing, when it is not: retention gave the run up
-        (stores.run_records) and may have deleted its record, which a plain put would bring back
-        half made."""
+        """Set these fields of run `version`'s record only while its state is `expected`: an HBase
+        checkAndPut on the state of one field, then the other fields, then, if `fields` has a new
+        state, a checkAndPut of it last: a writer killed on the way leaves its fields under the old
+        state (it writes them again when run again), never a record in the new state without them
+        (a "verified" run without its figures). False when the state is not `expected`, at the
+        first checkAndPut (nothing changed) or at the state's (the other fields written): retention
+        gave the run up (stores.run_records) and may have deleted its record, which a plain put
+        would bring back half made."""
         from Hbase_thrift import Mutation  # the IDL happybase loads declares checkAndPut
 
         cells = {f"p:{k}".encode(): json.dumps(v).encode() for k, v in fields.items()}
-        first = b"p:state" if b"p:state" in cells else next(iter(cells))
+        state = cells.pop(b"p:state", None)
         conn = hbase_connection(self.settings)
         try:
             meta = self._meta(conn)
             row = layout.run_row(version)
-            if not conn.client.checkAndPut(
-                meta.name,
-                row,
-                b"p:state",
-                json.dumps(expected).encode(),
-                Mutation(column=first, value=cells[first]),
-                {},
-            ):
-                return False
-            rest = {k: v for k, v in cells.items() if k != first}
-            if rest:
-                meta.put(row, rest)
-            return True
+
+            def put_if(column: bytes, value: bytes) -> bool:
+                mutation = Mutation(column=column, value=value)
+                return conn.client.checkAndPut(meta.name, row, b"p:state", json.dumps(expected).encode(), mutation, {})
+
+            if cells:
+                first = next(iter(cells))
+                if not put_if(first, cells[first]):
+                    return False
+                rest = {k: v for k, v in cells.items() if k != first}
+                if rest:
+                    meta.put(row, rest)
+            return state is None or put_if(b"p:state", state)
         finally:
             conn.close()
 

@@ -175,6 +175,18 @@ def test_a_verify_of_a_version_the_pointer_names_is_no_swap_to_come_whatever_its
     assert scanned == ["page_views_v5"]
 
 
+def test_a_verified_run_without_its_figures_is_refused_naming_why(settings, monkeypatch):
+    """A record said "verified" without its figures (a recompute killed between the two writes, by
+    an earlier release): verifying it failed with a KeyError and a traceback."""
+    store = SimpleNamespace(runs=lambda: {5: verified_run()}, pointer=lambda: None)
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "not_past_grace", lambda *a: None)
+    monkeypatch.setattr(job, "_beat_verified", lambda *a: pytest.fail("beat"))
+    monkeypatch.setattr(job, "verify_table", lambda *a: pytest.fail("scanned"))
+    with pytest.raises(VerificationError, match="no figures.*run the batch again"):
+        job.verify_version(settings, 5)
+
+
 def test_a_run_drops_the_tables_retention_would_before_it_writes_its_own(settings, monkeypatch):
     """Retention ran only after a swap: while every run failed or was refused before its swap (HBase
     short of disk, say), each one left a full set of tables, and nothing dropped them."""
