@@ -183,11 +183,13 @@ def planned_names(settings: Settings, current, names: list[str] | None) -> list[
 
 def overtaken(current, views: list[str], cutoff_ms: int, own_version: int | None = None, basis=None) -> str:
     """Why a run of `views` at `cutoff_ms`, refused because another run swapped (Overtaken,
-    PointerMoved), has nothing left to do: another run moved some of its views to its cutoff or past
-    it since it read the pointer (its `basis`, stores.pointer_moves.run_basis, for a written run; without
-    one, a view past its cutoff: a view at it already when the run planned does not count); the next
-    run plans a newer cutoff. "" otherwise: the pointer moved in another way (an alias, a view
-    retiring), and the refusal stands."""
+    PointerMoved), has nothing left to do: another run moved each of its views (those its own version
+    does not serve) to its cutoff or past it since it read the pointer (its `basis`,
+    stores.pointer_moves.run_basis, for a written run; without one, a view past its cutoff: a view at
+    it already when the run planned does not count); the next run plans a newer cutoff. "" otherwise,
+    and the refusal stands: the pointer moved in another way (an alias, a view retiring), or some of
+    its views did not move, whose recompute would not serve (skipped, the run said "nothing to do"
+    and its request was dropped unseen)."""
     from collections.abc import Mapping
 
     from definitions.times import iso_ms
@@ -195,18 +197,22 @@ def overtaken(current, views: list[str], cutoff_ms: int, own_version: int | None
     if current is None:
         return ""
     read = basis.get("entries") if isinstance(basis, Mapping) else None
-    ahead = []
+    ahead, behind = [], []
     for name in views:
         e = current.entry(name)
-        if e is None or e.version == own_version:
+        if e is not None and e.version == own_version:
             continue
-        if isinstance(read, Mapping):
+        if e is None:
+            moved = False
+        elif isinstance(read, Mapping):
             moved = e.cutoff_ms >= cutoff_ms and read.get(name) != [e.table, e.version, e.cutoff_ms]
         else:
             moved = e.cutoff_ms > cutoff_ms
         if moved:
             ahead.append(f"{name} (version {e.version}, cutoff {iso_ms(e.cutoff_ms)})")
-    if not ahead:
+        else:
+            behind.append(name)
+    if not ahead or behind:
         return ""
     return f"a run beside this one swapped first, at or past this run's cutoff {iso_ms(cutoff_ms)}: " + ", ".join(ahead)
 

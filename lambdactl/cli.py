@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--skip-if-overtaken",
         action="store_true",
         help="exit 3 instead of refusing when a run beside this one (another `lambdactl batch`, the DAG) "
-        "swapped first, serving a view of this run at or past its cutoff",
+        "swapped first, serving each view of this run at or past its cutoff",
     )
     steps = batch.add_mutually_exclusive_group()
     steps.add_argument(
