@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 import psutil
 
 from batch_layer.heartbeat import beat_every_s, heartbeat
-from batch_layer.swap import not_past_grace, retain_before_writing, swap_version, tables_kept
+from batch_layer.swap import beat_verified, not_past_grace, retain_before_writing, swap_version, tables_kept
 from batch_layer.tables import write_tables
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, process_settings
@@ -295,7 +295,7 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
     to_swap = run["state"] == "verified" and version not in (current.versions() if current is not None else ())
     if to_swap:
         not_past_grace(settings, version, run)  # retention may drop its tables at any time: not scanned
-        _beat_verified(store, version)  # the first beat, before any wait
+        beat_verified(store, version)  # the first beat, before any wait
     tables_kept(settings, version, run)
     registry = {v.name: v for v in selected_views(settings, current, run.get("views"))}
     found = {}
@@ -312,20 +312,8 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
             verify_table(settings, layout.table_name(name, version), registry[name], expected, splits)
             found[name] = expected
     if to_swap:
-        _beat_verified(store, version)  # checked now: the swap's grace from here
+        beat_verified(store, version)  # checked now: the swap's grace from here
     return found
-
-
-def _beat_verified(store, version: int) -> None:
-    """A beat of a verified run still to swap; none is needed once another process swapped it."""
-    if store.record_run_if(version, "verified", heartbeat_ms=int(time.time() * 1000)):
-        return
-    state = (store.runs().get(version) or {}).get("state")
-    if state not in ("live", "retired"):
-        raise VerificationError(
-            f"version {version} is no longer recorded verified (its record: {state or 'gone'}): retention gave it "
-            "up and may have dropped its tables; run the batch again"
-        )
 
 
 def _recorded_splits(version: int, name: str, recorded: object) -> list[bytes]:

@@ -47,6 +47,34 @@ def not_past_grace(settings: Settings, version: int, run: dict) -> None:
         )
 
 
+def hold_for_swap(settings: Settings, store, version: int, run: dict) -> None:
+    """Right before the compare-and-set: refuse a run whose grace is (nearly) over, then beat it, so
+    that retention elsewhere counts its grace from now however long the compare-and-set takes (a
+    slow HBase, a paused process: checked only, retention could drop the tables between the check
+    and the compare-and-set, and the pointer would name tables that are gone). A beat that took
+    longer than the margin left is refused too: retention may have read the record before it."""
+    not_past_grace(settings, version, run)
+    checked_ms = time.time() * 1000
+    beat_verified(store, version)
+    if time.time() * 1000 - checked_ms > SWAP_MARGIN_MS:
+        raise VerificationError(
+            f"recording version {version}'s last beat before its swap took over {SWAP_MARGIN_MS // 1000}s: retention "
+            "may have dropped its tables meanwhile; run the batch again"
+        )
+
+
+def beat_verified(store, version: int) -> None:
+    """A beat of a verified run still to swap; none is needed once another process swapped it."""
+    if store.record_run_if(version, "verified", heartbeat_ms=int(time.time() * 1000)):
+        return
+    state = (store.runs().get(version) or {}).get("state")
+    if state not in ("live", "retired"):
+        raise VerificationError(
+            f"version {version} is no longer recorded verified (its record: {state or 'gone'}): retention gave it "
+            "up and may have dropped its tables; run the batch again"
+        )
+
+
 def swap_version(settings: Settings, version: int) -> Pointer:
     """Move the entries of the views a verified version recomputed to its tables — compare-and-set;
     PointerMoved if the pointer moved since its run read it in a way that changed what the run
@@ -88,7 +116,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         now_ms=int(time.time() * 1000),
         maintained=maintained,
     )
-    not_past_grace(settings, version, run)  # and again right before the compare-and-set
+    hold_for_swap(settings, store, version, run)  # and again right before the compare-and-set
     try:
         store.swap(current, pointer)
     except PointerMoved:

@@ -48,6 +48,38 @@ def test_the_grace_is_checked_after_the_slow_reads_right_before_the_swap(setting
     assert swaps == [], "nothing swapped"
 
 
+def test_a_swap_beats_its_run_before_the_compare_and_set(settings, monkeypatch):
+    """Checked only, a compare-and-set that stalled past the grace (a slow HBase, a paused process)
+    let retention elsewhere drop the tables the pointer was then moved to. A beat that itself took
+    longer than the margin left is refused."""
+    clock = {"ms": 0}
+    monkeypatch.setattr(swap, "time", SimpleNamespace(time=lambda: clock["ms"] / 1000))
+    run = verified_run()
+    sent: list = []
+
+    def record_run_if(version, expected, **fields):
+        sent.append(("beat", fields["heartbeat_ms"]))
+        clock["ms"] += stall["ms"]
+        return True
+
+    stall = {"ms": 1_000}
+    store = SimpleNamespace(
+        runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: sent.append(("swap",)), record_run_if=record_run_if
+    )
+    monkeypatch.setattr(swap, "version_store", lambda s: store)
+    monkeypatch.setattr(swap, "tables_kept", lambda *a: None)
+    monkeypatch.setattr(swap, "check_unmoved", lambda *a: None)
+    monkeypatch.setattr(swap, "_speed_layer_maintains", lambda s: ["page_views"])
+    monkeypatch.setattr(swap, "_retain", lambda *a: None)
+    swap.swap_version(settings, 5)
+    assert sent == [("beat", 0), ("swap",)]
+    sent.clear()
+    stall["ms"] = swap.SWAP_MARGIN_MS + 1
+    with pytest.raises(VerificationError, match="last beat before its swap took over"):
+        swap.swap_version(settings, 5)
+    assert sent == [("beat", 1_000)], "nothing swapped"
+
+
 def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ahead(settings, monkeypatch):
     """The DAG's verify task scans every table again (no counter, no beat): over a large history it
     outlasted batch.retention_grace_s, and the swap after it was refused on every run."""
@@ -181,7 +213,7 @@ def test_a_verified_run_without_its_figures_is_refused_naming_why(settings, monk
     store = SimpleNamespace(runs=lambda: {5: verified_run()}, pointer=lambda: None)
     monkeypatch.setattr(job, "version_store", lambda s: store)
     monkeypatch.setattr(job, "not_past_grace", lambda *a: None)
-    monkeypatch.setattr(job, "_beat_verified", lambda *a: pytest.fail("beat"))
+    monkeypatch.setattr(job, "beat_verified", lambda *a: pytest.fail("beat"))
     monkeypatch.setattr(job, "verify_table", lambda *a: pytest.fail("scanned"))
     with pytest.raises(VerificationError, match="no figures.*run the batch again"):
         job.verify_version(settings, 5)
@@ -319,8 +351,8 @@ def test_a_heartbeat_of_a_run_given_up_stops():
 def test_a_verified_run_another_process_swapped_meanwhile_needs_no_beat(settings, monkeypatch):
     run = {"state": "live"}
     store = SimpleNamespace(record_run_if=lambda *a, **k: False, runs=lambda: {5: run})
-    job._beat_verified(store, 5)  # swapped beside the scan: done
+    swap.beat_verified(store, 5)  # swapped beside the scan: done
     run["state"] = "verified-then-pruned"
     store.runs = lambda: {}
     with pytest.raises(VerificationError, match="its record: gone"):
-        job._beat_verified(store, 5)
+        swap.beat_verified(store, 5)
