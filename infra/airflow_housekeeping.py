@@ -59,6 +59,10 @@ class Pruned:
     first_error: str = ""
 
 
+# The folders Airflow writes in its log folder, besides one `dag_id=<dag>` per DAG's task logs.
+AIRFLOW_LOGS = frozenset({"dag_processor", "dag_processor_manager", "scheduler", "triggerer"})
+
+
 def log_folder(settings: Settings) -> Path:
     return airflow_home(settings) / "logs"  # AIRFLOW__LOGGING__BASE_LOG_FOLDER, as infra/airflow sets it
 
@@ -68,10 +72,17 @@ def prune_logs(folder: Path, before: float) -> Pruned:
     left empty that were as old before this pass (deleting in a folder makes it new): a folder a task
     has just made for its log is newer and stays. Links are removed as entries, never followed, and
     a `folder` that is itself a link is refused (HousekeepingFailed): its target is not Airflow's
-    own. An entry that cannot be removed is counted and the pass goes on."""
+    own. An entry that cannot be removed is counted and the pass goes on. Only Airflow's own
+    folders in it are pruned (AIRFLOW_LOGS): `airflow.home` may be any folder (`~`, `/srv`), and
+    its `logs` then held the operator's own files too."""
     if folder.is_symlink():
         raise HousekeepingFailed(f"{folder} is a link (to {os.readlink(folder)}): refusing to delete under it")
-    walked = list(os.walk(folder))  # top-down: each folder before what it holds
+    walked = []  # top-down: each folder before what it holds
+    for parent, dirs, names in os.walk(folder):
+        if parent == str(folder):
+            dirs[:] = [d for d in dirs if d in AIRFLOW_LOGS or d.startswith("dag_id=")]
+            names = []  # a file here is no log of Airflow's
+        walked.append((parent, list(dirs), names))
     ages = {os.path.join(parent, d): _mtime(os.path.join(parent, d)) for parent, dirs, _ in walked for d in dirs}
     files = size = folders = failed = 0
     first_error = ""

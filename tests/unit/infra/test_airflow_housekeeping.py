@@ -48,6 +48,19 @@ def test_logs_older_than_the_horizon_go_and_newer_ones_stay(tmp_path):
     assert pruned.folders >= 5
 
 
+def test_only_airflows_own_folders_are_pruned(tmp_path):
+    """`airflow.home` may be any absolute folder (`$HOME`, `/srv`): every old file under its `logs`
+    was deleted, the operator's own with Airflow's."""
+    logs = tmp_path / "logs"
+    mine = _file(logs / "backup-2026-01.tar", OLD)
+    theirs = _file(logs / "nginx" / "access.log.9", OLD)
+    task = _file(logs / "dag_id=d" / "run_id=old" / "task_id=t" / "attempt=1.log", OLD)
+    _age_dirs(logs, OLD)
+    pruned = prune_logs(logs, (NOW - timedelta(days=30)).timestamp())
+    assert mine.exists() and theirs.exists(), "what is not Airflow's stays"
+    assert not task.exists() and pruned.files == 1
+
+
 def test_a_folder_a_task_just_made_stays_even_while_empty(tmp_path):
     """A task creates its log folder, then its file: removing the empty folder meanwhile would fail
     the task's logging. A folder is removed only when it too is older than the horizon."""
@@ -128,8 +141,8 @@ def test_a_log_folder_that_is_a_link_is_refused(tmp_path):
 def test_an_entry_that_cannot_be_removed_is_counted_and_the_pass_goes_on(tmp_path, monkeypatch):
     """One file of another owner stopped the pass, every day, before Airflow's records were cleaned."""
     logs = tmp_path / "logs"
-    locked = _file(logs / "a_locked" / "old.log", OLD)
-    later = _file(logs / "b_open" / "old.log", OLD)
+    locked = _file(logs / "dag_id=a_locked" / "old.log", OLD)
+    later = _file(logs / "dag_id=b_open" / "old.log", OLD)
     real_unlink = os.unlink
 
     def unlink(path, *args, **kwargs):
@@ -141,7 +154,7 @@ def test_an_entry_that_cannot_be_removed_is_counted_and_the_pass_goes_on(tmp_pat
     pruned = prune_logs(logs, NOW.timestamp())
     assert locked.exists() and not later.exists()
     assert pruned.failed == 1 and "old.log: Permission denied" in pruned.first_error
-    assert (logs / "a_locked").is_dir(), "its folder, not empty, stays without counting as a failure"
+    assert (logs / "dag_id=a_locked").is_dir(), "its folder, not empty, stays without counting as a failure"
 
 
 def test_history_is_kept_at_least_as_long_as_a_batch_run_can_last():
