@@ -52,6 +52,15 @@ def status(stack: Stack, probe: bool = True) -> list[ServiceStatus]:
     restarts = restart_report(stack.settings) if stack.programs else {}
     supervisor_runs = stack.supervisord.running() if stack.programs else False
     supervisor_answers = stack.supervisord.answering() if supervisor_runs else False
+    with stack.supervisord.one_view(supervisor_answers):
+        result += _rows(stack, restarts, supervisor_runs, supervisor_answers, probe)
+        if any(stack.supervisor.supervised(s.name) for s in stack.services):
+            result.append(supervisor_status(stack, supervisor_answers))
+    return result
+
+
+def _rows(stack: Stack, restarts: dict, supervisor_runs: bool, supervisor_answers: bool, probe: bool) -> list:
+    result = []
     for service in stack.services:
         proc = stack.supervisor.process(service.name)
         unsupervised = proc is None and (proc := stack.supervisor.left_running(service.name)) is not None
@@ -93,12 +102,10 @@ def status(stack: Stack, probe: bool = True) -> list[ServiceStatus]:
                 service.name, True, proc.pid, rss, healthy, detail, time.time() - proc.create_time(), count, why
             )
         )
-    if any(stack.supervisor.supervised(s.name) for s in stack.services):
-        result.append(supervisor_status(stack))
     return result
 
 
-def supervisor_status(stack: Stack) -> ServiceStatus:
+def supervisor_status(stack: Stack, answers: bool) -> ServiceStatus:
     proc = ProcessSupervisor.process(stack.supervisor, SUPERVISOR)
     budget = Budget.from_settings(stack.settings)
     if proc is None:
@@ -110,7 +117,6 @@ def supervisor_status(stack: Stack) -> ServiceStatus:
             False,
             "not running: nothing restarts a process of the stack that exits (run `lambdactl up`)",
         )
-    answers = stack.supervisord.answering()
     listener = stack.supervisord.listener_state() if answers else "UNKNOWN"
     detail = (
         "supervisord does not answer"

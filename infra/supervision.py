@@ -90,8 +90,23 @@ class Supervisord:
         except (OSError, xmlrpc.client.Error):
             return False
 
+    _view: dict[str, dict[str, Any]] | None = None  # within one_view(): the one answer all_info() gives
+
+    @contextmanager
+    def one_view(self, answering: bool) -> Iterator[None]:
+        """Within it, all_info() asks supervisord at most once, and not at all when it does not
+        `answering`: `lambdactl status` asked twice per service, each up to 10 s while a stuck
+        supervisord kept its socket open (minutes before any output)."""
+        self._view = self.all_info() if answering else {}
+        try:
+            yield
+        finally:
+            self._view = None
+
     def all_info(self) -> dict[str, dict[str, Any]]:
         """supervisord's view of each program (state, pid, start time …); empty when it does not run."""
+        if self._view is not None:
+            return self._view
         if not self.running():
             return {}
         try:
