@@ -285,6 +285,13 @@ def tail_file(path: Path, lines: int = 40) -> str:
     return "\n".join(data.splitlines()[-lines:]) if lines > 0 else ""
 
 
+def follow_command(path: Path, lines: int) -> list[str]:
+    """The command that prints the last `lines` of a log, then what is written to it: coreutils'
+    `tail -F` follows the file by name, so past supervisord's rotation (the file renamed to `.1`, a
+    new one opened), where reading on from the open file showed nothing more, for ever."""
+    return ["tail", "-n", str(max(0, lines)), "-F", "--", str(path)]
+
+
 def port_owner(host: str, port: int) -> str | None:
     """Who holds a listening TCP port, described for a person; None when the port is free."""
     try:  # IPv4 or IPv6, as the host resolves ("[::1]" as "::1")

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -57,27 +58,19 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
-    from infra.process import ProcessSupervisor, tail_file
+    from infra.process import ProcessSupervisor, follow_command, tail_file
 
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.service):
         raise StackError(args.service, "not a service name (`lambdactl status` lists them)")
     path = ProcessSupervisor(settings.state_dir).log_file(args.service)
     if not path.exists():
         raise StackError(args.service, f"no log at {path}")
-    sys.stdout.write(tail_file(path, args.lines) + "\n")
     if args.follow:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            try:
-                while True:
-                    chunk = handle.read()
-                    if chunk:
-                        sys.stdout.write(chunk.decode("utf-8", errors="replace"))
-                        sys.stdout.flush()
-                    else:
-                        time.sleep(0.5)
-            except KeyboardInterrupt:
-                return 0
+        try:
+            return subprocess.run(follow_command(path, args.lines), check=False).returncode
+        except KeyboardInterrupt:
+            return 0
+    sys.stdout.write(tail_file(path, args.lines) + "\n")
     return 0
 
 

@@ -69,6 +69,31 @@ def test_logs_of_no_lines_or_a_name_that_is_no_service(tmp_path):
         cmd_logs(None, args)  # type: ignore[arg-type]
 
 
+def test_following_a_log_goes_on_past_its_rotation(tmp_path):
+    """supervisord rotates a log by renaming it and opening a new one: `lambdactl logs -f` read on
+    from the renamed file and showed nothing more, for ever, with no error."""
+    import subprocess
+    import threading
+
+    from infra.process import follow_command
+    from tests.support.polling import wait_for
+
+    log = tmp_path / "api.log"
+    log.write_text("before\n")
+    tail = subprocess.Popen(follow_command(log, 5), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(tail.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        wait_for(lambda: "before\n" in seen, "the log's tail", timeout_s=10)
+        log.rename(tmp_path / "api.log.1")
+        log.write_text("after the rotation\n")
+        wait_for(lambda: "after the rotation\n" in seen, "the lines of the new file", timeout_s=20)
+    finally:
+        tail.kill()
+        tail.wait()
+
+
 def test_the_batch_jobs_own_entry_point_says_a_failure_on_one_line(monkeypatch, capsys, caplog):
     """`spark-submit batch_layer/job.py`: a failure the job does not name (a verification, a store
     that does not answer) is one line with exit 1, not a traceback."""
