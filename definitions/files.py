@@ -18,8 +18,14 @@ def write_private(path: Path, text: str) -> Path:
     file may hold secrets): a fresh temporary file created with mode 0600, then renamed over `path`
     (a name of its own per writer: writers at once each replace it whole)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return _replace(path, text, 0o600)
+
+
+def _replace(path: Path, text: str, mode: int) -> Path:
+    """Write `text` to a temporary file of this writer's own (created with `mode`, less the umask),
+    on disk before it is renamed over `path`; a killed writer's temporary file goes later."""
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
@@ -96,14 +102,9 @@ def private_dir(folder: Path) -> Path:
 
 def replace_text(path: Path, text: str) -> None:
     """Replace `path` in one step: a reader sees the old text or the new, never a part (a temporary
-    name of its own per writer, so writers in several processes do not meet)."""
-    part = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    try:
-        part.write_text(text)
-        os.replace(part, path)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
+    name of its own per writer, so writers in several processes do not meet), also after a crash
+    (on disk before the rename); what a killed writer left goes at a later write."""
+    _replace(path, text, 0o666)
 
 
 class LockHeld(Exception):

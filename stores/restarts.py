@@ -14,12 +14,11 @@ status` and the API's /health.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from definitions.files import write_private
 from definitions.settings import Settings
 
 FILE_NAME = "restarts.json"
@@ -62,17 +61,9 @@ def read_status(state_dir: Path) -> dict[str, Any]:
 
 
 def write_status(state_dir: Path, doc: dict[str, Any]) -> None:
-    """Replace the file atomically: a reader sees the old document or the new one."""
-    target = status_path(state_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".restarts-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(doc, handle, indent=1, sort_keys=True)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace the file atomically: a reader sees the old document or the new one (also after a
+    crash); what a listener killed while writing left goes at a later write (definitions.files)."""
+    write_private(status_path(state_dir), json.dumps(doc, indent=1, sort_keys=True))
 
 
 def _iso(epoch: float | None) -> str | None:

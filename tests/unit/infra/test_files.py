@@ -65,6 +65,31 @@ def test_the_new_text_is_on_disk_before_it_replaces_the_old(tmp_path, monkeypatc
     assert done == ["fsync", "replace", "fsync"]
 
 
+def test_a_replaced_file_is_on_disk_before_the_rename_and_what_killed_writers_left_goes(tmp_path, monkeypatch):
+    """supervisord.conf and the like: not synced, a crash could leave an empty file; a writer killed
+    before its rename left its temporary file for good."""
+    from definitions.files import replace_text
+
+    path = tmp_path / "supervisord.conf"
+    left = tmp_path / f".{path.name}.{'0' * 12}.tmp"
+    left.write_text("a killed writer's")
+    os.utime(left, (1_000_000, 1_000_000))
+    done: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: done.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: done.append("replace") or real_replace(a, b))
+    replace_text(path, "[supervisord]\n")
+    assert done == ["fsync", "replace", "fsync"]
+    assert path.read_text() == "[supervisord]\n" and not left.exists()
+    assert path.stat().st_mode & 0o777 == 0o666 & ~_umask(), "not a private file: the umask decides"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_writers_of_one_private_file_at_once_each_replace_it_whole(tmp_path):
     """Two `lambdactl up` at once persist the settings together: with one temporary name, one
     writer unlinked the other's file and that one failed with FileNotFoundError."""
