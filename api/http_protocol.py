@@ -27,8 +27,8 @@ And a request's body:
   body's time from when it is its turn.
 
 And pipelining: at most MAX_PIPELINED requests of one connection wait behind the answer being
-written (nothing more is read meanwhile); the next is answered 429 in its turn and the connection
-closed (the connection is read a little longer, its bytes dropped, so that the client can read
+written (reading pauses while they wait, though a route reading its body resumes it: the count is
+the bound); the next is answered 429 in its turn and the connection closed (the connection is read a little longer, its bytes dropped, so that the client can read
 the answers: closed while it sends, the kernel resets it). uvicorn parsed every request of each read (the event loop reads up to 256 KiB: ~9,000 tiny
 ones) and read on after each answer: one connection's waiting requests grew without end.
 
@@ -210,7 +210,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         room = MAX_HEAD_BYTES - self._head_bytes
         self._head_bytes = MAX_HEAD_BYTES
         super().data_received(data[:room])
-        if self.transport.is_closing():
+        if self._ended():  # the parser refused what it read (answered 400, or to be)
             return
         if self._bounded and self._head_bytes >= MAX_HEAD_BYTES:
             if self._in_head:
@@ -280,6 +280,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Answer `status` with the API's error body and close the connection; after the answers
         to earlier requests, if one is still being written (meanwhile nothing more is read)."""
         self._stop_head_timer()
+        if self.transport.is_closing() or self._lingered is not None:
+            return  # refused already
         if self._answering():
             self._refusal = (status, detail)
             self.flow.pause_reading()
@@ -308,9 +310,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._overflow:
             self._refuse(429, f"more than {MAX_PIPELINED} requests pipelined on one connection wait to be answered")
             return
-        self._write_refusal(400, "not a valid HTTP/1.1 request: its request line, headers or framing cannot be read")
+        self._refuse(400, "not a valid HTTP/1.1 request: its request line, headers or framing cannot be read")
+
+    def _ended(self) -> bool:
+        """Closed, refused (its refusal written, or waiting for earlier answers): nothing more is read."""
+        return self.transport.is_closing() or self._lingered is not None or self._refusal is not None
 
     def _write_refusal(self, status: int, detail: str) -> None:
+        if self.transport.is_closing() or self._lingered is not None:
+            return  # refused already (a timer that fired since): nothing may follow its end
+        self._stop_head_timer()
+        self._stop_body_timer()
         body = json.dumps({"detail": detail}).encode()
         head = [f"HTTP/1.1 {status} {REASONS[status]}\r\n".encode()]
         for name, value in self.server_state.default_headers:
@@ -327,7 +337,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         reset, and the client lost the refusal and any answer before it that it had not read yet.
         The end of the answers is sent now (the client sees the connection end); what arrives
         meanwhile is dropped, and past LINGER_BYTES of it the connection closes."""
-        if not self.transport.can_write_eof():  # TLS: no half-close
+        if not self.transport.can_write_eof() or self.pipeline:
+            # TLS: no half-close. Or an earlier answer still to come (the refused request waited
+            # behind it): its writes after the end would fail; closed, they are dropped.
             self.transport.close()
             return
         self.transport.write_eof()

@@ -234,6 +234,25 @@ def test_requests_pipelined_within_the_bound_are_all_answered_in_order(server):
     assert where == sorted(where) and response.index(b'"/last"') > where[-1]
 
 
+def test_a_head_the_parser_refuses_within_an_oversized_read_gets_its_400(server):
+    """The parser refused the first part of a read past the head's bound (400 written, the
+    connection's end sent); going on to refuse the same head as too long wrote after that end."""
+    bad = b"GET /x HTTP/1.1\r\nBad Name: x\r\nX-A: " + b"a" * (2 * MAX_HEAD_BYTES)
+    response = exchange(server, bad)
+    assert status_of(response) == 400 and response.count(b"HTTP/1.1 4") == 1, response[:300]
+    ok(server)
+
+
+def test_a_request_the_parser_refuses_behind_a_slow_answer_is_refused_after_it(server):
+    """Its 400 was written at once, before the answer to the request before it."""
+    response = exchange(
+        server, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /x HTTP/1.1\r\nBad Name: x\r\n\r\n", timeout=10
+    )
+    assert response.startswith(b"HTTP/1.1 200"), response[:200]
+    assert b"HTTP/1.1 400" in response and response.index(b"slow") < response.index(b"HTTP/1.1 400"), response
+    ok(server)
+
+
 def test_a_refusal_behind_a_slow_answer_comes_after_it(server):
     response = exchange(server, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /" + b"a" * (2 * MAX_HEAD_BYTES), timeout=10)
     assert response.startswith(b"HTTP/1.1 200"), response[:200]
