@@ -47,20 +47,37 @@ def not_past_grace(settings: Settings, version: int, run: dict) -> None:
         )
 
 
-def hold_for_swap(settings: Settings, store, version: int, run: dict) -> None:
+def hold_for_swap(settings: Settings, store, version: int, run: dict) -> bool:
     """Right before the compare-and-set: refuse a run whose grace is (nearly) over, then beat it, so
     that retention elsewhere counts its grace from now however long the compare-and-set takes (a
     slow HBase, a paused process: checked only, retention could drop the tables between the check
     and the compare-and-set, and the pointer would name tables that are gone). A beat that took
-    longer than the margin left is refused too: retention may have read the record before it."""
+    longer than the margin left is refused too: retention may have read the record before it.
+    False when the record is no longer verified (another attempt swapped it, or retention gave it up)."""
     not_past_grace(settings, version, run)
     checked_ms = time.time() * 1000
-    beat_verified(store, version)
+    if not store.record_run_if(version, "verified", heartbeat_ms=int(checked_ms)):
+        return False
     if time.time() * 1000 - checked_ms > SWAP_MARGIN_MS:
         raise VerificationError(
             f"recording version {version}'s last beat before its swap took over {SWAP_MARGIN_MS // 1000}s: retention "
             "may have dropped its tables meanwhile; run the batch again"
         )
+    return True
+
+
+def _landed_by_another(settings: Settings, store, runs: dict, run: dict, version: int) -> Pointer | None:
+    """The pointer, when another attempt at this same swap (a retried task beside the one it replaced,
+    `lambdactl batch --swap N` beside the DAG's) moved it to the version: then it serves, as asked
+    (recorded so here if that attempt did not). None otherwise."""
+    now = store.pointer()
+    if now is None or not any((e := now.entry(n)) is not None and e.version == version for n in run["views"]):
+        return None
+    log.info("version %d serves already: another attempt at its swap landed it", version)
+    if store.runs().get(version, {}).get("state") == "verified":  # that attempt did not record it
+        record_completed_swap(store, runs, now, version)
+    _retain(settings, store)
+    return now
 
 
 def beat_verified(store, version: int) -> None:
@@ -101,6 +118,11 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         record_completed_swap(store, runs, served, version)
         _retain(settings, store)
         return served
+    if not isinstance(run.get("stats"), dict):
+        raise VerificationError(
+            f"version {version}'s run record has no figures (a run killed while recording them): it does not "
+            "serve; run the batch again"
+        )
     tables_kept(settings, version, run)
     check_unmoved(current, run.get("based_on"), version, run.get("basis"))
     not_past_grace(settings, version, run)  # refused at once when it is over already
@@ -112,24 +134,26 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         cutoff_ms=run["cutoff_ms"],
         views=run["views"],
         full=bool(run.get("full")),
-        stats=run.get("stats", {}),
+        stats=run["stats"],
         now_ms=int(time.time() * 1000),
         maintained=maintained,
     )
-    hold_for_swap(settings, store, version, run)  # and again right before the compare-and-set
+    if not hold_for_swap(settings, store, version, run):  # and again right before the compare-and-set
+        landed = _landed_by_another(settings, store, runs, run, version)
+        if landed is None:
+            state = (store.runs().get(version) or {}).get("state")
+            raise VerificationError(
+                f"version {version} is no longer recorded verified (its record: {state or 'gone'}): retention gave "
+                "it up and may have dropped its tables; run the batch again"
+            )
+        return landed
     try:
         store.swap(current, pointer)
     except PointerMoved:
-        # Another attempt at this same swap (a retried task beside the one it replaced, `lambdactl
-        # batch --swap N` beside the DAG's) may have moved it: then the version serves, as asked.
-        now = store.pointer()
-        if now is None or not any((e := now.entry(n)) is not None and e.version == version for n in run["views"]):
+        landed = _landed_by_another(settings, store, runs, run, version)
+        if landed is None:
             raise
-        log.info("version %d serves already: another attempt at its swap landed it", version)
-        if store.runs().get(version, {}).get("state") == "verified":  # that attempt did not record it
-            record_completed_swap(store, runs, now, version)
-        _retain(settings, store)
-        return now
+        return landed
     _retain(settings, store)
     return pointer
 

@@ -183,13 +183,13 @@ def planned_names(settings: Settings, current, names: list[str] | None) -> list[
 
 def overtaken(current, views: list[str], cutoff_ms: int, own_version: int | None = None, basis=None) -> str:
     """Why a run of `views` at `cutoff_ms`, refused because another run swapped (Overtaken,
-    PointerMoved), has nothing left to do: another run moved each of its views (those its own version
-    does not serve) to its cutoff or past it since it read the pointer (its `basis`,
-    stores.pointer_moves.run_basis, for a written run; without one, a view past its cutoff: a view at
-    it already when the run planned does not count); the next run plans a newer cutoff. "" otherwise,
-    and the refusal stands: the pointer moved in another way (an alias, a view retiring), or some of
-    its views did not move, whose recompute would not serve (skipped, the run said "nothing to do"
-    and its request was dropped unseen)."""
+    PointerMoved), has nothing left to do: each of its views (those its own version does not serve)
+    serves at its cutoff or past it, and another run moved at least one there since it read the
+    pointer (its `basis`, stores.pointer_moves.run_basis, for a written run; without one, a view past
+    its cutoff: a view at it already when the run planned does not count); the next run plans a
+    newer cutoff. "" otherwise, and the refusal stands: the pointer moved in another way (an alias,
+    a view retiring), or some of its views serve below its cutoff, whose recompute would not serve
+    (skipped, the run said "nothing to do" and its request was dropped unseen)."""
     from collections.abc import Mapping
 
     from definitions.times import iso_ms
@@ -202,16 +202,15 @@ def overtaken(current, views: list[str], cutoff_ms: int, own_version: int | None
         e = current.entry(name)
         if e is not None and e.version == own_version:
             continue
-        if e is None:
-            moved = False
-        elif isinstance(read, Mapping):
-            moved = e.cutoff_ms >= cutoff_ms and read.get(name) != [e.table, e.version, e.cutoff_ms]
+        if e is None or e.cutoff_ms < cutoff_ms:
+            behind.append(name)  # this run's recompute of it would serve something newer
+            continue
+        if isinstance(read, Mapping):
+            moved = read.get(name) != [e.table, e.version, e.cutoff_ms]
         else:
             moved = e.cutoff_ms > cutoff_ms
         if moved:
             ahead.append(f"{name} (version {e.version}, cutoff {iso_ms(e.cutoff_ms)})")
-        else:
-            behind.append(name)
     if not ahead or behind:
         return ""
     return f"a run beside this one swapped first, at or past this run's cutoff {iso_ms(cutoff_ms)}: " + ", ".join(ahead)

@@ -125,9 +125,10 @@ class VersionStoreAdapter(Protocol):
         ...
 
     def record_run_if(self, version: int, expected: str, /, **fields: Any) -> bool:
-        """Set these fields of the run record of `version` only while its state is `expected`, in one
-        atomic step on the state (the new state, if given, first); False, changing nothing, when it
-        is not (the record may have been deleted)."""
+        """Set these fields of the run record of `version` only while its state is `expected` (the
+        record may have been deleted): the other fields first (the first of them only while it is), then the new
+        state, if given, last, so a record is never in the new state without them. False when it is
+        not: nothing changed, or (found so at the state's step) the other fields only."""
         ...
 
     def runs(self) -> dict[int, dict]:

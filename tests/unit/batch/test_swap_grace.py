@@ -24,6 +24,7 @@ def verified_run(**extra) -> dict:
         "based_on": 0,
         "started_ms": 0,
         "verified_ms": 0,
+        "stats": {"events": 1, "tables": {}},
         **extra,
     }
 
@@ -78,6 +79,31 @@ def test_a_swap_beats_its_run_before_the_compare_and_set(settings, monkeypatch):
     with pytest.raises(VerificationError, match="last beat before its swap took over"):
         swap.swap_version(settings, 5)
     assert sent == [("beat", 1_000)], "nothing swapped"
+
+
+def test_a_swap_whose_run_is_no_longer_verified_at_its_last_beat_is_refused(settings, monkeypatch):
+    """Retention gave the run up (its record dropped) between the first checks and the beat."""
+    monkeypatch.setattr(swap, "time", SimpleNamespace(time=lambda: 1.0))
+    run = verified_run()
+    store = SimpleNamespace(
+        runs=lambda: {5: {**run, "state": "dropped"}} if gave_up else {5: run},
+        pointer=lambda: None,
+        swap=lambda *a: pytest.fail("swapped"),
+        record_run_if=lambda *a, **k: False,
+    )
+    gave_up = False
+    monkeypatch.setattr(swap, "version_store", lambda s: store)
+    monkeypatch.setattr(swap, "tables_kept", lambda *a: None)
+    monkeypatch.setattr(swap, "check_unmoved", lambda *a: None)
+
+    def marker_read(s):
+        nonlocal gave_up
+        gave_up = True
+        return ["page_views"]
+
+    monkeypatch.setattr(swap, "_speed_layer_maintains", marker_read)
+    with pytest.raises(VerificationError, match="no longer recorded verified \\(its record: dropped\\)"):
+        swap.swap_version(settings, 5)
 
 
 def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ahead(settings, monkeypatch):
@@ -209,8 +235,14 @@ def test_a_verify_of_a_version_the_pointer_names_is_no_swap_to_come_whatever_its
 
 def test_a_verified_run_without_its_figures_is_refused_naming_why(settings, monkeypatch):
     """A record said "verified" without its figures (a recompute killed between the two writes, by
-    an earlier release): verifying it failed with a KeyError and a traceback."""
-    store = SimpleNamespace(runs=lambda: {5: verified_run()}, pointer=lambda: None)
+    an earlier release): verifying it failed with a KeyError and a traceback, and swapping it
+    served a version with no figures."""
+    run = verified_run()
+    del run["stats"]
+    store = SimpleNamespace(runs=lambda: {5: run}, pointer=lambda: None, swap=lambda *a: pytest.fail("swapped"))
+    monkeypatch.setattr(swap, "version_store", lambda s: store)
+    with pytest.raises(VerificationError, match="no figures.*run the batch again"):
+        swap.swap_version(settings, 5)
     monkeypatch.setattr(job, "version_store", lambda s: store)
     monkeypatch.setattr(job, "not_past_grace", lambda *a: None)
     monkeypatch.setattr(job, "beat_verified", lambda *a: pytest.fail("beat"))
