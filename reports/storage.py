@@ -223,6 +223,14 @@ def report_file(settings: Settings, report_id: str) -> Path:
     return path
 
 
+def report_html_file(settings: Settings, report_id: str) -> Path:
+    """The file of a stored report's HTML page. Raises InvalidReportId, ReportNotFound."""
+    path = _path(settings, report_id, ".html")
+    if not path.is_file():
+        raise ReportNotFound(f"no report {report_id!r}")
+    return path
+
+
 def read_report_html(settings: Settings, report_id: str) -> str:
     """A stored report's HTML page. Raises InvalidReportId, ReportNotFound (also for a damaged file)."""
     try:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 from fastapi import Path as PathParam
-from fastapi.responses import HTMLResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from api.deps import SettingsDep
 from api.errors import error_responses
@@ -65,7 +66,11 @@ def list_reports(
 def get_report(report_id: ReportId, settings: SettingsDep) -> StreamingResponse:
     # Sent as stored (checked once per file version): a report is megabytes, asked without a token.
     # From the file opened here: one the retention removes meanwhile is still sent whole.
-    path = _stored(storage.report_file, settings, report_id)
+    return _sent(_stored(storage.report_file, settings, report_id), report_id, "application/json")
+
+
+def _sent(path: Path, report_id: str, media_type: str, headers: dict[str, str] | None = None) -> StreamingResponse:
+    """The file, in chunks: a client reading slowly holds one chunk of it, not the whole."""
     try:
         handle = path.open("rb")
     except OSError:
@@ -77,14 +82,16 @@ def get_report(report_id: ReportId, settings: SettingsDep) -> StreamingResponse:
             while data := handle.read(1 << 16):
                 yield data
 
-    return StreamingResponse(chunks(), media_type="application/json", headers={"Content-Length": str(size)})
+    return StreamingResponse(chunks(), media_type=media_type, headers={**(headers or {}), "Content-Length": str(size)})
 
 
 @router.get(
     "/{report_id}/html",
-    response_class=HTMLResponse,
+    response_class=StreamingResponse,
     summary="One report as a self-contained HTML page",
-    responses=error_responses(404, 422),
+    responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}, **error_responses(404, 422)},
 )
-def get_report_html(report_id: ReportId, settings: SettingsDep) -> HTMLResponse:
-    return HTMLResponse(_stored(storage.read_report_html, settings, report_id), headers=REPORT_HTML_HEADERS)
+def get_report_html(report_id: ReportId, settings: SettingsDep) -> StreamingResponse:
+    # Sent in chunks like the JSON: a page is megabytes, asked without a token.
+    path = _stored(storage.report_html_file, settings, report_id)
+    return _sent(path, report_id, "text/html; charset=utf-8", REPORT_HTML_HEADERS)

@@ -5,6 +5,7 @@ most `limit` of them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -137,3 +138,32 @@ def test_the_reports_list_reads_each_file_once_and_at_most_limit_of_them(client,
     finally:
         for rid in made:
             (folder / f"{rid}.json").unlink()
+
+
+def test_a_report_page_is_sent_in_chunks_with_its_policy(client, settings):
+    """Its whole text was handed to the transport at once: a client reading slowly (under the stall
+    guard's pace) held a page of megabytes per connection, asked without a token."""
+    from api.routes import reports as route
+    from reports import storage
+
+    folder = storage.reports_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    rid = "20990101T000000-page001"
+    page = "<!doctype html><p>" + "x" * (3 << 20) + "</p>"
+    (folder / f"{rid}.html").write_text(page)
+    try:
+        response = route.get_report_html(rid, settings)
+
+        async def chunk_sizes() -> list[int]:
+            return [len(chunk) async for chunk in response.body_iterator]
+
+        sizes = asyncio.run(chunk_sizes())
+        assert sum(sizes) == len(page) and max(sizes) <= 1 << 16, (len(sizes), max(sizes))
+        answer = client.get(f"/api/v1/reports/{rid}/html")
+        assert answer.status_code == 200 and answer.text == page
+        assert answer.headers["content-type"] == "text/html; charset=utf-8"
+        assert "default-src 'none'" in answer.headers["content-security-policy"]
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert client.get("/api/v1/reports/20990101T000000-absent1/html").status_code == 404
+    finally:
+        (folder / f"{rid}.html").unlink()
