@@ -129,12 +129,13 @@ def check_key_bytes(keys: dict[str, Any], max_bytes: int) -> None:
 async def run_query(request: Request, fn, *args, **kwargs):
     """Run a store query in a worker thread once one of the api.max_concurrent_queries slots is
     free; 429 after api.query_queue_s without one, and at once when a client of another host (its
-    address) has api.max_queries_per_client queries running or waiting already: a few clients cannot
+    address; its /64 for IPv6: client_key) has api.max_queries_per_client queries running or waiting already: a few clients cannot
     take every slot."""
     state = request.app.state
-    client = request.client.host if request.client is not None else ""
-    if _on_this_host(client):  # the platform's own tools, benchmarks, a proxy that names no client
+    address = request.client.host if request.client is not None else ""
+    if _on_this_host(address):  # the platform's own tools, benchmarks, a proxy that names no client
         return await _run_in_a_slot(request, fn, *args, **kwargs)
+    client = client_key(address)
     limit = state.settings.api.max_queries_per_client
     if state.client_queries.get(client, 0) >= limit:
         raise ApiError(
@@ -152,6 +153,25 @@ async def run_query(request: Request, fn, *args, **kwargs):
             state.client_queries[client] = left
         else:
             del state.client_queries[client]  # the map holds clients with queries only
+
+
+# The IPv6 addresses of one client are counted together: a host is given a /64 (or more) and may
+# send from any address in it, so counted by address it took every query slot.
+IPV6_CLIENT_BITS = 64
+
+
+def client_key(address: str) -> str:
+    """Whose queries a request's are, for api.max_queries_per_client: its IPv4 address (also one
+    mapped into IPv6), its IPv6 address's /64, or what the server said (a Unix socket's peer)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, IPV6_CLIENT_BITS), strict=False))
+    return str(ip)
 
 
 def _on_this_host(address: str) -> bool:

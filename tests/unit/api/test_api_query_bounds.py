@@ -170,6 +170,18 @@ def test_one_client_cannot_take_every_query_slot(settings):
     assert _on_this_host("127.0.0.1") and _on_this_host("::1") and not _on_this_host("203.0.113.7")
 
 
+def test_the_ipv6_addresses_of_one_client_count_together():
+    """A client with an IPv6 /64 sent each query from another address of it and took every slot."""
+    from api.routes.views import client_key
+
+    one = {client_key(f"2001:db8:1:2:{n:x}::{n:x}") for n in range(1, 500)}
+    assert one == {"2001:db8:1:2::/64"}
+    assert client_key("2001:db8:1:3::1") != client_key("2001:db8:1:2::1"), "another /64 is another client"
+    assert client_key("::ffff:203.0.113.7") == client_key("203.0.113.7") == "203.0.113.7"
+    assert client_key("203.0.113.8") != client_key("203.0.113.7")
+    assert client_key("testclient") == "testclient" and client_key("") == ""
+
+
 def test_the_list_of_views_waits_for_a_query_slot_too(settings):
     """It reads the pointer from HBase: anonymous crowds of it took the worker threads and HBase
     connections view queries wait for, outside the concurrency limit."""
