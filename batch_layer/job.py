@@ -114,6 +114,14 @@ def choose_cutoff(
             )
         cutoff = requested_ms
     late = behind(current, views if views is not None else list(current.entries) if current else [], cutoff)
+    if late and requested_ms is None:
+        # Only a completeness that went back (its markers rebuilt with the master) puts the planned
+        # cutoff behind what serves: the archiver passes it again, and the DAG's sensor waits for that.
+        raise NotCoveredYet(
+            f"the master dataset is complete only below {iso(covered)}, behind what serves "
+            + ", ".join(late)
+            + ": waiting for the archiver to pass it"
+        )
     if late:
         raise Overtaken(f"cutoff {iso(cutoff)} is behind what serves " + ", ".join(late))
     return cutoff

@@ -61,3 +61,17 @@ def test_a_completeness_marker_of_another_archive_or_far_ahead_is_refused_naming
     with pytest.raises(CutoffError, match=words) as refused:
         job.choose_cutoff(at_ten_past_ten, None, None)
     assert f"{batch_id:012d}.json" in str(refused.value) and not isinstance(refused.value, NotCoveredYet)
+
+
+def test_a_planned_cutoff_behind_what_serves_is_waited_for_a_requested_one_refused(at_ten_past_ten):
+    """Completeness went back (its markers rebuilt with the master): the DAG's sensor failed every
+    scheduled run at once instead of waiting for the archiver to pass the serving cutoff again."""
+    from stores.pointer import Overtaken, Pointer, ViewEntry
+
+    ahead = TEN_PAST_TEN_MS + HOUR_MS - 10 * 60_000  # serving at 11:00, covered below 10:00
+    current = Pointer({"page_views": ViewEntry("page_views_7", 7, ahead)}, version=7)
+    with pytest.raises(NotCoveredYet, match="behind what serves page_views.*waiting for the archiver"):
+        job.choose_cutoff(at_ten_past_ten, None, current)
+    nine = TEN_PAST_TEN_MS - 70 * 60_000
+    with pytest.raises(Overtaken, match="behind what serves"):
+        job.choose_cutoff(at_ten_past_ten, nine, current)
