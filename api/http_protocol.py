@@ -310,7 +310,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._overflow:
             self._refuse(429, f"more than {MAX_PIPELINED} requests pipelined on one connection wait to be answered")
             return
-        self._refuse(400, "not a valid HTTP/1.1 request: its request line, headers or framing cannot be read")
+        detail = "not a valid HTTP/1.1 request: its request line, headers or framing cannot be read"
+        if not self._in_head and not self._between and not self.pipeline:
+            # In the body of the request being answered (a bad chunk): the app waits for the rest of
+            # it, which never comes. Deferred behind its own answer, it was answered 408 a minute on.
+            self._refuse_current(400, detail)
+            return
+        self._refuse(400, detail)
 
     def _ended(self) -> bool:
         """Closed, refused (its refusal written, or waiting for earlier answers): nothing more is read."""

@@ -176,7 +176,10 @@ def client_key(address: str) -> str:
 
 def _on_this_host(address: str) -> bool:
     try:
-        return ipaddress.ip_address(address).is_loopback
+        ip = ipaddress.ip_address(address)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped.is_loopback  # a dual-stack socket's IPv4 client (Python 3.11 says no)
+        return ip.is_loopback
     except ValueError:  # a Unix socket's peer, a name: counted as a client of its own
         return False
 

@@ -168,6 +168,8 @@ def test_one_client_cannot_take_every_query_slot(settings):
 
     # This host's own clients are not capped (its tools and benchmarks, a proxy naming no client).
     assert _on_this_host("127.0.0.1") and _on_this_host("::1") and not _on_this_host("203.0.113.7")
+    assert _on_this_host("::ffff:127.0.0.1"), "this host's IPv4 tools on a dual-stack socket"
+    assert not _on_this_host("::ffff:203.0.113.7")
 
 
 def test_the_ipv6_addresses_of_one_client_count_together():

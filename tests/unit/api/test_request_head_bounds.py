@@ -253,6 +253,18 @@ def test_a_request_the_parser_refuses_behind_a_slow_answer_is_refused_after_it(s
     ok(server)
 
 
+def test_a_body_the_parser_refuses_is_answered_400_at_once(server):
+    """A bad chunk size in the body of the request being answered: its app waited for the rest of
+    the body, and the refusal came as a 408 when the body's time ran out."""
+    started = time.monotonic()
+    response = exchange(
+        server, b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n"
+    )
+    assert status_of(response) == 400, response[:300]
+    assert time.monotonic() - started < http_protocol.BODY_TIMEOUT_S, "not after the body's time"
+    ok(server)
+
+
 def test_a_refusal_behind_a_slow_answer_comes_after_it(server):
     response = exchange(server, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /" + b"a" * (2 * MAX_HEAD_BYTES), timeout=10)
     assert response.startswith(b"HTTP/1.1 200"), response[:200]
