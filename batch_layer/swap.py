@@ -142,6 +142,8 @@ def swap_version(settings: Settings, version: int) -> Pointer:
         landed = _landed_by_another(settings, store, runs, run, version)
         if landed is None:
             state = (store.runs().get(version) or {}).get("state")
+            if state in ("live", "retired"):  # another attempt swapped it, and later runs replaced it since
+                raise Overtaken(f"version {version} served and was replaced since; run the batch again")
             raise VerificationError(
                 f"version {version} is no longer recorded verified (its record: {state or 'gone'}): retention gave "
                 "it up and may have dropped its tables; run the batch again"

@@ -126,7 +126,7 @@ class VersionStoreAdapter(Protocol):
 
     def record_run_if(self, version: int, expected: str, /, **fields: Any) -> bool:
         """Set these fields of the run record of `version` only while its state is `expected` (the
-        record may have been deleted): the other fields first (the first of them only while it is), then the new
+        record may have been deleted): the other fields first, each only while it is, then the new
         state, if given, last, so a record is never in the new state without them. False when it is
         not: nothing changed, or (found so at the state's step) the other fields only."""
         ...

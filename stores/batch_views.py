@@ -106,11 +106,11 @@ class VersionStore:
 
     def record_run_if(self, version: int, expected: str, /, **fields) -> bool:
         """Set these fields of run `version`'s record only while its state is `expected`: an HBase
-        checkAndPut on the state of one field, then the other fields, then, if `fields` has a new
-        state, a checkAndPut of it last: a writer killed on the way leaves its fields under the old
+        checkAndPut on the state of each field, then, if `fields` has a new state, a checkAndPut of
+        it last: a writer killed on the way leaves its fields under the old
         state (it writes them again when run again), never a record in the new state without them
         (a "verified" run without its figures). False when the state is not `expected`, at the
-        first checkAndPut (nothing changed) or at the state's (the other fields written): retention
+        first checkAndPut (nothing changed) or at a later one (the fields before it written): retention
         gave the run up (stores.run_records) and may have deleted its record, which a plain put
         would bring back half made."""
         from Hbase_thrift import Mutation  # the IDL happybase loads declares checkAndPut
@@ -126,13 +126,9 @@ class VersionStore:
                 mutation = Mutation(column=column, value=value)
                 return conn.client.checkAndPut(meta.name, row, b"p:state", json.dumps(expected).encode(), mutation, {})
 
-            if cells:
-                first = next(iter(cells))
-                if not put_if(first, cells[first]):
+            for column, value in cells.items():  # each only while it is: a plain put brought a deleted record back
+                if not put_if(column, value):
                     return False
-                rest = {k: v for k, v in cells.items() if k != first}
-                if rest:
-                    meta.put(row, rest)
             return state is None or put_if(b"p:state", state)
         finally:
             conn.close()

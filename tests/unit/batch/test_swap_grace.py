@@ -104,6 +104,13 @@ def test_a_swap_whose_run_is_no_longer_verified_at_its_last_beat_is_refused(sett
     monkeypatch.setattr(swap, "_speed_layer_maintains", marker_read)
     with pytest.raises(VerificationError, match="no longer recorded verified \\(its record: dropped\\)"):
         swap.swap_version(settings, 5)
+    # Another attempt swapped it meanwhile, and later runs replaced it since: overtaken, not given up.
+    from stores.pointer import Overtaken
+
+    store.runs = lambda: {5: {**run, "state": "retired"}} if gave_up else {5: run}
+    gave_up = False
+    with pytest.raises(Overtaken, match="served and was replaced since"):
+        swap.swap_version(settings, 5)
 
 
 def test_a_verify_scan_longer_than_the_grace_beats_and_the_swap_after_it_goes_ahead(settings, monkeypatch):
