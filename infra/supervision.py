@@ -97,11 +97,12 @@ class Supervisord:
         """Within it, all_info() asks supervisord at most once, and not at all when it does not
         `answering`: `lambdactl status` asked twice per service, each up to 10 s while a stuck
         supervisord kept its socket open (minutes before any output)."""
-        self._view = self.all_info() if answering else {}
+        before = self._view  # within another: its answer stands
+        self._view = before if before is not None else self.all_info() if answering else {}
         try:
             yield
         finally:
-            self._view = None
+            self._view = before
 
     def all_info(self) -> dict[str, dict[str, Any]]:
         """supervisord's view of each program (state, pid, start time …); empty when it does not run."""

@@ -4,6 +4,7 @@ exits 2 naming the option and what is wrong, before any store is asked (no servi
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 
@@ -92,6 +93,22 @@ def test_following_a_log_goes_on_past_its_rotation(tmp_path):
     finally:
         tail.kill()
         tail.wait()
+
+
+def test_lambdactl_logs_follow_runs_the_following_command(tmp_path, monkeypatch):
+    import subprocess
+
+    from infra.process import follow_command
+    from lambdactl import cli
+
+    state = tmp_path / "state"
+    (state / "logs").mkdir(parents=True)
+    (state / "logs" / "api.log").write_text("x\n")
+    ran: list = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, check: ran.append(argv) or SimpleNamespace(returncode=0))
+    settings = SimpleNamespace(state_dir=state)
+    assert cli.cmd_logs(settings, build_parser().parse_args(["logs", "api", "-f", "-n", "7"])) == 0  # type: ignore[arg-type]
+    assert ran == [follow_command(state / "logs" / "api.log", 7)]
 
 
 def test_the_batch_jobs_own_entry_point_says_a_failure_on_one_line(monkeypatch, capsys, caplog):

@@ -572,7 +572,9 @@ def test_an_up_of_some_services_does_not_replace_a_supervisord_that_does_not_ans
 
 
 def _killed_mid_write(monkeypatch) -> None:
-    """Every Path.write_text writes half its text, then the process 'dies' (raises)."""
+    """Every Path.write_text writes half its text, then the process 'dies' (raises); a write synced
+    before its rename dies at the sync, its text written."""
+    import os
     from pathlib import Path
 
     real = Path.write_text
@@ -581,7 +583,11 @@ def _killed_mid_write(monkeypatch) -> None:
         real(self, text[: len(text) // 2], *args, **kwargs)
         raise KeyboardInterrupt("killed")
 
+    def dies(fd):
+        raise KeyboardInterrupt("killed")
+
     monkeypatch.setattr(Path, "write_text", half)
+    monkeypatch.setattr(os, "fsync", dies)
 
 
 def test_an_up_killed_while_writing_the_configuration_leaves_the_one_before(tmp_path, monkeypatch):
