@@ -54,13 +54,19 @@ def test_a_temporary_file_a_killed_writer_left_is_removed_by_the_next_write(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, in_flight.name, other.name, odd.name])
 
 
-def test_the_new_text_is_on_disk_before_it_replaces_the_old(tmp_path, monkeypatch):
-    """A crash after the rename must not leave an empty file: the text is synced first, then the folder."""
-    path = tmp_path / "settings.json"
+def _syncs_and_renames(monkeypatch) -> list[str]:
+    """What is done to the disk from now on, in order: "fsync", "replace"."""
     done: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: done.append("fsync") or real_fsync(fd))
     monkeypatch.setattr(os, "replace", lambda a, b: done.append("replace") or real_replace(a, b))
+    return done
+
+
+def test_the_new_text_is_on_disk_before_it_replaces_the_old(tmp_path, monkeypatch):
+    """A crash after the rename must not leave an empty file: the text is synced first, then the folder."""
+    path = tmp_path / "settings.json"
+    done = _syncs_and_renames(monkeypatch)
     write_private(path, "new")
     assert done == ["fsync", "replace", "fsync"]
 
@@ -74,10 +80,7 @@ def test_a_replaced_file_is_on_disk_before_the_rename_and_what_killed_writers_le
     left = tmp_path / f".{path.name}.{'0' * 12}.tmp"
     left.write_text("a killed writer's")
     os.utime(left, (1_000_000, 1_000_000))
-    done: list[str] = []
-    real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: done.append("fsync") or real_fsync(fd))
-    monkeypatch.setattr(os, "replace", lambda a, b: done.append("replace") or real_replace(a, b))
+    done = _syncs_and_renames(monkeypatch)
     replace_text(path, "[supervisord]\n")
     assert done == ["fsync", "replace", "fsync"]
     assert path.read_text() == "[supervisord]\n" and not left.exists()
