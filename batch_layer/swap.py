@@ -86,10 +86,15 @@ def beat_verified(store, version: int) -> None:
         return
     state = (store.runs().get(version) or {}).get("state")
     if state not in ("live", "retired"):
-        raise VerificationError(
-            f"version {version} is no longer recorded verified (its record: {state or 'gone'}): retention gave it "
-            "up and may have dropped its tables; run the batch again"
-        )
+        raise _given_up(version, state)
+
+
+def _given_up(version: int, state: str | None) -> VerificationError:
+    """The refusal of a run whose record is no longer "verified" and that never served."""
+    return VerificationError(
+        f"version {version} is no longer recorded verified (its record: {state or 'gone'}): retention gave it "
+        "up and may have dropped its tables; run the batch again"
+    )
 
 
 def swap_version(settings: Settings, version: int) -> Pointer:
@@ -144,10 +149,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
             state = (store.runs().get(version) or {}).get("state")
             if state in ("live", "retired"):  # another attempt swapped it, and later runs replaced it since
                 raise Overtaken(f"version {version} served and was replaced since; run the batch again")
-            raise VerificationError(
-                f"version {version} is no longer recorded verified (its record: {state or 'gone'}): retention gave "
-                "it up and may have dropped its tables; run the batch again"
-            )
+            raise _given_up(version, state)
         return landed
     try:
         store.swap(current, pointer)
