@@ -83,6 +83,20 @@ class PipelineFull(Exception):
     """Raised in the parser's callback to stop it at a request pipelined beyond MAX_PIPELINED."""
 
 
+class _ParserLog(logging.LoggerAdapter):
+    """uvicorn's logger for a connection, less its WARNING for each request the parser refuses:
+    send_400_response answers it and logs it at INFO, as often as REPEATS lets through (one line
+    per request a client sends was a flood of warnings anyone could cause)."""
+
+    @property
+    def level(self) -> int:  # uvicorn reads it to decide whether to log at TRACE
+        return self.logger.level
+
+    def log(self, level, msg, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if msg != "Invalid HTTP request received.":
+            super().log(level, msg, *args, **kwargs)
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the request head bounded (module docstring).
 
@@ -105,6 +119,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._lingered: int | None = None  # bytes dropped since a refusal was written
         self._linger_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)
+        if not isinstance(self.logger, _ParserLog):
+            self.logger = _ParserLog(self.logger, {})  # type: ignore[assignment]
         self._start_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:

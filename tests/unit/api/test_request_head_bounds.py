@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 import time
@@ -367,14 +368,20 @@ def test_a_client_reading_slowly_gets_the_whole_answer(server):
         b"G\x00T /x HTTP/1.1\r\nHost: x\r\n\r\n",
     ],
 )
-def test_a_request_the_parser_refuses_gets_the_apis_error_body(server, head):
-    """uvicorn answered these in text/plain, without the API's headers: every error answer is JSON."""
+def test_a_request_the_parser_refuses_gets_the_apis_error_body(server, head, caplog):
+    """uvicorn answered these in text/plain, without the API's headers: every error answer is JSON.
+    It logged each at WARNING too, once per request a client sends (a flood of lines, beside the
+    API's own line, which repeats only so often)."""
+    caplog.set_level(logging.INFO)
     response = exchange(server, head)
     assert status_of(response) == 400
     headers, _, body = response.partition(b"\r\n\r\n")
     assert b"content-type: application/json" in headers.lower()
     assert json.loads(body)["detail"].startswith("not a valid HTTP/1.1 request")
     ok(server)
+    said = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert ("lambda.api", logging.INFO, "refused a request head (400): " + json.loads(body)["detail"]) in said, said
+    assert not [s for s in said if s[1] >= logging.WARNING], said
 
 
 def answered_first(conn: socket.socket) -> None:
