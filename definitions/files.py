@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import glob
+import logging
 import os
 import stat
 import time
@@ -143,6 +144,20 @@ def state_lock(
             yield waited
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_alone(state_dir: Path, job: str, body: Callable[[], int]) -> int:
+    """`body()` while holding `state_dir`/<job>.lock: a streaming job runs once per state folder (two
+    collide in Spark's offset log, and the second's start undoes what the first just published).
+    1, logged, when another instance holds it."""
+    try:
+        with state_lock(state_dir, f"{job}.lock", f"the {job}", wait=False):
+            return body()
+    except LockHeld as held:
+        logging.getLogger("lambda.jobs").error(
+            "another %s runs with state folder %s (pid %s): not started beside it", job, state_dir, held.holder
+        )
+        return 1
 
 
 def refuse_untrusted(path: Path, setting: str, consequence: str, ancestors: bool = False) -> None:

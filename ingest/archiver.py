@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from definitions import jobs
 from definitions.events import FIELD_NAMES
+from definitions.files import run_alone
 from definitions.logs import configure_from
 from definitions.settings import Settings, process_settings
 from definitions.spark import trigger_interval
@@ -254,7 +255,7 @@ def run(settings: Settings) -> int:
 def main() -> int:
     settings = process_settings("archiver")
     configure_from("archiver", settings)
-    return run(settings)
+    return run_alone(settings.state_dir, JOB, lambda: run(settings))
 
 
 if __name__ == "__main__":

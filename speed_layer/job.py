@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from definitions import jobs
+from definitions.files import run_alone
 from definitions.logs import configure_from
 from definitions.settings import Settings, process_settings
 from definitions.spark import trigger_interval
@@ -293,7 +294,7 @@ def main() -> int:
     settings = process_settings("speed-layer")
     configure_from("speed-layer", settings)
     quiet_interrupted_batches()
-    return run(settings)
+    return run_alone(settings.state_dir, JOB, lambda: run(settings))
 
 
 if __name__ == "__main__":
