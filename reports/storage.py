@@ -69,7 +69,7 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
     with WebHdfs(settings, timeout_s=30) as fs:
         fs.mkdirs(HDFS_DIR)
         for suffix, data in payload.items():
-            fs.write(f"{HDFS_DIR}/{rid}{suffix}", data)
+            fs.write_whole(f"{HDFS_DIR}/{rid}{suffix}", data)  # killed half-way: no part under its name
             paths[f"hdfs_{suffix[1:]}"] = f"{settings.hdfs.url}{HDFS_DIR}/{rid}{suffix}"
         for name in _beyond(fs.list(HDFS_DIR), settings.batch.keep_reports):
             fs.delete(f"{HDFS_DIR}/{name}")
@@ -91,10 +91,24 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
 
 
 def _beyond(names: list[str], keep: int) -> list[str]:
-    """The files (names) of the reports older than the newest `keep` (ids sort by creation)."""
+    """The files (names) of the reports older than the newest `keep` (ids sort by creation), with
+    what a copy killed while written left beside them (`<id>.html.tmp`)."""
     ids = sorted({name.rsplit(".", 1)[0] for name in names if name.endswith((".json", ".html"))}, reverse=True)
-    old = {rid for rid in ids[keep:] if _ID.fullmatch(rid)}
-    return [name for name in names if name.rsplit(".", 1)[0] in old]
+    if not ids:
+        return []
+    oldest_kept = ids[min(keep, len(ids)) - 1]  # batch.keep_reports >= 1
+
+    def report_id(name: str) -> str:
+        return name.removesuffix(".tmp").rsplit(".", 1)[0]
+
+    # A copy being written now (another build's) is of an id newer than those kept: left alone.
+    return [
+        name
+        for name in names
+        if name.removesuffix(".tmp").endswith((".json", ".html"))
+        and _ID.fullmatch(report_id(name))
+        and report_id(name) < oldest_kept
+    ]
 
 
 def _prune_local(folder: Path, keep: int) -> None:

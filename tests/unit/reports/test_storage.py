@@ -32,6 +32,14 @@ class MemoryHdfs:
     def write(self, path: str, data: bytes, overwrite: bool = True) -> None:
         self.files[path] = data
 
+    def replace(self, source: str, destination: str) -> None:
+        self.files[destination] = self.files.pop(source)
+
+    from stores.webhdfs import WebHdfs
+
+    write_whole = WebHdfs.write_whole  # the real one, over this stand-in's write and replace
+    del WebHdfs
+
     def list(self, path: str) -> list[str]:
         return sorted(name.rsplit("/", 1)[1] for name in self.files if name.rsplit("/", 1)[0] == path)
 
@@ -351,3 +359,27 @@ def test_a_store_whose_last_bytes_fail_at_the_close_leaves_no_temporary_file(loc
     with pytest.raises(OSError, match="No space left"):
         storage.store_report(local, doc("20260101T100000Z-v1", version=1), "<p>page</p>")
     assert list((local.state_dir / "reports").iterdir()) == []
+
+
+def test_a_copy_killed_while_written_to_hdfs_leaves_no_report_under_its_name(local, monkeypatch):
+    """HDFS shows a file being created, empty, under its name until it is closed: a build killed
+    while copying left an empty report there, kept until retention pruned it (its retry stores
+    under a new id). Written beside it and moved over it, no name holds a part; what the killed
+    write left beside it goes with its report's retention."""
+    kept = local.model_copy(update={"batch": local.batch.model_copy(update={"keep_reports": 1})})
+    killed = doc("20260101T100000Z-v1")
+
+    def killed_while_writing(self, path: str, data: bytes, overwrite: bool = True) -> None:
+        self.files[path] = data[:1]  # the part written before the kill
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MemoryHdfs, "write", killed_while_writing)
+    with pytest.raises(KeyboardInterrupt):
+        storage.store_report(kept, killed, "<p>page</p>")
+    monkeypatch.undo()
+    monkeypatch.setattr("stores.webhdfs.WebHdfs", MemoryHdfs)
+    names = [name.rsplit("/", 1)[1] for name in MemoryHdfs.files]
+    assert not [n for n in names if n.startswith(killed["id"]) and n.endswith((".html", ".json"))], names
+
+    storage.store_report(kept, doc("20260101T110000Z-v2"), "<p>next</p>")
+    assert sorted(MemoryHdfs.files) == [f"{storage.HDFS_DIR}/20260101T110000Z-v2{x}" for x in (".html", ".json")]
