@@ -26,14 +26,23 @@ def stored(settings, tmp_path, monkeypatch):
         built.append(window)
         return {"id": "20261202T010000Z-new"}, {"json": "new.json"}
 
-    monkeypatch.setattr(reports.build, "window_for_version", lambda _s, version: {"version": version})
+    monkeypatch.setattr(reports.build, "window_for_version", lambda _s, version: window(version))
     monkeypatch.setattr(reports.build, "produce", produce)
     monkeypatch.setattr("definitions.spark.spark_session", lambda *_a, **_k: None)
     return chosen, folder, built
 
 
-def _store(folder, rid: str, version: int) -> None:
-    (folder / f"{rid}.json").write_text(json.dumps({"id": rid, "version": version}))
+def window(version: int):
+    """The window of version `version`'s run, as its run record gives it."""
+    from reports.build import Window
+
+    return Window(1_000 * version, 1_000 * (version + 1), version, f"run-{version}")
+
+
+def _store(folder, rid: str, version: int, **doc) -> None:
+    w = window(version)
+    made = {"version": version, "run_id": w.run_id, "window": {"start_ms": w.start_ms, "end_ms": w.end_ms}}
+    (folder / f"{rid}.json").write_text(json.dumps({"id": rid, **made, **doc}))
     (folder / f"{rid}.html").write_text("<html></html>")
 
 
@@ -52,4 +61,26 @@ def test_reuse_builds_the_report_when_none_of_the_version_is_stored_and_without_
     _store(folder, "20261202T000000Z-aaaaaaaa", 7)
     assert batch.cmd_report(chosen, SimpleNamespace(version=9, reuse=True, json=True, limit=20)) == 0
     assert batch.cmd_report(chosen, SimpleNamespace(version=7, reuse=False, json=True, limit=20)) == 0
-    assert built == [{"version": 9}, {"version": 7}]
+    assert built == [window(9), window(7)]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"run_id": "adhoc", "window": {"start_ms": 0, "end_ms": 8_000}},  # `python -m reports --version 7`
+        {"window": {"start_ms": 6_000, "end_ms": 8_000}},  # another window of the version's run
+        {"speed_layer": {"caught_up": False}},  # built while the speed layer was behind
+    ],
+)
+def test_reuse_builds_anew_unless_the_stored_report_is_of_the_runs_window_with_the_speed_layer_caught_up(
+    stored, capsys, other
+):
+    """Matched by version alone, an ad-hoc report of the version (another window), or one built
+    while the speed layer had not processed the window, was named as the run's; the DAG then cleans
+    the window's realtime rows, and the run's own report can never be built."""
+    chosen, folder, built = stored
+    _store(folder, "20261202T000000Z-aaaaaaaa", 7, **other)
+    assert batch.cmd_report(chosen, SimpleNamespace(version=7, reuse=True, json=True, limit=20)) == 0
+    assert built == [window(7)]
+    said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert said["id"] == "20261202T010000Z-new" and not said.get("reused")
