@@ -389,4 +389,4 @@ def _build(settings: Settings, building: list, deadline: float) -> None:
                 f"the master dataset did not reach {iso(needed)} in time (is the archiver running?): "
                 "run `lambdactl views apply` again"
             )
-        time.sleep(5.0)
+        time.sleep(2.0)  # an HDFS and an HBase read a time

@@ -155,7 +155,7 @@ class AirflowClient:
                 return run
             if time.monotonic() > deadline:
                 raise TimeoutError(f"DAG run {run_id} still {run['state']} after {timeout_s:.0f}s")
-            time.sleep(3)
+            time.sleep(1)
 
 
 # Airflow's components, as its health route names them: the supervisor runs each as a program.

@@ -585,12 +585,12 @@ def offered(settings, names: list[str]):
     client = AirflowClient(settings)
     try:
         write_declared_views(settings, names)
-        wait_for(lambda: offered_views(client, settings.airflow.dag_id) == names, f"the DAG to offer {names}", 240, 3)
+        wait_for(lambda: offered_views(client, settings.airflow.dag_id) == names, f"the DAG to offer {names}", 240, 1)
         yield
     finally:
         path.write_text(saved)
         again = json.loads(saved)["views"]
-        wait_for(lambda: offered_views(client, settings.airflow.dag_id) == again, f"the DAG to offer {again}", 240, 3)
+        wait_for(lambda: offered_views(client, settings.airflow.dag_id) == again, f"the DAG to offer {again}", 240, 1)
         client.close()
 
 

@@ -89,7 +89,7 @@ def wait_exact(settings, sent: list[SentRecord], timeout_s: float = 300) -> None
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(diffs)} URLs differ from the truth: " + "; ".join(diffs[:5]))
-        time.sleep(3)
+        time.sleep(1)
 
 
 def parts(settings, sent: list[SentRecord]) -> tuple[int, int]:

@@ -128,7 +128,7 @@ def test_a_changed_view_answers_from_its_old_definition_then_switches_atomically
         old, new = truth_of(before, OLD), truth_of(before, NEW)
         assert old != new
         wait_exact(settings, before)
-        wait_for(lambda: answers(settings, view, before) == old, f"{view} exact by its first definition", 300, 3)
+        wait_for(lambda: answers(settings, view, before) == old, f"{view} exact by its first definition", 300, 1)
 
         telling = sorted(url for url in old if old[url] != new[url])  # URLs whose answer tells which definition
         assert telling
@@ -190,7 +190,7 @@ def test_a_changed_view_answers_from_its_old_definition_then_switches_atomically
             lambda: answers(settings, view, everything) == truth_of(everything, NEW),
             f"{view} exact by its new definition",
             300,
-            3,
+            1,
         )
         pointer = version_store(settings).pointer()
         storage = pointer.aliases.get(view)

@@ -149,7 +149,7 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
         return not last
 
     try:
-        wait_for(exact, f"{view} equal to the truth", timeout_s=300, interval_s=3)
+        wait_for(exact, f"{view} equal to the truth", timeout_s=300, interval_s=1)
     except AssertionError:
         raise AssertionError(
             f"{view} differs from the truth: {last[:5]}; its state {state}; apply said: {done.stderr[-2500:]}"

@@ -147,7 +147,7 @@ def test_version_2_events_are_counted_by_both_layers(bsettings, batch_run):
         return not last
 
     try:
-        wait_for(exact, "page_views_by_channel merged equal to the truth from Kafka", timeout_s=240, interval_s=3)
+        wait_for(exact, "page_views_by_channel merged equal to the truth from Kafka", timeout_s=240, interval_s=1)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; differences: {last[:6]}") from None
     assert sum(v for (channel, _), v in after.items() if channel == "web") > 0, "the speed part counted web"
