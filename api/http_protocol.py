@@ -92,7 +92,7 @@ class _ParserLog(logging.LoggerAdapter):
     def level(self) -> int:  # uvicorn reads it to decide whether to log at TRACE
         return self.logger.level
 
-    def log(self, level, msg, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def log(self, level, msg, *args, **kwargs):
         if msg != "Invalid HTTP request received.":
             super().log(level, msg, *args, **kwargs)
 

@@ -113,6 +113,11 @@ class ApiSettings(_Section):
     # How long a read of the pointer is reused (0: read per query). The realtime clean-up waits
     # `batch.cleanup_settle_s` after a swap, so an answer from a pointer this old stays exact.
     pointer_cache_s: float = Field(1.0, ge=0, le=10)
+    # How often each API worker reads the speed layer's checkpoint marker and the replay marks again
+    # (HDFS): how soon it sees a view the speed layer began maintaining, or a replay's switch. A
+    # replay keeps the rows its switch replaced this + 10 s + batch.cleanup_settle_s before deleting
+    # them (serving_layer.speed_state.replaced_rows_kept_s): the API and lambdactl must agree on it.
+    speed_recheck_s: float = Field(60.0, ge=1, le=3_600)
     # Memory for what queries read from batch tables (they never change once served); 0: none.
     batch_cache_mib: int = Field(64, ge=0, le=65_536)
     # Memory for what queries read from the realtime store, kept until the store is written again

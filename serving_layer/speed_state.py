@@ -19,19 +19,21 @@ from stores.view_lifecycle import Lifecycle, changed_definitions, lifecycle, lif
 
 log = logging.getLogger(__name__)
 
-RECHECK_S = 60.0  # how often the marker and the replay marks are read again
-# A view with a switched replay is refused (HDFS unreadable) by a service that has not read the
-# replay marks for this long: a replay deletes the rows of the replays it replaced
-# replaced_rows_kept_s after its switch, so no answer reads rows already deleted.
-MARKS_TRUSTED_S = RECHECK_S + 5  # counted from when the read that listed them began
+
+def marks_trusted_s(settings: Settings) -> float:
+    """A view with a switched replay is refused (HDFS unreadable) by a service that has not read the
+    replay marks for this long (counted from when the read that listed them began): they are read
+    again every api.speed_recheck_s. A replay deletes the rows of the replays it replaced
+    replaced_rows_kept_s after its switch, so no answer reads rows already deleted."""
+    return settings.api.speed_recheck_s + 5
 
 
 def replaced_rows_kept_s(settings: Settings) -> float:
     """How long rows a switch replaced stay readable: an answer takes the marks when they are at
-    most MARKS_TRUSTED_S old, and is done within batch.cleanup_settle_s of that, or computed again
+    most marks_trusted_s old, and is done within batch.cleanup_settle_s of that, or computed again
     (ServingLayer._answer); 5 s more for the clocks' steps. A slow read of the view's own rows
     outlasted the 5 s this once was, and read a shadow the replay had begun to delete."""
-    return MARKS_TRUSTED_S + settings.batch.cleanup_settle_s + 5
+    return marks_trusted_s(settings) + settings.batch.cleanup_settle_s + 5
 
 
 MARKS_WAIT_S = 2.0  # how long a query waits for a read under way before it refuses on old marks
@@ -45,6 +47,8 @@ LATE_DROPS_RETRY_S = 5.0
 class SpeedState:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.recheck_s = settings.api.speed_recheck_s  # how often the marker and the replay marks are read again
+        self.marks_trusted_s = marks_trusted_s(settings)
         self._marker: tuple[Marker | None, float] | None = None  # (marker, when read)
         self._marker_read = False  # a read of the marker succeeded once (None then: never started)
         self._reading = threading.Lock()  # held by the one query reading the marker and marks again
@@ -95,7 +99,7 @@ class SpeedState:
 
     def overlay(self, name: str) -> ReplayMark | None:
         """The switched replay whose rows answer for part of `name`'s ingest buckets, if any. Raises
-        StoreUnavailable("hdfs") when there is one but the marks were last read over MARKS_TRUSTED_S
+        StoreUnavailable("hdfs") when there is one but the marks were last read over marks_trusted_s
         ago: its rows may have been replaced by a later replay's and deleted."""
         from serving_layer.unavailable import StoreUnavailable
 
@@ -109,14 +113,14 @@ class SpeedState:
             if mark is not None and self._marks_old():
                 raise StoreUnavailable(
                     "hdfs",
-                    f"the replay marks were not read for over {MARKS_TRUSTED_S:.0f}s "
+                    f"the replay marks were not read for over {self.marks_trusted_s:.0f}s "
                     f"({self.marks_error or 'a read under way'}): {name}'s replayed rows may have been replaced",
                 )
         return mark
 
     def _marks_old(self) -> bool:
         read_at = self._marks_read_at
-        return read_at is None or time.monotonic() - read_at > MARKS_TRUSTED_S
+        return read_at is None or time.monotonic() - read_at > self.marks_trusted_s
 
     @property
     def read_error(self) -> str | None:
@@ -132,7 +136,7 @@ class SpeedState:
         epoch = self._epoch
         cached = self._marker
         if cached is not None:
-            self._marker = (cached[0], -RECHECK_S)  # due: kept to answer from, read at the next question
+            self._marker = (cached[0], -self.recheck_s)  # due: kept to answer from, read at the next question
         with self._reading:
             if self._read_epoch >= epoch and self._marker is not None:
                 return self._marker[0]  # read after this was asked, by a query that held the lock
@@ -142,7 +146,7 @@ class SpeedState:
         """The speed layer's checkpoint marker, read again every minute; None before the speed layer's
         first start. While HDFS cannot be read, the last marker read (logged)."""
         cached = self._marker
-        if cached is not None and time.monotonic() - cached[1] < RECHECK_S:
+        if cached is not None and time.monotonic() - cached[1] < self.recheck_s:
             return cached[0]
         # One query reads HDFS again; the others answer from the last read meanwhile (before the
         # first read, they wait for it).
@@ -150,7 +154,7 @@ class SpeedState:
             return cached[0] if cached is not None else None
         try:
             cached = self._marker
-            if cached is not None and time.monotonic() - cached[1] < RECHECK_S:
+            if cached is not None and time.monotonic() - cached[1] < self.recheck_s:
                 return cached[0]  # read by another query while this one waited
             return self._read(cached)
         finally:
@@ -207,7 +211,7 @@ class SpeedState:
             # Never read yet: what was cached says nothing, and every query is refused until a read
             # succeeds, so try again soon rather than in a minute.
             unread = not self._marker_read or self._marks_read_at is None
-            self._marker = (marker, now - RECHECK_S + UNREAD_RETRY_S if unread else now)
+            self._marker = (marker, now - self.recheck_s + UNREAD_RETRY_S if unread else now)
             self._read_epoch = epoch
         return marker
 
@@ -237,7 +241,7 @@ class SpeedState:
 
         try:
             claims, overlays = read_replays(self.settings)
-        except Exception as exc:  # HDFS down: the last marks read (trusted MARKS_TRUSTED_S)
+        except Exception as exc:  # HDFS down: the last marks read (trusted marks_trusted_s)
             log.warning("cannot read the replay marks from HDFS (%s: %s)", type(exc).__name__, exc)
             self.marks_error = f"{type(exc).__name__}: {exc}"
             return

@@ -12,6 +12,8 @@ def env(settings) -> dict[str, str]:
         os.environ,
         LAMBDA_INGEST_BUCKET_S=str(settings.ingest_bucket_s),
         LAMBDA_SPEED__DEDUPE_WINDOW_S=str(settings.speed.dedupe_window_s),
+        # How long a replay keeps replaced rows follows it: as the stack's API reads the marks.
+        LAMBDA_API__SPEED_RECHECK_S=str(settings.api.speed_recheck_s),
     )
 
 

@@ -34,7 +34,7 @@ def test_one_query_reads_the_marks_again_and_the_others_answer_from_the_last_rea
     monkeypatch.setattr(replays, "read_replays", read_replays)
     state = SpeedState(Settings(state_dir=tmp_path))
     state.known(None)
-    monkeypatch.setattr(speed_state, "RECHECK_S", 0.0)  # the minute has passed
+    state.recheck_s = 0.0  # the minute has passed
     with ThreadPoolExecutor(8) as pool:
         answers = [pool.submit(state.marker) for _ in range(8)]
         wait_for(lambda: sum(a.done() for a in answers) >= 7, "the queries not reading to answer", 3, 0.02)
@@ -90,13 +90,14 @@ def test_a_switched_replay_is_not_answered_from_marks_older_than_its_replaced_ro
     state.known(None, overlays={"page_views": switched})
     assert state.overlay("page_views") == switched and state.marks_error is None
     settings = Settings(state_dir=tmp_path)
-    # An answer takes marks at most MARKS_TRUSTED_S old and ends within cleanup_settle_s, or is redone.
-    assert speed_state.replaced_rows_kept_s(settings) > speed_state.MARKS_TRUSTED_S + settings.batch.cleanup_settle_s
+    # An answer takes marks at most marks_trusted_s old and ends within cleanup_settle_s, or is redone.
+    assert state.marks_trusted_s == speed_state.marks_trusted_s(settings) > settings.api.speed_recheck_s
+    assert speed_state.replaced_rows_kept_s(settings) > state.marks_trusted_s + settings.batch.cleanup_settle_s
 
-    monkeypatch.setattr(speed_state, "RECHECK_S", 0.0)  # read again at each question, and failing
+    state.recheck_s = 0.0  # read again at each question, and failing
     assert state.overlay("page_views") == switched, "marks read just now are trusted though a read failed"
     assert "HDFS unreachable" in (state.marks_error or "")
-    monkeypatch.setattr(speed_state, "MARKS_TRUSTED_S", 0.0)  # ... until they are too old
+    state.marks_trusted_s = 0.0  # ... until they are too old
     try:
         state.overlay("page_views")
         raise AssertionError("a switched replay answered from marks too old")
@@ -172,10 +173,10 @@ def test_marks_are_trusted_from_when_their_read_began(tmp_path, monkeypatch):
     began = clock.now
     assert state.overlay("page_views") == switched_mark()  # read (30 s), from `began`
     failing = True
-    clock.now = began + speed_state.MARKS_TRUSTED_S + 1  # the re-read fails
+    clock.now = began + state.marks_trusted_s + 1  # the re-read fails
     try:
         state.overlay("page_views")
-        raise AssertionError("marks listed over MARKS_TRUSTED_S ago answered")
+        raise AssertionError("marks listed over marks_trusted_s ago answered")
     except StoreUnavailable as exc:
         assert exc.component == "hdfs" and "None" not in exc.detail
 
@@ -308,3 +309,26 @@ def test_a_marker_written_before_start_times_were_recorded_starts_when_its_file_
     state = SpeedState(Settings(state_dir=tmp_path))
     marker = state.read_now()
     assert marker is not None and marker.started_ms == 1_700_000_000_000
+
+
+def test_the_marker_is_read_again_every_api_speed_recheck_s_and_replaced_rows_kept_by_it(tmp_path, monkeypatch):
+    """api.speed_recheck_s sets both how often a worker reads the marker and the marks again and how
+    long a replay keeps the rows its switch replaced: each follows the one setting."""
+    from stores import checkpoints, replays
+
+    clock = Clock()
+    monkeypatch.setattr(speed_state, "time", clock)
+    reads: list[float] = []
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: reads.append(clock.now))
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    settings = Settings(state_dir=tmp_path, api={"speed_recheck_s": 10})
+    state = SpeedState(settings)
+    state.marker()
+    clock.now += 9.5
+    state.marker()
+    assert len(reads) == 1, "read again before api.speed_recheck_s passed"
+    clock.now += 1
+    state.marker()
+    assert len(reads) == 2
+    default = Settings(state_dir=tmp_path)
+    assert speed_state.replaced_rows_kept_s(default) - speed_state.replaced_rows_kept_s(settings) == 50
