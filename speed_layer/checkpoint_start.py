@@ -9,7 +9,9 @@ import logging
 import time
 
 from definitions.settings import Settings
+from definitions.times import iso_ms
 from definitions.views import Registry
+from stores import realtime_origin
 
 log = logging.getLogger("lambda.speed")
 
@@ -96,11 +98,14 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         # before the new marker, so Spark starts from the earliest offset under these. (Killed in
         # between, the next start finds the same: no commit, so a fresh start again.)
         checkpoints.remove_checkpoint_dir(settings)
-        checkpoints.write_marker(settings, now_ms, maintained_since(None, names, now_ms), definitions, declarations)
+        realtime_origin.write_origin(settings, now_ms)  # the rows written from now on are this start's
+        views = maintained_since(None, names, now_ms)
+        checkpoints.write_marker(settings, now_ms, views, definitions, declarations, origin=True)
         return maintained
     # A marker from before start times were recorded was written at the first start; one from before
     # views were recorded was written when every view declared now was (they could not change).
     started = marker.started_ms if marker.started_ms is not None else checkpoints.file_written_ms(settings)
+    check_store_origin(settings, marker, started)
     previous = marker.views if marker.views is not None else dict.fromkeys(names, 0)
     if set(names) - set(previous):
         # A view added is maintained from after every record the stopped speed layer counted without
@@ -114,13 +119,36 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         or declarations != marker.declarations
         or marker.dedupe_window_s is None  # an older marker: recorded from now on
         or marker.events != checkpoints.event_limits(settings)
+        or not marker.origin  # an older marker: the store's record of the start was written just now
     ):
         added = sorted(set(views) - set(previous))
         removed = sorted(set(previous) - set(views))
         if added or removed:
             log.info("views added since the last start: %s; removed: %s", added or "none", removed or "none")
-        checkpoints.write_marker(settings, started, views, definitions, declarations)
+        checkpoints.write_marker(settings, started, views, definitions, declarations, origin=True)
     return maintained
+
+
+def check_store_origin(settings: Settings, marker, started_ms: int) -> None:
+    """Refuse to resume a checkpoint whose rows the realtime store does not hold (stores.realtime_origin):
+    its next micro-batches write again only the groups they touch, so every other one would stay
+    short, and be served as complete, until a batch run absorbs its buckets. A marker from before the
+    store recorded it: recorded now, for the rows the store holds."""
+    held = realtime_origin.read_origin(settings)
+    if held == started_ms:
+        return
+    if held is None and not marker.origin:
+        realtime_origin.write_origin(settings, started_ms)
+        return
+    c = settings.cassandra
+    found = "holds no record of them" if held is None else f"holds the rows of another start ({iso_ms(held)})"
+    raise SystemExit(
+        f"the realtime store (keyspace {c.keyspace} at {', '.join(c.hosts)}) does not hold the rows the speed layer's "
+        f"checkpoint {settings.speed.checkpoint_dir} wrote since its start at {iso_ms(started_ms)}: it {found}. "
+        "Its rows were lost (a node's data removed, the keyspace dropped), or cassandra.keyspace or cassandra.hosts "
+        "changed; resumed, the checkpoint would leave answers short. Point the settings back, or let the speed "
+        "layer write every row again from Kafka with `lambdactl reset-speed`"
+    )
 
 
 def clear_earlier_rows(settings: Settings) -> None:

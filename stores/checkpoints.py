@@ -15,7 +15,8 @@ could be added to a running platform, when every view was maintained from the fi
 `definitions` says which definition of each view it maintains (View.fingerprint), and `declarations`
 the definitions themselves (View.shape), by storage name: a view whose declaration changes keeps
 being computed and served by the recorded definition until the new one is built
-(definitions.view_versions).
+(definitions.view_versions). `realtime_origin` (true) says the realtime store records the start its
+rows come from, `started_ms` (stores.realtime_origin).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Marker:
     dedupe_window_s: int | None = None
     # the validation limits (settings.events) its records were judged by; None: not recorded (older marker)
     events: dict[str, int] | None = None
+    # whether the realtime store records the start its rows come from (stores.realtime_origin)
+    origin: bool = False
 
     def changed_limits(self, settings: Settings) -> list[str]:
         """The validation limits recorded here that `settings` give other values of, as
@@ -120,6 +123,7 @@ def read_marker(settings: Settings) -> Marker | None:
             None if not isinstance(declarations, dict) else {str(k): v for k, v in declarations.items()},
             None if doc.get("dedupe_window_s") is None else int(doc["dedupe_window_s"]),
             None if doc.get("events") is None else {str(k): int(v) for k, v in doc["events"].items()},
+            doc.get("realtime_origin") is True,
         )
     except MarkerUnreadable:
         raise
@@ -142,6 +146,7 @@ def write_marker(
     views: dict[str, int] | None = None,
     definitions: dict[str, str] | None = None,
     declarations: dict[str, dict] | None = None,
+    origin: bool = False,
 ) -> None:
     from stores.webhdfs import WebHdfs
 
@@ -158,6 +163,8 @@ def write_marker(
         doc["definitions"] = definitions
     if declarations is not None:
         doc["declarations"] = declarations
+    if origin:
+        doc["realtime_origin"] = True
     with WebHdfs(settings) as fs:
         fs.write_whole(marker_path(settings), json.dumps(doc).encode())
 

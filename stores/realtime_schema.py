@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from definitions.settings import Settings
-from stores import realtime_ttl
+from stores import realtime_origin, realtime_ttl
 from stores.clients import cassandra_cluster
 from stores.realtime_writes import WriteMarks, create_statement
 
@@ -134,7 +134,7 @@ TABLES: dict[str, TableSpec] = {
 def schema(settings: Settings) -> list[str]:
     ks, options = settings.cassandra.keyspace, _with(table_options(settings))
     marks = create_statement(ks, settings.speed.gc_grace_s)  # stores.realtime_writes
-    return [spec.create(ks, options) for spec in TABLES.values()] + [marks]
+    return [spec.create(ks, options) for spec in TABLES.values()] + [marks, realtime_origin.create_statement(ks)]
 
 
 def ensure_keyspace(settings: Settings) -> None:

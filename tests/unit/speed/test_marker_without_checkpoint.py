@@ -13,16 +13,27 @@ from definitions.layer_settings import SpeedSettings
 from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS, Registry
 from speed_layer.checkpoint_start import check_checkpoint_settings
-from stores import checkpoints, kafka_coverage, realtime_schema, registry, replays
+from stores import checkpoints, kafka_coverage, realtime_origin, realtime_schema, registry, replays
 
 
 @pytest.fixture
-def stores(monkeypatch):
+def origin(monkeypatch) -> dict:
+    """The realtime store's record of the start its rows come from: `held` is read, writes go to `written`."""
+    state: dict = {"held": None, "written": []}
+    monkeypatch.setattr(realtime_origin, "read_origin", lambda _settings: state["held"])
+    monkeypatch.setattr(
+        realtime_origin, "write_origin", lambda _settings, ms: state["written"].append(ms) or state.update(held=ms)
+    )
+    return state
+
+
+@pytest.fixture
+def stores(monkeypatch, origin):
     written: list[tuple] = []
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
     monkeypatch.setattr(realtime_schema, "clear_rows", lambda _settings: written.append(("cleared",)) or [])
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
-    monkeypatch.setattr(checkpoints, "write_marker", lambda *args: written.append(args))
+    monkeypatch.setattr(checkpoints, "write_marker", lambda *args, **kwargs: written.append(args + (kwargs,)))
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(pointer=lambda: None))
     monkeypatch.setattr(kafka_coverage, "unabsorbed_loss", lambda _settings: None)
     monkeypatch.setattr(checkpoints, "speed_layer_committed", lambda _settings: False)
@@ -103,6 +114,41 @@ def test_a_resumed_checkpoint_keeps_its_rows(stores, monkeypatch):
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: checkpoints.Marker(60, 1, dedupe_window_s=None))
     check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
     assert ("cleared",) not in stores
+
+
+def test_a_fresh_start_records_in_the_store_the_start_its_rows_come_from(stores, origin, monkeypatch):
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
+    check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
+    marker = stores[-1]
+    assert origin["written"] == [marker[1]], "the marker's started_ms"
+    assert marker[-1] == {"origin": True}
+
+
+@pytest.mark.parametrize(
+    ("held", "says"), [(None, "holds no record of them"), (7_000, "holds the rows of another start")]
+)
+def test_a_checkpoint_whose_rows_the_store_does_not_hold_is_not_resumed(stores, origin, monkeypatch, held, says):
+    """Cassandra's data lost, the keyspace dropped, or cassandra.keyspace / hosts changed while the
+    checkpoint on HDFS stayed: resumed, the speed layer wrote again only the groups its next
+    micro-batches touched, and every other ingest bucket since the cutoff was served short, as complete."""
+    marker = checkpoints.Marker(60, 5_000, {"page_views": 5_000}, origin=True)
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
+    origin["held"] = held
+    with pytest.raises(SystemExit, match=f"keyspace lambda at 127.0.0.1.*{says}.*reset-speed"):
+        check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
+    assert not stores and origin["written"] == [], "nothing emptied, nothing written"
+    origin["held"] = 5_000  # the store of that start
+    check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
+
+
+def test_a_marker_from_before_the_store_recorded_its_start_records_it_for_the_rows_there(stores, origin, monkeypatch):
+    marker = checkpoints.Marker(60, 5_000, {"page_views": 5_000})  # no `realtime_origin`: an older marker
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
+    check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
+    assert origin["written"] == [5_000]
+    assert stores[-1][1] == 5_000 and stores[-1][-1] == {"origin": True}, "the marker says so from now on"
 
 
 class MarkerFile:
@@ -195,6 +241,8 @@ def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatc
     assert checkpoints.read_marker(settings) == checkpoints.Marker(
         60, 5_000, {"page_views": 0}, dedupe_window_s=120, events=limits
     )
+    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True)
+    assert checkpoints.read_marker(settings).origin is True  # type: ignore[union-attr]
 
 
 def test_a_view_added_is_maintained_from_after_the_latest_record_kafka_holds_whatever_the_clocks(stores, monkeypatch):
