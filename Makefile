@@ -10,8 +10,8 @@ export LAMBDA_INGEST_BUCKET_S ?= 30
 # accuracy reports' "duplicates beyond the window" can be produced within a test run.
 export LAMBDA_SPEED__DEDUPE_WINDOW_S ?= 120
 # ... and API workers that read the speed layer's marker and the replay marks every 10 seconds (a
-# minute by default): a replay deletes the rows its switch replaced that much sooner (the API and
-# lambdactl both take it from here).
+# minute by default): a replay deletes the rows its switch replaced that much sooner (the API takes
+# it from the settings `make up` persists; lambdactl waits for the longer of those and its own).
 export LAMBDA_API__SPEED_RECHECK_S ?= 10
 # The demo and the tests run in development mode, explicitly: the development token and Airflow
 # password are accepted (anywhere else the API and Airflow refuse to start with them).

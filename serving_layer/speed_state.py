@@ -32,8 +32,17 @@ def replaced_rows_kept_s(settings: Settings) -> float:
     """How long rows a switch replaced stay readable: an answer takes the marks when they are at
     most marks_trusted_s old, and is done within batch.cleanup_settle_s of that, or computed again
     (ServingLayer._answer); 5 s more for the clocks' steps. A slow read of the view's own rows
-    outlasted the 5 s this once was, and read a shadow the replay had begun to delete."""
-    return marks_trusted_s(settings) + settings.batch.cleanup_settle_s + 5
+    outlasted the 5 s this once was, and read a shadow the replay had begun to delete.
+
+    Asked by lambdactl, whose settings may say another api.speed_recheck_s (the environment, a TOML
+    file) than the running API's, which takes the persisted ones alone: the longer of the two."""
+    from definitions.settings_store import persisted_settings
+
+    trusted = marks_trusted_s(settings)
+    running = persisted_settings(settings)
+    if running is not None:
+        trusted = max(trusted, marks_trusted_s(running))
+    return trusted + settings.batch.cleanup_settle_s + 5
 
 
 MARKS_WAIT_S = 2.0  # how long a query waits for a read under way before it refuses on old marks

@@ -332,3 +332,18 @@ def test_the_marker_is_read_again_every_api_speed_recheck_s_and_replaced_rows_ke
     assert len(reads) == 2
     default = Settings(state_dir=tmp_path)
     assert speed_state.replaced_rows_kept_s(default) - speed_state.replaced_rows_kept_s(settings) == 50
+
+
+def test_replaced_rows_are_kept_as_long_as_the_running_api_trusts_its_marks(tmp_path):
+    """The API takes the persisted settings alone; lambdactl may be told a shorter api.speed_recheck_s
+    (its environment, a TOML file). Kept for its own, a replay deleted rows an API worker that read the
+    marks just before the switch still answered from: short answers, labelled complete."""
+    from definitions.settings_store import persist
+
+    running = Settings(state_dir=tmp_path, api={"speed_recheck_s": 60})
+    persist(running)
+    told = Settings(state_dir=tmp_path, api={"speed_recheck_s": 10})
+    assert speed_state.replaced_rows_kept_s(told) == speed_state.replaced_rows_kept_s(running)
+    assert speed_state.replaced_rows_kept_s(told) == 60 + 5 + told.batch.cleanup_settle_s + 5
+    persist(told)  # `up` with it: the API reads the marks every 10 s from then on
+    assert speed_state.replaced_rows_kept_s(told) == 10 + 5 + told.batch.cleanup_settle_s + 5
