@@ -132,12 +132,13 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
 def check_store_origin(settings: Settings, marker, started_ms: int) -> None:
     """Refuse to resume a checkpoint whose rows the realtime store does not hold (stores.realtime_origin):
     its next micro-batches write again only the groups they touch, so every other one would stay
-    short, and be served as complete, until a batch run absorbs its buckets. A marker from before the
-    store recorded it: recorded now, for the rows the store holds."""
+    short, and be served as complete, until a batch run absorbs its buckets. A marker that does not
+    say the store records it (written before it did, restored from a backup, or by an earlier
+    release after a downgrade): recorded now, for the rows the store holds."""
     held = realtime_origin.read_origin(settings)
     if held == started_ms:
         return
-    if held is None and not marker.origin:
+    if not marker.origin:
         realtime_origin.write_origin(settings, started_ms)
         return
     c = settings.cassandra
@@ -146,8 +147,9 @@ def check_store_origin(settings: Settings, marker, started_ms: int) -> None:
         f"the realtime store (keyspace {c.keyspace} at {', '.join(c.hosts)}) does not hold the rows the speed layer's "
         f"checkpoint {settings.speed.checkpoint_dir} wrote since its start at {iso_ms(started_ms)}: it {found}. "
         "Its rows were lost (a node's data removed, the keyspace dropped), or cassandra.keyspace or cassandra.hosts "
-        "changed; resumed, the checkpoint would leave answers short. Point the settings back, or let the speed "
-        "layer write every row again from Kafka with `lambdactl reset-speed`"
+        "changed (or replication was raised and the repair it needs has not run); resumed, the checkpoint would "
+        "leave answers short. Point the settings back (or run the repair), or let the speed layer write every row "
+        "again from Kafka with `lambdactl reset-speed`"
     )
 
 

@@ -8,7 +8,8 @@ dropped, `cassandra.keyspace` or `cassandra.hosts` pointing elsewhere — answer
 labelled complete, until a batch run absorbs their buckets. The start compares this row with the
 marker and refuses to resume when they differ (speed_layer.checkpoint_start).
 
-The row has no TTL, and nothing but a fresh start writes it.
+The row has no TTL. A fresh start writes it, and so does the start that resumes a marker which does
+not say the store records it (one written before it did): for the rows the store holds then.
 """
 
 from __future__ import annotations
@@ -25,15 +26,24 @@ def create_statement(keyspace: str) -> str:
 
 
 def write_origin(settings: Settings, started_ms: int) -> None:
-    """Record that the store's rows come from the speed layer's start at `started_ms`."""
+    """Record that the store's rows come from the speed layer's start at `started_ms`. RuntimeError
+    when the record read back is another (an earlier write stamped by a clock ahead of this host's
+    wins Cassandra's last-write-wins): the next resume would be refused, so this start is."""
     ks = settings.cassandra.keyspace
     cluster = cassandra_cluster(settings, timeout_s=30)
     try:
         session = cluster.connect()
         session.execute(create_statement(ks))
         session.execute(f"INSERT INTO {ks}.{TABLE} (name, started_ms) VALUES (%s, %s)", (_ROW, started_ms))
+        row = session.execute(f"SELECT started_ms FROM {ks}.{TABLE} WHERE name = %s", (_ROW,)).one()
     finally:
         cluster.shutdown()
+    if row is None or int(row.started_ms) != started_ms:
+        raise RuntimeError(
+            f"the realtime store's record of the speed layer start its rows come from ({ks}.{TABLE}) still says "
+            f"{'nothing' if row is None else row.started_ms} after it was written {started_ms}: an earlier write "
+            "carries a later timestamp (a clock ahead of this host's); check the hosts' clocks"
+        )
 
 
 def read_origin(settings: Settings) -> int | None:

@@ -21,7 +21,9 @@ def test_a_view_changed_in_place_is_refused_not_mixed(settings, stack):
     assert marker is not None and marker.definitions is not None, "the speed layer records its definitions"
     assert marker.definitions["page_views"] == PAGE_VIEWS.fingerprint
     assert marker.declarations is not None and "page_views" in marker.declarations, "and the definitions themselves"
-    write_marker(settings, marker.started_ms, marker.views, dict(marker.definitions, page_views="0" * 16))
+    write_marker(
+        settings, marker.started_ms, marker.views, dict(marker.definitions, page_views="0" * 16), origin=marker.origin
+    )
     now = time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime())
     try:
         applied = lambdactl(settings, "views", "apply")
@@ -39,6 +41,8 @@ def test_a_view_changed_in_place_is_refused_not_mixed(settings, stack):
         assert answer.status_code == 409 and "recorded only its fingerprint" in answer.json()["detail"], answer.text
         assert merged(settings, "/", now, now.replace(":00:00Z", ":59:59Z"), view="unique_visitors").status_code == 200
     finally:
-        write_marker(settings, marker.started_ms, marker.views, marker.definitions, marker.declarations)
+        write_marker(
+            settings, marker.started_ms, marker.views, marker.definitions, marker.declarations, origin=marker.origin
+        )
         reload_api(settings)
     assert merged(settings, "/", now, now.replace(":00:00Z", ":59:59Z")).status_code == 200

@@ -142,10 +142,16 @@ def test_a_checkpoint_whose_rows_the_store_does_not_hold_is_not_resumed(stores, 
     check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
 
 
-def test_a_marker_from_before_the_store_recorded_its_start_records_it_for_the_rows_there(stores, origin, monkeypatch):
+@pytest.mark.parametrize("held", [None, 7_000])
+def test_a_marker_from_before_the_store_recorded_its_start_records_it_for_the_rows_there(
+    stores, origin, monkeypatch, held
+):
+    """Written before the store recorded it, or restored from a backup, or by an earlier release after
+    a downgrade (the store keeping a later start's record): nothing says the rows are another start's."""
     marker = checkpoints.Marker(60, 5_000, {"page_views": 5_000})  # no `realtime_origin`: an older marker
     monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
+    origin["held"] = held
     check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
     assert origin["written"] == [5_000]
     assert stores[-1][1] == 5_000 and stores[-1][-1] == {"origin": True}, "the marker says so from now on"
