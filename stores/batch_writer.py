@@ -30,10 +30,18 @@ class TableStats:
 
 
 def create_table(settings: Settings, name: str) -> None:
+    """Create a run's table; RuntimeError, and nothing changed, when one of that name exists: each
+    run's version is new (the meta table's counter), so that table is another run's, maybe served."""
     conn = hbase_connection(settings)
     try:
         if name.encode() in conn.tables():
-            conn.delete_table(name, disable=True)  # leftovers of a run that died under the same version
+            raise RuntimeError(
+                f"HBase table {name} exists already, though its version was just allocated: the meta table's "
+                f"version counter is behind the tables (the meta table restored from a backup?), or another meta "
+                f"table's runs share namespace {settings.hbase.namespace}. Nothing was deleted; move "
+                "the counter past the highest version of the namespace's tables, or give each meta table its own "
+                "namespace"
+            )
         conn.create_table(name, {"d": dict(max_versions=1)})
     finally:
         conn.close()
