@@ -260,7 +260,8 @@ def run_batch(
             )
     except BaseException:
         try:
-            store.record_run(version, state="failed", finished_ms=int(time.time() * 1000))
+            # Only while it is "writing": a plain put brought back, half made, a record retention deleted.
+            store.record_run_if(version, "writing", state="failed", finished_ms=int(time.time() * 1000))
         except Exception as exc:  # HBase away too: the run's own error is the one to see
             log.warning("could not record run %d as failed (%s: %s)", version, type(exc).__name__, exc)
         raise

@@ -302,17 +302,17 @@ def test_a_run_that_fails_with_hbase_away_too_raises_its_own_error(settings, mon
 
     recorded: list = []
 
-    def record_run(version, state, **fields):
-        recorded.append(state)
-        if state == "failed":
-            raise ConnectionError("HBase away")
+    def record_run_if(version, expected, **fields):
+        assert fields.get("state") == "failed", "recorded verified"
+        recorded.append(f"if {expected}: failed")
+        raise ConnectionError("HBase away")
 
     store = SimpleNamespace(
         pointer=lambda: None,
         retain=lambda keep: [],
         allocate_version=lambda: 7,
-        record_run=record_run,
-        record_run_if=lambda version, expected, **fields: pytest.fail("recorded verified"),
+        record_run=lambda version, state, **fields: recorded.append(state),
+        record_run_if=record_run_if,
     )
     monkeypatch.setattr(job, "version_store", lambda s: store)
     monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="page_views")])
@@ -328,7 +328,7 @@ def test_a_run_that_fails_with_hbase_away_too_raises_its_own_error(settings, mon
     monkeypatch.setattr(job, "deduplicated_events", the_runs_own)
     with pytest.raises(ValueError, match="master dataset cannot be read"):
         job.run_batch(settings, spark=object())
-    assert recorded == ["writing", "failed"]
+    assert recorded == ["writing", "if writing: failed"]
 
 
 def test_a_run_given_up_by_retention_records_nothing_more_and_fails(settings, monkeypatch):
@@ -358,7 +358,7 @@ def test_a_run_given_up_by_retention_records_nothing_more_and_fails(settings, mo
     monkeypatch.setattr(job, "write_tables", lambda *a: ({}, {}))
     with pytest.raises(RuntimeError, match="retention gave it up"):
         job.run_batch(settings, spark=object())
-    assert recorded == ["writing", "if writing", "failed"]
+    assert recorded == ["writing", "if writing", "if writing"], "nothing written back: no failed record half made"
 
 
 def test_a_heartbeat_of_a_run_given_up_stops():
