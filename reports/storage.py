@@ -101,7 +101,8 @@ def _beyond(names: list[str], keep: int) -> list[str]:
     def report_id(name: str) -> str:
         return name.removesuffix(".tmp").rsplit(".", 1)[0]
 
-    # A copy being written now (another build's) is of an id newer than those kept: left alone.
+    # A copy another build is writing now is of an id newer than those kept, unless that build began
+    # before `keep` later ones were stored (then it fails, and its retry builds it again).
     return [
         name
         for name in names
