@@ -158,13 +158,18 @@ class EventLimits(_Section):
     # too), so the envelope always fits in one Kafka record.
     max_dlq_raw_bytes: int = Field(4_096, ge=64, le=256_000)
 
+    def worst_key_bytes(self) -> int:
+        """The most bytes a view's key made of an event's fields can take: every free-text field at 4
+        bytes a character, and at most one record's bytes."""
+        chars = self.max_url_chars + self.max_referrer_chars + self.max_user_id_chars + self.max_event_id_chars
+        return min(self.max_record_bytes, 4 * chars)
+
     @model_validator(mode="after")
     def _keys_fit_the_stores(self) -> EventLimits:
-        """A view's key is made of an event's fields: at most every free-text field at 4 bytes a
-        character, and at most one record's bytes. It must fit HBase's row key and, JSON-quoted,
-        Cassandra's partition key: otherwise one valid event fails every batch run for good."""
+        """A view's key must fit HBase's row key and, JSON-quoted, Cassandra's partition key:
+        otherwise one valid event fails every batch run for good."""
         chars = self.max_url_chars + self.max_referrer_chars + self.max_user_id_chars + self.max_event_id_chars
-        worst = min(self.max_record_bytes, 4 * chars)
+        worst = self.worst_key_bytes()
         if worst > MAX_KEY_BYTES:
             raise ValueError(
                 f"events.max_record_bytes ({self.max_record_bytes}) and 4 bytes a character of events.max_url_chars, "

@@ -158,10 +158,22 @@ def scan_ranges(splits: Sequence[bytes]) -> list[tuple[bytes | None, bytes | Non
 
 
 # A by_bucket table's rows have a column per key the bucket saw (every URL of a day, say): their
-# scans ask for at most this many columns per result, and this many results per round trip, so
-# neither the Thrift server nor this process holds a whole wide row, or thousands of them.
+# scans ask for at most this many columns per result, and at most WIDE_ROWS_AT_ONCE results per round
+# trip, fewer when the longest key the events limits allow would make a round trip hold more than
+# ROUND_TRIP_BYTES: neither the Thrift server (its heap: hbase.thrift_heap_mb) nor this process holds a
+# whole wide row, or many of them.
 COLUMNS_AT_ONCE = 1_000
 WIDE_ROWS_AT_ONCE = 50
+ROUND_TRIP_BYTES = 16 * 1024 * 1024
+CELL_OVERHEAD_BYTES = 64  # a column's family, its 8-byte value, the row key's share, Thrift framing
+
+
+def wide_scan_sizes(settings: Settings) -> tuple[int, int]:
+    """(columns per result, results per round trip) of a wide row's scan: COLUMNS_AT_ONCE and
+    WIDE_ROWS_AT_ONCE at most, fewer as the longest key the events limits allow grows."""
+    column_bytes = settings.events.worst_key_bytes() + CELL_OVERHEAD_BYTES
+    columns = max(1, min(COLUMNS_AT_ONCE, ROUND_TRIP_BYTES // column_bytes))
+    return columns, max(1, min(WIDE_ROWS_AT_ONCE, ROUND_TRIP_BYTES // (columns * column_bytes)))
 
 
 def _range_stats(settings: Settings, table: str, view: View, start: bytes | None, stop: bytes | None) -> TableStats:
@@ -171,12 +183,9 @@ def _range_stats(settings: Settings, table: str, view: View, start: bytes | None
         if view.layout == "by_key":
             scan = conn.table(table).scan(row_start=start, row_stop=stop, columns=[layout.VALUE], batch_size=5_000)
         else:  # a row per bucket, a column per key: parts of a row at a time, however many keys it holds
+            columns, results = wide_scan_sizes(settings)
             scan = conn.table(table).scan(
-                row_start=start,
-                row_stop=stop,
-                columns=[layout.FAMILY],
-                batch_size=WIDE_ROWS_AT_ONCE,
-                scan_batching=COLUMNS_AT_ONCE,
+                row_start=start, row_stop=stop, columns=[layout.FAMILY], batch_size=results, scan_batching=columns
             )
         last = None
         with closed_after(scan):  # closed before the connection, also when a cell is no count

@@ -138,3 +138,34 @@ def test_long_sampled_keys_are_not_cuts():
     keys = tuple(bytes([i]) * (300 if i % 2 else 10) for i in range(1, 100))
     splits = split_points([Written(TableStats(99, 99, 0), keys)], 16)
     assert splits and all(len(s) <= batch_writer.SPLIT_KEY_MAX_BYTES for s in splits)
+
+
+@pytest.mark.parametrize("url_chars", [512, 2_048, 4_000])
+def test_a_verify_round_trip_of_wide_rows_is_bounded_in_bytes_by_the_longest_key(monkeypatch, url_chars):
+    """A by_bucket row has a column per key (every URL of a day): 50 results of 1,000 columns were asked
+    per round trip, about 200 MB with 4 KB keys, which the Thrift server (256 MB heap) held at once. The
+    results asked per round trip follow the longest key the events limits allow."""
+    from definitions.layer_settings import EventLimits
+    from definitions.settings import Settings
+
+    asked: dict = {}
+
+    class Table:
+        def scan(self, **kwargs):
+            asked.update(kwargs)
+            return iter(())
+
+    class Connection:
+        def table(self, name):
+            return Table()
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(batch_writer, "hbase_connection", lambda _settings, timeout_s=10: Connection())
+    limits = EventLimits(max_url_chars=url_chars, max_record_bytes=64_000 if url_chars > 2_048 else 4_096)
+    settings = Settings(events=limits)
+    batch_writer._range_stats(settings, "t", TOP_PAGES, None, None)
+    worst = limits.worst_key_bytes()
+    assert asked["scan_batching"] * asked["batch_size"] * worst <= batch_writer.ROUND_TRIP_BYTES
+    assert asked["batch_size"] >= 1
