@@ -4,6 +4,7 @@ the serving layer reads them and says which answers they are missing from (not c
 from __future__ import annotations
 
 import logging
+import uuid
 
 from definitions import jobs
 from definitions.settings import Settings
@@ -14,7 +15,7 @@ log = logging.getLogger("lambda.speed")
 JOB = jobs.SPEED_LAYER
 
 
-# The progress file's key for late drops not recorded on HDFS yet: [below_ms, rows], or None.
+# The progress file's key for late drops not recorded on HDFS yet: [below_ms, rows, record id], or None.
 PENDING = "late_drops_pending"
 
 
@@ -28,7 +29,9 @@ def late_drops_recorder(settings: Settings):
     from stores import checkpoints
     from stores.registry import late_drops_marks
 
-    pending = [0, 0]  # (below_ms, rows) not recorded yet: tried again at every batch until it is
+    # [below_ms, rows, record id] not recorded yet: tried again at every batch until it is. Its id
+    # makes a record made again (after a kill before the progress file said it was made) count once.
+    pending: list = [0, 0, None]
     marks = late_drops_marks(settings)
 
     def record(progress) -> dict:
@@ -36,11 +39,12 @@ def late_drops_recorder(settings: Settings):
         below = watermark_ms(progress) if dropped else None
         if dropped and below is not None:
             pending[0], pending[1] = max(pending[0], below), pending[1] + dropped
+            pending[2] = pending[2] or uuid.uuid4().hex
         if not pending[1]:
             return {PENDING: None}
         try:
-            checkpoints.record_late_drops(settings, pending[0], pending[1])
-            pending[0] = pending[1] = 0
+            checkpoints.record_late_drops(settings, pending[0], pending[1], record_id=pending[2])
+            pending[:] = [0, 0, None]
         except Exception as exc:  # noqa: BLE001 - HDFS away: the next batch tries again
             log.warning("could not record %d rows dropped as late: %s: %s", pending[1], type(exc).__name__, exc)
             return {PENDING: list(pending)}
@@ -88,11 +92,12 @@ def record_pending_late_drops(settings: Settings) -> None:
     except (OSError, ValueError, AttributeError):
         return  # no file (a first start on this machine), or one that is no record
     try:
-        below_ms, rows = (int(value) for value in kept)
-    except (TypeError, ValueError):
+        below_ms, rows = int(kept[0]), int(kept[1])
+        record_id = str(kept[2]) if len(kept) > 2 and kept[2] is not None else None  # none: an older file's
+    except (TypeError, ValueError, IndexError, KeyError):
         return  # None: nothing pending
     if rows > 0:
-        checkpoints.record_late_drops(settings, below_ms, rows)
+        checkpoints.record_late_drops(settings, below_ms, rows, record_id=record_id)
         log.warning("recorded %d rows the last run dropped as late but could not record before it stopped", rows)
         _mark_late_drops(settings)
     # Recorded: not again, should this start stop before its progress file is written anew.

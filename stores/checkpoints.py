@@ -196,19 +196,32 @@ def late_drops_path(settings: Settings) -> str:
     return f"{settings.speed.checkpoint_dir.rstrip('/')}-late-drops.json"
 
 
-def record_late_drops(settings: Settings, below_ms: int, rows: int) -> None:
+# How many of the latest records' ids the record of late drops keeps (a record made again is not counted again).
+LATE_DROPS_IDS_KEPT = 32
+
+
+def record_late_drops(settings: Settings, below_ms: int, rows: int, record_id: str | None = None) -> None:
     """Rows the speed layer dropped as later than its watermark (`below_ms`, their ingest times were
     at or below it, as Spark drops them): the highest such watermark and the rows in all are kept beside the checkpoint. They
-    are in no realtime row, so answers whose batch cutoff is below it are not complete."""
+    are in no realtime row, so answers whose batch cutoff is below it are not complete. A record whose
+    `record_id` is among the latest kept is there already (made again after a kill): not counted twice."""
     from stores.webhdfs import WebHdfs
 
-    try:
-        kept = read_late_drops(settings) or (0, 0)
-    except (ValueError, TypeError, KeyError):
-        kept = (0, 0)  # not a record: started again from this one
-    doc = {"below_ms": max(kept[0], below_ms), "rows": kept[1] + rows}
     with WebHdfs(settings) as fs:
-        fs.write_whole(late_drops_path(settings), json.dumps(doc).encode())
+        data = fs.read(late_drops_path(settings), max_bytes=4096)
+    try:
+        doc = json.loads(data) if data is not None else {}
+        kept = (int(doc["below_ms"]), int(doc["rows"])) if doc else (0, 0)
+        ids = [str(i) for i in doc.get("ids", [])][-LATE_DROPS_IDS_KEPT:]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        kept, ids = (0, 0), []  # not a record: started again from this one
+    if record_id is not None and record_id in ids:
+        return
+    out: dict = {"below_ms": max(kept[0], below_ms), "rows": kept[1] + rows}
+    if record_id is not None:
+        out["ids"] = [*ids, record_id][-LATE_DROPS_IDS_KEPT:]
+    with WebHdfs(settings) as fs:
+        fs.write_whole(late_drops_path(settings), json.dumps(out).encode())
 
 
 def read_late_drops(settings: Settings) -> tuple[int, int] | None:

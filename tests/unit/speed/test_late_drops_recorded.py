@@ -50,18 +50,19 @@ def test_a_batch_that_dropped_late_rows_records_them_with_its_watermark(monkeypa
     from stores import checkpoints
 
     recorded = []
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows, **_: recorded.append((below, rows)))
     record = late_drops_recorder(Settings())
     record(progress(0, "2026-11-29T04:00:00.000Z"))
     record(progress(3, None))  # no watermark yet: nothing can have been dropped as late
     assert recorded == []
     record(progress(5, "2026-11-29T04:00:00.000Z"))
     assert recorded == [(1_795_924_800_000, 5)]
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: (_ for _ in ()).throw(OSError("hdfs away")))
-    pending = record(progress(1, "2026-11-29T04:00:00.000Z"))
-    assert pending == {PENDING: [1_795_924_800_000, 1]}, "a failed record does not stop the listener"
-    assert record(progress(2, "2026-11-29T04:01:00.000Z")) == {PENDING: [1_795_924_860_000, 3]}
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_, **__: (_ for _ in ()).throw(OSError("hdfs away")))
+    pending = record(progress(1, "2026-11-29T04:00:00.000Z"))[PENDING]
+    assert pending[:2] == [1_795_924_800_000, 1], "a failed record does not stop the listener"
+    more = record(progress(2, "2026-11-29T04:01:00.000Z"))[PENDING]
+    assert more == [1_795_924_860_000, 3, pending[2]], "one record, under one id, until it is made"
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows, **_: recorded.append((below, rows)))
     # HDFS back: what could not be recorded is, at the next batch
     assert record(progress(0, "2026-11-29T04:02:00.000Z")) == {PENDING: None}
     assert recorded == [(1_795_924_800_000, 5), (1_795_924_860_000, 3)]
@@ -76,7 +77,7 @@ def test_drops_not_recorded_when_the_job_died_are_recorded_at_its_next_start(tmp
     from stores import checkpoints
 
     settings = Settings(state_dir=tmp_path)
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: (_ for _ in ()).throw(OSError("hdfs away")))
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_, **__: (_ for _ in ()).throw(OSError("hdfs away")))
     hook = late_drops_recorder(settings)
     file = ProgressFile(settings, "speed-layer", hooks={"speed": hook})
     file.progress(
@@ -97,7 +98,7 @@ def test_drops_not_recorded_when_the_job_died_are_recorded_at_its_next_start(tmp
     with pytest.raises(OSError):
         record_pending_late_drops(settings)  # HDFS still away: the start fails, the record stays
     recorded = []
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows, **_: recorded.append((below, rows)))
     record_pending_late_drops(settings)
     assert recorded == [(1_795_924_800_000, 4)]
     record_pending_late_drops(settings)  # that start stopped before its query began: a second start
@@ -113,16 +114,16 @@ def test_each_record_of_late_drops_moves_the_realtime_stores_mark_after_it_is_wr
     from stores import checkpoints
 
     seen_at_record = []
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: seen_at_record.append(marks.moves))
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_, **__: seen_at_record.append(marks.moves))
     record = late_drops_recorder(Settings())
     record(progress(0, "2026-11-29T04:00:00.000Z"))
     assert marks.moves == 0, "no drops: no mark"
     record(progress(2, "2026-11-29T04:00:00.000Z"))
     assert seen_at_record == [0] and marks.moves == 1
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: (_ for _ in ()).throw(OSError("hdfs away")))
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_, **__: (_ for _ in ()).throw(OSError("hdfs away")))
     record(progress(1, "2026-11-29T04:00:00.000Z"))
     assert marks.moves == 1, "nothing recorded: nothing to read"
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: None)
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_, **__: None)
     marks.fail = True
     assert record(progress(1, "2026-11-29T04:01:00.000Z")) == {PENDING: None}, "recorded, the mark aside"
 
@@ -137,7 +138,7 @@ def test_drops_recorded_at_a_start_move_the_mark_too(tmp_path, monkeypatch, mark
     path = progress_path(settings, "speed-layer")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({PENDING: [1_000, 3]}))
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_: None)
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_, **__: None)
     record_pending_late_drops(settings)
     assert marks.moves == 1 and marks.closed == 1
 
@@ -155,8 +156,69 @@ def test_drops_recorded_at_a_start_are_not_pending_again_when_the_mark_cannot_be
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({PENDING: [1_000, 3]}))
     recorded = []
-    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows: recorded.append((below, rows)))
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda _s, below, rows, **_: recorded.append((below, rows)))
     monkeypatch.setattr(registry, "late_drops_marks", lambda _s: (_ for _ in ()).throw(ValueError("no adapter")))
     record_pending_late_drops(settings)
     record_pending_late_drops(settings)
     assert recorded == [(1_000, 3)]
+
+
+class MemoryHdfs:
+    """HDFS holding files in memory, as record_late_drops reads and writes them."""
+
+    files: dict[str, bytes] = {}
+
+    def __init__(self, _settings, **_) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def read(self, path: str, max_bytes: int | None = None):
+        return self.files.get(path)
+
+    def write_whole(self, path: str, data: bytes) -> None:
+        self.files[path] = data
+
+
+def test_drops_recorded_then_killed_before_the_progress_file_said_so_are_not_counted_again(tmp_path, monkeypatch):
+    """The pending drops were recorded on HDFS, and the job was killed before its progress file said
+    they were: the next start recorded the same rows again, and the count doubled at every such kill."""
+    from stores import checkpoints, webhdfs
+
+    MemoryHdfs.files = {}
+    monkeypatch.setattr(webhdfs, "WebHdfs", MemoryHdfs)
+    settings = Settings(state_dir=tmp_path)
+    real = checkpoints.record_late_drops
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_a, **_k: (_ for _ in ()).throw(OSError("away")))
+    hook = late_drops_recorder(settings)
+    file = ProgressFile(settings, "speed-layer", hooks={"speed": hook})
+
+    def batch(n: int, dropped: int) -> None:
+        file.progress(
+            SimpleNamespace(
+                name="speed",
+                batchId=n,
+                timestamp="",
+                numInputRows=9,
+                inputRowsPerSecond=0.0,
+                processedRowsPerSecond=0.0,
+                durationMs={},
+                stateOperators=progress(dropped, "2026-11-29T04:00:00.000Z").stateOperators,
+                eventTime={"watermark": "2026-11-29T04:00:00.000Z"},
+                observedMetrics={},
+                sources=[],
+            )
+        )
+
+    batch(7, 4)  # HDFS away: pending in the progress file
+    monkeypatch.setattr(checkpoints, "record_late_drops", real)
+    hook(progress(0, "2026-11-29T04:00:00.000Z"))  # the next batch records it; killed before its file is written
+    assert checkpoints.read_late_drops(settings) == (1_795_924_800_000, 4)
+    record_pending_late_drops(settings)  # the next start
+    assert checkpoints.read_late_drops(settings) == (1_795_924_800_000, 4), "counted once"
+    record_pending_late_drops(settings)
+    assert checkpoints.read_late_drops(settings) == (1_795_924_800_000, 4)
