@@ -57,16 +57,27 @@ def missing_tables(settings: Settings, names: set[str]) -> list[str]:
     return sorted(names - present)
 
 
+# The puts of one call to HBase: batch.put_batch_size of them, and fewer when they hold more bytes
+# than this (long keys, sketches), so one call never takes tens of megabytes.
+PUT_BATCH_BYTES = 4 * 1024 * 1024
+
+
 def _write_partition(settings: Settings, table: str, view: View, granularity: str, rows) -> None:
     conn = hbase_connection(settings, timeout_s=60)
     try:
         with conn.table(table).batch(batch_size=settings.batch.put_batch_size) as batch:
+            held = 0  # bytes put since the last send this loop made (happybase sends by count too)
             for row in rows:
                 keys = [row[k] for k in view.keys]
                 data = {layout.column(view, keys): layout.encode_int(row["value"])}
                 if "sketch" in row and row["sketch"] is not None:
                     data[layout.SKETCH] = bytes(row["sketch"])
-                batch.put(layout.row_key(view, granularity, keys, row["event_bucket"]), data)
+                key = layout.row_key(view, granularity, keys, row["event_bucket"])
+                batch.put(key, data)
+                held += len(key) + sum(len(c) + len(v) for c, v in data.items())
+                if held >= PUT_BATCH_BYTES:
+                    batch.send()
+                    held = 0
     finally:
         conn.close()
 
