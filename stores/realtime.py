@@ -84,18 +84,17 @@ class RealtimeWriter:
             for r in by_bucket
         ]
         batches = replica_batches(bound, self._replicas, self.settings.speed.write_batch_bytes)
+        outage_s = self.settings.speed.store_outage_s
+        deadline = time.monotonic() + outage_s  # the writes and their mark: one outage, one wait
         execute_all_with_retries(
             self.session,
             [(batch, ()) for batch in batches],
             self.settings.speed.write_concurrency,
-            self.settings.speed.store_outage_s,
+            outage_s,
+            deadline=deadline,
         )
         execute_all_with_retries(
-            self.session,
-            [self.marks.next_mark()],
-            1,
-            self.settings.speed.store_outage_s,
-            "realtime write marks",
+            self.session, [self.marks.next_mark()], 1, outage_s, "realtime write marks", deadline=deadline
         )
 
     def _replicas(self, routing_key: bytes) -> tuple[str, ...]:

@@ -19,43 +19,61 @@ def execute_with_retries(
     execute_all_with_retries(session, [(statement, p) for p in params], concurrency, give_up_after_s, what)
 
 
+# How many waves of `concurrency` statements go out between two checks of the deadline.
+WAVES_PER_CHECK = 4
+
+
 def execute_all_with_retries(
     session,
     statements: Sequence[tuple[Any, Sequence[Any]]],
     concurrency: int,
     give_up_after_s: float,
     what: str = "realtime writes",
+    deadline: float | None = None,
 ) -> None:
     """Execute every (statement, parameters), many in flight; retry the failed ones with backoff
-    (up to 10 s apart) until `give_up_after_s` has passed, so a store that is restarting or briefly
-    unreachable delays the work instead of failing it; then raise naming the error. A statement
-    refused as invalid raises at once."""
+    (up to 10 s apart) until `give_up_after_s` has passed (or the monotonic `deadline`, one several
+    calls share), so a store that is restarting or briefly unreachable delays the work instead of
+    failing it; then raise naming the error. A statement refused as invalid raises at once."""
     from cassandra.concurrent import execute_concurrent
 
     pending, error, attempt = list(statements), None, 0
-    deadline = time.monotonic() + give_up_after_s
+    if deadline is None:
+        deadline = time.monotonic() + give_up_after_s
+    step = max(1, concurrency * WAVES_PER_CHECK)
     while pending:
         attempt += 1
-        try:
-            results = execute_concurrent(session, pending, concurrency=concurrency, raise_on_first_error=False)
-            failed = [p for p, (ok, _) in zip(pending, results) if not ok]
-            error = next((result for ok, result in results if not ok), None)
-        except Exception as exc:  # every host down: the driver may raise instead of listing failures
-            failed, error = pending, exc
-        if failed:
+        failed: list = []
+        # In parts of a few waves, the deadline checked after each that failed: against a node that
+        # answers nothing, every statement waits out the driver's timeout, and a whole round of them
+        # outlasted the deadline many times over.
+        for start in range(0, len(pending), step):
+            part = pending[start : start + step]
+            try:
+                results = execute_concurrent(session, part, concurrency=concurrency, raise_on_first_error=False)
+                part_failed = [p for p, (ok, _) in zip(part, results) if not ok]
+                part_error = next((result for ok, result in results if not ok), None)
+            except Exception as exc:  # every host down: the driver may raise instead of listing failures
+                part_failed, part_error = part, exc
+            if not part_failed:
+                continue
+            failed += part_failed
+            error = part_error
             if _invalid(error):  # the statement itself is refused: sending it again cannot help
                 raise RuntimeError(
                     f"{len(failed)} {what} refused by Cassandra as invalid: {type(error).__name__}: {error}"
                 )
             if time.monotonic() >= deadline:
+                unsent = len(pending) - start - len(part)
                 raise RuntimeError(
-                    f"{len(failed)} {what} still failing after {attempt} attempts in "
+                    f"{len(failed) + unsent} {what} still failing after {attempt} attempts in "
                     f"{give_up_after_s:.0f}s: {type(error).__name__}: {error}"
                 )
+        if failed:
             log.warning(
                 "%d %s failed (attempt %d): %s: %s; retrying", len(failed), what, attempt, type(error).__name__, error
             )
-            time.sleep(min(2**attempt, 10))
+            time.sleep(max(0.0, min(2**attempt, 10, deadline - time.monotonic())))
         pending = failed
 
 

@@ -50,3 +50,45 @@ def test_what_may_pass_on_a_retry_is_retried_until_the_statement_goes_through(an
     queue.extend([[None, passing], [passing], [None]])
     realtime_statements.execute_all_with_retries(object(), [("s", ()), ("s", ())], 2, give_up_after_s=600)
     assert calls == [2, 1, 1]
+
+
+def test_a_store_that_hangs_fails_the_writes_near_store_outage_s_not_a_round_of_timeouts_later(monkeypatch):
+    """Against a node that answers nothing each statement waits out the driver's timeout, and the
+    deadline was checked only after a whole round: 1,000 statements at 8 in flight held the writes
+    ~20 minutes past `speed.store_outage_s` (60 s), each micro-batch. A round stops at the deadline."""
+    import cassandra.concurrent
+
+    clock = [0.0]
+    timeout_s = 10.0
+    monkeypatch.setattr(realtime_statements.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(realtime_statements.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+
+    def execute_concurrent(session, pending, concurrency, raise_on_first_error):
+        clock[0] += timeout_s * -(-len(pending) // concurrency)  # every statement times out, `concurrency` at once
+        return [(False, OSError("timed out")) for _ in pending]
+
+    monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute_concurrent)
+    with pytest.raises(RuntimeError, match="still failing"):
+        realtime_statements.execute_all_with_retries(object(), [("s", ())] * 1_000, 8, give_up_after_s=60)
+    assert clock[0] <= 60 + 4 * timeout_s + 10, clock[0]
+
+
+def test_the_writes_and_their_mark_share_one_deadline(monkeypatch):
+    import cassandra.concurrent
+
+    clock = [0.0]
+    monkeypatch.setattr(realtime_statements.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(realtime_statements.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    outcomes = iter([False, True])  # the writes: a retry, then through at 52 s
+
+    def execute_concurrent(session, pending, concurrency, raise_on_first_error):
+        clock[0] += 25.0
+        ok = next(outcomes)
+        return [(ok, None if ok else OSError("timed out")) for _ in pending]
+
+    monkeypatch.setattr(cassandra.concurrent, "execute_concurrent", execute_concurrent)
+    deadline = realtime_statements.time.monotonic() + 60
+    realtime_statements.execute_all_with_retries(object(), [("s", ())], 1, give_up_after_s=60, deadline=deadline)
+    outcomes = iter([False] * 10)  # the mark: failing at 77 s, past the writes' deadline (its own was 112 s)
+    with pytest.raises(RuntimeError, match="still failing after 1 attempts"):
+        realtime_statements.execute_all_with_retries(object(), [("m", ())], 1, give_up_after_s=60, deadline=deadline)

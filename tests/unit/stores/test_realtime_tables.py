@@ -9,13 +9,14 @@ from stores.realtime_schema import BY_BUCKET, BY_KEY, TABLES, schema
 
 
 def test_schema_declares_each_table_with_its_primary_key():
-    by_key, by_bucket, marks = schema(Settings())
+    by_key, by_bucket, marks, origin = schema(Settings())
     assert "realtime_by_key (view_name text, granularity text, key text, event_bucket bigint" in by_key
     assert "PRIMARY KEY ((view_name, granularity, key), event_bucket, ingest_bucket)) WITH" in by_key
     assert "sketch blob" in by_key and "sketch" not in by_bucket
     assert "PRIMARY KEY ((view_name, granularity, event_bucket), ingest_bucket, key)) WITH" in by_bucket
     assert "default_time_to_live = 259200" in by_key
     assert "realtime_writes (shard int, writer text, generation bigint, PRIMARY KEY ((shard), writer))" in marks
+    assert origin.endswith("realtime_origin (name text PRIMARY KEY, started_ms bigint)"), "no TTL: it outlives rows"
 
 
 def test_the_writer_binds_every_column_in_declared_order():
