@@ -169,7 +169,7 @@ def test_marks_are_trusted_from_when_their_read_began(tmp_path, monkeypatch):
 
     monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: None)
     monkeypatch.setattr(replays, "read_replays", read_replays)
-    state = SpeedState(Settings(state_dir=tmp_path))
+    state = SpeedState(Settings(state_dir=tmp_path, api={"speed_recheck_s": 60}))  # whatever the environment says
     began = clock.now
     assert state.overlay("page_views") == switched_mark()  # read (30 s), from `began`
     failing = True
@@ -330,8 +330,8 @@ def test_the_marker_is_read_again_every_api_speed_recheck_s_and_replaced_rows_ke
     clock.now += 1
     state.marker()
     assert len(reads) == 2
-    default = Settings(state_dir=tmp_path)
-    assert speed_state.replaced_rows_kept_s(default) - speed_state.replaced_rows_kept_s(settings) == 50
+    minute = Settings(state_dir=tmp_path, api={"speed_recheck_s": 60})
+    assert speed_state.replaced_rows_kept_s(minute) - speed_state.replaced_rows_kept_s(settings) == 50
 
 
 def test_replaced_rows_are_kept_as_long_as_the_running_api_trusts_its_marks(tmp_path):
