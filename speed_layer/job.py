@@ -38,7 +38,7 @@ from stores.kafka_topic_config import check_timestamp_type
 from stores.master import first_copies
 from stores.progress import HdfsPublisher, ProgressFile
 from stores.realtime import RealtimeRow
-from stores.registry import process_realtime_writer, realtime_writer, written_floor_us
+from stores.registry import process_realtime_writer, realtime_writer
 
 log = logging.getLogger("lambda.speed")
 
@@ -182,15 +182,12 @@ class BatchWriter:
 
     The executors write, each task its own partition (never through the driver); the driver picks
     the batch's write timestamp (larger than every earlier batch's, so a late retry of an older
-    batch never overwrites a newer value) and learns only how many rows were written. Earlier
-    batches include those of the run before a restart: the timestamps start past `floor_us`, what
-    the store says its rows were stamped at or below (a clock stepped back across the restart gave
-    the new values older timestamps than the old ones, which Cassandra then kept)."""
+    batch never overwrites a newer value) and learns only how many rows were written."""
 
-    def __init__(self, settings: Settings, registry: Registry, floor_us: int = 0) -> None:
+    def __init__(self, settings: Settings, registry: Registry) -> None:
         self.settings = settings
         self.views = {view.name: (view.aggregation, view.layout) for view in registry}
-        self.last_timestamp_us = floor_us
+        self.last_timestamp_us = 0
 
     def batch_timestamp_us(self) -> int:
         self.last_timestamp_us = max(time.time_ns() // 1000, self.last_timestamp_us + 1)
@@ -262,7 +259,7 @@ def run(settings: Settings) -> int:
     # The store is reached (and its schema made) before the first batch: a missing store or adapter
     # stops the job here, with its reason, rather than in a task.
     realtime_writer(settings).close()
-    writer = BatchWriter(settings, maintained, written_floor_us(settings))
+    writer = BatchWriter(settings, maintained)
 
     def start(strict: bool) -> tuple:
         return (

@@ -68,19 +68,6 @@ class MarkReader:
         return frozenset((row[0], row[1]) for row in self.session.execute(self._select, **kwargs))
 
 
-def highest_mark(settings: Any) -> int:
-    """The largest number any writer marked (µs of its clock, or past it; 0: none in the last
-    MARK_TTL_S): a writer that starts again numbers its writes past it, whatever its clock says now."""
-    from stores.clients import cassandra_cluster
-
-    cluster = cassandra_cluster(settings, timeout_s=30)
-    try:
-        marks = MarkReader(cluster.connect(settings.cassandra.keyspace)).read()
-    finally:
-        cluster.shutdown()
-    return max((generation for _writer, generation in marks if isinstance(generation, int)), default=0)
-
-
 def late_drops_mark(marks: object) -> int | None:
     """The late-drops mark among `marks` (MarkReader.read), None when there is none, or when the
     marks are another reader's (an adapter's `generation()` may return any hashable value)."""

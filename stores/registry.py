@@ -121,16 +121,6 @@ def late_drops_marks(settings: Settings) -> Any | None:
     return LateDropsMarks(settings)
 
 
-def written_floor_us(settings: Settings) -> int:
-    """A time (µs) every realtime row written so far is stamped at or below, as far as the store tells
-    (the built-in one: its writers' marks, stores.realtime_writes.highest_mark); 0 for another store."""
-    if adapter_class(settings, "realtime_writer") is not resolve("realtime_writer", "cassandra"):
-        return 0
-    from stores.realtime_writes import highest_mark
-
-    return highest_mark(settings)
-
-
 _PROCESS_WRITERS: dict[str, RealtimeWriterAdapter] = {}
 
 
