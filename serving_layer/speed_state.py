@@ -34,15 +34,16 @@ def replaced_rows_kept_s(settings: Settings) -> float:
     (ServingLayer._answer); 5 s more for the clocks' steps. A slow read of the view's own rows
     outlasted the 5 s this once was, and read a shadow the replay had begun to delete.
 
-    Asked by lambdactl, whose settings may say another api.speed_recheck_s (the environment, a TOML
-    file) than the running API's, which takes the persisted ones alone: the longer of the two."""
+    Asked by lambdactl, whose settings may say another api.speed_recheck_s or batch.cleanup_settle_s
+    (the environment, a TOML file) than the running API's, which takes the persisted ones alone: the
+    longer of the two."""
     from definitions.settings_store import persisted_settings
 
-    trusted = marks_trusted_s(settings)
+    def kept(s: Settings) -> float:
+        return marks_trusted_s(s) + s.batch.cleanup_settle_s + 5
+
     running = persisted_settings(settings)
-    if running is not None:
-        trusted = max(trusted, marks_trusted_s(running))
-    return trusted + settings.batch.cleanup_settle_s + 5
+    return kept(settings) if running is None else max(kept(settings), kept(running))
 
 
 MARKS_WAIT_S = 2.0  # how long a query waits for a read under way before it refuses on old marks

@@ -181,9 +181,11 @@ CELL_OVERHEAD_BYTES = 64  # a column's family, its 8-byte value, the row key's s
 
 def wide_scan_sizes(settings: Settings) -> tuple[int, int]:
     """(columns per result, results per round trip) of a wide row's scan: COLUMNS_AT_ONCE and
-    WIDE_ROWS_AT_ONCE at most, fewer as the longest key the events limits allow grows."""
+    WIDE_ROWS_AT_ONCE at most; fewer columns per result as the longest key the events limits allow
+    grows (so narrow rows, most of them, still come 50 to a round trip), and fewer results only when
+    one column per result is too much already."""
     column_bytes = settings.events.worst_key_bytes() + CELL_OVERHEAD_BYTES
-    columns = max(1, min(COLUMNS_AT_ONCE, ROUND_TRIP_BYTES // column_bytes))
+    columns = max(1, min(COLUMNS_AT_ONCE, ROUND_TRIP_BYTES // (WIDE_ROWS_AT_ONCE * column_bytes)))
     return columns, max(1, min(WIDE_ROWS_AT_ONCE, ROUND_TRIP_BYTES // (columns * column_bytes)))
 
 

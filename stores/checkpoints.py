@@ -203,23 +203,28 @@ LATE_DROPS_IDS_KEPT = 32
 def record_late_drops(settings: Settings, below_ms: int, rows: int, record_id: str | None = None) -> None:
     """Rows the speed layer dropped as later than its watermark (`below_ms`, their ingest times were
     at or below it, as Spark drops them): the highest such watermark and the rows in all are kept beside the checkpoint. They
-    are in no realtime row, so answers whose batch cutoff is below it are not complete. A record whose
-    `record_id` is among the latest kept is there already (made again after a kill): not counted twice."""
+    are in no realtime row, so answers whose batch cutoff is below it are not complete. The latest
+    records' ids are kept with the rows each counted: one made again (after a kill, or a write whose
+    answer was lost) adds only the rows it holds beyond those."""
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
-        data = fs.read(late_drops_path(settings), max_bytes=4096)
+        data = fs.read(late_drops_path(settings), max_bytes=16_384)
     try:
         doc = json.loads(data) if data is not None else {}
         kept = (int(doc["below_ms"]), int(doc["rows"])) if doc else (0, 0)
-        ids = [str(i) for i in doc.get("ids", [])][-LATE_DROPS_IDS_KEPT:]
+        ids = {str(k): int(v) for k, v in (doc.get("ids") or {}).items()}
     except (ValueError, TypeError, KeyError, AttributeError):
-        kept, ids = (0, 0), []  # not a record: started again from this one
-    if record_id is not None and record_id in ids:
-        return
-    out: dict = {"below_ms": max(kept[0], below_ms), "rows": kept[1] + rows}
+        kept, ids = (0, 0), {}  # not a record: started again from this one
+    counted = ids.get(record_id, 0) if record_id is not None else 0
     if record_id is not None:
-        out["ids"] = [*ids, record_id][-LATE_DROPS_IDS_KEPT:]
+        ids.pop(record_id, None)  # the latest last
+        ids[record_id] = max(rows, counted)
+    out = {
+        "below_ms": max(kept[0], below_ms),
+        "rows": kept[1] + max(0, rows - counted),
+        "ids": dict(list(ids.items())[-LATE_DROPS_IDS_KEPT:]),
+    }
     with WebHdfs(settings) as fs:
         fs.write_whole(late_drops_path(settings), json.dumps(out).encode())
 
@@ -229,7 +234,7 @@ def read_late_drops(settings: Settings) -> tuple[int, int] | None:
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
-        data = fs.read(late_drops_path(settings), max_bytes=4096)
+        data = fs.read(late_drops_path(settings), max_bytes=16_384)
     if data is None:
         return None
     doc = json.loads(data)

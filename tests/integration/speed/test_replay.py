@@ -93,7 +93,7 @@ def test_wiped_rows_come_back_exact_by_replay_while_traffic_flows(settings, stac
     # Once more, over the switched one: it replaces the first replay's rows, and stays exact. No query
     # runs while these two commands wait before deleting rows an answer may read: the shortest settle
     # the settings allow (test_pointer_cache_swap.py proves the settle with queries running).
-    settle = quick_settle(settings)
+    settle = {"LAMBDA_BATCH__CLEANUP_SETTLE_S": str(settings.api.pointer_cache_s + 5)}
     again = lambdactl(settings, "replay", "--view", "page_views", "--json", extra_env=settle)
     assert again.returncode == 0, again.stderr[-3000:]
     second = json.loads(again.stdout.strip().splitlines()[-1])
@@ -151,12 +151,6 @@ def by_country_device(settings) -> httpx.Response:
 VIEW = "page_views_by_country_device"
 
 
-def quick_settle(settings) -> dict[str, str]:
-    """The shortest settle the settings allow, for a command that deletes rows while no query of
-    this test runs (test_pointer_cache_swap.py proves the settle with queries running)."""
-    return {"LAMBDA_BATCH__CLEANUP_SETTLE_S": str(settings.api.pointer_cache_s + 5)}
-
-
 def test_a_second_replay_is_refused_and_an_interrupted_one_is_taken_over(settings, stack):
     from_ms = served_cutoff_ms(settings, VIEW)
     started_ms = int(time.time() * 1000)  # a claim as a replay killed half-way leaves it
@@ -171,7 +165,7 @@ def test_a_second_replay_is_refused_and_an_interrupted_one_is_taken_over(setting
         again = lambdactl(settings, "replay", "--view", VIEW)
         assert again.returncode == 2 and "holds its mark" in again.stderr, again.stderr[-2000:]
 
-        resumed = lambdactl(settings, "replay", "--view", VIEW, "--resume", "--json", extra_env=quick_settle(settings))
+        resumed = lambdactl(settings, "replay", "--view", VIEW, "--resume", "--json")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert json.loads(resumed.stdout.strip().splitlines()[-1])["from_ms"] <= from_ms
         assert VIEW not in read_marks(settings)
@@ -207,9 +201,7 @@ def test_an_interrupted_replay_is_cancelled_its_rows_deleted_and_the_view_answer
         before = by_country_device(settings)
         assert before.status_code == 200, before.text
 
-        cancelled = lambdactl(
-            settings, "replay", "--view", VIEW, "--cancel", "--json", extra_env=quick_settle(settings)
-        )
+        cancelled = lambdactl(settings, "replay", "--view", VIEW, "--cancel", "--json")
         assert cancelled.returncode == 0, cancelled.stderr[-3000:]
         assert json.loads(cancelled.stdout.strip().splitlines()[-1]) == {
             "view": VIEW,
@@ -259,7 +251,7 @@ def test_a_mark_file_that_is_no_mark_is_refused_by_name_until_resume_and_harms_n
 
         plain = lambdactl(settings, "replay", "--view", VIEW)
         assert plain.returncode == 2 and "not one" in plain.stderr and "--resume" in plain.stderr, plain.stderr[-2000:]
-        resumed = lambdactl(settings, "replay", "--view", VIEW, "--resume", "--json", extra_env=quick_settle(settings))
+        resumed = lambdactl(settings, "replay", "--view", VIEW, "--resume", "--json")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert VIEW not in read_marks(settings)
         answer = by_country_device(settings)

@@ -345,5 +345,7 @@ def test_replaced_rows_are_kept_as_long_as_the_running_api_trusts_its_marks(tmp_
     told = Settings(state_dir=tmp_path, api={"speed_recheck_s": 10})
     assert speed_state.replaced_rows_kept_s(told) == speed_state.replaced_rows_kept_s(running)
     assert speed_state.replaced_rows_kept_s(told) == 60 + 5 + told.batch.cleanup_settle_s + 5
+    hurried = Settings(state_dir=tmp_path, api={"speed_recheck_s": 60}, batch={"cleanup_settle_s": 6})
+    assert speed_state.replaced_rows_kept_s(hurried) == speed_state.replaced_rows_kept_s(running), "its settle too"
     persist(told)  # `up` with it: the API reads the marks every 10 s from then on
     assert speed_state.replaced_rows_kept_s(told) == 10 + 5 + told.batch.cleanup_settle_s + 5

@@ -222,3 +222,21 @@ def test_drops_recorded_then_killed_before_the_progress_file_said_so_are_not_cou
     assert checkpoints.read_late_drops(settings) == (1_795_924_800_000, 4), "counted once"
     record_pending_late_drops(settings)
     assert checkpoints.read_late_drops(settings) == (1_795_924_800_000, 4)
+
+
+def test_a_record_made_again_with_more_rows_adds_only_those_and_one_without_an_id_keeps_the_ids(monkeypatch):
+    """A write whose answer was lost (it landed) kept its rows pending under its id, and the next
+    batch added rows to them: skipped as made already, the added rows were never counted."""
+    from stores import checkpoints, webhdfs
+
+    MemoryHdfs.files = {}
+    monkeypatch.setattr(webhdfs, "WebHdfs", MemoryHdfs)
+    settings = Settings()
+    checkpoints.record_late_drops(settings, 1_000, 5, record_id="x")
+    checkpoints.record_late_drops(settings, 2_000, 8, record_id="x")  # the same pending record, 3 rows more
+    assert checkpoints.read_late_drops(settings) == (2_000, 8)
+    checkpoints.record_late_drops(settings, 2_000, 8, record_id="x")
+    assert checkpoints.read_late_drops(settings) == (2_000, 8)
+    checkpoints.record_late_drops(settings, 1_500, 2)  # an older progress file's pending rows: no id
+    checkpoints.record_late_drops(settings, 2_000, 8, record_id="x")
+    assert checkpoints.read_late_drops(settings) == (2_000, 10)

@@ -169,3 +169,12 @@ def test_a_verify_round_trip_of_wide_rows_is_bounded_in_bytes_by_the_longest_key
     worst = limits.worst_key_bytes()
     assert asked["scan_batching"] * asked["batch_size"] * worst <= batch_writer.ROUND_TRIP_BYTES
     assert asked["batch_size"] >= 1
+
+
+def test_narrow_rows_still_come_fifty_to_a_round_trip():
+    """Bounding a round trip in bytes takes columns from each result, not results: most by_bucket rows
+    (minute buckets) are narrow, and 4 results a round trip made their scan 12 times the round trips."""
+    from definitions.settings import Settings
+
+    columns, results = batch_writer.wide_scan_sizes(Settings())
+    assert results == batch_writer.WIDE_ROWS_AT_ONCE and columns >= 50
