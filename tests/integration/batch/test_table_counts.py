@@ -128,7 +128,9 @@ def test_wide_rows_are_counted_once_by_the_thrift_scan_and_found_by_their_first_
     assert [key for key, _ in parts] == [first] * 3 + [single] + [second] * 2
     asked.clear()
     assert batch_writer._range_stats(settings, name, TOP_PAGES, None, None) == expected(WIDE)
-    assert asked[0]["scan_batching"] == batch_writer.COLUMNS_AT_ONCE, "read in parts, never a whole wide row"
+    columns, results = batch_writer.wide_scan_sizes(settings)  # bounded in bytes by the longest key allowed
+    assert (asked[0]["scan_batching"], asked[0]["batch_size"]) == (columns, results)
+    assert columns < max(len(cells) for cells in WIDE.values()), "read in parts, never a whole wide row"
     keys = sorted(WIDE)
     asked.clear()
     assert batch_writer.missing_rows(settings, name, [*keys, b"\x00\x00\x00\x09"]) == [b"\x00\x00\x00\x09"]
