@@ -198,6 +198,7 @@ def late_drops_path(settings: Settings) -> str:
 
 # How many of the latest records' ids the record of late drops keeps (a record made again is not counted again).
 LATE_DROPS_IDS_KEPT = 32
+LATE_DROPS_MAX_BYTES = 16_384  # the record with its ids is under 2 KiB
 
 
 def record_late_drops(settings: Settings, below_ms: int, rows: int, record_id: str | None = None) -> None:
@@ -208,24 +209,23 @@ def record_late_drops(settings: Settings, below_ms: int, rows: int, record_id: s
     answer was lost) adds only the rows it holds beyond those."""
     from stores.webhdfs import WebHdfs
 
-    with WebHdfs(settings) as fs:
-        data = fs.read(late_drops_path(settings), max_bytes=16_384)
-    try:
-        doc = json.loads(data) if data is not None else {}
-        kept = (int(doc["below_ms"]), int(doc["rows"])) if doc else (0, 0)
-        ids = {str(k): int(v) for k, v in (doc.get("ids") or {}).items()}
-    except (ValueError, TypeError, KeyError, AttributeError):
-        kept, ids = (0, 0), {}  # not a record: started again from this one
-    counted = ids.get(record_id, 0) if record_id is not None else 0
-    if record_id is not None:
-        ids.pop(record_id, None)  # the latest last
-        ids[record_id] = max(rows, counted)
-    out = {
-        "below_ms": max(kept[0], below_ms),
-        "rows": kept[1] + max(0, rows - counted),
-        "ids": dict(list(ids.items())[-LATE_DROPS_IDS_KEPT:]),
-    }
-    with WebHdfs(settings) as fs:
+    with WebHdfs(settings) as fs:  # one client for the read and the write
+        data = fs.read(late_drops_path(settings), max_bytes=LATE_DROPS_MAX_BYTES)  # HDFS's errors raise
+        try:
+            doc = json.loads(data) if data is not None else {}
+            kept = (int(doc["below_ms"]), int(doc["rows"])) if doc else (0, 0)
+            ids = {str(k): int(v) for k, v in (doc.get("ids") or {}).items()}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            kept, ids = (0, 0), {}  # not a record: started again from this one
+        counted = ids.get(record_id, 0) if record_id is not None else 0
+        if record_id is not None:
+            ids.pop(record_id, None)  # the latest last
+            ids[record_id] = max(rows, counted)
+        out = {
+            "below_ms": max(kept[0], below_ms),
+            "rows": kept[1] + max(0, rows - counted),
+            "ids": dict(list(ids.items())[-LATE_DROPS_IDS_KEPT:]),
+        }
         fs.write_whole(late_drops_path(settings), json.dumps(out).encode())
 
 
@@ -234,7 +234,7 @@ def read_late_drops(settings: Settings) -> tuple[int, int] | None:
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
-        data = fs.read(late_drops_path(settings), max_bytes=16_384)
+        data = fs.read(late_drops_path(settings), max_bytes=LATE_DROPS_MAX_BYTES)
     if data is None:
         return None
     doc = json.loads(data)

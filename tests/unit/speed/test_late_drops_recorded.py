@@ -46,6 +46,23 @@ def progress(dropped: int, watermark: str | None):
     return SimpleNamespace(stateOperators=ops, eventTime={"watermark": watermark} if watermark else {})
 
 
+def query_progress(batch_id: int, dropped: int):
+    """A query's whole progress (as ProgressFile gets it) whose batch dropped `dropped` rows as late."""
+    return SimpleNamespace(
+        name="speed",
+        batchId=batch_id,
+        timestamp="",
+        numInputRows=9,
+        inputRowsPerSecond=0.0,
+        processedRowsPerSecond=0.0,
+        durationMs={},
+        stateOperators=progress(dropped, "2026-11-29T04:00:00.000Z").stateOperators,
+        eventTime={"watermark": "2026-11-29T04:00:00.000Z"},
+        observedMetrics={},
+        sources=[],
+    )
+
+
 def test_a_batch_that_dropped_late_rows_records_them_with_its_watermark(monkeypatch):
     from stores import checkpoints
 
@@ -80,21 +97,7 @@ def test_drops_not_recorded_when_the_job_died_are_recorded_at_its_next_start(tmp
     monkeypatch.setattr(checkpoints, "record_late_drops", lambda *_, **__: (_ for _ in ()).throw(OSError("hdfs away")))
     hook = late_drops_recorder(settings)
     file = ProgressFile(settings, "speed-layer", hooks={"speed": hook})
-    file.progress(
-        SimpleNamespace(
-            name="speed",
-            batchId=7,
-            timestamp="",
-            numInputRows=9,
-            inputRowsPerSecond=0.0,
-            processedRowsPerSecond=0.0,
-            durationMs={},
-            stateOperators=progress(4, "2026-11-29T04:00:00.000Z").stateOperators,
-            eventTime={"watermark": "2026-11-29T04:00:00.000Z"},
-            observedMetrics={},
-            sources=[],
-        )
-    )
+    file.progress(query_progress(7, 4))
     with pytest.raises(OSError):
         record_pending_late_drops(settings)  # HDFS still away: the start fails, the record stays
     recorded = []
@@ -197,24 +200,7 @@ def test_drops_recorded_then_killed_before_the_progress_file_said_so_are_not_cou
     hook = late_drops_recorder(settings)
     file = ProgressFile(settings, "speed-layer", hooks={"speed": hook})
 
-    def batch(n: int, dropped: int) -> None:
-        file.progress(
-            SimpleNamespace(
-                name="speed",
-                batchId=n,
-                timestamp="",
-                numInputRows=9,
-                inputRowsPerSecond=0.0,
-                processedRowsPerSecond=0.0,
-                durationMs={},
-                stateOperators=progress(dropped, "2026-11-29T04:00:00.000Z").stateOperators,
-                eventTime={"watermark": "2026-11-29T04:00:00.000Z"},
-                observedMetrics={},
-                sources=[],
-            )
-        )
-
-    batch(7, 4)  # HDFS away: pending in the progress file
+    file.progress(query_progress(7, 4))  # HDFS away: pending in the progress file
     monkeypatch.setattr(checkpoints, "record_late_drops", real)
     hook(progress(0, "2026-11-29T04:00:00.000Z"))  # the next batch records it; killed before its file is written
     assert checkpoints.read_late_drops(settings) == (1_795_924_800_000, 4)
