@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from definitions.settings import Settings
-from definitions.sketches import MAX_LG_K
-from definitions.views import View, key_text
+from definitions.views import HLL_LG_K, View, key_text
 from stores import batch_layout as layout
 from stores.adapters import ROW_BYTES, ReadTooLarge
 from stores.clients import closed_after
@@ -49,12 +48,42 @@ class BadBatchCell(ValueError):
 
 # What decoding a stored cell or row key raises when its bytes are wrong.
 DECODE_ERRORS = (struct.error, ValueError, KeyError, IndexError, StopIteration, UnicodeDecodeError)
-# The largest sketch any view can hold: an HLL_8 sketch of the library's most registers and its header.
-MAX_SKETCH_BYTES = 2**MAX_LG_K + 64
+# The largest sketch a view holds: an HLL_8 sketch of the registers both layers build (HLL_LG_K)
+# and its header; a larger one is no sketch this platform wrote.
+MAX_SKETCH_BYTES = 2**HLL_LG_K + 64
 # A top read may go through this many times api.max_read_mib of cells (keys seen again are summed,
 # not held) before it is refused: bounds its time as the held keys bound its memory.
 READ_FACTOR = 4
 SKETCH_ROWS_A_FETCH = 200  # a distinct view's rows are fetched a few at a time: each holds a sketch
+ROWS_A_FETCH = 1_000
+TOP_RESULTS_A_FETCH = 10  # a top read's results (parts of a bucket's row) a round trip …
+TOP_COLUMNS_A_RESULT = 1_000  # … and columns (keys) a result, at most
+CELL_BYTES = 64  # a cell's family, qualifier prefix, 8-byte value, its share of the row key, Thrift framing
+
+
+def round_trip_bytes(settings: Settings) -> int:
+    """What one scanner round trip of the API may bring, at most: all the API's connections
+    (`api.workers` × `api.hbase_pool_size`) mid-way at once hold a quarter of the Thrift server's
+    heap (`hbase.thrift_heap_mb`), which builds each round trip's results whole before it answers."""
+    connections = settings.api.workers * settings.api.hbase_pool_size
+    return max(64 * 1024, settings.hbase.thrift_heap_mb * 2**20 // (4 * connections))
+
+
+def series_rows_a_fetch(settings: Settings, view: View) -> int:
+    """Rows a series scan asks for a round trip: within round_trip_bytes of rows whose key is the
+    longest the `events.*` limits allow, each with the largest sketch a distinct view holds."""
+    most = SKETCH_ROWS_A_FETCH if view.aggregation == "distinct" else ROWS_A_FETCH
+    row = settings.events.worst_key_bytes() + CELL_BYTES + (MAX_SKETCH_BYTES if view.aggregation == "distinct" else 0)
+    return max(1, min(most, round_trip_bytes(settings) // row))
+
+
+def top_scan_sizes(settings: Settings) -> tuple[int, int]:
+    """(results a round trip, columns a result) of a top read's scan over a row per bucket and a
+    column per key: within round_trip_bytes of columns whose key is the longest the `events.*`
+    limits allow; fewer columns a result first, so buckets of few keys still come several at once."""
+    column = settings.events.worst_key_bytes() + CELL_BYTES
+    columns = max(1, min(TOP_COLUMNS_A_RESULT, round_trip_bytes(settings) // (TOP_RESULTS_A_FETCH * column)))
+    return max(1, min(TOP_RESULTS_A_FETCH, round_trip_bytes(settings) // (columns * column))), columns
 
 
 class BatchViewReader:
@@ -112,7 +141,7 @@ class BatchViewReader:
         """{event bucket: (value, sketch or None)} of one key's cells in buckets [first, last]."""
         start, stop = layout.scan_range(view, granularity, keys, first, last + 1)
         budget = self.settings.api.max_read_mib * 2**20
-        rows_a_fetch = SKETCH_ROWS_A_FETCH if view.aggregation == "distinct" else 1_000
+        rows_a_fetch = series_rows_a_fetch(self.settings, view)
 
         def read(conn) -> dict[int, tuple[int, bytes | None]]:
             out = {}
@@ -145,7 +174,8 @@ class BatchViewReader:
 
         def read(conn) -> dict[str, int]:
             # A row per bucket, a column per key it saw: parts of rows, never a whole wide one at once.
-            scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=10, scan_batching=1_000)
+            results, columns = top_scan_sizes(self.settings)
+            scan = conn.table(table).scan(row_start=start, row_stop=stop, batch_size=results, scan_batching=columns)
             # Closed here when a read stops part-way (a refusal, a cell that is none): left to the
             # exception's end, its scanner closed on the connection after the pool gave it to another.
             with closed_after(scan):

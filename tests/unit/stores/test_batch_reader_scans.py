@@ -73,7 +73,7 @@ def test_a_series_read_refuses_a_sketch_larger_than_any_and_bounds_what_it_holds
     assert f"a sketch of {MAX_SKETCH_BYTES + 1} bytes" in refused.value.detail
     assert asked["batch_size"] <= 200 < 1_000, "rows of sketches are fetched fewer at a time"
     with pytest.raises(ReadTooLarge, match="unique_visitors"):
-        reader_over(rows(b"x" * 900_000, 5), mib=2).series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 10**9)
+        reader_over(rows(b"x" * 4_000, 600), mib=2).series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 10**9)
     got = reader_over(rows(b"s" * 4_000, 3)).series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 10**9)
     assert got == {b * 3600: (1, b"s" * 4_000) for b in range(3)}
 
@@ -130,3 +130,62 @@ def test_a_negative_batch_cell_is_a_bad_cell_not_added_in():
         with pytest.raises(BatchViewsUnavailable) as refused:
             read()
         assert "negative value -4" in refused.value.detail
+
+
+def _round_trips(reader_call, view, worst_key: bytes) -> tuple[dict, int]:
+    """What the reader's scan asks for, and the most bytes one Thrift round trip of it brings when
+    every row (series) or column (top) holds the longest key the events limits allow and, in a
+    distinct view, the largest sketch the platform writes."""
+    from stores.batch_reader import MAX_SKETCH_BYTES
+
+    asked: dict = {}
+
+    def scan(**kwargs):
+        asked.update(kwargs)
+        return iter(())
+
+    class Pool:
+        @contextlib.contextmanager
+        def connection(self, timeout):
+            yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
+
+    reader = BatchViewReader(Settings(), pool_size=1, wait_s=1)
+    reader._pool = Pool()
+    reader_call(reader)
+    if "scan_batching" in asked:  # a top read: results of columns, a column per key
+        return asked, asked["batch_size"] * asked["scan_batching"] * (len(worst_key) + 8)
+    sketch = MAX_SKETCH_BYTES if view.aggregation == "distinct" else 0
+    return asked, asked["batch_size"] * (len(worst_key) + 8 + sketch)
+
+
+def test_every_api_scan_round_trip_is_bounded_in_bytes_for_the_longest_keys_the_limits_allow():
+    """A top read asked for 10 results of 1,000 columns a round trip: with URLs of the 2,048
+    characters (4 KB) the events limits allow, about 40 MB the Thrift server built whole; the API's
+    16 connections (2 workers × 8) at once were 650 MB against its 256 MB heap. Each round trip now
+    keeps within a share of a quarter of the heap, so all the API's connections at once do too."""
+    from definitions.views import PAGE_VIEWS, UNIQUE_VISITORS
+
+    settings = Settings()
+    worst_key = b"k" * settings.events.worst_key_bytes()
+    connections = settings.api.workers * settings.api.hbase_pool_size
+    budget = settings.hbase.thrift_heap_mb * 2**20 // (4 * connections)
+    reads = {
+        "top": (TOP_PAGES, lambda r: r.totals("t", TOP_PAGES, "hour", 0, 1)),
+        "series": (PAGE_VIEWS, lambda r: r.series("t", PAGE_VIEWS, "hour", ["/"], 0, 1)),
+        "distinct": (UNIQUE_VISITORS, lambda r: r.series("t", UNIQUE_VISITORS, "hour", ["/"], 0, 1)),
+    }
+    for name, (view, call) in reads.items():
+        asked, worst = _round_trips(call, view, worst_key)
+        assert worst <= budget, f"{name}: {asked} brings up to {worst} bytes a round trip, over {budget}"
+    asked, _ = _round_trips(reads["top"][1], TOP_PAGES, worst_key)
+    assert asked["batch_size"] >= 10, "buckets of few keys still come several a round trip"
+    asked, _ = _round_trips(reads["series"][1], PAGE_VIEWS, worst_key)
+    assert asked["batch_size"] >= 500, "a plain series still comes hundreds of rows a round trip"
+
+
+def test_a_sketch_larger_than_both_layers_build_is_a_bad_cell():
+    """Both layers build sketches of HLL_LG_K; one of more registers is damage, refused by name."""
+    from definitions.views import HLL_LG_K
+    from stores.batch_reader import MAX_SKETCH_BYTES
+
+    assert MAX_SKETCH_BYTES < 2 ** (HLL_LG_K + 1)
