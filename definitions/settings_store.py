@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +302,14 @@ def persisted_settings(settings: Settings) -> Settings | None:
         return None if doc is None else _FileOnly(**doc)
     except (SettingsConflict, ValueError):
         return None
+
+
+def running_longest(settings: Settings, value: Callable[[Settings], float]) -> float:
+    """The larger of `value` of these settings and of the persisted ones alone, which the running
+    stack's services took: for a wait a command (told another value by its environment or a TOML
+    file) keeps so that what a service still does is over."""
+    running = persisted_settings(settings)
+    return value(settings) if running is None else max(value(settings), value(running))
 
 
 def persisted_digest(settings: Settings, keys: Iterable[str] = (), ignores: Iterable[str] = ()) -> str:

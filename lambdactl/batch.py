@@ -259,6 +259,7 @@ def settle_after_swap(settings: Settings, pointer) -> None:
     `swap_landed_ms`; the pointer's own stamp precedes the compare-and-set). At most the setting
     itself: a swap stamped ahead by another host's clock does not stall this."""
     from batch_layer.swap import record_completed_swap
+    from definitions.settings_store import running_longest
     from stores.registry import version_store
 
     store = version_store(settings)
@@ -276,7 +277,8 @@ def settle_after_swap(settings: Settings, pointer) -> None:
         landed_ms = max(landed_ms, int(runs.get(pointer.version, {}).get("swap_landed_ms", 0)))
     except (TypeError, ValueError):
         pass  # a record that is no number: the pointer's stamp
-    settle_s = min(settings.batch.cleanup_settle_s, landed_ms / 1000 + settings.batch.cleanup_settle_s - time.time())
+    whole_s = running_longest(settings, lambda s: s.batch.cleanup_settle_s)  # the running API's, if longer
+    settle_s = min(whole_s, landed_ms / 1000 + whole_s - time.time())
     if settle_s > 0:
         _say(
             f"waiting {settle_s:.0f}s after the swap (batch.cleanup_settle_s): answers from the previous pointer may still run"

@@ -37,13 +37,9 @@ def replaced_rows_kept_s(settings: Settings) -> float:
     Asked by lambdactl, whose settings may say another api.speed_recheck_s or batch.cleanup_settle_s
     (the environment, a TOML file) than the running API's, which takes the persisted ones alone: the
     longer of the two."""
-    from definitions.settings_store import persisted_settings
+    from definitions.settings_store import running_longest
 
-    def kept(s: Settings) -> float:
-        return marks_trusted_s(s) + s.batch.cleanup_settle_s + 5
-
-    running = persisted_settings(settings)
-    return kept(settings) if running is None else max(kept(settings), kept(running))
+    return running_longest(settings, lambda s: marks_trusted_s(s) + s.batch.cleanup_settle_s + 5)
 
 
 MARKS_WAIT_S = 2.0  # how long a query waits for a read under way before it refuses on old marks

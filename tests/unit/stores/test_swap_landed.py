@@ -51,10 +51,10 @@ def test_a_swap_records_when_it_landed_and_a_move_that_keeps_the_version_records
     assert store.recorded == [], "a dropped run was marked live again by each bookkeeping move"
 
 
-def test_the_clean_up_settles_from_when_the_swap_landed(monkeypatch):
+def test_the_clean_up_settles_from_when_the_swap_landed(monkeypatch, tmp_path):
     from stores import registry
 
-    settings = Settings()
+    settings = Settings(state_dir=tmp_path)  # no persisted settings: its own alone
     pointer = _pointer(3)
     runs = {3: {"swap_landed_ms": NOW_MS + 15_000}}
     monkeypatch.setattr(registry, "version_store", lambda _s: SimpleNamespace(runs=lambda: runs))
@@ -67,6 +67,23 @@ def test_the_clean_up_settles_from_when_the_swap_landed(monkeypatch):
     slept.clear()
     batch.settle_after_swap(settings, pointer)
     assert slept == [pytest.approx(settings.batch.cleanup_settle_s - 16)]
+
+
+def test_the_clean_up_settles_as_long_as_the_running_api_waits(monkeypatch, tmp_path):
+    """The API takes the persisted settings alone: lambdactl told a shorter batch.cleanup_settle_s (its
+    environment, a TOML file) deleted realtime rows an answer from the previous pointer still read."""
+    from definitions.settings_store import persist
+    from stores import registry
+
+    persist(Settings(state_dir=tmp_path, batch={"cleanup_settle_s": 60}))
+    told = Settings(state_dir=tmp_path, batch={"cleanup_settle_s": 6})
+    runs = {3: {"swap_landed_ms": NOW_MS + 15_000}}
+    monkeypatch.setattr(registry, "version_store", lambda _s: SimpleNamespace(runs=lambda: runs))
+    slept: list = []
+    monkeypatch.setattr(batch.time, "sleep", slept.append)
+    monkeypatch.setattr(batch.time, "time", lambda: NOW_MS / 1000 + 16)
+    batch.settle_after_swap(told, _pointer(3))
+    assert slept == [pytest.approx(60 - 1)], "the running API's settle, from the landing"
 
 
 def test_a_swap_that_landed_is_not_failed_by_its_bookkeeping(store, monkeypatch, caplog):
@@ -84,13 +101,13 @@ def test_a_swap_that_landed_is_not_failed_by_its_bookkeeping(store, monkeypatch,
     assert len(warned) == 2 and all("serves" in w and "--swap" in w for w in warned), warned
 
 
-def test_a_swap_that_landed_unrecorded_is_settled_from_now_and_recorded(monkeypatch):
+def test_a_swap_that_landed_unrecorded_is_settled_from_now_and_recorded(monkeypatch, tmp_path):
     """The compare-and-set landed after a slow wait and the call timed out: the run stayed
     `verified`, with no landing time, and the clean-up settled from the pointer's stamp, made
     before that wait: short by it."""
     from stores import registry
 
-    settings = Settings()
+    settings = Settings(state_dir=tmp_path)  # no persisted settings: its own alone
     pointer = _pointer(3)
     runs = {2: {"state": "live"}, 3: {"state": "verified"}}
     recorded: list = []
