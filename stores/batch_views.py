@@ -29,8 +29,8 @@ from stores.pointer import (
     PointerMoved,
     ViewEntry,
     retention_plan,
+    run_tables,
     table_version,
-    table_view,
 )
 from stores.run_records import prunable_runs
 
@@ -261,10 +261,8 @@ class VersionStore:
                 dropped.append(name)
         finally:
             conn.close()
-        ours = {name for run in runs.values() for name in run.get("views", [])}
-        remaining = {
-            v for t in set(tables) - set(dropped) if table_view(t) in ours and (v := table_version(t)) is not None
-        }
+        made = set().union(*(run_tables(version, run) for version, run in runs.items()))
+        remaining = {v for t in set(tables) - set(dropped) if t in made and (v := table_version(t)) is not None}
         named = {e.version for e in current.entries.values()} if current is not None else set()
         for version, run in runs.items():
             # A version the pointer names stays live even with its table gone (deleted outside the
@@ -273,7 +271,7 @@ class VersionStore:
                 self.record_run(version, state="dropped")
         if dropped:
             log.info("dropped old view tables: %s", ", ".join(dropped))
-        # Versions with a table left of a view their runs name (a table of another view, or of
+        # Versions with a table left that their own run made (a table of another view, or of
         # another meta table's runs sharing the namespace, is no run's of this store).
         self._prune_runs(
             prunable_runs(

@@ -293,8 +293,8 @@ def retention_plan(
     grace_ms: float,
     may_run: Callable[[Mapping], bool | None],
 ) -> list[str]:
-    """The tables retention may drop: tables of this store (`<view>_v<N>` for a view some run
-    wrote) except
+    """The tables retention may drop: tables of this store (`<view>_v<N>` a run recorded in `runs`
+    wrote: view N's run names the view) except
     - every table the pointer names (any view's entry),
     - the tables of runs in flight: "writing" with its process running (`may_run` True: asked on this
       host), or "writing" with a process that cannot be asked (None: another host) started or beating
@@ -339,4 +339,8 @@ def retention_plan(
             reverse=True,
         )
         protected |= {table_name(view, v) for v in served[: keep - (entry is not None)]}
-    return sorted(t for t in tables if table_view(t) in ours and t not in protected)
+    # Only tables this store's own runs made: a `<view>_v<N>` no run record of it names is another
+    # meta table's sharing the namespace, or a run's beyond a counter restored from a backup (its
+    # next run refuses to create over it: stores.batch_writer), never this store's to drop.
+    made = set().union(*(run_tables(version, run) for version, run in runs.items()))
+    return sorted(t for t in tables if t in made and t not in protected)

@@ -573,3 +573,37 @@ def test_a_run_records_only_while_its_record_says_what_it_expects(own):
     assert not store.record_run_if(version, "verified", heartbeat_ms=11)
     assert not store.record_run_if(version, "writing", state="verified", verified_ms=12)
     assert version not in store.runs(), "nothing came back"
+
+
+def test_retention_never_drops_another_meta_table_s_tables_sharing_the_namespace(own):
+    """Two stores (two meta tables, say staging beside production) in one namespace with the same view
+    names: each one's retention dropped every `<view>_v<N>` of those views, the other's served
+    tables included. Now each drops only tables its own runs made."""
+    settings, (a, b, c) = own
+    other = settings.model_copy(
+        update={"hbase": settings.hbase.model_copy(update={"meta_table": f"{settings.hbase.meta_table}_other"})}
+    )
+    conn = hbase_connection(other)
+    try:
+        conn.create_table(other.hbase.meta_table, {"p": dict(max_versions=1)})
+    finally:
+        conn.close()
+    try:
+        theirs = []
+        for i in range(2):  # versions 1 and 2 of the other store, the second serving
+            theirs.append(written(other, [a, b], T0 + i * STEP, full=True))
+            swap_version(other, theirs[-1])
+        their_tables = {table_name(view, v) for v in theirs for view in (a, b)}
+        for _ in range(2):  # this store's counter gives versions 1 and 2 too: of another view
+            written(settings, [c], T0 + STEP)
+        mine = written(settings, [a, c], T0 + 2 * STEP, full=True)  # version 3: of their view a as well
+        swap_version(settings, mine)
+        VersionStore(settings).retain(keep=1, grace_ms=0)
+        assert their_tables <= tables(settings), "the other store's tables, served ones included, all stay"
+        assert VersionStore(other).pointer().tables() <= tables(settings)
+    finally:
+        conn = hbase_connection(other)
+        try:
+            conn.delete_table(other.hbase.meta_table, disable=True)
+        finally:
+            conn.close()

@@ -268,6 +268,23 @@ def test_retention_keeps_in_flight_runs_and_named_tables_only_of_this_store():
     assert all(table_view(t) and table_version(t) for t in dropped)
 
 
+def test_retention_drops_only_tables_this_store_s_own_runs_made():
+    """Any `<view>_v<N>` of a view some run wrote was dropped: another meta table's tables sharing the
+    namespace (a staging store, the one it serves included), or the versions beyond a meta table
+    restored from a backup (its counter at 2 while runs 3 and 4 made tables, one of them served)."""
+    pointer = Pointer.from_doc(Pointer().to_doc())
+    p = advance(pointer, version=2, run_id="r2", cutoff_ms=60_000, views=["a", "b"], full=True, stats={}, now_ms=0)
+    runs = {
+        1: {"state": "live", "views": ["a"], "started_ms": 0},
+        2: {"state": "live", "views": ["a", "b"], "started_ms": 0},
+    }
+    theirs = ["a_v3", "a_v4", "b_v1", "b_v9"]  # no run of this store made these
+    dropped = retention_plan(
+        p, runs, ["a_v1", "a_v2", "b_v2", *theirs], keep=1, now_ms=10_000_000, grace_ms=1_000, may_run=lambda run: False
+    )
+    assert dropped == ["a_v1"], "only a table of this store's own run, beyond keep"
+
+
 def test_retention_keeps_a_long_run_whose_process_still_runs_here_past_the_grace_period():
     """A run writing for longer than batch.retention_grace_s (a big history, a slow machine) keeps
     its tables while its process is known to run (this host); a run of another host, whose process
