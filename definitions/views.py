@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 GRANULARITIES: dict[str, int] = {"minute": 60, "hour": 3_600, "day": 86_400}
 HLL_LG_K = 12  # 4096 registers: relative standard error 1.04 / sqrt(4096) = 1.6 %
+# The largest sketch either layer stores: an HLL_8 sketch of HLL_LG_K registers and its header.
+MAX_SKETCH_BYTES = 2**HLL_LG_K + 64
 # Tables, replays' shadow names and HDFS mark files are named from a view's name (HDFS: 255 bytes a name).
 MAX_NAME_CHARS = 64
 # A changed definition's storage name adds `__` and up to a whole fingerprint (definitions.view_versions);

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from cachetools import LRUCache
 
 from definitions.logs import REPEATS
+from stores.adapters import text_bytes
 
 T = TypeVar("T")
 _OBJECT = 56  # bytes of a small Python object, with its slot in a container
@@ -32,7 +33,9 @@ log = logging.getLogger(__name__)
 
 def approx_bytes(value: Any) -> int:
     """What `value` holds in memory, roughly (containers, strings, bytes, numbers, dataclasses)."""
-    if isinstance(value, (str, bytes, bytearray)):
+    if isinstance(value, str):
+        return _OBJECT + text_bytes(value)  # 1, 2 or 4 bytes a character
+    if isinstance(value, (bytes, bytearray)):
         return _OBJECT + len(value)
     if isinstance(value, dict):
         return _OBJECT * 2 + sum(approx_bytes(k) + approx_bytes(v) for k, v in value.items())

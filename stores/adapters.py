@@ -9,6 +9,7 @@ what the built-in adapter of its role raises (see each protocol) so the callers'
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +49,13 @@ class ReadTooLarge(ValueError):
 # What a row (or a key) read holds in Python beyond its key (held twice: as read, and as merged) and
 # sketch, counted against api.max_read_mib (measured: ~96 MiB for 400k rows of 20-byte keys).
 ROW_BYTES = 200
+_EMPTY_TEXT = sys.getsizeof("")
+
+
+def text_bytes(text: str) -> int:
+    """What a string's characters take in Python: 1, 2 or 4 bytes each, by its widest character (a
+    key of emoji takes four times its length)."""
+    return sys.getsizeof(text) - _EMPTY_TEXT
 
 
 class RealtimeReaderAdapter(Protocol):

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from definitions.settings import Settings
-from definitions.views import HLL_LG_K, View, key_text
+from definitions.views import MAX_SKETCH_BYTES, View, key_text  # a larger sketch is none the platform wrote
 from stores import batch_layout as layout
-from stores.adapters import ROW_BYTES, ReadTooLarge
+from stores.adapters import ROW_BYTES, ReadTooLarge, text_bytes
 from stores.clients import closed_after
 
 log = logging.getLogger(__name__)
@@ -48,9 +48,6 @@ class BadBatchCell(ValueError):
 
 # What decoding a stored cell or row key raises when its bytes are wrong.
 DECODE_ERRORS = (struct.error, ValueError, KeyError, IndexError, StopIteration, UnicodeDecodeError)
-# The largest sketch a view holds: an HLL_8 sketch of the registers both layers build (HLL_LG_K)
-# and its header; a larger one is no sketch this platform wrote.
-MAX_SKETCH_BYTES = 2**HLL_LG_K + 64
 # A top read may go through this many times api.max_read_mib of cells (keys seen again are summed,
 # not held) before it is refused: bounds its time as the held keys bound its memory.
 READ_FACTOR = 4
@@ -200,7 +197,7 @@ class BatchViewReader:
                             f"{table}: column {column[:80]!r}: {type(exc).__name__}: {exc}"[:300]
                         ) from None
                     if key not in totals:
-                        held += ROW_BYTES + 2 * len(key)
+                        held += ROW_BYTES + 2 * text_bytes(key)
                         if held > budget:
                             raise ReadTooLarge(
                                 f"{view.name}: the window holds more than {self.settings.api.max_read_mib} MiB "

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from definitions.settings import Settings
-from definitions.views import key_text
+from definitions.views import MAX_SKETCH_BYTES, key_text
 from stores import realtime_ttl
-from stores.adapters import ROW_BYTES, ReadTooLarge
+from stores.adapters import ROW_BYTES, ReadTooLarge, text_bytes
 from stores.clients import cassandra_cluster
 from stores.realtime_schema import BY_BUCKET, BY_KEY, TABLES, ensure_schema, ttl_changes_of
 from stores.realtime_statements import execute_all_with_retries, replica_batches
@@ -158,6 +159,20 @@ class RealtimeCell:
     ingest_buckets: int = 0
 
 
+# A page of realtime rows a query's read fetches holds at most this many bytes, counting every row
+# as large as it can be; at most READS_IN_FLIGHT pages are fetched ahead of the one being read.
+PAGE_BYTES = 4 * 2**20
+READS_IN_FLIGHT = 4
+ROW_FIELDS_BYTES = 64  # a row's buckets, value and framing
+
+
+def page_rows(settings: Settings, with_key: bool) -> int:
+    """Rows a page of a read asks for: within PAGE_BYTES of rows whose key (JSON-quoted, each byte at
+    most 2) is the longest the `events.*` limits allow, or whose sketch is the largest a view holds."""
+    row = ROW_FIELDS_BYTES + (2 * settings.events.worst_key_bytes() if with_key else MAX_SKETCH_BYTES)
+    return max(1, min(5_000, PAGE_BYTES // row))
+
+
 class RealtimeReader:
     """Reads realtime rows for the merge: only ingest buckets at or after a cutoff are ever read."""
 
@@ -195,6 +210,9 @@ class RealtimeReader:
             f"SELECT event_bucket, ingest_bucket, key, value FROM {BY_BUCKET} WHERE view_name = ? AND granularity = ? "
             "AND event_bucket IN ? AND ingest_bucket >= ?"
         )
+        # Pages bounded in bytes, not the driver's 5,000 rows (rows of 4 KB keys: 40 MB a page).
+        self.series_stmt.fetch_size = page_rows(settings, with_key=False)
+        self.bucket_stmt.fetch_size = page_rows(settings, with_key=True)
         self.marks = MarkReader(session, self.tuples)
         self.max_bytes = settings.api.max_read_mib * 2**20
 
@@ -263,7 +281,7 @@ class RealtimeReader:
         for event_bucket, ingest_bucket, key, value in self._rows(self.bucket_stmt, params):
             if low <= ingest_bucket < high:
                 continue
-            held += ROW_BYTES + 2 * len(key)
+            held += ROW_BYTES + 2 * text_bytes(key)  # as read and as canonical
             if held > self.max_bytes:
                 raise self._too_large(view)
             if value is None:
@@ -277,13 +295,22 @@ class RealtimeReader:
         return out
 
     def _rows(self, statement, params: list[tuple]) -> Iterable[tuple]:
-        """The rows (plain tuples) of `statement` once per parameter tuple, sent concurrently."""
-        from cassandra.concurrent import execute_concurrent_with_args
+        """The rows (plain tuples) of `statement` once per parameter tuple, in order: READS_IN_FLIGHT
+        sent ahead, the next sent only as one is read. The driver's concurrent execution sent the next
+        as each answered, so every statement's first page was held before any row was counted."""
+        ahead = iter(params)
+        pending: deque = deque()
 
-        results = execute_concurrent_with_args(
-            self.session, statement, params, concurrency=16, raise_on_first_error=True, execution_profile=self.tuples
-        )
-        for _ok, result in results:
+        def send() -> None:
+            for values in ahead:
+                pending.append(self.session.execute_async(statement, values, execution_profile=self.tuples))
+                return
+
+        for _ in range(READS_IN_FLIGHT):
+            send()
+        while pending:
+            result = pending.popleft().result()  # the first page; the others are fetched as they are read
+            send()
             yield from result
 
     def close(self) -> None:

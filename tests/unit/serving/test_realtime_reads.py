@@ -142,6 +142,13 @@ def test_a_read_holding_more_than_its_budget_is_refused_and_keeps_the_reader(rea
     over = rows + [(0, 60, key[:-2] + "x" * ((ROW_BYTES + 2 * len(key)) * 2) + '"]', 1)]
     with pytest.raises(ReadTooLarge, match=r"top_pages: the window holds more than 1 MiB .*narrower window"):
         rows_reader(over, max_mib=1).bucket("top_pages", "hour", [0], 0)
+    # Counted as Python holds them: a key of characters beyond the BMP takes 4 bytes each, not 1.
+    astral = '["' + "\U0001f600" * 1000 + '"]'
+    many = [
+        (0, 60, astral[:-2] + str(n) + '"]', 1) for n in range(2**20 // (ROW_BYTES + 2 * (len(astral) + 5)))
+    ]  # within 1 MiB counted in characters
+    with pytest.raises(ReadTooLarge, match="top_pages"):
+        rows_reader(many, max_mib=1).bucket("top_pages", "hour", [0], 0)
     sketch = bytes(4096)
     sketches = [(b, 60, 1, sketch) for b in range(2**20 // (ROW_BYTES + 4096) + 1)]
     with pytest.raises(ReadTooLarge, match="visitors"):
@@ -250,3 +257,48 @@ def test_a_reader_whose_set_up_fails_after_connecting_shuts_its_connection_down(
     with pytest.raises(RuntimeError, match="unconfigured table"):
         realtime.RealtimeReader(Settings())
     assert shut == [True]
+
+
+def test_a_read_fetches_pages_bounded_in_bytes_and_a_few_statements_ahead():
+    """A top-N over 2,000 buckets is 20 statements: the driver's concurrent execution sent each next
+    one as another answered, so all 20 first pages (5,000 rows each, 40 MB of 4 KB keys) were held
+    before a row was counted against api.max_read_mib. Now pages are bounded in bytes for the longest
+    keys the events limits allow, and only READS_IN_FLIGHT statements are ahead of the one read."""
+    from stores import realtime
+
+    sent: list[int] = []
+    taken: list[int] = []
+
+    class Future:
+        def __init__(self, n):
+            self.n = n
+
+        def result(self):
+            taken.append(self.n)
+            return [(self.n, 60, '["/a"]', 1)]
+
+    class Statement:
+        fetch_size = None
+
+    class Session:
+        def execution_profile_clone_update(self, *_a, **_k):
+            return None
+
+        def prepare(self, _query):
+            return Statement()
+
+        def execute_async(self, _statement, values, execution_profile=None):
+            sent.append(values[2][0])
+            return Future(values[2][0])
+
+    settings = Settings()
+    reader = realtime.RealtimeReader(settings, session=Session())
+    worst_row = 2 * settings.events.worst_key_bytes()
+    assert reader.bucket_stmt.fetch_size * worst_row <= realtime.PAGE_BYTES
+    assert reader.series_stmt.fetch_size * realtime.MAX_SKETCH_BYTES <= realtime.PAGE_BYTES
+    assert reader.series_stmt.fetch_size >= 500, "a series still comes hundreds of rows a page"
+    rows = reader._rows(reader.bucket_stmt, [("top_pages", "minute", [n], 0) for n in range(20)])
+    for read, row in enumerate(rows, start=1):
+        assert len(sent) - read <= realtime.READS_IN_FLIGHT, f"{len(sent)} sent with {read} read"
+        assert row[0] == read - 1, "in order"
+    assert sent == taken == list(range(20))

@@ -189,3 +189,28 @@ def test_a_sketch_larger_than_both_layers_build_is_a_bad_cell():
     from stores.batch_reader import MAX_SKETCH_BYTES
 
     assert MAX_SKETCH_BYTES < 2 ** (HLL_LG_K + 1)
+
+
+def test_keys_are_counted_as_python_holds_them_four_bytes_a_character_beyond_the_bmp():
+    """Budgets counted a key's characters: a URL of 1,000 emoji (4 KB, within the events limits) took
+    4 KB in memory and counted 1 KB, so a read or a cache held about four times its setting."""
+    from serving_layer.part_cache import approx_bytes
+    from stores.adapters import ROW_BYTES
+
+    emoji = "\U0001f600" * 1000
+    keys = 2**20 // (ROW_BYTES + 2 * 1_030)  # as many as fit in 1 MiB were each key 1,030 bytes
+
+    def scan(**kwargs):
+        for n in range(keys):
+            yield b"row", {layout.column(TOP_PAGES, [f"/{n:06d}" + emoji]): layout.encode_int(1)}
+
+    class Pool:
+        @contextlib.contextmanager
+        def connection(self, timeout):
+            yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
+
+    reader = BatchViewReader(Settings(api={"max_read_mib": 1}), pool_size=1, wait_s=1)
+    reader._pool = Pool()
+    with pytest.raises(ReadTooLarge, match="top_pages"):
+        reader.totals("t", TOP_PAGES, "hour", 0, 1)
+    assert approx_bytes(emoji) >= 4_000 and approx_bytes({emoji: 1}) >= 4_000, "the cache counts so too"
