@@ -32,6 +32,7 @@ import psutil
 from batch_layer.heartbeat import beat_every_s, heartbeat
 from batch_layer.swap import beat_verified, not_past_grace, retain_before_writing, swap_version, tables_kept
 from batch_layer.tables import write_tables
+from definitions.files import boot_id, start_ticks
 from definitions.logs import bind, configure_from
 from definitions.settings import Settings, process_settings
 from definitions.spark import batch_session_options
@@ -233,6 +234,8 @@ def run_batch(
         host=socket.gethostname(),
         pid=me.pid,
         pid_started_ms=int(me.create_time() * 1000),
+        pid_start_ticks=start_ticks(me.pid),  # what stores.batch_views._may_run compares: no clock in it
+        boot_id=boot_id(),
         previous_cutoff_ms=min(current.cutoff_of(n) for n in names) if current is not None else 0,
     )
     log.info(

@@ -9,6 +9,7 @@ Each table is scanned back (verified) while the next ones are computed.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
@@ -19,7 +20,15 @@ from definitions.view_rollup import compute_each
 from definitions.views import View
 from stores import batch_bulk_load
 from stores import batch_layout as layout
-from stores.batch_writer import RangeCounter, TableStats, create_table, table_splits, verify_table, write_partitions
+from stores.batch_writer import (
+    RangeCounter,
+    TableStats,
+    VerificationError,
+    create_table,
+    table_splits,
+    verify_table,
+    write_partitions,
+)
 
 log = logging.getLogger("lambda.batch")
 
@@ -72,6 +81,7 @@ def write_tables(
 
 def _write_group(settings: Settings, spark, version: int, group: list[View], events, bulk: bool) -> dict[str, list]:
     names = {view.name: layout.table_name(view, version) for view in group}
+    still_writing(settings, version)
     for name in names.values():
         create_table(settings, name)
     written: dict[str, list] = {view.name: [] for view in group}
@@ -87,6 +97,22 @@ def _write_group(settings: Settings, spark, version: int, group: list[View], eve
                 written[view.name].append(done)
                 log.info("%s/%s: %d cells written", view.name, granularity, done.stats.cells)
     return written
+
+
+def still_writing(settings: Settings, version: int) -> None:
+    """Before a run makes its next tables: refused when its record is no longer "writing". Retention
+    gives up a run of another host that did not beat within batch.retention_grace_s (its clock far
+    behind, its machine paused) and deletes its record; tables it made after that were named by no
+    run record, so no retention would ever drop them."""
+    from stores.registry import version_store
+
+    store = version_store(settings)
+    if not store.record_run_if(version, "writing", heartbeat_ms=int(time.time() * 1000)):
+        state = (store.runs().get(version) or {}).get("state")
+        raise VerificationError(
+            f"version {version} is no longer recorded writing (its record: {state or 'gone'}): retention gave it up "
+            "(no beat within batch.retention_grace_s) and may have dropped its tables; run the batch again"
+        )
 
 
 def _verify(

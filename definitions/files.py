@@ -200,3 +200,24 @@ def refuse_untrusted_module(name: str, folders: Iterable[Path], setting: str) ->
         for file in files:
             refuse_untrusted(file, setting, f"module {name} is not imported")
         search = list(spec.submodule_search_locations or ())
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat), or None where there
+    is no such file. Unlike its wall-clock start time (psutil's create_time: the boot time, read from
+    the wall clock, plus these ticks) it stays put when the clock is stepped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+        return int(data[data.rindex(b")") + 2 :].split()[19])  # field 22; a name may hold ") "
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_id() -> str | None:
+    """This boot of the machine (/proc/sys/kernel/random/boot_id), or None where there is none:
+    start_ticks name a process only within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None

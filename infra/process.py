@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from definitions.files import write_private
+from definitions.files import start_ticks, write_private
 from infra.errors import StackError
 
 log = logging.getLogger(__name__)
@@ -34,18 +34,6 @@ class ProcessRecord:
     create_time: float
     command: list[str]
     start_ticks: int | None = None  # start_ticks(pid) when recorded; None: a record of an earlier release
-
-
-def start_ticks(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat), or None where there
-    is no such file. Unlike its wall-clock start time (psutil's create_time: the boot time, read from
-    the wall clock, plus these ticks) it stays put when the clock is stepped."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            data = stat.read()
-        return int(data[data.rindex(b")") + 2 :].split()[19])  # field 22; a name may hold ") "
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class ProcessSupervisor:

@@ -128,3 +128,30 @@ def test_a_failed_run_does_not_wait_for_the_scan_in_progress(monkeypatch):
         assert time.monotonic() - started < 30
     finally:
         release.set()
+
+
+def test_a_run_retention_gave_up_makes_no_more_tables(monkeypatch):
+    """Retention dropped a silent run's tables and deleted its record while its process went on (a
+    clock far behind, a paused machine): the tables it made next were named by no run record, and
+    retention drops only tables its runs made, so they stayed for good. It now stops first."""
+    from types import SimpleNamespace
+
+    from stores import registry
+
+    states = {3: "writing"}
+    created: list[str] = []
+
+    def record_run_if(version, expected, **fields):
+        return states.get(version) == expected
+
+    store = SimpleNamespace(record_run_if=record_run_if, runs=lambda: {v: {"state": s} for v, s in states.items()})
+    monkeypatch.setattr(registry, "version_store", lambda _settings: store)
+    monkeypatch.setattr(tables, "create_table", lambda settings, name: created.append(name))
+    monkeypatch.setattr(tables, "compute_each", lambda view, events: [])
+    group = [PAGE_VIEWS]
+    tables._write_group(None, None, 3, group, None, bulk=False)
+    assert created == [f"{PAGE_VIEWS.name}_v3"]
+    del states[3]  # given up: its record deleted
+    with pytest.raises(VerificationError, match="no longer recorded writing .*gone.*run the batch again"):
+        tables._write_group(None, None, 3, group, None, bulk=False)
+    assert created == [f"{PAGE_VIEWS.name}_v3"], "no table made after"
