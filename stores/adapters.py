@@ -54,7 +54,7 @@ _EMPTY_TEXT = sys.getsizeof("")
 
 def text_bytes(text: str) -> int:
     """What a string's characters take in Python: 1, 2 or 4 bytes each, by its widest character (a
-    key of emoji takes four times its length)."""
+    key of emoji takes four times its length), and for one beyond ASCII its larger header (~30 bytes)."""
     return sys.getsizeof(text) - _EMPTY_TEXT
 
 

@@ -297,21 +297,32 @@ class RealtimeReader:
     def _rows(self, statement, params: list[tuple]) -> Iterable[tuple]:
         """The rows (plain tuples) of `statement` once per parameter tuple, in order: READS_IN_FLIGHT
         sent ahead, the next sent only as one is read. The driver's concurrent execution sent the next
-        as each answered, so every statement's first page was held before any row was counted."""
+        as each answered, so every statement's first page was held before any row was counted. Each
+        later page is asked for with its own timeout (the driver's own paging waits without one)."""
         ahead = iter(params)
         pending: deque = deque()
 
         def send() -> None:
             for values in ahead:
-                pending.append(self.session.execute_async(statement, values, execution_profile=self.tuples))
+                pending.append((values, self.session.execute_async(statement, values, execution_profile=self.tuples)))
                 return
 
-        for _ in range(READS_IN_FLIGHT):
-            send()
-        while pending:
-            result = pending.popleft().result()  # the first page; the others are fetched as they are read
-            send()
-            yield from result
+        try:
+            for _ in range(READS_IN_FLIGHT):
+                send()
+            while pending:
+                values, future = pending.popleft()
+                page = future.result()
+                send()
+                while True:
+                    yield from page.current_rows
+                    if not page.has_more_pages:
+                        break
+                    page = self.session.execute_async(
+                        statement, values, execution_profile=self.tuples, paging_state=page.paging_state
+                    ).result()
+        finally:
+            pending.clear()  # a read stopped part-way: the pages still coming are not kept
 
     def close(self) -> None:
         if self.cluster is not None:

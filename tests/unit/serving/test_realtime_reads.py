@@ -270,12 +270,15 @@ def test_a_read_fetches_pages_bounded_in_bytes_and_a_few_statements_ahead():
     taken: list[int] = []
 
     class Future:
-        def __init__(self, n):
-            self.n = n
+        def __init__(self, n, page):
+            self.n, self.page = n, page
 
         def result(self):
-            taken.append(self.n)
-            return [(self.n, 60, '["/a"]', 1)]
+            if self.page is None:
+                taken.append(self.n)
+            more = self.page is None  # two pages a statement: the second asked by its paging state
+            rows = [(self.n, 60, '["/a"]' if more else '["/b"]', 1)]
+            return type("Page", (), {"current_rows": rows, "has_more_pages": more, "paging_state": b"p"})()
 
     class Statement:
         fetch_size = None
@@ -287,9 +290,10 @@ def test_a_read_fetches_pages_bounded_in_bytes_and_a_few_statements_ahead():
         def prepare(self, _query):
             return Statement()
 
-        def execute_async(self, _statement, values, execution_profile=None):
-            sent.append(values[2][0])
-            return Future(values[2][0])
+        def execute_async(self, _statement, values, execution_profile=None, paging_state=None):
+            if paging_state is None:
+                sent.append(values[2][0])
+            return Future(values[2][0], paging_state)
 
     settings = Settings()
     reader = realtime.RealtimeReader(settings, session=Session())
@@ -298,7 +302,9 @@ def test_a_read_fetches_pages_bounded_in_bytes_and_a_few_statements_ahead():
     assert reader.series_stmt.fetch_size * realtime.MAX_SKETCH_BYTES <= realtime.PAGE_BYTES
     assert reader.series_stmt.fetch_size >= 500, "a series still comes hundreds of rows a page"
     rows = reader._rows(reader.bucket_stmt, [("top_pages", "minute", [n], 0) for n in range(20)])
-    for read, row in enumerate(rows, start=1):
-        assert len(sent) - read <= realtime.READS_IN_FLIGHT, f"{len(sent)} sent with {read} read"
-        assert row[0] == read - 1, "in order"
+    got = []
+    for row in rows:
+        got.append(row)
+        assert len(sent) - len(taken) <= realtime.READS_IN_FLIGHT, f"{len(sent)} sent with {len(taken)} taken"
+    assert [(r[0], r[2]) for r in got] == [(n, k) for n in range(20) for k in ('["/a"]', '["/b"]')], "in order"
     assert sent == taken == list(range(20))

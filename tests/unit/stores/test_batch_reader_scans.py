@@ -184,11 +184,14 @@ def test_every_api_scan_round_trip_is_bounded_in_bytes_for_the_longest_keys_the_
 
 
 def test_a_sketch_larger_than_both_layers_build_is_a_bad_cell():
-    """Both layers build sketches of HLL_LG_K; one of more registers is damage, refused by name."""
-    from definitions.views import HLL_LG_K
-    from stores.batch_reader import MAX_SKETCH_BYTES
+    """Both layers build HLL_8 sketches of HLL_LG_K registers (Spark's hll_sketch_agg, unions of
+    them in the API); one of more registers is damage, refused by name."""
+    from datasketches import hll_sketch, tgt_hll_type
 
-    assert MAX_SKETCH_BYTES < 2 ** (HLL_LG_K + 1)
+    from definitions.views import HLL_LG_K, MAX_SKETCH_BYTES
+
+    assert hll_sketch.get_max_updatable_serialization_bytes(HLL_LG_K, tgt_hll_type.HLL_8) <= MAX_SKETCH_BYTES
+    assert hll_sketch.get_max_updatable_serialization_bytes(HLL_LG_K + 1, tgt_hll_type.HLL_8) > MAX_SKETCH_BYTES
 
 
 def test_keys_are_counted_as_python_holds_them_four_bytes_a_character_beyond_the_bmp():
