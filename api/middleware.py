@@ -79,10 +79,16 @@ class HeadersAndLatency:
             _observe(scope, getattr(route, "path", "unmatched"), started, status)
 
 
+# The methods the API serves keep their name in the latency metric; any other is "other", so a client
+# cannot add series for each method the HTTP parser accepts.
+SERVED_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"})
+
+
 def _observe(scope: Scope, route: str, started: float, status: int) -> None:
     metrics = getattr(scope["app"].state, "metrics", None)
     if metrics is not None:
-        metrics.latency.labels(route, scope["method"], str(status)).observe(time.perf_counter() - started)
+        method = scope["method"] if scope["method"] in SERVED_METHODS else "other"
+        metrics.latency.labels(route, method, str(status)).observe(time.perf_counter() - started)
 
 
 def host_name(value: bytes) -> str:
