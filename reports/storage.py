@@ -13,6 +13,8 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,6 +34,10 @@ class InvalidReportId(ValueError):
 
 class ReportNotFound(LookupError):
     """No report stored under this id."""
+
+
+class ReportsBusy(RuntimeError):
+    """Another request of this process parses a report file, longer than PARSE_WAIT_S: ask again."""
 
 
 class StoredReport(NamedTuple):
@@ -152,9 +158,23 @@ LISTED_FIELDS = ("created", "window", "summary")
 # once, not at every listing (a report is megabytes; the list is asked without a token).
 _listed: LRUCache = LRUCache(maxsize=4096)
 _listed_lock = threading.Lock()
-# One parse at a time: listings at once on a cold cache (an API just started) wait for the one that
-# parses a file, then find it cached, instead of each parsing every report and holding it.
+# One parse at a time, listing or checking a file: requests at once on a cold cache (an API just
+# started, or ids asked one after another past the cache) wait for the one that parses a file, then
+# find it cached, instead of each parsing a report of megabytes and holding it. A request waits at
+# most PARSE_WAIT_S for its turn, then is refused (ReportsBusy), not left holding a worker thread.
 _parse_lock = threading.Lock()
+PARSE_WAIT_S = 5.0
+
+
+@contextmanager
+def _parsing() -> Iterator[None]:
+    """The parse lock, held; ReportsBusy when it is not free within PARSE_WAIT_S."""
+    if not _parse_lock.acquire(timeout=PARSE_WAIT_S):
+        raise ReportsBusy("other requests are reading reports; ask again in a few seconds")
+    try:
+        yield
+    finally:
+        _parse_lock.release()
 
 
 def list_summaries(settings: Settings, limit: int) -> list[StoredReport]:
@@ -179,7 +199,7 @@ def list_summaries(settings: Settings, limit: int) -> list[StoredReport]:
 
 def _parsed_fields(path: Path, key: tuple) -> dict:
     """LISTED_FIELDS of the report file at `path` (cache key `key`), parsed by one caller at a time."""
-    with _parse_lock:
+    with _parsing():
         with _listed_lock:
             fields = _listed.get(key)
         if fields is not None:  # parsed while this caller waited
@@ -215,7 +235,7 @@ def read_report(settings: Settings, report_id: str) -> dict:
 
 # Report files checked to hold a report document, by (path, inode, modification time, size): the
 # API sends a checked file as it is stored, parsing it once rather than at every request.
-_checked: LRUCache = LRUCache(maxsize=256)
+_checked: LRUCache = LRUCache(maxsize=4096)  # more than the reports kept (batch.keep_reports, 500)
 _checked_lock = threading.Lock()
 
 
@@ -232,9 +252,13 @@ def report_file(settings: Settings, report_id: str) -> Path:
     with _checked_lock:
         known = _checked.get(key)
     if known is None:
-        read_report(settings, report_id)
-        with _checked_lock:
-            _checked[key] = True
+        with _parsing():
+            with _checked_lock:
+                known = _checked.get(key)  # checked while this caller waited
+            if known is None:
+                read_report(settings, report_id)
+                with _checked_lock:
+                    _checked[key] = True
     return path
 
 

@@ -36,9 +36,11 @@ def _stored(read, *args):
         raise HTTPException(422, str(exc)) from None
     except storage.ReportNotFound as exc:
         raise HTTPException(404, str(exc)) from None
+    except storage.ReportsBusy as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": "2"}) from None
 
 
-@router.get("", summary="The accuracy reports, newest first", responses=error_responses(422))
+@router.get("", summary="The accuracy reports, newest first", responses=error_responses(422, 429))
 def list_reports(
     settings: SettingsDep, limit: Annotated[int, Query(ge=1, le=1000, description="at most this many")] = 100
 ) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def list_reports(
                 "json": f"/api/v1/reports/{rid}",
                 "html": f"/api/v1/reports/{rid}/html",
             }
-            for rid, doc in storage.list_summaries(settings, limit)
+            for rid, doc in _stored(storage.list_summaries, settings, limit)
         ]
     }
 
@@ -61,7 +63,10 @@ def list_reports(
     "/{report_id}",
     response_class=StreamingResponse,
     summary="One report as JSON",
-    responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}, **error_responses(404, 422)},
+    responses={
+        200: {"content": {"application/json": {"schema": {"type": "object"}}}},
+        **error_responses(404, 422, 429),
+    },
 )
 def get_report(report_id: ReportId, settings: SettingsDep) -> StreamingResponse:
     # Sent as stored (checked once per file version): a report is megabytes, asked without a token.

@@ -383,3 +383,48 @@ def test_a_copy_killed_while_written_to_hdfs_leaves_no_report_under_its_name(loc
 
     storage.store_report(kept, doc("20260101T110000Z-v2"), "<p>next</p>")
     assert sorted(MemoryHdfs.files) == [f"{storage.HDFS_DIR}/20260101T110000Z-v2{x}" for x in (".html", ".json")]
+
+
+def test_cold_report_reads_at_once_parse_one_at_a_time_and_a_long_wait_is_refused(local, monkeypatch):
+    """Each GET of a report not yet checked parsed its whole file (megabytes, ~10× in Python objects),
+    as many at once as threads asked, without a token; ids asked past the 256 checked left each one
+    cold again. Now one parse at a time per process, more ids kept checked than reports are kept,
+    and a request that cannot have its turn within PARSE_WAIT_S is told to ask again (429)."""
+    import threading
+    import time
+
+    from api.app import create_app
+
+    ids = [f"20260101T{hour}0000Z-v{hour}" for hour in range(10, 16)]
+    for hour, rid in zip(range(10, 16), ids, strict=True):
+        storage.store_report(local, doc(rid, version=hour), "<p/>")
+    storage._checked.clear()
+    at_once = {"now": 0, "most": 0}
+    real_loads = storage.json.loads
+
+    def counting(text, *args, **kwargs):
+        at_once["now"] += 1
+        at_once["most"] = max(at_once["most"], at_once["now"])
+        time.sleep(0.05)  # as slow as a report of megabytes
+        at_once["now"] -= 1
+        return real_loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(storage.json, "loads", counting)
+    start = threading.Barrier(len(ids))
+    threads = [threading.Thread(target=lambda r=rid: (start.wait(), storage.report_file(local, r))) for rid in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert at_once["most"] == 1, f"{at_once['most']} reports parsed at once"
+    assert storage._checked.maxsize > local.batch.keep_reports
+    storage._checked.clear()
+    monkeypatch.setattr(storage, "PARSE_WAIT_S", 0.2)
+    with TestClient(create_app(local), base_url=LOCAL_URL, raise_server_exceptions=False) as client:
+        with storage._parse_lock:  # another request's parse that takes long
+            busy = client.get(f"/api/v1/reports/{ids[0]}")
+            listing = client.get("/api/v1/reports")
+        assert busy.status_code == 429 and busy.headers["retry-after"] == "2", busy.text
+        assert "ask again" in busy.json()["detail"]
+        assert listing.status_code == 429
+        assert client.get(f"/api/v1/reports/{ids[0]}").status_code == 200, "its turn come: served"
