@@ -80,6 +80,9 @@ class BatchSettings(_Section):
     cleanup_settle_s: float = Field(20.0, ge=0, le=3_600)
     # Accuracy reports kept (one per batch run; the newest, here and on HDFS).
     keep_reports: int = Field(500, ge=1, le=1_000_000)
+    # Where reports are copied on HDFS: a directory of this stack's own (retention there removes any
+    # report beyond the newest keep_reports, so two stacks sharing an HDFS need one each).
+    reports_path: HdfsPath = "/lambda/reports"
     # Batch run records kept in the meta table: the newest this many, and any older one that still
     # matters (stores/run_records.py); retention deletes the others, so swaps, verifications and
     # reports, which read them all, do not slow down as runs accumulate. A report of an older run's

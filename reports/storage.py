@@ -22,7 +22,6 @@ from cachetools import LRUCache
 
 from definitions.settings import Settings
 
-HDFS_DIR = "/lambda/reports"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # never `.`, `..` or a hidden (temporary) file's name
 _ID = re.compile(ID_PATTERN)
 STRAY_AFTER_S = 3_600  # a temporary file this old is no build's in flight
@@ -56,7 +55,7 @@ def check_id(report_id: str) -> str:
 
 
 def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
-    """Write a copy on HDFS under /lambda/reports/, then `<id>.html` and `<id>.json` under
+    """Write a copy on HDFS under `batch.reports_path`, then `<id>.html` and `<id>.json` under
     state_dir/reports (what the API serves), and drop all but the newest `batch.keep_reports`;
     their paths. HDFS first: a copy that fails (HDFS away) fails the task before the report is
     listed, so its retry does not list a second report of the same run. The page goes before the
@@ -73,12 +72,13 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
     }
     paths: dict[str, str] = {}
     with WebHdfs(settings, timeout_s=30) as fs:
-        fs.mkdirs(HDFS_DIR)
+        hdfs_dir = settings.batch.reports_path
+        fs.mkdirs(hdfs_dir)
         for suffix, data in payload.items():
-            fs.write_whole(f"{HDFS_DIR}/{rid}{suffix}", data)  # killed half-way: no part under its name
-            paths[f"hdfs_{suffix[1:]}"] = f"{settings.hdfs.url}{HDFS_DIR}/{rid}{suffix}"
-        for name in _beyond(fs.list(HDFS_DIR), settings.batch.keep_reports):
-            fs.delete(f"{HDFS_DIR}/{name}")
+            fs.write_whole(f"{hdfs_dir}/{rid}{suffix}", data)  # killed half-way: no part under its name
+            paths[f"hdfs_{suffix[1:]}"] = f"{settings.hdfs.url}{hdfs_dir}/{rid}{suffix}"
+        for name in _beyond(fs.list(hdfs_dir), settings.batch.keep_reports):
+            fs.delete(f"{hdfs_dir}/{name}")
     for suffix, data in payload.items():
         target = folder / f"{rid}{suffix}"
         # A name of its own: two builds of one report at once each move a whole file into place.

@@ -7,11 +7,14 @@ import json
 
 import httpx
 
+from definitions.layer_settings import BatchSettings
 from definitions.section import REPO_ROOT
 from definitions.view_loading import load_views
 from reports import storage
 from reports.render import render_html
 from stores.webhdfs import WebHdfs
+
+REPORTS_PATH = BatchSettings().reports_path  # the default, which the tests' settings keep
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 
@@ -23,8 +26,8 @@ def test_the_report_is_stored_locally_and_on_hdfs_and_served(settings, scenario)
     assert json.loads(open(paths["json"]).read())["id"] == report["id"]
     assert open(paths["html"]).read() == html
     with WebHdfs(settings) as fs:
-        assert json.loads(fs.read(f"{storage.HDFS_DIR}/{report['id']}.json"))["id"] == report["id"]
-        assert fs.read(f"{storage.HDFS_DIR}/{report['id']}.html").decode() == html
+        assert json.loads(fs.read(f"{REPORTS_PATH}/{report['id']}.json"))["id"] == report["id"]
+        assert fs.read(f"{REPORTS_PATH}/{report['id']}.html").decode() == html
     assert report["id"] in [r.report["id"] for r in storage.list_reports(settings, 20)]
     assert storage.read_report(settings, report["id"]) == json.loads(json.dumps(report, default=str))
     assert storage.read_report_html(settings, report["id"]) == html

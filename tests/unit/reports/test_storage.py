@@ -9,8 +9,11 @@ import os
 import pytest
 from fastapi.testclient import TestClient
 
+from definitions.layer_settings import BatchSettings
 from reports import storage
 from tests.support.tripwire_api import LOCAL_URL
+
+REPORTS_PATH = BatchSettings().reports_path  # the default, which the tests' settings keep
 
 
 class MemoryHdfs:
@@ -64,10 +67,10 @@ def test_a_report_stored_is_listed_and_read_back_by_id(local):
     storage.store_report(local, newer, "<p>newer</p>")
     assert paths["json"] == str(local.state_dir / "reports" / "20260101T100000Z-v1.json")
     assert json.loads(open(paths["json"]).read()) == older and open(paths["html"]).read() == "<p>older</p>"
-    assert paths["hdfs_json"].endswith(f"{storage.HDFS_DIR}/20260101T100000Z-v1.json")
-    assert MemoryHdfs.dirs == {storage.HDFS_DIR}
-    assert json.loads(MemoryHdfs.files[f"{storage.HDFS_DIR}/20260101T110000Z-v2.json"]) == newer
-    assert MemoryHdfs.files[f"{storage.HDFS_DIR}/20260101T110000Z-v2.html"] == b"<p>newer</p>"
+    assert paths["hdfs_json"].endswith(f"{REPORTS_PATH}/20260101T100000Z-v1.json")
+    assert MemoryHdfs.dirs == {REPORTS_PATH}
+    assert json.loads(MemoryHdfs.files[f"{REPORTS_PATH}/20260101T110000Z-v2.json"]) == newer
+    assert MemoryHdfs.files[f"{REPORTS_PATH}/20260101T110000Z-v2.html"] == b"<p>newer</p>"
 
     listed = storage.list_reports(local)
     assert [r.id for r in listed] == [newer["id"], older["id"]], "newest first"
@@ -180,9 +183,7 @@ def test_only_the_newest_reports_are_kept_here_and_on_hdfs(local):
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         f"{rid}{x}" for rid in ids[2:] for x in (".json", ".html")
     )
-    assert sorted(MemoryHdfs.files) == sorted(
-        f"{storage.HDFS_DIR}/{rid}{x}" for rid in ids[2:] for x in (".json", ".html")
-    )
+    assert sorted(MemoryHdfs.files) == sorted(f"{REPORTS_PATH}/{rid}{x}" for rid in ids[2:] for x in (".json", ".html"))
 
 
 def test_the_page_is_in_place_before_the_report_is_listed(local, monkeypatch):
@@ -382,7 +383,7 @@ def test_a_copy_killed_while_written_to_hdfs_leaves_no_report_under_its_name(loc
     assert not [n for n in names if n.startswith(killed["id"]) and n.endswith((".html", ".json"))], names
 
     storage.store_report(kept, doc("20260101T110000Z-v2"), "<p>next</p>")
-    assert sorted(MemoryHdfs.files) == [f"{storage.HDFS_DIR}/20260101T110000Z-v2{x}" for x in (".html", ".json")]
+    assert sorted(MemoryHdfs.files) == [f"{REPORTS_PATH}/20260101T110000Z-v2{x}" for x in (".html", ".json")]
 
 
 def test_cold_report_reads_at_once_parse_one_at_a_time_and_a_long_wait_is_refused(local, monkeypatch):
@@ -428,3 +429,19 @@ def test_cold_report_reads_at_once_parse_one_at_a_time_and_a_long_wait_is_refuse
         assert "ask again" in busy.json()["detail"]
         assert listing.status_code == 429
         assert client.get(f"/api/v1/reports/{ids[0]}").status_code == 200, "its turn come: served"
+
+
+def test_reports_go_to_the_stack_s_own_hdfs_directory_and_retention_keeps_to_it(local):
+    """The HDFS directory was fixed: two stacks on one HDFS each pruned the other's reports."""
+    other = local.model_copy(
+        update={"batch": local.batch.model_copy(update={"reports_path": "/stack-b/reports", "keep_reports": 1})}
+    )
+    storage.store_report(local, doc("20260101T100000Z-v1"), "<p/>")
+    storage.store_report(other, doc("20260101T110000Z-v2"), "<p/>")
+    storage.store_report(other, doc("20260101T120000Z-v3"), "<p/>")
+    assert sorted(MemoryHdfs.files) == [
+        f"{REPORTS_PATH}/20260101T100000Z-v1.html",
+        f"{REPORTS_PATH}/20260101T100000Z-v1.json",
+        "/stack-b/reports/20260101T120000Z-v3.html",
+        "/stack-b/reports/20260101T120000Z-v3.json",
+    ]
