@@ -23,7 +23,6 @@ from stores import batch_layout as layout
 from stores.batch_writer import (
     RangeCounter,
     TableStats,
-    VerificationError,
     create_table,
     table_splits,
     verify_table,
@@ -109,7 +108,7 @@ def still_writing(settings: Settings, version: int) -> None:
     store = version_store(settings)
     if not store.record_run_if(version, "writing", heartbeat_ms=int(time.time() * 1000)):
         state = (store.runs().get(version) or {}).get("state")
-        raise VerificationError(
+        raise RuntimeError(  # as when found at the end of the run (batch_layer.job): a retry runs it again
             f"version {version} is no longer recorded writing (its record: {state or 'gone'}): retention gave it up "
             "(no beat within batch.retention_grace_s) and may have dropped its tables; run the batch again"
         )

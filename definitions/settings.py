@@ -192,6 +192,8 @@ class Settings(BaseSettings):
             "archiver.checkpoint_dir": self.archiver.checkpoint_dir,
             "speed.checkpoint_dir": self.speed.checkpoint_dir,
             "stack.progress_dir": self.stack.progress_dir,
+            # Report retention deletes any file there named like a report: none of the others'.
+            "batch.reports_path": self.batch.reports_path,
         }
         named = [(p.rstrip("/") or "/", name) for name, p in paths.items()]
         for path, name in named:

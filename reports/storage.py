@@ -1,7 +1,7 @@
 """Where reports live: the one place they are stored, listed and read back.
 
 `<state_dir>/reports/<id>.json` and `<id>.html` (what the API serves and `lambdactl report` lists),
-with a copy of both on HDFS under /lambda/reports/. An id is [A-Za-z0-9_.-]{1,100} (reports.build
+with a copy of both on HDFS under `batch.reports_path`. An id is [A-Za-z0-9_.-]{1,100} (reports.build
 makes them sortable by creation); anything else is refused before a path is made of it.
 """
 

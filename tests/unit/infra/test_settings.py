@@ -340,6 +340,9 @@ def test_a_path_with_a_semicolon_is_refused_naming_it(name, tmp_path):
         ({"archiver": {"master_path": "/lambda/./master"}}, "archiver.master_path"),
         ({"speed": {"checkpoint_dir": "/lambda/master//events/cp"}}, "speed.checkpoint_dir"),  # HDFS drops the //
         ({"stack": {"progress_dir": "/lambda/progress/"}}, "stack.progress_dir"),
+        # report retention deletes files named like reports there: the archiver's markers sort below them
+        ({"batch": {"reports_path": "/lambda/master/completeness"}}, "batch.reports_path"),
+        ({"batch": {"reports_path": "/"}}, "inside it"),
         ({"stack": {"progress_dir": "/p\nx:y z"}}, "stack.progress_dir"),
         # the ticker sent and flushed ticks with no pause: the topic filled, both jobs never idled
         ({"archiver": {"tick_interval_s": 1e-9}}, "tick_interval_s"),
