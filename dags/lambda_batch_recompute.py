@@ -2,8 +2,10 @@
 
 wait for completeness → recompute (write + verify a new version) → verify again → swap the
 pointer entries of the recomputed views → accuracy report → clean absorbed realtime rows. Serving
-moves only at the swap, so a failed run leaves it on the previous version; rerunning a cutoff that
-already serves is a no-op. The swap is a compare-and-set against the pointer as the recompute task
+moves only at the swap, so a run failed before it leaves serving on the previous version; one failed
+at the report or the clean-up serves the new version (its swap task succeeded), and the clean-up
+waits for the report, whose rows it would delete: clear the failed task to finish the run. Rerunning
+a cutoff that already serves is a no-op. The swap is a compare-and-set against the pointer as the recompute task
 read it: if a manual `lambdactl batch` of one of its views swapped meanwhile, this run's swap fails
 and changes nothing (another view's swap or a clean-up's bookkeeping does not fail it).
 The logic lives in the platform (`lambdactl batch ...`); this file only wires the steps.

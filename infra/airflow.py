@@ -48,7 +48,9 @@ def environment(settings: Settings) -> dict[str, str]:
     a = settings.airflow
     home = airflow_home(settings)
     database = a.database_url.get_secret_value() or f"sqlite:///{home / 'airflow.db'}"
-    env = dict(os.environ)
+    # None of the shell's own Airflow settings: one left there (say, all users admins) would apply
+    # silently, beside or over the platform's.
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AIRFLOW__")}
     env.update(
         {
             "PATH": f"{a.venv / 'bin'}:{env.get('PATH', '')}",
@@ -62,6 +64,7 @@ def environment(settings: Settings) -> dict[str, str]:
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(a.parallelism),
             "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{a.admin_user}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",  # a login, always
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base_url(settings)}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database,

@@ -21,3 +21,17 @@ def test_the_tests_keep_it_paused_at_creation():
 
     makefile = (REPO_ROOT / "Makefile").read_text()
     assert "export LAMBDA_AIRFLOW__PAUSED_AT_CREATION ?= true" in makefile
+
+
+def test_airflow_takes_none_of_the_shell_s_own_airflow_settings(settings, monkeypatch):
+    """Airflow read every `AIRFLOW__*` variable left in the shell that ran `lambdactl up`: one such as
+    AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True turned its login off, another exposed its
+    configuration, silently. It runs with the platform's settings alone."""
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True")
+    monkeypatch.setenv("AIRFLOW__API__EXPOSE_CONFIG", "True")
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "SequentialExecutor")
+    env = environment(settings)
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS"] == "False"
+    assert "AIRFLOW__API__EXPOSE_CONFIG" not in env
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["PATH"].endswith(__import__("os").environ["PATH"]), "the rest of the environment is kept"
