@@ -16,6 +16,19 @@ from stores.adapters import ReadTooLarge
 from stores.batch_reader import BatchViewReader
 
 
+def reader_of_scan(scan, settings: Settings | None = None) -> BatchViewReader:
+    """A reader whose pool gives connections whose every table scans with `scan` (no service)."""
+
+    class Pool:
+        @contextlib.contextmanager
+        def connection(self, timeout):
+            yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
+
+    reader = BatchViewReader(settings or Settings(), pool_size=1, wait_s=1)
+    reader._pool = Pool()
+    return reader
+
+
 def test_a_refused_read_closes_its_scanner_before_the_connection_is_returned():
     events: list[str] = []
 
@@ -59,13 +72,7 @@ def test_a_series_read_refuses_a_sketch_larger_than_any_and_bounds_what_it_holds
         return scan
 
     def reader_over(scan, mib: int = 64):
-        class Pool:
-            @contextlib.contextmanager
-            def connection(self, timeout):
-                yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
-
-        reader = BatchViewReader(Settings(api={"max_read_mib": mib}), pool_size=1, wait_s=1)
-        reader._pool = Pool()
+        reader = reader_of_scan(scan, Settings(api={"max_read_mib": mib}))
         return reader
 
     with pytest.raises(BatchViewsUnavailable) as refused:
@@ -87,13 +94,7 @@ def test_a_top_read_of_many_cells_of_few_keys_is_bounded_too():
         for _ in range(10**9):  # as many buckets as the reader asks for
             yield b"row", {layout.column(TOP_PAGES, [f"/{n}"]): layout.encode_int(1) for n in range(100)}
 
-    class Pool:
-        @contextlib.contextmanager
-        def connection(self, timeout):
-            yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
-
-    reader = BatchViewReader(Settings(api={"max_read_mib": 1}), pool_size=1, wait_s=1)
-    reader._pool = Pool()
+    reader = reader_of_scan(scan, Settings(api={"max_read_mib": 1}))
     with pytest.raises(ReadTooLarge, match=r"top_pages: the window holds more than \d+ MiB of batch cells"):
         reader.totals("t", TOP_PAGES, "minute", 0, 1)
     assert READ_FACTOR >= 1
@@ -114,13 +115,7 @@ def test_a_negative_batch_cell_is_a_bad_cell_not_added_in():
         def scan(**kwargs):
             yield row
 
-        class Pool:
-            @contextlib.contextmanager
-            def connection(self, timeout):
-                yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
-
-        reader = BatchViewReader(Settings(), pool_size=1, wait_s=1)
-        reader._pool = Pool()
+        reader = reader_of_scan(scan, Settings())
         return reader
 
     for read in (
@@ -144,13 +139,7 @@ def _round_trips(reader_call, view, worst_key: bytes) -> tuple[dict, int]:
         asked.update(kwargs)
         return iter(())
 
-    class Pool:
-        @contextlib.contextmanager
-        def connection(self, timeout):
-            yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
-
-    reader = BatchViewReader(Settings(), pool_size=1, wait_s=1)
-    reader._pool = Pool()
+    reader = reader_of_scan(scan, Settings())
     reader_call(reader)
     if "scan_batching" in asked:  # a top read: results of columns, a column per key
         return asked, asked["batch_size"] * asked["scan_batching"] * (len(worst_key) + 8)
@@ -207,13 +196,7 @@ def test_keys_are_counted_as_python_holds_them_four_bytes_a_character_beyond_the
         for n in range(keys):
             yield b"row", {layout.column(TOP_PAGES, [f"/{n:06d}" + emoji]): layout.encode_int(1)}
 
-    class Pool:
-        @contextlib.contextmanager
-        def connection(self, timeout):
-            yield type("Conn", (), {"table": lambda self, name: type("T", (), {"scan": staticmethod(scan)})()})()
-
-    reader = BatchViewReader(Settings(api={"max_read_mib": 1}), pool_size=1, wait_s=1)
-    reader._pool = Pool()
+    reader = reader_of_scan(scan, Settings(api={"max_read_mib": 1}))
     with pytest.raises(ReadTooLarge, match="top_pages"):
         reader.totals("t", TOP_PAGES, "hour", 0, 1)
     assert approx_bytes(emoji) >= 4_000 and approx_bytes({emoji: 1}) >= 4_000, "the cache counts so too"
