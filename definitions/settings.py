@@ -252,6 +252,24 @@ def default_secrets(settings: Settings) -> list[str]:
     return found
 
 
+# Airflow's login (its simple auth manager) is a password with no lock-out: outside development one
+# of fewer characters is refused.
+MIN_PASSWORD_CHARS = 12
+
+
+def weak_password(settings: Settings) -> str | None:
+    """Why `airflow.admin_password` is too weak to start Airflow with, or None (never the password)."""
+    if settings.environment == "development":
+        return None
+    length = len(settings.airflow.admin_password.get_secret_value())
+    if length >= MIN_PASSWORD_CHARS:
+        return None
+    return (
+        f"airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD) has {length} characters: at least "
+        f"{MIN_PASSWORD_CHARS} characters outside development"
+    )
+
+
 def config_path() -> Path | None:
     """The TOML settings file in force, or None."""
     explicit = os.environ.get("LAMBDA_CONFIG")

@@ -30,7 +30,7 @@ from definitions.files import private_dir, replace_text, write_private
 from definitions.logs import configure_from
 from definitions.section import REPO_ROOT, browser_url
 from definitions.service_settings import DEFAULT_AIRFLOW_PASSWORD
-from definitions.settings import Settings, process_settings
+from definitions.settings import Settings, process_settings, weak_password
 from stores.airflow import base_url
 
 log = logging.getLogger("lambda.airflow")
@@ -145,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         and settings.airflow.admin_password.get_secret_value() == DEFAULT_AIRFLOW_PASSWORD
     ):
         log.error("refusing to start: set LAMBDA_AIRFLOW__ADMIN_PASSWORD outside development")
+        return 2
+    weak = weak_password(settings)
+    if weak:
+        log.error("refusing to start: %s", weak)
         return 2
     executable = check_installed(settings)
     prepare_home(settings)

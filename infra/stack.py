@@ -88,7 +88,7 @@ class Stack:
             return self._up(say)
 
     def _up(self, say: Callable[[str], None]) -> dict[str, str]:
-        from definitions.settings import default_secrets
+        from definitions.settings import default_secrets, weak_password
         from definitions.settings_store import SettingsConflict, persist
 
         insecure = default_secrets(self.settings) if self.settings.environment != "development" else []
@@ -99,6 +99,9 @@ class Stack:
                 "still hold the development defaults: set them to secrets, or set "
                 "LAMBDA_ENVIRONMENT=development on a development machine",
             )
+        weak = weak_password(self.settings) if any(s.name == "airflow" for s in self.services) else None
+        if weak:
+            raise StackError("settings", weak)
         collisions = port_collisions([(s.name, s.host(self.settings), s.ports(self.settings)) for s in self.services])
         if collisions:  # each would pass the preflight (nothing listens yet), and one would then die
             raise StackError("settings", "two services are set to listen on one port: " + "; ".join(collisions))

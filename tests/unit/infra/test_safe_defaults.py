@@ -95,3 +95,25 @@ def test_the_development_token_is_no_admin_token_outside_development():
     assert default_secrets(settings) == ["api.admin_token (LAMBDA_API__ADMIN_TOKEN)"]
     with pytest.raises(InsecureSettings, match="api.admin_token"):
         check_settings(settings)
+
+
+def test_up_refuses_a_short_airflow_password_outside_development(tmp_path):
+    """Airflow's login is a password only (its simple auth manager has no lock-out): one of a few
+    characters is guessed by trying."""
+    from definitions.settings import MIN_PASSWORD_CHARS, weak_password
+
+    tokens = ApiSettings(token=SecretStr("t0k3n-long-enough-42"))
+    short = "x" * (MIN_PASSWORD_CHARS - 1)
+    settings = Settings(
+        environment="production",
+        state_dir=tmp_path / "state",
+        api=tokens,
+        airflow=AirflowSettings(admin_password=SecretStr(short)),
+    )
+    with pytest.raises(StackError, match=rf"airflow\.admin_password .*at least {MIN_PASSWORD_CHARS} characters"):
+        Stack(settings).up()
+    assert not (tmp_path / "state" / "run").exists(), "nothing was started"
+    assert short not in (weak_password(settings) or ""), "the message never carries the password"
+    long_enough = AirflowSettings(admin_password=SecretStr(short + "y"))
+    assert weak_password(settings.model_copy(update={"airflow": long_enough})) is None
+    assert weak_password(settings.model_copy(update={"environment": "development"})) is None
