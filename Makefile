@@ -13,10 +13,11 @@ export LAMBDA_SPEED__DEDUPE_WINDOW_S ?= 120
 # minute by default): a replay deletes the rows its switch replaced that much sooner (the API takes
 # it from the settings `make up` persists; lambdactl waits for the longer of those and its own).
 export LAMBDA_API__SPEED_RECHECK_S ?= 10
-# ... and the realtime clean-up after a swap waiting the shortest settle the settings allow
-# (api.pointer_cache_s + 5 s; 20 s by default): every test's batch run and DAG run cleans up that
-# much sooner. test_pointer_cache_swap.py proves the settle with queries running.
-export LAMBDA_BATCH__CLEANUP_SETTLE_S ?= 6
+# ... and the realtime clean-up after a swap waiting 10 s (20 s by default): every test's batch run
+# and DAG run cleans up that much sooner. An answer that takes longer than that after its pointer
+# read is computed again (serving_layer.service); test_pointer_cache_swap.py proves the settle with
+# queries running.
+export LAMBDA_BATCH__CLEANUP_SETTLE_S ?= 10
 # The demo and the tests run in development mode, explicitly: the development token and Airflow
 # password are accepted (anywhere else the API and Airflow refuse to start with them).
 export LAMBDA_ENVIRONMENT ?= development

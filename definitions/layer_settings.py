@@ -74,9 +74,10 @@ class BatchSettings(_Section):
     # this machine's stack and Spark runs here too (local mode or the local cluster), else puts
     # (stores.batch_bulk_load.chosen_load).
     load: Literal["auto", "puts", "bulk"] = "auto"
-    # The realtime clean-up deletes rows a swap absorbed only this long after the swap: longer than
-    # the API reuses a pointer (`api.pointer_cache_s`) plus the longest query, so no answer computed
-    # from the previous pointer misses them.
+    # The realtime clean-up deletes rows a swap absorbed only this long after the swap. An answer
+    # that took longer than this after its pointer read (`api.pointer_cache_s` old at most) is
+    # computed again on a fresh pointer, and labelled incomplete if that is slow too
+    # (serving_layer.service): longer than queries take keeps them from being computed twice.
     cleanup_settle_s: float = Field(20.0, ge=0, le=3_600)
     # Accuracy reports kept (one per batch run; the newest, here and on HDFS).
     keep_reports: int = Field(500, ge=1, le=1_000_000)

@@ -340,9 +340,9 @@ def test_replaced_rows_are_kept_as_long_as_the_running_api_trusts_its_marks(tmp_
     marks just before the switch still answered from: short answers, labelled complete."""
     from definitions.settings_store import persist
 
-    running = Settings(state_dir=tmp_path, api={"speed_recheck_s": 60})
+    running = Settings(state_dir=tmp_path, api={"speed_recheck_s": 60}, batch={"cleanup_settle_s": 20})
     persist(running)
-    told = Settings(state_dir=tmp_path, api={"speed_recheck_s": 10})
+    told = Settings(state_dir=tmp_path, api={"speed_recheck_s": 10}, batch={"cleanup_settle_s": 20})
     assert speed_state.replaced_rows_kept_s(told) == speed_state.replaced_rows_kept_s(running)
     assert speed_state.replaced_rows_kept_s(told) == 60 + 5 + told.batch.cleanup_settle_s + 5
     hurried = Settings(state_dir=tmp_path, api={"speed_recheck_s": 60}, batch={"cleanup_settle_s": 6})

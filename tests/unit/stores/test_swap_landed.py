@@ -54,7 +54,7 @@ def test_a_swap_records_when_it_landed_and_a_move_that_keeps_the_version_records
 def test_the_clean_up_settles_from_when_the_swap_landed(monkeypatch, tmp_path):
     from stores import registry
 
-    settings = Settings(state_dir=tmp_path)  # no persisted settings: its own alone
+    settings = Settings(state_dir=tmp_path, batch={"cleanup_settle_s": 20})  # none persisted: its own alone
     pointer = _pointer(3)
     runs = {3: {"swap_landed_ms": NOW_MS + 15_000}}
     monkeypatch.setattr(registry, "version_store", lambda _s: SimpleNamespace(runs=lambda: runs))
@@ -107,7 +107,7 @@ def test_a_swap_that_landed_unrecorded_is_settled_from_now_and_recorded(monkeypa
     before that wait: short by it."""
     from stores import registry
 
-    settings = Settings(state_dir=tmp_path)  # no persisted settings: its own alone
+    settings = Settings(state_dir=tmp_path, batch={"cleanup_settle_s": 20})  # none persisted: its own alone
     pointer = _pointer(3)
     runs = {2: {"state": "live"}, 3: {"state": "verified"}}
     recorded: list = []
