@@ -265,8 +265,8 @@ def weak_password(settings: Settings) -> str | None:
     if length >= MIN_PASSWORD_CHARS:
         return None
     return (
-        f"airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD) has {length} characters: at least "
-        f"{MIN_PASSWORD_CHARS} characters outside development"
+        f"airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD) is too short: at least {MIN_PASSWORD_CHARS} "
+        "characters outside development"
     )
 
 

@@ -99,7 +99,7 @@ class Stack:
                 "still hold the development defaults: set them to secrets, or set "
                 "LAMBDA_ENVIRONMENT=development on a development machine",
             )
-        weak = weak_password(self.settings) if any(s.name == "airflow" for s in self.services) else None
+        weak = weak_password(self.settings) if any(s.name.startswith("airflow") for s in self.services) else None
         if weak:
             raise StackError("settings", weak)
         collisions = port_collisions([(s.name, s.host(self.settings), s.ports(self.settings)) for s in self.services])
