@@ -125,6 +125,7 @@ def state_lock(
     other too). A second holder waits, saying so, or raises LockHeld if it would not `wait`; yields
     whether it waited (what the first did may have changed what the second read before it)."""
     private_dir(state_dir)  # the settings in it are read by every process; the logs and Airflow's database
+    refuse_untrusted_state_dir(state_dir)
     with open(state_dir / name, "a+") as handle:
         waited = False
         try:
@@ -167,6 +168,14 @@ def refuse_untrusted(path: Path, setting: str, consequence: str, ancestors: bool
     problem = open_to_others(path, ancestors)
     if problem:
         raise ValueError(f"{setting}: {problem}: {consequence}")
+
+
+def refuse_untrusted_state_dir(state_dir: Path) -> None:
+    """ValueError naming `state_dir` unless it and every folder above it pass open_to_others: another
+    user who made it first (or can replace it) could plant what the stack runs (a class on a store's
+    classpath) or link a lock file to the operator's own files. Checked before anything in it is
+    read or written."""
+    refuse_untrusted(state_dir, "state_dir", "nothing in it is read, written or started", ancestors=True)
 
 
 def refuse_untrusted_module(name: str, folders: Iterable[Path], setting: str) -> None:

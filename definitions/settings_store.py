@@ -185,7 +185,14 @@ def conflicts(persisted: Mapping[str, Any], given: Mapping[str, Any]) -> list[st
 def load() -> Settings:
     """The effective settings: defaults < persisted file < TOML file and environment.
     SettingsConflict when an explicit setting contradicts a data-shaping persisted one."""
+    from definitions.files import refuse_untrusted_state_dir
+
     explicit = Settings()
+    if explicit.state_dir.exists():
+        try:
+            refuse_untrusted_state_dir(explicit.state_dir)
+        except ValueError as exc:
+            raise SettingsConflict(str(exc)) from None
     path = persisted_path(explicit)
     persisted = read_persisted(path)
     if persisted is None:

@@ -27,3 +27,36 @@ def test_a_second_up_waits_for_the_one_running(settings, tmp_path):
     second.join(timeout=30)
     assert outcome == [{}]
     assert (ours.state_dir / "settings.json").exists()
+
+
+def test_a_state_directory_another_user_made_first_is_refused_before_anything_is_written(
+    settings, tmp_path, monkeypatch
+):
+    """Another local user could make the state directory first (open to all) and plant files in it:
+    a lock file linked to the operator's own files (truncated, then overwritten with a pid), or a
+    class on a store's classpath. It was accepted until a settings file existed in it."""
+    import pytest
+
+    from definitions.files import state_lock
+    from definitions.settings_store import SettingsConflict, load
+
+    if os.geteuid() != 0:
+        pytest.skip("making a folder another user's needs root")
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("the operator's own file")
+    (state / "stack.lock").symlink_to(victim)
+    os.chown(state, 12_345, 12_345)
+    state.chmod(0o777)
+    ours = settings.model_copy(update={"state_dir": state, "environment": "development"})
+    with pytest.raises(Exception, match="belongs to another user") as refused:
+        Stack(ours, names=[]).up()
+    assert str(state) in str(refused.value)
+    with pytest.raises(Exception, match="belongs to another user"), state_lock(state, "views.lock", "views apply"):
+        pass
+    assert victim.read_text() == "the operator's own file", "nothing was written through its lock"
+    assert sorted(p.name for p in state.iterdir()) == ["stack.lock"], "nothing was made in it"
+    monkeypatch.setenv("LAMBDA_STATE_DIR", str(state))
+    with pytest.raises(SettingsConflict, match="belongs to another user"):
+        load()
