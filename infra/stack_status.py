@@ -49,7 +49,7 @@ def _tree_rss(proc: psutil.Process) -> int:
 def status(stack: Stack, probe: bool = True) -> list[ServiceStatus]:
     """One row per service of `stack`, and one for supervisord when it runs any of them; never raises."""
     result = []
-    restarts = restart_report(stack.settings) if stack.programs else {}
+    restarts = restart_report(stack.settings, with_log=True) if stack.programs else {}
     supervisor_runs = stack.supervisord.running() if stack.programs else False
     supervisor_answers = stack.supervisord.answering() if supervisor_runs else False
     with stack.supervisord.one_view(supervisor_answers):

@@ -14,6 +14,7 @@ status` and the API's /health.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,23 @@ def summary(entry: dict[str, Any], now: float | None = None) -> str:
     return "no restarts"
 
 
+# The reasons the report gives without `with_log`: supervisord's words for a start that failed
+# ("can't find command '/…'") name paths of the host, and the API's /health shows the report.
+_PLAIN_REASON = re.compile(
+    r"exit status -?\d{1,5}|terminated by SIG[A-Z0-9]{1,10}|exited \(supervisord did not say how\)"
+)
+NOT_STARTED = "could not be started (the supervisor's log says why)"
+
+
+def _plain(entry: dict[str, Any]) -> dict[str, Any]:
+    """`entry` with its last exit's reason one of the plain ones, or NOT_STARTED."""
+    last = entry.get("last_exit") or {}
+    reason = last.get("reason")
+    if reason is None or _PLAIN_REASON.fullmatch(str(reason)):
+        return entry
+    return {**entry, "last_exit": {**last, "reason": NOT_STARTED}}
+
+
 def restart_report(settings: Settings, with_log: bool = False) -> dict[str, dict[str, Any]]:
     """Per supervised process: its state, restarts and the last reason, from the listener's file.
 
@@ -97,14 +115,17 @@ def restart_report(settings: Settings, with_log: bool = False) -> dict[str, dict
              "last_reason": "terminated by SIGKILL", "gave_up": False, "next_restart_in_s": None,
              "summary": "restarted 1x, last 12s ago after: terminated by SIGKILL"}, …}
 
-    The reason is the exit status or signal only. `with_log` adds the last lines of the process's
-    log (`log_tail`), for operators: never put those in an HTTP answer (they may name hosts, ports
-    or carry tracebacks). An empty dict when the supervisor has reported nothing yet.
+    The reason is the exit status or signal only (a start that failed: NOT_STARTED). `with_log`
+    adds the last lines of the process's log (`log_tail`) and supervisord's own words for a start
+    that failed, for operators: never put those in an HTTP answer (they may name hosts, ports or
+    paths, or carry tracebacks). An empty dict when the supervisor has reported nothing yet.
     """
     now = time.time()
     doc = read_status(settings.state_dir)
     out = {}
     for name, entry in sorted(doc["processes"].items()):
+        if not with_log:
+            entry = _plain(entry)
         last = entry.get("last_exit") or {}
         row = {
             "state": entry.get("state", "unknown"),

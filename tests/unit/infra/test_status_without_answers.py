@@ -23,7 +23,7 @@ def stack(tmp_path, monkeypatch):
             "summary": "restarting in 0s after: exit status 1",
         }
     }
-    monkeypatch.setattr("infra.stack_status.restart_report", lambda _settings: pending)
+    monkeypatch.setattr("infra.stack_status.restart_report", lambda _settings, **_kw: pending)
     monkeypatch.setattr(stack.supervisor, "process", lambda name: None)
     monkeypatch.setattr(stack.supervisor, "left_running", lambda name: None)
     monkeypatch.setattr(stack.supervisor, "supervised", lambda name: True)
@@ -57,7 +57,7 @@ def test_status_asks_supervisord_at_most_once_whatever_the_number_of_services(tm
 
     names = ["api", "archiver", "speed-layer"]
     stack = Stack(Settings(state_dir=tmp_path / "state"), names=names)
-    monkeypatch.setattr("infra.stack_status.restart_report", lambda _settings: {})
+    monkeypatch.setattr("infra.stack_status.restart_report", lambda _settings, **_kw: {})
     monkeypatch.setattr(stack.supervisor, "supervised", lambda name: name in names)
     monkeypatch.setattr(stack.supervisord, "running", lambda: True)
     monkeypatch.setattr(stack.supervisord, "answering", lambda: answers)

@@ -3,6 +3,7 @@ back by supervisord's own parser), the restart budget, and the event listener's 
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from pathlib import Path
@@ -620,3 +621,28 @@ def test_a_store_configuration_is_never_left_cut_short(tmp_path, monkeypatch):
         render_template("hadoop/core-site.xml", target, host="127.0.0.1", port=9000, tmp_dir="/x")
     assert target.read_text() == "<configuration/>\n"
     assert [p.name for p in tmp_path.iterdir()] == ["core-site.xml"], "no part left beside it"
+
+
+class _SpawnFailing(FakeSupervisord):
+    def getProcessInfo(self, name: str) -> dict:
+        return {
+            "name": name,
+            "spawnerr": "can't find command '/home/ops/secret-path/.venv/bin/python'",
+            "exitstatus": 0,
+        }
+
+
+def test_the_report_names_a_start_that_failed_without_its_text_unless_asked_for_the_log(tmp_path):
+    """The API's /health shows the report without a token: supervisord's words for a start that
+    failed name the command's path on the host."""
+    listener, _rpc, _clock = _listener(
+        tmp_path, Budget(max_restarts=2, window_s=600, backoff_s=1, backoff_max_s=60), _SpawnFailing()
+    )
+    _event(listener, "STARTING", tries=0)
+    _event(listener, "BACKOFF", tries=1)
+    report = restart_report(Settings(state_dir=tmp_path))["api"]
+    shown = json.dumps(report)
+    assert "secret-path" not in shown, shown
+    assert report["last_reason"] == "could not be started (the supervisor's log says why)", report
+    operators = restart_report(Settings(state_dir=tmp_path), with_log=True)["api"]
+    assert "secret-path" in operators["last_reason"], "an operator's status keeps supervisord's words"
