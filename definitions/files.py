@@ -75,7 +75,9 @@ def open_to_others(path: Path, ancestors: bool = False) -> str | None:
     None when it is the user's own. Group-writable is left to the group (umask 002: the user's own
     group)."""
     real_parent = path.resolve().parent  # a link's target: its folder decides who can replace it
-    above = list(real_parent.parents) if ancestors else []
+    # Above it: the folders of the path as written too (whoever can change the one a link sits in
+    # can point the link elsewhere), once each.
+    above = list(dict.fromkeys([*path.absolute().parent.parents, *real_parent.parents])) if ancestors else []
     for item in (path, path.parent, *([real_parent] if real_parent != path.parent.resolve() else []), *above):
         mode = item.stat()
         if mode.st_uid not in (os.getuid(), 0):  # root's own (/etc, an image's files) is no stranger's
@@ -124,9 +126,13 @@ def state_lock(
     outlives a killed command; each holding opens the file, so threads of one process exclude each
     other too). A second holder waits, saying so, or raises LockHeld if it would not `wait`; yields
     whether it waited (what the first did may have changed what the second read before it)."""
+    if state_dir.exists():  # before private_dir closes it: what others put there meanwhile stays
+        refuse_untrusted_state_dir(state_dir)
     private_dir(state_dir)  # the settings in it are read by every process; the logs and Airflow's database
     refuse_untrusted_state_dir(state_dir)
-    with open(state_dir / name, "a+") as handle:
+    # Never through a link (O_NOFOLLOW): the lock's file is truncated and written.
+    fd = os.open(state_dir / name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "r+") as handle:
         waited = False
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -138,6 +144,7 @@ def state_lock(
             say(f"waiting for another {doing} on {state_dir} (pid {holder}) to finish")
             fcntl.flock(handle, fcntl.LOCK_EX)
             waited = True
+        handle.seek(0)
         handle.truncate(0)
         handle.write(str(os.getpid()))
         handle.flush()
@@ -170,12 +177,21 @@ def refuse_untrusted(path: Path, setting: str, consequence: str, ancestors: bool
         raise ValueError(f"{setting}: {problem}: {consequence}")
 
 
+class UntrustedStateDir(ValueError):
+    """The state directory, or a folder above it, is another user's or open to others."""
+
+
 def refuse_untrusted_state_dir(state_dir: Path) -> None:
-    """ValueError naming `state_dir` unless it and every folder above it pass open_to_others: another
-    user who made it first (or can replace it) could plant what the stack runs (a class on a store's
-    classpath) or link a lock file to the operator's own files. Checked before anything in it is
-    read or written."""
-    refuse_untrusted(state_dir, "state_dir", "nothing in it is read, written or started", ancestors=True)
+    """UntrustedStateDir naming `state_dir` unless it and every folder above it pass open_to_others:
+    another user who made it first (or can replace it) could plant what the stack runs (a class on a
+    store's classpath) or link a lock file to the operator's own files. Checked before anything in
+    it is read or written."""
+    problem = open_to_others(state_dir, ancestors=True)
+    if problem:
+        raise UntrustedStateDir(
+            f"state_dir {state_dir}: {problem}: nothing in it is read, written or started. Use a folder only "
+            "this user (or root) can change (LAMBDA_STATE_DIR), or fix its owner and mode"
+        )
 
 
 def refuse_untrusted_module(name: str, folders: Iterable[Path], setting: str) -> None:

@@ -7,13 +7,19 @@ first, saying so, and then finds what the first did."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from definitions.files import state_lock
+from definitions.files import UntrustedStateDir, state_lock
+from infra.errors import StackError
 
 
 @contextmanager
 def stack_lock(state_dir: Path, say: Callable[[str], None] = lambda _: None) -> Iterator[None]:
-    with state_lock(state_dir, "stack.lock", "lambdactl up or down", say):
+    """state_lock's stack.lock; StackError for a state directory others can change."""
+    with ExitStack() as held:
+        try:
+            held.enter_context(state_lock(state_dir, "stack.lock", "lambdactl up or down", say))
+        except UntrustedStateDir as exc:
+            raise StackError("settings", str(exc)) from None
         yield

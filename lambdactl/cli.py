@@ -294,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{', '.join(ignored)} do not apply"
             )
     configure("lambdactl", "DEBUG" if args.verbose else "INFO", "short")
+    from definitions.files import UntrustedStateDir
     from definitions.settings_store import SettingsConflict
 
     try:
@@ -313,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = args.func(settings, args)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then answered below
         return code
-    except StackError as exc:
+    except (StackError, UntrustedStateDir) as exc:
         log.error("%s", exc)
         return 2
     except KeyboardInterrupt:

@@ -97,7 +97,7 @@ def _trigger(settings: Settings, body: RecomputeRequest) -> str:
                 f"another recompute request is triggering a run of {settings.airflow.dag_id} now; try again once "
                 "it has been answered"
             ) from None
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a state directory others can change
             raise NoLock(f"{type(exc).__name__}: {exc}") from None
         return _trigger_one(settings, body)
 

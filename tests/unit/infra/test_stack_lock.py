@@ -60,3 +60,40 @@ def test_a_state_directory_another_user_made_first_is_refused_before_anything_is
     monkeypatch.setenv("LAMBDA_STATE_DIR", str(state))
     with pytest.raises(SettingsConflict, match="belongs to another user"):
         load()
+
+
+def test_an_own_state_directory_open_to_all_is_refused_not_mended_then_used(settings, tmp_path):
+    """Closing it (chmod o-w) and then opening a lock file in it followed what another user had put
+    there meanwhile: a link to the operator's own file, truncated and overwritten with a pid."""
+    import pytest
+
+    from definitions.files import state_lock
+
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("the operator's own file")
+    (state / "settings.lock").symlink_to(victim)
+    state.chmod(0o777)
+    with pytest.raises(Exception, match="can be changed by every user"), state_lock(state, "settings.lock", "a write"):
+        pass
+    assert victim.read_text() == "the operator's own file"
+    state.chmod(0o700)  # the operator closed it; the link is still there: not followed either
+    with pytest.raises(OSError), state_lock(state, "settings.lock", "a write"):
+        pass
+    assert victim.read_text() == "the operator's own file"
+
+
+def test_a_folder_reached_through_a_link_in_an_open_folder_is_refused(tmp_path):
+    """Whoever can change the folder a link sits in can point it elsewhere: the folders above the path
+    as written count, not only those above where it leads."""
+    from definitions.files import open_to_others
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # open to all, not sticky
+    real = tmp_path / "real"
+    (real / "state").mkdir(parents=True)
+    (shared / "link").symlink_to(real)
+    problem = open_to_others(shared / "link" / "state", ancestors=True)
+    assert problem is not None and "shared" in problem and "every user" in problem, problem
