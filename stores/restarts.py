@@ -94,7 +94,9 @@ def summary(entry: dict[str, Any], now: float | None = None) -> str:
 # The reasons the report gives without `with_log`: supervisord's words for a start that failed
 # ("can't find command '/…'") name paths of the host, and the API's /health shows the report.
 _PLAIN_REASON = re.compile(
-    r"exit status -?\d{1,5}|terminated by SIG[A-Z0-9]{1,10}|exited \(supervisord did not say how\)"
+    r"(exit status -?\d{1,5}|terminated by (SIG[A-Z0-9+]{1,12}|signal \d{1,3})( \(core dumped\))?"
+    r"|Bad exit code -?\d{1,5}|Exited too quickly \(process log may have details\)"
+    r"|exited \(supervisord did not say how\)|unknown termination cause 0x[0-9a-f]{1,8})"
 )
 NOT_STARTED = "could not be started (the supervisor's log says why)"
 

@@ -646,3 +646,23 @@ def test_the_report_names_a_start_that_failed_without_its_text_unless_asked_for_
     assert report["last_reason"] == "could not be started (the supervisor's log says why)", report
     operators = restart_report(Settings(state_dir=tmp_path), with_log=True)["api"]
     assert "secret-path" in operators["last_reason"], "an operator's status keeps supervisord's words"
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "exit status 3",
+        "terminated by SIGKILL",
+        "terminated by SIGABRT (core dumped)",
+        "terminated by signal 35",
+        "Bad exit code 1",
+        "Exited too quickly (process log may have details)",
+        "exited (supervisord did not say how)",
+        "unknown termination cause 0x7f",
+    ],
+)
+def test_supervisords_own_words_for_an_exit_stay_in_the_report(tmp_path, reason):
+    from stores.restarts import _plain
+
+    entry = {"last_exit": {"reason": reason}}
+    assert _plain(entry)["last_exit"]["reason"] == reason
