@@ -534,7 +534,7 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     covered = wait_cutoff_past(settings, sent)
     before = VersionStore(settings).pointer()
     # A cutoff two ingest buckets, and at least two minutes, beyond the covered cutoff (at least
-    # 90 s beyond what the archiver has covered, at 30 s buckets):
+    # 100 s beyond what the archiver has covered, at 20 s buckets):
     # the run's sensor waits for the archiver, rescheduling itself between pokes instead of holding
     # a worker (its first poke comes after the trigger, the scheduling and the task's start).
     ahead_ms = covered + max(2, -(-120 // settings.ingest_bucket_s)) * settings.ingest_bucket_s * 1000
