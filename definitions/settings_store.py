@@ -185,13 +185,13 @@ def conflicts(persisted: Mapping[str, Any], given: Mapping[str, Any]) -> list[st
 def load() -> Settings:
     """The effective settings: defaults < persisted file < TOML file and environment.
     SettingsConflict when an explicit setting contradicts a data-shaping persisted one."""
-    from definitions.files import refuse_untrusted_state_dir
+    from definitions.files import UntrustedStateDir, refuse_untrusted_state_dir
 
     explicit = Settings()
     if explicit.state_dir.exists():
         try:
             refuse_untrusted_state_dir(explicit.state_dir)
-        except ValueError as exc:
+        except UntrustedStateDir as exc:
             raise SettingsConflict(str(exc)) from None
     path = persisted_path(explicit)
     persisted = read_persisted(path)
@@ -274,8 +274,18 @@ def unset(settings: Settings, key: str) -> bool:
 
 def _write_persisted(path: Path, doc: dict[str, Any]) -> Path:
     """Write the persisted settings; a link (settings kept elsewhere, linked into the state folder)
-    stays one: its target is written, which read_persisted checked no other user can change."""
-    write_private(path.resolve() if path.is_symlink() else path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    stays one: its target is written, which read_persisted checked no other user can change. One
+    larger than read_persisted takes is refused, naming its largest setting: every later command
+    would refuse the file."""
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    size = len(text.encode("utf-8"))
+    if size > MAX_FILE_BYTES:
+        largest, _ = max(_leaves(doc), key=lambda leaf: len(json.dumps(leaf[1])))
+        raise SettingsConflict(
+            f"refusing to persist settings larger than {MAX_FILE_BYTES} bytes ({size}), most of it {largest}: "
+            "no command could read them back; nothing was changed"
+        )
+    write_private(path.resolve() if path.is_symlink() else path, text)
     return path
 
 

@@ -283,7 +283,7 @@ def _render_cassandra(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) 
     render_template(
         "cassandra/cassandra.yaml",
         dirs.conf / "cassandra.yaml",
-        host=c.hosts[0] if c.hosts else "127.0.0.1",
+        host=(c.hosts[0] if c.hosts else "127.0.0.1").removeprefix("[").removesuffix("]"),  # an address, not a URL's
         port=c.port,
         storage_port=c.storage_port,
         data_dir=dirs.data / "data",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import stat
 import sys
@@ -49,7 +50,6 @@ def loaded_digest(pid: int | None) -> str | None:
 
 def entry_digests(state_dir: Path) -> dict[str, str]:
     """The settings digest of each program's entry in the supervisord.conf written last."""
-    import re
 
     try:
         text = config_path(state_dir).read_text(encoding="utf-8")
@@ -163,10 +163,15 @@ def config_path(state_dir: Path) -> Path:
 
 
 def _value(text: object) -> str:
-    """A value for supervisord's config file: `%` is its interpolation sign; a line break ends the value."""
+    """A value for supervisord's config file: `%` is its interpolation sign; a line break ends the value,
+    and a `;` or `#` after a space starts a comment (no escape for either: refused)."""
     text = str(text)
     if "\n" in text or "\r" in text:
         raise StackError(NAME, f"cannot put a line break into supervisord.conf: {text!r}")
+    if re.search(r"\s[;#]", text):  # its parser takes the rest of the line for a comment
+        raise StackError(
+            NAME, f"cannot put a space before ; or # (a comment to supervisord) into supervisord.conf: {text!r}"
+        )
     return text.replace("%", "%%")
 
 

@@ -44,3 +44,17 @@ def test_values_are_escaped_in_xml_and_a_line_break_is_refused(tmp_path):
     assert f"file://{odd / 'n'}" in values
     with pytest.raises(ValueError, match="state_dir"):
         Settings(state_dir=tmp_path / "x\nlog4j.rootLogger=OFF")
+
+
+@pytest.mark.parametrize("host, address", [("[::1]", "::1"), ("::1", "::1"), ("127.0.0.1", "127.0.0.1")])
+def test_an_ipv6_host_is_one_address_in_cassandras_yaml(tmp_path, host, address):
+    """`[::1]` unquoted is a YAML list: Cassandra did not start on an IPv6 loopback written the way
+    the other hosts take it."""
+    import yaml
+
+    settings = Settings(state_dir=tmp_path, cassandra=CassandraSettings(hosts=[host]))
+    dirs = CASSANDRA.dirs(settings)
+    CASSANDRA.render(settings, dirs, JavaRuntime.__new__(JavaRuntime))
+    doc = yaml.safe_load((dirs.conf / "cassandra.yaml").read_text())
+    assert doc["listen_address"] == doc["rpc_address"] == address
+    assert doc["seed_provider"][0]["parameters"][0]["seeds"] == address

@@ -444,6 +444,21 @@ def test_a_persisted_file_beyond_its_size_bound_is_refused_unread(monkeypatch):
         load()
 
 
+def test_settings_beyond_the_files_size_bound_are_not_persisted_and_the_file_before_stays(monkeypatch):
+    """A file every later command would refuse to read must not be written in the first place."""
+    from definitions import settings_store
+
+    monkeypatch.setenv("LAMBDA_API__PORT", "8123")
+    path = persist(Settings())
+    before = path.read_text()
+    monkeypatch.setenv("LAMBDA_STACK__JAVA_HOME", "/opt/" + "j" * settings_store.MAX_FILE_BYTES)
+    with pytest.raises(SettingsConflict, match=r"larger than .*stack\.java_home"):
+        persist(Settings())
+    assert path.read_text() == before
+    monkeypatch.delenv("LAMBDA_STACK__JAVA_HOME")
+    assert load().api.port == 8123
+
+
 def test_a_state_directory_the_user_cannot_read_is_one_clear_line(monkeypatch, capsys, caplog):
     """Python raises PermissionError from exists() on a directory another user's (a `sudo lambdactl
     up` before): every command was a traceback."""

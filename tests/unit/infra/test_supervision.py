@@ -129,6 +129,22 @@ def test_values_supervisord_cannot_carry_are_refused(tmp_path):
         render_config(settings, [Program("api", ["python", "a\nb"], settings.state_dir, {})])
 
 
+@pytest.mark.parametrize("odd", ["/opt/jdk #17", "/opt/jdk ;17", "/opt/jdk\t#17"])
+def test_a_value_supervisord_would_cut_at_a_comment_sign_is_refused(tmp_path, odd):
+    """supervisord reads ` #` and ` ;` inside a value as the start of a comment: a JAVA_HOME or a
+    state folder holding one was cut short there, and the program ran with the rest lost."""
+    settings = _settings(tmp_path)
+    with pytest.raises(StackError, match="comment"):
+        render_config(settings, [Program("api", ["python"], settings.state_dir, {"JAVA_HOME": odd})])
+    with pytest.raises(StackError, match="comment"):
+        render_config(settings, [Program("api", ["python"], tmp_path / odd.lstrip("/"), {})])
+    fine = Program("api", ["python", "--say", "a#b;c"], settings.state_dir, {"JAVA_HOME": "/opt/a#b;c"})
+    _, groups = _parsed(settings, render_config(settings, [fine]))
+    [api] = groups["api"].process_configs
+    assert api.environment["JAVA_HOME"] == "/opt/a#b;c"
+    assert shlex.split(api.command)[-1] == "a#b;c"
+
+
 def test_socket_path_stays_within_the_unix_socket_limit(tmp_path):
     assert socket_path(tmp_path) == tmp_path / "supervisor" / "supervisord.sock"
     deep = tmp_path / ("d" * 120)
