@@ -12,8 +12,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
-from definitions.files import private_dir
+from definitions.files import private_dir, refuse_untrusted
 from definitions.settings import Settings
 from infra import services as svc
 from infra import stack_down, stack_status
@@ -46,6 +47,20 @@ def port_collisions(listening: list[tuple[str, str, dict[str, int]]]) -> list[st
                     out.append(f"port {port} is {other}'s {other_label} and {name}'s {label}")
             taken.setdefault(port, []).append((name, host, label))
     return out
+
+
+def code_places(settings: Settings) -> list[tuple[str, Path]]:
+    """(setting, path) of what settings name that the platform's processes run, where it exists on
+    this machine: the Java, the jars of every classpath, the executors' Python, Airflow's virtualenv
+    and home (its plugins and configuration). A path of a cluster's nodes only is theirs to check."""
+    named = [
+        ("stack.java_home", settings.stack.java_home),
+        ("jars_dir", str(settings.jars_dir)),
+        ("spark.python", settings.spark.python),
+        ("airflow.venv", str(settings.airflow.venv)),
+        ("airflow.home", settings.airflow.home),
+    ]
+    return [(setting, Path(path)) for setting, path in named if path and os.path.exists(path)]
 
 
 def _where(host: str, ports: dict[str, int]) -> str:
@@ -118,6 +133,11 @@ class Stack:
                 load_views(self.settings)
             except (ValueError, ImportError) as exc:
                 raise StackError("settings", f"the declared views cannot be loaded: {exc}") from None
+        for setting, path in code_places(self.settings):
+            try:
+                refuse_untrusted(path, setting, "nothing is run from it", ancestors=True)
+            except ValueError as exc:
+                raise StackError("settings", str(exc)) from None
         moved = self._running_stores_moved()
         if moved:  # checked before anything is persisted: the running stack keeps its settings
             raise StackError(

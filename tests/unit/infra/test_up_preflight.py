@@ -143,3 +143,42 @@ def test_a_relative_views_folder_is_refused_when_the_settings_are_read(tmp_path)
     """Each process runs in a folder of its own: it found the modules of a relative folder elsewhere."""
     with pytest.raises(ValueError, match=r"(?s)views.paths.*must be absolute paths"):
         Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": ["views"]})
+
+
+@pytest.mark.parametrize(
+    "setting, given",
+    [
+        ("stack.java_home", lambda d: {"stack": {"java_home": str(d / "jdk")}}),
+        ("jars_dir", lambda d: {"jars_dir": d / "jars"}),
+        ("spark.python", lambda d: {"spark": {"python": str(d / "python3")}}),
+        ("airflow.venv", lambda d: {"airflow": {"venv": d / "venv"}}),
+        ("airflow.home", lambda d: {"airflow": {"home": str(d / "home")}}),
+    ],
+)
+def test_code_a_setting_names_in_a_folder_others_can_change_is_refused_before_anything_runs(
+    tmp_path, monkeypatch, setting, given
+):
+    """The Java every store runs, the jars on every classpath, the executors' Python, Airflow's
+    virtualenv and home (its plugins): each is run by every process of the platform, so one another
+    user can replace is refused, as the views folders are, before anything is persisted or started."""
+    from definitions.settings_store import persisted_path
+
+    def start(*_args):
+        raise AssertionError("up went on to start the stack")
+
+    monkeypatch.setattr(Stack, "_running_stores_moved", lambda self: [])
+    monkeypatch.setattr(Stack, "_up_supervised", start)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for name in ("jdk", "jars", "venv", "home"):
+        (shared / name).mkdir()
+    (shared / "python3").write_text("")
+    shared.chmod(0o777)
+    settings = Settings(state_dir=tmp_path / "state", environment="development", **given(shared))
+    with pytest.raises(StackError, match=rf"{setting}: {shared} can be changed by every user"):
+        Stack(settings).up()
+    assert not persisted_path(settings).exists(), "nothing persisted"
+    shared.chmod(0o755)
+    trusted = Stack(settings)
+    with pytest.raises(AssertionError, match="up went on"):
+        trusted.up()
