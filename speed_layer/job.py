@@ -25,6 +25,7 @@ from typing import Any
 from definitions import jobs
 from definitions.files import run_alone
 from definitions.logs import configure_from
+from definitions.python_workers import skip_unchanged_zip_rereads
 from definitions.settings import Settings, process_settings
 from definitions.spark import trigger_interval
 from definitions.view_loading import load_views
@@ -158,6 +159,7 @@ def partition_writer(settings: Settings, views: Mapping[str, tuple[str, str]], t
 
         import pyarrow as pa
 
+        skip_unchanged_zip_rereads()
         writer = None
         written, spent = 0, 0.0
         for batch in batches:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from definitions.python_workers import skip_unchanged_zip_rereads
 from definitions.settings import Settings
 from definitions.spark import cached
 from definitions.views import View
@@ -63,6 +64,7 @@ PUT_BATCH_BYTES = 4 * 1024 * 1024
 
 
 def _write_partition(settings: Settings, table: str, view: View, granularity: str, rows) -> None:
+    skip_unchanged_zip_rereads()
     conn = hbase_connection(settings, timeout_s=60)
     try:
         with conn.table(table).batch(batch_size=settings.batch.put_batch_size) as batch:
