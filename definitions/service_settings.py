@@ -174,6 +174,10 @@ class AirflowSettings(_Section):
     # The id dags/lambda_batch_recompute.py declares: the API triggers and reads its runs by it.
     dag_id: Literal["lambda_batch_recompute"] = "lambda_batch_recompute"
     health_timeout_s: float = Field(300, gt=0, le=3_600)
+    # The scheduler or DAG processor is alive while its last heartbeat is at most this old (Airflow's
+    # scheduler threshold is given the same value). Airflow 3.1 stores a heartbeat one heartbeat (5 s)
+    # late, so a heartbeat is 5-10 s old on an idle machine: at least 15.
+    heartbeat_stale_s: int = Field(30, ge=15, le=3_600)
     # A new install's DAG is active: it runs every batch.interval_s. True creates it paused (the
     # Makefile's tests: no scheduled run in their way). Either way a pause set later is kept.
     paused_at_creation: bool = False

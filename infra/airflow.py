@@ -72,6 +72,9 @@ def environment(settings: Settings) -> dict[str, str]:
             "AIRFLOW__API__PORT": str(a.port),
             "AIRFLOW__API__BASE_URL": base_url(settings),
             "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
+            # Airflow's own verdict on its scheduler, as the platform's (stores.airflow); Airflow 3.1
+            # has none to set for its DAG processor (2.1 heartbeats, 10.5 s).
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": str(a.heartbeat_stale_s),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
             # The DAG's tasks call the platform's command line in the platform's virtualenv.
