@@ -201,6 +201,8 @@ def heartbeat_verdict(entry: dict, now: datetime, stale_s: float) -> tuple[bool,
     detail = f"last heartbeat {beat}, {age:.0f} s ago"
     if age > stale_s:
         return False, f"{detail}: older than airflow.heartbeat_stale_s ({stale_s:g} s)"
+    if age < -stale_s:  # alive forever, if believed, whatever became of the component
+        return False, f"last heartbeat {beat}, {-age:.0f} s in the future: this host's and Airflow's clocks disagree"
     return True, detail
 
 

@@ -45,6 +45,15 @@ def test_a_heartbeat_that_is_no_time_is_not_alive_and_named(beat):
     assert repr(beat)[:20] in detail
 
 
+def test_a_heartbeat_far_in_the_future_is_not_alive_the_clocks_disagree():
+    beat = (NOW + timedelta(seconds=31)).isoformat()
+    alive, detail = heartbeat_verdict({"latest_scheduler_heartbeat": beat}, NOW, stale_s=30)
+    assert not alive
+    assert "clocks" in detail
+    near = (NOW + timedelta(seconds=2)).isoformat()
+    assert heartbeat_verdict({"latest_scheduler_heartbeat": near}, NOW, stale_s=30)[0]
+
+
 def test_a_heartbeat_without_a_zone_is_read_as_utc():
     beat = (NOW - timedelta(seconds=3)).replace(tzinfo=None).isoformat()
     alive, detail = heartbeat_verdict({"latest_scheduler_heartbeat": beat}, NOW, stale_s=30)
