@@ -44,6 +44,8 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    if not 0 <= args.warmup < args.runs:
+        parser.error("--warmup must be at least 0 and less than --runs: some jobs must be counted")
 
     settings = get_settings()
     spark = spark_session(settings, "bench-python-task-overhead", {"spark.sql.shuffle.partitions": "2"})
