@@ -196,20 +196,20 @@ class BatchWriter:
         return self.last_timestamp_us
 
     def __call__(self, batch_df, batch_id: int) -> int:
-        from pyspark.sql import functions as F
-
         from definitions.spark import interrupted_call
 
         write = partition_writer(self.settings, self.views, self.batch_timestamp_us())
-        counts = batch_df.mapInArrow(write, "written long, write_ms long")
         try:
-            written, write_ms = counts.agg(F.sum("written"), F.max("write_ms")).collect()[0]
+            # One row per task, summed here: no stage of its own to add them up.
+            counts = batch_df.mapInArrow(write, "written long, write_ms long").collect()
         except Exception as exc:
             stopping = interrupted_call(exc)
             if stopping is None:
                 raise
             log.info("batch %d: interrupted by the query's stop; it runs again at the next start", batch_id)
             raise stopping from None
+        written = sum(row.written for row in counts)
+        write_ms = max((row.write_ms for row in counts), default=0)
         log.info(
             "batch %d: %d realtime rows upserted (the longest task wrote for %s ms)",
             batch_id,

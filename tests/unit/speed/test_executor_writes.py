@@ -82,3 +82,20 @@ def test_the_executors_write_the_micro_batch_and_the_driver_learns_only_the_coun
         json.loads(line)["timestamp_us"] for p in tmp_path.glob("writes-*.jsonl") for line in p.read_text().splitlines()
     }
     assert later == {2**62 + 1}
+
+
+def test_a_micro_batch_of_no_rows_or_no_partitions_writes_nothing_and_counts_zero(spark, settings, tmp_path):
+    chosen = settings.model_copy(
+        update={
+            "state_dir": tmp_path,
+            "stores": settings.stores.model_copy(update={"realtime_writer": f"{SAMPLES}.FileRealtimeWriter"}),
+        }
+    )
+    sink = BatchWriter(chosen, load_views(chosen))
+    empty = spark.createDataFrame([], SCHEMA)
+    assert sink(empty.repartition(3), 1) == 0
+    no_partitions = spark.createDataFrame(spark.sparkContext.emptyRDD(), SCHEMA)
+    assert no_partitions.rdd.getNumPartitions() == 0
+    assert sink(no_partitions, 2) == 0
+    assert sink(spark.createDataFrame(aggregated(3), SCHEMA).repartition(4), 3) == 9
+    assert len(list(tmp_path.glob("writes-*.jsonl"))) >= 1
