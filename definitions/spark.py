@@ -24,13 +24,15 @@ if TYPE_CHECKING:
 KAFKA_CONNECTOR_GROUP = "spark-kafka"
 # The event contract's JVM validator, compiled from definitions/jvm by infra/setup.sh.
 CONTRACT_GROUP = "contract"
+# The speed layer's de-duplication (a Spark stateful processor), compiled from speed_layer/jvm by infra/setup.sh.
+SPEED_LAYER_GROUP = "speed-layer"
 
 
 def platform_jars(settings: Settings) -> list[str]:
-    """The Kafka connector jars resolved by infra/maven (pyspark ships everything else), and the
-    event contract's validator."""
+    """The Kafka connector jars resolved by infra/maven (pyspark ships everything else), the event
+    contract's validator and the speed layer's de-duplication."""
     jars: list[str] = []
-    for group in (KAFKA_CONNECTOR_GROUP, CONTRACT_GROUP):
+    for group in (KAFKA_CONNECTOR_GROUP, CONTRACT_GROUP, SPEED_LAYER_GROUP):
         folder = settings.jars_dir / group
         found = sorted(str(p) for p in folder.glob("*.jar"))
         if not found:

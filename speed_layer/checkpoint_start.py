@@ -125,7 +125,8 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         removed = sorted(set(previous) - set(views))
         if added or removed:
             log.info("views added since the last start: %s; removed: %s", added or "none", removed or "none")
-        checkpoints.write_marker(settings, started, views, definitions, declarations, origin=True)
+        # The state's de-duplication operator stays the one it was made by (speed_layer.first_copies).
+        checkpoints.write_marker(settings, started, views, definitions, declarations, origin=True, dedupe=marker.dedupe)
     return maintained
 
 

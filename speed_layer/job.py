@@ -32,8 +32,10 @@ from definitions.view_loading import load_views
 from definitions.views import HLL_LG_K, Registry, View, key_text
 from definitions.views import cells as view_cells
 from speed_layer.checkpoint_start import check_checkpoint_settings
+from speed_layer.first_copies import dedupe_of, first_copies_within_window
 from speed_layer.late_drops import late_drops_recorder, record_pending_late_drops
-from stores import health, kafka_gaps
+from stores import checkpoints, health, kafka_gaps
+from stores.checkpoints import DEDUPE_TIMERS
 from stores.kafka_source import kafka_stream, validated_events
 from stores.kafka_topic_config import check_timestamp_type
 from stores.master import first_copies
@@ -47,9 +49,12 @@ JOB = jobs.SPEED_LAYER
 QUERY = jobs.SPEED_QUERY
 
 
-def aggregated_cells(spark, settings: Settings, registry: Registry, fail_on_data_loss: bool = True):
+def aggregated_cells(
+    spark, settings: Settings, registry: Registry, fail_on_data_loss: bool = True, dedupe: str = DEDUPE_TIMERS
+):
     """The streaming DataFrame of per-(view, granularity, key, event bucket, ingest bucket) aggregates
-    of the views in `registry` (under their storage names: definitions.view_versions)."""
+    of the views in `registry` (under their storage names: definitions.view_versions); `dedupe` the
+    de-duplication operator the checkpoint's state is made by (speed_layer.first_copies)."""
     from pyspark.sql import functions as F
 
     stream = kafka_stream(spark, settings, settings.speed.max_offsets_per_trigger, fail_on_data_loss)
@@ -59,23 +64,23 @@ def aggregated_cells(spark, settings: Settings, registry: Registry, fail_on_data
         F.count(F.lit(1)).alias("records"),
         F.sum(F.when(F.col("reason").isNotNull(), 1).otherwise(0)).alias("invalid_skipped"),
     )
-    return cells_by_ingest_bucket(counted, list(registry), settings)
+    return cells_by_ingest_bucket(counted, list(registry), settings, dedupe=dedupe)
 
 
-def cells_by_ingest_bucket(events, views: list[View], settings: Settings, count_from_ms: int | None = None):
+def cells_by_ingest_bucket(
+    events, views: list[View], settings: Settings, count_from_ms: int | None = None, dedupe: str = DEDUPE_TIMERS
+):
     """Validated events (streaming, or a static read of Kafka for a replay) → the views' aggregates per
     (view, granularity, key, event bucket, ingest bucket). Copies of an event_id within the dedupe
-    window count once. On a static DataFrame every copy after the first by ingest time is dropped,
-    and only first copies ingested at or after `count_from_ms` are counted: a replay reads the dedupe
-    window before its start too, so a copy whose first was ingested just before is dropped, as the
-    running speed layer dropped it."""
+    window count once (speed_layer.first_copies, by the operator `dedupe`). On a static DataFrame
+    every copy after the first by ingest time is dropped, and only first copies ingested at or after
+    `count_from_ms` are counted: a replay reads the dedupe window before its start too, so a copy
+    whose first was ingested just before is dropped, as the running speed layer dropped it."""
     from pyspark.sql import functions as F
 
     valid = events.where(F.col("reason").isNull())
     if valid.isStreaming:
-        valid = valid.withWatermark(
-            "ingest_time", f"{settings.speed.dedupe_window_s} seconds"
-        ).dropDuplicatesWithinWatermark(["event_id"])
+        valid = first_copies_within_window(valid, settings, dedupe)
     else:  # a replay: the first copy of each event_id, as the batch layer keeps
         valid = first_copies(valid)
         if count_from_ms is not None:
@@ -232,6 +237,7 @@ def run(settings: Settings) -> int:
         },
     )
     maintained = check_checkpoint_settings(settings, load_views(settings))
+    dedupe = dedupe_of(checkpoints.read_marker(settings))
     record_pending_late_drops(settings)  # before the progress file is written anew
     try:
         check_timestamp_type(settings)
@@ -265,7 +271,7 @@ def run(settings: Settings) -> int:
 
     def start(strict: bool) -> tuple:
         return (
-            aggregated_cells(spark, settings, maintained, strict)
+            aggregated_cells(spark, settings, maintained, strict, dedupe)
             .writeStream.queryName(QUERY)
             .outputMode("update")
             .foreachBatch(writer)
@@ -276,11 +282,12 @@ def run(settings: Settings) -> int:
 
     queries = start(not past)
     log.info(
-        "speed layer running: %s → Cassandra %s (trigger %ss, de-duplication window %ss, ingest bucket %ss)",
+        "speed layer running: %s → Cassandra %s (trigger %ss, de-duplication window %ss by %s, ingest bucket %ss)",
         settings.kafka.events_topic,
         settings.cassandra.keyspace,
         settings.speed.trigger_s,
         settings.speed.dedupe_window_s,
+        dedupe,
         settings.ingest_bucket_s,
     )
     try:

@@ -8,7 +8,9 @@ bounds how old the oldest realtime row can be (serving_layer.staleness). The fil
 beside the checkpoint: `<checkpoint_dir>-settings.json`, `{"format": 1, "ingest_bucket_s": N,
 "dedupe_window_s": W, "started_ms": T, "views": {"<view>": since_ms, ...}, "definitions": {"<view>":
 fingerprint, ...}}`: `format` (absent: 1) is refused when later than this release reads;
-`dedupe_window_s` is the window its de-duplication state was made with, `events` the validation
+`dedupe_window_s` is the window its de-duplication state was made with, `dedupe` the operator that
+holds that state (DEDUPE_TIMERS; absent: Spark's dropDuplicatesWithinWatermark, whose state a
+checkpoint made before keeps, since the other cannot read it), `events` the validation
 limits (settings.events) the records it counted were judged by; `views` says since when the
 speed layer maintains each view (stores.view_lifecycle); a marker without it is from before views
 could be added to a running platform, when every view was maintained from the first start.
@@ -45,6 +47,8 @@ class Marker:
     events: dict[str, int] | None = None
     # whether the realtime store records the start its rows come from (stores.realtime_origin)
     origin: bool = False
+    # the de-duplication operator its state was made by: DEDUPE_TIMERS, or None (DEDUPE_SCAN, an older marker)
+    dedupe: str | None = None
 
     def changed_limits(self, settings: Settings) -> list[str]:
         """The validation limits recorded here that `settings` give other values of, as
@@ -77,6 +81,13 @@ class MarkerUnreadable(ValueError):
     """The marker file holds no marker (it is only ever written whole, so something else wrote it)."""
 
 
+# The speed layer's de-duplication operators (speed_layer/job.py): event-time timers
+# (speed_layer/jvm/FirstCopyWithinWindow.java), what a new checkpoint is made with; Spark's
+# dropDuplicatesWithinWatermark, which a checkpoint made before keeps (None in its marker).
+DEDUPE_TIMERS = "first-copy-timers"
+DEDUPE_SCAN = "within-watermark-scan"
+
+
 # The marker's layout. A later release that changes its meaning raises it: this one then refuses the
 # marker rather than read part of it and rewrite it without what it does not know.
 MARKER_FORMAT = 1
@@ -88,6 +99,14 @@ def _ms_or_none(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"started_ms {str(value)[:40]!r} is not a time")
     return value
+
+
+def _dedupe_or_none(value: object) -> str | None:
+    if value is None:
+        return None
+    if value != DEDUPE_TIMERS:
+        raise ValueError(f"dedupe {str(value)[:40]!r} is not an operator this release knows ({DEDUPE_TIMERS!r})")
+    return DEDUPE_TIMERS
 
 
 def marker_path(settings: Settings) -> str:
@@ -124,6 +143,7 @@ def read_marker(settings: Settings) -> Marker | None:
             None if doc.get("dedupe_window_s") is None else int(doc["dedupe_window_s"]),
             None if doc.get("events") is None else {str(k): int(v) for k, v in doc["events"].items()},
             doc.get("realtime_origin") is True,
+            _dedupe_or_none(doc.get("dedupe")),
         )
     except MarkerUnreadable:
         raise
@@ -147,7 +167,10 @@ def write_marker(
     definitions: dict[str, str] | None = None,
     declarations: dict[str, dict] | None = None,
     origin: bool = False,
+    dedupe: str | None = DEDUPE_TIMERS,
 ) -> None:
+    """The marker of a checkpoint made with `settings`; `dedupe` the operator its state is made by
+    (None: Spark's dropDuplicatesWithinWatermark, a checkpoint made before DEDUPE_TIMERS)."""
     from stores.webhdfs import WebHdfs
 
     doc: dict = {
@@ -165,6 +188,8 @@ def write_marker(
         doc["declarations"] = declarations
     if origin:
         doc["realtime_origin"] = True
+    if dedupe is not None:
+        doc["dedupe"] = _dedupe_or_none(dedupe)
     with WebHdfs(settings) as fs:
         fs.write_whole(marker_path(settings), json.dumps(doc).encode())
 

@@ -154,7 +154,9 @@ def test_a_marker_from_before_the_store_recorded_its_start_records_it_for_the_ro
     origin["held"] = held
     check_checkpoint_settings(Settings(ingest_bucket_s=60), Registry((PAGE_VIEWS,)))
     assert origin["written"] == [5_000]
-    assert stores[-1][1] == 5_000 and stores[-1][-1] == {"origin": True}, "the marker says so from now on"
+    assert stores[-1][1] == 5_000 and stores[-1][-1]["origin"] is True, "the marker says so from now on"
+    # made before the de-duplication's operator was recorded: its state is dropDuplicatesWithinWatermark's
+    assert stores[-1][-1]["dedupe"] is None
 
 
 class MarkerFile:
@@ -245,10 +247,36 @@ def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatc
     limits = checkpoints.event_limits(settings)
     assert limits["max_record_bytes"] == settings.events.max_record_bytes and len(limits) == 8
     assert checkpoints.read_marker(settings) == checkpoints.Marker(
-        60, 5_000, {"page_views": 0}, dedupe_window_s=120, events=limits
+        60, 5_000, {"page_views": 0}, dedupe_window_s=120, events=limits, dedupe=checkpoints.DEDUPE_TIMERS
     )
     checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True)
     assert checkpoints.read_marker(settings).origin is True  # type: ignore[union-attr]
+    # a checkpoint made by dropDuplicatesWithinWatermark keeps saying so when its marker is written again
+    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True, dedupe=None)
+    assert b'"dedupe"' not in hdfs.data  # type: ignore[operator]
+    assert checkpoints.read_marker(settings).dedupe is None  # type: ignore[union-attr]
+    hdfs.data = hdfs.data.replace(b'"format": 1', b'"format": 1, "dedupe": "bloom"')  # type: ignore[attr-defined]
+    with pytest.raises(checkpoints.MarkerUnreadable, match="dedupe 'bloom' is not an operator this release knows"):
+        checkpoints.read_marker(settings)
+
+
+@pytest.mark.parametrize(("recorded", "runs"), [(checkpoints.DEDUPE_TIMERS, "first-copy-timers"), (None, "scan")])
+def test_a_resumed_checkpoint_keeps_the_de_duplication_operator_its_state_was_made_by(
+    stores, origin, monkeypatch, recorded, runs
+):
+    """The timers' operator cannot read the state dropDuplicatesWithinWatermark left (nor the other
+    way round): a checkpoint made before the timers goes on with the scan, a new one with the timers."""
+    from speed_layer.first_copies import dedupe_of
+
+    marker = checkpoints.Marker(60, 5_000, {"page_views": 5_000}, dedupe_window_s=600, origin=True, dedupe=recorded)
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
+    origin["held"] = 5_000
+    settings = Settings(ingest_bucket_s=60, speed=SpeedSettings(dedupe_window_s=600))
+    check_checkpoint_settings(settings, Registry((PAGE_VIEWS,)))  # written again: it records no limits
+    assert stores[-1][-1]["dedupe"] == recorded, "the marker written again names the same operator"
+    assert runs in dedupe_of(marker)
+    assert dedupe_of(None) == checkpoints.DEDUPE_SCAN  # only a checkpoint's own marker says timers
 
 
 def test_a_view_added_is_maintained_from_after_the_latest_record_kafka_holds_whatever_the_clocks(stores, monkeypatch):

@@ -1,0 +1,136 @@
+"""What the speed layer's de-duplication costs a micro-batch as the ids its window holds grow: the
+event-time timers a new checkpoint runs (speed_layer/jvm/FirstCopyWithinWindow.java) against Spark's
+dropDuplicatesWithinWatermark, which a checkpoint made before runs (speed_layer.first_copies).
+
+Each operator in turn runs a stream of `--rate` distinct ids per second (Spark's rate source, two
+partitions, a 1 s trigger, the RocksDB state store with changelog checkpointing, as the speed layer)
+for `--duration` s, with a window longer than that, so the state only grows. From every micro-batch's
+progress: the ids held, the batch's duration and the operator's own time (updates, removals, commit).
+Prints, per operator, the median batch and operator time over the first and the last third of the
+run and the least-squares slope of the operator's time per million ids held.
+
+    .venv/bin/python bench/dedupe_state_cost.py --rate 20000 --duration 120
+
+Needs no running service (a local Spark session from settings; checkpoints in a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from figures import emit, fmt  # noqa: E402  (bench/ itself)
+from rate_ladder import least_squares_slope  # noqa: E402  (bench/ itself)
+
+from definitions.layer_settings import SpeedSettings  # noqa: E402
+from definitions.settings import get_settings  # noqa: E402
+from definitions.spark import spark_session  # noqa: E402
+from speed_layer.first_copies import first_copies_within_window  # noqa: E402
+from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS  # noqa: E402
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path) -> list[dict]:
+    from pyspark.sql import functions as F
+
+    events = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", rate)
+        .option("numPartitions", 2)
+        .load()
+        .select(F.col("value").cast("string").alias("event_id"), F.col("timestamp").alias("ingest_time"))
+    )
+    query = (
+        first_copies_within_window(events, settings, dedupe)
+        .writeStream.format("noop")
+        .option("checkpointLocation", (folder / dedupe).as_uri())
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    batches: dict[int, dict] = {}
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < duration:
+            time.sleep(0.5)
+            for p in query.recentProgress:
+                if p.batchId in batches or not p.numInputRows or not p.stateOperators:
+                    continue
+                op = p.stateOperators[0]
+                batches[p.batchId] = {
+                    "held": int(op.numRowsTotal),
+                    "rows": int(p.numInputRows),
+                    "batch_ms": int(p.durationMs.get("triggerExecution", 0)),
+                    "operator_ms": int(op.allUpdatesTimeMs) + int(op.allRemovalsTimeMs) + int(op.commitTimeMs),
+                }
+    finally:
+        query.stop()
+    return [batches[k] for k in sorted(batches)][1:]  # the first micro-batch starts the JVM's code paths
+
+
+def summary(batches: list[dict]) -> dict:
+    third = max(1, len(batches) // 3)
+    first, last = batches[:third], batches[-third:]
+    slope = least_squares_slope([(b["held"] / 1e6, b["operator_ms"]) for b in batches])
+    return {
+        "micro_batches": len(batches),
+        "held_at_end": batches[-1]["held"] if batches else None,
+        "rows_per_batch_median": statistics.median(b["rows"] for b in batches) if batches else None,
+        "batch_ms_first_third": statistics.median(b["batch_ms"] for b in first) if batches else None,
+        "batch_ms_last_third": statistics.median(b["batch_ms"] for b in last) if batches else None,
+        "operator_ms_first_third": statistics.median(b["operator_ms"] for b in first) if batches else None,
+        "operator_ms_last_third": statistics.median(b["operator_ms"] for b in last) if batches else None,
+        "operator_ms_per_million_held": None if slope is None else round(slope, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=int, default=20_000, help="distinct ids per second")
+    parser.add_argument("--duration", type=float, default=120.0, help="seconds each operator runs")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.rate <= 0 or args.duration < 10:
+        parser.error("--rate must be positive and --duration at least 10 s")
+    window_s = int(args.duration * 2) + 60  # nothing expires during the run: the state only grows
+    settings = get_settings()
+    settings = settings.model_copy(update={"speed": SpeedSettings(dedupe_window_s=window_s)})
+    spark = spark_session(
+        settings,
+        "bench-dedupe-state-cost",
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        },
+    )
+    result: dict = {"rate": args.rate, "duration_s": args.duration, "window_s": window_s, "operators": {}}
+    try:
+        with tempfile.TemporaryDirectory(prefix="lambda-bench-dedupe-") as folder:
+            for dedupe in (DEDUPE_SCAN, DEDUPE_TIMERS):
+                result["operators"][dedupe] = summary(
+                    run(spark, settings, dedupe, args.rate, args.duration, Path(folder))
+                )
+    finally:
+        spark.stop()
+    lines = [f"de-duplication at {args.rate:,} distinct ids/s for {args.duration:.0f} s each (window {window_s} s):"]
+    for dedupe, s in result["operators"].items():
+        lines.append(
+            f"  {dedupe:>22}: {s['micro_batches']} micro-batches of ~{fmt(s['rows_per_batch_median'])} rows, "
+            f"{fmt(s['held_at_end'])} ids held at the end; batch median {fmt(s['batch_ms_first_third'])} -> "
+            f"{fmt(s['batch_ms_last_third'])} ms (first -> last third), operator {fmt(s['operator_ms_first_third'])} "
+            f"-> {fmt(s['operator_ms_last_third'])} ms, {fmt(s['operator_ms_per_million_held'], 1)} ms more per "
+            "million ids held"
+        )
+    emit(result, "\n".join(lines) + "\n", args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
