@@ -4,7 +4,8 @@ dropDuplicatesWithinWatermark, which a checkpoint made before runs (speed_layer.
 
 Each operator in turn runs a stream of `--rate` distinct ids per second (Spark's rate source, two
 partitions, a 1 s trigger, the RocksDB state store with changelog checkpointing, as the speed layer)
-for `--duration` s, with a window longer than that, so the state only grows. From every micro-batch's
+for `--duration` s, with a window longer than that, so the state only grows (or `--window` s, so
+ids expire once the state holds about two windows of them). From every micro-batch's
 progress: the ids held, the batch's duration and the operator's own time (updates, removals, commit).
 Prints, per operator, the median batch and operator time over the first and the last third of the
 run and the least-squares slope of the operator's time per million ids held.
@@ -70,7 +71,9 @@ def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path) 
                     "operator_ms": int(op.allUpdatesTimeMs) + int(op.allRemovalsTimeMs) + int(op.commitTimeMs),
                 }
     finally:
+        spark.sparkContext.setLogLevel("FATAL")  # the stop interrupts tasks mid-commit, which log errors
         query.stop()
+        spark.sparkContext.setLogLevel("WARN")
     return [batches[k] for k in sorted(batches)][1:]  # the first micro-batch starts the JVM's code paths
 
 
@@ -94,11 +97,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=int, default=20_000, help="distinct ids per second")
     parser.add_argument("--duration", type=float, default=120.0, help="seconds each operator runs")
+    parser.add_argument("--window", type=int, help="seconds (default: longer than the run, nothing expires)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.rate <= 0 or args.duration < 10:
         parser.error("--rate must be positive and --duration at least 10 s")
-    window_s = int(args.duration * 2) + 60  # nothing expires during the run: the state only grows
+    window_s = args.window or int(args.duration * 2) + 60  # by default nothing expires: the state only grows
+    if window_s <= 0:
+        parser.error("--window must be positive")
     settings = get_settings()
     settings = settings.model_copy(update={"speed": SpeedSettings(dedupe_window_s=window_s)})
     spark = spark_session(

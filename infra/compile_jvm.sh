@@ -36,6 +36,7 @@ build "$JARS/speed-layer" lambda-speed-layer.jar "the speed layer's de-duplicati
   "$(stamp_of speed_layer/jvm/*.java requirements.lock)" speed_layer/jvm/*.java
 # The batch layer's HBase bulk load (stores/jvm, used when batch.load = "bulk"), also against the
 # HBase jars infra/maven resolved (its POMs are in the stamp, not a stamp only setup.sh writes).
-hbase_cp=$(ls "$JARS"/hbase/hbase-{common,client,server,shaded-miscellaneous}-*.jar | tr '\n' ':')
+# (Listed even when the jar is current: absent, javac names what it misses should it have to run.)
+hbase_cp=$( (ls "$JARS"/hbase/hbase-{common,client,server,shaded-miscellaneous}-*.jar 2>/dev/null || true) | tr '\n' ':')
 build "$JARS/hbase-load" lambda-hbase-load.jar "the HBase bulk load" "$spark_jars/*:$hbase_cp" \
   "$(stamp_of stores/jvm/*.java requirements.lock infra/maven/pom.xml infra/maven/*/pom.xml)" stores/jvm/*.java

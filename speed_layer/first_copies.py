@@ -4,7 +4,8 @@
 A new checkpoint keeps that state with event-time timers (speed_layer/jvm/FirstCopyWithinWindow.java,
 stores.checkpoints.DEDUPE_TIMERS): a micro-batch reads only the ids that expire, so its cost follows
 what arrives, not how many events the window holds. Spark's dropDuplicatesWithinWatermark, which
-reads its whole state at every micro-batch to find what to forget (about a microsecond per event held),
+reads its whole state at every micro-batch to find what to forget (~0.7 µs of CPU per id held,
+bench/dedupe_state_cost.py),
 goes on running a checkpoint made with it (DEDUPE_SCAN): the other operator cannot read its state.
 `lambdactl reset-speed` moves such a checkpoint to the timers."""
 
@@ -15,14 +16,21 @@ from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS
 
 # speed_layer/jvm, compiled by infra/compile_jvm.sh into the jars every platform session carries.
 FIRST_COPY_CLASS = "lambdaplatform.speed.FirstCopyWithinWindow"
+# Which copy of an id is first: the batch layer's order (stores.master.first_copies).
+ORDER = ("ingest_time", "kafka_partition", "kafka_offset")
 
 
-def first_copies_within_window(valid, settings: Settings, dedupe: str = DEDUPE_TIMERS):
-    """The first copy of each event id among the streaming frame `valid` (validated events with
-    `event_id` and `ingest_time`), a watermark of the window on `ingest_time`; rows older than the
-    watermark are dropped as late (Spark counts them in the operator's numRowsDroppedByWatermark)."""
+def first_copies_within_window(valid, settings: Settings, dedupe: str = DEDUPE_TIMERS, keep: list[str] | None = None):
+    """The first copy of each event id among the streaming frame `valid` (validated events: every one
+    has an `event_id`; `ingest_time`, `kafka_partition` and `kafka_offset` from Kafka), a watermark of
+    the window on `ingest_time`; rows older than the watermark are dropped as late (Spark counts them
+    in the operator's numRowsDroppedByWatermark). Only the columns `keep` (all when None) and those
+    go through the operator's shuffle: the raw record need not. Copies in one micro-batch: the timers
+    keep the first by ingest time, Kafka partition and offset, as the batch layer does."""
     if dedupe not in (DEDUPE_TIMERS, DEDUPE_SCAN):
         raise ValueError(f"unknown de-duplication operator {dedupe!r}: {DEDUPE_TIMERS!r} or {DEDUPE_SCAN!r}")
+    if keep is not None:
+        valid = valid.select(*dict.fromkeys(["event_id", *ORDER, *keep]))
     window_s = settings.speed.dedupe_window_s
     watermarked = valid.withWatermark("ingest_time", f"{window_s} seconds")
     if dedupe == DEDUPE_SCAN:
@@ -33,7 +41,10 @@ def first_copies_within_window(valid, settings: Settings, dedupe: str = DEDUPE_T
     operator = spark._jvm
     for part in FIRST_COPY_CLASS.split("."):
         operator = getattr(operator, part)
-    return DataFrame(operator.firstCopies(watermarked._jdf, "event_id", "ingest_time", window_s * 1000), spark)
+    order = spark._sc._gateway.new_array(spark._jvm.java.lang.String, len(ORDER) - 1)
+    for i, column in enumerate(ORDER[1:]):
+        order[i] = column
+    return DataFrame(operator.firstCopies(watermarked._jdf, "event_id", ORDER[0], window_s * 1000, order), spark)
 
 
 def dedupe_of(marker) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from definitions import jobs
+from definitions.events import FIELD_NAMES
 from definitions.files import run_alone
 from definitions.logs import configure_from
 from definitions.python_workers import skip_unchanged_zip_rereads
@@ -80,7 +81,8 @@ def cells_by_ingest_bucket(
 
     valid = events.where(F.col("reason").isNull())
     if valid.isStreaming:
-        valid = first_copies_within_window(valid, settings, dedupe)
+        # The event's fields are what the views read: the raw record stays out of the shuffle.
+        valid = first_copies_within_window(valid, settings, dedupe, keep=[*FIELD_NAMES, "ingest_time"])
     else:  # a replay: the first copy of each event_id, as the batch layer keeps
         valid = first_copies(valid)
         if count_from_ms is not None:

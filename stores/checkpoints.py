@@ -89,8 +89,10 @@ DEDUPE_SCAN = "within-watermark-scan"
 
 
 # The marker's layout. A later release that changes its meaning raises it: this one then refuses the
-# marker rather than read part of it and rewrite it without what it does not know.
-MARKER_FORMAT = 1
+# marker rather than read part of it and rewrite it without what it does not know. Format 2 names the
+# de-duplication operator (`dedupe`): a release that reads only 1 would run the other operator on the
+# state and, rewriting the marker, forget which one made it. A marker without it stays format 1.
+MARKER_FORMAT = 2
 
 
 def _ms_or_none(value: object) -> int | None:
@@ -102,7 +104,7 @@ def _ms_or_none(value: object) -> int | None:
 
 
 def _dedupe_or_none(value: object) -> str | None:
-    if value is None:
+    if value is None or value == DEDUPE_SCAN:
         return None
     if value != DEDUPE_TIMERS:
         raise ValueError(f"dedupe {str(value)[:40]!r} is not an operator this release knows ({DEDUPE_TIMERS!r})")
@@ -173,8 +175,9 @@ def write_marker(
     (None: Spark's dropDuplicatesWithinWatermark, a checkpoint made before DEDUPE_TIMERS)."""
     from stores.webhdfs import WebHdfs
 
+    dedupe = _dedupe_or_none(dedupe)
     doc: dict = {
-        "format": MARKER_FORMAT,
+        "format": MARKER_FORMAT if dedupe is not None else 1,
         "ingest_bucket_s": settings.ingest_bucket_s,
         "dedupe_window_s": settings.speed.dedupe_window_s,
         "events": event_limits(settings),
@@ -189,7 +192,7 @@ def write_marker(
     if origin:
         doc["realtime_origin"] = True
     if dedupe is not None:
-        doc["dedupe"] = _dedupe_or_none(dedupe)
+        doc["dedupe"] = dedupe
     with WebHdfs(settings) as fs:
         fs.write_whole(marker_path(settings), json.dumps(doc).encode())
 

@@ -181,7 +181,7 @@ class MarkerFile:
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        (b'{"format": 2, "ingest_bucket_s": 60}', "later release"),
+        (b'{"format": 3, "ingest_bucket_s": 60}', "later release"),
         (b'{"format": "1", "ingest_bucket_s": 60}', "later release"),
         (b'{"ingest_bucket_s": 60, "started_ms": "yesterday"}', "not a marker"),
         (b'{"ingest_bucket_s": 60, "started_ms": true}', "not a marker"),
@@ -243,7 +243,7 @@ def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatc
     monkeypatch.setattr(webhdfs, "WebHdfs", hdfs)
     settings = Settings(ingest_bucket_s=60, speed=SpeedSettings(dedupe_window_s=120))
     checkpoints.write_marker(settings, 5_000, {"page_views": 0})
-    assert b'"format": 1' in hdfs.data  # type: ignore[operator]
+    assert b'"format": 2' in hdfs.data, "it names the de-duplication operator"  # type: ignore[operator]
     limits = checkpoints.event_limits(settings)
     assert limits["max_record_bytes"] == settings.events.max_record_bytes and len(limits) == 8
     assert checkpoints.read_marker(settings) == checkpoints.Marker(
@@ -252,9 +252,10 @@ def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatc
     checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True)
     assert checkpoints.read_marker(settings).origin is True  # type: ignore[union-attr]
     # a checkpoint made by dropDuplicatesWithinWatermark keeps saying so when its marker is written again
-    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True, dedupe=None)
-    assert b'"dedupe"' not in hdfs.data  # type: ignore[operator]
-    assert checkpoints.read_marker(settings).dedupe is None  # type: ignore[union-attr]
+    for scan in (None, checkpoints.DEDUPE_SCAN):
+        checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True, dedupe=scan)
+        assert b'"dedupe"' not in hdfs.data and b'"format": 1' in hdfs.data  # type: ignore[operator]
+        assert checkpoints.read_marker(settings).dedupe is None  # type: ignore[union-attr]
     hdfs.data = hdfs.data.replace(b'"format": 1', b'"format": 1, "dedupe": "bloom"')  # type: ignore[attr-defined]
     with pytest.raises(checkpoints.MarkerUnreadable, match="dedupe 'bloom' is not an operator this release knows"):
         checkpoints.read_marker(settings)
