@@ -46,7 +46,12 @@ def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path) 
         .option("rowsPerSecond", rate)
         .option("numPartitions", 2)
         .load()
-        .select(F.col("value").cast("string").alias("event_id"), F.col("timestamp").alias("ingest_time"))
+        .select(
+            F.col("value").cast("string").alias("event_id"),
+            F.col("timestamp").alias("ingest_time"),
+            F.spark_partition_id().alias("kafka_partition"),  # the order of copies (none here)
+            F.col("value").alias("kafka_offset"),
+        )
     )
     query = (
         first_copies_within_window(events, settings, dedupe)
