@@ -5,9 +5,9 @@ A new checkpoint keeps that state with event-time timers (speed_layer/jvm/FirstC
 stores.checkpoints.DEDUPE_TIMERS): a micro-batch reads only the ids that expire, so its cost follows
 what arrives, not how many events the window holds. Spark's dropDuplicatesWithinWatermark, which
 reads its whole state at every micro-batch to find what to forget (~0.7 µs of CPU per id held,
-bench/dedupe_state_cost.py),
-goes on running a checkpoint made with it (DEDUPE_SCAN): the other operator cannot read its state.
-`lambdactl reset-speed` moves such a checkpoint to the timers."""
+bench/dedupe_state_cost.py), goes on running a checkpoint made with it (DEDUPE_SCAN): the other
+operator cannot read its state. `lambdactl reset-speed` moves such a checkpoint to the timers. Each
+expiry costs the timers ~19 µs: below a window of roughly 30 s the scan costs less (README)."""
 
 from __future__ import annotations
 
