@@ -202,6 +202,24 @@ class ProgressFile:
                     ("commit", "commitTimeMs"),
                 )
             },
+            # Which stateful operator that time went to (de-duplication, aggregation), plan order.
+            "state_by_operator": [
+                {
+                    "operator": str(getattr(op, "operatorName", "") or ""),
+                    **{
+                        name: int(getattr(op, attr, 0) or 0)
+                        for name, attr in (
+                            ("rows", "numRowsTotal"),
+                            ("updated", "numRowsUpdated"),
+                            ("removed", "numRowsRemoved"),
+                            ("updates_ms", "allUpdatesTimeMs"),
+                            ("removals_ms", "allRemovalsTimeMs"),
+                            ("commit_ms", "commitTimeMs"),
+                        )
+                    },
+                }
+                for op in (p.stateOperators or ())
+            ],
             "rows_behind": rows_behind(p),
             "state_rows": state_rows,
             "dropped_late": dropped_late,

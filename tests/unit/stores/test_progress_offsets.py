@@ -37,8 +37,24 @@ def test_a_batch_progress_keeps_where_its_time_went(tmp_path):
     progress_file = ProgressFile(settings, "speed-layer")
     source = SimpleNamespace(endOffset='{"events": {"0": 10}}', latestOffset='{"events": {"0": 10}}')
     operators = [
-        SimpleNamespace(numRowsTotal=5, allUpdatesTimeMs=7, allRemovalsTimeMs=3, commitTimeMs=11),
-        SimpleNamespace(numRowsTotal=2, allUpdatesTimeMs=1, allRemovalsTimeMs=0, commitTimeMs=4),
+        SimpleNamespace(
+            operatorName="transformWithStateExec",
+            numRowsTotal=5,
+            numRowsUpdated=4,
+            numRowsRemoved=1,
+            allUpdatesTimeMs=7,
+            allRemovalsTimeMs=3,
+            commitTimeMs=11,
+        ),
+        SimpleNamespace(
+            operatorName="stateStoreSave",
+            numRowsTotal=2,
+            numRowsUpdated=2,
+            numRowsRemoved=0,
+            allUpdatesTimeMs=1,
+            allRemovalsTimeMs=0,
+            commitTimeMs=4,
+        ),
     ]
     breakdown = {"triggerExecution": 900, "addBatch": 600, "latestOffset": 40, "walCommit": 80}
     progress_file.progress(
@@ -59,4 +75,24 @@ def test_a_batch_progress_keeps_where_its_time_went(tmp_path):
     query = json.loads(progress_file.path.read_text())["queries"]["speed-views"]
     assert query["batch_ms"] == 900 and query["duration_ms"] == breakdown
     assert query["state_ms"] == {"updates": 8, "removals": 3, "commit": 15}
+    assert query["state_by_operator"] == [  # in the plan's order: which operator the state time is
+        {
+            "operator": "transformWithStateExec",
+            "rows": 5,
+            "updated": 4,
+            "removed": 1,
+            "updates_ms": 7,
+            "removals_ms": 3,
+            "commit_ms": 11,
+        },
+        {
+            "operator": "stateStoreSave",
+            "rows": 2,
+            "updated": 2,
+            "removed": 0,
+            "updates_ms": 1,
+            "removals_ms": 0,
+            "commit_ms": 4,
+        },
+    ]
     assert query["state_rows"] == 7 and query["rows_behind"] == 0
