@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -43,14 +44,55 @@ def wait_drained(lag: LagProbe, target_end: int, timeout: float) -> float | None
     return None
 
 
+def step_config(run: str, rate: int, count: int) -> GeneratorConfig:
+    """The generator's workload of one step: events of their own for each run and rate. The speed
+    layer holds an id until its watermark (which stands still while nothing arrives) passes the
+    id's ingest time + window; ids sent again by a later run would all be copies it drops."""
+    seed = zlib.crc32(f"{run}/{rate}".encode())
+    return GeneratorConfig(seed=seed, count=count, rate=rate, url_prefix=f"/bench-rate-{run}")
+
+
 def generator_source(settings: Settings, run: str) -> Callable[[int, int], Background]:
     """Steps sent by the platform's generator (one Python process: up to ~9,000 records/s here)."""
 
     def start(rate: int, count: int) -> Background:
-        config = GeneratorConfig(seed=rate, count=count, rate=rate, url_prefix=f"/bench-rate-{run}")
-        return Background(settings, config).start()
+        return Background(settings, step_config(run, rate, count)).start()
 
     return start
+
+
+# What a step keeps of each batch's progress (stores.progress): its figures and where its time went.
+BATCH_FIELDS = (
+    "timestamp",
+    "input_rows",
+    "input_rows_per_s",
+    "processed_rows_per_s",
+    "batch_ms",
+    "rows_behind",
+    "duration_ms",
+    "state_by_operator",
+)
+STATE_TIMES = ("updates_ms", "removals_ms", "commit_ms")
+
+
+def time_breakdown(batches: list[dict]) -> dict | None:
+    """Where the batches' time went, per 1,000 input rows over all of them: Spark's durationMs parts
+    (wall time of the driver's phases; addBatch runs the tasks) and each stateful operator's update,
+    removal and commit times (task time, summed over its partitions, which run side by side)."""
+    rows = sum(b.get("input_rows") or 0 for b in batches)
+    if rows <= 0:
+        return None
+    per_1k = 1000 / rows
+    wall: dict[str, float] = {}
+    state: dict[str, dict[str, float]] = {}
+    for b in batches:
+        for part, ms in (b.get("duration_ms") or {}).items():
+            wall[part] = wall.get(part, 0) + (ms or 0) * per_1k
+        for op in b.get("state_by_operator") or ():
+            times = state.setdefault(op.get("operator") or "?", dict.fromkeys(STATE_TIMES, 0.0))
+            for name in STATE_TIMES:
+                times[name] += (op.get(name) or 0) * per_1k
+    return {"batches": len(batches), "rows": rows, "wall_ms": wall, "state_task_ms": state}
 
 
 def rate_step(
@@ -78,17 +120,7 @@ def rate_step(
         samples.append(s)
         progress = read_progress()
         if progress and progress.get("batch_id") is not None and progress.get("timestamp", "") >= _iso(started):
-            batches[progress["batch_id"]] = {
-                k: progress.get(k)
-                for k in (
-                    "timestamp",
-                    "input_rows",
-                    "input_rows_per_s",
-                    "processed_rows_per_s",
-                    "batch_ms",
-                    "rows_behind",
-                )
-            }
+            batches[progress["batch_id"]] = {k: progress.get(k) for k in BATCH_FIELDS}
         background.thread.join(timeout=1.0)
     background.join()
     produce_end = time.time()
@@ -97,10 +129,7 @@ def rate_step(
     drained_s = wait_drained(lag, end_at_stop, drain_timeout)
     progress = read_progress()
     if progress and progress.get("batch_id") is not None and progress.get("timestamp", "") >= _iso(started):
-        batches[progress["batch_id"]] = {
-            k: progress.get(k)
-            for k in ("timestamp", "input_rows", "input_rows_per_s", "processed_rows_per_s", "batch_ms", "rows_behind")
-        }
+        batches[progress["batch_id"]] = {k: progress.get(k) for k in BATCH_FIELDS}
     elapsed = produce_end - started
     offered = report.rate if report else 0.0
     # The lag just after a commit (a trough of the saw-tooth) is what arrived while that batch
@@ -166,6 +195,7 @@ def rate_step(
         "rows_behind_max": max(behind) if behind else None,
         "rows_behind_last": behind[-1] if behind else None,
         "batch_samples": [(b["input_rows"], b["batch_ms"]) for b in timed],
+        "time_per_1k_rows": time_breakdown(timed),
         "lag_samples": [(round(s["t"], 1), s["lag"]) for s in samples],
     }
 

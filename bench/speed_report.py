@@ -67,6 +67,8 @@ def report(result: dict) -> str:
                 f"per record -> rate ceiling ~{fmt(fit['ceiling_rows_per_s'])} records/s (batches grow without "
                 "bound as the rate nears it)"
             )
+        for s in r["steps"]:
+            lines.extend(time_lines(s))
         lines.append(
             "(processed/s: Spark's processedRowsPerSecond over the step's batches (rows / busy time); committed/s: "
             "offsets committed per second; lag: Kafka end offsets - the speed layer's committed offsets, just after "
@@ -77,6 +79,24 @@ def report(result: dict) -> str:
         lines.append(f"{name}: FAILED: {error}")
     lines.append(f"(load average {', '.join(f'{x:.1f}' for x in result['load_average'])} on {os.cpu_count()} cores)")
     return "\n".join(lines) + "\n"
+
+
+def time_lines(step: dict) -> list[str]:
+    """Where the step's batch time went, per 1,000 input rows (bench/rate_ladder.time_breakdown)."""
+    t = step.get("time_per_1k_rows")
+    if not t:
+        return []
+    wall = ", ".join(f"{part} {ms:,.1f}" for part, ms in sorted(t["wall_ms"].items(), key=lambda kv: -kv[1]) if ms)
+    lines = [
+        f"  {step['target_rate']:,}/s, per 1,000 input rows over {t['batches']} batches ({t['rows']:,} rows), "
+        f"wall ms: {wall or '-'}"
+    ]
+    for operator, times in t["state_task_ms"].items():
+        lines.append(
+            f"    state operator {operator}, task ms (partitions side by side): updates {times['updates_ms']:,.1f}, "
+            f"removals {times['removals_ms']:,.1f}, commit {times['commit_ms']:,.1f}"
+        )
+    return lines
 
 
 def _short(value) -> str:

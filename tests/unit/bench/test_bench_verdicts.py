@@ -91,3 +91,38 @@ def test_the_replay_benchmark_runs_a_command_lambdactl_accepts(bench, monkeypatc
     assert argv[1:3] == ["-m", "lambdactl.cli"]
     parsed = build_parser().parse_args(argv[3:])
     assert parsed.view == "page_views" and parsed.json
+
+
+def test_rate_steps_of_two_runs_at_one_rate_send_different_events(bench):
+    """The speed layer holds an event id until its watermark passes the id's ingest time + window,
+    and its watermark stands still while nothing arrives: a second run sending the ids of the
+    first would measure only de-duplication (every record a copy), not the platform's work."""
+    from ingest.generator import ClickstreamGenerator
+
+    ladder = bench("rate_ladder")
+    ids = {
+        run: [r.event_id for r in ClickstreamGenerator(ladder.step_config(run, 6_000, 50)).records() if r.event_id]
+        for run in ("1796380000-11", "1796380300-12")
+    }
+    first, second = ids.values()
+    assert len(first) >= 40 and not set(first) & set(second)
+    assert ladder.step_config("1796380000-11", 8_000, 50).seed != ladder.step_config("1796380000-11", 6_000, 50).seed
+
+
+def test_a_step_says_where_its_batches_time_went_per_thousand_rows(bench):
+    ladder = bench("rate_ladder")
+    dedupe = {"operator": "transformWithStateExec", "updates_ms": 300, "removals_ms": 0, "commit_ms": 40}
+    batches = [
+        {"input_rows": 2_000, "duration_ms": {"addBatch": 900, "walCommit": 60}, "state_by_operator": [dedupe]},
+        {"input_rows": 8_000, "duration_ms": {"addBatch": 3_100, "walCommit": 40}, "state_by_operator": [dedupe]},
+        {"input_rows": 0, "duration_ms": {"addBatch": 500}},  # an idle batch's fixed cost counts too
+    ]
+    got = ladder.time_breakdown(batches)
+    assert got["rows"] == 10_000 and got["batches"] == 3
+    assert got["wall_ms"] == {"addBatch": pytest.approx(450.0), "walCommit": pytest.approx(10.0)}
+    assert got["state_task_ms"]["transformWithStateExec"] == {
+        "updates_ms": pytest.approx(60.0),
+        "removals_ms": 0,
+        "commit_ms": pytest.approx(8.0),
+    }
+    assert ladder.time_breakdown([{"input_rows": 0, "duration_ms": {"addBatch": 500}}]) is None
