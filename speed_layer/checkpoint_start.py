@@ -100,10 +100,23 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         checkpoints.remove_checkpoint_dir(settings)
         realtime_origin.write_origin(settings, now_ms)  # the rows written from now on are this start's
         views = maintained_since(None, names, now_ms)
-        checkpoints.write_marker(settings, now_ms, views, definitions, declarations, origin=True)
+        # A new checkpoint's state is made by the operator the settings name; the marker says which.
+        dedupe = None if settings.speed.dedupe_operator == checkpoints.DEDUPE_SCAN else checkpoints.DEDUPE_TIMERS
+        checkpoints.write_marker(settings, now_ms, views, definitions, declarations, origin=True, dedupe=dedupe)
         return maintained
     # A marker from before start times were recorded was written at the first start; one from before
     # views were recorded was written when every view declared now was (they could not change).
+    made_by = marker.dedupe or checkpoints.DEDUPE_SCAN
+    if made_by != settings.speed.dedupe_operator:
+        log.warning(
+            "the speed layer's checkpoint %s holds de-duplication state made by %s; settings name %s for a new "
+            "checkpoint: it goes on with %s (`lambdactl reset-speed` starts one with %s)",
+            settings.speed.checkpoint_dir,
+            made_by,
+            settings.speed.dedupe_operator,
+            made_by,
+            settings.speed.dedupe_operator,
+        )
     started = marker.started_ms if marker.started_ms is not None else checkpoints.file_written_ms(settings)
     check_store_origin(settings, marker, started)
     previous = marker.views if marker.views is not None else dict.fromkeys(names, 0)

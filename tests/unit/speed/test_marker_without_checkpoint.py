@@ -121,7 +121,7 @@ def test_a_fresh_start_records_in_the_store_the_start_its_rows_come_from(stores,
     check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
     marker = stores[-1]
     assert origin["written"] == [marker[1]], "the marker's started_ms"
-    assert marker[-1] == {"origin": True}
+    assert marker[-1] == {"origin": True, "dedupe": checkpoints.DEDUPE_TIMERS}
 
 
 @pytest.mark.parametrize(
@@ -304,3 +304,40 @@ def test_a_view_added_is_maintained_from_after_the_latest_record_kafka_holds_wha
     stores.clear()
     monkeypatch.setattr(kafka, "latest_ingest_ms", lambda _settings: pytest.fail("asked with no view added"))
     check_checkpoint_settings(settings, Registry((PAGE_VIEWS,)))
+
+
+@pytest.mark.parametrize(
+    ("chosen", "recorded"),
+    [
+        (None, checkpoints.DEDUPE_TIMERS),  # the default
+        (checkpoints.DEDUPE_TIMERS, checkpoints.DEDUPE_TIMERS),
+        (checkpoints.DEDUPE_SCAN, None),  # written as an earlier release wrote it: format 1, no operator
+    ],
+)
+def test_a_fresh_start_makes_its_state_with_the_operator_the_settings_name(stores, monkeypatch, chosen, recorded):
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
+    speed = SpeedSettings() if chosen is None else SpeedSettings(dedupe_operator=chosen)
+    check_checkpoint_settings(Settings(speed=speed), Registry((PAGE_VIEWS,)))
+    assert stores[-1][-1]["dedupe"] == recorded
+
+
+def test_a_resumed_checkpoint_keeps_the_operator_that_made_its_state_whatever_the_settings_name(stores, monkeypatch):
+    """Neither operator reads the other's state: the setting chooses for a new checkpoint only."""
+    marker = checkpoints.Marker(60, 5_000, {"page_views": 5_000}, dedupe_window_s=600, dedupe=checkpoints.DEDUPE_TIMERS)
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})
+    monkeypatch.setattr(checkpoints, "read_marker", lambda _settings: marker)
+    speed = SpeedSettings(dedupe_operator=checkpoints.DEDUPE_SCAN)
+    check_checkpoint_settings(Settings(ingest_bucket_s=60, speed=speed), Registry((PAGE_VIEWS,)))
+    assert stores[-1][-1]["dedupe"] == checkpoints.DEDUPE_TIMERS
+
+
+def test_an_operator_the_release_does_not_have_is_refused_by_name():
+    with pytest.raises(ValueError, match="dedupe_operator"):
+        SpeedSettings(dedupe_operator="bloom")
+
+
+def test_the_setting_names_the_operators_the_marker_records():
+    import typing
+
+    named = typing.get_args(SpeedSettings.model_fields["dedupe_operator"].annotation)
+    assert set(named) == {checkpoints.DEDUPE_TIMERS, checkpoints.DEDUPE_SCAN}
