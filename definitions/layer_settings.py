@@ -115,8 +115,10 @@ class SpeedSettings(_Section):
     dedupe_window_s: int = Field(600, ge=1, le=366 * 86_400)
     # The de-duplication operator a new checkpoint's state is made by (README, speed layer): event-time
     # timers cost each id its insert and its expiry; Spark's dropDuplicatesWithinWatermark reads
-    # every id the window holds at each micro-batch, cheaper for short windows. The same rule and
-    # answers either way. A checkpoint keeps the operator it was made with (its marker says which);
+    # every id the window holds at each micro-batch (cheaper on this platform at a 120 s window,
+    # README). The same rule either way; of copies in one micro-batch the timers keep the first by
+    # ingest time, partition and offset, the scan whichever its shuffle delivered first. A checkpoint
+    # keeps the operator it was made with (its marker says which);
     # `lambdactl reset-speed` makes a new one with this.
     dedupe_operator: Literal["first-copy-timers", "within-watermark-scan"] = "first-copy-timers"
     # Realtime rows expire by themselves this long after they are written, so a platform whose

@@ -261,7 +261,11 @@ def run(settings: Settings) -> int:
         settings,
         JOB,
         hooks={QUERY: late_drops_recorder(settings)},
-        extra={"ingest_bucket_s": settings.ingest_bucket_s, "dedupe_window_s": settings.speed.dedupe_window_s},
+        extra={
+            "ingest_bucket_s": settings.ingest_bucket_s,
+            "dedupe_window_s": settings.speed.dedupe_window_s,
+            "dedupe_operator": dedupe,  # the one its checkpoint was made with: which one a measurement ran
+        },
         publish=HdfsPublisher(settings, JOB),
     )
     spark.streams.addListener(progress.listener())

@@ -9,8 +9,8 @@ beside the checkpoint: `<checkpoint_dir>-settings.json`, `{"format": 1, "ingest_
 "dedupe_window_s": W, "started_ms": T, "views": {"<view>": since_ms, ...}, "definitions": {"<view>":
 fingerprint, ...}}`: `format` (absent: 1) is refused when later than this release reads;
 `dedupe_window_s` is the window its de-duplication state was made with, `dedupe` the operator that
-holds that state (DEDUPE_TIMERS; absent: Spark's dropDuplicatesWithinWatermark, whose state a
-checkpoint made before keeps, since the other cannot read it), `events` the validation
+holds that state (DEDUPE_TIMERS; absent: Spark's dropDuplicatesWithinWatermark, of a checkpoint made
+before the timers or under `speed.dedupe_operator` = DEDUPE_SCAN; neither reads the other's state), `events` the validation
 limits (settings.events) the records it counted were judged by; `views` says since when the
 speed layer maintains each view (stores.view_lifecycle); a marker without it is from before views
 could be added to a running platform, when every view was maintained from the first start.
@@ -47,7 +47,7 @@ class Marker:
     events: dict[str, int] | None = None
     # whether the realtime store records the start its rows come from (stores.realtime_origin)
     origin: bool = False
-    # the de-duplication operator its state was made by: DEDUPE_TIMERS, or None (DEDUPE_SCAN, an older marker)
+    # the de-duplication operator its state was made by: DEDUPE_TIMERS, or None (DEDUPE_SCAN)
     dedupe: str | None = None
 
     def changed_limits(self, settings: Settings) -> list[str]:
@@ -82,8 +82,8 @@ class MarkerUnreadable(ValueError):
 
 
 # The speed layer's de-duplication operators (speed_layer/job.py): event-time timers
-# (speed_layer/jvm/FirstCopyWithinWindow.java), what a new checkpoint is made with; Spark's
-# dropDuplicatesWithinWatermark, which a checkpoint made before keeps (None in its marker).
+# (speed_layer/jvm/FirstCopyWithinWindow.java) and Spark's dropDuplicatesWithinWatermark (None in
+# the marker); a new checkpoint is made with the one `speed.dedupe_operator` names.
 DEDUPE_TIMERS = "first-copy-timers"
 DEDUPE_SCAN = "within-watermark-scan"
 
@@ -172,7 +172,7 @@ def write_marker(
     dedupe: str | None = DEDUPE_TIMERS,
 ) -> None:
     """The marker of a checkpoint made with `settings`; `dedupe` the operator its state is made by
-    (None: Spark's dropDuplicatesWithinWatermark, a checkpoint made before DEDUPE_TIMERS)."""
+    (None: Spark's dropDuplicatesWithinWatermark, written as a marker of format 1)."""
     from stores.webhdfs import WebHdfs
 
     dedupe = _dedupe_or_none(dedupe)

@@ -171,7 +171,7 @@ def test_unreadable_marks_are_an_unreadable_realtime_store(tmp_path, monkeypatch
     assert not answer.provenance.complete and answer.provenance.unavailable == ["cassandra"]
 
 
-def test_one_thread_reads_the_marks_while_the_others_go_on_with_the_last_ones():
+def test_one_thread_reads_the_marks_while_the_others_go_on_with_the_last_ones(no_age_limit):
     cache = SpeedPartCache(max_bytes=1 << 20, check_s=0.0)
     entered, release = threading.Event(), threading.Event()
     reads = []
@@ -194,7 +194,7 @@ def test_one_thread_reads_the_marks_while_the_others_go_on_with_the_last_ones():
     assert cache.get("k", lambda: frozenset({("w", 2)}), lambda: "v3") == "v2"
 
 
-def test_a_part_read_under_older_marks_never_answers_under_newer_ones():
+def test_a_part_read_under_older_marks_never_answers_under_newer_ones(no_age_limit):
     """A slow read that began before the marks moved ends after another thread read the new value:
     what it brings back is not kept where the newer marks look."""
     cache = SpeedPartCache(max_bytes=1 << 20, check_s=0.0)
