@@ -33,7 +33,7 @@ from pathlib import Path
 from figures import configure_logging, emit, int_list  # bench/ itself: the scripts run as files
 from freshness_probes import freshness  # bench/ itself
 from rate_ladder import sustained_rates  # bench/ itself
-from speed_lag import speed_progress  # bench/ itself
+from speed_lag import speed_dedupe, speed_progress  # bench/ itself
 from speed_report import report  # bench/ itself
 
 from definitions.settings import get_settings
@@ -74,6 +74,7 @@ def main() -> int:
         "run": run,
         "trigger_s": settings.speed.trigger_s,
         "ingest_bucket_s": settings.ingest_bucket_s,
+        "dedupe": speed_dedupe(settings),
         "errors": {},
     }
     loads = [os.getloadavg()[0]]

@@ -69,3 +69,14 @@ def speed_progress(settings: Settings) -> dict | None:
     except RuntimeError as exc:
         log.warning("speed-layer progress: %s", exc)
         return None
+
+
+def speed_dedupe(settings: Settings) -> dict:
+    """The running speed layer's de-duplication, as its progress file names it: the checkpoint's operator
+    (which can differ from the setting's) and the window. None where the file does not say."""
+    try:
+        top = read_local_progress(settings, JOB)
+    except RuntimeError as exc:
+        log.warning("speed-layer progress: %s", exc)
+        top = {}
+    return {"operator": top.get("dedupe_operator"), "window_s": top.get("dedupe_window_s")}

@@ -11,6 +11,13 @@ from stores.realtime_schema import BY_KEY
 
 def report(result: dict) -> str:
     lines = []
+    d = result.get("dedupe")
+    if d is not None:  # the checkpoint's operator, which the settings alone do not say
+        lines.append(
+            f"Speed-layer de-duplication: {d['operator']}, window {d['window_s']} s"
+            if d.get("operator")
+            else "Speed-layer de-duplication: not known (no progress file)"
+        )
     f = result.get("freshness")
     if f:
         s = f["freshness_from_append_s"]

@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parents[3] / "bench"
 def bench(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # the scripts import each other as files
     yield lambda name: importlib.import_module(name)
-    for name in ("rate_ladder", "api_load", "run_all", "replay_throughput"):
+    for name in ("rate_ladder", "api_load", "run_all", "replay_throughput", "speed_lag", "speed_report"):
         sys.modules.pop(name, None)
 
 
@@ -126,3 +126,25 @@ def test_a_step_says_where_its_batches_time_went_per_thousand_rows(bench):
         "commit_ms": pytest.approx(8.0),
     }
     assert ladder.time_breakdown([{"input_rows": 0, "duration_ms": {"addBatch": 500}}]) is None
+
+
+def test_a_speed_result_names_the_de_duplication_operator_that_ran(bench, monkeypatch):
+    """The operator is the checkpoint's, which can differ from the setting: only the running speed
+    layer's progress file says which one a figure was measured with."""
+    lag = bench("speed_lag")
+    monkeypatch.setattr(
+        lag,
+        "read_local_progress",
+        lambda settings, job: {"dedupe_operator": "within-watermark-scan", "dedupe_window_s": 600, "queries": {}},
+    )
+    assert lag.speed_dedupe(None) == {"operator": "within-watermark-scan", "window_s": 600}
+    monkeypatch.setattr(lag, "read_local_progress", lambda settings, job: (_ for _ in ()).throw(RuntimeError("gone")))
+    assert lag.speed_dedupe(None) == {"operator": None, "window_s": None}
+
+    text = bench("speed_report").report(
+        {"dedupe": {"operator": "first-copy-timers", "window_s": 120}, "load_average": [1.0]}
+    )
+    assert "Speed-layer de-duplication: first-copy-timers, window 120 s" in text
+    assert "Speed-layer de-duplication: not known" in bench("speed_report").report(
+        {"dedupe": {"operator": None, "window_s": None}, "load_average": [1.0]}
+    )
