@@ -5,12 +5,16 @@ dropDuplicatesWithinWatermark, which a checkpoint made before runs (speed_layer.
 Each operator in turn runs a stream of `--rate` distinct ids per second (Spark's rate source, two
 partitions, a 1 s trigger, the RocksDB state store with changelog checkpointing, as the speed layer)
 for `--duration` s, with a window longer than that, so the state only grows (or `--window` s, so
-ids expire once the state holds about two windows of them). From every micro-batch's
+ids expire once the state holds about two windows of them). With `--jump`, the ids after the run's
+`--duration` come with ingest times two windows plus the run later, as after a catch-up or a quiet spell
+longer than the window: the watermark passes every id held at once, and the micro-batch that forgets
+them is timed on its own. From every micro-batch's
 progress: the ids held, the batch's duration and the operator's own time (updates, removals, commit).
 Prints, per operator, the median batch and operator time over the first and the last third of the
 run and the least-squares slope of the operator's time per million ids held.
 
     .venv/bin/python bench/dedupe_state_cost.py --rate 20000 --duration 120
+    .venv/bin/python bench/dedupe_state_cost.py --rate 20000 --duration 150 --jump
 
 Needs no running service (a local Spark session from settings; checkpoints in a temporary folder).
 """
@@ -38,9 +42,16 @@ from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS  # noqa: E402
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
-def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path) -> list[dict]:
+# How long a run with --jump may wait for the micro-batch that forgets every id held.
+JUMP_TIMEOUT_S = 900.0
+
+
+def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path, jump: bool = False) -> list[dict]:
     from pyspark.sql import functions as F
 
+    # Ids from `duration` on: the watermark (their time - window) passes every held id's time + window.
+    shift = 2 * settings.speed.dedupe_window_s + int(duration) + 60
+    jump_at = int(rate * duration) if jump else None
     events = (
         spark.readStream.format("rate")
         .option("rowsPerSecond", rate)
@@ -48,7 +59,13 @@ def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path) 
         .load()
         .select(
             F.col("value").cast("string").alias("event_id"),
-            F.col("timestamp").alias("ingest_time"),
+            (
+                F.col("timestamp")
+                if jump_at is None
+                else F.when(
+                    F.col("value") >= jump_at, F.col("timestamp") + F.expr(f"INTERVAL {shift} SECONDS")
+                ).otherwise(F.col("timestamp"))
+            ).alias("ingest_time"),
             F.spark_partition_id().alias("kafka_partition"),  # the order of copies (none here)
             F.col("value").alias("kafka_offset"),
         )
@@ -63,14 +80,19 @@ def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path) 
     batches: dict[int, dict] = {}
     started = time.monotonic()
     try:
-        while time.monotonic() - started < duration:
+        while time.monotonic() - started < duration + (JUMP_TIMEOUT_S if jump else 0):
+            if jump and any(b["removed"] and b["removed"] >= 0.9 * b["held_before"] for b in batches.values()):
+                break  # the micro-batch that forgot (nearly) every id held has committed
             time.sleep(0.5)
             for p in query.recentProgress:
                 if p.batchId in batches or not p.numInputRows or not p.stateOperators:
                     continue
                 op = p.stateOperators[0]
+                before = batches.get(p.batchId - 1, {}).get("held", 0)
                 batches[p.batchId] = {
                     "held": int(op.numRowsTotal),
+                    "held_before": before,
+                    "removed": int(op.numRowsRemoved),
                     "rows": int(p.numInputRows),
                     "batch_ms": int(p.durationMs.get("triggerExecution", 0)),
                     "operator_ms": int(op.allUpdatesTimeMs) + int(op.allRemovalsTimeMs) + int(op.commitTimeMs),
@@ -80,6 +102,16 @@ def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path) 
         query.stop()
         spark.sparkContext.setLogLevel("WARN")
     return [batches[k] for k in sorted(batches)][1:]  # the first micro-batch starts the JVM's code paths
+
+
+def jump_of(batches: list[dict]) -> tuple[list[dict], dict | None]:
+    """The batches before the jump, and the micro-batch that forgot the most ids (None: none forgot any)."""
+    jumped = max(batches, key=lambda b: b["removed"], default=None)
+    if jumped is None or not jumped["removed"]:
+        return batches, None
+    return batches[: batches.index(jumped)], {
+        k: jumped[k] for k in ("held_before", "removed", "batch_ms", "operator_ms")
+    }
 
 
 def summary(batches: list[dict]) -> dict:
@@ -103,6 +135,9 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=20_000, help="distinct ids per second")
     parser.add_argument("--duration", type=float, default=120.0, help="seconds each operator runs")
     parser.add_argument("--window", type=int, help="seconds (default: longer than the run, nothing expires)")
+    parser.add_argument(
+        "--jump", action="store_true", help="then move ingest time past every id held and time that micro-batch"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.rate <= 0 or args.duration < 10:
@@ -125,9 +160,9 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="lambda-bench-dedupe-") as folder:
             for dedupe in (DEDUPE_SCAN, DEDUPE_TIMERS):
-                result["operators"][dedupe] = summary(
-                    run(spark, settings, dedupe, args.rate, args.duration, Path(folder))
-                )
+                batches = run(spark, settings, dedupe, args.rate, args.duration, Path(folder), args.jump)
+                before, jumped = jump_of(batches) if args.jump else (batches, None)
+                result["operators"][dedupe] = summary(before) | ({"jump": jumped} if args.jump else {})
     finally:
         spark.stop()
     lines = [f"de-duplication at {args.rate:,} distinct ids/s for {args.duration:.0f} s each (window {window_s} s):"]
@@ -139,6 +174,17 @@ def main() -> int:
             f"-> {fmt(s['operator_ms_last_third'])} ms, {fmt(s['operator_ms_per_million_held'], 1)} ms more per "
             "million ids held"
         )
+        if args.jump:
+            j = s["jump"]
+            lines.append(
+                f"  {'':>22}  the watermark past every id held: "
+                + (
+                    f"{fmt(j['removed'])} of {fmt(j['held_before'])} forgotten in one micro-batch of "
+                    f"{fmt(j['batch_ms'])} ms (operator {fmt(j['operator_ms'])} ms)"
+                    if j
+                    else "no micro-batch forgot any id (not measured)"
+                )
+            )
     emit(result, "\n".join(lines) + "\n", args.json)
     return 0
 

@@ -113,14 +113,15 @@ class SpeedSettings(_Section):
     # one to two windows, longer while no traffic moves the watermark), and aggregation state of
     # older ingest buckets is dropped.
     dedupe_window_s: int = Field(600, ge=1, le=366 * 86_400)
-    # The de-duplication operator a new checkpoint's state is made by (README, speed layer): event-time
-    # timers cost each id its insert and its expiry; Spark's dropDuplicatesWithinWatermark reads
-    # every id the window holds at each micro-batch (cheaper on this platform at a 120 s window,
-    # README). The same rule either way; of copies in one micro-batch the timers keep the first by
-    # ingest time, partition and offset, the scan whichever its shuffle delivered first. A checkpoint
-    # keeps the operator it was made with (its marker says which);
-    # `lambdactl reset-speed` makes a new one with this.
-    dedupe_operator: Literal["first-copy-timers", "within-watermark-scan"] = "first-copy-timers"
+    # The de-duplication operator a new checkpoint's state is made by (README, speed layer): Spark's
+    # dropDuplicatesWithinWatermark reads every id the window holds at each micro-batch; event-time
+    # timers cost each id its insert and its expiry, and stall for minutes when the watermark jumps
+    # over millions of ids at once (after a quiet spell or a catch-up). On this platform the scan
+    # held more at 120 s and 600 s windows (README, Benchmarks): the default. The same rule either
+    # way; of copies in one micro-batch the timers keep the first by ingest time, partition and
+    # offset, the scan whichever its shuffle delivered first. A checkpoint keeps the operator it was
+    # made with (its marker says which); `lambdactl reset-speed` makes a new one with this.
+    dedupe_operator: Literal["first-copy-timers", "within-watermark-scan"] = "within-watermark-scan"
     # Realtime rows expire by themselves this long after they are written, so a platform whose
     # batch runs stopped does not grow without bound (the cleanup after each batch swap deletes
     # absorbed rows much sooner). Unset: derived from the batch schedule with a wide margin

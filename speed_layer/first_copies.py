@@ -1,13 +1,14 @@
 """The speed layer's de-duplication: of the copies of an event id ingested within
 `speed.dedupe_window_s`, only the first counts.
 
-A new checkpoint keeps that state with the operator `speed.dedupe_operator` names: event-time timers
-(speed_layer/jvm/FirstCopyWithinWindow.java, stores.checkpoints.DEDUPE_TIMERS, the default), whose
-micro-batch reads only the ids that expire, or Spark's dropDuplicatesWithinWatermark (DEDUPE_SCAN),
-which reads its whole state at every micro-batch to find what to forget (~0.7 µs of CPU per id held,
-bench/dedupe_state_cost.py). A checkpoint goes on with the operator that made it: the other cannot
-read its state; `lambdactl reset-speed` makes a new one with the setting's. Each id costs the timers
-an insert and an expiry: on the whole platform with a 120 s window the scan cost less (README)."""
+A new checkpoint keeps that state with the operator `speed.dedupe_operator` names: Spark's
+dropDuplicatesWithinWatermark (DEDUPE_SCAN, the default), which reads its whole state at every
+micro-batch to find what to forget (~0.7 µs of CPU per id held, bench/dedupe_state_cost.py), or
+event-time timers (speed_layer/jvm/FirstCopyWithinWindow.java, stores.checkpoints.DEDUPE_TIMERS),
+whose micro-batch reads only the ids that expire. A checkpoint goes on with the operator that made
+it: the other cannot read its state; `lambdactl reset-speed` makes a new one with the setting's.
+Each id costs the timers an insert and an expiry, and a watermark jump over millions of ids stalls
+them for minutes: on the whole platform the scan held more at 120 s and 600 s windows (README)."""
 
 from __future__ import annotations
 

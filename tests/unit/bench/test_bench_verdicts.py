@@ -18,7 +18,15 @@ BENCH = Path(__file__).resolve().parents[3] / "bench"
 def bench(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # the scripts import each other as files
     yield lambda name: importlib.import_module(name)
-    for name in ("rate_ladder", "api_load", "run_all", "replay_throughput", "speed_lag", "speed_report"):
+    for name in (
+        "rate_ladder",
+        "api_load",
+        "run_all",
+        "replay_throughput",
+        "speed_lag",
+        "speed_report",
+        "dedupe_state_cost",
+    ):
         sys.modules.pop(name, None)
 
 
@@ -148,3 +156,14 @@ def test_a_speed_result_names_the_de_duplication_operator_that_ran(bench, monkey
     assert "Speed-layer de-duplication: not known" in bench("speed_report").report(
         {"dedupe": {"operator": None, "window_s": None}, "load_average": [1.0]}
     )
+
+
+def test_the_dedupe_jump_is_timed_on_the_micro_batch_that_forgot_the_ids(bench, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["dedupe_state_cost.py"])
+    cost = bench("dedupe_state_cost")
+    grow = [{"held": n, "held_before": n - 10, "removed": 0, "batch_ms": 900, "operator_ms": 300} for n in (10, 20, 30)]
+    jumped = {"held": 5, "held_before": 30, "removed": 30, "batch_ms": 40_000, "operator_ms": 39_000}
+    before, jump = cost.jump_of([*grow, jumped, {**grow[0], "held": 9}])
+    assert before == grow, "the medians leave the jump and what follows it out"
+    assert jump == {"held_before": 30, "removed": 30, "batch_ms": 40_000, "operator_ms": 39_000}
+    assert cost.jump_of(grow) == (grow, None)

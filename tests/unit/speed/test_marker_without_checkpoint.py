@@ -121,7 +121,7 @@ def test_a_fresh_start_records_in_the_store_the_start_its_rows_come_from(stores,
     check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
     marker = stores[-1]
     assert origin["written"] == [marker[1]], "the marker's started_ms"
-    assert marker[-1] == {"origin": True, "dedupe": checkpoints.DEDUPE_TIMERS}
+    assert marker[-1] == {"origin": True, "dedupe": None}  # the default operator, the scan: format 1
 
 
 @pytest.mark.parametrize(
@@ -309,7 +309,7 @@ def test_a_view_added_is_maintained_from_after_the_latest_record_kafka_holds_wha
 @pytest.mark.parametrize(
     ("chosen", "recorded"),
     [
-        (None, checkpoints.DEDUPE_TIMERS),  # the default
+        (None, None),  # the default, the scan: the timers stall on a burst of expiries (README, Benchmarks)
         (checkpoints.DEDUPE_TIMERS, checkpoints.DEDUPE_TIMERS),
         (checkpoints.DEDUPE_SCAN, None),  # written as an earlier release wrote it: format 1, no operator
     ],
