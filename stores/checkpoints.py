@@ -169,10 +169,13 @@ def write_marker(
     definitions: dict[str, str] | None = None,
     declarations: dict[str, dict] | None = None,
     origin: bool = False,
-    dedupe: str | None = DEDUPE_TIMERS,
+    *,
+    dedupe: str | None,
 ) -> None:
     """The marker of a checkpoint made with `settings`; `dedupe` the operator its state is made by
-    (None: Spark's dropDuplicatesWithinWatermark, written as a marker of format 1)."""
+    (None: Spark's dropDuplicatesWithinWatermark, written as a marker of format 1). No default: a
+    marker written again names the operator its checkpoint already has (Marker.dedupe), or Spark
+    refuses the state at the next start (STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA)."""
     from stores.webhdfs import WebHdfs
 
     dedupe = _dedupe_or_none(dedupe)

@@ -22,7 +22,12 @@ def test_a_view_changed_in_place_is_refused_not_mixed(settings, stack):
     assert marker.definitions["page_views"] == PAGE_VIEWS.fingerprint
     assert marker.declarations is not None and "page_views" in marker.declarations, "and the definitions themselves"
     write_marker(
-        settings, marker.started_ms, marker.views, dict(marker.definitions, page_views="0" * 16), origin=marker.origin
+        settings,
+        marker.started_ms,
+        marker.views,
+        dict(marker.definitions, page_views="0" * 16),
+        origin=marker.origin,
+        dedupe=marker.dedupe,  # the operator the stack's checkpoint state was made by
     )
     now = time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime())
     try:
@@ -42,7 +47,13 @@ def test_a_view_changed_in_place_is_refused_not_mixed(settings, stack):
         assert merged(settings, "/", now, now.replace(":00:00Z", ":59:59Z"), view="unique_visitors").status_code == 200
     finally:
         write_marker(
-            settings, marker.started_ms, marker.views, marker.definitions, marker.declarations, origin=marker.origin
+            settings,
+            marker.started_ms,
+            marker.views,
+            marker.definitions,
+            marker.declarations,
+            origin=marker.origin,
+            dedupe=marker.dedupe,
         )
         reload_api(settings)
     assert merged(settings, "/", now, now.replace(":00:00Z", ":59:59Z")).status_code == 200

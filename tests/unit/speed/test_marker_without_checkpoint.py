@@ -242,14 +242,16 @@ def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatc
     hdfs.write_whole = lambda _path, data: setattr(hdfs, "data", data)  # type: ignore[attr-defined]
     monkeypatch.setattr(webhdfs, "WebHdfs", hdfs)
     settings = Settings(ingest_bucket_s=60, speed=SpeedSettings(dedupe_window_s=120))
-    checkpoints.write_marker(settings, 5_000, {"page_views": 0})
+    with pytest.raises(TypeError, match="dedupe"):  # a marker written again must name its state's operator
+        checkpoints.write_marker(settings, 5_000, {"page_views": 0})  # type: ignore[call-arg]
+    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, dedupe=checkpoints.DEDUPE_TIMERS)
     assert b'"format": 2' in hdfs.data, "it names the de-duplication operator"  # type: ignore[operator]
     limits = checkpoints.event_limits(settings)
     assert limits["max_record_bytes"] == settings.events.max_record_bytes and len(limits) == 8
     assert checkpoints.read_marker(settings) == checkpoints.Marker(
         60, 5_000, {"page_views": 0}, dedupe_window_s=120, events=limits, dedupe=checkpoints.DEDUPE_TIMERS
     )
-    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True)
+    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True, dedupe=checkpoints.DEDUPE_TIMERS)
     assert checkpoints.read_marker(settings).origin is True  # type: ignore[union-attr]
     # a checkpoint made by dropDuplicatesWithinWatermark keeps saying so when its marker is written again
     for scan in (None, checkpoints.DEDUPE_SCAN):
