@@ -1,6 +1,6 @@
-"""What the speed layer's de-duplication costs a micro-batch as the ids its window holds grow: the
-event-time timers a new checkpoint runs (speed_layer/jvm/FirstCopyWithinWindow.java) against Spark's
-dropDuplicatesWithinWatermark, which a checkpoint made before runs (speed_layer.first_copies).
+"""What the speed layer's de-duplication costs a micro-batch as the ids its window holds grow: Spark's
+dropDuplicatesWithinWatermark (a new checkpoint's by default) against the event-time timers
+(speed_layer/jvm/FirstCopyWithinWindow.java); `speed.dedupe_operator` chooses (speed_layer.first_copies).
 
 Each operator in turn runs a stream of `--rate` distinct ids per second (Spark's rate source, two
 partitions, a 1 s trigger, the RocksDB state store with changelog checkpointing, as the speed layer)

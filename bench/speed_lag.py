@@ -63,20 +63,20 @@ class LagProbe:
         self.fs.close()
 
 
-def speed_progress(settings: Settings) -> dict | None:
+def _progress_file(settings: Settings) -> dict:
     try:
-        return read_local_progress(settings, JOB).get("queries", {}).get(QUERY)
+        return read_local_progress(settings, JOB)
     except RuntimeError as exc:
         log.warning("speed-layer progress: %s", exc)
-        return None
+        return {}
+
+
+def speed_progress(settings: Settings) -> dict | None:
+    return _progress_file(settings).get("queries", {}).get(QUERY)
 
 
 def speed_dedupe(settings: Settings) -> dict:
     """The running speed layer's de-duplication, as its progress file names it: the checkpoint's operator
     (which can differ from the setting's) and the window. None where the file does not say."""
-    try:
-        top = read_local_progress(settings, JOB)
-    except RuntimeError as exc:
-        log.warning("speed-layer progress: %s", exc)
-        top = {}
+    top = _progress_file(settings)
     return {"operator": top.get("dedupe_operator"), "window_s": top.get("dedupe_window_s")}
