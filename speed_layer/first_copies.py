@@ -21,11 +21,12 @@ FIRST_COPY_CLASS = "lambdaplatform.speed.FirstCopyWithinWindow"
 ORDER = ("ingest_time", "kafka_partition", "kafka_offset")
 
 
-def first_copies_within_window(valid, settings: Settings, dedupe: str = DEDUPE_TIMERS, keep: list[str] | None = None):
+def first_copies_within_window(valid, settings: Settings, dedupe: str, keep: list[str] | None = None):
     """The first copy of each event id among the streaming frame `valid` (validated events: every one
     has an `event_id`; `ingest_time`, `kafka_partition` and `kafka_offset` from Kafka), a watermark of
     the window on `ingest_time`; rows older than the watermark are dropped as late (Spark counts them
-    in the operator's numRowsDroppedByWatermark). Only the columns `keep` (all when None) and those
+    in the operator's numRowsDroppedByWatermark). `dedupe` names the operator, with no default: the one
+    a checkpoint's state is made by (dedupe_of its marker) is the only one Spark accepts. Only the columns `keep` (all when None) and those
     go through the operator's shuffle: the raw record need not. Copies in one micro-batch: the timers
     keep the first by ingest time, Kafka partition and offset, as the batch layer does."""
     if dedupe not in (DEDUPE_TIMERS, DEDUPE_SCAN):

@@ -36,7 +36,6 @@ from speed_layer.checkpoint_start import check_checkpoint_settings
 from speed_layer.first_copies import dedupe_of, first_copies_within_window
 from speed_layer.late_drops import late_drops_recorder, record_pending_late_drops
 from stores import checkpoints, health, kafka_gaps
-from stores.checkpoints import DEDUPE_TIMERS
 from stores.kafka_source import kafka_stream, validated_events
 from stores.kafka_topic_config import check_timestamp_type
 from stores.master import first_copies
@@ -50,9 +49,7 @@ JOB = jobs.SPEED_LAYER
 QUERY = jobs.SPEED_QUERY
 
 
-def aggregated_cells(
-    spark, settings: Settings, registry: Registry, fail_on_data_loss: bool = True, dedupe: str = DEDUPE_TIMERS
-):
+def aggregated_cells(spark, settings: Settings, registry: Registry, fail_on_data_loss: bool, dedupe: str):
     """The streaming DataFrame of per-(view, granularity, key, event bucket, ingest bucket) aggregates
     of the views in `registry` (under their storage names: definitions.view_versions); `dedupe` the
     de-duplication operator the checkpoint's state is made by (speed_layer.first_copies)."""
@@ -69,11 +66,12 @@ def aggregated_cells(
 
 
 def cells_by_ingest_bucket(
-    events, views: list[View], settings: Settings, count_from_ms: int | None = None, dedupe: str = DEDUPE_TIMERS
+    events, views: list[View], settings: Settings, count_from_ms: int | None = None, dedupe: str | None = None
 ):
     """Validated events (streaming, or a static read of Kafka for a replay) → the views' aggregates per
     (view, granularity, key, event bucket, ingest bucket). Copies of an event_id within the dedupe
-    window count once (speed_layer.first_copies, by the operator `dedupe`). On a static DataFrame
+    window count once (speed_layer.first_copies, by the operator `dedupe`, which a stream must name:
+    its checkpoint's state is made by one). On a static DataFrame, whatever `dedupe` says,
     every copy after the first by ingest time is dropped, and only first copies ingested at or after
     `count_from_ms` are counted: a replay reads the dedupe window before its start too, so a copy
     whose first was ingested just before is dropped, as the running speed layer dropped it."""
@@ -81,6 +79,8 @@ def cells_by_ingest_bucket(
 
     valid = events.where(F.col("reason").isNull())
     if valid.isStreaming:
+        if dedupe is None:
+            raise ValueError("a streaming frame needs the de-duplication operator its checkpoint's state is made by")
         # The event's fields are what the views read: the raw record stays out of the shuffle.
         valid = first_copies_within_window(valid, settings, dedupe, keep=[*FIELD_NAMES, "ingest_time"])
     else:  # a replay: the first copy of each event_id, as the batch layer keeps

@@ -1,11 +1,16 @@
 """The speed layer's aggregation on a static read of Kafka, as a replay runs it (local Spark, no
-service): each event counts once, in the ingest bucket of its first copy."""
+service): each event counts once, in the ingest bucket of its first copy; the static read
+de-duplicates as the batch layer does, and a stream only with the operator named."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
+from definitions.settings import Settings
 from definitions.views import PAGE_VIEWS
+from speed_layer.first_copies import first_copies_within_window
 from speed_layer.job import cells_by_ingest_bucket
 
 COLUMNS = (
@@ -37,3 +42,18 @@ def test_a_replay_counts_each_event_once_in_the_bucket_of_its_first_copy(spark, 
     for row in got:
         by_bucket[row.ingest_bucket] = by_bucket.get(row.ingest_bucket, 0) + row.n
     assert sum(by_bucket.values()) == 2 and by_bucket[first] >= 1 and by_bucket[second] >= 1, by_bucket
+
+
+def test_a_stream_is_not_aggregated_without_the_operator_its_state_is_made_by(spark, settings, tmp_path):
+    """The streaming job passes its checkpoint's operator; a stream given none is refused, naming
+    the setting, rather than run with an operator its checkpoint's state may not be made by."""
+    (tmp_path / "in").mkdir()
+    stream = spark.readStream.schema(COLUMNS).json((tmp_path / "in").as_uri())
+    assert stream.isStreaming
+    with pytest.raises(ValueError, match="de-duplication operator"):
+        cells_by_ingest_bucket(stream, [PAGE_VIEWS], settings)
+
+
+def test_the_first_copies_of_a_stream_need_the_operator_named():
+    with pytest.raises(TypeError):
+        first_copies_within_window(None, Settings())  # type: ignore[call-arg]
