@@ -26,6 +26,7 @@ def bench(monkeypatch):
         "speed_lag",
         "speed_report",
         "dedupe_state_cost",
+        "speed_aggregation_cost",
     ):
         sys.modules.pop(name, None)
 
@@ -167,3 +168,16 @@ def test_the_dedupe_jump_is_timed_on_the_micro_batch_that_forgot_the_ids(bench, 
     assert before == grow, "the medians leave the jump and what follows it out"
     assert jump == {"held_before": 30, "removed": 30, "batch_ms": 40_000, "operator_ms": 39_000}
     assert cost.jump_of(grow) == (grow, None)
+
+
+def test_the_aggregation_cost_leaves_the_warm_up_third_out_and_times_the_speed_layers_options(bench):
+    cost = bench("speed_aggregation_cost")
+    # The first third (JVM warm-up, an empty state) is slow; the median comes from the rest.
+    batches = [(60_000, 9_000), (60_000, 8_000), (60_000, 2_000), (60_000, 2_100), (60_000, 1_900), (60_000, 2_050)]
+    assert cost.median_batch_ms(batches) == 2_025
+    assert cost.median_batch_ms([]) is None
+    # The two setups differ in the option the speed layer sets, and only there.
+    from speed_layer.job import AGGREGATION_OPTIONS
+
+    assert AGGREGATION_OPTIONS.keys() == cost.SPARK_DEFAULTS.keys()
+    assert AGGREGATION_OPTIONS != cost.SPARK_DEFAULTS
