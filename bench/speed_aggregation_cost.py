@@ -25,16 +25,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dedupe_state_cost import ROCKSDB  # noqa: E402  (bench/ itself)
 from figures import emit, fmt  # noqa: E402  (bench/ itself)
 
-from definitions.layer_settings import SpeedSettings  # noqa: E402
 from definitions.settings import get_settings  # noqa: E402
 from definitions.spark import spark_session  # noqa: E402
 from definitions.views import BUILT_IN  # noqa: E402
 from speed_layer.job import AGGREGATION_OPTIONS, cells_by_ingest_bucket  # noqa: E402
 from stores.checkpoints import DEDUPE_SCAN  # noqa: E402
 
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SPARK_DEFAULTS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "128"}
 
 
@@ -113,7 +112,6 @@ def main() -> int:
         parser.error("--rows and --advance-ms must be positive, --duration at least 30 s, --pairs at least 1")
     settings = get_settings()
     window_s = settings.speed.dedupe_window_s
-    settings = settings.model_copy(update={"speed": SpeedSettings(dedupe_window_s=window_s)})
     spark = spark_session(
         settings,
         "bench-speed-aggregation-cost",
@@ -129,16 +127,9 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="lambda-bench-speed-agg-") as folder:
             for pair in range(args.pairs):
-                for name, options in setups.items():
-                    batches = run(
-                        spark,
-                        settings,
-                        options,
-                        args.rows,
-                        args.advance_ms,
-                        args.duration,
-                        Path(folder) / f"{pair}-{len(result['runs'][name])}-{name[0]}",
-                    )
+                for number, (name, options) in enumerate(setups.items()):
+                    checkpoint = Path(folder) / f"{pair}-{number}"
+                    batches = run(spark, settings, options, args.rows, args.advance_ms, args.duration, checkpoint)
                     result["runs"][name].append(
                         {"micro_batches": len(batches), "median_batch_ms": median_batch_ms(batches)}
                     )

@@ -26,8 +26,8 @@ def first_copies_within_window(valid, settings: Settings, dedupe: str, keep: lis
     has an `event_id`; `ingest_time`, `kafka_partition` and `kafka_offset` from Kafka), a watermark of
     the window on `ingest_time`; rows older than the watermark are dropped as late (Spark counts them
     in the operator's numRowsDroppedByWatermark). `dedupe` names the operator, with no default: the one
-    a checkpoint's state is made by (dedupe_of its marker) is the only one Spark accepts. Only the columns `keep` (all when None) and those
-    go through the operator's shuffle: the raw record need not. Copies in one micro-batch: the timers
+    a checkpoint's state is made by (dedupe_of its marker) is the only one Spark accepts. Only the
+    columns `keep` (all when None) and those go through the operator's shuffle: the raw record need not. Copies in one micro-batch: the timers
     keep the first by ingest time, Kafka partition and offset, as the batch layer does."""
     if dedupe not in (DEDUPE_TIMERS, DEDUPE_SCAN):
         raise ValueError(f"unknown de-duplication operator {dedupe!r}: {DEDUPE_TIMERS!r} or {DEDUPE_SCAN!r}")

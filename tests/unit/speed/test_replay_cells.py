@@ -45,8 +45,8 @@ def test_a_replay_counts_each_event_once_in_the_bucket_of_its_first_copy(spark, 
 
 
 def test_a_stream_is_not_aggregated_without_the_operator_its_state_is_made_by(spark, settings, tmp_path):
-    """The streaming job passes its checkpoint's operator; a stream given none is refused, naming
-    the setting, rather than run with an operator its checkpoint's state may not be made by."""
+    """The streaming job passes its checkpoint's operator; a stream given none is refused, saying
+    what is missing, rather than run with an operator its checkpoint's state may not be made by."""
     (tmp_path / "in").mkdir()
     stream = spark.readStream.schema(COLUMNS).json((tmp_path / "in").as_uri())
     assert stream.isStreaming
