@@ -37,10 +37,8 @@ from definitions.layer_settings import SpeedSettings  # noqa: E402
 from definitions.settings import get_settings  # noqa: E402
 from definitions.spark import spark_session  # noqa: E402
 from speed_layer.first_copies import first_copies_within_window  # noqa: E402
+from speed_layer.job import STATE_STORE_OPTIONS  # noqa: E402
 from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS  # noqa: E402
-
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
 
 # How long a run with --jump may wait for the micro-batch that forgets every id held.
 JUMP_TIMEOUT_S = 900.0
@@ -152,8 +150,7 @@ def main() -> int:
         "bench-dedupe-state-cost",
         {
             "spark.sql.shuffle.partitions": "2",
-            "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            **STATE_STORE_OPTIONS,
         },
     )
     result: dict = {"rate": args.rate, "duration_s": args.duration, "window_s": window_s, "operators": {}}

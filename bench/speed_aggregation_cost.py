@@ -25,13 +25,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dedupe_state_cost import ROCKSDB  # noqa: E402  (bench/ itself)
 from figures import emit, fmt  # noqa: E402  (bench/ itself)
 
 from definitions.settings import get_settings  # noqa: E402
 from definitions.spark import spark_session  # noqa: E402
 from definitions.views import BUILT_IN  # noqa: E402
-from speed_layer.job import AGGREGATION_OPTIONS, cells_by_ingest_bucket  # noqa: E402
+from speed_layer.job import AGGREGATION_OPTIONS, STATE_STORE_OPTIONS, cells_by_ingest_bucket  # noqa: E402
 from stores.checkpoints import DEDUPE_SCAN  # noqa: E402
 
 SPARK_DEFAULTS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "128"}
@@ -118,8 +117,7 @@ def main() -> int:
         {
             "spark.driver.memory": settings.speed.driver_memory,
             "spark.sql.shuffle.partitions": str(settings.speed.shuffle_partitions),
-            "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            **STATE_STORE_OPTIONS,
         },
     )
     setups = {"speed layer": AGGREGATION_OPTIONS, "Spark defaults": SPARK_DEFAULTS}

@@ -57,6 +57,14 @@ QUERY = jobs.SPEED_QUERY
 # (bench/speed_aggregation_cost.py --rows 60000 --duration 120 --pairs 2, 2026-12-04).
 AGGREGATION_OPTIONS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "65536"}
 
+# Both stateful operators keep their state in RocksDB (off the JVM heap), and a micro-batch commits
+# only its changes to the checkpoint, not a snapshot of the whole state.
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+STATE_STORE_OPTIONS = {
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
+
 
 def aggregated_cells(spark, settings: Settings, registry: Registry, fail_on_data_loss: bool, dedupe: str):
     """The streaming DataFrame of per-(view, granularity, key, event bucket, ingest bucket) aggregates
@@ -262,8 +270,7 @@ def run(settings: Settings) -> int:
         {
             "spark.driver.memory": settings.speed.driver_memory,
             "spark.sql.shuffle.partitions": str(settings.speed.shuffle_partitions),
-            "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            **STATE_STORE_OPTIONS,
             **AGGREGATION_OPTIONS,
         },
     )

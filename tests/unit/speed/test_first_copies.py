@@ -14,12 +14,12 @@ import pytest
 from definitions.layer_settings import SpeedSettings
 from definitions.settings import Settings
 from speed_layer.first_copies import first_copies_within_window
+from speed_layer.job import ROCKSDB_PROVIDER
 from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS
 from stores.progress import dropped_by_watermark
 
 BASE_S = 1_700_000_000
 WINDOW_S = 60
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 # One micro-batch each: (event id, ingest time in s after BASE_S, copy tag[, Kafka partition, offset]).
 # The watermark after a batch is its latest ingest time less the window.
@@ -94,7 +94,7 @@ def run_steps(spark, tmp_path, dedupe: str) -> tuple[list[list[tuple]], list[lis
 @pytest.fixture
 def rocksdb(spark):
     before = spark.conf.get("spark.sql.streaming.stateStore.providerClass")
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     yield spark
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", before)
 
