@@ -56,6 +56,7 @@ def run(spark, settings, dedupe: str, rate: int, duration: float, folder: Path, 
         .option("numPartitions", 2)
         .load()
         .select(
+            F.lit(None).cast("string").alias("reason"),  # every one valid
             F.col("value").cast("string").alias("event_id"),
             (
                 F.col("timestamp")

@@ -36,7 +36,7 @@ from speed_layer.checkpoint_start import check_checkpoint_settings
 from speed_layer.first_copies import dedupe_of, first_copies_within_window
 from speed_layer.late_drops import late_drops_recorder, record_pending_late_drops
 from stores import checkpoints, health, kafka_gaps
-from stores.kafka_source import kafka_stream, validated_events
+from stores.kafka_source import TICK_REASON, kafka_stream, validated_events
 from stores.kafka_topic_config import check_timestamp_type
 from stores.master import first_copies
 from stores.progress import HdfsPublisher, ProgressFile
@@ -70,16 +70,24 @@ def aggregated_cells(spark, settings: Settings, registry: Registry, fail_on_data
     """The streaming DataFrame of per-(view, granularity, key, event bucket, ingest bucket) aggregates
     of the views in `registry` (under their storage names: definitions.view_versions); `dedupe` the
     de-duplication operator the checkpoint's state is made by (speed_layer.first_copies)."""
-    from pyspark.sql import functions as F
 
     stream = kafka_stream(spark, settings, settings.speed.max_offsets_per_trigger, fail_on_data_loss)
-    events = validated_events(stream, settings.events)
-    counted = events.observe(
-        "speed_input",
-        F.count(F.lit(1)).alias("records"),
-        F.sum(F.when(F.col("reason").isNotNull(), 1).otherwise(0)).alias("invalid_skipped"),
-    )
+    # The ticks stay until the watermark has seen them (speed_layer.first_copies); not input records.
+    events = validated_events(stream, settings.events, keep_ticks=True)
+    counted = events.observe("speed_input", *input_counts())
     return cells_by_ingest_bucket(counted, list(registry), settings, dedupe=dedupe)
+
+
+def input_counts() -> list:
+    """The records a micro-batch read and the invalid ones it skipped, as observed metrics of
+    validated records (ticks are neither)."""
+    from pyspark.sql import functions as F
+
+    tick = F.coalesce(F.col("reason") == F.lit(TICK_REASON), F.lit(False))
+    return [
+        F.count(F.when(~tick, 1)).alias("records"),
+        F.sum(F.when(F.col("reason").isNotNull() & ~tick, 1).otherwise(0)).alias("invalid_skipped"),
+    ]
 
 
 def cells_by_ingest_bucket(
@@ -94,14 +102,13 @@ def cells_by_ingest_bucket(
     whose first was ingested just before is dropped, as the running speed layer dropped it."""
     from pyspark.sql import functions as F
 
-    valid = events.where(F.col("reason").isNull())
-    if valid.isStreaming:
+    if events.isStreaming:
         if dedupe is None:
             raise ValueError("a streaming frame needs the de-duplication operator its checkpoint's state is made by")
         # The event's fields are what the views read: the raw record stays out of the shuffle.
-        valid = first_copies_within_window(valid, settings, dedupe, keep=[*FIELD_NAMES, "ingest_time"])
+        valid = first_copies_within_window(events, settings, dedupe, keep=[*FIELD_NAMES, "ingest_time"])
     else:  # a replay: the first copy of each event_id, as the batch layer keeps
-        valid = first_copies(valid)
+        valid = first_copies(events.where(F.col("reason").isNull()))
         if count_from_ms is not None:
             valid = valid.where(F.col("ingest_time") >= F.timestamp_millis(F.lit(count_from_ms)))
     all_cells = [cell for view in views for cell in view_cells(view)]

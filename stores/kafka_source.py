@@ -97,27 +97,36 @@ PRODUCER_STAMP_REASON = (
     "ingest time (topic events must use message.timestamp.type=LogAppendTime)"
 )
 
+# The reason a tick carries where a reader keeps it (validated_events(keep_ticks=True)): no event.
+TICK_REASON = "tick: the archiver's mark of time on a partition, not an event"
 
-def validated_events(records: "DataFrame", limits: EventLimits, keep_key: bool = False) -> "DataFrame":
+
+def validated_events(
+    records: "DataFrame", limits: EventLimits, keep_key: bool = False, keep_ticks: bool = False
+) -> "DataFrame":
     """Kafka rows → verdict, typed event fields (event_time as a timestamp) and source position;
-    with `keep_key`, the record's key too (`raw_key`: what a dead letter keeps)."""
+    with `keep_key`, the record's key too (`raw_key`: what a dead letter keeps). Ticks are dropped;
+    with `keep_ticks`, those the broker stamped are kept, with the reason TICK_REASON (what moves
+    the speed layer's watermark when no event arrives)."""
     from pyspark.sql import functions as F
 
     function = register_validator(records.sparkSession)
     contract = F.lit(contract_json(limits))
     checked = F.call_function(function, F.col("value"), F.unix_millis(F.col("timestamp")), contract).alias("v")
     # A tick has an empty value (ingest/ticker.py); a tombstone under its key is no tick: refused.
-    is_tick = (F.col("key") == F.lit(TICK_KEY)) & (F.length("value") == 0)
+    is_tick = F.coalesce((F.col("key") == F.lit(TICK_KEY)) & (F.length("value") == 0), F.lit(False))
     # The record's timestamp is its ingest time only when the broker stamped it: the jobs check the
     # topic's setting at start, but records stored before it (or while it was changed) keep their
     # producer's stamp, which would move the speed layer's watermark, completeness and the master
     # dataset's ingest date wherever the producer chose.
     stamp = F.when(F.col("timestampType") != LOG_APPEND_TIME, F.lit(PRODUCER_STAMP_REASON))
+    broker_stamped = F.coalesce(F.col("timestampType") == LOG_APPEND_TIME, F.lit(False))
+    kept = (~is_tick | broker_stamped) if keep_ticks else ~is_tick
     return (
-        records.where(~F.coalesce(is_tick, F.lit(False)))
+        records.where(kept)
         .select(
             checked,
-            stamp.alias("stamp_reason"),
+            F.coalesce(stamp, F.when(is_tick, F.lit(TICK_REASON))).alias("stamp_reason"),
             F.col("value").alias("raw"),
             *([F.col("key").alias("raw_key")] if keep_key else []),
             F.col("topic").alias("kafka_topic"),

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from definitions.events import TICK_KEY
 from ingest.archiver import DEAD_LETTER_JSON, dead_letter_raw
-from stores.kafka_source import LOG_APPEND_TIME, PRODUCER_STAMP_REASON, validated_events
+from stores.kafka_source import LOG_APPEND_TIME, PRODUCER_STAMP_REASON, TICK_REASON, validated_events
 from tests.support.hostile import BASE, CONFIRMED, corpus
 
 KAFKA_DDL = (
@@ -103,3 +103,19 @@ def test_a_record_its_producer_stamped_is_refused_and_a_tombstone_under_the_tick
     frame = validated_events(kafka_frame(spark, [(TICK_KEY, None), (TICK_KEY, b"")]), settings.events)
     [tombstone] = frame.select("kafka_offset", "reason").collect()
     assert tombstone.kafka_offset == 0 and tombstone.reason, "the tombstone gets a reason; the tick is dropped"
+
+
+def test_the_speed_layer_keeps_the_ticks_the_broker_stamped_and_names_them(spark, settings):
+    """The speed layer keeps ticks until its watermark has seen them: each with TICK_REASON (never
+    valid), and only a tick the broker stamped (a producer's stamp would move the watermark wherever
+    it chose). Without keep_ticks, no tick is kept."""
+    valid = json.dumps(dict(BASE, event_id="kept")).encode()
+    records = [(TICK_KEY, b""), (b"u-1", valid), (TICK_KEY, None)]
+    kept = validated_events(kafka_frame(spark, records), settings.events, keep_ticks=True)
+    rows = {row.kafka_offset: row.reason for row in kept.select("kafka_offset", "reason").collect()}
+    assert rows[0] == TICK_REASON and rows[1] is None and rows[2] not in (None, TICK_REASON), rows
+    stamped = validated_events(kafka_frame(spark, records, stamp_type=0), settings.events, keep_ticks=True)
+    assert sorted(row.kafka_offset for row in stamped.collect()) == [1, 2]
+    assert sorted(
+        row.kafka_offset for row in validated_events(kafka_frame(spark, records), settings.events).collect()
+    ) == [1, 2]

@@ -73,7 +73,7 @@ def run_steps(spark, tmp_path, dedupe: str) -> tuple[list[list[tuple]], list[lis
         ]
         (source / f"{number:02d}.json").write_text("\n".join(lines) + "\n")
         events = spark.readStream.schema(
-            "event_id string, ingest_time timestamp, tag int, kafka_partition int, kafka_offset long"
+            "reason string, event_id string, ingest_time timestamp, tag int, kafka_partition int, kafka_offset long"
         ).json(source.as_uri())
         rows: list = []
         query = (
