@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,8 +27,12 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from speed_lag import speed_progress  # noqa: E402  (bench/ itself)
+
 from definitions.settings import get_settings  # noqa: E402
 from infra.stack import Stack  # noqa: E402
+
+POLL_S = 0.5  # how often the speed layer's progress file is read during the window
 
 
 def trees() -> dict[str, list[psutil.Process]]:
@@ -69,10 +74,31 @@ def rss_mb(procs: list[psutil.Process]) -> float:
     return total / 2**20
 
 
+def micro_batches(seen: dict[int, dict]) -> dict | None:
+    """The speed layer's micro-batches, by batch id as its progress file reported them: how many,
+    the median duration and state-store removals (ms), the state rows after the last one."""
+    if not seen:
+        return None
+    batches = [seen[batch_id] for batch_id in sorted(seen)]
+    return {
+        "count": len(batches),
+        "batch_ms_median": statistics.median(b.get("batch_ms") or 0 for b in batches),
+        "removals_ms_median": statistics.median((b.get("state_ms") or {}).get("removals") or 0 for b in batches),
+        "state_rows_last": batches[-1].get("state_rows"),
+    }
+
+
 def measure(window_s: float) -> dict:
+    settings = get_settings()
     before = {name: cpu_seconds(procs) for name, procs in trees().items()}
     started = time.monotonic()
-    time.sleep(window_s)
+    seen: dict[int, dict] = {}
+    while time.monotonic() - started < window_s:
+        # A stopped speed layer leaves its last progress file behind: not a micro-batch of this window.
+        progress = (speed_progress(settings) or {}) if "speed-layer" in before else {}
+        if isinstance(progress.get("batch_id"), int):
+            seen[progress["batch_id"]] = progress
+        time.sleep(min(POLL_S, max(0.0, window_s - (time.monotonic() - started))))
     elapsed = time.monotonic() - started
     rows = {}
     for name, procs in trees().items():
@@ -87,6 +113,7 @@ def measure(window_s: float) -> dict:
         "total_rss_mb": sum(r["rss_mb"] for r in rows.values()),
         "total_cpu_pct": round(sum(r["cpu_pct"] for r in rows.values()), 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
+        "speed_micro_batches": micro_batches(seen),
     }
 
 
@@ -104,6 +131,13 @@ def main() -> int:
         f"{'total':<22} {figures['total_rss_mb']:>6} MiB {figures['total_cpu_pct']:>6.1f} % of a core "
         f"(window {figures['window_s']} s, load average {figures['load_average_1m']})"
     )
+    batches = figures["speed_micro_batches"]
+    if batches:
+        print(
+            f"speed layer: {batches['count']} micro-batches, median {batches['batch_ms_median']:,.0f} ms "
+            f"(state-store removals {batches['removals_ms_median']:,.0f} ms); "
+            f"{batches['state_rows_last'] or 0:,} state rows held at the end"
+        )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
