@@ -4,7 +4,8 @@ bucket, within 5–60 s, unless set).
 Kafka stamps each tick with its LogAppendTime like any record, so once the archiver has archived
 past a tick it knows the partition holds nothing older that is not archived, even when no events
 arrive. Ticks carry the key definitions.events.TICK_KEY and an empty value; every reader of the
-topic in this platform drops them before validation.
+topic in this platform drops them before counting anything (the speed layer lets those the broker
+stamped move its watermark first: speed_layer.first_copies).
 """
 
 from __future__ import annotations

@@ -33,11 +33,12 @@ def first_copies_within_window(events, settings: Settings, dedupe: str, keep: li
     `kafka_offset` from Kafka), a watermark of the window on `ingest_time`; rows older than the
     watermark are dropped as late (Spark counts them in the operator's numRowsDroppedByWatermark).
 
-    Invalid records and ticks (TICK_REASON) are not de-duplicated, counted or dropped as late, but a
-    tick moves the watermark as an event ingested one window before it would: when no event
-    arrives, the state is forgotten three windows after the last one (each micro-batch reads less),
-    and a partition with ticks only, read ahead of one with events while a backlog is caught up,
-    leaves that one a window more before its events are late.
+    Invalid records and ticks (TICK_REASON) are not de-duplicated, counted or dropped as late, and
+    an invalid record does not move the watermark; a tick moves it as an event ingested one window
+    before it would. So when no event arrives, an id is forgotten three windows after the last
+    event (and an aggregate two windows after its ingest bucket's end) instead of being read at
+    every micro-batch; and a partition with ticks only, read ahead of one with events while a
+    backlog is caught up, leaves that one a window more before its events are late.
 
     `dedupe` names the operator, with no default: the one a checkpoint's state is made by (dedupe_of
     its marker) is the only one Spark accepts. Only the columns `keep` (all when None) and those go
@@ -52,6 +53,9 @@ def first_copies_within_window(events, settings: Settings, dedupe: str, keep: li
         events = events.select(*dict.fromkeys(["reason", *columns]))
     window_s = settings.speed.dedupe_window_s
     tick = F.coalesce(F.col("reason") == F.lit(TICK_REASON), F.lit(False))
+    # An invalid record's time is whatever it was stamped with (a producer's, for one): it must not
+    # move the watermark. Only valid events and ticks go on.
+    events = events.where(F.col("reason").isNull() | tick)
     vouched = F.timestamp_millis(F.unix_millis(F.col("ingest_time")) - window_s * 1000)
     watermarked = events.withColumn("ingest_time", F.when(tick, vouched).otherwise(F.col("ingest_time"))).withWatermark(
         "ingest_time", f"{window_s} seconds"

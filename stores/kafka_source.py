@@ -3,7 +3,8 @@
 `validated_events` returns one row per Kafka record with the validation verdict (`reason` is null
 for a valid event), the typed event fields, and where the record came from (partition, offset,
 ingest time). Tick records (see ingest.ticker: the tick key and an empty value) are dropped here:
-they carry no event. Every other record gets a verdict: validation is a total function, so no
+they carry no event (the speed layer keeps those the broker stamped, with TICK_REASON, to move its
+watermark). Every other record gets a verdict: validation is a total function, so no
 record can fail the query (see docs/security.md).
 
 The verdict comes from the contract's JVM validator (definitions/jvm/ValidateEvent.java): the same

@@ -14,7 +14,7 @@ from definitions.settings import Settings
 from speed_layer.first_copies import first_copies_within_window
 from speed_layer.job import ROCKSDB_PROVIDER
 from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS
-from stores.kafka_source import TICK_REASON
+from stores.kafka_source import PRODUCER_STAMP_REASON, TICK_REASON
 from stores.progress import dropped_by_watermark
 
 BASE_S = 1_700_000_000
@@ -111,6 +111,20 @@ def test_a_tick_behind_the_watermark_is_not_a_late_row_and_invalid_rows_are_not_
     ]
     emitted, progress = run(rocksdb, tmp_path, dedupe, steps)
     assert emitted == [["a"], ["c"]]
+    assert sum(dropped_by_watermark(p) for step in progress for p in step) == 0
+
+
+@pytest.mark.parametrize("dedupe", [DEDUPE_SCAN, DEDUPE_TIMERS])
+def test_an_invalid_record_does_not_move_the_watermark(rocksdb, tmp_path, dedupe):
+    """A record refused for its producer's stamp (or any reason) carries whatever time it was
+    stamped with: a far-future one moved the watermark past every later event, which were then
+    dropped as late. Only valid events and ticks move it."""
+    steps = [
+        [event("a", 100), (PRODUCER_STAMP_REASON, "future", 100 + 100 * WINDOW_S)],
+        [event("b", 101), event("c", 102)],
+    ]
+    emitted, progress = run(rocksdb, tmp_path, dedupe, steps)
+    assert emitted == [["a"], ["b", "c"]]
     assert sum(dropped_by_watermark(p) for step in progress for p in step) == 0
 
 
