@@ -6,17 +6,13 @@ their window instead of reading its whole state at every micro-batch."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-
-import pytest
 
 from definitions.layer_settings import SpeedSettings
 from definitions.settings import Settings
-from speed_layer.first_copies import first_copies_within_window
-from speed_layer.job import ROCKSDB_PROVIDER
 from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS
 from stores.progress import dropped_by_watermark
+from tests.support.first_copies_stream import stream_steps
 
 BASE_S = 1_700_000_000
 WINDOW_S = 60
@@ -55,48 +51,24 @@ UNORDERED = {"e", "t", "u"}
 def run_steps(spark, tmp_path, dedupe: str) -> tuple[list[list[tuple]], list[list]]:
     """The rows each step's micro-batches emitted, as (event id, ingest s, tag), and their progress."""
     settings = Settings(speed=SpeedSettings(dedupe_window_s=WINDOW_S))
-    source, checkpoint = tmp_path / f"in-{dedupe}", tmp_path / f"ck-{dedupe}"
-    source.mkdir()
-    emitted, progress = [], []
-    for number, step in enumerate(STEPS):
-        lines = [
-            json.dumps(
-                {
-                    "event_id": i,
-                    "ingest_time": datetime.fromtimestamp(BASE_S + s, UTC).isoformat(),
-                    "tag": t,
-                    "kafka_partition": kafka[0] if kafka else 0,
-                    "kafka_offset": kafka[1] if kafka else number,
-                }
-            )
+    steps = [
+        [
+            {
+                "event_id": i,
+                "ingest_time": datetime.fromtimestamp(BASE_S + s, UTC).isoformat(),
+                "tag": t,
+                "kafka_partition": kafka[0] if kafka else 0,
+                "kafka_offset": kafka[1] if kafka else number,
+            }
             for i, s, t, *kafka in step
         ]
-        (source / f"{number:02d}.json").write_text("\n".join(lines) + "\n")
-        events = spark.readStream.schema(
-            "reason string, event_id string, ingest_time timestamp, tag int, kafka_partition int, kafka_offset long"
-        ).json(source.as_uri())
-        rows: list = []
-        query = (
-            first_copies_within_window(events, settings, dedupe)
-            .writeStream.foreachBatch(lambda batch, _id, rows=rows: rows.extend(batch.collect()))
-            .outputMode("append")
-            .option("checkpointLocation", checkpoint.as_uri())
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        assert query.exception() is None, query.exception()
-        emitted.append(sorted((r.event_id, int(r.ingest_time.timestamp()) - BASE_S, r.tag) for r in rows))
-        progress.append(list(query.recentProgress))
-    return emitted, progress
-
-
-@pytest.fixture
-def rocksdb(spark):
-    before = spark.conf.get("spark.sql.streaming.stateStore.providerClass")
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-    yield spark
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", before)
+        for number, step in enumerate(STEPS)
+    ]
+    schema = "reason string, event_id string, ingest_time timestamp, tag int, kafka_partition int, kafka_offset long"
+    emitted, progress = stream_steps(spark, tmp_path, schema, steps, settings, dedupe)
+    return [
+        sorted((r.event_id, int(r.ingest_time.timestamp()) - BASE_S, r.tag) for r in rows) for rows in emitted
+    ], progress
 
 
 def held_rows(progress: list) -> int:

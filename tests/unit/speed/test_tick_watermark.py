@@ -4,18 +4,16 @@ for ever, yet a tick is never counted, never de-duplicated and never dropped as 
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
 import pytest
 
 from definitions.layer_settings import SpeedSettings
 from definitions.settings import Settings
-from speed_layer.first_copies import first_copies_within_window
-from speed_layer.job import ROCKSDB_PROVIDER
 from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS
 from stores.kafka_source import PRODUCER_STAMP_REASON, TICK_REASON
 from stores.progress import dropped_by_watermark
+from tests.support.first_copies_stream import stream_steps
 
 BASE_S = 1_700_000_000
 WINDOW_S = 60
@@ -33,54 +31,27 @@ def event(event_id: str, at_s: int) -> tuple:
 def run(spark, tmp_path, dedupe: str, steps: list[list[tuple]]) -> tuple[list[list[str]], list[list]]:
     """The event ids each step's micro-batches emitted, and their progress."""
     settings = Settings(speed=SpeedSettings(dedupe_window_s=WINDOW_S))
-    source, checkpoint = tmp_path / f"in-{dedupe}", tmp_path / f"ck-{dedupe}"
-    source.mkdir()
-    emitted, progress = [], []
-    offset = 0
-    for number, step in enumerate(steps):
-        lines = []
+    records, offset = [], 0
+    for step in steps:
+        records.append([])
         for reason, event_id, at_s in step:
             offset += 1
             stamp = datetime.fromtimestamp(BASE_S + at_s, UTC).isoformat()
-            lines.append(
-                json.dumps(
-                    {
-                        "reason": reason,
-                        "event_id": event_id,
-                        "ingest_time": stamp,
-                        "kafka_partition": 0,
-                        "kafka_offset": offset,
-                    }
-                )
+            records[-1].append(
+                {
+                    "reason": reason,
+                    "event_id": event_id,
+                    "ingest_time": stamp,
+                    "kafka_partition": 0,
+                    "kafka_offset": offset,
+                }
             )
-        (source / f"{number:02d}.json").write_text("\n".join(lines) + "\n")
-        events = spark.readStream.schema(SCHEMA).json(source.as_uri())
-        rows: list = []
-        query = (
-            first_copies_within_window(events, settings, dedupe)
-            .writeStream.foreachBatch(lambda batch, _id, rows=rows: rows.extend(batch.collect()))
-            .outputMode("append")
-            .option("checkpointLocation", checkpoint.as_uri())
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        assert query.exception() is None, query.exception()
-        emitted.append(sorted(r.event_id for r in rows))
-        progress.append(list(query.recentProgress))
-    return emitted, progress
+    emitted, progress = stream_steps(spark, tmp_path, SCHEMA, records, settings, dedupe)
+    return [sorted(r.event_id for r in rows) for rows in emitted], progress
 
 
 def held(step_progress: list) -> int:
     return int(step_progress[-1].stateOperators[0].numRowsTotal)
-
-
-@pytest.fixture
-def rocksdb(spark):
-    before = spark.conf.get("spark.sql.streaming.stateStore.providerClass")
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-    yield spark
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", before)
 
 
 @pytest.mark.parametrize("dedupe", [DEDUPE_SCAN, DEDUPE_TIMERS])
