@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from definitions.settings import Settings
 from stores.checkpoints import DEDUPE_SCAN, DEDUPE_TIMERS
-from stores.kafka_source import TICK_REASON
+from stores.kafka_source import kept_tick
 
 # speed_layer/jvm, compiled by infra/compile_jvm.sh into the jars every platform session carries.
 FIRST_COPY_CLASS = "lambdaplatform.speed.FirstCopyWithinWindow"
@@ -52,7 +52,7 @@ def first_copies_within_window(events, settings: Settings, dedupe: str, keep: li
     if columns is not None:
         events = events.select(*dict.fromkeys(["reason", *columns]))
     window_s = settings.speed.dedupe_window_s
-    tick = F.coalesce(F.col("reason") == F.lit(TICK_REASON), F.lit(False))
+    tick = kept_tick()
     # An invalid record's time is whatever it was stamped with (a producer's, for one): it must not
     # move the watermark. Only valid events and ticks go on.
     events = events.where(F.col("reason").isNull() | tick)

@@ -36,7 +36,7 @@ from speed_layer.checkpoint_start import check_checkpoint_settings
 from speed_layer.first_copies import dedupe_of, first_copies_within_window
 from speed_layer.late_drops import late_drops_recorder, record_pending_late_drops
 from stores import checkpoints, health, kafka_gaps
-from stores.kafka_source import TICK_REASON, kafka_stream, validated_events
+from stores.kafka_source import kafka_stream, kept_tick, validated_events
 from stores.kafka_topic_config import check_timestamp_type
 from stores.master import first_copies
 from stores.progress import HdfsPublisher, ProgressFile
@@ -83,7 +83,7 @@ def input_counts() -> list:
     validated records (ticks are neither)."""
     from pyspark.sql import functions as F
 
-    tick = F.coalesce(F.col("reason") == F.lit(TICK_REASON), F.lit(False))
+    tick = kept_tick()
     return [
         F.count(F.when(~tick, 1)).alias("records"),
         F.sum(F.when(F.col("reason").isNotNull() & ~tick, 1).otherwise(0)).alias("invalid_skipped"),

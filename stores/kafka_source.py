@@ -21,7 +21,7 @@ from stores.clients import kafka_spark_options
 from stores.kafka import ISOLATION_LEVEL
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 SOURCE_COLUMNS = ("kafka_partition", "kafka_offset", "ingest_time")
 VALIDATOR_FUNCTION = "lambda_validate_event"
@@ -100,6 +100,13 @@ PRODUCER_STAMP_REASON = (
 
 # The reason a tick carries where a reader keeps it (validated_events(keep_ticks=True)): no event.
 TICK_REASON = "tick: the archiver's mark of time on a partition, not an event"
+
+
+def kept_tick() -> "Column":
+    """Whether a validated record is a tick kept with validated_events(keep_ticks=True)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col("reason") == F.lit(TICK_REASON), F.lit(False))
 
 
 def validated_events(
