@@ -1,5 +1,8 @@
-"""What the speed layer's micro-batch costs without Kafka or Cassandra, with its own session options for
-the aggregation (speed_layer.job.AGGREGATION_OPTIONS) and with Spark's defaults, in turn.
+"""What the speed layer's micro-batch costs without Kafka or Cassandra, two ways in turn: with its own
+session options for the aggregation (speed_layer.job.AGGREGATION_OPTIONS) and with Spark's defaults
+(`--compare options`), or with the cells of views that have the same ones aggregated once, as a new
+checkpoint does, and per view, as a checkpoint made before (`--compare cells`;
+definitions.views.cell_groups).
 
 Each run streams `--rows` synthetic events per micro-batch (Spark's rate-micro-batch source, two
 partitions, ingest time advancing `--advance-ms` per batch; 1,000 URLs, 50,000 users, 70 % page
@@ -9,7 +12,7 @@ into a sink that discards them, micro-batches back to back, for `--duration` s. 
 median micro-batch time over its last two thirds, and the ratio. `--pairs` alternates the two
 settings that many times (the machine is shared: compare medians of pairs run one after the other).
 
-    .venv/bin/python bench/speed_aggregation_cost.py --rows 60000 --duration 150 --pairs 2
+    .venv/bin/python bench/speed_aggregation_cost.py --rows 60000 --duration 150 --pairs 2 [--compare cells]
 
 Needs no running service (a local Spark session from settings; checkpoints in a temporary folder).
 """
@@ -17,6 +20,7 @@ Needs no running service (a local Spark session from settings; checkpoints in a 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -66,11 +70,24 @@ def events(spark, rows: int, advance_ms: int):
     )
 
 
-def run(spark, settings, options: dict[str, str], rows: int, advance_ms: int, duration: float, folder: Path) -> list:
-    """The (input rows, batch ms) of every micro-batch of one run with the session `options`."""
+# Each comparison: its two setups, (session options, shared cells) by name; the ratio is the second's
+# median over the first's.
+COMPARISONS = {
+    "options": {"speed layer": (AGGREGATION_OPTIONS, True), "Spark defaults": (SPARK_DEFAULTS, True)},
+    "cells": {"shared cells": (AGGREGATION_OPTIONS, True), "cells per view": (AGGREGATION_OPTIONS, False)},
+}
+
+
+def run(
+    spark, settings, setup: tuple[dict[str, str], bool], rows: int, advance_ms: int, duration: float, folder: Path
+) -> list:
+    """The (input rows, batch ms) of every micro-batch of one run with `setup`: session options, and
+    whether cells are shared."""
+    options, shared = setup
     for key, value in options.items():
         spark.conf.set(key, value)
-    cells = cells_by_ingest_bucket(events(spark, rows, advance_ms), list(BUILT_IN), settings, dedupe=DEDUPE_SCAN)
+    stream = events(spark, rows, advance_ms)
+    cells = cells_by_ingest_bucket(stream, list(BUILT_IN), settings, dedupe=DEDUPE_SCAN, shared=shared)
     query = (
         cells.writeStream.outputMode("update")
         .format("noop")
@@ -105,6 +122,9 @@ def main() -> int:
     parser.add_argument("--advance-ms", type=int, default=4_000, help="ingest time between micro-batches")
     parser.add_argument("--duration", type=float, default=150.0, help="seconds each run streams")
     parser.add_argument("--pairs", type=int, default=1, help="runs of each setting, alternated")
+    parser.add_argument(
+        "--compare", choices=sorted(COMPARISONS), default="options", help="what the two setups differ in"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.rows <= 0 or args.advance_ms <= 0 or args.duration < 30 or args.pairs < 1:
@@ -120,19 +140,25 @@ def main() -> int:
             **STATE_STORE_OPTIONS,
         },
     )
-    setups = {"speed layer": AGGREGATION_OPTIONS, "Spark defaults": SPARK_DEFAULTS}
-    result: dict = {"rows_per_batch": args.rows, "window_s": window_s, "runs": {name: [] for name in setups}}
+    setups = COMPARISONS[args.compare]
+    result: dict = {
+        "compare": args.compare,
+        "rows_per_batch": args.rows,
+        "window_s": window_s,
+        "runs": {name: [] for name in setups},
+    }
+    folder = Path(tempfile.mkdtemp(prefix="lambda-bench-speed-agg-"))
     try:
-        with tempfile.TemporaryDirectory(prefix="lambda-bench-speed-agg-") as folder:
-            for pair in range(args.pairs):
-                for number, (name, options) in enumerate(setups.items()):
-                    checkpoint = Path(folder) / f"{pair}-{number}"
-                    batches = run(spark, settings, options, args.rows, args.advance_ms, args.duration, checkpoint)
-                    result["runs"][name].append(
-                        {"micro_batches": len(batches), "median_batch_ms": median_batch_ms(batches)}
-                    )
+        for pair in range(args.pairs):
+            for number, (name, setup) in enumerate(setups.items()):
+                checkpoint = folder / f"{pair}-{number}"
+                batches = run(spark, settings, setup, args.rows, args.advance_ms, args.duration, checkpoint)
+                result["runs"][name].append(
+                    {"micro_batches": len(batches), "median_batch_ms": median_batch_ms(batches)}
+                )
     finally:
-        spark.stop()
+        spark.stop()  # until then, the stopped queries' state stores may still write into their checkpoints
+        shutil.rmtree(folder, ignore_errors=True)
     lines = [f"speed-layer micro-batches of {args.rows:,} events ({args.duration:.0f} s a run, window {window_s} s):"]
     medians = {}
     for name, runs in result["runs"].items():
@@ -141,9 +167,9 @@ def main() -> int:
         lines.append(
             f"  {name:>15}: median batch {', '.join(fmt(f) for f in figures)} ms ({', '.join(str(r['micro_batches']) for r in runs)} micro-batches)"
         )
-    own, spark_default = medians["speed layer"], medians["Spark defaults"]
-    result["ratio"] = round(spark_default / own, 3) if own and spark_default else None
-    lines.append(f"  Spark defaults / speed layer: {fmt(result['ratio'], 2)}x")
+    first, second = setups
+    result["ratio"] = round(medians[second] / medians[first], 3) if medians[first] and medians[second] else None
+    lines.append(f"  {second} / {first}: {fmt(result['ratio'], 2)}x")
     emit(result, "\n".join(lines) + "\n", args.json)
     return 0
 

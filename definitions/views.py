@@ -101,6 +101,17 @@ class View:
 
         return hashlib.sha256(json.dumps(self.shape(), sort_keys=True).encode()).hexdigest()[:16]
 
+    @cached_property
+    def cells_fingerprint(self) -> str:
+        """What the view's cells depend on, hashed: its shape but for the layout (how the stores lay
+        the values out). Views with the same one have the same cells, which the speed layer can
+        aggregate once for all of them (cell_groups)."""
+        import hashlib
+        import json
+
+        shape = {k: v for k, v in self.shape().items() if k != "layout"}
+        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
     def shape(self) -> dict[str, Any]:
         """What the view's values depend on, as JSON-ready data (View.from_shape reads it back)."""
         return {
@@ -219,11 +230,30 @@ CELL_DDL = (
 )
 
 
-def cells(view: View) -> list[Column]:
-    """The view's cells of one event, one per granularity, as structs (CELL_DDL); null when the
-    event is not in the view. The speed layer explodes the cells of every view and aggregates
-    them all in one stateful query: count → count(1), sum → sum(measure), distinct → a sketch
-    of distinct_value — the same aggregations `View.compute` derives for the batch layer."""
+# The label of cells aggregated once for every view that has them (cell_groups): never a view's name,
+# an identifier, which holds no `:`.
+SHARED_CELLS_PREFIX = "cells:"
+
+
+def cell_groups(views: Iterable[View], shared: bool) -> dict[str, tuple[View, ...]]:
+    """The views by the label the speed layer aggregates their cells under. `shared`: one label for
+    all views with the same cells (View.cells_fingerprint), so page_views and top_pages, which
+    differ only in how they are stored, are counted once; the label names no view, so it stays the
+    same when one of them is added or retired. Otherwise each view's own name (the labels of a
+    checkpoint made before cells were shared: its state is keyed by them)."""
+    groups: dict[str, tuple[View, ...]] = {}
+    for view in views:
+        label = f"{SHARED_CELLS_PREFIX}{view.cells_fingerprint}" if shared else view.name
+        groups[label] = (*groups.get(label, ()), view)
+    return groups
+
+
+def cells(view: View, label: str | None = None) -> list[Column]:
+    """The view's cells of one event, one per granularity, as structs (CELL_DDL) whose `view` is
+    `label` (default: the view's name); null when the event is not in the view. The speed layer
+    explodes the cells of every view and aggregates them all in one stateful query: count →
+    count(1), sum → sum(measure), distinct → a sketch of distinct_value — the same aggregations
+    `View.compute` derives for the batch layer."""
     from pyspark.sql import functions as F
 
     in_view = _keys_present(view)
@@ -233,7 +263,7 @@ def cells(view: View) -> list[Column]:
     for granularity in view.granularities:
         size = GRANULARITIES[granularity]
         cell = F.struct(
-            F.lit(view.name).alias("view"),
+            F.lit(view.name if label is None else label).alias("view"),
             F.lit(granularity).alias("granularity"),
             F.array(*[view.column_of(k).cast("string") for k in view.keys]).alias("key"),
             event_bucket(size).alias("event_bucket"),

@@ -100,9 +100,19 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         checkpoints.remove_checkpoint_dir(settings)
         realtime_origin.write_origin(settings, now_ms)  # the rows written from now on are this start's
         views = maintained_since(None, names, now_ms)
-        # A new checkpoint's state is made by the operator the settings name; the marker says which.
+        # A new checkpoint's state is made by the operator the settings name, and aggregates the cells
+        # views have in common once; the marker says both.
         dedupe = None if settings.speed.dedupe_operator == checkpoints.DEDUPE_SCAN else checkpoints.DEDUPE_TIMERS
-        checkpoints.write_marker(settings, now_ms, views, definitions, declarations, origin=True, dedupe=dedupe)
+        checkpoints.write_marker(
+            settings,
+            now_ms,
+            views,
+            definitions,
+            declarations,
+            origin=True,
+            dedupe=dedupe,
+            cells=checkpoints.CELLS_SHARED,
+        )
         return maintained
     # A marker from before start times were recorded was written at the first start; one from before
     # views were recorded was written when every view declared now was (they could not change).
@@ -138,8 +148,17 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         removed = sorted(set(previous) - set(views))
         if added or removed:
             log.info("views added since the last start: %s; removed: %s", added or "none", removed or "none")
-        # The state's de-duplication operator stays the one it was made by (speed_layer.first_copies).
-        checkpoints.write_marker(settings, started, views, definitions, declarations, origin=True, dedupe=marker.dedupe)
+        # The state's de-duplication operator and labelling of cells stay the ones it was made with.
+        checkpoints.write_marker(
+            settings,
+            started,
+            views,
+            definitions,
+            declarations,
+            origin=True,
+            dedupe=marker.dedupe,
+            cells=marker.cells,
+        )
     return maintained
 
 

@@ -3,10 +3,10 @@
 One Structured Streaming query:
   Kafka → the event contract's validation (invalid records skipped and counted) → watermark on
   ingest time → de-duplication by event_id within the watermark → every view's cells (one per
-  view and granularity, derived from the declarations) → one stateful aggregation keyed by
-  (view, granularity, key, event bucket, ingest bucket) on the RocksDB state store with changelog
-  checkpointing, checkpoint on HDFS → foreachBatch: upsert the updated groups' absolute values
-  into Cassandra.
+  view and granularity, derived from the declarations; views with the same cells share them) →
+  one stateful aggregation keyed by (cells' label, granularity, key, event bucket, ingest bucket)
+  on the RocksDB state store with changelog checkpointing, checkpoint on HDFS → foreachBatch:
+  upsert the updated groups' absolute values into Cassandra, under every view they are cells of.
 
 Absolute values make replays harmless: after a crash the last micro-batch is recomputed from
 the checkpointed state and writes the same values again.
@@ -30,7 +30,7 @@ from definitions.python_workers import skip_unchanged_zip_rereads
 from definitions.settings import Settings, process_settings
 from definitions.spark import trigger_interval
 from definitions.view_loading import load_views
-from definitions.views import HLL_LG_K, Registry, View, key_text
+from definitions.views import HLL_LG_K, Registry, View, cell_groups, key_text
 from definitions.views import cells as view_cells
 from speed_layer.checkpoint_start import check_checkpoint_settings
 from speed_layer.first_copies import dedupe_of, first_copies_within_window
@@ -66,16 +66,17 @@ STATE_STORE_OPTIONS = {
 }
 
 
-def aggregated_cells(spark, settings: Settings, registry: Registry, fail_on_data_loss: bool, dedupe: str):
-    """The streaming DataFrame of per-(view, granularity, key, event bucket, ingest bucket) aggregates
-    of the views in `registry` (under their storage names: definitions.view_versions); `dedupe` the
-    de-duplication operator the checkpoint's state is made by (speed_layer.first_copies)."""
+def aggregated_cells(spark, settings: Settings, registry: Registry, fail_on_data_loss: bool, dedupe: str, shared: bool):
+    """The streaming DataFrame of per-(cells' label, granularity, key, event bucket, ingest bucket)
+    aggregates of the views in `registry` (under their storage names: definitions.view_versions);
+    `dedupe` the de-duplication operator the checkpoint's state is made by (speed_layer.first_copies),
+    `shared` whether it labels cells once for the views that have the same (definitions.views.cell_groups)."""
 
     stream = kafka_stream(spark, settings, settings.speed.max_offsets_per_trigger, fail_on_data_loss)
     # The ticks stay until the watermark has seen them (speed_layer.first_copies); not input records.
     events = validated_events(stream, settings.events, keep_ticks=True)
     counted = events.observe("speed_input", *input_counts())
-    return cells_by_ingest_bucket(counted, list(registry), settings, dedupe=dedupe)
+    return cells_by_ingest_bucket(counted, list(registry), settings, dedupe=dedupe, shared=shared)
 
 
 def input_counts() -> list:
@@ -91,10 +92,16 @@ def input_counts() -> list:
 
 
 def cells_by_ingest_bucket(
-    events, views: list[View], settings: Settings, count_from_ms: int | None = None, dedupe: str | None = None
+    events,
+    views: list[View],
+    settings: Settings,
+    count_from_ms: int | None = None,
+    dedupe: str | None = None,
+    shared: bool = False,
 ):
     """Validated events (streaming, or a static read of Kafka for a replay) → the views' aggregates per
-    (view, granularity, key, event bucket, ingest bucket). Copies of an event_id within the dedupe
+    (label, granularity, key, event bucket, ingest bucket), the label naming the view, or with
+    `shared` the cells of every view that has them (definitions.views.cell_groups). Copies of an event_id within the dedupe
     window count once (speed_layer.first_copies, by the operator `dedupe`, which a stream must name:
     its checkpoint's state is made by one). On a static DataFrame, whatever `dedupe` says,
     every copy after the first by ingest time is dropped, and only first copies ingested at or after
@@ -111,7 +118,8 @@ def cells_by_ingest_bucket(
         valid = first_copies(events.where(F.col("reason").isNull()))
         if count_from_ms is not None:
             valid = valid.where(F.col("ingest_time") >= F.timestamp_millis(F.lit(count_from_ms)))
-    all_cells = [cell for view in views for cell in view_cells(view)]
+    groups = cell_groups(views, shared)
+    all_cells = [cell for label, (view, *_) in groups.items() for cell in view_cells(view, label)]
     exploded = valid.select(
         "ingest_time",
         F.explode(F.filter(F.array(*all_cells), lambda c: c.isNotNull())).alias("c"),
@@ -144,31 +152,43 @@ def cells_by_ingest_bucket(
     )
 
 
+# A view as the writers need it: (name, aggregation, layout).
+Written = tuple[str, str, str]
+
+
+def written_views(views: Iterable[View], shared: bool) -> dict[str, list[Written]]:
+    """Each label of aggregated cells (cells_by_ingest_bucket with `shared`) → the views it is written as."""
+    return {
+        label: [(v.name, v.aggregation, v.layout) for v in group] for label, group in cell_groups(views, shared).items()
+    }
+
+
 def realtime_rows(
-    views: Mapping[str, tuple[str, str]], records: Iterable[dict]
+    views: Mapping[str, list[Written]], records: Iterable[dict]
 ) -> tuple[list[RealtimeRow], list[RealtimeRow]]:
-    """Aggregated records as realtime rows, (by_key, by_bucket); `views` maps a view's name to its
-    (aggregation, layout)."""
+    """Aggregated records as realtime rows, (by_key, by_bucket): each under every view its label is
+    written as (`views`: written_views)."""
     by_key: list[RealtimeRow] = []
     by_bucket: list[RealtimeRow] = []
     for row in records:
-        aggregation, layout = views[row["view"]]
-        if aggregation == "count":
-            value = row["n"]
-        elif aggregation == "sum":
-            value = int(row["total"] or 0)
-        else:
-            value = int(round(row["estimate"]))
-        cell = RealtimeRow(
-            row["view"],
-            row["granularity"],
-            key_text(row["key"]),
-            row["event_bucket"],
-            row["ingest_bucket"],
-            int(value),
-            bytes(row["sketch"]) if aggregation == "distinct" else None,
-        )
-        (by_bucket if layout == "by_bucket" else by_key).append(cell)
+        key = key_text(row["key"])
+        for name, aggregation, layout in views[row["view"]]:
+            if aggregation == "count":
+                value = row["n"]
+            elif aggregation == "sum":
+                value = int(row["total"] or 0)
+            else:
+                value = int(round(row["estimate"]))
+            cell = RealtimeRow(
+                name,
+                row["granularity"],
+                key,
+                row["event_bucket"],
+                row["ingest_bucket"],
+                int(value),
+                bytes(row["sketch"]) if aggregation == "distinct" else None,
+            )
+            (by_bucket if layout == "by_bucket" else by_key).append(cell)
     return by_key, by_bucket
 
 
@@ -178,7 +198,7 @@ def _written_schema():
     return pa.schema([("written", pa.int64()), ("write_ms", pa.int64())])
 
 
-def partition_writer(settings: Settings, views: Mapping[str, tuple[str, str]], timestamp_us: int):
+def partition_writer(settings: Settings, views: Mapping[str, list[Written]], timestamp_us: int):
     """What each task of a micro-batch runs in its executor's Python worker (mapInArrow): write the
     partition's rows, with the batch's write timestamp, through the worker's own realtime writer
     (built at the first rows, so a batch of ticks only never connects); then yield how many it
@@ -217,9 +237,9 @@ class BatchWriter:
     the batch's write timestamp (larger than every earlier batch's, so a late retry of an older
     batch never overwrites a newer value) and learns only how many rows were written."""
 
-    def __init__(self, settings: Settings, registry: Registry) -> None:
+    def __init__(self, settings: Settings, registry: Registry, shared: bool) -> None:
         self.settings = settings
-        self.views = {view.name: (view.aggregation, view.layout) for view in registry}
+        self.views = written_views(registry, shared)
         self.last_timestamp_us = 0
 
     def batch_timestamp_us(self) -> int:
@@ -263,7 +283,9 @@ def run(settings: Settings) -> int:
         },
     )
     maintained = check_checkpoint_settings(settings, load_views(settings))
-    dedupe = dedupe_of(checkpoints.read_marker(settings))
+    marker = checkpoints.read_marker(settings)
+    dedupe = dedupe_of(marker)
+    shared = marker is not None and marker.shares_cells
     record_pending_late_drops(settings)  # before the progress file is written anew
     try:
         check_timestamp_type(settings)
@@ -289,6 +311,7 @@ def run(settings: Settings) -> int:
             "ingest_bucket_s": settings.ingest_bucket_s,
             "dedupe_window_s": settings.speed.dedupe_window_s,
             "dedupe_operator": dedupe,  # the one its checkpoint was made with: which one a measurement ran
+            "shared_cells": shared,
         },
         publish=HdfsPublisher(settings, JOB),
     )
@@ -297,11 +320,11 @@ def run(settings: Settings) -> int:
     # The store is reached (and its schema made) before the first batch: a missing store or adapter
     # stops the job here, with its reason, rather than in a task.
     realtime_writer(settings).close()
-    writer = BatchWriter(settings, maintained)
+    writer = BatchWriter(settings, maintained, shared)
 
     def start(strict: bool) -> tuple:
         return (
-            aggregated_cells(spark, settings, maintained, strict, dedupe)
+            aggregated_cells(spark, settings, maintained, strict, dedupe, shared)
             .writeStream.queryName(QUERY)
             .outputMode("update")
             .foreachBatch(writer)

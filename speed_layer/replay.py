@@ -61,7 +61,7 @@ def rewrite(
     name = into or view.name
     if name != view.name:
         cells = cells.withColumn("view", F.lit(name))
-    write = partition_writer(settings, {name: (view.aggregation, view.layout)}, timestamp_us)
+    write = partition_writer(settings, {name: [(name, view.aggregation, view.layout)]}, timestamp_us)
     written = cells.mapInArrow(write, "written long, write_ms long").agg(F.sum("written")).collect()[0][0]
     done = Rewritten(view.name, records, int(written or 0), time.monotonic() - started)
     log.info(

@@ -10,7 +10,9 @@ beside the checkpoint: `<checkpoint_dir>-settings.json`, `{"format": 1, "ingest_
 fingerprint, ...}}`: `format` (absent: 1) is refused when later than this release reads;
 `dedupe_window_s` is the window its de-duplication state was made with, `dedupe` the operator that
 holds that state (DEDUPE_TIMERS; absent: Spark's dropDuplicatesWithinWatermark, of a checkpoint made
-before the timers or under `speed.dedupe_operator` = DEDUPE_SCAN; neither reads the other's state), `events` the validation
+before the timers or under `speed.dedupe_operator` = DEDUPE_SCAN; neither reads the other's state),
+`cells` how its aggregation state labels the views' cells (CELLS_SHARED: once for all views with the
+same cells, definitions.views.cell_groups; absent: by each view's name), `events` the validation
 limits (settings.events) the records it counted were judged by; `views` says since when the
 speed layer maintains each view (stores.view_lifecycle); a marker without it is from before views
 could be added to a running platform, when every view was maintained from the first start.
@@ -49,6 +51,12 @@ class Marker:
     origin: bool = False
     # the de-duplication operator its state was made by: DEDUPE_TIMERS, or None (DEDUPE_SCAN)
     dedupe: str | None = None
+    # how its aggregation state labels cells: CELLS_SHARED, or None (by each view's name)
+    cells: str | None = None
+
+    @property
+    def shares_cells(self) -> bool:
+        return self.cells == CELLS_SHARED
 
     def changed_limits(self, settings: Settings) -> list[str]:
         """The validation limits recorded here that `settings` give other values of, as
@@ -87,12 +95,18 @@ class MarkerUnreadable(ValueError):
 DEDUPE_TIMERS = "first-copy-timers"
 DEDUPE_SCAN = "within-watermark-scan"
 
+# A new checkpoint's aggregation state holds the cells of views that have the same ones once, under a
+# label naming no view (definitions.views.cell_groups); an older one's holds each view's under its name.
+CELLS_SHARED = "shared-by-fingerprint"
+
 
 # The marker's layout. A later release that changes its meaning raises it: this one then refuses the
 # marker rather than read part of it and rewrite it without what it does not know. Format 2 names the
 # de-duplication operator (`dedupe`): a release that reads only 1 would run the other operator on the
 # state and, rewriting the marker, forget which one made it. A marker without it stays format 1.
-MARKER_FORMAT = 2
+# Format 3 says the aggregation state shares cells (`cells`): a release that reads only 2 would
+# label them by view and count every view from zero again in the middle of its ingest buckets.
+MARKER_FORMAT = 3
 
 
 def _ms_or_none(value: object) -> int | None:
@@ -109,6 +123,14 @@ def _dedupe_or_none(value: object) -> str | None:
     if value != DEDUPE_TIMERS:
         raise ValueError(f"dedupe {str(value)[:40]!r} is not an operator this release knows ({DEDUPE_TIMERS!r})")
     return DEDUPE_TIMERS
+
+
+def _cells_or_none(value: object) -> str | None:
+    if value is None:
+        return None
+    if value != CELLS_SHARED:
+        raise ValueError(f"cells {str(value)[:40]!r} is not a labelling this release knows ({CELLS_SHARED!r})")
+    return CELLS_SHARED
 
 
 def marker_path(settings: Settings) -> str:
@@ -146,6 +168,7 @@ def read_marker(settings: Settings) -> Marker | None:
             None if doc.get("events") is None else {str(k): int(v) for k, v in doc["events"].items()},
             doc.get("realtime_origin") is True,
             _dedupe_or_none(doc.get("dedupe")),
+            _cells_or_none(doc.get("cells")),
         )
     except MarkerUnreadable:
         raise
@@ -171,16 +194,20 @@ def write_marker(
     origin: bool = False,
     *,
     dedupe: str | None,
+    cells: str | None,
 ) -> None:
     """The marker of a checkpoint made with `settings`; `dedupe` the operator its state is made by
     (None: Spark's dropDuplicatesWithinWatermark, written as a marker of format 1). No default: a
     marker written again names the operator its checkpoint already has (Marker.dedupe), or Spark
-    refuses the state at the next start (STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA)."""
+    refuses the state at the next start (STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA).
+    `cells` how its aggregation state labels cells (CELLS_SHARED, or None: by view), also with no
+    default: labelled otherwise, the state's groups would start again from zero."""
     from stores.webhdfs import WebHdfs
 
     dedupe = _dedupe_or_none(dedupe)
+    cells = _cells_or_none(cells)
     doc: dict = {
-        "format": MARKER_FORMAT if dedupe is not None else 1,
+        "format": MARKER_FORMAT if cells is not None else 2 if dedupe is not None else 1,
         "ingest_bucket_s": settings.ingest_bucket_s,
         "dedupe_window_s": settings.speed.dedupe_window_s,
         "events": event_limits(settings),
@@ -196,6 +223,8 @@ def write_marker(
         doc["realtime_origin"] = True
     if dedupe is not None:
         doc["dedupe"] = dedupe
+    if cells is not None:
+        doc["cells"] = cells
     with WebHdfs(settings) as fs:
         fs.write_whole(marker_path(settings), json.dumps(doc).encode())
 

@@ -28,6 +28,7 @@ def test_a_view_changed_in_place_is_refused_not_mixed(settings, stack):
         dict(marker.definitions, page_views="0" * 16),
         origin=marker.origin,
         dedupe=marker.dedupe,  # the operator the stack's checkpoint state was made by
+        cells=marker.cells,
     )
     now = time.strftime("%Y-%m-%dT%H:00:00Z", time.gmtime())
     try:
@@ -54,6 +55,7 @@ def test_a_view_changed_in_place_is_refused_not_mixed(settings, stack):
             marker.declarations,
             origin=marker.origin,
             dedupe=marker.dedupe,
+            cells=marker.cells,
         )
         reload_api(settings)
     assert merged(settings, "/", now, now.replace(":00:00Z", ":59:59Z")).status_code == 200

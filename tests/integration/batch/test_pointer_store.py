@@ -148,12 +148,12 @@ def test_a_full_run_leaves_the_entry_of_a_view_the_speed_layer_still_maintains(o
     first = written(mine, [a, b, c], T0, full=True)
     swap_version(mine, first)
     try:
-        write_marker(mine, views={a: 0, b: 0, c: 0}, dedupe=None)
+        write_marker(mine, views={a: 0, b: 0, c: 0}, dedupe=None, cells=None)
         kept = swap_version(mine, written(mine, [a, b], T0 + STEP, full=True))  # c left its module
         assert kept.entry(c) is not None and kept.entry(c).version == first, "c still answers from its batch table"
         assert c not in kept.retiring and kept.cutoff_of(a) == T0 + STEP
         write_marker(
-            mine, views={a: 0, b: 0}, dedupe=None
+            mine, views={a: 0, b: 0}, dedupe=None, cells=None
         )  # `lambdactl views apply`: the speed layer stopped maintaining c
         dropped = swap_version(mine, written(mine, [a, b], T0 + 2 * STEP, full=True))
         assert dropped.entry(c) is None and c in dropped.retiring

@@ -40,7 +40,7 @@ def own_marker(settings: Settings, stack, unique) -> Iterator[Settings]:
     follow the TTL the tables record, not a setting: stores/realtime_ttl.py)."""
     speed = settings.speed.model_copy(update={"checkpoint_dir": f"/lambda/test/stale-{unique}"})
     mine = settings.model_copy(update={"speed": speed})
-    write_marker(mine, started_ms=int(time.time() - 3_600) * 1000, dedupe=None)
+    write_marker(mine, started_ms=int(time.time() - 3_600) * 1000, dedupe=None, cells=None)
     yield mine
     with WebHdfs(settings) as fs:
         fs.delete(marker_path(mine))

@@ -11,7 +11,7 @@ from stores.webhdfs import WebHdfs
 
 
 def test_a_writer_killed_after_creating_the_file_leaves_the_marker_it_had(scratch, monkeypatch, stack):
-    checkpoints.write_marker(scratch, 1_000, {"page_views": 1_000}, dedupe=None)
+    checkpoints.write_marker(scratch, 1_000, {"page_views": 1_000}, dedupe=None, cells=None)
     created = WebHdfs.write
 
     def killed(self, path, data, overwrite=True):
@@ -20,12 +20,12 @@ def test_a_writer_killed_after_creating_the_file_leaves_the_marker_it_had(scratc
 
     monkeypatch.setattr(WebHdfs, "write", killed)
     with pytest.raises(KeyboardInterrupt):
-        checkpoints.write_marker(scratch, 2_000, {"page_views": 1_000, "top_pages": 2_000}, dedupe=None)
+        checkpoints.write_marker(scratch, 2_000, {"page_views": 1_000, "top_pages": 2_000}, dedupe=None, cells=None)
     monkeypatch.undo()
     kept = checkpoints.read_marker(scratch)
     assert kept is not None
     assert (kept.started_ms, kept.views) == (1_000, {"page_views": 1_000})
-    checkpoints.write_marker(scratch, 3_000, {"page_views": 1_000, "top_pages": 3_000}, dedupe=None)
+    checkpoints.write_marker(scratch, 3_000, {"page_views": 1_000, "top_pages": 3_000}, dedupe=None, cells=None)
     assert checkpoints.read_marker(scratch).views == {"page_views": 1_000, "top_pages": 3_000}
 
 

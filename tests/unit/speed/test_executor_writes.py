@@ -36,7 +36,7 @@ def test_the_executors_write_the_micro_batch_and_the_driver_learns_only_the_coun
     rows = aggregated(500)
     frame = spark.createDataFrame(rows, SCHEMA).repartition(2)
 
-    sink = BatchWriter(chosen, load_views(chosen))
+    sink = BatchWriter(chosen, load_views(chosen), shared=False)
     written = sink(frame, 7)
 
     records = [json.loads(line) for path in tmp_path.glob("writes-*.jsonl") for line in path.read_text().splitlines()]
@@ -91,7 +91,7 @@ def test_a_micro_batch_of_no_rows_or_no_partitions_writes_nothing_and_counts_zer
             "stores": settings.stores.model_copy(update={"realtime_writer": f"{SAMPLES}.FileRealtimeWriter"}),
         }
     )
-    sink = BatchWriter(chosen, load_views(chosen))
+    sink = BatchWriter(chosen, load_views(chosen), shared=False)
     empty = spark.createDataFrame([], SCHEMA)
     assert sink(empty.repartition(3), 1) == 0
     no_partitions = spark.createDataFrame(spark.sparkContext.emptyRDD(), SCHEMA)

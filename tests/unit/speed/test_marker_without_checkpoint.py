@@ -4,6 +4,7 @@ served exact from any cutoff, and the bucket-size check was skipped."""
 
 from __future__ import annotations
 
+import json
 import time
 from types import SimpleNamespace
 
@@ -121,7 +122,7 @@ def test_a_fresh_start_records_in_the_store_the_start_its_rows_come_from(stores,
     check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
     marker = stores[-1]
     assert origin["written"] == [marker[1]], "the marker's started_ms"
-    assert marker[-1] == {"origin": True, "dedupe": None}  # the default operator, the scan: format 1
+    assert marker[-1] == {"origin": True, "dedupe": None, "cells": checkpoints.CELLS_SHARED}  # the scan, shared cells
 
 
 @pytest.mark.parametrize(
@@ -181,7 +182,7 @@ class MarkerFile:
 @pytest.mark.parametrize(
     ("data", "says"),
     [
-        (b'{"format": 3, "ingest_bucket_s": 60}', "later release"),
+        (b'{"format": 4, "ingest_bucket_s": 60}', "later release"),
         (b'{"format": "1", "ingest_bucket_s": 60}', "later release"),
         (b'{"ingest_bucket_s": 60, "started_ms": "yesterday"}', "not a marker"),
         (b'{"ingest_bucket_s": 60, "started_ms": true}', "not a marker"),
@@ -244,23 +245,64 @@ def test_a_marker_records_its_format_and_dedupe_window_and_reads_back(monkeypatc
     settings = Settings(ingest_bucket_s=60, speed=SpeedSettings(dedupe_window_s=120))
     with pytest.raises(TypeError, match="dedupe"):  # a marker written again must name its state's operator
         checkpoints.write_marker(settings, 5_000, {"page_views": 0})  # type: ignore[call-arg]
-    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, dedupe=checkpoints.DEDUPE_TIMERS)
+    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, dedupe=checkpoints.DEDUPE_TIMERS, cells=None)
     assert b'"format": 2' in hdfs.data, "it names the de-duplication operator"  # type: ignore[operator]
     limits = checkpoints.event_limits(settings)
     assert limits["max_record_bytes"] == settings.events.max_record_bytes and len(limits) == 8
     assert checkpoints.read_marker(settings) == checkpoints.Marker(
         60, 5_000, {"page_views": 0}, dedupe_window_s=120, events=limits, dedupe=checkpoints.DEDUPE_TIMERS
     )
-    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True, dedupe=checkpoints.DEDUPE_TIMERS)
+    checkpoints.write_marker(
+        settings, 5_000, {"page_views": 0}, origin=True, dedupe=checkpoints.DEDUPE_TIMERS, cells=None
+    )
     assert checkpoints.read_marker(settings).origin is True  # type: ignore[union-attr]
     # a checkpoint made by dropDuplicatesWithinWatermark keeps saying so when its marker is written again
     for scan in (None, checkpoints.DEDUPE_SCAN):
-        checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True, dedupe=scan)
+        checkpoints.write_marker(settings, 5_000, {"page_views": 0}, origin=True, dedupe=scan, cells=None)
         assert b'"dedupe"' not in hdfs.data and b'"format": 1' in hdfs.data  # type: ignore[operator]
         assert checkpoints.read_marker(settings).dedupe is None  # type: ignore[union-attr]
     hdfs.data = hdfs.data.replace(b'"format": 1', b'"format": 1, "dedupe": "bloom"')  # type: ignore[attr-defined]
     with pytest.raises(checkpoints.MarkerUnreadable, match="dedupe 'bloom' is not an operator this release knows"):
         checkpoints.read_marker(settings)
+
+
+def test_a_marker_says_its_state_shares_cells_in_a_format_earlier_releases_refuse(monkeypatch):
+    """A release that labels cells by view, resuming a checkpoint whose state shares them, would start
+    every view's groups again from zero in the middle of their ingest buckets: format 3 stops it."""
+    from stores import webhdfs
+
+    hdfs = MarkerFile(None)
+    hdfs.write_whole = lambda _path, data: setattr(hdfs, "data", data)  # type: ignore[attr-defined]
+    monkeypatch.setattr(webhdfs, "WebHdfs", hdfs)
+    settings = Settings(ingest_bucket_s=60)
+    with pytest.raises(TypeError, match="cells"):  # a marker written again must say how its state labels cells
+        checkpoints.write_marker(settings, 5_000, {"page_views": 0}, dedupe=None)  # type: ignore[call-arg]
+    for dedupe in (None, checkpoints.DEDUPE_TIMERS):
+        checkpoints.write_marker(settings, 5_000, {"page_views": 0}, dedupe=dedupe, cells=checkpoints.CELLS_SHARED)
+        assert json.loads(hdfs.data)["format"] == 3 == checkpoints.MARKER_FORMAT  # type: ignore[arg-type]
+        read = checkpoints.read_marker(settings)
+        assert read is not None and read.shares_cells and read.cells == checkpoints.CELLS_SHARED
+        assert read.dedupe == dedupe
+    checkpoints.write_marker(settings, 5_000, {"page_views": 0}, dedupe=None, cells=None)
+    assert json.loads(hdfs.data)["format"] == 1 and "cells" not in json.loads(hdfs.data)  # type: ignore[arg-type]
+    assert not checkpoints.read_marker(settings).shares_cells  # type: ignore[union-attr]
+    hdfs.data = hdfs.data.replace(b'"format": 1', b'"format": 3, "cells": "by-colour"')  # type: ignore[attr-defined]
+    with pytest.raises(checkpoints.MarkerUnreadable, match="cells 'by-colour' is not a labelling this release knows"):
+        checkpoints.read_marker(settings)
+
+
+def test_a_fresh_start_shares_cells_and_a_resumed_checkpoint_keeps_how_its_state_labels_them(stores, monkeypatch):
+    monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
+    check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
+    assert stores[-1][-1]["cells"] == checkpoints.CELLS_SHARED
+    for recorded in (None, checkpoints.CELLS_SHARED):
+        marker = checkpoints.Marker(60, 5_000, {"page_views": 5_000}, dedupe_window_s=600, cells=recorded)
+        monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: {0: 5})
+        monkeypatch.setattr(checkpoints, "read_marker", lambda _settings, marker=marker: marker)
+        check_checkpoint_settings(
+            Settings(ingest_bucket_s=60, speed=SpeedSettings(dedupe_window_s=600)), Registry((PAGE_VIEWS,))
+        )
+        assert stores[-1][-1]["cells"] == recorded, "a checkpoint made before cells were shared goes on by view"
 
 
 @pytest.mark.parametrize(("recorded", "runs"), [(checkpoints.DEDUPE_TIMERS, "first-copy-timers"), (None, "scan")])
