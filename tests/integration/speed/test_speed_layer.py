@@ -40,7 +40,9 @@ def test_realtime_views_equal_truth_with_late_and_duplicate_events(settings, sta
     got = wait_until_exact(settings, sent)
     # Exact for top_pages too, whose cells are page_views' (one group for both, written as each).
     marker = checkpoints.read_marker(settings)
-    assert marker is not None and marker.shares_cells, "a checkpoint made by this release shares cells"
+    assert marker is not None and marker.shares_cells, (
+        "a checkpoint made by this release shares cells (a stack whose checkpoint is older: `lambdactl reset-speed`)"
+    )
 
     late = [json.loads(r.value) for r in sent if r.kind == "late" and json.loads(r.value)["event_type"] == "page_view"]
     assert late, "the workload has late page views"
