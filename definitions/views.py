@@ -96,21 +96,14 @@ class View:
     def fingerprint(self) -> str:
         """What the view's values depend on (not its description), hashed: two declarations with the
         same fingerprint compute the same cells. The speed layer records it for each view it maintains."""
-        import hashlib
-        import json
-
-        return hashlib.sha256(json.dumps(self.shape(), sort_keys=True).encode()).hexdigest()[:16]
+        return _hashed(self.shape())
 
     @cached_property
     def cells_fingerprint(self) -> str:
         """What the view's cells depend on, hashed: its shape but for the layout (how the stores lay
         the values out). Views with the same one have the same cells, which the speed layer can
         aggregate once for all of them (cell_groups)."""
-        import hashlib
-        import json
-
-        shape = {k: v for k, v in self.shape().items() if k != "layout"}
-        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+        return _hashed({k: v for k, v in self.shape().items() if k != "layout"})
 
     def shape(self) -> dict[str, Any]:
         """What the view's values depend on, as JSON-ready data (View.from_shape reads it back)."""
@@ -338,6 +331,14 @@ def _keys_present(view: View) -> Column:
 
 
 _FIELD_BY_NAME = {f.name: f for f in FIELDS}
+
+
+def _hashed(shape: Mapping[str, Any]) -> str:
+    """A view's shape (or part of it) hashed: 16 hex digits of the SHA-256 of its sorted JSON."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _check_default(view: str, name: str, value: Any) -> None:
