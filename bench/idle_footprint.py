@@ -6,9 +6,11 @@ Waits `--settle` seconds, then reads every service's process tree (the process `
 shows and all its descendants: JVMs, Python workers, Airflow's workers) at the start and the end of
 a `--window`, and prints per service the RSS at the end and the CPU used over the window as a
 percentage of one core; then the totals. Send no traffic meanwhile (the archiver's ticks still
-arrive: they are part of idling).
+arrive: they are part of idling), or let `--trickle N` send N generated events a second over the
+window (`lambdactl generate`, not counted in the figures): what a platform costs while events only
+trickle in, where every trigger of the speed layer finds records.
 
-    .venv/bin/python bench/idle_footprint.py --settle 60 --window 120 [--json out.json]
+    .venv/bin/python bench/idle_footprint.py --settle 60 --window 120 [--trickle 20] [--json out.json]
 
 Needs the stack up (`lambdactl up`).
 """
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,9 +91,23 @@ def micro_batches(seen: dict[int, dict]) -> dict | None:
     }
 
 
-def measure(window_s: float) -> dict:
+def trickle(rate: float, window_s: float) -> subprocess.Popen | None:
+    """`lambdactl generate` sending `rate` live events a second for the window (fresh ids each run)."""
+    if rate <= 0:
+        return None
+    lambdactl = Path(sys.executable).parent / "lambdactl"
+    count = str(max(1, round(rate * window_s)))
+    seed = str(time.time_ns() % 2**31)
+    return subprocess.Popen(
+        [str(lambdactl), "generate", "--count", count, "--rate", f"{rate:g}", "--span", "0", "--seed", seed],
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def measure(window_s: float, trickle_rate: float = 0.0) -> dict:
     settings = get_settings()
     before = {name: cpu_seconds(procs) for name, procs in trees().items()}
+    sender = trickle(trickle_rate, window_s)
     started = time.monotonic()
     seen: dict[int, dict] = {}
     while time.monotonic() - started < window_s:
@@ -100,6 +117,9 @@ def measure(window_s: float) -> dict:
             seen[progress["batch_id"]] = progress
         time.sleep(min(POLL_S, max(0.0, window_s - (time.monotonic() - started))))
     elapsed = time.monotonic() - started
+    if sender is not None:
+        sender.terminate()
+        sender.wait()
     rows = {}
     for name, procs in trees().items():
         after = cpu_seconds(procs)
@@ -109,6 +129,7 @@ def measure(window_s: float) -> dict:
         rows[name] = {"rss_mb": round(rss_mb(procs)), "cpu_pct": round(100 * used / elapsed, 1)}
     return {
         "window_s": round(elapsed, 1),
+        "trickle_per_s": trickle_rate,
         "services": rows,
         "total_rss_mb": sum(r["rss_mb"] for r in rows.values()),
         "total_cpu_pct": round(sum(r["cpu_pct"] for r in rows.values()), 1),
@@ -121,15 +142,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settle", type=float, default=60.0, help="seconds to wait before measuring")
     parser.add_argument("--window", type=float, default=120.0, help="seconds of CPU accounting")
+    parser.add_argument("--trickle", type=float, default=0.0, help="events a second sent over the window (0: none)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     time.sleep(args.settle)
-    figures = measure(args.window)
+    figures = measure(args.window, args.trickle)
     for name, row in figures["services"].items():
         print(f"{name:<22} {row['rss_mb']:>6} MiB {row['cpu_pct']:>6.1f} % of a core")
     print(
         f"{'total':<22} {figures['total_rss_mb']:>6} MiB {figures['total_cpu_pct']:>6.1f} % of a core "
-        f"(window {figures['window_s']} s, load average {figures['load_average_1m']})"
+        f"(window {figures['window_s']} s, load average {figures['load_average_1m']}"
+        + (f", {args.trickle:g} events/s sent" if args.trickle else "")
+        + ")"
     )
     batches = figures["speed_micro_batches"]
     if batches:

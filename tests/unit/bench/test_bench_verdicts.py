@@ -200,3 +200,15 @@ def test_the_idle_footprint_reports_the_speed_layers_micro_batches_by_id(bench):
         "state_rows_last": 10,
     }
     assert footprint.micro_batches({}) is None
+
+
+def test_the_footprint_under_a_trickle_sends_that_rate_for_the_window_with_fresh_ids(bench, monkeypatch):
+    footprint = bench("idle_footprint")
+    started = []
+    monkeypatch.setattr(footprint.subprocess, "Popen", lambda argv, **_kw: started.append(argv) or argv)
+    assert footprint.trickle(0.0, 120) is None and started == []
+    footprint.trickle(20.0, 120)
+    footprint.trickle(20.0, 120)
+    first, second = started
+    assert first[1:] == ["generate", "--count", "2400", "--rate", "20", "--span", "0", "--seed", first[-1]]
+    assert first[-1] != second[-1], "a second run's events would be copies of the first's, dropped as duplicates"
