@@ -118,8 +118,11 @@ def measure(window_s: float, trickle_rate: float = 0.0) -> dict:
         time.sleep(min(POLL_S, max(0.0, window_s - (time.monotonic() - started))))
     elapsed = time.monotonic() - started
     if sender is not None:
+        failed = sender.poll() not in (None, 0)  # ended before the window did, and not by sending it all
         sender.terminate()
         sender.wait()
+        if failed:
+            raise SystemExit(f"the trickle's `lambdactl generate` exited with {sender.returncode}: no figures")
     rows = {}
     for name, procs in trees().items():
         after = cpu_seconds(procs)

@@ -212,3 +212,25 @@ def test_the_footprint_under_a_trickle_sends_that_rate_for_the_window_with_fresh
     first, second = started
     assert first[1:] == ["generate", "--count", "2400", "--rate", "20", "--span", "0", "--seed", first[-1]]
     assert first[-1] != second[-1], "a second run's events would be copies of the first's, dropped as duplicates"
+
+
+def test_a_trickle_that_could_not_send_gives_no_figures(bench, monkeypatch):
+    """Otherwise a generator that failed at once (Kafka down, bad settings) would print idle figures as a trickle's."""
+    footprint = bench("idle_footprint")
+
+    class Failed:
+        returncode = 2
+
+        def poll(self):
+            return 2
+
+        def terminate(self):
+            pass
+
+        def wait(self):
+            return 2
+
+    monkeypatch.setattr(footprint, "trees", dict)
+    monkeypatch.setattr(footprint.subprocess, "Popen", lambda *_a, **_kw: Failed())
+    with pytest.raises(SystemExit, match="exited with 2"):
+        footprint.measure(0.01, 20.0)
