@@ -8,7 +8,9 @@ a `--window`, and prints per service the RSS at the end and the CPU used over th
 percentage of one core; then the totals. Send no traffic meanwhile (the archiver's ticks still
 arrive: they are part of idling), or let `--trickle N` send N generated events a second over the
 window (`lambdactl generate`, not counted in the figures): what a platform costs while events only
-trickle in, where every trigger of the speed layer finds records.
+trickle in, where every trigger of the speed layer finds records. The speed layer's JVM is also
+split by kind of thread (the JIT's compiler threads, the query's stream execution thread, Spark's
+task threads, its listener bus, GC …): where its CPU goes.
 
     .venv/bin/python bench/idle_footprint.py --settle 60 --window 120 [--trickle 20] [--json out.json]
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -35,7 +38,8 @@ from speed_lag import speed_progress  # noqa: E402  (bench/ itself)
 from definitions.settings import get_settings  # noqa: E402
 from infra.stack import Stack  # noqa: E402
 
-POLL_S = 0.5  # how often the speed layer's progress file is read during the window
+POLL_S = 0.5
+THREAD_KINDS_SHOWN = 8  # the speed layer's JVM: the kinds of threads printed (the JSON has all)  # how often the speed layer's progress file is read during the window
 
 
 def trees() -> dict[str, list[psutil.Process]]:
@@ -77,6 +81,43 @@ def rss_mb(procs: list[psutil.Process]) -> float:
     return total / 2**20
 
 
+def jvm_threads(procs: list[psutil.Process]) -> dict[int, tuple[str, float]]:
+    """The CPU seconds of each thread of the first JVM among `procs`, by thread id, with its name
+    (Linux names a thread by its first 15 characters)."""
+    for proc in procs:
+        try:
+            if proc.name() != "java":
+                continue
+            threads = {}
+            for thread in proc.threads():
+                try:
+                    name = Path(f"/proc/{proc.pid}/task/{thread.id}/comm").read_text().strip()
+                except OSError:  # ended since the listing
+                    continue
+                threads[thread.id] = (name, thread.user_time + thread.system_time)
+            return threads
+        except psutil.Error:
+            return {}
+    return {}
+
+
+def thread_kind(name: str) -> str:
+    """A thread's name with its numbers as N (`GC Thread#0` and `GC Thread#1` are one kind); a
+    number right after a letter stays (`C1 CompilerThre` and `C2 CompilerThre` are two)."""
+    return re.sub(r"(?<![A-Za-z])\d+", "N", name)
+
+
+def thread_split(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], elapsed_s: float) -> dict:
+    """Percent of one core each kind of thread used between two readings, largest first: a thread
+    that started between them counts from zero, one that ended is not seen."""
+    used: dict[str, float] = {}
+    for tid, (name, cpu) in after.items():
+        kind = thread_kind(name)
+        used[kind] = used.get(kind, 0.0) + cpu - before.get(tid, (name, 0.0))[1]
+    shares = {kind: round(100 * cpu / elapsed_s, 1) for kind, cpu in used.items() if cpu > 0}
+    return dict(sorted(shares.items(), key=lambda item: item[1], reverse=True))
+
+
 def micro_batches(seen: dict[int, dict]) -> dict | None:
     """The speed layer's micro-batches, by batch id as its progress file reported them: how many,
     the median duration and state-store removals (ms), the state rows after the last one."""
@@ -106,7 +147,9 @@ def trickle(rate: float, window_s: float) -> subprocess.Popen | None:
 
 def measure(window_s: float, trickle_rate: float = 0.0) -> dict:
     settings = get_settings()
-    before = {name: cpu_seconds(procs) for name, procs in trees().items()}
+    services = trees()
+    before = {name: cpu_seconds(procs) for name, procs in services.items()}
+    speed_threads = jvm_threads(services.get("speed-layer", []))
     sender = trickle(trickle_rate, window_s)
     started = time.monotonic()
     seen: dict[int, dict] = {}
@@ -124,7 +167,9 @@ def measure(window_s: float, trickle_rate: float = 0.0) -> dict:
         if failed:
             raise SystemExit(f"the trickle's `lambdactl generate` exited with {sender.returncode}: no figures")
     rows = {}
-    for name, procs in trees().items():
+    services = trees()
+    threads = thread_split(speed_threads, jvm_threads(services.get("speed-layer", [])), elapsed)
+    for name, procs in services.items():
         after = cpu_seconds(procs)
         start = before.get(name, {})
         # A process that started during the window counts from zero; one that ended is not seen.
@@ -138,6 +183,7 @@ def measure(window_s: float, trickle_rate: float = 0.0) -> dict:
         "total_cpu_pct": round(sum(r["cpu_pct"] for r in rows.values()), 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
         "speed_micro_batches": micro_batches(seen),
+        "speed_jvm_threads": threads,
     }
 
 
@@ -165,6 +211,10 @@ def main() -> int:
             f"(state-store removals {batches['removals_ms_median']:,.0f} ms); "
             f"{batches['state_rows_last'] or 0:,} state rows held at the end"
         )
+    threads = figures["speed_jvm_threads"]
+    if threads:
+        top = list(threads.items())[:THREAD_KINDS_SHOWN]
+        print("speed layer's JVM by thread (% of a core): " + ", ".join(f"{kind} {pct:.1f}" for kind, pct in top))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

@@ -234,3 +234,29 @@ def test_a_trickle_that_could_not_send_gives_no_figures(bench, monkeypatch):
     monkeypatch.setattr(footprint.subprocess, "Popen", lambda *_a, **_kw: Failed())
     with pytest.raises(SystemExit, match="exited with 2"):
         footprint.measure(0.01, 20.0)
+
+
+def test_the_footprint_splits_a_jvms_cpu_by_thread_kind(bench):
+    """Threads of one kind (numbered pool members) add up under one name; a thread that started
+    during the window counts from zero, one that ended is not seen; the shares are of one core."""
+    footprint = bench("idle_footprint")
+    assert footprint.thread_kind("C2 CompilerThre") == "C2 CompilerThre"
+    assert footprint.thread_kind("Executor task launch worker for task 12.0 in stage 3.0 (TID 40)") == (
+        "Executor task launch worker for task N.N in stage N.N (TID N)"
+    )
+    before = {1: ("C2 CompilerThre", 10.0), 2: ("C1 CompilerThre", 4.0), 3: ("GC Thread#0", 1.0)}
+    after = {
+        1: ("C2 CompilerThre", 16.0),
+        2: ("C1 CompilerThre", 5.0),
+        4: ("GC Thread#1", 2.0),
+        5: ("stream execution thread for speed-views", 3.0),
+    }
+    split = footprint.thread_split(before, after, elapsed_s=10.0)
+    assert split == {
+        "C2 CompilerThre": 60.0,
+        "stream execution thread for speed-views": 30.0,
+        "GC Thread#N": 20.0,
+        "C1 CompilerThre": 10.0,
+    }
+    assert list(split) == sorted(split, key=split.__getitem__, reverse=True), "largest first"
+    assert footprint.thread_split(before, {}, elapsed_s=10.0) == {}
