@@ -38,8 +38,8 @@ from speed_lag import speed_progress  # noqa: E402  (bench/ itself)
 from definitions.settings import get_settings  # noqa: E402
 from infra.stack import Stack  # noqa: E402
 
-POLL_S = 0.5
-THREAD_KINDS_SHOWN = 8  # the speed layer's JVM: the kinds of threads printed (the JSON has all)  # how often the speed layer's progress file is read during the window
+POLL_S = 0.5  # how often the speed layer's progress file is read during the window
+THREAD_KINDS_SHOWN = 8  # the speed layer's JVM: the kinds of threads printed (the JSON has all)
 
 
 def trees() -> dict[str, list[psutil.Process]]:
