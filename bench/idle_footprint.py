@@ -88,6 +88,9 @@ def jvm_threads(procs: list[psutil.Process]) -> dict[int, tuple[str, float]]:
         try:
             if proc.name() != "java":
                 continue
+        except psutil.Error:  # a Python worker that ended since the listing: the JVM may come after it
+            continue
+        try:
             threads = {}
             for thread in proc.threads():
                 try:
