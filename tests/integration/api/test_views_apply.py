@@ -3,9 +3,11 @@ stack while a workload runs.
 
 A view module is written to a directory of its own (a plug-in, as a user would add one) and applied:
 the speed layer restarts with it, the batch layer computes its history, the API serves it. Throughout,
-page_views answers for traffic sent before are checked again and again: each is a 200 and exact.
-After the apply, the new view's answers equal the truth for all the history sent before it existed
-and for the traffic sent while it was being added. Removing it retires it: no route, no pointer entry.
+the other views' answers for traffic sent before (page_views, unique_visitors, top_pages) are checked
+again and again: each is a 200 and exact; and the new view is seen building, in the API's list and
+in `lambdactl status`, before it serves. After the apply, its answers equal the truth for all the
+history sent before it existed and for the traffic sent while it was being added. Undeclared, it is
+retired (so says `lambdactl status`); applied, it is gone: no route, no pointer entry, no realtime row.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from ingest.generator import SentRecord
 from ingest.truth import distinct_events
 from stores.registry import version_store
 from tests.integration.api.test_end_to_end import HOUR, api, epoch, mismatches, wait_exact, window
+from tests.integration.api.test_per_view_versions import problems
+from tests.integration.speed.test_replay import rows_named
 from tests.support.cli import lambdactl, restore_views_args
 from tests.support.events import mixed_workload
 from tests.support.polling import wait_for
@@ -73,6 +77,25 @@ def states(settings) -> dict[str, dict]:
     return {s["name"]: s for s in json.loads(done.stdout)["views"]}
 
 
+def status_states(settings) -> dict[str, str]:
+    """Each view's state as `lambdactl status` shows it."""
+    done = lambdactl(settings, "status", "--json")
+    body = json.loads(done.stdout)
+    assert body["views"] is not None, body["views_error"]
+    return {s["name"]: s["state"] for s in body["views"]}
+
+
+def listed_state(settings, view: str) -> str | None:
+    """The view's state in the API's list of views (None: not listed, or no answer)."""
+    try:
+        resp = httpx.get(f"{api(settings)}/api/v1/views", timeout=10)
+    except httpx.TransportError:
+        return None
+    if resp.status_code != 200:
+        return None
+    return {v["name"]: v["state"] for v in resp.json()["views"]}.get(view)
+
+
 @pytest.fixture
 def view_module(settings, tmp_path):
     """(module name, directory, view name); the declared views are put back as they were afterwards."""
@@ -102,16 +125,24 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
     before = mixed_workload(settings, prefix, 1_500, 10)
     wait_exact(settings, before)
 
+    wait_for(lambda: not problems(settings, before), "every view exact for the traffic sent before", timeout_s=120)
     stop = threading.Event()
     checked: list[int] = []
     faults: list[str] = []
     during: list[SentRecord] = []
+    seen: list[str] = []  # the new view's states in the API's list, in order
+    in_status: list[str] = []  # its state in `lambdactl status` while the API lists it building
 
     def watch() -> None:  # the other views, all through the change
         while not stop.is_set():
-            found = mismatches(settings, before)
+            found = problems(settings, before)
             faults.extend(found[:3])
             checked.append(1)
+            state = listed_state(settings, view)
+            if state is not None and (not seen or seen[-1] != state):
+                seen.append(state)
+            if state == "building" and not in_status:
+                in_status.append(status_states(settings).get(view, "absent"))
             stop.wait(1.0)
 
     def load_traffic() -> None:  # a workload the whole time, on URLs of its own
@@ -139,6 +170,9 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
     assert state["since_ms"] > 0 and state["cutoff_ms"] >= state["since_ms"], state
     listed = {v["name"]: v for v in httpx.get(f"{api(settings)}/api/v1/views", timeout=30).json()["views"]}
     assert listed[view]["state"] == "serving", listed[view]
+    assert seen[:1] == ["building"], f"the API listed {view} as {seen} during the apply"
+    assert in_status == ["building"], f"`lambdactl status` said {in_status} while the API said building"
+    assert status_states(settings)[view] == "serving"
 
     # All history, and the traffic sent while it was added (the speed layer catches up on the latter).
     everything = before + during
@@ -156,11 +190,17 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
         ) from None
     assert mismatches(settings, everything) == []
 
-    # Removing it retires it: its route and its pointer entry go.
+    # No longer declared, it is retired until applied; applied, its route, pointer entry and rows go.
+    assert rows_named(settings, view) > 0
+    (folder / f"{module}.py").write_text("VIEWS = []\n")  # the user takes it out of the module
+    assert states(settings)[view]["state"] == "retired"
+    assert status_states(settings)[view] == "retired"
     done = lambdactl(settings, "views", "apply", "--no-modules", "--paths", "")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert httpx.get(f"{api(settings)}/api/v1/views/{view}", params={"url": "/"}, timeout=30).status_code == 404
     pointer = version_store(settings).pointer()
     assert pointer is not None and pointer.entry(view) is None
     assert view not in states(settings)
+    assert view not in status_states(settings)
+    assert rows_named(settings, view) == 0
     assert mismatches(settings, everything) == []
