@@ -16,7 +16,7 @@ from definitions.logs import configure
 from definitions.settings import Settings, get_settings
 from definitions.views import view_names
 from infra.errors import StackError
-from lambdactl import accept_loss, generate, housekeeping, reset_speed
+from lambdactl import accept_loss, compact, generate, housekeeping, reset_speed
 from lambdactl.arg_types import at_least_one, iso_time, positive
 from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
 from lambdactl.output import _say
@@ -199,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     accept_loss.add_parser(sub)
     reset_speed.add_parser(sub)
     housekeeping.add_parser(sub)
+    compact.add_parser(sub)
     run = sub.add_parser("run", help="run one service in the foreground (for containers and service managers)")
     run.add_argument("service")
     run.set_defaults(func=cmd_run)

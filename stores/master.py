@@ -43,8 +43,20 @@ def first_copies(events: DataFrame) -> DataFrame:
 
 
 def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The committed master dataset (the file sink's log hides files of unfinished batches)."""
-    return read_archived(spark, master_url(settings))
+    """The committed master dataset (the file sink's log hides files of unfinished batches): the
+    compacted ingest hours from `_compacted/`, every later one through the file sink's log
+    (stores.master_compacted). A compaction marker that cannot be read fails the read, naming it."""
+    from stores.master_compacted import before_hour, compacted_path, read_compacted
+    from stores.webhdfs import WebHdfs
+
+    with WebHdfs(settings) as fs:
+        compacted = read_compacted(fs, settings)
+    live = read_archived(spark, master_url(settings))
+    if compacted is None:
+        return live
+    older = before_hour(compacted.through_ms)
+    copies = read_archived(spark, f"{settings.hdfs.url}{compacted_path(settings)}")
+    return copies.where(older).unionByName(live.where(~older))
 
 
 def read_archived(spark: SparkSession, url: str) -> DataFrame:

@@ -1,0 +1,211 @@
+"""Compacting the master dataset: every ingest hour the archiver has finished, rewritten as a few large
+files (stores.master_compacted says where, and how a read finds them). The archiver writes up to one
+small file per Kafka partition and hour at each trigger: ~35,000 files a day that every batch run
+lists and opens.
+
+One command (`lambdactl compact-master`, run daily by the `lambda_housekeeping` DAG; again, twice at
+once, or after a crash, it does no harm):
+
+1. plans the hours after the last compacted one that the archiver has finished (its completeness
+   marker is past their end, so it writes no more files in them), at most `max_hours` of them;
+2. copies their rows, read through the file sink's log as a batch run reads them, into a temporary
+   folder, and checks the copy holds each hour's rows, hour by hour;
+3. moves each hour's folder into `_compacted/`, then moves the marker past them: from that moment a
+   read takes those hours from `_compacted/` (a crash before it leaves folders no read looks at, which
+   the next compaction replaces);
+4. deletes the originals of compacted hours, unless a batch run may still be reading them under the
+   marker it read when it started (they go at the next compaction).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from definitions.files import state_lock
+from definitions.settings import Settings
+from stores import completeness
+from stores.master import last_archived, master_url, read_archived
+from stores.master_compacted import (
+    HOUR_MS,
+    Compacted,
+    archived_hours,
+    before_hour,
+    compacted_path,
+    hour_dir,
+    read_compacted,
+    write_compacted,
+)
+
+log = logging.getLogger("lambda.compaction")
+
+MAX_RECORDS_PER_FILE = 5_000_000  # ~0.2-0.3 GB of Parquet: large files, a few per busy hour
+
+
+class CompactionRefused(RuntimeError):
+    """Compaction cannot run now (the message says why and what to do); nothing was changed."""
+
+
+@dataclass
+class CompactionResult:
+    through_ms: int | None  # every ingest hour before this is compacted (None: none is)
+    compacted_hours: list[int] = field(default_factory=list)  # hours compacted by this run (with rows)
+    rows: int = 0
+    originals_deleted: list[str] = field(default_factory=list)
+    originals_kept_for: list[int] = field(default_factory=list)  # batch runs that may read them
+    seconds: float = 0.0
+
+
+def plan(present: Iterable[int], through_ms: int | None, sealed_ms: int, max_hours: int) -> tuple[list[int], int]:
+    """(the hours with folders to compact, the marker's new `through_ms`): the hours from the last
+    compacted one (or the first archived) up to `sealed_ms` (the start of the first hour the archiver
+    has not finished), at most `max_hours` of those that hold folders."""
+    hours = sorted(set(present))
+    start = through_ms if through_ms is not None else (hours[0] if hours else sealed_ms)
+    todo = [h for h in hours if start <= h < sealed_ms]
+    if len(todo) > max_hours:
+        todo = todo[:max_hours]
+        return todo, todo[-1] + HOUR_MS
+    return todo, max(start, sealed_ms)
+
+
+def readers(runs: Mapping[int, Mapping], may_run) -> list[int]:
+    """The batch runs that may be reading the master dataset: recorded "writing" by a process that
+    may still run (`may_run`: stores.batch_views._may_run, None when it cannot be asked)."""
+    return sorted(v for v, run in runs.items() if run.get("state") == "writing" and may_run(run) is not False)
+
+
+def sealed_before(settings: Settings) -> int:
+    """The start of the first ingest hour the archiver may still write files in."""
+    marker = completeness.latest(settings)
+    covered = marker.complete_before_ms if marker is not None else None
+    if marker is None or covered is None:
+        raise CompactionRefused(
+            "the archiver has not published completeness for every partition yet: nothing to compact"
+        )
+    refusal = completeness.doubt(
+        marker, last_archived(settings), int(time.time() * 1000), settings.archiver.completeness_path
+    )
+    if refusal:
+        raise CompactionRefused(refusal)
+    return covered - covered % HOUR_MS
+
+
+def compact_master(settings: Settings, spark=None, max_hours: int = 168) -> CompactionResult:
+    """Compact the finished ingest hours (see the module's text); the outcome."""
+    started = time.monotonic()
+    with state_lock(settings.state_dir, "master-compaction.lock", "master compaction", log.info):
+        result = _compact(settings, spark, max_hours)
+        result.seconds = round(time.monotonic() - started, 1)
+        return result
+
+
+def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
+    from stores.webhdfs import WebHdfs
+
+    sealed = sealed_before(settings)
+    with WebHdfs(settings) as fs:
+        marker = read_compacted(fs, settings)
+        present = archived_hours(fs, settings)
+    todo, through = plan(present, marker.through_ms if marker else None, sealed, max_hours)
+    result = CompactionResult(marker.through_ms if marker else None)
+    if todo or marker is None or through > marker.through_ms:
+        if todo:
+            result.compacted_hours, result.rows = _copy(settings, spark, todo)
+        with WebHdfs(settings) as fs:
+            write_compacted(fs, settings, Compacted(through, int(time.time() * 1000)))
+        result.through_ms = through
+        log.info("master compacted up to %s: %d hour(s), %d rows", _iso(through), len(todo), result.rows)
+    if result.through_ms is not None:
+        _drop_originals(settings, result)
+    return result
+
+
+def _copy(settings: Settings, spark, hours: list[int]) -> tuple[list[int], int]:
+    """Copy the rows of `hours` into `_compacted/`, each hour checked whole before it is moved there;
+    (the hours that hold rows, the rows copied)."""
+    from definitions.spark import spark_session
+    from stores.webhdfs import WebHdfs
+
+    own = spark is None
+    spark = spark or spark_session(settings, "lambda-compaction")
+    root = compacted_path(settings)
+    tmp = f"{root}/_tmp-{uuid.uuid4().hex[:12]}"
+    hdfs = settings.hdfs.url
+    try:
+        wanted = ~before_hour(hours[0]) & before_hour(hours[-1] + HOUR_MS)
+        rows = read_archived(spark, master_url(settings)).where(wanted)
+        expected = _counts(rows)
+        rows.repartition("ingest_date", "ingest_hour").write.partitionBy("ingest_date", "ingest_hour").option(
+            "maxRecordsPerFile", MAX_RECORDS_PER_FILE
+        ).parquet(f"{hdfs}{tmp}")
+        copied = _counts(read_archived(spark, f"{hdfs}{tmp}"))
+        if copied != expected:
+            wrong = sorted(h for h in set(expected) | set(copied) if expected.get(h) != copied.get(h))
+            raise RuntimeError(
+                f"the compacted copy of hour(s) {', '.join(map(_iso, wrong[:5]))} does not hold their rows "
+                f"({[copied.get(h, 0) for h in wrong[:5]]} vs {[expected.get(h, 0) for h in wrong[:5]]}): nothing moved"
+            )
+        with WebHdfs(settings) as fs:
+            for hour in sorted(expected):
+                target = f"{root}/{hour_dir(hour)}"
+                fs.delete(target, recursive=True)  # a crashed compaction's, which no read looks at
+                fs.mkdirs(target.rsplit("/", 1)[0])
+                if not fs.rename(f"{tmp}/{hour_dir(hour)}", target):
+                    raise RuntimeError(f"could not move the compacted hour into {target}: nothing is read from it yet")
+        return sorted(expected), sum(expected.values())
+    finally:
+        with WebHdfs(settings) as fs:
+            fs.delete(tmp, recursive=True)
+        if own:
+            spark.stop()
+
+
+def _counts(frame) -> dict[int, int]:
+    """Rows per ingest hour (its start, epoch ms)."""
+    from stores.master_compacted import hour_of_dir
+
+    out = {}
+    for row in frame.groupBy("ingest_date", "ingest_hour").count().collect():
+        hour = hour_of_dir(f"ingest_date={row['ingest_date'].isoformat()}", f"ingest_hour={row['ingest_hour']}")
+        assert hour is not None
+        out[hour] = row["count"]
+    return out
+
+
+def _drop_originals(settings: Settings, result: CompactionResult) -> None:
+    """Delete the archiver's folders of compacted hours, unless a batch run may still read them."""
+    from stores.batch_views import _may_run
+    from stores.registry import version_store
+    from stores.webhdfs import WebHdfs
+
+    assert result.through_ms is not None
+    with WebHdfs(settings) as fs:
+        old = {h: path for h, path in archived_hours(fs, settings).items() if h < result.through_ms}
+        if not old:
+            return
+        result.originals_kept_for = readers(version_store(settings).runs(), _may_run)
+        if result.originals_kept_for:
+            log.info(
+                "the originals of %d compacted hour(s) are kept: batch run(s) %s may be reading them (the next "
+                "compaction deletes them)",
+                len(old),
+                ", ".join(map(str, result.originals_kept_for)),
+            )
+            return
+        for _, path in sorted(old.items()):
+            fs.delete(path, recursive=True)
+            result.originals_deleted.append(path)
+        root = settings.archiver.master_path
+        for day in {path.rsplit("/", 2)[1] for path in old.values()}:
+            if not fs.list(f"{root}/{day}"):
+                fs.delete(f"{root}/{day}")
+
+
+def _iso(ms: int) -> str:
+    from definitions.times import iso_ms
+
+    return iso_ms(ms)

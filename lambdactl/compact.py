@@ -1,0 +1,50 @@
+"""`lambdactl compact-master`: rewrite the master dataset's finished ingest hours as a few large files
+(batch_layer.compaction). The `lambda_housekeeping` DAG runs it daily; running it again, or two at
+once, or after one was killed, loses and duplicates nothing. Exit 2 when it cannot run now (the
+archiver has not said how far the master is complete, or its marker is doubted), 1 when it failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+
+from definitions.settings import Settings
+from definitions.times import iso_ms
+from lambdactl.arg_types import at_least_one
+from lambdactl.output import _emit, _say
+
+
+def cmd_compact_master(settings: Settings, args: argparse.Namespace) -> int:
+    from batch_layer.compaction import CompactionRefused, compact_master
+
+    try:
+        result = compact_master(settings, max_hours=args.max_hours)
+    except CompactionRefused as exc:
+        _say(f"not compacted: {exc}")
+        return 2
+    through = iso_ms(result.through_ms) if result.through_ms is not None else "-"
+    _say(
+        f"master dataset: compacted before {through}; this run {len(result.compacted_hours)} hour(s), "
+        f"{result.rows:,} rows, {len(result.originals_deleted)} original folder(s) deleted"
+        + (
+            f", originals kept while batch run(s) {result.originals_kept_for} may read them"
+            if result.originals_kept_for
+            else ""
+        )
+    )
+    if args.json:
+        _emit(asdict(result))
+    return 0
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "compact-master",
+        help="rewrite the master dataset's finished ingest hours as a few large files (its small files go)",
+    )
+    parser.add_argument(
+        "--max-hours", type=at_least_one, default=168, help="at most this many ingest hours in one run (default a week)"
+    )
+    parser.add_argument("--json", action="store_true", help="also print the outcome as one JSON line")
+    parser.set_defaults(func=cmd_compact_master)

@@ -1,0 +1,149 @@
+"""Compacting the master dataset on the real HDFS, with the archiver's own writer: a master of its own
+is written by Spark's file sink, partitioned by ingest hour as the archiver does it, several small
+files per hour. Compaction rewrites the hours the completeness marker says are finished as one file
+each and deletes their originals; the master dataset reads the same rows before and after, again
+after a second run, and after a crashed run's leftover; a marker that is not one, or none beside
+compacted hours, fails the read by name."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from batch_layer.compaction import compact_master
+from stores import completeness
+from stores.master import read_master
+from stores.master_compacted import HOUR_MS, CompactionMarkerMalformed, compacted_path, hour_dir, marker_path
+from stores.webhdfs import WebHdfs
+
+FILES = 4  # input files, one micro-batch each: every hour gets a file from each
+PER_HOUR = 25  # rows per hour and file
+SOURCE = "event_id STRING, event_time TIMESTAMP, url STRING, event_type STRING, kafka_partition INT, kafka_offset BIGINT, ingest_time TIMESTAMP"
+
+
+@pytest.fixture
+def scratch(settings, unique):
+    root = f"/lambda/test-compaction-{unique}"
+    archiver = settings.archiver.model_copy(
+        update={"master_path": f"{root}/master", "completeness_path": f"{root}/completeness"}
+    )
+    yield settings.model_copy(update={"archiver": archiver}), root
+    with WebHdfs(settings) as fs:
+        fs.delete(root, recursive=True)
+
+
+def archive(spark, settings, root: str, folder, first_hour: int, hours: int) -> None:
+    """What the archiver does with records, over a folder of them: one micro-batch per file."""
+    from pyspark.sql import functions as F
+
+    folder.mkdir()
+    offset = 0
+    for f in range(FILES):
+        lines = []
+        for h in range(hours):
+            for i in range(PER_HOUR):
+                ingest = first_hour + h * HOUR_MS + (f * PER_HOUR + i) * 1000
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ingest / 1000))
+                lines.append(
+                    {
+                        "event_id": f"e-{f}-{h}-{i}",
+                        "event_time": stamp + "Z",
+                        "url": f"/c{i % 3}",
+                        "event_type": "page_view",
+                        "kafka_partition": 0,
+                        "kafka_offset": offset,
+                        "ingest_time": stamp + "Z",
+                    }
+                )
+                offset += 1
+        (folder / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in lines))
+    stream = (
+        spark.readStream.schema(SOURCE)
+        .option("maxFilesPerTrigger", 1)
+        .json(folder.as_uri())
+        .withColumn("ingest_date", F.date_format("ingest_time", "yyyy-MM-dd"))
+        .withColumn("ingest_hour", F.hour("ingest_time"))
+    )
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", f"{settings.hdfs.url}{settings.archiver.master_path}")
+        .option("checkpointLocation", f"{settings.hdfs.url}{root}/checkpoint")
+        .partitionBy("ingest_date", "ingest_hour")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+
+
+def complete_before(settings, ms: int) -> None:
+    """The archiver's completeness marker, saying every record stamped before `ms` is archived."""
+    progress = completeness.PartitionProgress(next_offset=10**6, complete_before_ms=ms)
+    marker = completeness.Completeness(FILES - 1, int(time.time() * 1000), {0: progress}, expected_partitions=1)
+    completeness.publish(settings, marker)
+
+
+def rows(spark, settings) -> list[tuple]:
+    return sorted(tuple(r) for r in read_master(spark, settings).collect())
+
+
+def folder_files(fs: WebHdfs, path: str) -> list[str]:
+    return [n for n in fs.list(path) if n.endswith(".parquet")]
+
+
+def test_compaction_rewrites_finished_hours_and_every_read_stays_the_same(settings, stack, spark, scratch, tmp_path):
+    scratch, root = scratch
+    now_hour = int(time.time() * 1000) // HOUR_MS * HOUR_MS
+    first = now_hour - 4 * HOUR_MS  # hours first … first+3: the last one is still being written
+    archive(spark, scratch, root, tmp_path / "in", first, 4)
+    master = scratch.archiver.master_path
+    with WebHdfs(settings) as fs:
+        assert all(len(folder_files(fs, f"{master}/{hour_dir(first + k * HOUR_MS)}")) == FILES for k in range(4))
+    complete_before(scratch, first + 3 * HOUR_MS + 60_000)
+    before = rows(spark, scratch)
+    assert len(before) == FILES * 4 * PER_HOUR
+
+    done = compact_master(scratch, spark=spark)
+    assert done.compacted_hours == [first, first + HOUR_MS, first + 2 * HOUR_MS]
+    assert done.rows == FILES * 3 * PER_HOUR and done.through_ms == first + 3 * HOUR_MS
+    assert done.originals_kept_for == [] and len(done.originals_deleted) == 3, done
+    with WebHdfs(settings) as fs:
+        for k in range(3):
+            assert len(folder_files(fs, f"{compacted_path(scratch)}/{hour_dir(first + k * HOUR_MS)}")) == 1
+            assert fs.list(f"{master}/{hour_dir(first + k * HOUR_MS)}") == [], "its originals are deleted"
+        assert len(folder_files(fs, f"{master}/{hour_dir(first + 3 * HOUR_MS)}")) == FILES, "the open hour stays"
+    assert rows(spark, scratch) == before
+
+    again = compact_master(scratch, spark=spark)
+    assert again.compacted_hours == [] and again.rows == 0 and again.through_ms == done.through_ms
+    assert rows(spark, scratch) == before
+
+    # A compaction killed after it moved an hour in but before its marker passed it left a folder no
+    # read looks at; the next one replaces it.
+    last = first + 3 * HOUR_MS
+    with WebHdfs(settings) as fs:
+        original = folder_files(fs, f"{master}/{hour_dir(last)}")[0]
+        fs.mkdirs(f"{compacted_path(scratch)}/{hour_dir(last)}")
+        data = fs.read(f"{master}/{hour_dir(last)}/{original}")
+        assert data is not None
+        fs.write(f"{compacted_path(scratch)}/{hour_dir(last)}/{original}", data)
+    assert rows(spark, scratch) == before
+    complete_before(scratch, last + HOUR_MS)
+    final = compact_master(scratch, spark=spark)
+    assert final.compacted_hours == [last] and final.rows == FILES * PER_HOUR
+    assert rows(spark, scratch) == before, "the leftover was replaced, not read beside the compacted hour"
+    with WebHdfs(settings) as fs:
+        assert len(folder_files(fs, f"{compacted_path(scratch)}/{hour_dir(last)}")) == 1
+
+    with WebHdfs(settings) as fs:
+        fs.write(marker_path(scratch), b'{"format": 1, "through_ms": "soon"}')
+    with pytest.raises(CompactionMarkerMalformed, match=marker_path(scratch)):
+        read_master(spark, scratch)
+    with pytest.raises(CompactionMarkerMalformed, match=marker_path(scratch)):
+        compact_master(scratch, spark=spark)
+    with WebHdfs(settings) as fs:
+        fs.delete(marker_path(scratch))
+    with pytest.raises(CompactionMarkerMalformed, match="is missing"):
+        read_master(spark, scratch)

@@ -1,0 +1,99 @@
+"""The master dataset's compaction, without a store: which hours a run compacts and how far its
+marker moves, which batch runs keep the originals, the marker's format, the hour folders' names."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+
+import pytest
+
+from batch_layer.compaction import plan, readers
+from stores.master_compacted import (
+    HOUR_MS,
+    Compacted,
+    CompactionMarkerMalformed,
+    hour_dir,
+    hour_of_dir,
+    hour_partition,
+)
+
+T0 = int(datetime(2026, 12, 5, 22, tzinfo=UTC).timestamp() * 1000)  # an hour's start, the day before a change of date
+
+
+def hours(*offsets: int) -> list[int]:
+    return [T0 + k * HOUR_MS for k in offsets]
+
+
+def test_a_first_run_compacts_every_finished_hour_from_the_first_archived_one():
+    todo, through = plan(hours(0, 1, 3, 5), None, sealed_ms=T0 + 5 * HOUR_MS, max_hours=100)
+    assert todo == hours(0, 1, 3)  # hour 5 may still get files; hours 2 and 4 hold none
+    assert through == T0 + 5 * HOUR_MS
+
+
+def test_a_later_run_starts_at_the_marker_and_passes_empty_hours():
+    todo, through = plan(hours(0, 1, 3, 5), T0 + 2 * HOUR_MS, sealed_ms=T0 + 7 * HOUR_MS, max_hours=100)
+    assert todo == hours(3, 5)
+    assert through == T0 + 7 * HOUR_MS
+    assert plan([], T0, sealed_ms=T0 + 3 * HOUR_MS, max_hours=100) == ([], T0 + 3 * HOUR_MS)
+
+
+def test_a_run_limited_in_hours_moves_the_marker_only_past_those_it_compacted():
+    todo, through = plan(hours(0, 1, 3, 5), None, sealed_ms=T0 + 9 * HOUR_MS, max_hours=2)
+    assert todo == hours(0, 1)
+    assert through == T0 + 2 * HOUR_MS, "hour 3 is not compacted: the marker must not pass it"
+
+
+def test_the_marker_never_moves_back_nor_past_what_the_archiver_finished():
+    # completeness behind the marker (a master rebuilt meanwhile): nothing to do, the marker stays
+    assert plan(hours(0, 1), T0 + 4 * HOUR_MS, sealed_ms=T0 + 2 * HOUR_MS, max_hours=10) == ([], T0 + 4 * HOUR_MS)
+    # nothing archived yet: the marker goes no further than the finished hours
+    assert plan([], None, sealed_ms=T0, max_hours=10) == ([], T0)
+
+
+def test_only_runs_that_may_still_run_keep_the_originals():
+    runs = {
+        1: {"state": "verified"},
+        2: {"state": "writing", "alive": False},  # its process is gone
+        3: {"state": "writing", "alive": True},
+        4: {"state": "writing", "alive": None},  # another host's: cannot be asked, so it may run
+        5: {"state": "failed", "alive": True},
+    }
+    assert readers(runs, lambda run: run["alive"]) == [3, 4]
+    assert readers({}, lambda run: True) == []
+
+
+def test_the_marker_round_trips_and_anything_else_is_refused_by_name():
+    marker = Compacted(T0, 1_800_000_000_000)
+    assert Compacted.from_json(marker.to_json(), "m") == marker
+    bad = [
+        b"",
+        b"not json",
+        b"[]",
+        b'{"format": 2, "through_ms": 0, "compacted_ms": 0}',
+        b'{"format": 1, "through_ms": "0", "compacted_ms": 0}',
+        b'{"format": 1, "through_ms": true, "compacted_ms": 0}',
+        b'{"format": 1, "through_ms": -3600000, "compacted_ms": 0}',
+        b'{"format": 1, "through_ms": 1800, "compacted_ms": 0}',  # not an hour's start
+        b'{"format": 1, "through_ms": 0}',
+        b"\xff\xfe",
+    ]
+    for data in bad:
+        with pytest.raises(CompactionMarkerMalformed, match="/m/_through.json"):
+            Compacted.from_json(data, "/m/_through.json")
+
+
+def test_hour_folders_are_named_as_the_archiver_names_them_in_utc():
+    assert hour_partition(T0) == (date(2026, 12, 5), 22)
+    assert hour_dir(T0 + 2 * HOUR_MS) == "ingest_date=2026-12-06/ingest_hour=0"
+    for hour in hours(0, 1, 2, 30):
+        day, name = hour_dir(hour).split("/")
+        assert hour_of_dir(day, name) == hour
+    for day, name in [
+        ("ingest_date=2026-12-05", "ingest_hour=24"),
+        ("ingest_date=2026-12-05", "ingest_hour=07"),
+        ("ingest_date=2026-13-05", "ingest_hour=1"),
+        ("ingest_date=2026-12-05", "_SUCCESS"),
+        ("_spark_metadata", "0"),
+        ("ingest_date=2026-12-5", "ingest_hour=1"),
+    ]:
+        assert hour_of_dir(day, name) is None, (day, name)
