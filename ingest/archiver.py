@@ -43,6 +43,26 @@ DLQ_QUERY = jobs.ARCHIVER_DLQ_QUERY
 PARTITION_COLUMNS = ("ingest_date", "ingest_hour")
 
 
+def with_ingest_partitions(records):
+    """`records` with the master dataset's partition columns, from their ingest time (UTC)."""
+    from pyspark.sql import functions as F
+
+    return records.withColumn("ingest_date", F.date_format("ingest_time", "yyyy-MM-dd")).withColumn(
+        "ingest_hour", F.hour("ingest_time")
+    )
+
+
+def master_writer(records, settings: Settings, checkpoint_url: str):
+    """The file sink that appends `records` to the master dataset, one folder per ingest hour (its
+    trigger and name still to give)."""
+    return (
+        records.writeStream.format("parquet")
+        .option("path", master_url(settings))
+        .option("checkpointLocation", checkpoint_url)
+        .partitionBy(*PARTITION_COLUMNS)
+    )
+
+
 def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
     """Start both queries; (master query, dlq query)."""
     from pyspark.sql import functions as F
@@ -53,19 +73,11 @@ def build_queries(spark, settings: Settings, fail_on_data_loss: bool = True):
     trigger = trigger_interval(a.trigger_s)
     checkpoints = f"{settings.hdfs.url}{a.checkpoint_dir}"
 
-    valid = (
-        events.where(F.col("reason").isNull())
-        .select(*FIELD_NAMES, *SOURCE_COLUMNS)
-        .withColumn("ingest_date", F.date_format("ingest_time", "yyyy-MM-dd"))
-        .withColumn("ingest_hour", F.hour("ingest_time"))
-        .observe("archived", F.count(F.lit(1)).alias("events"))
-    )
+    valid = with_ingest_partitions(events.where(F.col("reason").isNull()).select(*FIELD_NAMES, *SOURCE_COLUMNS))
+    valid = valid.observe("archived", F.count(F.lit(1)).alias("events"))
     master = (
-        valid.writeStream.format("parquet")
+        master_writer(valid, settings, f"{checkpoints}/master")
         .queryName(MASTER_QUERY)
-        .option("path", master_url(settings))
-        .option("checkpointLocation", f"{checkpoints}/master")
-        .partitionBy(*PARTITION_COLUMNS)
         .trigger(processingTime=trigger)
         .start()
     )

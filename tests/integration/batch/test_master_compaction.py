@@ -13,6 +13,7 @@ import time
 import pytest
 
 from batch_layer.compaction import compact_master
+from ingest.archiver import master_writer, with_ingest_partitions
 from stores import completeness
 from stores.master import read_master
 from stores.master_compacted import HOUR_MS, CompactionMarkerMalformed, compacted_path, hour_dir, marker_path
@@ -35,9 +36,7 @@ def scratch(settings, unique):
 
 
 def archive(spark, settings, root: str, folder, first_hour: int, hours: int) -> None:
-    """What the archiver does with records, over a folder of them: one micro-batch per file."""
-    from pyspark.sql import functions as F
-
+    """What the archiver does with records (its own writer), over a folder of them: one micro-batch per file."""
     folder.mkdir()
     offset = 0
     for f in range(FILES):
@@ -59,21 +58,9 @@ def archive(spark, settings, root: str, folder, first_hour: int, hours: int) -> 
                 )
                 offset += 1
         (folder / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in lines))
-    stream = (
-        spark.readStream.schema(SOURCE)
-        .option("maxFilesPerTrigger", 1)
-        .json(folder.as_uri())
-        .withColumn("ingest_date", F.date_format("ingest_time", "yyyy-MM-dd"))
-        .withColumn("ingest_hour", F.hour("ingest_time"))
-    )
-    query = (
-        stream.writeStream.format("parquet")
-        .option("path", f"{settings.hdfs.url}{settings.archiver.master_path}")
-        .option("checkpointLocation", f"{settings.hdfs.url}{root}/checkpoint")
-        .partitionBy("ingest_date", "ingest_hour")
-        .trigger(availableNow=True)
-        .start()
-    )
+    stream = spark.readStream.schema(SOURCE).option("maxFilesPerTrigger", 1).json(folder.as_uri())
+    checkpoint = f"{settings.hdfs.url}{root}/checkpoint"
+    query = master_writer(with_ingest_partitions(stream), settings, checkpoint).trigger(availableNow=True).start()
     query.awaitTermination(300)
     assert query.exception() is None
 
