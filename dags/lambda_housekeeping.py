@@ -1,10 +1,15 @@
-"""lambda_housekeeping: daily, delete Airflow's history older than `airflow.keep_history_days`.
+"""lambda_housekeeping: daily, delete Airflow's history older than `airflow.keep_history_days`, and
+compact the master dataset's finished ingest hours.
 
 Airflow never removes its task logs, its DAG processor's dated log folders or its run records on
 its own; on a platform that runs for years they fill the disk and slow its database. This DAG runs
 `lambdactl housekeeping` (infra/airflow_housekeeping) once a day: the older log files go, and
 `airflow db clean` removes the older runs, task instances, XComs and audit-log rows. A run that
 fails (the database busy) is retried; running it again deletes nothing more.
+
+Beside it, `lambdactl compact-master` (batch_layer/compaction) rewrites the ingest hours the archiver
+has finished as a few large files and deletes their small originals: the archiver writes ~35,000
+files a day. Run again, beside a batch run, or after a crash, it loses and duplicates nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +42,16 @@ def lambda_housekeeping():
             )
         return '"$LAMBDA_PLATFORM_BIN/lambdactl" housekeeping --json'
 
+    @task.bash
+    def compact_master() -> str:
+        if not os.environ.get("LAMBDA_PLATFORM_BIN"):
+            raise AirflowFailException(
+                "LAMBDA_PLATFORM_BIN is not set: Airflow was not started by the platform (`lambdactl up`)"
+            )
+        return '"$LAMBDA_PLATFORM_BIN/lambdactl" compact-master --json'
+
     housekeeping()
+    compact_master()
 
 
 lambda_housekeeping()

@@ -96,7 +96,7 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
         "report",
         "clean_realtime",
     ]
-    assert result["dags"]["lambda_housekeeping"] == ["housekeeping"]
+    assert result["dags"]["lambda_housekeeping"] == ["housekeeping", "compact_master"]
     assert "@daily" in result["housekeeping_schedule"] or "0 0 * * *" in result["housekeeping_schedule"]
     assert "3600" in result["schedule"] or "1:00:00" in result["schedule"]
     assert result["views"]["type"] == "array"

@@ -1,5 +1,6 @@
 """Airflow's history on the real stack: the lambda_housekeeping DAG, run through Airflow's REST API,
-deletes the task logs and run records older than `airflow.keep_history_days` and keeps the newer."""
+deletes the task logs and run records older than `airflow.keep_history_days` and keeps the newer; its
+other task compacts the master dataset (tests/integration/batch/test_master_compaction.py: how)."""
 
 from __future__ import annotations
 
@@ -61,11 +62,13 @@ def test_the_dag_deletes_the_history_older_than_kept_and_only_that(settings, sta
         run_id = client.trigger(DAG_ID, {})
         run = client.wait(DAG_ID, run_id, timeout_s=600)
         log = client.task_log(DAG_ID, run_id, "housekeeping")
+        compacted = client.task_log(DAG_ID, run_id, "compact_master")
     finally:
         client.pause(DAG_ID)
         client.close()
 
-    assert run["state"] == "success", log[-3000:]
+    assert run["state"] == "success", log[-3000:] + compacted[-3000:]
+    assert '"through_ms": ' in compacted, "the compaction's task log says how far the master is compacted"
     assert '"records_cleaned": true' in log, "the task's log in the UI says what it did"
     assert not old_run.exists(), "an older task's log and its emptied folder are gone"
     assert (new_run / "attempt=1.log").read_text() == "a task's log\n"
