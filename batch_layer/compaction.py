@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from definitions.files import state_lock
 from definitions.settings import Settings
 from stores import completeness
-from stores.master import last_archived, master_url, read_archived
+from stores.master import day_folders, last_archived, master_url, read_archived, read_days
 from stores.master_compacted import (
     HOUR_MS,
     Compacted,
@@ -139,10 +139,14 @@ def _copy(settings: Settings, spark, hours: list[int]) -> tuple[list[int], int]:
         wanted = ~before_hour(hours[0]) & before_hour(hours[-1] + HOUR_MS)
         rows = read_archived(spark, master_url(settings)).where(wanted)
         expected = _counts(rows)
+        if not expected:  # folders of files no committed batch names: nothing to copy
+            return [], 0
         rows.repartition("ingest_date", "ingest_hour").write.partitionBy("ingest_date", "ingest_hour").option(
             "maxRecordsPerFile", MAX_RECORDS_PER_FILE
         ).parquet(f"{hdfs}{tmp}")
-        copied = _counts(read_archived(spark, f"{hdfs}{tmp}"))
+        with WebHdfs(settings) as fs:
+            written = day_folders(fs, tmp)
+        copied = _counts(read_days(spark, f"{hdfs}{tmp}", written)) if written else {}
         if copied != expected:
             wrong = sorted(h for h in set(expected) | set(copied) if expected.get(h) != copied.get(h))
             raise RuntimeError(

@@ -51,24 +51,37 @@ def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
 
     with WebHdfs(settings) as fs:
         compacted = read_compacted(fs, settings)
+        days = day_folders(fs, compacted_path(settings)) if compacted is not None else []
     live = read_archived(spark, master_url(settings))
     if compacted is None:
         return live
     older = before_hour(compacted.through_ms)
-    copies = read_archived(spark, f"{settings.hdfs.url}{compacted_path(settings)}")
+    if not days:  # the hours before the marker held no record
+        return live.where(~older)
+    copies = read_days(spark, f"{settings.hdfs.url}{compacted_path(settings)}", days)
     return copies.where(older).unionByName(live.where(~older))
 
 
-def read_archived(spark: SparkSession, url: str) -> DataFrame:
+def read_archived(spark: SparkSession, *urls: str, base: str | None = None) -> DataFrame:
     """Archived events at `url` with the contract's schema (not one inferred from some file's footer,
     which may predate a field). A file missing or damaged fails the read, naming it, whatever a
-    session's options say: never counted as no events."""
-    return (
-        spark.read.schema(master_ddl())
-        .option("ignoreMissingFiles", "false")
-        .option("ignoreCorruptFiles", "false")
-        .parquet(url)
-    )
+    session's options say: never counted as no events. `base`: the folder whose partition folders
+    `urls` are."""
+    reader = spark.read.schema(master_ddl()).option("ignoreMissingFiles", "false").option("ignoreCorruptFiles", "false")
+    if base is not None:
+        reader = reader.option("basePath", base)
+    return reader.parquet(*urls)
+
+
+def day_folders(fs: WebHdfs, path: str) -> list[str]:
+    """The names of the archiver's day folders (`ingest_date=…`) in the folder at `path`."""
+    return [n for n in fs.list(path) if n.startswith("ingest_date=")]
+
+
+def read_days(spark: SparkSession, root: str, days: list[str]) -> DataFrame:
+    """The archived events in the day folders `days` of `root`, by name: Spark would pass over a
+    folder such as `_compacted` read whole. `days` must not be empty."""
+    return read_archived(spark, *[f"{root}/{day}" for day in days], base=root)
 
 
 def last_archived_batch(fs: WebHdfs, settings: Settings) -> int | None:
