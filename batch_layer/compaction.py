@@ -49,6 +49,21 @@ class CompactionRefused(RuntimeError):
     """Compaction cannot run now (the message says why and what to do); nothing was changed."""
 
 
+class CompactionMismatch(RuntimeError):
+    """Compacted hours whose originals hold other committed rows than their copy: a record was stamped
+    into an hour after the archiver's completeness had passed it (a broker's clock stepped back). The
+    originals are kept; batch runs read the copy, without that record."""
+
+    def __init__(self, result: CompactionResult) -> None:
+        self.result = result
+        hours = ", ".join(_iso(h) for h in result.mismatched[:5])
+        super().__init__(
+            f"the originals of compacted hour(s) {hours} hold other committed records than their compacted copy (a "
+            "record stamped into an hour after the archiver's completeness passed it: a broker's clock stepped "
+            "back); they are kept, and batch runs read the copy without those records (docs/operations.md)"
+        )
+
+
 @dataclass
 class CompactionResult:
     through_ms: int | None  # every ingest hour before this is compacted (None: none is)
@@ -56,6 +71,7 @@ class CompactionResult:
     rows: int = 0
     originals_deleted: list[str] = field(default_factory=list)
     originals_kept_for: list[int] = field(default_factory=list)  # batch runs that may read them
+    mismatched: list[int] = field(default_factory=list)  # compacted hours whose originals hold other rows
     seconds: float = 0.0
 
 
@@ -96,9 +112,17 @@ def sealed_before(settings: Settings) -> int:
 
 def compact_master(settings: Settings, spark=None, max_hours: int = 168) -> CompactionResult:
     """Compact the finished ingest hours (see the module's text); the outcome."""
+    from definitions.spark import spark_session
+
     started = time.monotonic()
     with state_lock(settings.state_dir, "master-compaction.lock", "master compaction", log.info):
-        result = _compact(settings, spark, max_hours)
+        own = spark is None
+        spark = spark or spark_session(settings, "lambda-compaction")
+        try:
+            result = _compact(settings, spark, max_hours)
+        finally:
+            if own:
+                spark.stop()
         result.seconds = round(time.monotonic() - started, 1)
         return result
 
@@ -110,34 +134,46 @@ def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
     with WebHdfs(settings) as fs:
         marker = read_compacted(fs, settings)
         present = archived_hours(fs, settings)
+        for name in fs.list(compacted_path(settings)):  # a killed compaction's copy, never read
+            if name.startswith("_tmp-"):
+                fs.delete(f"{compacted_path(settings)}/{name}", recursive=True)
+    if marker is not None and sealed < marker.through_ms:
+        raise CompactionRefused(
+            f"the archiver's completeness ({_iso(sealed)}) is behind the compacted hours ({_iso(marker.through_ms)}): "
+            f"the master dataset was rebuilt or restored without {compacted_path(settings)}; remove that folder "
+            "with the rest of the old master, or restore them together"
+        )
     todo, through = plan(present, marker.through_ms if marker else None, sealed, max_hours)
     result = CompactionResult(marker.through_ms if marker else None)
+    if marker is None and todo:
+        # Before any hour moves in: a compacted hour without a marker fails every read (its originals may be gone).
+        marker = Compacted(todo[0], int(time.time() * 1000))
+        with WebHdfs(settings) as fs:
+            write_compacted(fs, settings, marker)
+        result.through_ms = marker.through_ms
     if todo or marker is None or through > marker.through_ms:
         if todo:
-            result.compacted_hours, result.rows = _copy(settings, spark, todo)
+            result.compacted_hours, result.rows = _copy(settings, spark, todo, marker)
+        deleted = marker.deleted_before_ms if marker is not None else 0
         with WebHdfs(settings) as fs:
-            write_compacted(fs, settings, Compacted(through, int(time.time() * 1000)))
+            write_compacted(fs, settings, Compacted(through, int(time.time() * 1000), deleted))
         result.through_ms = through
         log.info("master compacted up to %s: %d hour(s), %d rows", _iso(through), len(todo), result.rows)
     if result.through_ms is not None:
-        _drop_originals(settings, result)
+        _drop_originals(settings, spark, result)
     return result
 
 
-def _copy(settings: Settings, spark, hours: list[int]) -> tuple[list[int], int]:
+def _copy(settings: Settings, spark, hours: list[int], marker: Compacted | None) -> tuple[list[int], int]:
     """Copy the rows of `hours` into `_compacted/`, each hour checked whole before it is moved there;
     (the hours that hold rows, the rows copied)."""
-    from definitions.spark import spark_session
     from stores.webhdfs import WebHdfs
 
-    own = spark is None
-    spark = spark or spark_session(settings, "lambda-compaction")
     root = compacted_path(settings)
     tmp = f"{root}/_tmp-{uuid.uuid4().hex[:12]}"
     hdfs = settings.hdfs.url
     try:
-        wanted = ~before_hour(hours[0]) & before_hour(hours[-1] + HOUR_MS)
-        rows = read_archived(spark, master_url(settings)).where(wanted)
+        rows = read_archived(spark, master_url(settings)).where(_between(hours[0], hours[-1]))
         expected = _counts(rows)
         if not expected:  # folders of files no committed batch names: nothing to copy
             return [], 0
@@ -154,9 +190,14 @@ def _copy(settings: Settings, spark, hours: list[int]) -> tuple[list[int], int]:
                 f"({[copied.get(h, 0) for h in wrong[:5]]} vs {[expected.get(h, 0) for h in wrong[:5]]}): nothing moved"
             )
         with WebHdfs(settings) as fs:
+            if read_compacted(fs, settings) != marker:
+                raise CompactionRefused(
+                    f"{root}/_through.json changed while this compaction copied: another one ran (from another "
+                    "host or state directory: run compactions from one place); nothing moved"
+                )
             for hour in sorted(expected):
                 target = f"{root}/{hour_dir(hour)}"
-                fs.delete(target, recursive=True)  # a crashed compaction's, which no read looks at
+                fs.delete(target, recursive=True)  # a killed compaction's, which no read looks at
                 fs.mkdirs(target.rsplit("/", 1)[0])
                 if not fs.rename(f"{tmp}/{hour_dir(hour)}", target):
                     raise RuntimeError(f"could not move the compacted hour into {target}: nothing is read from it yet")
@@ -164,8 +205,11 @@ def _copy(settings: Settings, spark, hours: list[int]) -> tuple[list[int], int]:
     finally:
         with WebHdfs(settings) as fs:
             fs.delete(tmp, recursive=True)
-        if own:
-            spark.stop()
+
+
+def _between(first: int, last: int):
+    """Rows of the ingest hours `first` … `last` (their starts)."""
+    return ~before_hour(first) & before_hour(last + HOUR_MS)
 
 
 def _counts(frame) -> dict[int, int]:
@@ -180,33 +224,54 @@ def _counts(frame) -> dict[int, int]:
     return out
 
 
-def _drop_originals(settings: Settings, result: CompactionResult) -> None:
-    """Delete the archiver's folders of compacted hours, unless a batch run may still read them."""
+def _drop_originals(settings: Settings, spark, result: CompactionResult) -> None:
+    """Delete the archiver's folders of compacted hours whose committed rows the compacted copy holds
+    (a record stamped into an hour after it was compacted keeps them, CompactionMismatch), unless a
+    batch run may still read them."""
     from stores.batch_views import _may_run
     from stores.registry import version_store
     from stores.webhdfs import WebHdfs
 
-    assert result.through_ms is not None
     with WebHdfs(settings) as fs:
-        old = {h: path for h, path in archived_hours(fs, settings).items() if h < result.through_ms}
+        marker = read_compacted(fs, settings)
+        assert marker is not None
+        old = {h: path for h, path in archived_hours(fs, settings).items() if h < marker.through_ms}
+        days = day_folders(fs, compacted_path(settings))
         if not old:
+            if marker.deleted_before_ms < marker.through_ms:
+                write_compacted(fs, settings, Compacted(marker.through_ms, marker.compacted_ms, marker.through_ms))
             return
-        result.originals_kept_for = readers(version_store(settings).runs(), _may_run)
-        if result.originals_kept_for:
-            log.info(
-                "the originals of %d compacted hour(s) are kept: batch run(s) %s may be reading them (the next "
-                "compaction deletes them)",
-                len(old),
-                ", ".join(map(str, result.originals_kept_for)),
-            )
-            return
-        for _, path in sorted(old.items()):
-            fs.delete(path, recursive=True)
-            result.originals_deleted.append(path)
+    result.originals_kept_for = readers(version_store(settings).runs(), _may_run)
+    if result.originals_kept_for:
+        log.info(
+            "the originals of %d compacted hour(s) are kept: batch run(s) %s may be reading them (the next "
+            "compaction deletes them)",
+            len(old),
+            ", ".join(map(str, result.originals_kept_for)),
+        )
+        return
+    # An hour whose originals went already: its folder is back with records stamped into it since.
+    result.mismatched = sorted(h for h in old if h < marker.deleted_before_ms)
+    pending = sorted(h for h in old if h >= marker.deleted_before_ms)
+    if pending:
+        span = _between(pending[0], pending[-1])
+        committed = _counts(read_archived(spark, master_url(settings)).where(span))
+        copies = f"{settings.hdfs.url}{compacted_path(settings)}"
+        held = _counts(read_days(spark, copies, days).where(span)) if days else {}
+        result.mismatched += [h for h in pending if committed.get(h, 0) != held.get(h, 0)]
+    with WebHdfs(settings) as fs:
+        for hour, path in sorted(old.items()):
+            if hour not in result.mismatched:
+                fs.delete(path, recursive=True)
+                result.originals_deleted.append(path)
         root = settings.archiver.master_path
-        for day in {path.rsplit("/", 2)[1] for path in old.values()}:
+        for day in {path.rsplit("/", 2)[1] for path in result.originals_deleted}:
             if not fs.list(f"{root}/{day}"):
                 fs.delete(f"{root}/{day}")
+        if not result.mismatched and marker.deleted_before_ms < marker.through_ms:
+            write_compacted(fs, settings, Compacted(marker.through_ms, marker.compacted_ms, marker.through_ms))
+    if result.mismatched:
+        raise CompactionMismatch(result)
 
 
 def _iso(ms: int) -> str:

@@ -1,7 +1,9 @@
 """`lambdactl compact-master`: rewrite the master dataset's finished ingest hours as a few large files
 (batch_layer.compaction). The `lambda_housekeeping` DAG runs it daily; running it again, or two at
 once, or after one was killed, loses and duplicates nothing. Exit 2 when it cannot run now (the
-archiver has not said how far the master is complete, or its marker is doubted), 1 when it failed.
+archiver has not said how far the master is complete, its marker is doubted, or it is behind the
+compacted hours), 1 when it failed, or found compacted hours whose originals hold other records
+than their copy (those originals are kept).
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from lambdactl.output import _emit, _say
 
 
 def cmd_compact_master(settings: Settings, args: argparse.Namespace) -> int:
-    from batch_layer.compaction import CompactionRefused, compact_master
+    from batch_layer.compaction import CompactionMismatch, CompactionRefused, compact_master
 
+    failure = ""
     try:
         result = compact_master(settings, max_hours=args.max_hours)
     except CompactionRefused as exc:
         _say(f"not compacted: {exc}")
         return 2
+    except CompactionMismatch as exc:
+        result, failure = exc.result, str(exc)
+        _say(failure)
     through = iso_ms(result.through_ms) if result.through_ms is not None else "-"
     _say(
         f"master dataset: compacted before {through}; this run {len(result.compacted_hours)} hour(s), "
@@ -34,8 +40,8 @@ def cmd_compact_master(settings: Settings, args: argparse.Namespace) -> int:
         )
     )
     if args.json:
-        _emit(asdict(result))
-    return 0
+        _emit({**asdict(result), "error": failure})
+    return 1 if failure else 0
 
 
 def add_parser(sub) -> None:

@@ -39,9 +39,17 @@ class CompactionMarkerMalformed(ValueError):
 class Compacted:
     through_ms: int  # every ingest hour before this (an hour's start, epoch ms, UTC) is compacted
     compacted_ms: int  # when the marker was written
+    # every compacted hour before this has had its originals deleted: a folder of such an hour in the
+    # master holds only files written after that (late records), which no read takes
+    deleted_before_ms: int = 0
 
     def to_json(self) -> bytes:
-        doc = {"format": MARKER_FORMAT, "through_ms": self.through_ms, "compacted_ms": self.compacted_ms}
+        doc = {
+            "format": MARKER_FORMAT,
+            "through_ms": self.through_ms,
+            "compacted_ms": self.compacted_ms,
+            "deleted_before_ms": self.deleted_before_ms,
+        }
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -57,13 +65,16 @@ class Compacted:
                 f"{name}: format {str(doc.get('format'))[:20]!r}, this release reads {MARKER_FORMAT}"
             )
         values = {}
-        for key in ("through_ms", "compacted_ms"):
+        for key in ("through_ms", "compacted_ms", "deleted_before_ms"):
             value = doc.get(key)
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
                 raise CompactionMarkerMalformed(f"{name}: {key} {str(value)[:40]!r} is not a time")
             values[key] = value
-        if values["through_ms"] % HOUR_MS:
-            raise CompactionMarkerMalformed(f"{name}: through_ms {values['through_ms']} is not the start of an hour")
+        for key in ("through_ms", "deleted_before_ms"):
+            if values[key] % HOUR_MS:
+                raise CompactionMarkerMalformed(f"{name}: {key} {values[key]} is not the start of an hour")
+        if values["deleted_before_ms"] > values["through_ms"]:
+            raise CompactionMarkerMalformed(f"{name}: deleted_before_ms is after through_ms")
         return cls(**values)
 
 

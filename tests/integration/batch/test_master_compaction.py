@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from batch_layer.compaction import compact_master
+from batch_layer.compaction import CompactionMismatch, CompactionRefused, compact_master
 from ingest.archiver import master_writer, with_ingest_partitions
 from stores import completeness
 from stores.master import read_master
@@ -58,6 +58,11 @@ def archive(spark, settings, root: str, folder, first_hour: int, hours: int) -> 
                 )
                 offset += 1
         (folder / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in lines))
+    drain(spark, settings, root, folder)
+
+
+def drain(spark, settings, root: str, folder) -> None:
+    """The archiver's writer over the folder's files not archived yet, one micro-batch per file."""
     stream = spark.readStream.schema(SOURCE).option("maxFilesPerTrigger", 1).json(folder.as_uri())
     checkpoint = f"{settings.hdfs.url}{root}/checkpoint"
     query = master_writer(with_ingest_partitions(stream), settings, checkpoint).trigger(availableNow=True).start()
@@ -69,6 +74,7 @@ def complete_before(settings, ms: int) -> None:
     """The archiver's completeness marker, saying every record stamped before `ms` is archived."""
     progress = completeness.PartitionProgress(next_offset=10**6, complete_before_ms=ms)
     marker = completeness.Completeness(FILES - 1, int(time.time() * 1000), {0: progress}, expected_partitions=1)
+    # (a batch id the master holds: the late record's batch, FILES, comes after it)
     completeness.publish(settings, marker)
 
 
@@ -123,6 +129,28 @@ def test_compaction_rewrites_finished_hours_and_every_read_stays_the_same(settin
     assert rows(spark, scratch) == before, "the leftover was replaced, not read beside the compacted hour"
     with WebHdfs(settings) as fs:
         assert len(folder_files(fs, f"{compacted_path(scratch)}/{hour_dir(last)}")) == 1
+
+    # A record stamped into a compacted hour after the completeness passed it (a broker's clock set
+    # back): its hour's original folder comes back; compaction keeps it, says so and fails.
+    late = {"event_id": "late", "event_time": "x", "url": "/late", "event_type": "page_view", "kafka_partition": 0}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((first + 600_000) / 1000))
+    late.update(event_time=stamp, ingest_time=stamp, kafka_offset=10**6)
+    (tmp_path / "in" / "part-late.json").write_text(json.dumps(late))
+    drain(spark, scratch, root, tmp_path / "in")
+    with WebHdfs(settings) as fs:
+        fs.mkdirs(f"{compacted_path(scratch)}/_tmp-killed/ingest_date=2026-01-01")  # a killed run's copy
+    with pytest.raises(CompactionMismatch, match=hour_dir(first).split("/")[0][12:]) as mismatch:
+        compact_master(scratch, spark=spark)
+    assert mismatch.value.result.mismatched == [first]
+    with WebHdfs(settings) as fs:
+        assert fs.list(f"{master}/{hour_dir(first)}"), "the originals that hold the late record are kept"
+        assert not any(n.startswith("_tmp-") for n in fs.list(compacted_path(scratch))), "a killed run's copy is swept"
+    assert rows(spark, scratch) == before, "reads take the compacted copy (the late record is not in it)"
+
+    # The completeness behind the compacted hours: a master rebuilt without its _compacted folder.
+    complete_before(scratch, first + HOUR_MS)
+    with pytest.raises(CompactionRefused, match="behind the compacted hours"):
+        compact_master(scratch, spark=spark)
 
     with WebHdfs(settings) as fs:
         fs.write(marker_path(scratch), b'{"format": 1, "through_ms": "soon"}')

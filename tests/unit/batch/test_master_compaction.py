@@ -63,18 +63,21 @@ def test_only_runs_that_may_still_run_keep_the_originals():
 
 
 def test_the_marker_round_trips_and_anything_else_is_refused_by_name():
-    marker = Compacted(T0, 1_800_000_000_000)
+    marker = Compacted(T0, 1_800_000_000_000, T0 - HOUR_MS)
     assert Compacted.from_json(marker.to_json(), "m") == marker
     bad = [
         b"",
         b"not json",
         b"[]",
         b'{"format": 2, "through_ms": 0, "compacted_ms": 0}',
-        b'{"format": 1, "through_ms": "0", "compacted_ms": 0}',
-        b'{"format": 1, "through_ms": true, "compacted_ms": 0}',
-        b'{"format": 1, "through_ms": -3600000, "compacted_ms": 0}',
-        b'{"format": 1, "through_ms": 1800, "compacted_ms": 0}',  # not an hour's start
+        b'{"format": 1, "through_ms": "0", "compacted_ms": 0, "deleted_before_ms": 0}',
+        b'{"format": 1, "through_ms": true, "compacted_ms": 0, "deleted_before_ms": 0}',
+        b'{"format": 1, "through_ms": -3600000, "compacted_ms": 0, "deleted_before_ms": 0}',
+        b'{"format": 1, "through_ms": 1800, "compacted_ms": 0, "deleted_before_ms": 0}',  # not an hour's start
         b'{"format": 1, "through_ms": 0}',
+        b'{"format": 1, "through_ms": 0, "compacted_ms": 0}',  # no deleted_before_ms
+        b'{"format": 1, "through_ms": 0, "compacted_ms": 0, "deleted_before_ms": 3600000}',  # after through_ms
+        b'{"format": 1, "through_ms": 7200000, "compacted_ms": 0, "deleted_before_ms": 60000}',
         b"\xff\xfe",
     ]
     for data in bad:
