@@ -13,8 +13,10 @@ once, or after a crash, it does no harm):
 3. moves each hour's folder into `_compacted/`, then moves the marker past them: from that moment a
    read takes those hours from `_compacted/` (a crash before it leaves folders no read looks at, which
    the next compaction replaces);
-4. deletes the originals of compacted hours, unless a batch run may still be reading them under the
-   marker it read when it started (they go at the next compaction).
+4. deletes the originals of compacted hours whose committed rows it counts equal to the copy's,
+   unless a batch run may still be reading them under the marker it read when it started (they go at
+   the next compaction). Originals holding other rows (a record stamped into an hour after the
+   completeness passed it) are kept, and the run fails naming their hours.
 """
 
 from __future__ import annotations
