@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from definitions.files import state_lock
 from definitions.settings import Settings
 from stores import completeness
-from stores.master import day_folders, last_archived, master_url, read_archived, read_days
+from stores.master import last_archived, master_url, read_archived, read_days
 from stores.master_compacted import (
     HOUR_MS,
     Compacted,
     archived_hours,
     before_hour,
     compacted_path,
+    day_folders,
     hour_dir,
     read_compacted,
     write_compacted,

@@ -21,6 +21,16 @@ from airflow.exceptions import AirflowFailException
 from airflow.sdk import dag, task
 
 
+def platform_command(args: str) -> str:
+    """The platform's command line, as infra/airflow passes it; the shell expands the path (never
+    templated), so no character of it is read as Jinja or split."""
+    if not os.environ.get("LAMBDA_PLATFORM_BIN"):
+        raise AirflowFailException(
+            "LAMBDA_PLATFORM_BIN is not set: Airflow was not started by the platform (`lambdactl up`)"
+        )
+    return f'"$LAMBDA_PLATFORM_BIN/lambdactl" {args}'
+
+
 @dag(
     dag_id="lambda_housekeeping",
     schedule="@daily",
@@ -34,21 +44,11 @@ from airflow.sdk import dag, task
 def lambda_housekeeping():
     @task.bash
     def housekeeping() -> str:
-        # The platform's command line, as infra/airflow passes it; the shell expands the path (never
-        # templated), so no character of it is read as Jinja or split.
-        if not os.environ.get("LAMBDA_PLATFORM_BIN"):
-            raise AirflowFailException(
-                "LAMBDA_PLATFORM_BIN is not set: Airflow was not started by the platform (`lambdactl up`)"
-            )
-        return '"$LAMBDA_PLATFORM_BIN/lambdactl" housekeeping --json'
+        return platform_command("housekeeping --json")
 
     @task.bash
     def compact_master() -> str:
-        if not os.environ.get("LAMBDA_PLATFORM_BIN"):
-            raise AirflowFailException(
-                "LAMBDA_PLATFORM_BIN is not set: Airflow was not started by the platform (`lambdactl up`)"
-            )
-        return '"$LAMBDA_PLATFORM_BIN/lambdactl" compact-master --json'
+        return platform_command("compact-master --json")
 
     housekeeping()
     compact_master()

@@ -46,7 +46,7 @@ def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
     """The committed master dataset (the file sink's log hides files of unfinished batches): the
     compacted ingest hours from `_compacted/`, every later one through the file sink's log
     (stores.master_compacted). A compaction marker that cannot be read fails the read, naming it."""
-    from stores.master_compacted import before_hour, compacted_path, read_compacted
+    from stores.master_compacted import before_hour, compacted_path, day_folders, read_compacted
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
@@ -71,11 +71,6 @@ def read_archived(spark: SparkSession, *urls: str, base: str | None = None) -> D
     if base is not None:
         reader = reader.option("basePath", base)
     return reader.parquet(*urls)
-
-
-def day_folders(fs: WebHdfs, path: str) -> list[str]:
-    """The names of the archiver's day folders (`ingest_date=…`) in the folder at `path`."""
-    return [n for n in fs.list(path) if n.startswith("ingest_date=")]
 
 
 def read_days(spark: SparkSession, root: str, days: list[str]) -> DataFrame:

@@ -86,6 +86,11 @@ def marker_path(settings: Settings) -> str:
     return f"{compacted_path(settings)}/{MARKER_FILE}"
 
 
+def day_folders(fs: WebHdfs, path: str) -> list[str]:
+    """The names of the archiver's day folders (`ingest_date=…`) in the folder at `path`."""
+    return [n for n in fs.list(path) if n.startswith("ingest_date=")]
+
+
 def read_compacted(fs: WebHdfs, settings: Settings) -> Compacted | None:
     """The compaction marker, or None when no hour has been compacted. A file there that holds no
     marker fails (CompactionMarkerMalformed), and so does a missing one while compacted hours are
@@ -94,7 +99,7 @@ def read_compacted(fs: WebHdfs, settings: Settings) -> Compacted | None:
     data = fs.read(name, max_bytes=MAX_MARKER_BYTES)
     if data is not None:
         return Compacted.from_json(data, name)
-    if any(n.startswith("ingest_date=") for n in fs.list(compacted_path(settings))):
+    if day_folders(fs, compacted_path(settings)):
         raise CompactionMarkerMalformed(
             f"{name} is missing, but {compacted_path(settings)} holds compacted hours whose originals may be "
             "gone: restore it (docs/operations.md, 'Compacting the master dataset')"
@@ -146,9 +151,7 @@ def archived_hours(fs: WebHdfs, settings: Settings) -> dict[int, str]:
     """The archiver's partition folders in the master dataset: hour start (epoch ms) → folder path."""
     root = settings.archiver.master_path
     found = {}
-    for day_name in fs.list(root):
-        if not day_name.startswith("ingest_date="):
-            continue
+    for day_name in day_folders(fs, root):
         for hour_name in fs.list(f"{root}/{day_name}"):
             hour_ms = hour_of_dir(day_name, hour_name)
             if hour_ms is not None:
