@@ -8,8 +8,10 @@ once, or after a crash, it does no harm):
 
 1. plans the hours after the last compacted one that the archiver has finished (its completeness
    marker is past their end, so it writes no more files in them), at most `max_hours` of them;
-2. copies their rows, read through the file sink's log as a batch run reads them, into a temporary
-   folder, and checks the copy holds each hour's rows, hour by hour;
+2. copies their rows, read through the file sink's log as a batch run reads them (or, for an hour
+   whose files the log forgot some of because compaction came after archiver.sink_log_retention_h,
+   from its folder: stores.master.read_unlisted), into a temporary folder, and checks the copy holds
+   each hour's rows, hour by hour;
 3. moves each hour's folder into `_compacted/`, then moves the marker past them: from that moment a
    read takes those hours from `_compacted/` (a crash before it leaves folders no read looks at, which
    the next compaction replaces);
@@ -21,7 +23,9 @@ once, or after a crash, it does no harm):
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 from definitions.files import state_lock
 from definitions.settings import Settings
 from stores import completeness
-from stores.master import last_archived, master_url, read_archived, read_days
+from stores.master import last_archived, master_url, read_archived, read_days, read_unlisted, unlisted_hours
 from stores.master_compacted import (
     HOUR_MS,
     Compacted,
@@ -75,6 +79,7 @@ class CompactionResult:
     originals_deleted: list[str] = field(default_factory=list)
     originals_kept_for: list[int] = field(default_factory=list)  # batch runs that may read them
     mismatched: list[int] = field(default_factory=list)  # compacted hours whose originals hold other rows
+    from_folders: list[int] = field(default_factory=list)  # hours the sink log forgot files of: read whole
     seconds: float = 0.0
 
 
@@ -156,7 +161,7 @@ def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
         result.through_ms = marker.through_ms
     if todo or marker is None or through > marker.through_ms:
         if todo:
-            result.compacted_hours, result.rows = _copy(settings, spark, todo, marker)
+            result.compacted_hours, result.rows, result.from_folders = _copy(settings, spark, todo, marker)
         deleted = marker.deleted_before_ms if marker is not None else 0
         with WebHdfs(settings) as fs:
             write_compacted(fs, settings, Compacted(through, int(time.time() * 1000), deleted))
@@ -167,19 +172,19 @@ def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
     return result
 
 
-def _copy(settings: Settings, spark, hours: list[int], marker: Compacted | None) -> tuple[list[int], int]:
+def _copy(settings: Settings, spark, hours: list[int], marker: Compacted | None) -> tuple[list[int], int, list[int]]:
     """Copy the rows of `hours` into `_compacted/`, each hour checked whole before it is moved there;
-    (the hours that hold rows, the rows copied)."""
+    (the hours that hold rows, the rows copied, the hours read from their folders: _committed)."""
     from stores.webhdfs import WebHdfs
 
     root = compacted_path(settings)
     tmp = f"{root}/_tmp-{uuid.uuid4().hex[:12]}"
     hdfs = settings.hdfs.url
     try:
-        rows = read_archived(spark, master_url(settings)).where(_between(hours[0], hours[-1]))
+        rows, from_folders = _committed(settings, spark, hours)
         expected = _counts(rows)
         if not expected:  # folders of files no committed batch names: nothing to copy
-            return [], 0
+            return [], 0, []
         rows.repartition("ingest_date", "ingest_hour").write.partitionBy("ingest_date", "ingest_hour").option(
             "maxRecordsPerFile", MAX_RECORDS_PER_FILE
         ).parquet(f"{hdfs}{tmp}")
@@ -204,10 +209,34 @@ def _copy(settings: Settings, spark, hours: list[int], marker: Compacted | None)
                 fs.mkdirs(target.rsplit("/", 1)[0])
                 if not fs.rename(f"{tmp}/{hour_dir(hour)}", target):
                     raise RuntimeError(f"could not move the compacted hour into {target}: nothing is read from it yet")
-        return sorted(expected), sum(expected.values())
+        return sorted(expected), sum(expected.values()), from_folders
     finally:
         with WebHdfs(settings) as fs:
             fs.delete(tmp, recursive=True)
+
+
+def _committed(settings: Settings, spark, hours: list[int]):
+    """(the committed rows of the ingest hours `hours`, the hours among them read from their folders):
+    through the file sink's log, as a batch run reads them, except hours whose files the log forgot
+    some of (archiver.sink_log_retention_h passed before they were compacted), read from their folders
+    (stores.master.read_unlisted)."""
+    from stores.webhdfs import WebHdfs
+
+    logged = read_archived(spark, master_url(settings))
+    rows = logged.where(_between(hours[0], hours[-1]))
+    with WebHdfs(settings) as fs:
+        folders = {h: p for h, p in archived_hours(fs, settings).items() if h in hours}
+        retention_ms = settings.archiver.sink_log_retention_h * HOUR_MS
+        gone = unlisted_hours(folders, fs.list, logged.inputFiles(), int(time.time() * 1000), retention_ms)
+    if not gone:
+        return rows, []
+    log.warning(
+        "ingest hour(s) %s hold files the file sink's log no longer lists (compacted after "
+        "archiver.sink_log_retention_h): read from their folders",
+        ", ".join(map(_iso, gone)),
+    )
+    listed = rows.where(~functools.reduce(operator.or_, [_between(h, h) for h in gone]))
+    return listed.unionByName(read_unlisted(spark, settings, [folders[h] for h in gone])), gone
 
 
 def _between(first: int, last: int):
@@ -258,7 +287,7 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult) -> None
     pending = sorted(h for h in old if h >= marker.deleted_before_ms)
     if pending:
         span = _between(pending[0], pending[-1])
-        committed = _counts(read_archived(spark, master_url(settings)).where(span))
+        committed = _counts(_committed(settings, spark, pending)[0])
         copies = f"{settings.hdfs.url}{compacted_path(settings)}"
         held = _counts(read_days(spark, copies, days).where(span)) if days else {}
         result.mismatched += [h for h in pending if committed.get(h, 0) != held.get(h, 0)]

@@ -52,13 +52,15 @@ def with_ingest_partitions(records):
     )
 
 
-def master_writer(records, settings: Settings, checkpoint_url: str):
+def master_writer(records, settings: Settings, checkpoint_url: str, retention: str | None = None):
     """The file sink that appends `records` to the master dataset, one folder per ingest hour (its
-    trigger and name still to give)."""
+    trigger and name still to give). Its log forgets files older than `retention` (a Spark time
+    string; default `archiver.sink_log_retention_h`) when it rewrites itself: compacted hours'."""
     return (
         records.writeStream.format("parquet")
         .option("path", master_url(settings))
         .option("checkpointLocation", checkpoint_url)
+        .option("retention", retention or f"{settings.archiver.sink_log_retention_h}h")
         .partitionBy(*PARTITION_COLUMNS)
     )
 

@@ -38,6 +38,12 @@ def cmd_compact_master(settings: Settings, args: argparse.Namespace) -> int:
             if result.originals_kept_for
             else ""
         )
+        + (
+            f"; {len(result.from_folders)} hour(s) read from their folders (the file sink's log had forgotten "
+            "files of them: compact within archiver.sink_log_retention_h)"
+            if result.from_folders
+            else ""
+        )
     )
     if args.json:
         _emit({**asdict(result), "error": failure})

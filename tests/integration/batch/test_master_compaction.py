@@ -16,7 +16,7 @@ import pytest
 from batch_layer.compaction import CompactionMismatch, CompactionRefused, compact_master
 from ingest.archiver import master_writer, with_ingest_partitions
 from stores import completeness
-from stores.master import read_master
+from stores.master import MasterHoursUnlisted, master_url, read_archived, read_master
 from stores.master_compacted import HOUR_MS, CompactionMarkerMalformed, compacted_path, hour_dir, marker_path
 from stores.webhdfs import WebHdfs
 
@@ -36,7 +36,7 @@ def scratch(settings, unique):
         fs.delete(root, recursive=True)
 
 
-def archive(spark, settings, root: str, folder, first_hour: int, hours: int) -> None:
+def archive(spark, settings, root: str, folder, first_hour: int, hours: int, retention: str | None = None) -> None:
     """What the archiver does with records (its own writer), over a folder of them: one micro-batch per file."""
     folder.mkdir()
     offset = 0
@@ -59,14 +59,15 @@ def archive(spark, settings, root: str, folder, first_hour: int, hours: int) -> 
                 )
                 offset += 1
         (folder / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in lines))
-    drain(spark, settings, root, folder)
+    drain(spark, settings, root, folder, retention)
 
 
-def drain(spark, settings, root: str, folder) -> None:
+def drain(spark, settings, root: str, folder, retention: str | None = None) -> None:
     """The archiver's writer over the folder's files not archived yet, one micro-batch per file."""
     stream = spark.readStream.schema(SOURCE).option("maxFilesPerTrigger", 1).json(folder.as_uri())
     checkpoint = f"{settings.hdfs.url}{root}/checkpoint"
-    query = master_writer(with_ingest_partitions(stream), settings, checkpoint).trigger(availableNow=True).start()
+    writer = master_writer(with_ingest_partitions(stream), settings, checkpoint, retention)
+    query = writer.trigger(availableNow=True).start()
     query.awaitTermination(300)
     assert query.exception() is None
 
@@ -167,3 +168,57 @@ def test_compaction_rewrites_finished_hours_and_every_read_stays_the_same(settin
         fs.delete(marker_path(scratch))
     with pytest.raises(CompactionMarkerMalformed, match="is missing"):
         read_master(spark, scratch)
+
+
+def test_the_sink_log_forgets_old_files_and_hours_compacted_late_are_read_from_their_folders(
+    settings, stack, spark, scratch, tmp_path
+):
+    """The file sink's log would list every file ever archived (~35,000 a day, rewritten whole every
+    few batches): it forgets files older than its retention when it rewrites itself. An hour whose
+    files it forgot before compaction took it is refused by reads, by name, and compaction reads it
+    from its folder: every record once, a killed batch's second copy of some not counted."""
+    scratch, root = scratch
+    first = (int(time.time() * 1000) // HOUR_MS - 100) * HOUR_MS  # older than archiver.sink_log_retention_h
+    assert 100 > scratch.archiver.sink_log_retention_h
+    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "2")  # rewritten at batches 1, 3, 5…
+    try:
+        archive(spark, scratch, root, tmp_path / "in", first, 3, retention="1ms")
+        # One more batch after the last rewrite: the log lists its files, and only those.
+        extra = [
+            {"event_id": f"x-{h}", "url": "/x", "event_type": "page_view", "kafka_partition": 0}
+            | {"kafka_offset": 10**6 + h, "event_time": _iso_s(first + h * HOUR_MS + 1_800_000)}
+            | {"ingest_time": _iso_s(first + h * HOUR_MS + 1_800_000)}
+            for h in range(3)
+        ]
+        (tmp_path / "in" / "part-extra.json").write_text("\n".join(json.dumps(r) for r in extra))
+        drain(spark, scratch, root, tmp_path / "in", retention="1ms")
+    finally:
+        spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
+    master = scratch.archiver.master_path
+    expected = sorted(
+        [f"e-{f}-{h}-{i}" for f in range(FILES) for h in range(3) for i in range(PER_HOUR)]
+        + [r["event_id"] for r in extra]
+    )
+    listed = read_archived(spark, master_url(scratch)).inputFiles()
+    with WebHdfs(settings) as fs:
+        on_disk = [n for k in range(3) for n in folder_files(fs, f"{master}/{hour_dir(first + k * HOUR_MS)}")]
+        # A killed batch's copy of a file, which the log never listed: its records are not counted twice.
+        hour0 = f"{master}/{hour_dir(first)}"
+        data = fs.read(f"{hour0}/{folder_files(fs, hour0)[0]}")
+        assert data is not None
+        fs.write(f"{hour0}/part-99999-killed.c000.snappy.parquet", data)
+    assert len(on_disk) == (FILES + 1) * 3 and len(listed) == 3, (len(on_disk), listed)
+
+    with pytest.raises(MasterHoursUnlisted, match="compact-master") as refused:
+        read_master(spark, scratch)
+    assert refused.value.hours == [first, first + HOUR_MS, first + 2 * HOUR_MS]
+
+    complete_before(scratch, first + 3 * HOUR_MS)
+    done = compact_master(scratch, spark=spark)
+    assert done.from_folders == [first, first + HOUR_MS, first + 2 * HOUR_MS], done
+    assert done.rows == len(expected) and len(done.originals_deleted) == 3, done
+    assert sorted(r["event_id"] for r in read_master(spark, scratch).collect()) == expected
+
+
+def _iso_s(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))

@@ -100,3 +100,22 @@ def test_hour_folders_are_named_as_the_archiver_names_them_in_utc():
         ("ingest_date=2026-12-5", "ingest_hour=1"),
     ]:
         assert hour_of_dir(day, name) is None, (day, name)
+
+
+def test_hours_are_read_whole_only_when_old_enough_for_the_sink_log_to_have_forgotten_files():
+    from stores.master import unlisted_hours
+
+    root = "/m"
+    folders = {h: f"{root}/{hour_dir(h)}" for h in hours(0, 1, 2, 3)}
+    names = {
+        path: ["part-a.c000.snappy.parquet", "part-b.c000.snappy.parquet", ".part-b.crc"] for path in folders.values()
+    }
+    listed = [f"hdfs://nn:9000{path}/{n}" for path in folders.values() for n in names[path][:2]]
+    retention = 24 * HOUR_MS
+    now = T0 + HOUR_MS + retention  # hours 0 and 1 old enough (with an hour of leeway), 2 and 3 not
+    assert unlisted_hours(folders, names.__getitem__, listed, now, retention) == []
+    for h in hours(0, 2):  # a file the log no longer lists; in hour 2 a killed batch's, too young to be forgotten
+        names[folders[h]].append("part-c.c000.snappy.parquet")
+    assert unlisted_hours(folders, names.__getitem__, listed, now, retention) == hours(0)
+    assert unlisted_hours(folders, names.__getitem__, listed, now + 2 * HOUR_MS, retention) == hours(0, 2)
+    assert unlisted_hours(folders, names.__getitem__, [], now, retention) == hours(0, 1)
