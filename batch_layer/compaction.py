@@ -8,24 +8,21 @@ once, or after a crash, it does no harm):
 
 1. plans the hours after the last compacted one that the archiver has finished (its completeness
    marker is past their end, so it writes no more files in them), at most `max_hours` of them;
-2. copies their rows, read through the file sink's log as a batch run reads them (or, for an hour
-   whose files the log forgot some of because compaction came after archiver.sink_log_retention_h,
-   from its folder: stores.master.read_unlisted), into a temporary folder, and checks the copy holds
-   each hour's rows, hour by hour;
+2. copies their rows, read as a batch run reads them (through the file sink's log, or from the
+   folder of an hour the log may have forgotten files of: stores.master_live), into a temporary
+   folder, and checks the copy holds each hour's rows, hour by hour;
 3. moves each hour's folder into `_compacted/`, then moves the marker past them: from that moment a
    read takes those hours from `_compacted/` (a crash before it leaves folders no read looks at, which
    the next compaction replaces);
-4. deletes the originals of compacted hours whose committed rows it counts equal to the copy's,
-   unless a batch run may still be reading them under the marker it read when it started (they go at
-   the next compaction). Originals holding other rows (a record stamped into an hour after the
+4. deletes the originals of compacted hours whose records, read from their folders, it counts
+   equal to the copy's, unless a batch run may still be reading them under the marker it read when
+   it started (they go at the next compaction). Originals holding other rows (a record stamped into an hour after the
    completeness passed it) are kept, and the run fails naming their hours.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import operator
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -34,7 +31,7 @@ from dataclasses import dataclass, field
 from definitions.files import state_lock
 from definitions.settings import Settings
 from stores import completeness
-from stores.master import last_archived, master_url, read_archived, read_days, read_unlisted, unlisted_hours
+from stores.master import last_archived, read_days
 from stores.master_compacted import (
     HOUR_MS,
     Compacted,
@@ -46,6 +43,7 @@ from stores.master_compacted import (
     read_compacted,
     write_compacted,
 )
+from stores.master_live import read_live
 
 log = logging.getLogger("lambda.compaction")
 
@@ -215,28 +213,16 @@ def _copy(settings: Settings, spark, hours: list[int], marker: Compacted | None)
             fs.delete(tmp, recursive=True)
 
 
-def _committed(settings: Settings, spark, hours: list[int]):
-    """(the committed rows of the ingest hours `hours`, the hours among them read from their folders):
-    through the file sink's log, as a batch run reads them, except hours whose files the log forgot
-    some of (archiver.sink_log_retention_h passed before they were compacted), read from their folders
-    (stores.master.read_unlisted)."""
+def _committed(settings: Settings, spark, hours: list[int], every: bool = False):
+    """(the committed rows of the ingest hours `hours`, the hours among them read from their
+    folders): stores.master_live.read_live, so also of hours the file sink's log may have forgotten
+    files of; with `every`, every hour read from its folder, whatever the log lists."""
     from stores.webhdfs import WebHdfs
 
-    logged = read_archived(spark, master_url(settings))
-    rows = logged.where(_between(hours[0], hours[-1]))
     with WebHdfs(settings) as fs:
         folders = {h: p for h, p in archived_hours(fs, settings).items() if h in hours}
-        retention_ms = settings.archiver.sink_log_retention_h * HOUR_MS
-        gone = unlisted_hours(folders, fs.list, logged.inputFiles(), int(time.time() * 1000), retention_ms)
-    if not gone:
-        return rows, []
-    log.warning(
-        "ingest hour(s) %s hold files the file sink's log no longer lists (compacted after "
-        "archiver.sink_log_retention_h): read from their folders",
-        ", ".join(map(_iso, gone)),
-    )
-    listed = rows.where(~functools.reduce(operator.or_, [_between(h, h) for h in gone]))
-    return listed.unionByName(read_unlisted(spark, settings, [folders[h] for h in gone])), gone
+        rows, whole = read_live(spark, settings, fs, folders, every)
+    return rows.where(_between(min(hours), max(hours))), whole
 
 
 def _between(first: int, last: int):
@@ -287,7 +273,8 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult) -> None
     pending = sorted(h for h in old if h >= marker.deleted_before_ms)
     if pending:
         span = _between(pending[0], pending[-1])
-        committed = _counts(_committed(settings, spark, pending)[0])
+        # Read from the folders, not through the log: every record any complete original holds must be in the copy.
+        committed = _counts(_committed(settings, spark, pending, every=True)[0])
         copies = f"{settings.hdfs.url}{compacted_path(settings)}"
         held = _counts(read_days(spark, copies, days).where(span)) if days else {}
         result.mismatched += [h for h in pending if committed.get(h, 0) != held.get(h, 0)]

@@ -35,8 +35,8 @@ class ArchiverSettings(_Section):
     keep_markers: int = Field(20, ge=1, le=100_000)
     # The file sink's log (`_spark_metadata`) lists every file the archiver wrote, ~35,000 a day, and
     # Spark rewrites it whole every 10 batches. It forgets files older than this at those rewrites:
-    # compaction (`lambdactl compact-master`, daily) must take their hours before. An hour compacted
-    # too late is read from its folder by the next compaction; until then reads refuse it, by name.
+    # compaction (`lambdactl compact-master`, daily) normally takes their hours long before. Until it
+    # does, an hour holding files it may have forgotten is read from its folder (stores.master_live).
     sink_log_retention_h: int = Field(72, ge=24, le=10 * 8_760)
     health_timeout_s: float = Field(240, gt=0, le=3_600)
 

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from definitions.events import FIELDS
 from definitions.settings import Settings
-from stores.master_compacted import HOUR_MS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,68 +42,20 @@ def first_copies(events: DataFrame) -> DataFrame:
     return events.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
 
 
-class MasterHoursUnlisted(RuntimeError):
-    """Ingest hours not compacted yet whose files the file sink's log no longer lists all of."""
-
-    def __init__(self, settings: Settings, hours: list[int]) -> None:
-        from definitions.times import iso_ms
-
-        self.hours = hours
-        super().__init__(
-            f"ingest hour(s) {', '.join(map(iso_ms, hours[:5]))} of the master dataset hold files the archiver's "
-            "file sink log no longer lists (it forgets files older than archiver.sink_log_retention_h = "
-            f"{settings.archiver.sink_log_retention_h} h) and are not compacted: read through the log they would "
-            "miss records. Run `lambdactl compact-master`, which reads them from their folders (docs/operations.md)"
-        )
-
-
-def unlisted_hours(
-    hours: Mapping[int, str],
-    names_in: Callable[[str], list[str]],
-    listed: Iterable[str],
-    now_ms: int,
-    retention_ms: int,
-) -> list[int]:
-    """The ingest hours of `hours` (start → folder path) old enough for the file sink's log to have
-    forgotten files of (`retention_ms`, an hour's leeway for clocks) whose folder (`names_in`: its
-    files' names) holds a data file the log (`listed`: file URLs or paths) does not list. Younger
-    unlisted files are a killed batch's, which a retried one wrote again."""
-    from urllib.parse import urlparse
-
-    paths = {urlparse(url).path for url in listed}
-    old = [h for h in sorted(hours) if h < now_ms - retention_ms + HOUR_MS]
-    return [h for h in old if any(f"{hours[h]}/{n}" not in paths for n in names_in(hours[h]) if n.endswith(".parquet"))]
-
-
-def read_unlisted(spark: SparkSession, settings: Settings, folders: list[str]) -> DataFrame:
-    """The committed records of ingest hour folders (paths) read whole, not through the file sink's
-    log: a killed batch's copy of records a retried batch archived again is dropped (one row per
-    Kafka position); a file that cannot be read (a killed batch's, cut short) fails the read, naming it."""
-    url = master_url(settings)
-    root = settings.archiver.master_path
-    return read_archived(spark, *[f"{url}{p[len(root) :]}" for p in folders], base=url).dropDuplicates(
-        ["kafka_partition", "kafka_offset"]
-    )
-
-
 def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
     """The committed master dataset (the file sink's log hides files of unfinished batches): the
-    compacted ingest hours from `_compacted/`, every later one through the file sink's log
-    (stores.master_compacted). A compaction marker that cannot be read fails the read, naming it; so
-    do hours the log forgot files of before they were compacted (MasterHoursUnlisted)."""
+    compacted ingest hours from `_compacted/`, every later one through the file sink's log, or read
+    whole where the log may have forgotten files (stores.master_compacted, stores.master_live). A
+    compaction marker that cannot be read fails the read, naming it."""
     from stores.master_compacted import archived_hours, before_hour, compacted_path, day_folders, read_compacted
+    from stores.master_live import read_live
     from stores.webhdfs import WebHdfs
 
-    live = read_archived(spark, master_url(settings))
     with WebHdfs(settings) as fs:
         compacted = read_compacted(fs, settings)
         days = day_folders(fs, compacted_path(settings)) if compacted is not None else []
         after = compacted.through_ms if compacted is not None else 0
-        hours = {h: p for h, p in archived_hours(fs, settings).items() if h >= after}
-        retention_ms = settings.archiver.sink_log_retention_h * HOUR_MS
-        gone = unlisted_hours(hours, fs.list, live.inputFiles(), int(time.time() * 1000), retention_ms)
-    if gone:
-        raise MasterHoursUnlisted(settings, gone)
+        live, _ = read_live(spark, settings, fs, {h: p for h, p in archived_hours(fs, settings).items() if h >= after})
     if compacted is None:
         return live
     older = before_hour(compacted.through_ms)

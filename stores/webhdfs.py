@@ -73,6 +73,15 @@ class WebHdfs:
 
         return self._call("OPEN", path, read)
 
+    def read_tail(self, path: str, length: int, size: int) -> bytes:
+        """The last `length` bytes of a file of `size` bytes (its listing's)."""
+
+        def read(p: str) -> bytes:
+            with self.client.read(p, offset=max(size - length, 0), length=length) as reader:
+                return reader.read()
+
+        return self._call("OPEN", path, read)
+
     def rename(self, source: str, destination: str) -> bool:
         """Move a file; False when HDFS refuses (the destination exists, its parent is missing)."""
 

@@ -16,7 +16,7 @@ import pytest
 from batch_layer.compaction import CompactionMismatch, CompactionRefused, compact_master
 from ingest.archiver import master_writer, with_ingest_partitions
 from stores import completeness
-from stores.master import MasterHoursUnlisted, master_url, read_archived, read_master
+from stores.master import master_url, read_archived, read_master
 from stores.master_compacted import HOUR_MS, CompactionMarkerMalformed, compacted_path, hour_dir, marker_path
 from stores.webhdfs import WebHdfs
 
@@ -170,16 +170,15 @@ def test_compaction_rewrites_finished_hours_and_every_read_stays_the_same(settin
         read_master(spark, scratch)
 
 
-def test_the_sink_log_forgets_old_files_and_hours_compacted_late_are_read_from_their_folders(
+def test_the_sink_log_forgets_old_files_and_hours_it_forgot_files_of_are_read_from_their_folders(
     settings, stack, spark, scratch, tmp_path
 ):
     """The file sink's log would list every file ever archived (~35,000 a day, rewritten whole every
-    few batches): it forgets files older than its retention when it rewrites itself. An hour whose
-    files it forgot before compaction took it is refused by reads, by name, and compaction reads it
-    from its folder: every record once, a killed batch's second copy of some not counted."""
+    few batches): it forgets old files when it rewrites itself. Reads and compaction read an hour
+    holding files it does not list that are older than it could have forgotten from its folder: every
+    record once (a killed batch's second copy of some, and a file cut short, not counted)."""
     scratch, root = scratch
-    first = (int(time.time() * 1000) // HOUR_MS - 100) * HOUR_MS  # older than archiver.sink_log_retention_h
-    assert 100 > scratch.archiver.sink_log_retention_h
+    first = (int(time.time() * 1000) // HOUR_MS - 100) * HOUR_MS
     spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "2")  # rewritten at batches 1, 3, 5…
     try:
         archive(spark, scratch, root, tmp_path / "in", first, 3, retention="1ms")
@@ -200,18 +199,23 @@ def test_the_sink_log_forgets_old_files_and_hours_compacted_late_are_read_from_t
         + [r["event_id"] for r in extra]
     )
     listed = read_archived(spark, master_url(scratch)).inputFiles()
+    folders = [f"{master}/{hour_dir(first + k * HOUR_MS)}" for k in range(3)]
     with WebHdfs(settings) as fs:
-        on_disk = [n for k in range(3) for n in folder_files(fs, f"{master}/{hour_dir(first + k * HOUR_MS)}")]
-        # A killed batch's copy of a file, which the log never listed: its records are not counted twice.
-        hour0 = f"{master}/{hour_dir(first)}"
-        data = fs.read(f"{hour0}/{folder_files(fs, hour0)[0]}")
+        assert sum(len(folder_files(fs, folder)) for folder in folders) == (FILES + 1) * 3 and len(listed) == 3, listed
+        # A killed batch's leftovers, which the log never listed: a copy of a file (its records
+        # written again by the retry) and a file cut short.
+        data = fs.read(f"{folders[0]}/{folder_files(fs, folders[0])[0]}")
         assert data is not None
-        fs.write(f"{hour0}/part-99999-killed.c000.snappy.parquet", data)
-    assert len(on_disk) == (FILES + 1) * 3 and len(listed) == 3, (len(on_disk), listed)
-
-    with pytest.raises(MasterHoursUnlisted, match="compact-master") as refused:
-        read_master(spark, scratch)
-    assert refused.value.hours == [first, first + HOUR_MS, first + 2 * HOUR_MS]
+        fs.write(f"{folders[0]}/part-99998-killed.c000.snappy.parquet", data)
+        fs.write(f"{folders[1]}/part-99999-cut.c000.snappy.parquet", data[: len(data) // 2])
+    assert sorted(r["event_id"] for r in read_master(spark, scratch).collect()) != expected, (
+        "files written a moment ago are a killed batch's for all a read knows: read through the log"
+    )
+    with WebHdfs(settings) as fs:  # a day and more later (as the log counts time: the files' modification time)
+        for folder in folders:
+            for name in folder_files(fs, folder):
+                fs.client.set_times(f"{folder}/{name}", modification_time=int(time.time() * 1000) - 30 * HOUR_MS)
+    assert sorted(r["event_id"] for r in read_master(spark, scratch).collect()) == expected
 
     complete_before(scratch, first + 3 * HOUR_MS)
     done = compact_master(scratch, spark=spark)

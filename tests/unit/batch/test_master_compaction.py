@@ -102,20 +102,37 @@ def test_hour_folders_are_named_as_the_archiver_names_them_in_utc():
         assert hour_of_dir(day, name) is None, (day, name)
 
 
-def test_hours_are_read_whole_only_when_old_enough_for_the_sink_log_to_have_forgotten_files():
-    from stores.master import unlisted_hours
+def test_an_hour_is_read_whole_when_it_holds_a_file_the_log_does_not_list_older_than_it_could_forget():
+    from stores.master_live import FORGETTABLE_AFTER_MS, DataFile, hours_to_read_whole, is_data_file
 
-    root = "/m"
-    folders = {h: f"{root}/{hour_dir(h)}" for h in hours(0, 1, 2, 3)}
-    names = {
-        path: ["part-a.c000.snappy.parquet", "part-b.c000.snappy.parquet", ".part-b.crc"] for path in folders.values()
-    }
-    listed = [f"hdfs://nn:9000{path}/{n}" for path in folders.values() for n in names[path][:2]]
-    retention = 24 * HOUR_MS
-    now = T0 + HOUR_MS + retention  # hours 0 and 1 old enough (with an hour of leeway), 2 and 3 not
-    assert unlisted_hours(folders, names.__getitem__, listed, now, retention) == []
-    for h in hours(0, 2):  # a file the log no longer lists; in hour 2 a killed batch's, too young to be forgotten
-        names[folders[h]].append("part-c.c000.snappy.parquet")
-    assert unlisted_hours(folders, names.__getitem__, listed, now, retention) == hours(0)
-    assert unlisted_hours(folders, names.__getitem__, listed, now + 2 * HOUR_MS, retention) == hours(0, 2)
-    assert unlisted_hours(folders, names.__getitem__, [], now, retention) == hours(0, 1)
+    now = T0 + 30 * HOUR_MS
+    old, young = now - FORGETTABLE_AFTER_MS - 1, now - FORGETTABLE_AFTER_MS + 60_000
+    a, b, c = (DataFile(f"/m/{hour_dir(T0)}/part-{n}.c000.snappy.parquet", old, 100) for n in "abc")
+    files = {T0: [a, b], T0 + HOUR_MS: [DataFile(f"/m/{hour_dir(T0 + HOUR_MS)}/part-d.parquet", young, 100)]}
+    listed = {a.path, b.path}
+    assert hours_to_read_whole(files, listed, now) == {}
+    # A young unlisted file is a killed batch's (the log forgets none that young), whatever its hour.
+    assert hours_to_read_whole(files, listed, now + 59_000) == {}
+    assert hours_to_read_whole(files, listed, now + 61_000) == {T0 + HOUR_MS: files[T0 + HOUR_MS]}
+    files[T0].append(c)
+    assert hours_to_read_whole(files, listed, now) == {T0: [c]}
+    assert hours_to_read_whole(files, set(), now) == {T0: [a, b, c]}
+    assert hours_to_read_whole(files, listed | {c.path}, now, every=True) == {T0: [], T0 + HOUR_MS: files[T0 + HOUR_MS]}
+    assert [is_data_file(n) for n in ("part-0.c000.snappy.parquet", "_x.parquet", ".part-0.parquet.crc", "x.json")] == [
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_no_retention_the_settings_accept_forgets_files_younger_than_reads_take_for_forgotten():
+    from pydantic import ValidationError
+
+    from definitions.layer_settings import ArchiverSettings
+    from stores.master_live import FORGETTABLE_AFTER_MS
+
+    with pytest.raises(ValidationError, match="sink_log_retention_h"):
+        ArchiverSettings(sink_log_retention_h=23)
+    least = ArchiverSettings(sink_log_retention_h=24).sink_log_retention_h * HOUR_MS
+    assert FORGETTABLE_AFTER_MS <= least - HOUR_MS, "an hour's leeway for the archiver's clock"

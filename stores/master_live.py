@@ -1,0 +1,117 @@
+"""The master dataset's hours not compacted yet: through the archiver's file sink log, or read whole
+where that log may have forgotten files.
+
+The log lists the files of committed batches; a file of the master it does not list is a killed
+batch's (its records written again by the retried batch, or cut short), or one the log forgot:
+it forgets files older than `archiver.sink_log_retention_h` (at least 24 h) when it rewrites
+itself, which compaction normally makes harmless by taking every hour long before. An hour holding
+a file the log does not list that is older than that could be (FORGETTABLE_AFTER_MS, whatever the
+setting says now: a value raised since does not bring forgotten files back) is read whole instead:
+every complete data file of its folder, one row per Kafka position (a killed batch's copy of records
+its retry wrote again is not counted twice); a file cut short (no Parquet footer) is left out, as
+no committed file is. Such an hour costs a read of its folder, and is logged: compact the master.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
+from urllib.parse import urlparse
+
+from definitions.settings import Settings
+from stores.master_compacted import HOUR_MS, before_hour
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from stores.webhdfs import WebHdfs
+
+log = logging.getLogger("lambda.master")
+
+# The youngest a file the log forgot can be: archiver.sink_log_retention_h's least value, less an
+# hour for the archiver's clock against this host's (the log compares its own clock with HDFS's
+# modification time).
+FORGETTABLE_AFTER_MS = 23 * HOUR_MS
+PARQUET_MAGIC = b"PAR1"  # a Parquet file's last 4 bytes: written with its footer, when the file is closed
+POSITION = ["kafka_partition", "kafka_offset", "ingest_time"]  # one record of `events`, whichever batch wrote it
+
+
+class DataFile(NamedTuple):
+    path: str
+    modified_ms: int
+    size: int
+
+
+def is_data_file(name: str) -> bool:
+    """A file Spark reads in a partition folder: not hidden (`_…`, `.…`), Parquet by name."""
+    return not name.startswith(("_", ".")) and name.endswith(".parquet")
+
+
+def hours_to_read_whole(
+    files: Mapping[int, Iterable[DataFile]], listed: set[str], now_ms: int, every: bool = False
+) -> dict[int, list[DataFile]]:
+    """Of `files` (ingest hour → its folder's data files), the hours to read whole (every one with
+    `every`), each with its files the log (`listed`: paths) does not list: those to check complete."""
+    out = {}
+    for hour, found in sorted(files.items()):
+        unlisted = [f for f in found if f.path not in listed]
+        if every or any(f.modified_ms < now_ms - FORGETTABLE_AFTER_MS for f in unlisted):
+            out[hour] = unlisted
+    return out
+
+
+def in_hours(hours: Iterable[int]) -> Column:
+    """Rows of the ingest hours `hours` (their starts; not empty)."""
+    return functools.reduce(operator.or_, [~before_hour(h) & before_hour(h + HOUR_MS) for h in hours])
+
+
+def read_live(
+    spark: SparkSession, settings: Settings, fs: WebHdfs, hours: Mapping[int, str], every: bool = False
+) -> tuple[DataFrame, list[int]]:
+    """(the master's committed rows through the file sink's log, with those of the ingest hours of
+    `hours` (start → folder path) that may hold files it forgot read whole instead; those hours).
+    With `every`, every hour of `hours` is read whole."""
+    from stores.master import master_url, read_archived
+
+    logged = read_archived(spark, master_url(settings))
+    now = int(time.time() * 1000)
+    # An hour's files are written in it or later: a younger hour holds no file old enough.
+    old = {h: p for h, p in hours.items() if every or h < now - FORGETTABLE_AFTER_MS + HOUR_MS}
+    if not old:
+        return logged, []
+    listed = {urlparse(url).path for url in logged.inputFiles()}
+    files = {
+        h: [DataFile(f"{p}/{n}", t, size) for n, t, size in fs.versions(p) if is_data_file(n)] for h, p in old.items()
+    }
+    whole = hours_to_read_whole(files, listed, now, every)
+    if not whole:
+        return logged, []
+    complete = []
+    for hour, unlisted in whole.items():
+        cut = {f.path for f in unlisted if f.size < 12 or fs.read_tail(f.path, 4, f.size) != PARQUET_MAGIC}
+        if cut:
+            log.warning("left out, cut short (a killed archiver batch's; its retry wrote its records): %s", sorted(cut))
+        complete += [f.path for f in files[hour] if f.path not in cut]
+    if not every:
+        log.warning(
+            "ingest hour(s) %s of the master dataset hold files older than a day the file sink's log does not list "
+            "(it forgets those older than archiver.sink_log_retention_h): read from their folders. Compact the "
+            "master dataset (`lambdactl compact-master`)",
+            ", ".join(map(_iso, whole)),
+        )
+    rows = logged.where(~in_hours(whole))
+    if not complete:
+        return rows, sorted(whole)
+    url, root = master_url(settings), settings.archiver.master_path
+    read = read_archived(spark, *[f"{url}{p[len(root) :]}" for p in complete], base=url).dropDuplicates(POSITION)
+    return rows.unionByName(read), sorted(whole)
+
+
+def _iso(ms: int) -> str:
+    from definitions.times import iso_ms
+
+    return iso_ms(ms)
