@@ -63,9 +63,10 @@ class CompactionMismatch(RuntimeError):
         self.result = result
         hours = ", ".join(_iso(h) for h in result.mismatched[:5])
         super().__init__(
-            f"the originals of compacted hour(s) {hours} hold other committed records than their compacted copy (a "
-            "record stamped into an hour after the archiver's completeness passed it: a broker's clock stepped "
-            "back); they are kept, and batch runs read the copy without those records (docs/operations.md)"
+            f"the originals of compacted hour(s) {hours} hold other records than their compacted copy (a record "
+            "stamped into an hour after the archiver's completeness passed it: a broker's clock stepped back; or a "
+            "Parquet file the file sink's log does not list, copied in by hand); they are kept, and batch runs read "
+            "the copy without those records (docs/operations.md)"
         )
 
 

@@ -39,8 +39,8 @@ def cmd_compact_master(settings: Settings, args: argparse.Namespace) -> int:
             else ""
         )
         + (
-            f"; {len(result.from_folders)} hour(s) read from their folders (the file sink's log had forgotten "
-            "files of them: compact within archiver.sink_log_retention_h)"
+            f"; {len(result.from_folders)} hour(s) read from their folders (they held files over 23 h old the "
+            "file sink's log does not list: forgotten by it, or a killed batch's)"
             if result.from_folders
             else ""
         )

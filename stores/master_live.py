@@ -14,16 +14,14 @@ no committed file is. Such an hour costs a read of its folder, and is logged: co
 
 from __future__ import annotations
 
-import functools
 import logging
-import operator
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlparse
 
 from definitions.settings import Settings
-from stores.master_compacted import HOUR_MS, before_hour
+from stores.master_compacted import HOUR_MS, hour_partition
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -65,8 +63,11 @@ def hours_to_read_whole(
 
 
 def in_hours(hours: Iterable[int]) -> Column:
-    """Rows of the ingest hours `hours` (their starts; not empty)."""
-    return functools.reduce(operator.or_, [~before_hour(h) & before_hour(h + HOUR_MS) for h in hours])
+    """Rows of the ingest hours `hours` (their starts): one membership test, however many hours."""
+    from pyspark.sql import functions as F
+
+    keys = [f"{day.isoformat()}/{hour}" for day, hour in map(hour_partition, hours)]
+    return F.concat_ws("/", F.date_format("ingest_date", "yyyy-MM-dd"), F.col("ingest_hour").cast("string")).isin(keys)
 
 
 def read_live(
@@ -98,9 +99,9 @@ def read_live(
         complete += [f.path for f in files[hour] if f.path not in cut]
     if not every:
         log.warning(
-            "ingest hour(s) %s of the master dataset hold files older than a day the file sink's log does not list "
-            "(it forgets those older than archiver.sink_log_retention_h): read from their folders. Compact the "
-            "master dataset (`lambdactl compact-master`)",
+            "ingest hour(s) %s of the master dataset hold files over 23 h old that the file sink's log does not "
+            "list (it forgets those older than archiver.sink_log_retention_h; or a killed batch's): read from "
+            "their folders. Compact the master dataset (`lambdactl compact-master`)",
             ", ".join(map(_iso, whole)),
         )
     rows = logged.where(~in_hours(whole))
