@@ -145,6 +145,62 @@ def test_wiped_rows_come_back_exact_by_replay_while_traffic_flows(settings, stac
     wait_exact(settings, sent + more, timeout_s=240)
 
 
+def test_a_replay_from_a_time_or_from_offsets_rebuilds_the_rows_from_there_on(settings, stack):
+    """`--from <time>` and `--from offsets:P=O`: rows wiped from a moment on come back exact from a
+    replay that starts there (floored to its ingest bucket), not from the batch cutoff."""
+    if (earlier := read_overlays(settings).get("page_views")) is not None:  # a replay replaces it from its --from
+        absorb_replay(settings, earlier.split_ms)
+    prefix = f"/replay-from-{uuid.uuid4().hex[:8]}"
+    bucket_ms = settings.ingest_bucket_s * 1000
+    early = mixed_workload(settings, prefix, count=600, pages=10)
+    valid = lambda sent: sorted((r for r in sent if r.kind == "valid"), key=lambda r: r.ingest_time_ms)  # noqa: E731
+    boundary = valid(early)[-1].ingest_time_ms // bucket_ms * bucket_ms + bucket_ms
+    wait_for(lambda: time.time() * 1000 > boundary + 1_000, "the next ingest bucket", timeout_s=120, interval_s=0.5)
+    late = mixed_workload(settings, prefix, count=600, pages=10)
+    sent = early + late
+    wait_exact(settings, sent)
+    offsets_from, time_from = valid(early)[0], valid(late)[0]
+    assert time_from.ingest_time_ms // bucket_ms > offsets_from.ingest_time_ms // bucket_ms
+    assert offsets_from.ingest_time_ms > served_cutoff_ms(settings, "page_views"), "both after the batch cutoff"
+
+    for record, given in (
+        (
+            time_from,
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time_from.ingest_time_ms / 1000))
+            + f".{time_from.ingest_time_ms % 1000:03d}+00:00",
+        ),
+        (offsets_from, f"offsets:{offsets_from.partition}={offsets_from.offset}"),
+    ):
+        start_ms = record.ingest_time_ms // bucket_ms * bucket_ms
+        delete_view_from(settings, "page_views", start_ms // 1000, time.time_ns() // 1000)
+        assert mismatches(settings, sent), f"wiping the rows from {start_ms} made the answers short"
+        done = lambdactl(settings, "replay", "--view", "page_views", "--from", given, "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["from_ms"] == start_ms, (given, summary)
+        wait_exact(settings, sent, timeout_s=240)
+
+    absorb_replay(settings, summary["split_ms"])
+    wait_exact(settings, sent, timeout_s=240)
+
+
+def absorb_replay(settings, split_ms: int) -> None:
+    """A batch run of page_views past a switched replay's split absorbs its rows; the clean-up
+    deletes them and the replay's overlay."""
+    wait_for(
+        lambda: (c := completeness.latest(settings)) is not None and (c.complete_before_ms or 0) > split_ms,
+        "the archiver's completeness to pass the replay's split",
+        timeout_s=300,
+        interval_s=2,
+    )
+    batch = lambdactl(settings, "batch", "--views", "page_views")
+    assert batch.returncode == 0, batch.stderr[-3000:]
+    settle = {"LAMBDA_BATCH__CLEANUP_SETTLE_S": str(settings.api.pointer_cache_s + 5)}
+    clean = lambdactl(settings, "clean-realtime", extra_env=settle)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert "page_views" not in read_overlays(settings)
+
+
 def by_country_device(settings) -> httpx.Response:
     now = int(time.time()) // 3_600 * 3_600
     iso = lambda s: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s))  # noqa: E731
