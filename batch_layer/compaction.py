@@ -16,8 +16,8 @@ once, or after a crash, it does no harm):
    the next compaction replaces);
 4. deletes the originals of compacted hours whose records, read from their folders, it counts
    equal to the copy's, unless a batch run may still be reading them under the marker it read when
-   it started (they go at the next compaction). Originals holding other rows (a record stamped into an hour after the
-   completeness passed it) are kept, and the run fails naming their hours.
+   it started (they go at the next compaction). Originals holding other rows (a record stamped into
+   an hour after the completeness passed it) are kept, and the run fails naming their hours.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class CompactionResult:
     originals_deleted: list[str] = field(default_factory=list)
     originals_kept_for: list[int] = field(default_factory=list)  # batch runs that may read them
     mismatched: list[int] = field(default_factory=list)  # compacted hours whose originals hold other rows
-    from_folders: list[int] = field(default_factory=list)  # hours the sink log forgot files of: read whole
+    from_folders: list[int] = field(default_factory=list)  # hours read from their folders (stores.master_live)
     seconds: float = 0.0
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlparse
 
 from definitions.settings import Settings
+from definitions.times import iso_ms
 from stores.master_compacted import HOUR_MS, hour_partition
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def read_live(
             "ingest hour(s) %s of the master dataset hold files over 23 h old that the file sink's log does not "
             "list (it forgets those older than archiver.sink_log_retention_h; or a killed batch's): read from "
             "their folders. Compact the master dataset (`lambdactl compact-master`)",
-            ", ".join(map(_iso, whole)),
+            ", ".join(map(iso_ms, whole)),
         )
     rows = logged.where(~in_hours(whole))
     if not complete:
@@ -110,9 +111,3 @@ def read_live(
     url, root = master_url(settings), settings.archiver.master_path
     read = read_archived(spark, *[f"{url}{p[len(root) :]}" for p in complete], base=url).dropDuplicates(POSITION)
     return rows.unionByName(read), sorted(whole)
-
-
-def _iso(ms: int) -> str:
-    from definitions.times import iso_ms
-
-    return iso_ms(ms)
