@@ -559,13 +559,18 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     assert httpx.get(f"{api(settings)}{mine[0]['html']}", timeout=30).status_code == 200
     # The run links its report: the report task's "Accuracy report" extra link, as the UI reads it.
     client = AirflowClient(settings)
+    dag_id, run_id = settings.airflow.dag_id, run["dag_run_id"]
     try:
-        links = client._call(
-            "GET", f"/api/v2/dags/{settings.airflow.dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/report/links"
-        )
+        links = client._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/report/links")
+        # The sensor's history, as the UI shows it: its one try (a reschedule is no retry), whose log
+        # has a line for each time it gave its worker back.
+        sensor = client._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/wait_for_completeness")
+        sensor_log = client.task_log(dag_id, run_id, "wait_for_completeness", sensor["try_number"])
     finally:
         client.close()
     assert links["extra_links"]["Accuracy report"] == f"{api(settings)}/api/v1/reports/{mine[0]['id']}/html", links
+    assert sensor["try_number"] == 1, sensor
+    assert sensor_log.count("marking task as UP_FOR_RESCHEDULE") >= 1, sensor_log[-3000:]
 
 
 def offered_views(client: AirflowClient, dag_id: str) -> list[str]:
