@@ -160,7 +160,8 @@ def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
         result.through_ms = marker.through_ms
     if todo or marker is None or through > marker.through_ms:
         if todo:
-            result.compacted_hours, result.rows, result.from_folders = _copy(settings, spark, todo, marker)
+            folders = {h: present[h] for h in todo}
+            result.compacted_hours, result.rows, result.from_folders = _copy(settings, spark, folders, marker)
         deleted = marker.deleted_before_ms if marker is not None else 0
         with WebHdfs(settings) as fs:
             write_compacted(fs, settings, Compacted(through, int(time.time() * 1000), deleted))
@@ -171,9 +172,12 @@ def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
     return result
 
 
-def _copy(settings: Settings, spark, hours: list[int], marker: Compacted | None) -> tuple[list[int], int, list[int]]:
-    """Copy the rows of `hours` into `_compacted/`, each hour checked whole before it is moved there;
-    (the hours that hold rows, the rows copied, the hours read from their folders: _committed)."""
+def _copy(
+    settings: Settings, spark, hours: Mapping[int, str], marker: Compacted | None
+) -> tuple[list[int], int, list[int]]:
+    """Copy the rows of `hours` (start → the archiver's folder) into `_compacted/`, each hour checked
+    whole before it is moved there; (the hours that hold rows, the rows copied, the hours read from
+    their folders: _committed)."""
     from stores.webhdfs import WebHdfs
 
     root = compacted_path(settings)
@@ -214,15 +218,15 @@ def _copy(settings: Settings, spark, hours: list[int], marker: Compacted | None)
             fs.delete(tmp, recursive=True)
 
 
-def _committed(settings: Settings, spark, hours: list[int], every: bool = False):
-    """(the committed rows of the ingest hours `hours`, the hours among them read from their
-    folders): stores.master_live.read_live, so also of hours the file sink's log may have forgotten
-    files of; with `every`, every hour read from its folder, whatever the log lists."""
+def _committed(settings: Settings, spark, hours: Mapping[int, str], every: bool = False):
+    """(the committed rows of the ingest hours `hours` (start → the archiver's folder), the hours
+    among them read from their folders): stores.master_live.read_live, so also of hours the file
+    sink's log may have forgotten files of; with `every`, every hour read from its folder, whatever
+    the log lists."""
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
-        folders = {h: p for h, p in archived_hours(fs, settings).items() if h in hours}
-        rows, whole = read_live(spark, settings, fs, folders, every)
+        rows, whole = read_live(spark, settings, fs, hours, every)
     return rows.where(_between(min(hours), max(hours))), whole
 
 
@@ -275,7 +279,7 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult) -> None
     if pending:
         span = _between(pending[0], pending[-1])
         # Read from the folders, not through the log: every record any complete original holds must be in the copy.
-        committed = _counts(_committed(settings, spark, pending, every=True)[0])
+        committed = _counts(_committed(settings, spark, {h: old[h] for h in pending}, every=True)[0])
         copies = f"{settings.hdfs.url}{compacted_path(settings)}"
         held = _counts(read_days(spark, copies, days).where(span)) if days else {}
         result.mismatched += [h for h in pending if committed.get(h, 0) != held.get(h, 0)]
