@@ -165,22 +165,24 @@ def swap_version(settings: Settings, version: int) -> Pointer:
 def _retain(settings: Settings, store) -> None:
     """Retention after a swap: the swap is done whatever it meets (a failure leaves old tables,
     which the next swap drops), so it never fails the run that swapped."""
-    try:
-        store.retain(settings.batch.keep_versions)
-    except Exception as exc:
-        log.warning("retention after the swap failed (%s: %s); the next swap tries again", type(exc).__name__, exc)
+    retain_quietly(settings, store, "after the swap")
 
 
 def retain_before_writing(settings: Settings, store) -> None:
     """Retention at a run's start, before it writes: the tables of runs killed, failed or refused
     before their swap go even while no swap succeeds (each such run left a whole set). Never fails
     the run; the grace keeps the tables of runs still writing or about to swap."""
+    retain_quietly(settings, store, "before this run")
+
+
+def retain_quietly(settings: Settings, store, when: str) -> list[str]:
+    """Retention (stores.pointer.retention_plan) that never fails its caller: a failure is logged
+    and leaves the old tables to the next pass. The tables dropped."""
     try:
-        store.retain(settings.batch.keep_versions)
+        return store.retain(settings.batch.keep_versions)
     except Exception as exc:
-        log.warning(
-            "retention before this run failed (%s: %s); the next run or swap tries again", type(exc).__name__, exc
-        )
+        log.warning("retention %s failed (%s: %s); the next run or swap tries again", when, type(exc).__name__, exc)
+        return []
 
 
 def record_completed_swap(store, runs: dict[int, dict], served: Pointer, version: int) -> int:

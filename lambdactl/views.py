@@ -7,8 +7,8 @@ the declared views: add, retire), while the other views keep answering.
    resumes from its checkpoint; the views it had keep their state and are neither lost nor counted
    twice) and waits until its marker lists the declared views with the time each is maintained since;
 3. has the API read the declared views again (new views get routes and answer 409 while building);
-4. retires views that are no longer declared: their pointer entries go (compare-and-set) and their
-   realtime rows are deleted; retention drops their tables later;
+4. retires views that are no longer declared: their pointer entries go (compare-and-set), their
+   realtime rows are deleted, then retention drops their batch tables;
 5. for each view being built, runs the batch of those views at the first complete cutoff at or after
    the time the speed layer maintains them since (waiting for the archiver when it is not there
    yet); after its swap the view serves, exactly (stores.view_lifecycle).
@@ -321,6 +321,7 @@ def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = 
     read the old marker, took them for maintained and unmarked them — then delete the realtime rows
     of every retiring one once no answer can still read them. False when some of those rows were
     left for a later clean-up."""
+    from batch_layer.swap import retain_quietly
     from lambdactl.batch import delete_retiring, move_pointer
     from stores.pointer_moves import retire
     from stores.registry import version_store
@@ -333,9 +334,16 @@ def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = 
         named[:] = sorted(gone | again)
         return retire(current, named, _now_ms()) if named else None
 
-    if move_pointer(version_store(settings), without) is not None:
+    store = version_store(settings)
+    if move_pointer(store, without) is not None:
         _say(f"retired {', '.join(named)}: pointer entries removed")
-    return delete_retiring(settings)
+    if not delete_retiring(settings):
+        return False
+    # Their realtime rows are gone, and no answer can still read their tables: those go now, not at
+    # the next batch run's retention.
+    if dropped_tables := retain_quietly(settings, store, "after the retirement"):
+        _say(f"dropped batch tables no pointer entry names: {', '.join(dropped_tables)}")
+    return True
 
 
 def _now_ms() -> int:

@@ -7,7 +7,8 @@ the other views' answers for traffic sent before (page_views, unique_visitors, t
 again and again: each is a 200 and exact; and the new view is seen building, in the API's list and
 in `lambdactl status`, before it serves. After the apply, its answers equal the truth for all the
 history sent before it existed and for the traffic sent while it was being added. Undeclared, it is
-retired (so says `lambdactl status`); applied, it is gone: no route, no pointer entry, no realtime row.
+retired (so says `lambdactl status`); applied, it is gone: no route, no pointer entry, no realtime row,
+no batch table.
 """
 
 from __future__ import annotations
@@ -203,4 +204,6 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
     assert view not in states(settings)
     assert view not in status_states(settings)
     assert rows_named(settings, view) == 0
+    left = [t for t in version_store(settings).tables() if t.startswith(f"{view}_v")]
+    assert left == [], f"the apply drops the retired view's batch tables too: {left} are left"
     assert mismatches(settings, everything) == []

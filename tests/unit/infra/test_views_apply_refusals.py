@@ -4,6 +4,7 @@ do not import, and a speed layer this stack does not run. No service is needed."
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -240,3 +241,40 @@ def test_retiring_says_which_names_it_retired_and_whether_rows_were_left(monkeyp
     assert views._retire(Settings(), ["page_views"]) is False
     assert said == ["retired clicks: pointer entries removed"]
     assert set(moved[0].retiring) == {"old_view", "clicks"}
+
+
+def test_a_completed_retirement_drops_the_retired_tables_at_once(monkeypatch):
+    """The tables of a retired view went only at the next batch run's retention. Once its realtime
+    rows are deleted, `apply` runs retention itself; with rows left it does not (the name is still
+    retiring, and retention would keep that table anyway). A failing retention fails nothing."""
+    from lambdactl import batch, views
+    from stores import registry
+    from stores.pointer import Pointer, ViewEntry
+
+    current = Pointer(
+        entries={"page_views": ViewEntry("page_views_v3", 3, 1_000), "clicks": ViewEntry("clicks_v3", 3, 1_000)}
+    )
+    kept: list[int] = []
+
+    def retain(keep):
+        kept.append(keep)
+        return ["clicks_v2", "clicks_v3"]
+
+    said: list[str] = []
+    monkeypatch.setattr(views, "_say", said.append)
+    monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(retain=retain))
+    monkeypatch.setattr(batch, "move_pointer", lambda _store, change, *_: change(current))
+    settings = Settings()
+    monkeypatch.setattr(batch, "delete_retiring", lambda _settings: False)
+    assert views._retire(settings, ["page_views"]) is False
+    assert kept == []
+    monkeypatch.setattr(batch, "delete_retiring", lambda _settings: True)
+    assert views._retire(settings, ["page_views"]) is True
+    assert kept == [settings.batch.keep_versions]
+    assert said[-1] == "dropped batch tables no pointer entry names: clicks_v2, clicks_v3"
+
+    def unreachable(keep):
+        raise OSError("HBase Thrift unreachable")
+
+    monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(retain=unreachable))
+    assert views._retire(settings, ["page_views"]) is True, "the retirement is done; the next retention drops them"
