@@ -327,11 +327,13 @@ def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = 
     from stores.registry import version_store
 
     named: list[str] = []
+    pending: list[str] = []  # retiring and not maintained: their rows are deleted below, after the wait
 
     def without(current):
         gone = set(current.entries) - set(maintained)
         again = set(dropped) - set(maintained) - set(current.retiring)
         named[:] = sorted(gone | again)
+        pending[:] = sorted((set(current.retiring) | set(named)) - set(maintained))
         return retire(current, named, _now_ms()) if named else None
 
     store = version_store(settings)
@@ -339,9 +341,10 @@ def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = 
         _say(f"retired {', '.join(named)}: pointer entries removed")
     if not delete_retiring(settings):
         return False
-    # Their realtime rows are gone, and no answer can still read their tables: those go now, not at
-    # the next batch run's retention.
-    if dropped_tables := retain_quietly(settings, store, "after the retirement"):
+    # Their realtime rows are gone, and no answer can still read their tables (the deletion waited
+    # for that): those go now, not at the next batch run's retention. Only then: a name declared
+    # again is taken off the list with no wait, and an apply with nothing to retire changes nothing.
+    if pending and (dropped_tables := retain_quietly(settings, store, "after the retirement")):
         _say(f"dropped batch tables no pointer entry names: {', '.join(dropped_tables)}")
     return True
 

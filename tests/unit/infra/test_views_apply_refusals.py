@@ -272,6 +272,17 @@ def test_a_completed_retirement_drops_the_retired_tables_at_once(monkeypatch):
     assert views._retire(settings, ["page_views"]) is True
     assert kept == [settings.batch.keep_versions]
     assert said[-1] == "dropped batch tables no pointer entry names: clicks_v2, clicks_v3"
+    # A name still retiring (an apply killed during the wait, run again): retention once its rows are gone.
+    current = Pointer(entries={"page_views": ViewEntry("page_views_v3", 3, 1_000)}, retiring=("clicks",))
+    assert views._retire(settings, ["page_views"]) is True
+    assert len(kept) == 2
+    # Nothing to retire, or a retiring name declared again (taken off with no wait): no retention.
+    for current in (
+        Pointer(entries={"page_views": ViewEntry("page_views_v3", 3, 1_000)}),
+        Pointer(entries={"page_views": ViewEntry("page_views_v3", 3, 1_000)}, retiring=("clicks",)),
+    ):
+        assert views._retire(settings, ["page_views", "clicks"] if current.retiring else ["page_views"]) is True
+    assert len(kept) == 2
 
     def unreachable(keep):
         raise OSError("HBase Thrift unreachable")
