@@ -157,7 +157,6 @@ def test_apply_after_a_reset_of_the_speed_layer_waits_for_its_fresh_start(tmp_pa
     """Between `lambdactl reset-speed` and the next `up` no marker records what the speed layer
     maintains: an applied view was set "serving" since time 0 with no history and answered from no
     rows as exact, until a fresh start that nothing checked."""
-    from types import SimpleNamespace
 
     from stores import checkpoints, registry
     from stores.pointer import Pointer, ViewEntry
@@ -177,7 +176,6 @@ def test_apply_after_a_reset_of_the_speed_layer_waits_for_its_fresh_start(tmp_pa
 def test_a_build_overtaken_by_a_batch_beside_it_plans_again_and_a_failed_verification_says_so(monkeypatch):
     """A DAG run that swapped a newer cutoff while the view's build ran made the build's cutoff
     behind what serves: the apply stopped with "is the stack up?"; and so did a failed verification."""
-    from types import SimpleNamespace
 
     from batch_layer import job
     from lambdactl import views
