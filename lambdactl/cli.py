@@ -18,9 +18,10 @@ from definitions.views import view_names
 from infra.errors import StackError
 from lambdactl import accept_loss, compact, generate, housekeeping, reset_speed
 from lambdactl.arg_types import at_least_one, iso_time, positive
-from lambdactl.batch import cmd_batch, cmd_clean_realtime, cmd_report
+from lambdactl.batch import cmd_batch, cmd_clean_realtime
 from lambdactl.output import _say
 from lambdactl.replay import cmd_replay
+from lambdactl.report import cmd_report
 from lambdactl.status import cmd_status
 from lambdactl.views import cmd_views, cmd_views_apply
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import lambdactl.batch as batch
+import lambdactl.report as report
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_reuse_names_the_stored_report_of_the_version_and_builds_none(stored, ca
     chosen, folder, built = stored
     _store(folder, "20261202T000000Z-aaaaaaaa", 7)
     _store(folder, "20261202T000500Z-bbbbbbbb", 8)
-    assert batch.cmd_report(chosen, SimpleNamespace(version=7, reuse=True, json=True, limit=20)) == 0
+    assert report.cmd_report(chosen, SimpleNamespace(version=7, reuse=True, json=True, limit=20)) == 0
     assert built == []
     said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert said["id"] == "20261202T000000Z-aaaaaaaa" and said["json"].endswith("20261202T000000Z-aaaaaaaa.json")
@@ -59,8 +59,8 @@ def test_reuse_names_the_stored_report_of_the_version_and_builds_none(stored, ca
 def test_reuse_builds_the_report_when_none_of_the_version_is_stored_and_without_it_always(stored, capsys):
     chosen, folder, built = stored
     _store(folder, "20261202T000000Z-aaaaaaaa", 7)
-    assert batch.cmd_report(chosen, SimpleNamespace(version=9, reuse=True, json=True, limit=20)) == 0
-    assert batch.cmd_report(chosen, SimpleNamespace(version=7, reuse=False, json=True, limit=20)) == 0
+    assert report.cmd_report(chosen, SimpleNamespace(version=9, reuse=True, json=True, limit=20)) == 0
+    assert report.cmd_report(chosen, SimpleNamespace(version=7, reuse=False, json=True, limit=20)) == 0
     assert built == [window(9), window(7)]
 
 
@@ -80,7 +80,7 @@ def test_reuse_builds_anew_unless_the_stored_report_is_of_the_runs_window_with_t
     the window's realtime rows, and the run's own report can never be built."""
     chosen, folder, built = stored
     _store(folder, "20261202T000000Z-aaaaaaaa", 7, **other)
-    assert batch.cmd_report(chosen, SimpleNamespace(version=7, reuse=True, json=True, limit=20)) == 0
+    assert report.cmd_report(chosen, SimpleNamespace(version=7, reuse=True, json=True, limit=20)) == 0
     assert built == [window(7)]
     said = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert said["id"] == "20261202T010000Z-new" and not said.get("reused")
