@@ -276,6 +276,23 @@ def delete_retiring(settings: Settings, pointer=None) -> bool:
     return complete
 
 
+def _drop_retired_tables(settings: Settings, pointer) -> list[str]:
+    """Once the views retiring in `pointer` (read before the settle wait, so retiring for at least
+    batch.cleanup_settle_s: no answer still reads their tables) have lost their realtime rows, drop
+    the batch tables no pointer entry names, as a batch run's retention would: a view removed by
+    `views apply` whose clean-up was left to this command loses its tables now, not at the next batch
+    run. Nothing retiring: nothing to drop. The tables dropped (a failed retention is logged)."""
+    from batch_layer.swap import retain_quietly
+    from stores.registry import version_store
+
+    if not pointer.retiring:
+        return []
+    dropped = retain_quietly(settings, version_store(settings), "after the clean-up of retired views")
+    if dropped:
+        _say(f"dropped batch tables no pointer entry names: {', '.join(dropped)}")
+    return dropped
+
+
 def _retiring_now(settings: Settings, pointer, say: bool = False) -> tuple[list[str], list[str]]:
     """stores.pointer_moves.retiring_now with what the speed layer maintains and the replay marks, as read
     now. With a marker of an older speed layer (no list of views), nothing is deleted."""
@@ -330,6 +347,7 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     settle_after_swap(settings, pointer)
     retired_complete = delete_retiring(settings, pointer)
+    dropped_tables = _drop_retired_tables(settings, pointer) if retired_complete else []
     # Each view's rows below the cutoff its own batch table covers; a view no table serves keeps all.
     # A replay's rows (stores.replays) go below their view's cutoff too.
     cutoffs = pointer.cleanup_cutoffs_s()
@@ -368,6 +386,7 @@ def cmd_clean_realtime(settings: Settings, args: argparse.Namespace) -> int:
                 "unreadable": [u.describe() for u in cleanup.unreadable],
                 "orphaned_replays": orphaned.as_json(),
                 "retired_complete": retired_complete,
+                "dropped_tables": dropped_tables,
             }
         )
     left = [

@@ -458,6 +458,30 @@ def test_the_realtime_clean_up_is_recorded_for_the_reports(own):
     assert cleaned_below_s(store.runs()) == dict.fromkeys([a, b], (T0 + 3 * STEP) // 1000), "the highest per view"
 
 
+def test_clean_realtime_drops_the_tables_of_a_view_it_finished_retiring(own):
+    """A view removed by `views apply` whose realtime rows were left for a later clean-up keeps its
+    newest table while it is retiring. `lambdactl clean-realtime`, once it deleted those rows and took
+    the name off the list, drops its tables then, not at the next batch run; the other view's stay."""
+    import argparse
+
+    from lambdactl.batch import cmd_clean_realtime
+    from stores.pointer_moves import retire
+
+    settings, (a, b, _) = own
+    settings = settings.model_copy(update={"batch": settings.batch.model_copy(update={"cleanup_settle_s": 0})})
+    store = VersionStore(settings)
+    first = written(settings, [a, b], T0, full=True)
+    swap_version(settings, first)
+    current = store.pointer()
+    store.swap(current, retire(current, [b], int(time.time() * 1000)))
+    store.retain(settings.batch.keep_versions)  # a batch run's retention while b is retiring
+    assert table_name(b, first) in tables(settings), "kept while an answer may still read it"
+    assert cmd_clean_realtime(settings, argparse.Namespace(json=False)) == 0
+    assert store.pointer().retiring == ()
+    assert table_name(b, first) not in tables(settings)
+    assert table_name(a, first) in tables(settings)
+
+
 def test_a_stray_row_among_the_runs_is_passed_over_not_fatal(own):
     """A row `run:x` (or one whose values are not JSON) written into the meta table by anything but the
     platform failed every swap and every retention pass with a bare ValueError."""

@@ -5,6 +5,7 @@ tests/integration/api/test_view_definition_change.py runs it on the real stack."
 
 from __future__ import annotations
 
+import json
 import time
 from types import SimpleNamespace
 
@@ -208,3 +209,52 @@ def test_a_clean_up_during_the_speed_layers_restart_loses_no_retirement_of_views
     stores.markers = [marker("page_views")]  # the speed layer maintains what the apply declared
     views._retire(None, ["page_views"], dropped)
     assert stores.deleted == [["abandoned"]] and stores.store.value.retiring == ()
+
+
+@pytest.mark.parametrize(
+    ("start", "rows_left", "retained"),
+    [
+        (RETIRED, False, True),
+        (RETIRED, True, False),
+        (Pointer({"page_views": ViewEntry("pv_1", 1, 60_000)}), False, False),
+    ],
+    ids=["retired", "retired-rows-left", "nothing-retiring"],
+)
+def test_clean_realtime_drops_the_tables_of_views_it_finished_retiring(
+    stores, monkeypatch, capsys, start, rows_left, retained
+):
+    """A view removed by `views apply` whose realtime rows were left (exit 5) loses them at a later
+    `lambdactl clean-realtime`; its batch tables go then too, not at the next batch run's retention.
+    Not while its rows are left (it stays retiring: its newest table is kept), nor when nothing was
+    retiring (the batch run's own swap ran retention)."""
+    import batch_layer.swap
+    from lambdactl import replay_orphans
+    from lambdactl.replay_orphans import Orphans
+    from stores import realtime_cleanup
+    from stores.realtime_cleanup import Cleanup
+    from stores.realtime_scan import Unreadable
+
+    stores.store = OneStore(start)
+    stores.store.record_run = lambda version, **fields: None
+    stores.markers, stores.marks = [marker("page_views")], [{}]
+    calls: list = []
+
+    def delete_absorbed(settings, cutoffs, timestamp_us=None):
+        calls.append(sorted(cutoffs))
+        broken = rows_left and "old" in cutoffs
+        return Cleanup(0, unreadable=[Unreadable("speed_by_key", 0, 1, "timed out")] if broken else [])
+
+    kept: list = []
+
+    def retain_quietly(settings, store, when):
+        kept.append(store)
+        return ["old_v1"]
+
+    monkeypatch.setattr(realtime_cleanup, "delete_absorbed", delete_absorbed)
+    monkeypatch.setattr(replay_orphans, "delete_orphaned_replays", lambda settings, seen: Orphans())
+    monkeypatch.setattr(batch_layer.swap, "retain_quietly", retain_quietly)
+    status = batch.cmd_clean_realtime(None, SimpleNamespace(json=True))
+    assert status == (batch.CLEANUP_LEFT if rows_left else 0)
+    assert kept == ([stores.store] if retained else [])
+    emitted = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert emitted["dropped_tables"] == (["old_v1"] if retained else [])
