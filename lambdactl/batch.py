@@ -247,7 +247,9 @@ def delete_retiring(settings: Settings, pointer=None) -> bool:
     complete = True
     todo, again = _retiring_now(settings, pointer, say=True)
     as_of_us = 0
-    if todo:
+    if todo or again:
+        # A name maintained again waits too: while it is retiring, retention keeps its old table
+        # (stores.pointer.retention_plan), which an answer from before its removal may still read.
         settle_after_swap(settings, pointer)
         # Read again after the wait: a name maintained or replayed meanwhile keeps its rows. One
         # maintained again during the deletion (`views apply` adding it back) keeps those written

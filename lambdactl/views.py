@@ -342,8 +342,9 @@ def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = 
     if not delete_retiring(settings):
         return False
     # Their realtime rows are gone, and no answer can still read their tables (the deletion waited
-    # for that): those go now, not at the next batch run's retention. Only then: a name declared
-    # again is taken off the list with no wait, and an apply with nothing to retire changes nothing.
+    # for that): those go now, not at the next batch run's retention. Only when some name was retiring
+    # and not maintained: an apply with nothing to retire changes nothing (a name declared again keeps
+    # its rows; its old table, unprotected once the wait took it off the list, goes at the next one).
     if pending and (dropped_tables := retain_quietly(settings, store, "after the retirement")):
         _say(f"dropped batch tables no pointer entry names: {', '.join(dropped_tables)}")
     return True

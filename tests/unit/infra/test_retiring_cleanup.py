@@ -258,3 +258,14 @@ def test_clean_realtime_drops_the_tables_of_views_it_finished_retiring(
     assert kept == ([stores.store] if retained else [])
     emitted = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert emitted["dropped_tables"] == (["old_v1"] if retained else [])
+
+
+def test_a_name_declared_again_leaves_the_list_only_after_the_settle_wait(stores):
+    """A view removed by an apply killed during its wait, then declared again by a second apply: the
+    speed layer maintains it again, so its rows stay, but its old batch table is protected only while
+    the name is retiring (stores.pointer.retention_plan). Taken off the list at once, the next
+    retention could drop that table under an answer that read the pointer before the removal."""
+    stores.markers, stores.marks = [marker("page_views", "old")], [{}]
+    batch.delete_retiring(None)
+    assert stores.settled == 1, "taken off the list only once no answer can still read its table"
+    assert stores.deleted == [] and stores.store.value.retiring == ()
