@@ -279,11 +279,12 @@ def delete_retiring(settings: Settings, pointer=None) -> bool:
 
 
 def _drop_retired_tables(settings: Settings, pointer) -> list[str]:
-    """Once the views retiring in `pointer` (read before the settle wait, so retiring for at least
-    batch.cleanup_settle_s: no answer still reads their tables) have lost their realtime rows, drop
-    the batch tables no pointer entry names, as a batch run's retention would: a view removed by
-    `views apply` whose clean-up was left to this command loses its tables now, not at the next batch
-    run. Nothing retiring: nothing to drop. The tables dropped (a failed retention is logged)."""
+    """After delete_retiring completed for the names retiring in `pointer` (read before the settle
+    wait, so retiring for at least batch.cleanup_settle_s: no answer still reads their tables), run a
+    batch run's retention on the pointer as it is now: a view removed by `views apply` whose clean-up
+    was left to this command loses its tables now, not at the next batch run. A name still retiring
+    (a replay holds it) keeps its newest table, as in any retention. Nothing retiring in `pointer`:
+    no retention. The tables dropped (a failed retention is logged, and gives none)."""
     from batch_layer.swap import retain_quietly
     from stores.registry import version_store
 
