@@ -200,6 +200,17 @@ def _copy(
                 f"the compacted copy of hour(s) {', '.join(map(_iso, wrong[:5]))} does not hold their rows "
                 f"({[copied.get(h, 0) for h in wrong[:5]]} vs {[expected.get(h, 0) for h in wrong[:5]]}): nothing moved"
             )
+        # Whether an hour may hold files the log forgot is told by this host's clock: one far behind
+        # would leave them out of the copy, which every read takes once the marker passes the hour.
+        # Checked against every complete file of the folders before anything moves.
+        held = _counts(_committed(settings, spark, hours, every=True)[0])
+        if held != copied:
+            wrong = sorted(h for h in set(held) | set(copied) if held.get(h) != copied.get(h))
+            raise CompactionRefused(
+                f"the folders of hour(s) {', '.join(map(_iso, wrong[:5]))} hold other records than the file sink's "
+                f"log gave ({[held.get(h, 0) for h in wrong[:5]]} vs {[copied.get(h, 0) for h in wrong[:5]]}): is "
+                "this host's clock behind the archiver's? Nothing moved"
+            )
         with WebHdfs(settings) as fs:
             if read_compacted(fs, settings) != marker:
                 raise CompactionRefused(

@@ -42,20 +42,38 @@ def first_copies(events: DataFrame) -> DataFrame:
     return events.withColumn("_copy", F.row_number().over(first)).where("_copy = 1").drop("_copy")
 
 
+LISTINGS = 3  # listings of the master a read makes at most while compactions move its marker
+
+
+class MasterCompactedMeanwhile(RuntimeError):
+    """Every listing of the master dataset a read made was overtaken by a compaction."""
+
+
 def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
     """The committed master dataset (the file sink's log hides files of unfinished batches): the
     compacted ingest hours from `_compacted/`, every later one through the file sink's log, or read
     whole where the log may have forgotten files (stores.master_compacted, stores.master_live). A
-    compaction marker that cannot be read fails the read, naming it."""
+    compaction marker that cannot be read fails the read, naming it; one that moved while the read
+    listed the master has it listed again."""
+    from stores import master_live
     from stores.master_compacted import archived_hours, before_hour, compacted_path, day_folders, read_compacted
-    from stores.master_live import read_live
     from stores.webhdfs import WebHdfs
 
     with WebHdfs(settings) as fs:
-        compacted = read_compacted(fs, settings)
-        days = day_folders(fs, compacted_path(settings)) if compacted is not None else []
-        after = compacted.through_ms if compacted is not None else 0
-        live, _ = read_live(spark, settings, fs, {h: p for h, p in archived_hours(fs, settings).items() if h >= after})
+        for _ in range(LISTINGS):
+            compacted = read_compacted(fs, settings)
+            days = day_folders(fs, compacted_path(settings)) if compacted is not None else []
+            after = compacted.through_ms if compacted is not None else 0
+            hours = {h: p for h, p in archived_hours(fs, settings).items() if h >= after}
+            live, _ = master_live.read_live(spark, settings, fs, hours)
+            # A compaction meanwhile moves its marker before it deletes the hours' folders: one read
+            # as missing would leave out the files of it the log forgot, with no error. Listed again.
+            if read_compacted(fs, settings) == compacted:
+                break
+        else:
+            raise MasterCompactedMeanwhile(
+                f"the master dataset was compacted while it was listed, {LISTINGS} times in a row: run again"
+            )
     if compacted is None:
         return live
     older = before_hour(compacted.through_ms)

@@ -15,9 +15,16 @@ import pytest
 
 from batch_layer.compaction import CompactionMismatch, CompactionRefused, compact_master
 from ingest.archiver import master_writer, with_ingest_partitions
-from stores import completeness
+from stores import completeness, master_live
 from stores.master import master_url, read_archived, read_master
-from stores.master_compacted import HOUR_MS, CompactionMarkerMalformed, compacted_path, hour_dir, marker_path
+from stores.master_compacted import (
+    HOUR_MS,
+    CompactionMarkerMalformed,
+    compacted_path,
+    day_folders,
+    hour_dir,
+    marker_path,
+)
 from stores.webhdfs import WebHdfs
 
 FILES = 4  # input files, one micro-batch each: every hour gets a file from each
@@ -171,7 +178,7 @@ def test_compaction_rewrites_finished_hours_and_every_read_stays_the_same(settin
 
 
 def test_the_sink_log_forgets_old_files_and_hours_it_forgot_files_of_are_read_from_their_folders(
-    settings, stack, spark, scratch, tmp_path
+    settings, stack, spark, scratch, tmp_path, monkeypatch
 ):
     """The file sink's log would list every file ever archived (~35,000 a day, rewritten whole every
     few batches): it forgets old files when it rewrites itself. Reads and compaction read an hour
@@ -217,8 +224,34 @@ def test_the_sink_log_forgets_old_files_and_hours_it_forgot_files_of_are_read_fr
                 fs.client.set_times(f"{folder}/{name}", modification_time=int(time.time() * 1000) - 30 * HOUR_MS)
     assert sorted(r["event_id"] for r in read_master(spark, scratch).collect()) == expected
 
+    # A compaction on a host whose clock is far behind takes those files for too young to be forgotten
+    # and reads the hours through the log alone: refused before anything moves, not a copy without them.
     complete_before(scratch, first + 3 * HOUR_MS)
-    done = compact_master(scratch, spark=spark)
+    with monkeypatch.context() as behind:
+        behind.setattr(master_live, "FORGETTABLE_AFTER_MS", master_live.FORGETTABLE_AFTER_MS + 10 * HOUR_MS)
+        with pytest.raises(CompactionRefused, match="clock behind"):
+            compact_master(scratch, spark=spark)
+    with WebHdfs(settings) as fs:
+        assert all(folder_files(fs, folder) for folder in folders), "no original went"
+        assert day_folders(fs, compacted_path(scratch)) == [], "no hour moved in"
+    assert sorted(r["event_id"] for r in read_master(spark, scratch).collect()) == expected
+
+    # A compaction between a read's listing of the hours and its look into their folders (a report or
+    # a replay, which hold no deletion back as a batch run does): the folders are gone, and the files
+    # the log forgot with them. The read sees the marker moved and lists the master again.
+    made: list = []
+    real_read_live = master_live.read_live
+
+    def compacted_meanwhile(*args, **kwargs):
+        if not made:
+            made.append(None)  # compaction reads the master too
+            made[0] = compact_master(scratch, spark=spark)
+        return real_read_live(*args, **kwargs)
+
+    monkeypatch.setattr(master_live, "read_live", compacted_meanwhile)
+    assert sorted(r["event_id"] for r in read_master(spark, scratch).collect()) == expected
+    monkeypatch.undo()
+    (done,) = made
     assert done.from_folders == [first, first + HOUR_MS, first + 2 * HOUR_MS], done
     assert done.rows == len(expected) and len(done.originals_deleted) == 3, done
     assert sorted(r["event_id"] for r in read_master(spark, scratch).collect()) == expected
