@@ -2,9 +2,9 @@
 (batch_layer.compaction). The `lambda_housekeeping` DAG runs it daily; running it again, or two at
 once from one state directory (they take turns), or after one was killed, loses and duplicates
 nothing; run it from one place (docs/operations.md). Exit 2 when it cannot run now (the archiver has
-not said how far the master is complete, its marker is doubted, it is behind the compacted hours,
-or the hours' folders hold other records than the log gave: a clock behind), 1 when it failed, or
-found compacted hours whose originals hold other records than their copy (those originals are kept).
+not said how far the master is complete, its marker is doubted, or it is behind the compacted
+hours), 1 when it failed, or found compacted hours whose originals hold other records than their
+copy (those originals are kept).
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def cmd_compact_master(settings: Settings, args: argparse.Namespace) -> int:
             else ""
         )
         + (
-            f"; {len(result.from_folders)} hour(s) read from their folders (they held files over 23 h old the "
-            "file sink's log does not list: forgotten by it, or a killed batch's)"
+            f"; {len(result.from_folders)} hour(s) read from their folders (they held files the file sink's "
+            "log does not list: forgotten by it, or a killed batch's)"
             if result.from_folders
             else ""
         )

@@ -35,6 +35,7 @@ log = logging.getLogger("lambda.master")
 # hour for the archiver's clock against this host's (the log compares its own clock with HDFS's
 # modification time).
 FORGETTABLE_AFTER_MS = 23 * HOUR_MS
+NEVER_MS = 2**62  # a time no file is as old as FORGETTABLE_AFTER_MS before: any_age's clock
 PARQUET_MAGIC = b"PAR1"  # a Parquet file's last 4 bytes: written with its footer, when the file is closed
 POSITION = ["kafka_partition", "kafka_offset", "ingest_time"]  # one record of `events`, whichever batch wrote it
 
@@ -72,15 +73,21 @@ def in_hours(hours: Iterable[int]) -> Column:
 
 
 def read_live(
-    spark: SparkSession, settings: Settings, fs: WebHdfs, hours: Mapping[int, str], every: bool = False
+    spark: SparkSession,
+    settings: Settings,
+    fs: WebHdfs,
+    hours: Mapping[int, str],
+    every: bool = False,
+    any_age: bool = False,
 ) -> tuple[DataFrame, list[int]]:
     """(the master's committed rows through the file sink's log, with those of the ingest hours of
     `hours` (start → folder path) that may hold files it forgot read whole instead; those hours).
-    With `every`, every hour of `hours` is read whole."""
+    With `every`, every hour of `hours` is read whole; with `any_age`, every one holding a file the
+    log does not list, however young (no clock tells which ones it may have forgotten)."""
     from stores.master import master_url, read_archived
 
     logged = read_archived(spark, master_url(settings))
-    now = int(time.time() * 1000)
+    now = NEVER_MS if any_age else int(time.time() * 1000)
     # An hour's files are written in it or later: a younger hour holds no file old enough.
     old = {h: p for h, p in hours.items() if every or h < now - FORGETTABLE_AFTER_MS + HOUR_MS}
     if not old:
@@ -98,7 +105,7 @@ def read_live(
         if cut:
             log.warning("left out, cut short (a killed archiver batch's; its retry wrote its records): %s", sorted(cut))
         complete += [f.path for f in files[hour] if f.path not in cut]
-    if not every:
+    if not (every or any_age):
         log.warning(
             "ingest hour(s) %s of the master dataset hold files over 23 h old that the file sink's log does not "
             "list (it forgets those older than archiver.sink_log_retention_h; or a killed batch's): read from "
