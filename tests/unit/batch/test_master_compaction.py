@@ -136,3 +136,40 @@ def test_no_retention_the_settings_accept_forgets_files_younger_than_reads_take_
         ArchiverSettings(sink_log_retention_h=23)
     least = ArchiverSettings(sink_log_retention_h=24).sink_log_retention_h * HOUR_MS
     assert FORGETTABLE_AFTER_MS <= least - HOUR_MS, "an hour's leeway for the archiver's clock"
+
+
+def test_a_read_lists_the_master_again_while_compactions_move_the_marker_and_gives_up_naming_it(monkeypatch):
+    """stores.master.read_master reads the compaction marker again after its listing: a compaction
+    that moved it meanwhile may have deleted folders the listing took for empty. Listed again then;
+    after LISTINGS listings all overtaken, the read fails by name instead of going on."""
+    from contextlib import nullcontext
+
+    import stores.master as master
+    import stores.master_compacted
+    import stores.master_live
+    import stores.webhdfs
+    from definitions.settings import Settings
+
+    markers: list = []
+    listings: list = []
+
+    def read_compacted(fs, settings):
+        markers.append(None)
+        return Compacted(T0 + len(markers) // 2 * HOUR_MS, 1) if moving else None
+
+    monkeypatch.setattr(stores.webhdfs, "WebHdfs", lambda settings: nullcontext(None))
+    monkeypatch.setattr(stores.master_compacted, "read_compacted", read_compacted)
+    monkeypatch.setattr(stores.master_compacted, "day_folders", lambda fs, path: [])
+    monkeypatch.setattr(stores.master_compacted, "archived_hours", lambda fs, settings: {})
+    monkeypatch.setattr(
+        stores.master_live, "read_live", lambda spark, settings, fs, hours: listings.append(hours) or ("live", [])
+    )
+    moving = True
+    with pytest.raises(master.MasterCompactedMeanwhile, match="compacted while it was listed"):
+        master.read_master(None, Settings())
+    assert len(listings) == master.LISTINGS
+    markers.clear()
+    listings.clear()
+    moving = False  # no compaction yet, none meanwhile
+    assert master.read_master(None, Settings()) == "live"
+    assert len(listings) == 1, "a marker that stayed: listed once"
