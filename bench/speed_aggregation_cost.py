@@ -2,14 +2,18 @@
 session options for the aggregation (speed_layer.job.AGGREGATION_OPTIONS) and with Spark's defaults
 (`--compare options`), or with the cells of views that have the same ones aggregated once, as a new
 checkpoint does, and per view, as a checkpoint made before (`--compare cells`;
-definitions.views.cell_groups).
+definitions.views.cell_groups), or every view in the one query the speed layer runs and each view in a
+streaming query of its own, all running at once in one Spark application (`--compare queries`: what a
+query per view would cost; each reads and de-duplicates every event, and without Kafka here the
+repeated read and validation are left out, so the figure understates that cost).
 
 Each run streams `--rows` synthetic events per micro-batch (Spark's rate-micro-batch source, two
 partitions, ingest time advancing `--advance-ms` per batch; 1,000 URLs, 50,000 users, 70 % page
 views) through the speed layer's own `cells_by_ingest_bucket` (the de-duplication a new checkpoint
 runs, every built-in view's cells, the stateful aggregation on RocksDB with changelog checkpointing)
 into a sink that discards them, micro-batches back to back, for `--duration` s. Prints each run's
-median micro-batch time over its last two thirds, and the ratio. `--pairs` alternates the two
+median micro-batch time over its last two thirds, and the ratio (with queries of their own: the
+slowest query's median, the one that bounds the rate all of them keep up with). `--pairs` alternates the two
 settings that many times (the machine is shared: compare medians of pairs run one after the other).
 
     .venv/bin/python bench/speed_aggregation_cost.py --rows 60000 --duration 150 --pairs 2 [--compare cells]
@@ -70,50 +74,65 @@ def events(spark, rows: int, advance_ms: int):
     )
 
 
-# Each comparison: its two setups, (session options, shared cells) by name; the ratio is the second's
-# median over the first's.
+# Each comparison: its two setups, (session options, shared cells, a query per view) by name; the ratio
+# is the second's median over the first's.
 COMPARISONS = {
-    "options": {"speed layer": (AGGREGATION_OPTIONS, True), "Spark defaults": (SPARK_DEFAULTS, True)},
-    "cells": {"shared cells": (AGGREGATION_OPTIONS, True), "cells per view": (AGGREGATION_OPTIONS, False)},
+    "options": {"speed layer": (AGGREGATION_OPTIONS, True, False), "Spark defaults": (SPARK_DEFAULTS, True, False)},
+    "cells": {
+        "shared cells": (AGGREGATION_OPTIONS, True, False),
+        "cells per view": (AGGREGATION_OPTIONS, False, False),
+    },
+    "queries": {"one query": (AGGREGATION_OPTIONS, True, False), "query per view": (AGGREGATION_OPTIONS, True, True)},
 }
 
 
 def run(
-    spark, settings, setup: tuple[dict[str, str], bool], rows: int, advance_ms: int, duration: float, folder: Path
-) -> list:
-    """The (input rows, batch ms) of every micro-batch of one run with `setup`: session options, and
-    whether cells are shared."""
-    options, shared = setup
+    spark, settings, setup: tuple[dict[str, str], bool, bool], rows: int, advance_ms: int, duration: float, folder: Path
+) -> list[list]:
+    """The (input rows, batch ms) of every micro-batch of each query of one run with `setup`: session
+    options, whether cells are shared, and whether each view has a query of its own (all at once)."""
+    options, shared, per_view = setup
     for key, value in options.items():
         spark.conf.set(key, value)
-    stream = events(spark, rows, advance_ms)
-    cells = cells_by_ingest_bucket(stream, list(BUILT_IN), settings, dedupe=DEDUPE_SCAN, shared=shared)
-    query = (
-        cells.writeStream.outputMode("update")
-        .format("noop")
-        .option("checkpointLocation", folder.as_uri())
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
-    seen: dict[int, tuple[int, int]] = {}
+    groups = [[view] for view in BUILT_IN] if per_view else [list(BUILT_IN)]
+    queries = []
+    for number, views in enumerate(groups):
+        cells = cells_by_ingest_bucket(
+            events(spark, rows, advance_ms), views, settings, dedupe=DEDUPE_SCAN, shared=shared
+        )
+        writer = cells.writeStream.outputMode("update").format("noop")
+        writer = writer.option("checkpointLocation", (folder / str(number)).as_uri()).trigger(
+            processingTime="0 seconds"
+        )
+        queries.append(writer.start())
+    seen: list[dict[int, tuple[int, int]]] = [{} for _ in queries]
     started = time.monotonic()
     try:
         while time.monotonic() - started < duration:
             time.sleep(1)
-            for p in query.recentProgress:
-                if p.numInputRows:
-                    seen[p.batchId] = (int(p.numInputRows), int(p.durationMs.get("triggerExecution", 0)))
+            for query, batches in zip(queries, seen, strict=True):
+                for p in query.recentProgress:
+                    if p.numInputRows:
+                        batches[p.batchId] = (int(p.numInputRows), int(p.durationMs.get("triggerExecution", 0)))
     finally:
         spark.sparkContext.setLogLevel("FATAL")  # the stop interrupts tasks mid-commit, which log errors
-        query.stop()
+        for query in queries:
+            query.stop()
         spark.sparkContext.setLogLevel("WARN")
-    return [seen[k] for k in sorted(seen)]
+    return [[batches[k] for k in sorted(batches)] for batches in seen]
 
 
 def median_batch_ms(batches: list) -> float | None:
     """The median micro-batch time over the last two thirds of a run (the first third warms it up)."""
     kept = batches[len(batches) // 3 :]
     return statistics.median(ms for _, ms in kept) if kept else None
+
+
+def slowest_median_ms(queries: list[list]) -> float | None:
+    """The highest of the queries' median micro-batch times: every query reads every event, so the
+    slowest one bounds the input rate they all keep up with."""
+    medians = [median_batch_ms(batches) for batches in queries]
+    return None if not medians or None in medians else max(m for m in medians if m is not None)
 
 
 def main() -> int:
@@ -152,9 +171,9 @@ def main() -> int:
         for pair in range(args.pairs):
             for number, (name, setup) in enumerate(setups.items()):
                 checkpoint = folder / f"{pair}-{number}"
-                batches = run(spark, settings, setup, args.rows, args.advance_ms, args.duration, checkpoint)
+                queries = run(spark, settings, setup, args.rows, args.advance_ms, args.duration, checkpoint)
                 result["runs"][name].append(
-                    {"micro_batches": len(batches), "median_batch_ms": median_batch_ms(batches)}
+                    {"micro_batches": sum(map(len, queries)), "median_batch_ms": slowest_median_ms(queries)}
                 )
     finally:
         spark.stop()  # until then, the stopped queries' state stores may still write into their checkpoints

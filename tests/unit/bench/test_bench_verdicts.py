@@ -182,6 +182,12 @@ def test_the_aggregation_cost_leaves_the_warm_up_third_out_and_times_the_speed_l
 
     assert AGGREGATION_OPTIONS.keys() == cost.SPARK_DEFAULTS.keys()
     assert AGGREGATION_OPTIONS != cost.SPARK_DEFAULTS
+    # A query per view: each reads every event, so the slowest query's median is the figure.
+    fast = [(60_000, 1_000)] * 3
+    assert cost.slowest_median_ms([batches, fast]) == 2_025
+    assert cost.slowest_median_ms([fast, []]) is None, "a query that finished no micro-batch gives no figure"
+    (one, per_view) = cost.COMPARISONS["queries"].values()
+    assert (one[2], per_view[2]) == (False, True) and one[:2] == per_view[:2], "they differ in the queries only"
 
 
 def test_the_idle_footprint_reports_the_speed_layers_micro_batches_by_id(bench):
