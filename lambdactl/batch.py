@@ -9,6 +9,7 @@ import time
 
 from definitions.settings import Settings
 from lambdactl.output import _emit, _say
+from lambdactl.report import cmd_report
 
 log = logging.getLogger("lambdactl")
 
@@ -95,8 +96,6 @@ def cmd_batch(settings: Settings, args: argparse.Namespace) -> int:
         if not args.no_swap and not args.no_report:
             # The accuracy report of the window this run absorbed (the DAG runs it as its own task).
             try:
-                from lambdactl.report import cmd_report
-
                 cmd_report(settings, argparse.Namespace(version=result.version, limit=0, json=False))
             except Exception as exc:  # the batch itself is done and serving; say what failed
                 log.error(
