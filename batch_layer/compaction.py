@@ -4,13 +4,14 @@ small file per Kafka partition and hour at each trigger: ~35,000 files a day tha
 lists and opens.
 
 One command (`lambdactl compact-master`, run daily by the `lambda_housekeeping` DAG; again, twice at
-once, or after a crash, it does no harm):
+once from one state directory, or after a crash, it does no harm; run it from one place):
 
 1. plans the hours after the last compacted one that the archiver has finished (its completeness
    marker is past their end, so it writes no more files in them), at most `max_hours` of them;
-2. copies their rows, read as a batch run reads them (through the file sink's log, or from the
-   folder of an hour the log may have forgotten files of: stores.master_live), into a temporary
-   folder, and checks the copy holds each hour's rows, hour by hour;
+2. copies their rows (through the file sink's log, or from the folder of every hour holding a file
+   the log does not list, however young: stores.master_live's any_age, where a batch run goes by
+   the file's age, which a clock far behind misjudges), into a temporary folder, and checks the
+   copy holds each hour's rows, hour by hour;
 3. moves each hour's folder into `_compacted/`, then moves the marker past them: from that moment a
    read takes those hours from `_compacted/` (a crash before it leaves folders no read looks at, which
    the next compaction replaces);

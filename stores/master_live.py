@@ -10,6 +10,8 @@ setting says now: a value raised since does not bring forgotten files back) is r
 every complete data file of its folder, one row per Kafka position (a killed batch's copy of records
 its retry wrote again is not counted twice); a file cut short (no Parquet footer) is left out, as
 no committed file is. Such an hour costs a read of its folder, and is logged: compact the master.
+Compaction reads so every hour holding a file the log does not list, whatever its age (`any_age`):
+the age is told by this host's clock, and the copy it makes is what every read takes from then on.
 """
 
 from __future__ import annotations
