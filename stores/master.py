@@ -45,6 +45,11 @@ def first_copies(events: DataFrame) -> DataFrame:
 LISTINGS = 3  # listings of the master a read makes at most while compactions move its marker
 
 
+def _through(marker) -> int:
+    """The hour the master is compacted up to (0: none)."""
+    return marker.through_ms if marker is not None else 0
+
+
 class MasterCompactedMeanwhile(RuntimeError):
     """Every listing of the master dataset a read made was overtaken by a compaction."""
 
@@ -63,12 +68,13 @@ def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
         for _ in range(LISTINGS):
             compacted = read_compacted(fs, settings)
             days = day_folders(fs, compacted_path(settings)) if compacted is not None else []
-            after = compacted.through_ms if compacted is not None else 0
+            after = _through(compacted)
             hours = {h: p for h, p in archived_hours(fs, settings).items() if h >= after}
             live, _ = master_live.read_live(spark, settings, fs, hours)
             # A compaction meanwhile moves its marker before it deletes the hours' folders: one read
             # as missing would leave out the files of it the log forgot, with no error. Listed again.
-            if read_compacted(fs, settings) == compacted:
+            # Only a move past the hours read counts (deleting originals rewrites the marker too).
+            if _through(read_compacted(fs, settings)) == after:
                 break
         else:
             raise MasterCompactedMeanwhile(

@@ -173,3 +173,18 @@ def test_a_read_lists_the_master_again_while_compactions_move_the_marker_and_giv
     moving = False  # no compaction yet, none meanwhile
     assert master.read_master(None, Settings()) == "live"
     assert len(listings) == 1, "a marker that stayed: listed once"
+
+    # Deleting originals rewrites the marker without moving its hour: no reason to list again.
+    class Frame:
+        def where(self, condition):
+            return self
+
+    monkeypatch.setattr(stores.master_compacted, "before_hour", lambda through_ms: ~0)
+    monkeypatch.setattr(
+        stores.master_live, "read_live", lambda spark, settings, fs, hours: listings.append(hours) or (Frame(), [])
+    )
+    rewritten = iter(Compacted(T0, k, deleted_before_ms=T0 - k % 2 * HOUR_MS) for k in range(10))
+    monkeypatch.setattr(stores.master_compacted, "read_compacted", lambda fs, settings: next(rewritten))
+    listings.clear()
+    assert isinstance(master.read_master(None, Settings()), Frame)
+    assert len(listings) == 1, "a marker rewritten at the same hour: listed once"
