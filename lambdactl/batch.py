@@ -284,12 +284,19 @@ def _drop_retired_tables(settings: Settings, pointer) -> list[str]:
     was left to this command loses its tables now, not at the next batch run. A name still retiring
     (a replay holds it) keeps its newest table, as in any retention. Nothing retiring in `pointer`:
     no retention. The tables dropped (a failed retention is logged, and gives none)."""
-    from batch_layer.swap import retain_quietly
     from stores.registry import version_store
 
     if not pointer.retiring:
         return []
-    dropped = retain_quietly(settings, version_store(settings), "after the clean-up of retired views")
+    return drop_unnamed_tables(settings, version_store(settings), "after the clean-up of retired views")
+
+
+def drop_unnamed_tables(settings: Settings, store, when: str) -> list[str]:
+    """A batch run's retention now (batch_layer.swap.retain_quietly: a failure is logged), saying
+    which tables it dropped; those tables."""
+    from batch_layer.swap import retain_quietly
+
+    dropped = retain_quietly(settings, store, when)
     if dropped:
         _say(f"dropped batch tables no pointer entry names: {', '.join(dropped)}")
     return dropped

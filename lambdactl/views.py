@@ -321,8 +321,7 @@ def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = 
     read the old marker, took them for maintained and unmarked them — then delete the realtime rows
     of every retiring one once no answer can still read them. False when some of those rows were
     left for a later clean-up."""
-    from batch_layer.swap import retain_quietly
-    from lambdactl.batch import delete_retiring, move_pointer
+    from lambdactl.batch import delete_retiring, drop_unnamed_tables, move_pointer
     from stores.pointer_moves import retire
     from stores.registry import version_store
 
@@ -345,8 +344,8 @@ def _retire(settings: Settings, maintained: list[str], dropped: Sequence[str] = 
     # for that): those go now, not at the next batch run's retention. Only when some name was retiring
     # and not maintained: an apply with nothing to retire changes nothing (a name declared again keeps
     # its rows; its old table, unprotected once the wait took it off the list, goes at the next one).
-    if pending and (dropped_tables := retain_quietly(settings, store, "after the retirement")):
-        _say(f"dropped batch tables no pointer entry names: {', '.join(dropped_tables)}")
+    if pending:
+        drop_unnamed_tables(settings, store, "after the retirement")
     return True
 
 

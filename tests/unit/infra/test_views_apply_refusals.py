@@ -260,6 +260,7 @@ def test_a_completed_retirement_drops_the_retired_tables_at_once(monkeypatch):
 
     said: list[str] = []
     monkeypatch.setattr(views, "_say", said.append)
+    monkeypatch.setattr(batch, "_say", said.append)
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(retain=retain))
     monkeypatch.setattr(batch, "move_pointer", lambda _store, change, *_: change(current))
     settings = Settings()
