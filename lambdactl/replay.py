@@ -98,6 +98,9 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     except Refused as exc:
         _say(f"replay refused, nothing changed: {exc}")
         return 2
+    except Exception as exc:  # Kafka or HDFS away while `--from` was looked up: nothing claimed yet
+        _say(f"replay of {args.view} not started, nothing changed: {type(exc).__name__}: {str(exc)[:500]}")
+        return 1
     view, from_ms, replaced = plan
     try:
         return _run(settings, view, from_ms, replaced, args)

@@ -22,9 +22,9 @@ def switched_to(settings: Settings, claim, split_ms: int) -> None:
 
     try:
         switch(settings, claim, split_ms)
-    except (ReplayMarked, KeyboardInterrupt):
+    except ReplayMarked:
         raise
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C too: after the overlay, the view answers from the replay
         try:
             overlay = read_overlays(settings).get(claim.view)
         except Exception:  # noqa: BLE001 - HDFS away: whether the overlay was written cannot be told

@@ -692,6 +692,24 @@ def test_an_interrupted_replay_says_what_it_left_and_how_to_go_on(monkeypatch, c
     assert "replay of page_views interrupted; page_views stays claimed: --resume or --cancel" in caplog.text
 
 
+def test_a_store_failing_while_the_replay_is_planned_is_said_not_thrown(monkeypatch, caplog):
+    """Kafka down while the replay looked up `--from`'s offsets: a traceback, where every later
+    failure is said in one line."""
+    import argparse
+    import logging
+
+    from lambdactl import replay
+
+    def no_brokers(settings, args):
+        raise ConnectionError("NoBrokersAvailable")
+
+    monkeypatch.setattr(replay, "_plan", no_brokers)
+    args = argparse.Namespace(view="page_views", from_="2026-11-17T09:00:00Z", resume=False, cancel=False, json=False)
+    with caplog.at_level(logging.INFO):
+        assert replay.cmd_replay(None, args) == 1
+    assert "replay of page_views not started, nothing changed: ConnectionError: NoBrokersAvailable" in caplog.text
+
+
 def test_a_from_with_spaces_around_it_is_read():
     assert resolve_from(" 2026-11-17T09:00:30Z\n", 0, BUCKET_S, NOW_MS) == 1_794_906_000_000
 
@@ -904,6 +922,28 @@ def test_a_switch_that_fails_after_its_overlay_is_written_says_the_view_answers_
         replays, "read_overlays", lambda _settings: {"page_views": ReplayMark("page_views", 0, 4_000, "x", 6_000)}
     )
     with pytest.raises(ConnectionError):
+        replay_switch.switched_to(Settings(), claim, 9_000)
+
+
+def test_a_switch_interrupted_after_its_overlay_is_written_says_the_view_answers_from_the_replay(monkeypatch):
+    """Ctrl-C during the switch, after the overlay was written: the replay said "keeps answering as before"."""
+    from definitions.settings import Settings
+    from lambdactl import replay_switch
+    from stores import replays
+    from stores.replays import ReplayMark, shadow_name
+
+    claim = ReplayMark("page_views", 0, 5_000, shadow=shadow_name("page_views", 5_000))
+    overlay = ReplayMark("page_views", 0, 5_000, shadow=claim.shadow, split_ms=9_000)
+
+    def interrupted(settings, held, split_ms):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(replays, "switch", interrupted)
+    monkeypatch.setattr(replays, "read_overlays", lambda _settings: {"page_views": overlay})
+    with pytest.raises(replay_switch.SwitchUnfinished, match=r"switched \(it answers from the replayed rows\)"):
+        replay_switch.switched_to(Settings(), claim, 9_000)
+    monkeypatch.setattr(replays, "read_overlays", lambda _settings: {})
+    with pytest.raises(KeyboardInterrupt):
         replay_switch.switched_to(Settings(), claim, 9_000)
 
 
