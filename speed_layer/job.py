@@ -106,7 +106,9 @@ def cells_by_ingest_bucket(
     its checkpoint's state is made by one). On a static DataFrame, whatever `dedupe` says,
     every copy after the first by ingest time is dropped, and only first copies ingested at or after
     `count_from_ms` are counted: a replay reads the dedupe window before its start too, so a copy
-    whose first was ingested just before is dropped, as the running speed layer dropped it."""
+    whose first was ingested just before is dropped, as the running speed layer dropped it. Copies
+    further apart than the stream's state keeps an event (about 2W) are one here, as in the batch
+    layer, and two in the stream's rows."""
     from pyspark.sql import functions as F
 
     if events.isStreaming:
