@@ -38,6 +38,7 @@ from serving_layer.view_states import ViewState, view_states
 from stores.batch_views import Pointer
 from stores.checkpoints import Marker
 from stores.pointer import NO_SOURCE, ViewSource
+from stores.replays import ReplayMark
 from stores.view_versions import versions_of
 
 log = logging.getLogger(__name__)
@@ -261,6 +262,7 @@ class ServingLayer:
         provenance = self._provenance(view, source)
         batch = self.batch.series(source, view, granularity, key_values, buckets)
         merge = merge_additive if view.additive else merge_distinct
+        overlay = None
         try:
             key = key_text(key_values)
             distinct = view.aggregation == "distinct"
@@ -292,7 +294,7 @@ class ServingLayer:
             provenance.unavailable.append(exc.component)
             provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
             merged = merge(buckets, batch, speed)
-        self._late_drops(provenance, source, buckets)
+        self._late_drops(provenance, source, buckets, overlay)
         self.provenance_counts["batch"] += len(batch)
         self.provenance_counts["speed"] += len(speed)
         return SeriesAnswer(view, dict(zip(view.keys, key_values)), granularity, merged, provenance)
@@ -321,6 +323,7 @@ class ServingLayer:
         provenance = self._provenance(view, source)
         batch = self.batch.top(source, view, granularity, buckets)
         speed: dict[str, int] = {}
+        overlay = None
         try:
             overlay = self.speed.overlay(view.name)
             per_bucket = self.realtime.kept(
@@ -335,7 +338,7 @@ class ServingLayer:
                 raise
             provenance.unavailable.append(exc.component)
             provenance.incomplete(f"{exc.component} cannot be read: the answer has no speed part")
-        self._late_drops(provenance, source, buckets)
+        self._late_drops(provenance, source, buckets, overlay)
         return TopAnswer(view, granularity, start_s, end_s, merge_top(batch, speed, limit), provenance)
 
     def view_states(self) -> list[ViewState]:
@@ -352,13 +355,16 @@ class ServingLayer:
             provenance.incomplete(reason)
         return provenance
 
-    def _late_drops(self, provenance: Provenance, source: ViewSource, buckets: list[int]) -> None:
-        """Flag rows the speed layer dropped as late, and records Kafka deleted before it or the
-        archiver read them (accepted losses). Asked once the speed part was read: a read of
-        the realtime store's marks that saw the speed layer mark new drops read their record first
-        (SpeedState.notice_marks)."""
+    def _late_drops(
+        self, provenance: Provenance, source: ViewSource, buckets: list[int], overlay: ReplayMark | None
+    ) -> None:
+        """Flag rows the speed layer dropped as late (unless the switched replay `overlay` read
+        them), and records Kafka deleted before it or the archiver read them (accepted losses). Asked
+        once the speed part was read: a read of the realtime store's marks that saw the speed layer
+        mark new drops read their record first (SpeedState.notice_marks)."""
+        replayed = (overlay.from_ms, overlay.split_ms) if overlay is not None and overlay.split_ms else None
         for reason in (
-            late_drop_reason(source.cutoff_ms, self.speed.late_drops),
+            late_drop_reason(source.cutoff_ms, self.speed.late_drops, replayed),
             loss_reason(source.cutoff_ms, self.speed.losses),
             archiver_loss_reason(buckets[0], self.speed.archiver_losses, self.settings.events.max_future_s)
             if buckets

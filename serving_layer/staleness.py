@@ -60,12 +60,18 @@ def stale_reason(
     )
 
 
-def late_drop_reason(cutoff_ms: int, drops: tuple[int, int] | None) -> str | None:
+def late_drop_reason(
+    cutoff_ms: int, drops: tuple[int, int] | None, replayed: tuple[int, int] | None = None
+) -> str | None:
     """Why answers may be missing rows the speed layer dropped as later than its watermark
     (stores.checkpoints.record_late_drops: (watermark ms, rows)), or None once the batch cutoff covers
-    them. Spark drops a row whose ingest time is at or below the watermark, and a cutoff takes the rows
-    ingested before it: a cutoff on the watermark itself does not cover them."""
+    them, or a switched replay's rows do (`replayed`: the ingest times [from, split) they answer for,
+    read from Kafka with no watermark). Spark drops a row whose ingest time is at or below the
+    watermark, and a cutoff takes the rows ingested before it: a cutoff on the watermark itself does
+    not cover them."""
     if drops is None or cutoff_ms > drops[0]:
+        return None
+    if replayed is not None and replayed[0] <= cutoff_ms and replayed[1] > drops[0]:
         return None
     below_ms, rows = drops
     return (

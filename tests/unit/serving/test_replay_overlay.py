@@ -160,3 +160,25 @@ def test_a_view_whose_replay_mark_is_no_mark_is_refused_naming_it_and_the_other_
         raise AssertionError("a view with a broken replay mark answered as if none were there")
     top_pages = next(v for v in serving.views if v.name == "top_pages")
     assert serving.top(top_pages, C - HOUR, C + 3 * HOUR, "hour", 10).rows, "the other views still answer"
+
+
+def test_rows_dropped_as_late_that_a_switched_replay_counted_no_longer_flag_the_answers(tmp_path):
+    """A replay reads Kafka whole, with no watermark: rows the speed layer dropped as late are in its
+    rows. Its answers were still flagged "may be missing rows" until the next batch run."""
+    serving = _serving(tmp_path)
+    MemoryRealtime.rows = {}
+    _rows("page_views", {C: 1})
+    page_views = next(v for v in serving.views if v.name == "page_views")
+
+    def reasons() -> list[str]:
+        return serving.series(page_views, {"url": "/a"}, C - HOUR, C + 3 * HOUR, "hour").provenance.reasons
+
+    dropped = ((C + HOUR) * 1000, 7)  # rows ingested at or before C + 1 h, after the cutoff C
+    serving.speed.known(None, late_drops=dropped)
+    assert any("7 rows later than its watermark" in r for r in reasons())
+    serving.speed.known(None, late_drops=dropped, overlays={"page_views": _overlay("page_views", C, C + 2 * HOUR)})
+    assert reasons() == [], "the replay's rows, from the cutoff to past the drops, hold them"
+    for from_s, split_s in ((C + HOUR, C + 2 * HOUR), (C, C + HOUR)):  # from after the cutoff; split on the watermark
+        overlays = {"page_views": _overlay("page_views", from_s, split_s)}
+        serving.speed.known(None, late_drops=dropped, overlays=overlays)
+        assert any("7 rows later than its watermark" in r for r in reasons()), (from_s, split_s)
