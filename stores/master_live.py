@@ -8,8 +8,10 @@ itself, which compaction normally makes harmless by taking every hour long befor
 a file the log does not list that is older than that could be (FORGETTABLE_AFTER_MS, whatever the
 setting says now: a value raised since does not bring forgotten files back) is read whole instead:
 every complete data file of its folder, one row per Kafka position (a killed batch's copy of records
-its retry wrote again is not counted twice); a file cut short (no Parquet footer) is left out, as
-no committed file is. Such an hour costs a read of its folder, and is logged: compact the master.
+its retry wrote again is not counted twice: the copy kept is the one from a file the log lists, else
+from the newest file, the retry's, which may carry a field the killed batch's code did not write:
+not_logged); a file cut short (no Parquet footer) is left out, as no committed file is. Such an
+hour costs a read of its folder, and is logged: compact the master.
 Compaction reads so every hour holding a file the log does not list, whatever its age (`any_age`):
 the age is told by this host's clock, and the copy it makes is what every read takes from then on.
 """
@@ -114,9 +116,26 @@ def read_live(
             "their folders. Compact the master dataset (`lambdactl compact-master`)",
             ", ".join(map(iso_ms, whole)),
         )
-    rows = logged.where(~in_hours(whole))
-    if not complete:
-        return rows, sorted(whole)
+    unlisted = [path for path in complete if path not in listed]
+    if not unlisted:
+        return logged, sorted(whole)
     url, root = master_url(settings), settings.archiver.master_path
-    read = read_archived(spark, *[f"{url}{p[len(root) :]}" for p in complete], base=url).dropDuplicates(POSITION)
-    return rows.unionByName(read), sorted(whole)
+    extra = read_archived(spark, *[f"{url}{p[len(root) :]}" for p in unlisted], base=url)
+    return logged.unionByName(not_logged(extra, logged.where(in_hours(whole)))), sorted(whole)
+
+
+def not_logged(unlisted: DataFrame, logged: DataFrame) -> DataFrame:
+    """The rows of `unlisted` (complete files of the master the log does not list) at Kafka
+    positions no file it lists holds (`logged`: theirs, of the same hours), one per position: from
+    the newest file. A record a listed file holds is taken from it, a committed batch's: a killed
+    batch's copy may lack a field its retry wrote (an upgrade's first batch killed); and a killed
+    batch's file comes before its retry's."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    named = unlisted.select(
+        "*", F.col("_metadata.file_modification_time").alias("_at"), F.col("_metadata.file_name").alias("_file")
+    )
+    newest = Window.partitionBy(*POSITION).orderBy(F.col("_at").desc(), F.col("_file"))
+    one = named.withColumn("_copy", F.row_number().over(newest)).where("_copy = 1").drop("_copy", "_at", "_file")
+    return one.join(logged.select(*POSITION), POSITION, "left_anti")

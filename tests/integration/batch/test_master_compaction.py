@@ -62,9 +62,9 @@ def archive(spark, settings, root: str, folder, first_hour: int, hours: int, ret
     drain(spark, settings, root, folder, retention)
 
 
-def drain(spark, settings, root: str, folder, retention: str | None = None) -> None:
+def drain(spark, settings, root: str, folder, retention: str | None = None, source: str = SOURCE) -> None:
     """The archiver's writer over the folder's files not archived yet, one micro-batch per file."""
-    stream = spark.readStream.schema(SOURCE).option("maxFilesPerTrigger", 1).json(folder.as_uri())
+    stream = spark.readStream.schema(source).option("maxFilesPerTrigger", 1).json(folder.as_uri())
     checkpoint = f"{settings.hdfs.url}{root}/checkpoint"
     writer = master_writer(with_ingest_partitions(stream), settings, checkpoint, retention)
     query = writer.trigger(availableNow=True).start()
@@ -72,10 +72,10 @@ def drain(spark, settings, root: str, folder, retention: str | None = None) -> N
     assert query.exception() is None
 
 
-def complete_before(settings, ms: int) -> None:
+def complete_before(settings, ms: int, batch: int = FILES - 1) -> None:
     """The archiver's completeness marker, saying every record stamped before `ms` is archived."""
     progress = completeness.PartitionProgress(next_offset=10**6, complete_before_ms=ms)
-    marker = completeness.Completeness(FILES - 1, int(time.time() * 1000), {0: progress}, expected_partitions=1)
+    marker = completeness.Completeness(batch, int(time.time() * 1000), {0: progress}, expected_partitions=1)
     # (a batch id the master holds: the late record's batch, FILES, comes after it)
     completeness.publish(settings, marker)
 
@@ -247,3 +247,43 @@ def test_the_sink_log_forgets_old_files_and_hours_it_forgot_files_of_are_read_fr
 
 def _iso_s(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def test_an_hour_read_from_its_folder_keeps_the_committed_copy_of_a_record_not_a_killed_batchs(
+    settings, stack, spark, scratch, tmp_path
+):
+    """An upgrade's first archiver batch killed after it wrote a complete file: the code before the
+    upgrade did not write the field schema_version 2 added, and its retry wrote the same Kafka
+    positions with it. Compaction reads that hour from its folder (it holds a file the log does not
+    list): every record once, with the retry's field, not the killed batch's copy without it."""
+    scratch, root = scratch
+    first = (int(time.time() * 1000) // HOUR_MS - 2) * HOUR_MS
+    records = [
+        {"event_id": f"v2-{i}", "url": "/v2", "event_type": "page_view", "kafka_partition": 0, "kafka_offset": i}
+        | {"event_time": _iso_s(first + i * 1000), "ingest_time": _iso_s(first + i * 1000), "channel": "app"}
+        for i in range(PER_HOUR)
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "part-0.json").write_text("\n".join(json.dumps(r) for r in records))
+    drain(spark, scratch, root, tmp_path / "in", source=f"{SOURCE}, channel STRING")
+    folder = f"{scratch.archiver.master_path}/{hour_dir(first)}"
+    with WebHdfs(settings) as fs:
+        (committed,) = folder_files(fs, folder)
+    # The killed batch's complete file: the same positions, no channel column; written uncompressed,
+    # so larger, so Spark reads it before the committed one.
+    killed = f"{root}/killed"
+    spark.read.parquet(f"{settings.hdfs.url}{folder}/{committed}").drop("channel").coalesce(1).write.option(
+        "compression", "none"
+    ).parquet(f"{settings.hdfs.url}{killed}")
+    with WebHdfs(settings) as fs:
+        (name,) = folder_files(fs, killed)
+        data = fs.read(f"{killed}/{name}")
+        assert data is not None
+        fs.write(f"{folder}/part-00000-killed-before-the-upgrade.c000.parquet", data)
+        assert len(folder_files(fs, folder)) == 2
+    complete_before(scratch, first + HOUR_MS, batch=0)
+
+    done = compact_master(scratch, spark=spark)
+    assert done.compacted_hours == [first] and done.from_folders == [first] and done.rows == PER_HOUR, done
+    read = read_master(spark, scratch).collect()
+    assert sorted((r["event_id"], r["channel"]) for r in read) == sorted((r["event_id"], "app") for r in records)
