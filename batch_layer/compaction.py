@@ -4,7 +4,9 @@ small file per Kafka partition and hour at each trigger: ~35,000 files a day tha
 lists and opens.
 
 One command (`lambdactl compact-master`, run daily by the `lambda_housekeeping` DAG; again, twice at
-once from one state directory, or after a crash, it does no harm; run it from one place):
+once from one state directory, or after a crash, it does no harm; one from another host is refused
+while this one holds the master's lease, stores.master_lease, checked before each step below that
+changes the master):
 
 1. plans the hours after the last compacted one that the archiver has finished (its completeness
    marker is past their end, so it writes no more files in them), at most `max_hours` of them;
@@ -26,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from definitions.files import state_lock
@@ -44,6 +46,7 @@ from stores.master_compacted import (
     read_compacted,
     write_compacted,
 )
+from stores.master_lease import LeaseHeld, compaction_lease
 from stores.master_live import read_live
 
 log = logging.getLogger("lambda.compaction")
@@ -123,19 +126,24 @@ def compact_master(settings: Settings, spark=None, max_hours: int = 168) -> Comp
     from definitions.spark import spark_session
 
     started = time.monotonic()
-    with state_lock(settings.state_dir, "master-compaction.lock", "master compaction", log.info):
-        own = spark is None
-        spark = spark or spark_session(settings, "lambda-compaction")
-        try:
-            result = _compact(settings, spark, max_hours)
-        finally:
-            if own:
-                spark.stop()
-        result.seconds = round(time.monotonic() - started, 1)
-        return result
+    try:
+        # Two from one state directory take turns; from two hosts, the second is refused (stores.master_lease).
+        with state_lock(settings.state_dir, "master-compaction.lock", "master compaction", log.info):
+            with compaction_lease(settings) as lease:
+                own = spark is None
+                spark = spark or spark_session(settings, "lambda-compaction")
+                try:
+                    result = _compact(settings, spark, max_hours, lease.check)
+                finally:
+                    if own:
+                        spark.stop()
+    except LeaseHeld as exc:
+        raise CompactionRefused(str(exc)) from None
+    result.seconds = round(time.monotonic() - started, 1)
+    return result
 
 
-def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
+def _compact(settings: Settings, spark, max_hours: int, still_leased: Callable[[], None]) -> CompactionResult:
     from stores.webhdfs import WebHdfs
 
     sealed = sealed_before(settings)
@@ -155,6 +163,7 @@ def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
     result = CompactionResult(marker.through_ms if marker else None)
     if marker is None and todo:
         # Before any hour moves in: a compacted hour without a marker fails every read (its originals may be gone).
+        still_leased()
         marker = Compacted(todo[0], int(time.time() * 1000))
         with WebHdfs(settings) as fs:
             write_compacted(fs, settings, marker)
@@ -162,19 +171,22 @@ def _compact(settings: Settings, spark, max_hours: int) -> CompactionResult:
     if todo or marker is None or through > marker.through_ms:
         if todo:
             folders = {h: present[h] for h in todo}
-            result.compacted_hours, result.rows, result.from_folders = _copy(settings, spark, folders, marker)
+            result.compacted_hours, result.rows, result.from_folders = _copy(
+                settings, spark, folders, marker, still_leased
+            )
         deleted = marker.deleted_before_ms if marker is not None else 0
+        still_leased()
         with WebHdfs(settings) as fs:
             write_compacted(fs, settings, Compacted(through, int(time.time() * 1000), deleted))
         result.through_ms = through
         log.info("master compacted up to %s: %d hour(s), %d rows", _iso(through), len(todo), result.rows)
     if result.through_ms is not None:
-        _drop_originals(settings, spark, result)
+        _drop_originals(settings, spark, result, still_leased)
     return result
 
 
 def _copy(
-    settings: Settings, spark, hours: Mapping[int, str], marker: Compacted | None
+    settings: Settings, spark, hours: Mapping[int, str], marker: Compacted | None, still_leased: Callable[[], None]
 ) -> tuple[list[int], int, list[int]]:
     """Copy the rows of `hours` (start → the archiver's folder) into `_compacted/`, each hour checked
     whole before it is moved there; (the hours that hold rows, the rows copied, the hours read from
@@ -204,11 +216,12 @@ def _copy(
                 f"the compacted copy of hour(s) {', '.join(map(_iso, wrong[:5]))} does not hold their rows "
                 f"({[copied.get(h, 0) for h in wrong[:5]]} vs {[expected.get(h, 0) for h in wrong[:5]]}): nothing moved"
             )
+        still_leased()
         with WebHdfs(settings) as fs:
             if read_compacted(fs, settings) != marker:
                 raise CompactionRefused(
-                    f"{root}/_through.json changed while this compaction copied: another one ran (from another "
-                    "host or state directory: run compactions from one place); nothing moved"
+                    f"{root}/_through.json changed while this compaction copied: another one ran (one whose "
+                    "lease had lapsed); nothing moved"
                 )
             for hour in sorted(expected):
                 target = f"{root}/{hour_dir(hour)}"
@@ -251,7 +264,7 @@ def _counts(frame) -> dict[int, int]:
     return out
 
 
-def _drop_originals(settings: Settings, spark, result: CompactionResult) -> None:
+def _drop_originals(settings: Settings, spark, result: CompactionResult, still_leased: Callable[[], None]) -> None:
     """Delete the archiver's folders of compacted hours whose committed rows the compacted copy holds
     (a record stamped into an hour after it was compacted keeps them, CompactionMismatch), unless a
     batch run may still read them."""
@@ -287,6 +300,7 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult) -> None
         copies = f"{settings.hdfs.url}{compacted_path(settings)}"
         held = _counts(read_days(spark, copies, days).where(span)) if days else {}
         result.mismatched += [h for h in pending if committed.get(h, 0) != held.get(h, 0)]
+    still_leased()
     with WebHdfs(settings) as fs:
         for hour, path in sorted(old.items()):
             if hour not in result.mismatched:

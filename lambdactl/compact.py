@@ -1,9 +1,10 @@
 """`lambdactl compact-master`: rewrite the master dataset's finished ingest hours as a few large files
 (batch_layer.compaction). The `lambda_housekeeping` DAG runs it daily; running it again, or two at
 once from one state directory (they take turns), or after one was killed, loses and duplicates
-nothing; run it from one place (docs/operations.md). Exit 2 when it cannot run now (the archiver has
-not said how far the master is complete, its marker is doubted, or it is behind the compacted
-hours), 1 when it failed, or found compacted hours whose originals hold other records than their
+nothing; one from another host or state directory is refused while this one holds the master's
+lease on HDFS (docs/operations.md). Exit 2 when it cannot run now (another compaction holds the
+lease, the archiver has not said how far the master is complete, its marker is doubted, or it is
+behind the compacted hours), 1 when it failed, or found compacted hours whose originals hold other records than their
 copy (those originals are kept).
 """
 

@@ -57,6 +57,10 @@ class WebHdfs:
         """Create a file (namenode redirect, then the datanode write)."""
         self._call("CREATE", path, self.client.write, data=data, overwrite=overwrite)
 
+    def append(self, path: str, data: bytes) -> None:
+        """Append to an existing file (an error when it is gone: never created here)."""
+        self._call("APPEND", path, self.client.write, data=data, append=True)
+
     def read(self, path: str, max_bytes: int | None = None) -> bytes | None:
         """A file's bytes (at most `max_bytes` + 1 of them, so a caller tells a longer file), or None
         when it does not exist."""
