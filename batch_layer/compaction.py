@@ -279,6 +279,7 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult, still_l
         days = day_folders(fs, compacted_path(settings))
         if not old:
             if marker.deleted_before_ms < marker.through_ms:
+                still_leased()
                 write_compacted(fs, settings, Compacted(marker.through_ms, marker.compacted_ms, marker.through_ms))
             return
     result.originals_kept_for = readers(version_store(settings).runs(), _may_run)

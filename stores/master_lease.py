@@ -58,7 +58,9 @@ def rivals(files: Iterable[LeaseFile], mine: str, lease_ms: int) -> tuple[list[L
     """(the live leases of others, the expired ones) among `files`, the lease folder's listing made
     after `mine` was written: expired is last written more than `lease_ms` before `mine` was."""
     found = list(files)
-    own = next(f for f in found if f.name == mine)
+    own = next((f for f in found if f.name == mine), None)
+    if own is None:
+        raise LeaseHeld(f"this compaction's lease {mine} was gone before it was listed (taken for dead): run again")
     others = [f for f in found if f.name != mine]
     return (
         [f for f in others if f.modified_ms >= own.modified_ms - lease_ms],
@@ -67,12 +69,17 @@ def rivals(files: Iterable[LeaseFile], mine: str, lease_ms: int) -> tuple[list[L
 
 
 def _record() -> dict:
+    """Who holds a lease: what stores.batch_views._may_run asks about (the start ticks, or where
+    there is no /proc the process's start time)."""
+    import psutil
+
     pid = os.getpid()
     return {
         "host": socket.gethostname(),
         "pid": pid,
         "pid_start_ticks": start_ticks(pid),
         "boot_id": boot_id(),
+        "pid_started_ms": int(psutil.Process(pid).create_time() * 1000),
         "started_ms": int(time.time() * 1000),
     }
 
@@ -173,7 +180,7 @@ def compaction_lease(settings: Settings) -> Iterator[Lease]:
                 log.info("a dead compaction's lease removed: %s/%s", folder, other.name)
                 fs.delete(f"{folder}/{other.name}")
         except BaseException:
-            fs.delete(lease.path)
+            _delete_quietly(fs, lease.path)
             raise
     lease._thread.start()
     try:
@@ -182,4 +189,13 @@ def compaction_lease(settings: Settings) -> Iterator[Lease]:
         lease._stop.set()
         lease._thread.join()
         with WebHdfs(settings) as fs:
-            fs.delete(lease.path)
+            _delete_quietly(fs, lease.path)
+
+
+def _delete_quietly(fs, path: str) -> None:
+    """Delete a lease file; a failure is logged, not raised over the compaction's outcome (the file
+    expires, or is taken over on this host once the process ends)."""
+    try:
+        fs.delete(path)
+    except Exception as exc:  # noqa: BLE001 - the outcome in flight is what the operator needs
+        log.warning("could not delete the master compaction lease %s: %s", path, exc)

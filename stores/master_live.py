@@ -116,11 +116,11 @@ def read_live(
             "their folders. Compact the master dataset (`lambdactl compact-master`)",
             ", ".join(map(iso_ms, whole)),
         )
-    unlisted = [path for path in complete if path not in listed]
-    if not unlisted:
+    not_listed = [path for path in complete if path not in listed]
+    if not not_listed:
         return logged, sorted(whole)
     url, root = master_url(settings), settings.archiver.master_path
-    extra = read_archived(spark, *[f"{url}{p[len(root) :]}" for p in unlisted], base=url)
+    extra = read_archived(spark, *[f"{url}{p[len(root) :]}" for p in not_listed], base=url)
     return logged.unionByName(not_logged(extra, logged.where(in_hours(whole)))), sorted(whole)
 
 
