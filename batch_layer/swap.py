@@ -178,8 +178,13 @@ def retain_before_writing(settings: Settings, store) -> None:
 def retain_quietly(settings: Settings, store, when: str) -> list[str]:
     """Retention (stores.pointer.retention_plan) that never fails its caller: a failure is logged
     and leaves the old tables to the next pass. The tables dropped."""
+    from stores.adapters import RetentionIncomplete
+
     try:
         return store.retain(settings.batch.keep_versions)
+    except RetentionIncomplete as exc:
+        log.warning("retention %s: %s; the next run or swap tries again", when, exc)
+        return exc.dropped
     except Exception as exc:
         log.warning("retention %s failed (%s: %s); the next run or swap tries again", when, type(exc).__name__, exc)
         return []

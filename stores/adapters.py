@@ -41,6 +41,15 @@ class BatchViewReaderAdapter(Protocol):
         ...
 
 
+class RetentionIncomplete(RuntimeError):
+    """A retention pass (VersionStoreAdapter.retain) that failed after it dropped tables: `dropped`
+    names them, so what was done is still said."""
+
+    def __init__(self, message: str, dropped: Sequence[str]) -> None:
+        super().__init__(message)
+        self.dropped = list(dropped)
+
+
 class ReadTooLarge(ValueError):
     """A query would hold more data than `api.max_read_mib` allows (realtime rows, or a top-N's batch
     keys): the API answers 422 with the message, which names the view and asks for a narrower window."""
@@ -147,7 +156,8 @@ class VersionStoreAdapter(Protocol):
 
     def retain(self, keep: int, grace_ms: int | None = None) -> list[str]:
         """Drop old versions' tables (never one the pointer names), and run records nothing needs
-        any more beyond the `batch.keep_runs` newest; the table names dropped."""
+        any more beyond the `batch.keep_runs` newest; the table names dropped (RetentionIncomplete
+        names them when the pass fails after dropping some)."""
         ...
 
 

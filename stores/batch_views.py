@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from definitions.settings import Settings
 from definitions.times import iso_ms as iso
 from stores import batch_layout as layout
+from stores.adapters import RetentionIncomplete
 from stores.clients import hbase_connection
 from stores.pointer import (
     DOC,
@@ -248,8 +249,20 @@ class VersionStore:
         tables = self.tables()
         runs = self.runs()
         current = self.pointer()
+        dropped: list[str] = []
+        try:
+            return self._retain(keep, grace_ms, tables, runs, current, dropped)
+        except Exception as exc:
+            if not dropped:
+                raise
+            raise RetentionIncomplete(
+                f"retention failed ({type(exc).__name__}: {str(exc)[:300]}) after dropping {', '.join(dropped)}",
+                dropped,
+            ) from exc
+
+    def _retain(self, keep: int, grace_ms: int, tables, runs, current, dropped: list[str]) -> list[str]:
+        """retain's drops and record updates, each table dropped added to `dropped` as it goes."""
         conn = hbase_connection(self.settings)
-        dropped = []
         try:
             for name in retention_plan(current, runs, tables, keep, time.time() * 1000, grace_ms, _may_run):
                 try:

@@ -633,3 +633,25 @@ def test_retention_never_drops_another_meta_table_s_tables_sharing_the_namespace
             conn.delete_table(other.hbase.meta_table, disable=True)
         finally:
             conn.close()
+
+
+def test_retention_that_fails_after_dropping_a_table_still_names_it(own, monkeypatch):
+    """HBase failing after a table was dropped (recording its run as dropped): the pass reported no
+    table dropped, so `lambdactl clean-realtime --json` and `views apply` under-reported."""
+    from batch_layer.swap import retain_quietly
+
+    settings, (a, b, _) = own
+    store = VersionStore(settings)
+    swap_version(settings, written(settings, [a, b], T0, full=True))
+    version = store.allocate_version()
+    store.record_run(version, state="failed", cutoff_ms=T0, previous_cutoff_ms=T0, views=[a])
+    old = table_name(a, version)
+    create_table(settings, old)
+
+    def hbase_away(*args, **kwargs):
+        raise OSError("HBase did not answer")
+
+    monkeypatch.setattr(VersionStore, "record_run", hbase_away)
+    monkeypatch.setattr(VersionStore, "_prune_runs", hbase_away)
+    assert retain_quietly(settings, store, "in a test") == [old]
+    assert old not in tables(settings)
