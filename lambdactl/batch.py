@@ -283,7 +283,8 @@ def _drop_retired_tables(settings: Settings, pointer) -> list[str]:
     batch run's retention on the pointer as it is now: a view removed by `views apply` whose clean-up
     was left to this command loses its tables now, not at the next batch run. A name still retiring
     (a replay holds it) keeps its newest table, as in any retention. Nothing retiring in `pointer`:
-    no retention. The tables dropped (a failed retention is logged, and gives none)."""
+    no retention. The tables dropped (a failed retention is logged, and gives those it dropped
+    before it failed)."""
     from stores.registry import version_store
 
     if not pointer.retiring:

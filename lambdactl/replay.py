@@ -98,8 +98,11 @@ def cmd_replay(settings: Settings, args: argparse.Namespace) -> int:
     except Refused as exc:
         _say(f"replay refused, nothing changed: {exc}")
         return 2
-    except Exception as exc:  # Kafka or HDFS away while `--from` was looked up: nothing claimed yet
-        _say(f"replay of {args.view} not started, nothing changed: {type(exc).__name__}: {str(exc)[:500]}")
+    except Exception as exc:  # Kafka or HDFS away while `--from` was looked up (or a --resume cleared a claim)
+        _say(
+            f"replay of {args.view} failed before it read Kafka: {type(exc).__name__}: {str(exc)[:500]}; "
+            f"{_left(settings, args.view)}"
+        )
         return 1
     view, from_ms, replaced = plan
     try:

@@ -25,11 +25,12 @@ def switched_to(settings: Settings, claim, split_ms: int) -> None:
     except ReplayMarked:
         raise
     except (Exception, KeyboardInterrupt) as exc:  # Ctrl-C too: after the overlay, the view answers from the replay
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {str(exc)[:300]}"
         try:
             overlay = read_overlays(settings).get(claim.view)
         except Exception:  # noqa: BLE001 - HDFS away: whether the overlay was written cannot be told
             raise SwitchUnfinished(
-                f"{claim.view}: the switch failed ({type(exc).__name__}: {str(exc)[:300]}) and whether it wrote its "
+                f"{claim.view}: the switch failed ({why}) and whether it wrote its "
                 "overlay cannot be read: `lambdactl views` says whether the view answers from the replayed rows; "
                 f"`lambdactl replay --view {claim.view} --cancel` takes a claim left off (keeping rows an overlay reads)"
             ) from None
@@ -37,7 +38,7 @@ def switched_to(settings: Settings, claim, split_ms: int) -> None:
             raise
         raise SwitchUnfinished(
             f"{claim.view}: switched (it answers from the replayed rows), but the switch could not finish "
-            f"({type(exc).__name__}: {str(exc)[:300]}): older overlays or the claim may be left; `lambdactl replay "
+            f"({why}): older overlays or the claim may be left; `lambdactl replay "
             f"--view {claim.view} --cancel` takes the claim off and keeps the rows, `lambdactl clean-realtime` "
             "deletes rows no answer reads"
         ) from None
