@@ -26,6 +26,7 @@ import re
 import socket
 from dataclasses import dataclass, replace
 
+from definitions.files import boot_id, start_ticks
 from definitions.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,10 @@ class ReplayMark:
     unreadable: str = ""
     host: str = ""  # the host and process of the replay holding the claim (`--resume` asks whether it runs)
     pid: int = 0
+    # That process's start in clock ticks since boot, and the boot: they name it whatever the wall
+    # clock did since (definitions.files.start_ticks). None/"" in a claim of an earlier release.
+    pid_start_ticks: int | None = None
+    boot_id: str = ""
     # A claim a `--resume` made: the started_ms of the claims it took over (theirs too). Such a replay,
     # still running, may switch (the resume's newer rows replace its rows afterwards).
     replaces: tuple[int, ...] = ()
@@ -75,6 +80,8 @@ class ReplayMark:
         doc = {"from_ms": self.from_ms, "started_ms": self.started_ms, "shadow": self.shadow, "split_ms": self.split_ms}
         if self.host:
             doc.update(host=self.host, pid=self.pid)
+        if self.pid_start_ticks is not None and self.boot_id:
+            doc.update(pid_start_ticks=self.pid_start_ticks, boot_id=self.boot_id)
         if self.replaces:
             doc["replaces"] = list(self.replaces)
         if self.short:
@@ -111,6 +118,11 @@ class ReplayMark:
         host, pid = doc.get("host") or "", doc.get("pid") or 0
         if not isinstance(host, str) or len(host) > 255 or type(pid) is not int or not 0 <= pid < 2**31:
             raise ValueError("host or pid is not a host name and a process id")
+        ticks, boot = doc.get("pid_start_ticks"), doc.get("boot_id") or ""
+        if (ticks is not None and (type(ticks) is not int or not 0 <= ticks < 2**63)) or not (
+            isinstance(boot, str) and len(boot) <= 64
+        ):
+            raise ValueError("pid_start_ticks or boot_id is not a process's start and a boot")
         replaces = doc.get("replaces", [])
         if not isinstance(replaces, list) or not all(type(t) is int and 0 <= t <= _LATEST_MS for t in replaces):
             raise ValueError("replaces is not a list of times in ms")
@@ -118,7 +130,17 @@ class ReplayMark:
         if type(short) is not bool:
             raise ValueError("short is not true or false")
         return cls(
-            view, from_ms, started_ms, shadow, split_ms, host=host, pid=pid, replaces=tuple(replaces), short=short
+            view,
+            from_ms,
+            started_ms,
+            shadow,
+            split_ms,
+            host=host,
+            pid=pid,
+            pid_start_ticks=ticks if boot else None,
+            boot_id=boot if ticks is not None else "",
+            replaces=tuple(replaces),
+            short=short,
         )
 
 
@@ -240,7 +262,16 @@ def mark(
 
     path = f"{marks_dir(settings)}/{view}.json"
     claimed = ReplayMark(
-        view, from_ms, started_ms, shadow, host=socket.gethostname(), pid=os.getpid(), replaces=replaces, short=short
+        view,
+        from_ms,
+        started_ms,
+        shadow,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        pid_start_ticks=start_ticks(os.getpid()),
+        boot_id=boot_id() or "",
+        replaces=replaces,
+        short=short,
     )
     data = claimed.to_json()
     moved_away = False

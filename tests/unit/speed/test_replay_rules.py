@@ -386,6 +386,43 @@ def test_resume_refuses_while_the_replay_holding_the_claim_still_runs_on_this_ho
     assert running_holder(ReplayMark("page_views", 0, 1)) is None  # an earlier release's claim
 
 
+def test_a_claim_names_its_holder_by_its_start_since_boot_whatever_the_wall_clock_did():
+    """A claim's holder was told by its wall-clock start: a clock stepped ahead after the claim made
+    a running replay look started after it, so `--resume` took its claim over."""
+    import socket
+    import subprocess
+    import sys
+
+    from definitions.files import boot_id, start_ticks
+    from lambdactl.replay_rules import running_holder
+    from stores.replays import ReplayMark
+
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ticks = start_ticks(holder.pid)
+        assert ticks is not None
+        # Made an hour "before" the process started, as a clock stepped an hour ahead since shows it.
+        hour_ago = int(time.time() * 1000) - 3_600_000
+        claim = ReplayMark(
+            "page_views",
+            0,
+            hour_ago,
+            f"page_views~replay-{hour_ago}",
+            host=socket.gethostname(),
+            pid=holder.pid,
+            pid_start_ticks=ticks,
+            boot_id=boot_id() or "",
+        )
+        assert running_holder(claim) == holder.pid
+        assert ReplayMark.from_json("page_views", claim.to_json()) == claim, "written with the claim"
+        assert running_holder(replace(claim, pid_start_ticks=ticks - 1)) is None, "its process id reused"
+        assert running_holder(replace(claim, boot_id="another-boot")) is None, "made before a reboot"
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert running_holder(claim) is None, "its process ended"
+
+
 @pytest.mark.parametrize(
     "data", [b'{"from_ms": 5, "started_ms": 6, "pid": "x"}', b'{"from_ms": 5, "started_ms": 6, "host": 7}']
 )
@@ -763,6 +800,9 @@ def test_a_claim_is_written_whole_and_the_first_to_move_its_file_holds_the_view(
     assert claims["top_pages"].unreadable, "refused (409) until --resume: the view may be short"
     resumed = replays.mark(settings, "top_pages", 0, 50, take_over=True, shadow=replays.shadow_name("top_pages", 50))
     assert replays.ReplayMark.from_json("top_pages", files["top_pages.json"]) == resumed
+    from definitions.files import boot_id, start_ticks
+
+    assert (resumed.pid, resumed.pid_start_ticks, resumed.boot_id) == (os.getpid(), start_ticks(os.getpid()), boot_id())
 
 
 def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here(settings, monkeypatch):
@@ -773,6 +813,7 @@ def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here
     import subprocess
     import sys
 
+    from definitions.files import boot_id, start_ticks
     from definitions.view_versions import Versions
     from definitions.views import Registry
     from lambdactl import replay
@@ -783,7 +824,14 @@ def test_resume_of_a_retired_view_keeps_the_claim_of_a_replay_still_running_here
     try:
         now_ms = int(time.time() * 1000)
         claim = replays.ReplayMark(
-            "old_view", 0, now_ms, replays.shadow_name("old_view", now_ms), host=socket.gethostname(), pid=holder.pid
+            "old_view",
+            0,
+            now_ms,
+            replays.shadow_name("old_view", now_ms),
+            host=socket.gethostname(),
+            pid=holder.pid,
+            pid_start_ticks=start_ticks(holder.pid),  # as replays.mark writes it
+            boot_id=boot_id() or "",
         )
         pointer = Pointer(version=1, retiring=("old_view",))
         unmarked: list[str] = []
