@@ -107,7 +107,7 @@ def running_holder(claim) -> int | None:
 
     if not claim.host or not claim.pid or claim.host != socket.gethostname():
         return None
-    if claim.pid_start_ticks is not None and claim.boot_id:
+    if claim.pid_start_ticks is not None and claim.boot_id and boot_id() is not None:
         # The process's start in ticks since boot names it whatever the wall clock did since the
         # claim (a clock stepped ahead made a live holder's create_time later than its claim).
         try:

@@ -118,7 +118,8 @@ class ReplayMark:
         host, pid = doc.get("host") or "", doc.get("pid") or 0
         if not isinstance(host, str) or len(host) > 255 or type(pid) is not int or not 0 <= pid < 2**31:
             raise ValueError("host or pid is not a host name and a process id")
-        ticks, boot = doc.get("pid_start_ticks"), doc.get("boot_id") or ""
+        ticks, boot = doc.get("pid_start_ticks"), doc.get("boot_id")
+        boot = "" if boot is None else boot
         if (ticks is not None and (type(ticks) is not int or not 0 <= ticks < 2**63)) or not (
             isinstance(boot, str) and len(boot) <= 64
         ):
@@ -261,6 +262,9 @@ def mark(
     from stores.webhdfs import WebHdfs, WebHdfsError
 
     path = f"{marks_dir(settings)}/{view}.json"
+    ticks, boot = start_ticks(os.getpid()), boot_id()
+    if ticks is None or not boot:  # no /proc: the claim names its holder as an earlier release's did
+        ticks, boot = None, ""
     claimed = ReplayMark(
         view,
         from_ms,
@@ -268,8 +272,8 @@ def mark(
         shadow,
         host=socket.gethostname(),
         pid=os.getpid(),
-        pid_start_ticks=start_ticks(os.getpid()),
-        boot_id=boot_id() or "",
+        pid_start_ticks=ticks,
+        boot_id=boot,
         replaces=replaces,
         short=short,
     )

@@ -424,7 +424,16 @@ def test_a_claim_names_its_holder_by_its_start_since_boot_whatever_the_wall_cloc
 
 
 @pytest.mark.parametrize(
-    "data", [b'{"from_ms": 5, "started_ms": 6, "pid": "x"}', b'{"from_ms": 5, "started_ms": 6, "host": 7}']
+    "data",
+    [
+        b'{"from_ms": 5, "started_ms": 6, "pid": "x"}',
+        b'{"from_ms": 5, "started_ms": 6, "host": 7}',
+        b'{"from_ms": 5, "started_ms": 6, "pid_start_ticks": 9, "boot_id": false}',
+        b'{"from_ms": 5, "started_ms": 6, "pid_start_ticks": 9, "boot_id": 0}',
+        b'{"from_ms": 5, "started_ms": 6, "pid_start_ticks": true, "boot_id": "b"}',
+        b'{"from_ms": 5, "started_ms": 6, "pid_start_ticks": -1, "boot_id": "b"}',
+        b'{"from_ms": 5, "started_ms": 6, "pid_start_ticks": 9.5, "boot_id": "b"}',
+    ],
 )
 def test_a_claims_holder_of_the_wrong_type_is_no_mark(data):
     from stores.replays import ReplayMark
