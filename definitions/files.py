@@ -246,3 +246,12 @@ def boot_id() -> str | None:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
     except OSError:
         return None
+
+
+def same_process(pid: int, ticks: int, boot: str) -> bool | None:
+    """Whether process `pid` is the one that started `ticks` clock ticks after boot `boot` (and still
+    runs, or is a zombie); None where this machine has no boot id to tell by."""
+    here = boot_id()
+    if here is None:
+        return None
+    return boot == here and start_ticks(pid) == ticks

@@ -103,18 +103,20 @@ def running_holder(claim) -> int | None:
 
     import psutil
 
-    from definitions.files import boot_id, start_ticks
+    from definitions.files import same_process
 
     if not claim.host or not claim.pid or claim.host != socket.gethostname():
         return None
-    if claim.pid_start_ticks is not None and claim.boot_id and boot_id() is not None:
+    same = None
+    if claim.pid_start_ticks is not None and claim.boot_id:
+        same = same_process(claim.pid, claim.pid_start_ticks, claim.boot_id)
+    if same is not None:
         # The process's start in ticks since boot names it whatever the wall clock did since the
         # claim (a clock stepped ahead made a live holder's create_time later than its claim).
         try:
             alive = psutil.Process(claim.pid).status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return None
-        same = claim.boot_id == boot_id() and start_ticks(claim.pid) == claim.pid_start_ticks
         return claim.pid if alive and same else None
     try:  # a claim of an earlier release: its process by its command line and wall-clock start
         process = psutil.Process(claim.pid)

@@ -327,14 +327,16 @@ def _may_run(run: Mapping) -> bool | None:
 
     import psutil
 
-    from definitions.files import boot_id, start_ticks
+    from definitions.files import same_process
 
     if run.get("host") != socket.gethostname() or not run.get("pid"):
         return None  # another machine's run: trust the grace period
     if run.get("pid_start_ticks") is not None and run.get("boot_id"):
         # The process's start in clock ticks since boot: a wall clock stepped since (NTP, a resumed
         # VM) moves its create_time, and a live run was taken for dead, its tables dropped.
-        return run["boot_id"] == boot_id() and start_ticks(run["pid"]) == run["pid_start_ticks"]
+        same = same_process(run["pid"], run["pid_start_ticks"], run["boot_id"])
+        if same is not None:
+            return same
     try:  # a run recorded by an earlier release
         return abs(psutil.Process(run["pid"]).create_time() * 1000 - run.get("pid_started_ms", 0)) < 2_000
     except psutil.Error:

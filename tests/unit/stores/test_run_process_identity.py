@@ -39,3 +39,21 @@ def test_a_writing_run_is_still_running_after_the_clock_steps(monkeypatch):
     monkeypatch.undo()
     assert _may_run(earlier) is True
     assert _may_run({**run, "host": "another-host"}) is None
+
+
+def test_a_machine_without_a_boot_id_asks_by_the_wall_clock_start_not_calls_the_run_dead(monkeypatch):
+    """A record with a boot id read where none can be read: the ids differed, so a run writing was
+    taken for dead (its tables dropped by retention)."""
+    import definitions.files
+
+    me = psutil.Process()
+    run = {
+        "state": "writing",
+        "host": socket.gethostname(),
+        "pid": me.pid,
+        "pid_started_ms": int(me.create_time() * 1000),
+        "pid_start_ticks": start_ticks(me.pid),
+        "boot_id": boot_id(),
+    }
+    monkeypatch.setattr(definitions.files, "boot_id", lambda: None)
+    assert _may_run(run) is True
