@@ -15,9 +15,10 @@ from definitions.files import boot_id, start_ticks
 from stores.batch_views import _may_run
 
 
-def test_a_writing_run_is_still_running_after_the_clock_steps(monkeypatch):
+def _this_run() -> dict:
+    """A run "writing" in this test's own process, recorded as batch_layer.job records it."""
     me = psutil.Process()
-    run = {
+    return {
         "state": "writing",
         "host": socket.gethostname(),
         "pid": me.pid,
@@ -25,6 +26,10 @@ def test_a_writing_run_is_still_running_after_the_clock_steps(monkeypatch):
         "pid_start_ticks": start_ticks(me.pid),
         "boot_id": boot_id(),
     }
+
+
+def test_a_writing_run_is_still_running_after_the_clock_steps(monkeypatch):
+    run = _this_run()
     assert _may_run(run) is True
     stepped = psutil.Process.create_time
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: stepped(self) + 5.0)
@@ -46,14 +51,6 @@ def test_a_machine_without_a_boot_id_asks_by_the_wall_clock_start_not_calls_the_
     taken for dead (its tables dropped by retention)."""
     import definitions.files
 
-    me = psutil.Process()
-    run = {
-        "state": "writing",
-        "host": socket.gethostname(),
-        "pid": me.pid,
-        "pid_started_ms": int(me.create_time() * 1000),
-        "pid_start_ticks": start_ticks(me.pid),
-        "boot_id": boot_id(),
-    }
+    run = _this_run()
     monkeypatch.setattr(definitions.files, "boot_id", lambda: None)
     assert _may_run(run) is True
