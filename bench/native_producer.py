@@ -6,6 +6,9 @@ The payload file holds `--payload-records` records of ingest.generator (valid, l
 one per line; the tool sends them in random order, so an event_id recurs: the archiver keeps every
 record as received, which is what its benchmark measures). The tool has no keys and no Python on the
 sending path; it reports what it sent on its last line.
+
+For the speed layer, whose de-duplication drops such recurring copies, UniqueRecordsProducer feeds
+Kafka's console producer generator records that each carry an event_id of their own.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 import re
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,3 +99,99 @@ class NativeProducer:
         self.thread.join(timeout)
         if self.error is not None:
             raise RuntimeError(f"native producer failed: {self.error!r}") from self.error
+
+
+EVENT_ID_AT = slice(13, 49)  # the event_id of a generator record: {"event_id":"<36 characters>",...
+
+
+def base_records(count: int, seed: int, url_prefix: str) -> list[bytes]:
+    """`count` valid generator records (the platform's URL, user, country and device mix), each
+    starting with its event_id, for UniqueRecordsProducer to send with ids of their own."""
+    config = GeneratorConfig(seed=seed, count=count, url_prefix=url_prefix)
+    values = [r.value for r in ClickstreamGenerator(config).records() if r.value]
+    if not values or any(v[: EVENT_ID_AT.start] != b'{"event_id":"' or v[EVENT_ID_AT.stop] != 34 for v in values):
+        raise ValueError("the generator's records no longer start with their event_id")
+    return values
+
+
+def unique_record(base: list[bytes], tag: int, n: int) -> bytes:
+    """Record `n` of a step tagged `tag`: a base record with the event_id `tag`/`n` (UUID-shaped)."""
+    value = base[n % len(base)]
+    event_id = f"{tag & 0xFFFFFFFF:08x}-0000-4000-8000-{n:012x}".encode()
+    return value[: EVENT_ID_AT.start] + event_id + value[EVENT_ID_AT.stop :]
+
+
+class UniqueRecordsProducer:
+    """Kafka's console producer (the JVM client: no Python on its sending path) fed `count` records at
+    `rate` per second, each with an event_id of its own, so the speed layer counts every one (the
+    performance tool draws its records from its payload at random: copies the speed layer drops).
+    A thread writes the lines to its input on schedule, in 20 ms chunks (~1 µs of Python a record);
+    the rate offered is what that thread got written."""
+
+    CHUNK_S = 0.02
+
+    def __init__(self, settings: Settings, topic: str, base: list[bytes], count: int, rate: int, tag: int) -> None:
+        java = find_java(settings.stack.java_home)
+        self.command = [
+            str(java.executable),
+            "-Xmx256m",
+            "-cp",
+            f"{settings.jars_dir / 'kafka'}/*",
+            "kafka.tools.ConsoleProducer",
+            "--bootstrap-server",
+            settings.kafka.bootstrap,
+            "--topic",
+            topic,
+            "--compression-codec",
+            "lz4",
+            "--producer-property",
+            "acks=all",
+            "--producer-property",
+            "linger.ms=20",
+            "--producer-property",
+            "batch.size=65536",  # under the topic's max.message.bytes decompressed (NativeProducer)
+        ]
+        self.base, self.count, self.rate, self.tag = base, count, rate, tag
+        self.report: NativeReport | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="bench-unique-producer")
+
+    def _run(self) -> None:
+        try:
+            proc = subprocess.Popen(
+                self.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+            assert proc.stdin is not None and proc.stderr is not None
+            errors: list[bytes] = []
+            reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)  # type: ignore[union-attr]
+            reader.start()
+            started = time.monotonic()
+            written = 0
+            while written < self.count:
+                due = min(self.count, int((time.monotonic() - started) * self.rate) + 1)
+                if due > written:
+                    proc.stdin.write(
+                        b"".join(unique_record(self.base, self.tag, n) + b"\n" for n in range(written, due))
+                    )
+                    written = due
+                time.sleep(self.CHUNK_S)
+            elapsed = time.monotonic() - started
+            proc.stdin.close()
+            code = proc.wait()
+            reader.join(timeout=10)
+            failed = sum(1 for line in errors if b"Error when sending" in line)
+            if code != 0:
+                tail = b"".join(errors[-5:]).decode(errors="replace")[-500:]
+                raise RuntimeError(f"ConsoleProducer exited {code}: {tail}")
+            self.report = NativeReport(sent=written - failed, rate=written / elapsed, failed=failed)
+        except BaseException as exc:  # reported by the caller
+            self.error = exc
+
+    def start(self) -> UniqueRecordsProducer:
+        self.thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+        if self.error is not None:
+            raise RuntimeError(f"unique-records producer failed: {self.error!r}") from self.error

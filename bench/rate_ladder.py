@@ -278,7 +278,16 @@ def ladder_summary(rates: list[int], steps: list[dict]) -> dict:
     }
 
 
-def sustained_rates(settings: Settings, run: str, rates: list[int], duration: float, drain_timeout: float) -> dict:
+def sustained_rates(
+    settings: Settings,
+    run: str,
+    rates: list[int],
+    duration: float,
+    drain_timeout: float,
+    source: Callable[[int, int], Any] | None = None,
+) -> dict:
+    """The ladder of `rates` into the speed layer, each step sent by `source(rate, count)` (the
+    platform's generator by default)."""
     lag = LagProbe(settings)
     steps: list[dict] = []
     try:
@@ -286,7 +295,7 @@ def sustained_rates(settings: Settings, run: str, rates: list[int], duration: fl
         settle = wait_drained(lag, start_end, drain_timeout)
         if settle is None:
             log.warning("the speed layer is still behind before the first step (lag %d)", lag.sample()["lag"])
-        steps = climb(rates, lambda rate: rate_step(settings, lag, run, rate, duration, drain_timeout))
+        steps = climb(rates, lambda rate: rate_step(settings, lag, run, rate, duration, drain_timeout, source))
     finally:
         lag.close()
     return {

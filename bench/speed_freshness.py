@@ -14,6 +14,10 @@
    checkpoint on HDFS), and its progress file (`rows_behind`, input/processed rows/s, batch ms).
    A step is sustained when the lag does not grow: the least-squares trend of the lag just after
    each batch commit, times the step's duration, stays below 5 s worth of records, and the backlog is gone within `--drain-timeout` s of the step's end. The ladder stops at the first step that is not sustained.
+   With `--native`, Kafka's console producer sends the steps instead (bench/native_producer.py:
+   `--base-records` generator records, each sent with an event_id of its own), so rates above what
+   the Python generator sends (~6,800 records/s here) reach the speed layer, and the generator's
+   CPU is not taken from it.
 
     .venv/bin/python bench/speed_freshness.py --json /tmp/bench_speed.json
 
@@ -28,10 +32,13 @@ import logging
 import os
 import sys
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from figures import configure_logging, emit, int_list  # bench/ itself: the scripts run as files
 from freshness_probes import freshness  # bench/ itself
+from native_producer import UniqueRecordsProducer, base_records  # bench/ itself
 from rate_ladder import sustained_rates  # bench/ itself
 from speed_lag import speed_dedupe, speed_progress  # bench/ itself
 from speed_report import report  # bench/ itself
@@ -39,6 +46,19 @@ from speed_report import report  # bench/ itself
 from definitions.settings import get_settings
 
 log = logging.getLogger("bench.speed")
+
+
+def native_source(settings, run: str, base_count: int) -> Callable[[int, int], UniqueRecordsProducer]:
+    """Rate steps sent by Kafka's console producer: `base_count` generator records made once (their
+    URLs under /bench-rate-<run>/), each step's records with event_ids of their own."""
+    log.info("making %d records for the console producer", base_count)
+    base = base_records(base_count, zlib.crc32(run.encode()), f"/bench-rate-{run}")
+
+    def start(rate: int, count: int) -> UniqueRecordsProducer:
+        tag = zlib.crc32(f"{run}/{rate}".encode())
+        return UniqueRecordsProducer(settings, settings.kafka.events_topic, base, count, rate, tag).start()
+
+    return start
 
 
 # --- main -------------------------------------------------------------------------------------------
@@ -58,6 +78,10 @@ def main() -> int:
     parser.add_argument(
         "--drain-timeout", type=float, default=60.0, help="seconds the speed layer may take to catch up after a step"
     )
+    parser.add_argument(
+        "--native", action="store_true", help="rate steps sent by Kafka's console producer, not the Python generator"
+    )
+    parser.add_argument("--base-records", type=int, default=100_000, help="--native: distinct record bodies sent")
     parser.add_argument("--skip-freshness", action="store_true")
     parser.add_argument("--skip-rates", action="store_true")
     parser.add_argument("--json", type=Path)
@@ -113,7 +137,10 @@ def main() -> int:
         loads.append(os.getloadavg()[0])
     if not args.skip_rates:
         try:
-            result["rates"] = sustained_rates(settings, run, args.rates, args.step_duration, args.drain_timeout)
+            source = native_source(settings, run, args.base_records) if args.native else None
+            result["rates"] = sustained_rates(settings, run, args.rates, args.step_duration, args.drain_timeout, source)
+            result["rates"]["sender"] = "kafka.tools.ConsoleProducer" if args.native else "ingest.generator"
+
         except Exception as exc:
             log.exception("rate steps failed")
             result["errors"]["rates"] = f"{type(exc).__name__}: {exc}"

@@ -28,6 +28,7 @@ def bench(monkeypatch):
         "dedupe_state_cost",
         "speed_aggregation_cost",
         "idle_footprint",
+        "native_producer",
     ):
         sys.modules.pop(name, None)
 
@@ -39,6 +40,20 @@ def test_a_rate_step_that_was_not_offered_its_load_is_not_sustained(bench):
     short = ladder.offer_shortfalls(6_000, SimpleNamespace(rate=0.0, failed=0))
     assert short and "offered 0 records/s" in short[0]
     assert ladder.offer_shortfalls(6_000, None) == ["the producer gave no report"]
+
+
+def test_the_console_producers_records_are_valid_events_each_with_an_id_of_its_own(bench):
+    """The speed layer counts every record of a --native rate step: none is invalid, and none is a
+    copy of another (of the same step, or of another step's), though their bodies repeat."""
+    from definitions.events import verdict
+
+    native = bench("native_producer")
+    base = native.base_records(50, seed=3, url_prefix="/bench-rate-t")
+    sent = [native.unique_record(base, tag, n) for tag in (1, 2) for n in range(120)]
+    events = [verdict(r, ingest_time_ms=None) for r in sent]
+    assert [reason for _, reason in events if reason] == []
+    assert len({e["event_id"] for e, _ in events}) == len(sent)
+    assert {e["url"] for e, _ in events} == {e["url"] for e, _ in (verdict(r) for r in base)}
 
 
 def test_api_load_counts_requests_hey_scheduled_that_got_no_answer(bench, monkeypatch):
