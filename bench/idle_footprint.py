@@ -37,6 +37,7 @@ from speed_lag import speed_progress  # noqa: E402  (bench/ itself)
 
 from definitions.settings import get_settings  # noqa: E402
 from infra.stack import Stack  # noqa: E402
+from stores.health import state_held  # noqa: E402
 
 POLL_S = 0.5  # how often the speed layer's progress file is read during the window
 THREAD_KINDS_SHOWN = 8  # the speed layer's JVM: the kinds of threads printed (the JSON has all)
@@ -132,6 +133,7 @@ def micro_batches(seen: dict[int, dict]) -> dict | None:
         "batch_ms_median": statistics.median(b.get("batch_ms") or 0 for b in batches),
         "removals_ms_median": statistics.median((b.get("state_ms") or {}).get("removals") or 0 for b in batches),
         "state_rows_last": batches[-1].get("state_rows"),
+        "state_bytes_last": batches[-1].get("state_bytes"),
     }
 
 
@@ -212,7 +214,8 @@ def main() -> int:
         print(
             f"speed layer: {batches['count']} micro-batches, median {batches['batch_ms_median']:,.0f} ms "
             f"(state-store removals {batches['removals_ms_median']:,.0f} ms); "
-            f"{batches['state_rows_last'] or 0:,} state rows held at the end"
+            f"{state_held({'state_rows': batches['state_rows_last'], 'state_bytes': batches['state_bytes_last']})} "
+            "at the end"
         )
     threads = figures["speed_jvm_threads"]
     if threads:

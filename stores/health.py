@@ -159,6 +159,17 @@ def archiver(settings: Settings) -> str:
     )
 
 
+def state_held(query: dict) -> str:
+    """What a streaming query's state holds, as its progress says: the rows, where its state store
+    counts them (an earlier release's progress), and the memory the state stores use."""
+    parts = []
+    if query.get("state_rows") is not None:
+        parts.append(f"{query['state_rows']:,} state rows")
+    if query.get("state_bytes") is not None:
+        parts.append(f"state {query['state_bytes'] / 2**20:,.0f} MiB in memory")
+    return ", ".join(parts) or "state not reported"
+
+
 def speed_layer(settings: Settings) -> str:
     """The speed layer's query runs; its rates, batch duration, state size and lag behind Kafka."""
     from definitions.jobs import SPEED_LAYER as JOB
@@ -178,7 +189,7 @@ def speed_layer(settings: Settings) -> str:
     return (
         f"micro-batch {q['batch_id']}: {q['input_rows_per_s'] or 0:,.0f} records/s in, "
         f"{q['processed_rows_per_s'] or 0:,.0f} records/s processed, {(q['batch_ms'] or 0) / 1000:.1f} s per batch, "
-        f"{q['state_rows'] or 0:,} state rows, {backlog}; invalid skipped {totals.get('invalid_skipped', 0):,}{dropped} "
+        f"{state_held(q)}, {backlog}; invalid skipped {totals.get('invalid_skipped', 0):,}{dropped} "
         "since start"
     )
 

@@ -119,10 +119,14 @@ class ProgressFile:
         hooks: dict[str, Hook] | None = None,
         extra: dict | None = None,
         publish: Callable[[str], bool | None] | None = None,
+        state_rows_counted: bool = True,
     ) -> None:
         """`publish` (HdfsPublisher in the jobs) receives the document to keep where readers find it;
-        False back: it was not kept, and goes out again with the next report."""
+        False back: it was not kept, and goes out again with the next report. Without
+        `state_rows_counted` (a state store told not to count its rows, which then reports 0), the
+        rows held are unknown (None)."""
         self.path = progress_path(settings, job)
+        self.state_rows_counted = state_rows_counted
         self.hooks = hooks or {}
         self.publish = publish
         self.publish_every_s = settings.stack.progress_publish_s
@@ -169,7 +173,10 @@ class ProgressFile:
 
     def progress(self, p) -> None:
         observed = {k: v.asDict() for k, v in (p.observedMetrics or {}).items()}
-        state_rows = sum(op.numRowsTotal for op in (p.stateOperators or ()))
+        counted = self.state_rows_counted
+        state_rows = sum(op.numRowsTotal for op in (p.stateOperators or ())) if counted else None
+        # The memory the state stores use (RocksDB's: its block cache and write buffers).
+        state_bytes = sum(int(getattr(op, "memoryUsedBytes", 0) or 0) for op in (p.stateOperators or ()))
         # Rows a stateful operator dropped as later than the watermark: the speed layer's is on
         # ingest time, so none is in steady state; a catch-up whose partitions advance unevenly can
         # leave some behind it, and they are missing from the speed part until a batch run.
@@ -206,10 +213,10 @@ class ProgressFile:
             "state_by_operator": [
                 {
                     "operator": str(getattr(op, "operatorName", "") or ""),
+                    "rows": int(op.numRowsTotal or 0) if counted else None,
                     **{
                         name: int(getattr(op, attr, 0) or 0)
                         for name, attr in (
-                            ("rows", "numRowsTotal"),
                             ("updated", "numRowsUpdated"),
                             ("removed", "numRowsRemoved"),
                             ("updates_ms", "allUpdatesTimeMs"),
@@ -222,6 +229,7 @@ class ProgressFile:
             ],
             "rows_behind": rows_behind(p),
             "state_rows": state_rows,
+            "state_bytes": state_bytes,
             "dropped_late": dropped_late,
             "observed": observed,
         }

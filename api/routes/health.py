@@ -199,7 +199,8 @@ def _status(settings, serving) -> dict[str, Any]:
             "records_behind": q.get("rows_behind"),
             "input_rows_per_s": q.get("input_rows_per_s"),
             "batch_ms": q.get("batch_ms"),
-            "state_rows": q.get("state_rows"),
+            "state_rows": q.get("state_rows"),  # None: its state store does not count them
+            "state_bytes": q.get("state_bytes"),
             "freshness_s": round(now - last_s, 1) if last_s else None,
         }
     except Exception as exc:  # its progress cannot be read (HDFS down, never started): say so

@@ -207,10 +207,10 @@ def test_the_aggregation_cost_leaves_the_warm_up_third_out_and_times_the_speed_l
 
 def test_the_idle_footprint_reports_the_speed_layers_micro_batches_by_id(bench):
     """Each micro-batch counts once however often its progress was read; removals and state rows
-    come from the progress file's own fields, the state rows from the last batch by id."""
+    come from the progress file's own fields, the state rows and memory from the last batch by id."""
     footprint = bench("idle_footprint")
     seen = {
-        7: {"batch_ms": 900, "state_ms": {"removals": 600}, "state_rows": 10},
+        7: {"batch_ms": 900, "state_ms": {"removals": 600}, "state_rows": 10, "state_bytes": 2048},
         5: {"batch_ms": 500, "state_ms": {"removals": 10}, "state_rows": 99},
         6: {"batch_ms": 700, "state_ms": None, "state_rows": 0},
     }
@@ -219,6 +219,7 @@ def test_the_idle_footprint_reports_the_speed_layers_micro_batches_by_id(bench):
         "batch_ms_median": 700,
         "removals_ms_median": 10,
         "state_rows_last": 10,
+        "state_bytes_last": 2048,
     }
     assert footprint.micro_batches({}) is None
 

@@ -96,3 +96,50 @@ def test_a_batch_progress_keeps_where_its_time_went(tmp_path):
         },
     ]
     assert query["state_rows"] == 7 and query["rows_behind"] == 0
+
+
+def test_a_state_store_that_counts_no_rows_reports_them_unknown_and_its_memory_instead(tmp_path):
+    """The speed layer's RocksDB does not count its rows (speed_layer.job.STATE_ROWS_COUNTED) and
+    reports 0: its progress says the rows are unknown, never that no state is held, and shows the
+    state's memory; the status line says the same."""
+    import json
+
+    from definitions.settings import Settings
+    from stores.health import state_held
+    from stores.progress import ProgressFile
+
+    operator = SimpleNamespace(
+        operatorName="dedupeWithinWatermark",
+        numRowsTotal=0,
+        numRowsUpdated=40,
+        numRowsRemoved=3,
+        allUpdatesTimeMs=7,
+        allRemovalsTimeMs=3,
+        commitTimeMs=11,
+        memoryUsedBytes=3 * 2**20,
+    )
+    batch = SimpleNamespace(
+        name="speed-views",
+        batchId=3,
+        timestamp="2026-11-24T00:00:00.000Z",
+        numInputRows=40,
+        inputRowsPerSecond=1.0,
+        processedRowsPerSecond=2.0,
+        durationMs={"triggerExecution": 900},
+        sources=[SimpleNamespace(endOffset='{"events": {"0": 10}}', latestOffset='{"events": {"0": 10}}')],
+        stateOperators=[operator, SimpleNamespace(**{**vars(operator), "memoryUsedBytes": 2**20})],
+        observedMetrics={},
+    )
+    uncounted = ProgressFile(Settings(state_dir=tmp_path / "a"), "speed-layer", state_rows_counted=False)
+    uncounted.progress(batch)
+    query = json.loads(uncounted.path.read_text())["queries"]["speed-views"]
+    assert query["state_rows"] is None and query["state_bytes"] == 4 * 2**20
+    assert [op["rows"] for op in query["state_by_operator"]] == [None, None]
+    assert [op["updated"] for op in query["state_by_operator"]] == [40, 40]
+    assert state_held(query) == "state 4 MiB in memory"
+
+    counted = ProgressFile(Settings(state_dir=tmp_path / "b"), "speed-layer")
+    counted.progress(batch)
+    query = json.loads(counted.path.read_text())["queries"]["speed-views"]
+    assert query["state_rows"] == 0 and state_held(query) == "0 state rows, state 4 MiB in memory"
+    assert state_held({"state_rows": 12}) == "12 state rows"  # a progress from before state_bytes
