@@ -45,17 +45,47 @@ def write_payload(path: Path, count: int = 50_000, invalid_fraction: float = 0.0
     return path
 
 
-class NativeProducer:
+def kafka_tool(settings: Settings, main_class: str) -> list[str]:
+    """The command line running one of Kafka's tools from the jars the stack runs Kafka with."""
+    java = find_java(settings.stack.java_home)
+    return [str(java.executable), "-Xmx256m", "-cp", f"{settings.jars_dir / 'kafka'}/*", main_class]
+
+
+class _Sender:
+    """A producer run in a thread: `start()`, then `join()` raises what it failed with, if anything;
+    `report` says what it sent."""
+
+    def __init__(self, name: str) -> None:
+        self.report: NativeReport | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._guarded, daemon=True, name=name)
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # reported by the caller
+            self.error = exc
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+        if self.error is not None:
+            raise RuntimeError(f"{self.thread.name} failed: {self.error!r}") from self.error
+
+
+class NativeProducer(_Sender):
     """ProducerPerformance sending `count` records at `rate` per second (-1: as fast as it can) to `topic`."""
 
     def __init__(self, settings: Settings, topic: str, payload: Path, count: int, rate: int) -> None:
-        java = find_java(settings.stack.java_home)
+        super().__init__("bench-native-producer")
         self.command = [
-            str(java.executable),
-            "-Xmx256m",
-            "-cp",
-            f"{settings.jars_dir / 'kafka'}/*",
-            "org.apache.kafka.tools.ProducerPerformance",
+            *kafka_tool(settings, "org.apache.kafka.tools.ProducerPerformance"),
             "--topic",
             topic,
             "--num-records",
@@ -74,31 +104,16 @@ class NativeProducer:
             "compression.type=lz4",
         ]
         self.count = count
-        self.report: NativeReport | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True, name="bench-native-producer")
 
     def _run(self) -> None:
-        try:
-            done = subprocess.run(self.command, capture_output=True, text=True, check=False)
-            lines = [line for line in done.stdout.splitlines() if SUMMARY.match(line)]
-            if done.returncode != 0 or not lines:
-                raise RuntimeError(f"ProducerPerformance exited {done.returncode}: {done.stderr.strip()[-500:]}")
-            match = SUMMARY.match(lines[-1])
-            assert match is not None
-            sent = int(match.group(1))
-            self.report = NativeReport(sent=sent, rate=float(match.group(2)), failed=self.count - sent)
-        except BaseException as exc:  # reported by the caller
-            self.error = exc
-
-    def start(self) -> NativeProducer:
-        self.thread.start()
-        return self
-
-    def join(self, timeout: float | None = None) -> None:
-        self.thread.join(timeout)
-        if self.error is not None:
-            raise RuntimeError(f"native producer failed: {self.error!r}") from self.error
+        done = subprocess.run(self.command, capture_output=True, text=True, check=False)
+        lines = [line for line in done.stdout.splitlines() if SUMMARY.match(line)]
+        if done.returncode != 0 or not lines:
+            raise RuntimeError(f"ProducerPerformance exited {done.returncode}: {done.stderr.strip()[-500:]}")
+        match = SUMMARY.match(lines[-1])
+        assert match is not None
+        sent = int(match.group(1))
+        self.report = NativeReport(sent=sent, rate=float(match.group(2)), failed=self.count - sent)
 
 
 EVENT_ID_AT = slice(13, 49)  # the event_id of a generator record: {"event_id":"<36 characters>",...
@@ -121,7 +136,7 @@ def unique_record(base: list[bytes], tag: int, n: int) -> bytes:
     return value[: EVENT_ID_AT.start] + event_id + value[EVENT_ID_AT.stop :]
 
 
-class UniqueRecordsProducer:
+class UniqueRecordsProducer(_Sender):
     """Kafka's console producer (the JVM client: no Python on its sending path) fed `count` records at
     `rate` per second, each with an event_id of its own, so the speed layer counts every one (the
     performance tool draws its records from its payload at random: copies the speed layer drops).
@@ -131,13 +146,9 @@ class UniqueRecordsProducer:
     CHUNK_S = 0.02
 
     def __init__(self, settings: Settings, topic: str, base: list[bytes], count: int, rate: int, tag: int) -> None:
-        java = find_java(settings.stack.java_home)
+        super().__init__("bench-unique-producer")
         self.command = [
-            str(java.executable),
-            "-Xmx256m",
-            "-cp",
-            f"{settings.jars_dir / 'kafka'}/*",
-            "kafka.tools.ConsoleProducer",
+            *kafka_tool(settings, "kafka.tools.ConsoleProducer"),
             "--bootstrap-server",
             settings.kafka.bootstrap,
             "--topic",
@@ -152,46 +163,27 @@ class UniqueRecordsProducer:
             "batch.size=65536",  # under the topic's max.message.bytes decompressed (NativeProducer)
         ]
         self.base, self.count, self.rate, self.tag = base, count, rate, tag
-        self.report: NativeReport | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True, name="bench-unique-producer")
 
     def _run(self) -> None:
-        try:
-            proc = subprocess.Popen(
-                self.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-            )
-            assert proc.stdin is not None and proc.stderr is not None
-            errors: list[bytes] = []
-            reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)  # type: ignore[union-attr]
-            reader.start()
-            started = time.monotonic()
-            written = 0
-            while written < self.count:
-                due = min(self.count, int((time.monotonic() - started) * self.rate) + 1)
-                if due > written:
-                    proc.stdin.write(
-                        b"".join(unique_record(self.base, self.tag, n) + b"\n" for n in range(written, due))
-                    )
-                    written = due
-                time.sleep(self.CHUNK_S)
-            elapsed = time.monotonic() - started
-            proc.stdin.close()
-            code = proc.wait()
-            reader.join(timeout=10)
-            failed = sum(1 for line in errors if b"Error when sending" in line)
-            if code != 0:
-                tail = b"".join(errors[-5:]).decode(errors="replace")[-500:]
-                raise RuntimeError(f"ConsoleProducer exited {code}: {tail}")
-            self.report = NativeReport(sent=written - failed, rate=written / elapsed, failed=failed)
-        except BaseException as exc:  # reported by the caller
-            self.error = exc
-
-    def start(self) -> UniqueRecordsProducer:
-        self.thread.start()
-        return self
-
-    def join(self, timeout: float | None = None) -> None:
-        self.thread.join(timeout)
-        if self.error is not None:
-            raise RuntimeError(f"unique-records producer failed: {self.error!r}") from self.error
+        proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert proc.stdin is not None and proc.stderr is not None
+        errors: list[bytes] = []
+        reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        started = time.monotonic()
+        written = 0
+        while written < self.count:
+            due = min(self.count, int((time.monotonic() - started) * self.rate) + 1)
+            if due > written:
+                proc.stdin.write(b"".join(unique_record(self.base, self.tag, n) + b"\n" for n in range(written, due)))
+                written = due
+            time.sleep(self.CHUNK_S)
+        elapsed = time.monotonic() - started
+        proc.stdin.close()
+        code = proc.wait()
+        reader.join(timeout=10)
+        failed = sum(1 for line in errors if b"Error when sending" in line)
+        if code != 0:
+            tail = b"".join(errors[-5:]).decode(errors="replace")[-500:]
+            raise RuntimeError(f"ConsoleProducer exited {code}: {tail}")
+        self.report = NativeReport(sent=written - failed, rate=written / elapsed, failed=failed)

@@ -27,6 +27,21 @@ def test_rows_behind_is_latest_minus_end_over_every_partition():
     assert rows_behind(SimpleNamespace(sources=[broken])) is None
 
 
+def operator(name: str, rows: int, updated: int, removed: int, times_ms: tuple, memory: int = 0) -> SimpleNamespace:
+    """A stateful operator's progress as Spark reports it; `times_ms`: updates, removals, commit."""
+    updates, removals, commit = times_ms
+    return SimpleNamespace(
+        operatorName=name,
+        numRowsTotal=rows,
+        numRowsUpdated=updated,
+        numRowsRemoved=removed,
+        allUpdatesTimeMs=updates,
+        allRemovalsTimeMs=removals,
+        commitTimeMs=commit,
+        memoryUsedBytes=memory,
+    )
+
+
 def test_a_batch_progress_keeps_where_its_time_went(tmp_path):
     import json
 
@@ -37,24 +52,8 @@ def test_a_batch_progress_keeps_where_its_time_went(tmp_path):
     progress_file = ProgressFile(settings, "speed-layer")
     source = SimpleNamespace(endOffset='{"events": {"0": 10}}', latestOffset='{"events": {"0": 10}}')
     operators = [
-        SimpleNamespace(
-            operatorName="transformWithStateExec",
-            numRowsTotal=5,
-            numRowsUpdated=4,
-            numRowsRemoved=1,
-            allUpdatesTimeMs=7,
-            allRemovalsTimeMs=3,
-            commitTimeMs=11,
-        ),
-        SimpleNamespace(
-            operatorName="stateStoreSave",
-            numRowsTotal=2,
-            numRowsUpdated=2,
-            numRowsRemoved=0,
-            allUpdatesTimeMs=1,
-            allRemovalsTimeMs=0,
-            commitTimeMs=4,
-        ),
+        operator("transformWithStateExec", rows=5, updated=4, removed=1, times_ms=(7, 3, 11)),
+        operator("stateStoreSave", rows=2, updated=2, removed=0, times_ms=(1, 0, 4)),
     ]
     breakdown = {"triggerExecution": 900, "addBatch": 600, "latestOffset": 40, "walCommit": 80}
     progress_file.progress(
@@ -108,16 +107,7 @@ def test_a_state_store_that_counts_no_rows_reports_them_unknown_and_its_memory_i
     from stores.health import state_held
     from stores.progress import ProgressFile
 
-    operator = SimpleNamespace(
-        operatorName="dedupeWithinWatermark",
-        numRowsTotal=0,
-        numRowsUpdated=40,
-        numRowsRemoved=3,
-        allUpdatesTimeMs=7,
-        allRemovalsTimeMs=3,
-        commitTimeMs=11,
-        memoryUsedBytes=3 * 2**20,
-    )
+    dedupe = operator("dedupeWithinWatermark", rows=0, updated=40, removed=3, times_ms=(7, 3, 11), memory=3 * 2**20)
     batch = SimpleNamespace(
         name="speed-views",
         batchId=3,
@@ -127,7 +117,7 @@ def test_a_state_store_that_counts_no_rows_reports_them_unknown_and_its_memory_i
         processedRowsPerSecond=2.0,
         durationMs={"triggerExecution": 900},
         sources=[SimpleNamespace(endOffset='{"events": {"0": 10}}', latestOffset='{"events": {"0": 10}}')],
-        stateOperators=[operator, SimpleNamespace(**{**vars(operator), "memoryUsedBytes": 2**20})],
+        stateOperators=[dedupe, SimpleNamespace(**{**vars(dedupe), "memoryUsedBytes": 2**20})],
         observedMetrics={},
     )
     uncounted = ProgressFile(Settings(state_dir=tmp_path / "a"), "speed-layer", state_rows_counted=False)
