@@ -142,7 +142,13 @@ class SpeedSettings(_Section):
     # the serving cutoff, so a deletion missed by a replica is harmless; a short grace keeps reads
     # clear of tombstones.
     gc_grace_s: int = Field(3_600, ge=0, le=2**31 - 1)  # Cassandra's table option is an int
-    max_offsets_per_trigger: int = Field(200_000, ge=1, le=100_000_000)
+    # The most records one micro-batch reads: bounds a catch-up's batches. Input faster than the
+    # batches' fixed cost lets through needs batches larger than this: at 20,000 records/s the
+    # speed layer settles at ~240,000 a batch, so 200,000 held it back (20,000 records/s over 300 s,
+    # bench/speed_freshness.py --native --rates 20000 --step-duration 300, test-settings stack,
+    # 2026-12-06: not sustained at 200,000, every batch capped; sustained at 400,000, batches of
+    # 210,000-250,000 once the step's start was caught up, 14.9 s median, no memory error).
+    max_offsets_per_trigger: int = Field(400_000, ge=1, le=100_000_000)
     write_concurrency: int = Field(64, ge=1, le=4_096)
     # Realtime rows go to Cassandra in unlogged batches of rows that live on the same replicas (a
     # batch is one request, which its replicas apply locally), each batch up to this many bytes of

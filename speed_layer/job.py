@@ -51,8 +51,8 @@ QUERY = jobs.SPEED_QUERY
 # The aggregation holds a HyperLogLog sketch per group, so Spark aggregates by objects, and by default
 # sorts a task's rows instead once it holds 128 groups: a micro-batch has thousands (views × keys ×
 # buckets). Kept in memory up to 65,536 groups a task (then sorted, spilling as before): a sketch
-# outgrows a few bytes only past hundreds of values, so at the default 200,000 records a micro-batch
-# a task's groups hold tens of MB at most. Micro-batches of 60,000 events without Kafka or Cassandra:
+# outgrows a few bytes only past hundreds of values, so with up to 400,000 records a micro-batch
+# (speed.max_offsets_per_trigger) a task's groups hold tens of MB at most. Micro-batches of 60,000 events without Kafka or Cassandra:
 # medians 1,676 and 1,594 ms against 2,082 and 1,959 ms with Spark's default, 1.24×
 # (bench/speed_aggregation_cost.py --rows 60000 --duration 120 --pairs 2, 2026-12-04).
 AGGREGATION_OPTIONS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "65536"}
