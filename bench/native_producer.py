@@ -13,9 +13,11 @@ Kafka's console producer generator records that each carry an event_id of their 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -45,10 +47,34 @@ def write_payload(path: Path, count: int = 50_000, invalid_fraction: float = 0.0
     return path
 
 
+# Warnings and errors of Kafka's tools to their stderr (the jars hold no logging set-up of their own:
+# without one a failed send would go unsaid), as Kafka's own scripts set them up.
+TOOLS_LOG4J = """log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+@functools.cache
+def tools_log4j() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="bench-kafka-tools-")) / "log4j.properties"
+    path.write_text(TOOLS_LOG4J)
+    return path
+
+
 def kafka_tool(settings: Settings, main_class: str) -> list[str]:
     """The command line running one of Kafka's tools from the jars the stack runs Kafka with."""
     java = find_java(settings.stack.java_home)
-    return [str(java.executable), "-Xmx256m", "-cp", f"{settings.jars_dir / 'kafka'}/*", main_class]
+    return [
+        str(java.executable),
+        "-Xmx256m",
+        f"-Dlog4j.configuration={tools_log4j().as_uri()}",
+        "-cp",
+        f"{settings.jars_dir / 'kafka'}/*",
+        main_class,
+    ]
 
 
 class _Sender:
@@ -165,6 +191,8 @@ class UniqueRecordsProducer(_Sender):
         self.base, self.count, self.rate, self.tag = base, count, rate, tag
 
     def _run(self) -> None:
+        if self.rate <= 0:
+            raise ValueError(f"a rate of {self.rate} records/s: the console producer is fed at a positive rate")
         proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert proc.stdin is not None and proc.stderr is not None
         errors: list[bytes] = []
@@ -172,18 +200,23 @@ class UniqueRecordsProducer(_Sender):
         reader.start()
         started = time.monotonic()
         written = 0
-        while written < self.count:
-            due = min(self.count, int((time.monotonic() - started) * self.rate) + 1)
-            if due > written:
-                proc.stdin.write(b"".join(unique_record(self.base, self.tag, n) + b"\n" for n in range(written, due)))
-                written = due
-            time.sleep(self.CHUNK_S)
-        elapsed = time.monotonic() - started
-        proc.stdin.close()
+        try:
+            while written < self.count:
+                due = min(self.count, int((time.monotonic() - started) * self.rate) + 1)
+                if due > written:
+                    lines = (unique_record(self.base, self.tag, n) + b"\n" for n in range(written, due))
+                    proc.stdin.write(b"".join(lines))
+                    written = due
+                time.sleep(self.CHUNK_S)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the producer ended early: its exit status and log say why
         code = proc.wait()
+        elapsed = time.monotonic() - started  # until the producer sent what it buffered
         reader.join(timeout=10)
+        # Its callback logs each record Kafka refused or that timed out ("Error when sending message").
         failed = sum(1 for line in errors if b"Error when sending" in line)
-        if code != 0:
+        if code != 0 or written < self.count:
             tail = b"".join(errors[-5:]).decode(errors="replace")[-500:]
-            raise RuntimeError(f"ConsoleProducer exited {code}: {tail}")
+            raise RuntimeError(f"ConsoleProducer exited {code} after {written:,} of {self.count:,} records: {tail}")
         self.report = NativeReport(sent=written - failed, rate=written / elapsed, failed=failed)
