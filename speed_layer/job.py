@@ -52,7 +52,8 @@ QUERY = jobs.SPEED_QUERY
 # sorts a task's rows instead once it holds 128 groups: a micro-batch has thousands (views × keys ×
 # buckets). Kept in memory up to 65,536 groups a task (then sorted, spilling as before): a sketch
 # outgrows a few bytes only past hundreds of values, so with up to 400,000 records a micro-batch
-# (speed.max_offsets_per_trigger) a task's groups hold tens of MB at most. Micro-batches of 60,000 events without Kafka or Cassandra:
+# (speed.max_offsets_per_trigger) a task's groups hold tens of MB at most. Micro-batches of 60,000
+# events without Kafka or Cassandra:
 # medians 1,676 and 1,594 ms against 2,082 and 1,959 ms with Spark's default, 1.24×
 # (bench/speed_aggregation_cost.py --rows 60000 --duration 120 --pairs 2, 2026-12-04).
 AGGREGATION_OPTIONS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "65536"}
@@ -61,10 +62,10 @@ AGGREGATION_OPTIONS = {"spark.sql.objectHashAggregate.sortBased.fallbackThreshol
 # only its changes to the checkpoint, not a snapshot of the whole state. RocksDB does not count the
 # rows it holds: counting reads every key before writing it (a get per put), and the de-duplication
 # writes one key per input record. Sustained input, Kafka's console producer sending (`bench/
-# speed_freshness.py --native --skip-freshness --step-duration 60`, test-settings stack, 2 runs each,
-# 2026-12-06): 12,000 records/s counting, 15,000 not counting (15,000 and 20,000 not sustained);
-# batch-cost fits 60.0 and 40.2 µs per record counting, 34.8 and 35.2 not. The progress shows the
-# state's memory instead of its rows (stores.progress).
+# speed_freshness.py --native --skip-freshness --step-duration 60`, test-settings stack, 2026-12-06):
+# counting, 12,000 records/s sustained and 15,000 not (2 runs); not counting, 15,000 sustained (3
+# runs); batch-cost fits 60.0 and 40.2 µs per record counting, 34.8, 35.2 and 28.2 not. The progress
+# shows the state's memory instead of its rows (stores.progress).
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 STATE_ROWS_COUNTED = False
 STATE_STORE_OPTIONS = {
