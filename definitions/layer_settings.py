@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from definitions.section import HdfsPath
 from definitions.section import Section as _Section
-from definitions.spark_settings import JVM_SIZE, no_other_zone
+from definitions.spark_settings import SparkMemory, no_other_zone
 
 CASSANDRA_MAX_TTL_S = 630_720_000  # 20 years: Cassandra refuses a longer default_time_to_live
 # The UTF-8 bytes of one view key: HBase's row key takes 32,767 (with the parts' lengths and the
@@ -31,7 +31,7 @@ class ArchiverSettings(_Section):
     # wakes both streaming jobs for a micro-batch; cutoffs move once per ingest bucket).
     tick_interval_s: float | None = Field(None, ge=1, le=3_600)
     max_offsets_per_trigger: int = Field(500_000, ge=1, le=100_000_000)
-    driver_memory: str = Field("768m", pattern=JVM_SIZE)
+    driver_memory: SparkMemory = "768m"
     keep_markers: int = Field(20, ge=1, le=100_000)
     # The file sink's log (`_spark_metadata`) lists every file the archiver wrote, ~35,000 a day, and
     # Spark rewrites it whole every 10 batches. It forgets files older than this at those rewrites:
@@ -47,7 +47,7 @@ class BatchSettings(_Section):
     # A run's Spark driver (all of Spark in local mode). It exists only while a run does; its cache
     # holds the run's de-duplicated events. 10M master records end to end on 2 cores with the
     # stack up (bench/batch_end_to_end.py): 188 s at 1g, 168 s at 3g (both with ParallelGC).
-    driver_memory: str = Field("3g", pattern=JVM_SIZE)
+    driver_memory: SparkMemory = "3g"
     # The run's driver JVM options, instead of spark.jvm_options (made for long-lived streaming
     # JVMs): a throughput collector for a job that ends. 10M records at 1g: 200–205 s with the
     # streaming G1 options, 188 s with these. The time zone option is always added.
@@ -158,7 +158,7 @@ class SpeedSettings(_Section):
     # How long a micro-batch keeps retrying its Cassandra writes (a restart, a brief outage) before
     # the query fails: meanwhile the job waits and Kafka holds the records, nothing is lost.
     store_outage_s: float = Field(600, ge=0, le=7 * 86_400)
-    driver_memory: str = Field("768m", pattern=JVM_SIZE)
+    driver_memory: SparkMemory = "768m"
     health_timeout_s: float = Field(240, gt=0, le=3_600)
 
 

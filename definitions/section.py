@@ -4,6 +4,7 @@ a browser reaches a service at; and REPO_ROOT, the checkout the defaults place f
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -20,9 +21,38 @@ class Section(BaseModel):
 
 
 Port = Annotated[int, Field(ge=1, le=65_535)]
-# A host name or an IP address (v6 in brackets or bare): nothing that could end a line of the
-# configuration files it is written into, nor a URL it is put in.
-Host = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:%\[\]-]{1,253}$")]
+# A host name or an IP address: nothing that could end a line of the configuration files it is
+# written into, nor a URL it is put in.
+HOST_PATTERN = r"^[A-Za-z0-9._:%\[\]-]{1,253}$"
+ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
+
+
+def _no_ipv6_literal(host: str) -> str:
+    """The platform writes a host into `host:port` addresses (Kafka's listeners and bootstrap list,
+    hdfs://, http://, spark://) as it is: an IPv6 address there reads as another host and port."""
+    if ":" in host and host not in ANY_ADDRESS:
+        raise ValueError(
+            "an IPv6 address is not taken here (it is written into host:port addresses): give a host name "
+            "that resolves to it"
+        )
+    return host
+
+
+# Where a process is reached or listens (every address: 0.0.0.0, or :: for IPv6 too).
+Host = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_no_ipv6_literal)]
+# An address handed to a client on its own, never joined to a port (Cassandra's contact points):
+# IPv6 bare or in brackets too.
+ContactHost = Annotated[str, Field(pattern=HOST_PATTERN)]
+
+
+def host_port_problem(entry: str) -> str | None:
+    """What keeps `entry` from being a `host:port` the platform can use (None: nothing)."""
+    host, _, port = entry.rpartition(":")
+    if not host or not is_port(port):
+        return "is not host:port"
+    if not re.fullmatch(HOST_PATTERN, host) or ":" in host:
+        return "is not host:port (a host name or IPv4 address, no scheme, no IPv6 address)"
+    return None
 
 
 def _no_dot_segments(path: str) -> str:
@@ -47,7 +77,6 @@ def is_port(text: str) -> bool:
 # Where a browser reaches a service (links in the Airflow UI, answers of the API): an http(s) URL
 # without query or fragment; empty: its host and port.
 PublicUrl = Annotated[str, Field(pattern=r"^(https?://[A-Za-z0-9._:%\[\]-]{1,253}(/[A-Za-z0-9._~/-]*)?)?$")]
-ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
 
 
 def browser_url(host: str, port: int, public_url: str) -> str:

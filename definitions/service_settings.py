@@ -205,12 +205,27 @@ class AirflowSettings(_Section):
         return value
 
 
+def not_module_names(modules: list[str]) -> list[str]:
+    """The entries of `modules` that are no absolute module name (a-b, .x, x..y)."""
+    return [m for m in modules if not all(part.isidentifier() for part in m.split("."))]
+
+
 class ViewSettings(_Section):
     # Modules that declare more views (a module-level `VIEWS` list of definitions.views.View),
     # added to the built-in ones.
     modules: list[str] = []
     # Directories searched for those modules first (absolute paths); empty: installed packages only.
     paths: list[Path] = []
+
+    @field_validator("modules")
+    @classmethod
+    def _module_names(cls, modules: list[str]) -> list[str]:
+        """Imported by every process at start: a name import_module cannot take ('.x' is relative,
+        'a-b' no identifier) stopped `lambdactl up` with a traceback."""
+        bad = not_module_names(modules)
+        if bad:
+            raise ValueError(f"not module names: {bad}")
+        return modules
 
     @field_validator("paths")
     @classmethod

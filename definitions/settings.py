@@ -46,6 +46,9 @@ from definitions.stack_settings import AIRFLOW_COMPANIONS, LoggingSettings, Stac
 from definitions.store_connections import CassandraSettings, HBaseSettings, HdfsSettings, KafkaSettings
 from definitions.store_settings import StoresSettings
 
+# Map settings whose keys are case-sensitive names.
+CASED_KEYS = ("spark.conf", "cassandra.replication")
+
 __all__ = ["AIRFLOW_COMPANIONS", "LoggingSettings", "Settings", "StackSettings", "get_settings"]
 
 
@@ -145,6 +148,23 @@ class Settings(BaseSettings):
         """How long realtime rows live: speed.ttl_s, or by default three days and at least ten batch
         intervals, so many scheduled runs in a row can fail before a row could expire unabsorbed."""
         return self.speed.ttl_s if self.speed.ttl_s is not None else max(3 * 86_400, 10 * self.batch.interval_s)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cased_keys_given_whole(cls, data: Any) -> Any:
+        """A map setting given one key per environment variable (LAMBDA_SPARK__CONF__<key>) reaches
+        the settings with the key lower-cased: Spark's option names and Cassandra's data centres are
+        case-sensitive, and the entry would name another option, or a data centre with no node."""
+        for name in CASED_KEYS:
+            prefix = f"LAMBDA_{name.replace('.', '__')}__".upper()
+            for variable in os.environ:
+                key = variable[len(prefix) :]
+                if variable.upper().startswith(prefix) and key != key.lower():
+                    raise ValueError(
+                        f"{name}: {variable} would reach the settings with its key lower-cased; give the whole "
+                        f"map as JSON instead: {prefix[:-2]}='{{\"{key}\": ...}}'"
+                    )
+        return data
 
     @model_validator(mode="after")
     def _realtime_rows_outlive_batches(self) -> Settings:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic_settings import EnvSettingsSource, TomlConfigSettingsSource
 
 from definitions.files import write_private
+from definitions.service_settings import not_module_names
 from definitions.settings import Settings, config_path
 
 FILE_NAME = "settings.json"
@@ -426,7 +427,7 @@ SECRET_NAME = re.compile(
 def with_view_modules(settings: Settings, modules: list[str], paths: list[str] | None = None) -> Settings:
     """`settings` with `views.modules` (and `views.paths` unless None) replaced, checked but not
     persisted: `lambdactl views apply --modules` loads the views from these before it writes them."""
-    bad = [m for m in modules if not all(part.isidentifier() for part in m.split("."))]
+    bad = not_module_names(modules)
     if bad:
         raise SettingsConflict(f"views.modules: not module names: {bad}")
     folders = [Path(p) for p in paths] if paths is not None else list(settings.views.paths)

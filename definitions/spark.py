@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from definitions.settings import Settings
 from definitions.settings_store import SECRET_NAME
+from definitions.spark_settings import REDACTION
 from definitions.store_connections import LOCAL_HOST
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
         "spark.sql.session.timeZone": "UTC",
         # Query plans, the UI and logs show a source's options with these values hidden: the default
         # (URLs) plus the Kafka client's private key and SASL login (stores.clients.kafka_spark_options).
-        "spark.sql.redaction.options.regex": r"(?i)url|keystore\.key|sasl\.jaas\.config",
+        "spark.sql.redaction.options.regex": REDACTION["spark.sql.redaction.options.regex"],
         "spark.hadoop.fs.defaultFS": settings.hdfs.url,
         # Closing an HDFS file asks the namenode to complete it; when the datanode's report of the
         # last block has not arrived yet, the client waits and asks again, first after 400 ms by
@@ -158,6 +159,9 @@ def session_conf(settings: Settings, app_name: str, extra: Mapping[str, str] | N
     if copies:
         conf["spark.hadoop.dfs.replication"] = str(copies)
     conf.update(s.conf)
+    for key, hidden in REDACTION.items():  # what settings add to hide, besides the platform's own
+        if key in s.conf:
+            conf[key] = f"{hidden}|(?:{s.conf[key]})"
     conf.update(extra or {})
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
         conf[key] = utc_jvm_options(conf[key])

@@ -4,14 +4,35 @@ local standalone cluster `lambdactl up` may run."""
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from definitions.section import Host, Port
 from definitions.section import Section as _Section
 from definitions.store_connections import LOCAL_HOST
 
 JVM_SIZE = r"^\d+[kKmMgGtT]$"  # a JVM heap size: 768m, 3g (Spark's launcher refuses anything else at start)
+_MIB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}
+
+
+def size_mib(size: str) -> float:
+    """A JVM size (768m, 3g) in MiB."""
+    return int(size[:-1]) * _MIB[size[-1].lower()]
+
+
+def _spark_can_start_with(size: str) -> str:
+    """Spark reserves 300 MiB of its JVM's memory and refuses to start below 1.5 times that;
+    a size past a tebibyte is no machine's (a JVM given one refuses to start, naming no setting)."""
+    if size_mib(size) < 512:
+        raise ValueError("too little for Spark (it reserves 300 MiB and needs 450): give at least 512m")
+    if size_mib(size) > 1024**2:
+        raise ValueError("more than 1t: no machine has it")
+    return size
+
+
+# The memory of a Spark driver or executor.
+SparkMemory = Annotated[str, Field(pattern=JVM_SIZE), AfterValidator(_spark_can_start_with)]
 
 
 class SparkClusterSettings(_Section):
@@ -33,7 +54,7 @@ class SparkClusterSettings(_Section):
     # What each application takes of the cluster: at most this many task slots, and executors of
     # this much memory.
     app_cores: int = Field(2, ge=1, le=1_024)
-    executor_memory: str = "768m"
+    executor_memory: SparkMemory = "768m"
     health_timeout_s: float = Field(60, gt=0, le=3_600)
 
     @property
@@ -47,11 +68,7 @@ class SparkClusterSettings(_Section):
                 f"spark.cluster.ui_port {self.ui_port}: its {self.workers} workers' web UIs take the ports after it, "
                 "past 65535"
             )
-        match = re.fullmatch(r"(\d+)([kmgt])", self.executor_memory.strip().lower())
-        if not match:
-            raise ValueError(f"spark.cluster.executor_memory: {self.executor_memory!r} is not like 768m or 2g")
-        mb = int(match.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}[match.group(2)]
-        if self.workers and mb > self.worker_memory_mb:
+        if self.workers and size_mib(self.executor_memory) > self.worker_memory_mb:
             raise ValueError(
                 f"spark.cluster.executor_memory {self.executor_memory} exceeds what a worker offers "
                 f"(spark.cluster.worker_memory_mb={self.worker_memory_mb}): no application would get an executor"
@@ -82,13 +99,27 @@ _SILENT_READS = {
 }
 
 
+# Spark options each governed by a setting of the platform's own, which other code reads too.
+_OWN_SETTING = {
+    "spark.master": "spark.master",
+    "spark.driver.memory": "spark.driver_memory, archiver.driver_memory, speed.driver_memory, batch.driver_memory",
+    "spark.executor.memory": "spark.cluster.executor_memory",
+}
+# Which option values Spark hides in plans, the UI and logs: a pattern given in spark.conf is added to
+# these, never put in their place (the platform passes the Kafka client's key and SASL login as options).
+REDACTION = {
+    "spark.sql.redaction.options.regex": r"(?i)url|keystore\.key|sasl\.jaas\.config",
+    "spark.redaction.regex": r"(?i)secret|password|token|access[.]key",  # Spark's default
+}
+
+
 class SparkSettings(_Section):
     master: str = "local[*]"
     # The Python interpreter of the executors' Python workers. Empty: the driver's own (right for
     # local mode and for the local cluster); set it to the interpreter path on a real cluster's nodes.
     python: str = ""
     cluster: SparkClusterSettings = SparkClusterSettings()
-    driver_memory: str = Field("1g", pattern=JVM_SIZE)
+    driver_memory: SparkMemory = "1g"
     shuffle_partitions: int = Field(4, ge=1, le=10_000)
     ui_enabled: bool = False
     # JVM options of every driver (and executor): G1 returns heap it no longer needs to the
@@ -113,6 +144,9 @@ class SparkSettings(_Section):
         for key, why in _SILENT_READS.items():
             if conf.get(key, "false").strip().lower() != "false":
                 raise ValueError(f"{key} must stay false: {why}")
+        for key, setting in _OWN_SETTING.items():
+            if key in conf:
+                raise ValueError(f"{key} is not given here: it has a setting of its own ({setting})")
         return conf
 
     @field_validator("jvm_options")

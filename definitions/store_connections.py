@@ -8,11 +8,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from definitions.section import Host, Port, is_port
+from definitions.section import ContactHost, Host, Port, host_port_problem, is_port
 from definitions.section import Section as _Section
 
 LOCAL_HOST = "127.0.0.1"
 DC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A namenode's (or a gateway's) HTTP address, the platform appends /webhdfs/v1 to.
+WEBHDFS_URL = re.compile(r"https?://[A-Za-z0-9._-]{1,253}(:(?P<port>[0-9]{1,5}))?(/[A-Za-z0-9._~/-]*)?")
 TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # what Kafka accepts as a topic name (but "." and "..")
 
 
@@ -86,9 +88,9 @@ class KafkaSettings(_Section):
                 f"not {self.security_protocol}"
             )
         for server in self.bootstrap_servers:
-            host, _, port = server.rpartition(":")
-            if not host or not is_port(port):
-                raise ValueError(f"kafka.bootstrap_servers: {server!r} is not host:port")
+            problem = host_port_problem(server)
+            if problem:
+                raise ValueError(f"kafka.bootstrap_servers: {server!r} {problem}")
         return self
 
 
@@ -97,7 +99,7 @@ class HdfsSettings(_Section):
     port: Port = 9000
     # An HA name service: paths become hdfs://<name_service>/… (its namenodes are Hadoop settings,
     # passed through spark.conf as spark.hadoop.dfs.*); empty: hdfs://host:port.
-    name_service: str = ""
+    name_service: str = Field("", pattern=r"^([A-Za-z0-9._-]{1,253})?$")
     # WebHDFS endpoints tried in turn (an HA pair's namenodes, "http://host:port"); empty: host:http_port.
     webhdfs_urls: list[str] = []
     http_port: Port = 9870
@@ -120,6 +122,12 @@ class HdfsSettings(_Section):
         for url in self.webhdfs_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"hdfs.webhdfs_urls: {url!r} is not an http:// or https:// URL")
+            match = WEBHDFS_URL.fullmatch(url)
+            if not match or (match["port"] is not None and not is_port(match["port"])):
+                raise ValueError(
+                    f"hdfs.webhdfs_urls: {url!r} is not http(s)://host[:port][/path] (a host name or IPv4 address, "
+                    "a port, no query)"
+                )
         return self
 
     @property
@@ -171,14 +179,13 @@ class HBaseSettings(_Section):
     @model_validator(mode="after")
     def _thrift_hosts_parse(self) -> HBaseSettings:
         for entry in self.thrift_hosts:
-            host, sep, port = entry.rpartition(":")
-            if not entry or (sep and (not host or not is_port(port))):
-                raise ValueError(f"hbase.thrift_hosts: {entry!r} is not host or host:port")
+            if host_port_problem(entry if ":" in entry else f"{entry}:1"):
+                raise ValueError(f"hbase.thrift_hosts: {entry!r} is not host or host:port (no scheme, no IPv6 address)")
         return self
 
 
 class CassandraSettings(_Section):
-    hosts: list[Host] = [LOCAL_HOST]
+    hosts: list[ContactHost] = Field([LOCAL_HOST], min_length=1)
     port: Port = 9042
     storage_port: Port = 7000
     # Used unquoted in CQL (Cassandra folds unquoted names to lower case): a lower-case identifier.

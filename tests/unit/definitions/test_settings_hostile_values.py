@@ -1,0 +1,141 @@
+"""Settings values that were taken and then broke something later, far from the setting: each is
+refused when the settings load, naming the setting and what is wrong."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from definitions.settings import Settings
+from definitions.spark import session_conf
+
+
+def refused(**sections) -> str:
+    with pytest.raises(pydantic.ValidationError) as error:
+        Settings(_env_file=None, **sections)
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    "section, values",
+    [
+        ("kafka", {"host": "::1"}),  # bootstrap ::1:9092: kafka-python reads one IPv6 address, Java ::1 and a port
+        ("hdfs", {"host": "[::1]"}),
+        ("hbase", {"host": "fe80::1%eth0"}),  # int('1%eth0') when the Thrift endpoints were split
+        ("api", {"host": "::1"}),
+        ("airflow", {"host": "2001:db8::7"}),
+    ],
+)
+def test_an_ipv6_address_where_it_is_joined_to_a_port_is_refused_naming_the_setting(section, values):
+    message = refused(**{section: values})
+    assert f"{section}.host" in message and "IPv6 address is not taken here" in message
+
+
+def test_addresses_used_alone_or_listening_everywhere_stay_taken():
+    settings = Settings(_env_file=None, cassandra={"hosts": ["::1", "[fe80::1]"]}, api={"host": "::"})
+    assert settings.cassandra.hosts == ["::1", "[fe80::1]"] and settings.api.host == "::"
+
+
+@pytest.mark.parametrize(
+    "section, values, named",
+    [
+        ("kafka", {"bootstrap_servers": ["PLAINTEXT://b1:9092"]}, "kafka.bootstrap_servers"),  # a listener, no address
+        ("kafka", {"bootstrap_servers": ["::1:9092"]}, "kafka.bootstrap_servers"),
+        ("kafka", {"bootstrap_servers": ["[::1]:9092"]}, "kafka.bootstrap_servers"),
+        ("hbase", {"thrift_hosts": ["http://thrift-1:9090"]}, "hbase.thrift_hosts"),
+        ("hbase", {"thrift_hosts": ["[::1]:9090"]}, "hbase.thrift_hosts"),  # int('1]') when split
+        ("hbase", {"thrift_hosts": ["::1"]}, "hbase.thrift_hosts"),
+        ("hdfs", {"name_service": "a b:1/x"}, "name_service"),  # hdfs://a b:1/x
+        ("hdfs", {"webhdfs_urls": ["http://"]}, "hdfs.webhdfs_urls"),
+        ("hdfs", {"webhdfs_urls": ["http://nn1:99999"]}, "hdfs.webhdfs_urls"),
+        ("hdfs", {"webhdfs_urls": ["http://nn1:9870?user.name=x"]}, "hdfs.webhdfs_urls"),
+        ("cassandra", {"hosts": []}, "hosts"),  # a cluster with no contact point
+    ],
+)
+def test_an_address_list_entry_no_client_could_reach_is_refused_naming_the_setting(section, values, named):
+    assert named in refused(**{section: values})
+
+
+def test_the_addresses_clusters_use_are_taken():
+    settings = Settings(
+        _env_file=None,
+        kafka={"bootstrap_servers": ["b1.example.org:9092", "10.0.0.2:9092"]},
+        hbase={"thrift_hosts": ["thrift-1", "thrift-2:9091"]},
+        hdfs={"name_service": "lambda-ha", "webhdfs_urls": ["http://nn1:9870/", "https://knox:8443/gateway/default"]},
+    )
+    assert settings.kafka.bootstrap == "b1.example.org:9092,10.0.0.2:9092"
+    assert settings.hbase.thrift_endpoints == [("thrift-1", 9090), ("thrift-2", 9091)]
+    assert settings.hdfs.webhdfs_endpoints == ["http://nn1:9870", "https://knox:8443/gateway/default"]
+
+
+@pytest.mark.parametrize("modules", [[".relative"], ["..up"], ["my-views"], ["views."]])
+def test_view_modules_no_process_could_import_are_refused_when_the_settings_load(modules):
+    """Every process imports them at start: `lambdactl up` ended in a TypeError's traceback."""
+    assert "views.modules\n  Value error, not module names" in refused(views={"modules": modules})
+
+
+@pytest.mark.parametrize(
+    "section, values",
+    [
+        ("spark", {"driver_memory": "0m"}),
+        ("archiver", {"driver_memory": "1k"}),
+        ("batch", {"driver_memory": "99999999999999999999g"}),
+        ("speed", {"driver_memory": "256m"}),  # Spark refuses to start below 450 MiB
+    ],
+)
+def test_a_driver_memory_spark_cannot_start_with_is_refused_naming_the_setting(section, values):
+    message = refused(**{section: values})
+    assert f"{section}.driver_memory\n" in message
+    assert "give at least 512m" in message or "more than 1t" in message
+
+
+def test_an_executor_memory_spark_cannot_start_with_is_refused_naming_the_setting():
+    assert "executor_memory" in refused(spark={"cluster": {"executor_memory": "0m"}})
+
+
+@pytest.mark.parametrize(
+    "key, setting",
+    [
+        ("spark.master", "spark.master"),  # the driver stayed bound to 127.0.0.1, out of a cluster's reach
+        ("spark.driver.memory", "driver_memory"),
+        ("spark.executor.memory", "spark.cluster.executor_memory"),
+    ],
+)
+def test_a_spark_option_with_a_setting_of_its_own_is_refused_in_spark_conf(key, setting):
+    message = refused(spark={"conf": {key: "x"}})
+    assert key in message and setting in message
+
+
+def test_a_redaction_pattern_in_spark_conf_hides_more_never_less():
+    """It replaced the pattern that hides the Kafka client's SASL login and private key."""
+    settings = Settings(
+        _env_file=None,
+        spark={"conf": {"spark.sql.redaction.options.regex": "(?i)password", "spark.redaction.regex": "mine"}},
+    )
+    conf = session_conf(settings, "test")
+    assert conf["spark.sql.redaction.options.regex"] == r"(?i)url|keystore\.key|sasl\.jaas\.config|(?:(?i)password)"
+    assert conf["spark.redaction.regex"] == r"(?i)secret|password|token|access[.]key|(?:mine)"
+    assert "spark.redaction.regex" not in session_conf(Settings(_env_file=None), "test"), "Spark's default stays"
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("LAMBDA_SPARK__CONF__spark.driver.extraJavaOptions", "-Dx=1"),  # reached Spark as extrajavaoptions
+        ("LAMBDA_CASSANDRA__REPLICATION__DC1", "3"),  # a data centre named dc1, which has no node
+        ("lambda_spark__conf__spark.sql.adaptive.coalescePartitions.enabled", "false"),
+    ],
+)
+def test_a_map_entry_whose_key_an_environment_variable_would_lower_case_is_refused(variable, value, monkeypatch):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(pydantic.ValidationError) as error:
+        Settings(_env_file=None)
+    assert variable in str(error.value) and "lower-cased" in str(error.value)
+
+
+def test_map_entries_given_whole_or_with_lower_case_keys_are_taken(monkeypatch):
+    monkeypatch.setenv("LAMBDA_SPARK__CONF", '{"spark.driver.extraJavaOptions": "-Dx=1"}')
+    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION__dc1", "3")
+    settings = Settings(_env_file=None)
+    assert settings.spark.conf == {"spark.driver.extraJavaOptions": "-Dx=1"}
+    assert settings.cassandra.replication == {"dc1": 3}
