@@ -30,10 +30,10 @@ ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
 def _no_ipv6_literal(host: str) -> str:
     """The platform writes a host into `host:port` addresses (Kafka's listeners and bootstrap list,
     hdfs://, http://, spark://) as it is: an IPv6 address there reads as another host and port."""
-    if ":" in host and host not in ANY_ADDRESS:
+    if host not in ANY_ADDRESS and any(c in host for c in ":[]%"):
         raise ValueError(
-            "an IPv6 address is not taken here (it is written into host:port addresses): give a host name "
-            "that resolves to it"
+            "an IPv6 address (or a bracket or zone) is not taken here (it is written into host:port addresses): "
+            "give a host name that resolves to it"
         )
     return host
 

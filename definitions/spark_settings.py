@@ -109,7 +109,7 @@ _OWN_SETTING = {
 # these, never put in their place (the platform passes the Kafka client's key and SASL login as options).
 REDACTION = {
     "spark.sql.redaction.options.regex": r"(?i)url|keystore\.key|sasl\.jaas\.config",
-    "spark.redaction.regex": r"(?i)secret|password|token|access[.]key",  # Spark's default
+    "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key",  # Spark 4's default
 }
 
 
