@@ -6,18 +6,37 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the repository's checkout: default places of its files
 
 
+def no_truth_for_numbers(model: type[BaseModel], data: Any) -> Any:
+    """JSON and TOML have true and false, which pydantic takes for 1 and 0: `ingest_bucket_s =
+    true` made one-second buckets. A number setting refuses them."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            field = model.model_fields.get(name) if isinstance(name, str) else None
+            if isinstance(value, bool) and field is not None:
+                kinds = set(get_args(field.annotation)) or {field.annotation}
+                if bool not in kinds and kinds & {int, float}:
+                    raise ValueError(f"{name}: {str(value).lower()} is no number")
+    return data
+
+
 class Section(BaseModel):
     """Errors name the setting and never repeat the value (it may be a secret, and every process
-    that loads the settings prints them into its log); NaN and infinity are no setting's value."""
+    that loads the settings prints them into its log); NaN and infinity are no setting's value,
+    nor true or false a number's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_truth_for_numbers(cls, data: Any) -> Any:
+        return no_truth_for_numbers(cls, data)
 
 
 Port = Annotated[int, Field(ge=1, le=65_535)]

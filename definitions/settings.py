@@ -33,7 +33,7 @@ from definitions.layer_settings import (
     EventLimits,
     SpeedSettings,
 )
-from definitions.section import REPO_ROOT
+from definitions.section import REPO_ROOT, no_truth_for_numbers
 from definitions.service_settings import (
     DEFAULT_AIRFLOW_PASSWORD,
     DEFAULT_TOKEN,
@@ -148,6 +148,11 @@ class Settings(BaseSettings):
         """How long realtime rows live: speed.ttl_s, or by default three days and at least ten batch
         intervals, so many scheduled runs in a row can fail before a row could expire unabsorbed."""
         return self.speed.ttl_s if self.speed.ttl_s is not None else max(3 * 86_400, 10 * self.batch.interval_s)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_truth_for_numbers(cls, data: Any) -> Any:
+        return no_truth_for_numbers(cls, data)
 
     @model_validator(mode="before")
     @classmethod

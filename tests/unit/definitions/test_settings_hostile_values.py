@@ -141,3 +141,20 @@ def test_map_entries_given_whole_or_with_lower_case_keys_are_taken(monkeypatch):
     settings = Settings(_env_file=None)
     assert settings.spark.conf == {"spark.driver.extraJavaOptions": "-Dx=1"}
     assert settings.cassandra.replication == {"dc1": 3}
+
+
+@pytest.mark.parametrize(
+    "values, named",
+    [
+        ({"ingest_bucket_s": True}, "ingest_bucket_s"),  # one-second buckets
+        ({"kafka": {"port": True}}, "port"),
+        ({"speed": {"trigger_s": False}}, "trigger_s"),
+        ({"archiver": {"tick_interval_s": True}}, "tick_interval_s"),  # float | None
+    ],
+)
+def test_true_or_false_for_a_number_is_refused_naming_the_setting(values, named):
+    assert f"{named}: " in refused(**values) and "is no number" in refused(**values)
+
+
+def test_true_and_false_stay_taken_where_a_setting_is_one():
+    assert Settings(_env_file=None, spark={"ui_enabled": True}).spark.ui_enabled is True
