@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic_settings import EnvSettingsSource, TomlConfigSettingsSource
 
 from definitions.files import write_private
@@ -210,7 +210,10 @@ def load() -> Settings:
             "value: leave the setting out (or set it to that value) to use it; to change it, follow "
             "'Changing a data-shaping setting' in docs/operations.md."
         )
-    settings = Settings(**_merge(persisted, given))
+    try:  # the given values are valid on their own (`explicit`): what is refused is in the file
+        settings = Settings(**_merge(persisted, given))
+    except ValidationError as exc:
+        raise SettingsConflict(f"the persisted settings {path} hold values that are refused; fix them: {exc}") from None
     settings._given = given
     return settings
 

@@ -230,6 +230,18 @@ def test_a_broken_persisted_file_is_a_clear_error(tmp_path):
         load()
 
 
+def test_a_persisted_value_that_is_refused_names_the_file_it_is_in(tmp_path):
+    """Edited by hand: the error named the setting, and no file it came from."""
+    path = persisted_path(Settings())
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"kafka": {"prot": 1}, "speed": {"trigger_s": True}}))
+    path.chmod(0o600)
+    with pytest.raises(SettingsConflict) as refused:
+        load()
+    assert str(path) in str(refused.value)
+    assert "kafka.prot" in str(refused.value) and "trigger_s: true is no number" in str(refused.value)
+
+
 @pytest.mark.parametrize("kind", ["directory", "fifo", "dangling link"])
 def test_persisted_settings_that_are_no_regular_file_are_a_clear_error(kind):
     """Taken for absent before: the data-shaping values the platform's data was written with were
