@@ -6,23 +6,35 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the repository's checkout: default places of its files
 
 
+def _is_number(kind: Any) -> bool:
+    """Whether a field of this annotation holds a number, and never true or false."""
+    kinds = set(get_args(kind)) if get_origin(kind) in (Union, UnionType) else {kind}
+    kinds = {get_args(k)[0] if get_origin(k) is Annotated else k for k in kinds}
+    return bool(kinds & {int, float}) and bool not in kinds
+
+
 def no_truth_for_numbers(model: type[BaseModel], data: Any) -> Any:
     """JSON and TOML have true and false, which pydantic takes for 1 and 0: `ingest_bucket_s =
-    true` made one-second buckets. A number setting refuses them."""
+    true` made one-second buckets. A number setting, or a map of numbers, refuses them."""
     if isinstance(data, dict):
         for name, value in data.items():
             field = model.model_fields.get(name) if isinstance(name, str) else None
-            if isinstance(value, bool) and field is not None:
-                kinds = set(get_args(field.annotation)) or {field.annotation}
-                if bool not in kinds and kinds & {int, float}:
-                    raise ValueError(f"{name}: {str(value).lower()} is no number")
+            if field is None:
+                continue
+            kind = field.annotation
+            if isinstance(value, bool) and _is_number(kind):
+                raise ValueError(f"{name}: {str(value).lower()} is no number")
+            if isinstance(value, dict) and get_origin(kind) is dict and _is_number(get_args(kind)[1]):
+                if any(isinstance(v, bool) for v in value.values()):
+                    raise ValueError(f"{name}: true or false is no number")
     return data
 
 
@@ -46,10 +58,10 @@ HOST_PATTERN = r"^[A-Za-z0-9._:%\[\]-]{1,253}$"
 ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
 
 
-def _no_ipv6_literal(host: str) -> str:
+def _joinable(host: str) -> str:
     """The platform writes a host into `host:port` addresses (Kafka's listeners and bootstrap list,
     hdfs://, http://, spark://) as it is: an IPv6 address there reads as another host and port."""
-    if host not in ANY_ADDRESS and any(c in host for c in ":[]%"):
+    if any(c in host for c in ":[]%"):
         raise ValueError(
             "an IPv6 address (or a bracket or zone) is not taken here (it is written into host:port addresses): "
             "give a host name that resolves to it"
@@ -57,15 +69,22 @@ def _no_ipv6_literal(host: str) -> str:
     return host
 
 
-# Where a process is reached or listens (every address: 0.0.0.0, or :: for IPv6 too).
-Host = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_no_ipv6_literal)]
+def _listening_or_joinable(host: str) -> str:
+    return host if host in ANY_ADDRESS else _joinable(host)
+
+
+# Where a process is reached (and listens): a host name or an IPv4 address.
+Host = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_joinable)]
+# Where a server listens and is reached: also every address (:: for IPv6 too), reached on this
+# machine's loopback (browser_url).
+ListenHost = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_listening_or_joinable)]
 # An address handed to a client on its own, never joined to a port (Cassandra's contact points):
 # IPv6 bare or in brackets too.
 ContactHost = Annotated[str, Field(pattern=HOST_PATTERN)]
 
 
 def host_port_problem(entry: str) -> str | None:
-    """What keeps `entry` from being a `host:port` the platform can use (None: nothing)."""
+    """What keeps `entry` from being a `host:port` the platform can split (None: nothing)."""
     host, _, port = entry.rpartition(":")
     if not host or not is_port(port):
         return "is not host:port"

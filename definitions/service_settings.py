@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from definitions.section import ANY_ADDRESS, REPO_ROOT, Host, Port, PublicUrl
+from definitions.section import ANY_ADDRESS, REPO_ROOT, ListenHost, Port, PublicUrl
 from definitions.section import Section as _Section
 from definitions.store_connections import LOCAL_HOST
 
@@ -22,7 +22,7 @@ DEFAULT_AIRFLOW_PASSWORD = "admin"
 
 
 class ApiSettings(_Section):
-    host: Host = LOCAL_HOST
+    host: ListenHost = LOCAL_HOST
     port: Port = 8000
     # Where a browser reaches the API (the Airflow UI's report links): behind a proxy, or from
     # outside a container whose host name only other containers know; empty: host and port.
@@ -155,7 +155,7 @@ class ApiSettings(_Section):
 class AirflowSettings(_Section):
     """Airflow 3, in its own virtualenv, scheduling and triggering the batch recomputation."""
 
-    host: Host = LOCAL_HOST
+    host: ListenHost = LOCAL_HOST
     port: Port = 8080
     # Where a browser reaches Airflow's UI (the run's address the recompute route answers); empty:
     # host and port.

@@ -210,10 +210,13 @@ def load() -> Settings:
             "value: leave the setting out (or set it to that value) to use it; to change it, follow "
             "'Changing a data-shaping setting' in docs/operations.md."
         )
-    try:  # the given values are valid on their own (`explicit`): what is refused is in the file
+    try:  # the given values are valid on their own (`explicit`), not necessarily with the file's
         settings = Settings(**_merge(persisted, given))
     except ValidationError as exc:
-        raise SettingsConflict(f"the persisted settings {path} hold values that are refused; fix them: {exc}") from None
+        raise SettingsConflict(
+            f"the persisted settings {path}, with the ones given here, are refused; fix the value named below in "
+            f"that file, or where it was given: {exc}"
+        ) from None
     settings._given = given
     return settings
 

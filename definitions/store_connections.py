@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 
@@ -13,9 +14,26 @@ from definitions.section import Section as _Section
 
 LOCAL_HOST = "127.0.0.1"
 DC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-# A namenode's (or a gateway's) HTTP address, the platform appends /webhdfs/v1 to.
-WEBHDFS_URL = re.compile(r"https?://[A-Za-z0-9._-]{1,253}(:(?P<port>[0-9]{1,5}))?(/[A-Za-z0-9._~/-]*)?")
+# A broker as Kafka's clients (Java and kafka-python) read one: an optional listener name, a host
+# name, IPv4 address or IPv6 address in brackets, a port.
+BROKER = re.compile(r"([A-Za-z_]+://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})")
 TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # what Kafka accepts as a topic name (but "." and "..")
+
+
+def webhdfs_url(url: str) -> bool:
+    """Whether `url` is a namenode's (or a gateway's) HTTP address, which /webhdfs/v1 is appended to."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and port != 0
+        and not (parts.query or parts.fragment or "?" in url or "#" in url)
+        and re.fullmatch(r"[A-Za-z0-9._~/-]*", parts.path) is not None
+    )
 
 
 class KafkaSettings(_Section):
@@ -88,9 +106,12 @@ class KafkaSettings(_Section):
                 f"not {self.security_protocol}"
             )
         for server in self.bootstrap_servers:
-            problem = host_port_problem(server)
-            if problem:
-                raise ValueError(f"kafka.bootstrap_servers: {server!r} {problem}")
+            match = BROKER.fullmatch(server)
+            if not match or not is_port(match["port"]):
+                raise ValueError(
+                    f"kafka.bootstrap_servers: {server!r} is not host:port (a host name, an IPv4 address or an IPv6 "
+                    "address in brackets)"
+                )
         return self
 
 
@@ -119,14 +140,10 @@ class HdfsSettings(_Section):
 
     @model_validator(mode="after")
     def _webhdfs_urls_are_http(self) -> HdfsSettings:
-        for url in self.webhdfs_urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"hdfs.webhdfs_urls: {url!r} is not an http:// or https:// URL")
-            match = WEBHDFS_URL.fullmatch(url)
-            if not match or (match["port"] is not None and not is_port(match["port"])):
+        for number, url in enumerate(self.webhdfs_urls, 1):
+            if not webhdfs_url(url):  # not repeated: it may carry a password
                 raise ValueError(
-                    f"hdfs.webhdfs_urls: {url!r} is not http(s)://host[:port][/path] (a host name or IPv4 address, "
-                    "a port, no query)"
+                    f"hdfs.webhdfs_urls: entry {number} is not http(s)://[user@]host[:port][/path] (no query)"
                 )
         return self
 

@@ -26,6 +26,8 @@ def refused(**sections) -> str:
         ("airflow", {"host": "2001:db8::7"}),
         ("kafka", {"host": "[broker]"}),
         ("hdfs", {"host": "nn%eth0"}),
+        ("hbase", {"host": "[::]"}),  # every address, where only the API and Airflow listen: int(']')
+        ("kafka", {"host": "::"}),
     ],
 )
 def test_an_ipv6_address_where_it_is_joined_to_a_port_is_refused_naming_the_setting(section, values):
@@ -41,9 +43,8 @@ def test_addresses_used_alone_or_listening_everywhere_stay_taken():
 @pytest.mark.parametrize(
     "section, values, named",
     [
-        ("kafka", {"bootstrap_servers": ["PLAINTEXT://b1:9092"]}, "kafka.bootstrap_servers"),  # a listener, no address
-        ("kafka", {"bootstrap_servers": ["::1:9092"]}, "kafka.bootstrap_servers"),
-        ("kafka", {"bootstrap_servers": ["[::1]:9092"]}, "kafka.bootstrap_servers"),
+        ("kafka", {"bootstrap_servers": ["::1:9092"]}, "kafka.bootstrap_servers"),  # one address to kafka-python
+        ("kafka", {"bootstrap_servers": ["http://b1/x:9092"]}, "kafka.bootstrap_servers"),
         ("hbase", {"thrift_hosts": ["http://thrift-1:9090"]}, "hbase.thrift_hosts"),
         ("hbase", {"thrift_hosts": ["[::1]:9090"]}, "hbase.thrift_hosts"),  # int('1]') when split
         ("hbase", {"thrift_hosts": ["::1"]}, "hbase.thrift_hosts"),
@@ -59,15 +60,31 @@ def test_an_address_list_entry_no_client_could_reach_is_refused_naming_the_setti
 
 
 def test_the_addresses_clusters_use_are_taken():
+    """What Kafka's clients (Java and kafka-python) read in a broker address: a listener name, an
+    IPv6 address in brackets; a WebHDFS URL with a gateway's path and login, or an IPv6 address."""
+    brokers = ["b1.example.org:9092", "10.0.0.2:9092", "SASL_SSL://b3:9093", "[2001:db8::1]:9092"]
+    urls = ["http://nn1:9870/", "https://svc:pw@knox:8443/gateway/default", "http://[fd00::1]:9870"]
     settings = Settings(
         _env_file=None,
-        kafka={"bootstrap_servers": ["b1.example.org:9092", "10.0.0.2:9092"]},
+        kafka={"bootstrap_servers": brokers},
         hbase={"thrift_hosts": ["thrift-1", "thrift-2:9091"]},
-        hdfs={"name_service": "lambda-ha", "webhdfs_urls": ["http://nn1:9870/", "https://knox:8443/gateway/default"]},
+        hdfs={"name_service": "lambda-ha", "webhdfs_urls": urls},
     )
-    assert settings.kafka.bootstrap == "b1.example.org:9092,10.0.0.2:9092"
+    assert settings.kafka.bootstrap == ",".join(brokers)
     assert settings.hbase.thrift_endpoints == [("thrift-1", 9090), ("thrift-2", 9091)]
-    assert settings.hdfs.webhdfs_endpoints == ["http://nn1:9870", "https://knox:8443/gateway/default"]
+    assert settings.hdfs.webhdfs_endpoints == [u.rstrip("/") for u in urls]
+
+
+def test_a_refused_webhdfs_url_is_not_repeated_in_the_error():
+    message = refused(hdfs={"webhdfs_urls": ["http://nn1:9870", "https://svc:S3cretPw@knox:8443/x?q=1"]})
+    assert "hdfs.webhdfs_urls: entry 2 is not" in message and "S3cretPw" not in message
+
+
+def test_a_bracketed_ipv6_contact_point_reaches_the_cassandra_driver_without_brackets():
+    from stores.clients import cassandra_cluster
+
+    settings = Settings(_env_file=None, cassandra={"hosts": ["[::1]", "127.0.0.1"]})
+    assert cassandra_cluster(settings).contact_points == ["::1", "127.0.0.1"]
 
 
 @pytest.mark.parametrize("modules", [[".relative"], ["..up"], ["my-views"], ["views."]])
@@ -105,7 +122,7 @@ def test_an_executor_memory_spark_cannot_start_with_is_refused_naming_the_settin
 )
 def test_a_spark_option_with_a_setting_of_its_own_is_refused_in_spark_conf(key, setting):
     message = refused(spark={"conf": {key: "x"}})
-    assert key in message and setting in message
+    assert f"{key} is not given here: it has a setting of its own (" in message and setting in message
 
 
 def test_a_redaction_pattern_in_spark_conf_hides_more_never_less():
@@ -150,6 +167,8 @@ def test_map_entries_given_whole_or_with_lower_case_keys_are_taken(monkeypatch):
         ({"kafka": {"port": True}}, "port"),
         ({"speed": {"trigger_s": False}}, "trigger_s"),
         ({"archiver": {"tick_interval_s": True}}, "tick_interval_s"),  # float | None
+        ({"cassandra": {"replication": {"dc1": True}}}, "replication"),  # a map of numbers
+        ({"stack": {"cpu_nice": {"api": False}}}, "cpu_nice"),
     ],
 )
 def test_true_or_false_for_a_number_is_refused_naming_the_setting(values, named):
@@ -158,3 +177,13 @@ def test_true_or_false_for_a_number_is_refused_naming_the_setting(values, named)
 
 def test_true_and_false_stay_taken_where_a_setting_is_one():
     assert Settings(_env_file=None, spark={"ui_enabled": True}).spark.ui_enabled is True
+
+
+def test_an_api_and_airflow_listening_on_every_address_are_reached_on_the_loopback():
+    """`http://:::8000` was no URL: `lambdactl views apply`, the demo and the health checks could not
+    reach an API listening on ::."""
+    from lambdactl.demo import _api
+    from stores.airflow import base_url
+
+    settings = Settings(_env_file=None, api={"host": "::"}, airflow={"host": "::"})
+    assert _api(settings) == "http://127.0.0.1:8000" and base_url(settings) == "http://127.0.0.1:8080"
