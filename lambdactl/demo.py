@@ -15,6 +15,7 @@ from collections import Counter
 
 import httpx
 
+from definitions.section import browser_url
 from definitions.settings import Settings
 from ingest.generator import GeneratorConfig, produce, read_sent
 from ingest.truth import distinct_events
@@ -44,7 +45,7 @@ def _say(message: str) -> None:
 
 
 def _api(settings: Settings) -> str:
-    return f"http://{settings.api.host}:{settings.api.port}"
+    return browser_url(settings.api.host, settings.api.port, "")
 
 
 def _hourly_window(events: list[dict]) -> tuple[str, str]:

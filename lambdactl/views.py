@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from definitions.section import browser_url
 from definitions.settings import Settings
 from lambdactl.output import VIEWS_LOCK_HOLDERS, _emit, _say
 
@@ -269,7 +270,7 @@ def _ask_api(settings: Settings, what: str, doing: str, refused_is_fatal: bool =
     the views and the stores when it starts)."""
     import httpx
 
-    url = f"http://{settings.api.host}:{settings.api.port}/api/v1/admin/views/{what}"
+    url = f"{browser_url(settings.api.host, settings.api.port, '')}/api/v1/admin/views/{what}"
     token = settings.api.admin_secret()
     try:
         answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=API_ANSWER_S)

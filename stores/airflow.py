@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 
 import httpx
 
+from definitions.section import browser_url
 from definitions.settings import Settings
 
 
 def base_url(settings: Settings) -> str:
-    return f"http://{settings.airflow.host}:{settings.airflow.port}"
+    return browser_url(settings.airflow.host, settings.airflow.port, "")  # every address: the loopback
 
 
 class AirflowRefused(RuntimeError):

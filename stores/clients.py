@@ -154,7 +154,7 @@ def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
     )
     auth = PlainTextAuthProvider(c.username, c.password.get_secret_value()) if c.username else None
     return Cluster(
-        c.hosts,
+        [host.strip("[]") for host in c.hosts],  # the driver resolves an IPv6 address without brackets
         port=c.port,
         protocol_version=CASSANDRA_PROTOCOL,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import httpx
 
+from definitions.section import browser_url
 from definitions.settings import Settings
 from stores.clients import cassandra_cluster, hbase_connection, kafka_admin, quiet
 from stores.webhdfs import WebHdfs
@@ -227,9 +228,10 @@ def spark_worker(number: int) -> Callable[[Settings], str]:
 
 def api(settings: Settings) -> str:
     """The query API answers its views listing."""
-    resp = httpx.get(f"http://{settings.api.host}:{settings.api.port}/api/v1/views", timeout=PROBE_TIMEOUT_S)
+    base = browser_url(settings.api.host, settings.api.port, "")  # listening on every address: the loopback
+    resp = httpx.get(f"{base}/api/v1/views", timeout=PROBE_TIMEOUT_S)
     resp.raise_for_status()
-    return f"API answers on http://{settings.api.host}:{settings.api.port} ({len(resp.json()['views'])} views)"
+    return f"API answers on {base} ({len(resp.json()['views'])} views)"
 
 
 def airflow(settings: Settings) -> str:
