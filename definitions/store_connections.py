@@ -28,8 +28,9 @@ def webhdfs_url(url: str) -> bool:
     except ValueError:
         return False
     return (
-        parts.scheme in ("http", "https")
-        and bool(parts.hostname)
+        re.fullmatch(r"[\x21-\x7e]+", url) is not None  # urlsplit drops tabs and line breaks, and takes spaces
+        and parts.scheme in ("http", "https")
+        and re.fullmatch(r"[A-Za-z0-9._:-]+", parts.hostname or "") is not None
         and port != 0
         and not (parts.query or parts.fragment or "?" in url or "#" in url)
         and re.fullmatch(r"[A-Za-z0-9._~/-]*", parts.path) is not None

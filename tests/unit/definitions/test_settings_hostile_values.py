@@ -52,6 +52,8 @@ def test_addresses_used_alone_or_listening_everywhere_stay_taken():
         ("hdfs", {"webhdfs_urls": ["http://"]}, "hdfs.webhdfs_urls"),
         ("hdfs", {"webhdfs_urls": ["http://nn1:99999"]}, "hdfs.webhdfs_urls"),
         ("hdfs", {"webhdfs_urls": ["http://nn1:9870?user.name=x"]}, "hdfs.webhdfs_urls"),
+        ("hdfs", {"webhdfs_urls": ["http://nn1:9870/\nx"]}, "hdfs.webhdfs_urls"),  # urlsplit drops the line break
+        ("hdfs", {"webhdfs_urls": ["http://nn 1:9870"]}, "hdfs.webhdfs_urls"),
         ("cassandra", {"hosts": []}, "hosts"),  # a cluster with no contact point
     ],
 )
