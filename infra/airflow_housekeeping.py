@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from definitions.files import state_lock
 from definitions.settings import Settings
 from infra.airflow import airflow_home, check_installed, environment
 
@@ -126,8 +127,15 @@ def _mtime(path: str) -> float:
 def clean_metadata(settings: Settings, before: datetime) -> None:
     """`airflow db clean` of the records older than `before`, unarchived, in CLEANED_TABLES, then
     `airflow db drop-archived`: `db clean` copies the rows it deletes into an `_airflow_deleted__*`
-    table first and drops it after, so one it was killed or failed in between stays otherwise."""
+    table first and drops it after, so one it was killed or failed in between stays otherwise.
+    One clean-up at a time on a state folder: `drop-archived` drops every such table, the one
+    another clean-up is deleting through included, and that clean-up failed."""
     executable = str(check_installed(settings))
+    with state_lock(settings.state_dir, "airflow-housekeeping.lock", "Airflow clean-up"):
+        _clean_then_drop(settings, executable, before)
+
+
+def _clean_then_drop(settings: Settings, executable: str, before: datetime) -> None:
     _airflow(
         settings,
         "db clean",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -166,3 +167,18 @@ def test_history_is_kept_at_least_as_long_as_a_batch_run_can_last():
     short = Settings(airflow={"keep_history_days": 1})
     longest = short.batch.completeness_wait_s + 15 * short.batch.task_timeout_s
     assert kept_history_s(short) == longest + 86_400 > 86_400
+
+
+def test_two_clean_ups_at_once_take_turns(tmp_path):
+    """`airflow db drop-archived` drops every archive table, the one another `db clean` is deleting
+    through included (and two started in one second name theirs alike): that one then failed. Each
+    command of the fake notes when another is inside at the same time."""
+    inside, overlaps = tmp_path / "inside", tmp_path / "overlaps"
+    script = (
+        f'mkdir {inside} 2>/dev/null || echo "$1 $2" >> {overlaps}\nsleep 0.4\nrmdir {inside} 2>/dev/null\nexit 0\n'
+    )
+    settings = _fake_airflow(tmp_path, script)
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(clean_metadata, settings, NOW - timedelta(days=30)) for _ in range(2)]:
+            done.result()
+    assert not overlaps.exists(), overlaps.read_text()
