@@ -2,11 +2,12 @@
 #   make demo   set everything up on a fresh machine and run the demo
 #   make test   run the whole test suite against the real local stack
 VENV ?= .venv
-# Ingest buckets of 20 seconds (the production default is an hour): batch cutoffs and the
-# speed/batch boundary move three times a minute, so the demo and the tests see them move, and a
+# Ingest buckets of 10 seconds (the production default is an hour): batch cutoffs and the
+# speed/batch boundary move six times a minute, so the demo and the tests see them move, and a
 # test that sends traffic then runs a batch past it waits for the next boundary (half a bucket on
-# average) and the archiver's flush past it (up to 15 s).
-export LAMBDA_INGEST_BUCKET_S ?= 20
+# average) and the archiver's flush past it (up to 15 s): the smaller the bucket, the shorter the
+# tests that wait for a cutoff or for a replay's split.
+export LAMBDA_INGEST_BUCKET_S ?= 10
 # ... and a 2-minute de-duplication window in the speed layer (10 minutes by default), so the
 # accuracy reports' "duplicates beyond the window" can be produced within a test run.
 export LAMBDA_SPEED__DEDUPE_WINDOW_S ?= 120
