@@ -229,10 +229,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _absolute_paths(self) -> Settings:
+        """One spelling per folder, whatever the command was given: relative to where it runs, `..`
+        and symbolic links resolved. The stack tags its processes with the state folder's path and
+        finds them again by it, as text (infra/process.py)."""
         for name in ("state_dir", "jars_dir"):
-            value = getattr(self, name)
-            if not value.is_absolute():
-                object.__setattr__(self, name, (Path.cwd() / value).resolve())
+            object.__setattr__(self, name, (Path.cwd() / getattr(self, name)).resolve())
         return self
 
     @classmethod
