@@ -4,6 +4,7 @@ a browser reaches a service at; and REPO_ROOT, the checkout the defaults place f
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from types import UnionType
@@ -55,7 +56,7 @@ Port = Annotated[int, Field(ge=1, le=65_535)]
 # A host name or an IP address: nothing that could end a line of the configuration files it is
 # written into, nor a URL it is put in.
 HOST_PATTERN = r"^[A-Za-z0-9._:%\[\]-]{1,253}$"
-ANY_ADDRESS = ("0.0.0.0", "::", "[::]")
+ANY_ADDRESS = ("0.0.0.0", "::")
 
 
 def _joinable(host: str) -> str:
@@ -70,7 +71,23 @@ def _joinable(host: str) -> str:
 
 
 def _listening_or_joinable(host: str) -> str:
+    if host == "[::]":  # uvicorn and Airflow hand it to bind(), which takes no brackets: a restart loop
+        raise ValueError("give every address as :: (or 0.0.0.0), without brackets: the server binds it as it is")
     return host if host in ANY_ADDRESS else _joinable(host)
+
+
+def _alone(host: str) -> str:
+    """A contact point is an address on its own: a host name, an IPv4 address or an IPv6 one (bare,
+    with a zone, or in brackets), never with a port (the driver resolved `host:9042` as a name)."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if ":" in host or "[" in host or "]" in host:
+        try:
+            ipaddress.IPv6Address(bare)
+        except ValueError:
+            raise ValueError(
+                "is not a host name, IPv4 or IPv6 address (a port is cassandra.port, the same for every contact point)"
+            ) from None
+    return host
 
 
 # Where a process is reached (and listens): a host name or an IPv4 address.
@@ -80,7 +97,7 @@ Host = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_joinable)]
 ListenHost = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_listening_or_joinable)]
 # An address handed to a client on its own, never joined to a port (Cassandra's contact points):
 # IPv6 bare or in brackets too.
-ContactHost = Annotated[str, Field(pattern=HOST_PATTERN)]
+ContactHost = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_alone)]
 
 
 def host_port_problem(entry: str) -> str | None:

@@ -105,17 +105,19 @@ class Settings(BaseSettings):
         ` ;` starts a comment in supervisord's configuration, which strips quotes around values; a
         backslash is an escape in Java properties (Kafka's log.dirs), `${…}` is expanded by Hadoop
         and log4j, `%` is a logback pattern, `?` ends the file URI of Cassandra's configuration (these
-        last four in the state directory only: the stores' files are there)."""
-        if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
-            raise ValueError("must not contain a line break or another control character")
+        last four in the state directory only: the stores' files are there). Checked as given and
+        where its symbolic links lead: what is written is the resolved path (_absolute_paths)."""
         refused = "#,:;'\"\\%$?" if info.field_name == "state_dir" else "#,:;'\""
-        odd = sorted({c for c in str(path) if c in refused})
-        if odd:
-            raise ValueError(
-                f"must not contain {' or '.join(repr(c) for c in odd)}: the stores' configurations split or "
-                "expand there (Java properties read a backslash as an escape, Hadoop and log4j expand ${…}, "
-                "supervisord strips quotes, logback reads % as a pattern, a file URI ends at ?)"
-            )
+        for text, where in ((str(path), ""), (str((Path.cwd() / path).resolve()), " where its links lead")):
+            if any(ord(c) < 32 or ord(c) == 127 for c in text):
+                raise ValueError(f"must not contain a line break or another control character{where}")
+            odd = sorted({c for c in text if c in refused})
+            if odd:
+                raise ValueError(
+                    f"must not contain {' or '.join(repr(c) for c in odd)}{where}: the stores' configurations split "
+                    "or expand there (Java properties read a backslash as an escape, Hadoop and log4j expand ${…}, "
+                    "supervisord strips quotes, logback reads % as a pattern, a file URI ends at ?)"
+                )
         return path
 
     ingest_bucket_s: int = Field(3600, ge=1, le=366 * 86_400)

@@ -392,6 +392,8 @@ def provenance(settings: Settings) -> list[tuple[str, Any, str]]:
             value = "**********"  # a secret in a free-form map (spark.conf "spark.authenticate.secret")
         elif isinstance(value, str):
             value = masked_inside(value)
+        elif isinstance(value, list):  # hdfs.webhdfs_urls may carry a gateway's login
+            value = [masked_inside(v) if isinstance(v, str) else v for v in value]
         rows.append((name, value, source))
     return rows
 

@@ -12,7 +12,8 @@ from definitions.section import Host, Port
 from definitions.section import Section as _Section
 from definitions.store_connections import LOCAL_HOST
 
-JVM_SIZE = r"^\d+[kKmMgGtT]$"  # a JVM heap size: 768m, 3g (Spark's launcher refuses anything else at start)
+# A JVM heap size: 768m, 3g (Spark's launcher refuses anything else at start; ASCII digits only).
+JVM_SIZE = r"^[0-9]+[kKmMgGtT]$"
 _MIB = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2}
 
 
@@ -80,10 +81,17 @@ UTC_NAMES = ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z")
 
 
 def no_other_zone(name: str, jvm_options: str) -> str:
-    """JVM options that set no time zone but UTC (definitions.spark adds UTC to every JVM's)."""
+    """JVM options that set no time zone but UTC (definitions.spark adds UTC to every JVM's), and no
+    heap size: Spark's launcher refuses options holding `Xmx` (every job failed to start); the
+    heap is a setting of its own."""
     zones = re.findall(r"-Duser\.timezone=(\S*)", jvm_options)
     if any(z not in UTC_NAMES for z in zones):
         raise ValueError(f"{name} must not set -Duser.timezone to another zone than UTC: the time model is UTC")
+    if "Xmx" in jvm_options:
+        raise ValueError(
+            f"{name} must not hold Xmx: Spark refuses to start with a heap size in Java options; give the "
+            "driver_memory settings (spark.cluster.executor_memory for executors)"
+        )
     return jvm_options
 
 

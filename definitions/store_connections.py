@@ -7,16 +7,31 @@ import re
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import AfterValidator, Field, SecretStr, model_validator
 
 from definitions.section import ContactHost, Host, Port, host_port_problem, is_port
 from definitions.section import Section as _Section
 
 LOCAL_HOST = "127.0.0.1"
 DC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-# A broker as Kafka's clients (Java and kafka-python) read one: an optional listener name, a host
-# name, IPv4 address or IPv6 address in brackets, a port.
-BROKER = re.compile(r"([A-Za-z_]+://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})")
+# A broker as Kafka's clients (Java and kafka-python) read one: an optional listener name (any
+# letters, digits, `_` and `-`: Strimzi's are like PLAIN-9092), a host name, IPv4 address or IPv6
+# address in brackets (with its zone), a port.
+BROKER = re.compile(
+    r"([A-Za-z0-9_-]+://)?(\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?\]|[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})"
+)
+
+
+def _uri_host(name: str) -> str:
+    """A name written into hdfs:// URIs, which Java's URI parser reads as a host."""
+    if "_" in name:
+        raise ValueError(
+            "must not contain `_`: Java's URI parser finds no host in hdfs://… then, and every Spark job fails "
+            "(Hadoop: Incomplete HDFS URI, no host)"
+        )
+    return name
+
+
 TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # what Kafka accepts as a topic name (but "." and "..")
 
 
@@ -28,7 +43,8 @@ def webhdfs_url(url: str) -> bool:
     except ValueError:
         return False
     return (
-        re.fullmatch(r"[\x21-\x7e]+", url) is not None  # urlsplit drops tabs and line breaks, and takes spaces
+        # urlsplit drops tabs and line breaks, and takes spaces; HdfsCLI splits its URL on `;`
+        re.fullmatch(r"[\x21-\x3a\x3c-\x7e]+", url) is not None
         and parts.scheme in ("http", "https")
         and re.fullmatch(r"[A-Za-z0-9._:-]+", parts.hostname or "") is not None
         and port != 0
@@ -106,7 +122,7 @@ class KafkaSettings(_Section):
                 f"kafka.ssl_certfile is a TLS client certificate: it needs kafka.security_protocol SSL or SASL_SSL, "
                 f"not {self.security_protocol}"
             )
-        for server in self.bootstrap_servers:
+        for server in (s for entry in self.bootstrap_servers for s in entry.split(",")):
             match = BROKER.fullmatch(server)
             if not match or not is_port(match["port"]):
                 raise ValueError(
@@ -117,11 +133,11 @@ class KafkaSettings(_Section):
 
 
 class HdfsSettings(_Section):
-    host: Host = LOCAL_HOST
+    host: Annotated[Host, AfterValidator(_uri_host)] = LOCAL_HOST
     port: Port = 9000
     # An HA name service: paths become hdfs://<name_service>/… (its namenodes are Hadoop settings,
     # passed through spark.conf as spark.hadoop.dfs.*); empty: hdfs://host:port.
-    name_service: str = Field("", pattern=r"^([A-Za-z0-9._-]{1,253})?$")
+    name_service: Annotated[str, Field(pattern=r"^([A-Za-z0-9._-]{1,253})?$"), AfterValidator(_uri_host)] = ""
     # WebHDFS endpoints tried in turn (an HA pair's namenodes, "http://host:port"); empty: host:http_port.
     webhdfs_urls: list[str] = []
     http_port: Port = 9870

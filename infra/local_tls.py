@@ -54,7 +54,9 @@ class TlsFiles:
 
 def local_tls(settings: Settings) -> TlsFiles:
     """The local stack's TLS material, made on first use (for the stores' hosts)."""
-    hosts = {"127.0.0.1", "localhost", settings.kafka.host, *settings.cassandra.hosts}
+    # A certificate names an IPv6 address without brackets or zone (as the driver reaches it).
+    contacts = (host.strip("[]").split("%")[0] for host in settings.cassandra.hosts)
+    hosts = {"127.0.0.1", "localhost", settings.kafka.host, *contacts}
     return make_tls(settings.state_dir / "tls", sorted(hosts))
 
 

@@ -189,3 +189,73 @@ def test_an_api_and_airflow_listening_on_every_address_are_reached_on_the_loopba
 
     settings = Settings(_env_file=None, api={"host": "::"}, airflow={"host": "::"})
     assert _api(settings) == "http://127.0.0.1:8000" and base_url(settings) == "http://127.0.0.1:8080"
+
+
+def test_listener_names_of_any_letters_digits_and_hyphens_and_a_zone_in_brackets_are_taken():
+    """Kafka's clients take any listener name before `://` (kafka-python drops it, Java reads it
+    as a name): Strimzi's are like PLAIN-9092. A link-local IPv6 address needs its zone."""
+    brokers = ["PLAIN-9092://kafka-0.kafka-brokers.svc:9092", "EXTERNAL2://b1:9093", "[fe80::1%eth0]:9092"]
+    assert Settings(_env_file=None, kafka={"bootstrap_servers": brokers}).kafka.bootstrap == ",".join(brokers)
+
+
+def test_brokers_given_in_one_entry_separated_by_commas_are_each_checked():
+    taken = Settings(_env_file=None, kafka={"bootstrap_servers": ["b1:9092,b2:9092"]})
+    assert taken.kafka.bootstrap == "b1:9092,b2:9092"
+    assert "kafka.bootstrap_servers" in refused(kafka={"bootstrap_servers": ["b1:9092,::1:9092"]})
+
+
+@pytest.mark.parametrize(
+    "section, values, named",
+    [
+        # uvicorn hands the brackets to bind(), which refuses them: a restart loop
+        ("api", {"host": "[::]"}, "api.host"),
+        ("airflow", {"host": "[::]"}, "airflow.host"),
+        # HdfsCLI splits its URL on `;`: every WebHDFS call went to a host named by the login
+        ("hdfs", {"webhdfs_urls": ["https://svc:pa;ss@knox.example.com:8443/gateway/default"]}, "hdfs.webhdfs_urls"),
+        # Java's URI parser finds no host in a name with `_`: every Spark job failed
+        ("hdfs", {"name_service": "prod_ns"}, "hdfs.name_service"),
+        ("hdfs", {"host": "name_node"}, "hdfs.host"),
+        # Spark's size parser and -Xmx read ASCII digits only
+        ("spark", {"driver_memory": "１０２４m"}, "spark.driver_memory"),
+        ("batch", {"driver_memory": "٢g"}, "batch.driver_memory"),
+        # the driver resolved "cass1.example.com:9042" as a host name
+        ("cassandra", {"hosts": ["cass1.example.com:9042"]}, "cassandra.hosts"),
+        ("cassandra", {"hosts": ["[::1]:9042"]}, "cassandra.hosts"),
+        # Spark's launcher refuses -Xmx in Java options: every Spark job failed to start
+        ("spark", {"jvm_options": "-XX:+UseG1GC -Xmx4g"}, "spark.jvm_options"),
+        ("batch", {"jvm_options": "-XX:+UseParallelGC -Xmx6g"}, "batch.jvm_options"),
+        ("spark", {"conf": {"spark.executor.extraJavaOptions": "-Xmx1g"}}, "spark.executor.extraJavaOptions"),
+        ("spark", {"conf": {"spark.driver.extraJavaOptions": "-Xmx64m"}}, "spark.driver.extraJavaOptions"),
+    ],
+)
+def test_a_value_a_client_or_launcher_reads_otherwise_is_refused_naming_the_setting(section, values, named):
+    assert named in refused(**{section: values})
+
+
+def test_the_same_kinds_of_values_spelled_as_clients_read_them_stay_taken():
+    settings = Settings(
+        _env_file=None,
+        api={"host": "::"},
+        hdfs={"name_service": "prod-ns", "host": "name-node.example"},
+        cassandra={"hosts": ["cass1.example.com", "::1", "[fd00::2]", "fe80::1%eth0"]},
+        spark={"driver_memory": "2048m", "conf": {"spark.driver.extraJavaOptions": "-XX:+UseG1GC -Xss4m"}},
+    )
+    assert settings.hdfs.name_service == "prod-ns" and settings.spark.driver_memory == "2048m"
+
+
+def test_a_state_folder_reached_through_a_link_is_checked_where_it_leads(tmp_path):
+    """The folder's path is written into the stores' configuration files: checked as given, and
+    again once resolved."""
+    target = tmp_path / "vol#1"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    message = refused(state_dir=str(tmp_path / "link" / "state"))
+    assert "state_dir" in message and "'#'" in message
+
+
+def test_a_password_in_a_webhdfs_url_is_masked_where_the_settings_are_shown():
+    from definitions.settings_store import provenance
+
+    settings = Settings(_env_file=None, hdfs={"webhdfs_urls": ["https://svc:S3cretPw@knox:8443/gateway"]})
+    shown = dict((name, value) for name, value, _ in provenance(settings))
+    assert "S3cretPw" not in str(shown["hdfs.webhdfs_urls"]) and "knox:8443" in str(shown["hdfs.webhdfs_urls"])

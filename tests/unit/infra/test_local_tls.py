@@ -36,3 +36,20 @@ def test_made_once(tmp_path):
     ca = first.ca.read_bytes()
     again = make_tls(tmp_path / "tls", ["127.0.0.1"])
     assert again.ca.read_bytes() == ca
+
+
+def test_an_ipv6_contact_point_is_named_as_the_driver_reaches_it(tmp_path):
+    """A bracketed one went into the certificate as DNS:[::1], which no TLS check matches."""
+    from definitions.settings import Settings
+    from infra.local_tls import local_tls
+
+    settings = Settings(_env_file=None, state_dir=tmp_path / "state", cassandra={"hosts": ["[::1]", "fe80::7%lo"]})
+    files = local_tls(settings)
+    text = subprocess.run(
+        ["openssl", "x509", "-in", files.server_cert, "-noout", "-ext", "subjectAltName"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "IP Address:0:0:0:0:0:0:0:1" in text and "IP Address:FE80:0:0:0:0:0:0:7" in text, text
+    assert "[" not in text and "%" not in text
