@@ -155,6 +155,11 @@ class SparkSettings(_Section):
         for key, setting in _OWN_SETTING.items():
             if key in conf:
                 raise ValueError(f"{key} is not given here: it has a setting of its own ({setting})")
+        for key in REDACTION:
+            try:
+                re.compile(conf.get(key, ""))
+            except re.error as exc:  # Spark's session failed to start on it, naming no setting
+                raise ValueError(f"{key} is no regular expression ({exc}): every Spark session would fail") from None
         return conf
 
     @field_validator("jvm_options")

@@ -226,6 +226,9 @@ def test_brokers_given_in_one_entry_separated_by_commas_are_each_checked():
         ("batch", {"jvm_options": "-XX:+UseParallelGC -Xmx6g"}, "batch.jvm_options"),
         ("spark", {"conf": {"spark.executor.extraJavaOptions": "-Xmx1g"}}, "spark.executor.extraJavaOptions"),
         ("spark", {"conf": {"spark.driver.extraJavaOptions": "-Xmx64m"}}, "spark.driver.extraJavaOptions"),
+        # a redaction pattern that is no pattern: every Spark session failed to start
+        ("spark", {"conf": {"spark.redaction.regex": "("}}, "spark.redaction.regex is no regular expression"),
+        ("spark", {"conf": {"spark.sql.redaction.options.regex": "[a-"}}, "spark.sql.redaction.options.regex"),
     ],
 )
 def test_a_value_a_client_or_launcher_reads_otherwise_is_refused_naming_the_setting(section, values, named):
