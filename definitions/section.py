@@ -76,13 +76,17 @@ def _listening_or_joinable(host: str) -> str:
     return host if host in ANY_ADDRESS else _joinable(host)
 
 
+def bare_address(host: str) -> str:
+    """A contact point as a client resolves it: an IPv6 address without its brackets."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
 def _alone(host: str) -> str:
     """A contact point is an address on its own: a host name, an IPv4 address or an IPv6 one (bare,
     with a zone, or in brackets), never with a port (the driver resolved `host:9042` as a name)."""
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if ":" in host or "[" in host or "]" in host:
         try:
-            ipaddress.IPv6Address(bare)
+            ipaddress.IPv6Address(bare_address(host))
         except ValueError:
             raise ValueError(
                 "is not a host name, IPv4 or IPv6 address (a port is cassandra.port, the same for every contact point)"

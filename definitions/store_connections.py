@@ -20,6 +20,7 @@ DC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 BROKER = re.compile(
     r"([A-Za-z0-9_-]+://)?(\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?\]|[A-Za-z0-9._-]{1,253}):(?P<port>[0-9]{1,5})"
 )
+TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # what Kafka accepts as a topic name (but "." and "..")
 
 
 def _uri_host(name: str) -> str:
@@ -30,9 +31,6 @@ def _uri_host(name: str) -> str:
             "(Hadoop: Incomplete HDFS URI, no host)"
         )
     return name
-
-
-TOPIC = r"^[A-Za-z0-9._-]{1,249}$"  # what Kafka accepts as a topic name (but "." and "..")
 
 
 def webhdfs_url(url: str) -> bool:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from definitions.files import write_private
+from definitions.section import bare_address
 from definitions.settings import Settings
 from infra.errors import StackError
 
@@ -55,7 +56,7 @@ class TlsFiles:
 def local_tls(settings: Settings) -> TlsFiles:
     """The local stack's TLS material, made on first use (for the stores' hosts)."""
     # A certificate names an IPv6 address without brackets or zone (as the driver reaches it).
-    contacts = (host.strip("[]").split("%")[0] for host in settings.cassandra.hosts)
+    contacts = (bare_address(host).split("%")[0] for host in settings.cassandra.hosts)
     hosts = {"127.0.0.1", "localhost", settings.kafka.host, *contacts}
     return make_tls(settings.state_dir / "tls", sorted(hosts))
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from definitions.section import bare_address
 from definitions.settings import Settings
 
 CASSANDRA_PROTOCOL = 5
@@ -154,7 +155,7 @@ def cassandra_cluster(settings: Settings, timeout_s: float = 10.0):
     )
     auth = PlainTextAuthProvider(c.username, c.password.get_secret_value()) if c.username else None
     return Cluster(
-        [host.strip("[]") for host in c.hosts],  # the driver resolves an IPv6 address without brackets
+        [bare_address(host) for host in c.hosts],  # the driver resolves an IPv6 address without brackets
         port=c.port,
         protocol_version=CASSANDRA_PROTOCOL,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
