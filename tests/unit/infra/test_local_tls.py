@@ -9,17 +9,19 @@ import subprocess
 from infra.local_tls import make_tls
 
 
+def extensions(cert, names: str) -> str:
+    """The certificate's extensions `names` (comma-separated), as openssl prints them."""
+    return subprocess.run(
+        ["openssl", "x509", "-in", cert, "-noout", "-ext", names], capture_output=True, text=True, check=True
+    ).stdout
+
+
 def test_the_certificates_chain_to_the_ca_name_the_hosts_and_keep_their_keys_private(tmp_path):
     files = make_tls(tmp_path / "tls", ["127.0.0.1", "localhost", "stores.internal"])
     for cert in (files.server_cert, files.client_cert):
         done = subprocess.run(["openssl", "verify", "-CAfile", files.ca, cert], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-    text = subprocess.run(
-        ["openssl", "x509", "-in", files.server_cert, "-noout", "-ext", "subjectAltName,extendedKeyUsage"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = extensions(files.server_cert, "subjectAltName,extendedKeyUsage")
     assert "IP Address:127.0.0.1" in text and "DNS:localhost" in text and "DNS:stores.internal" in text
     assert "TLS Web Server Authentication" in text
     for key in (files.ca_key, files.server_key, files.client_key, files.server_keystore):
@@ -45,11 +47,6 @@ def test_an_ipv6_contact_point_is_named_as_the_driver_reaches_it(tmp_path):
 
     settings = Settings(_env_file=None, state_dir=tmp_path / "state", cassandra={"hosts": ["[::1]", "fe80::7%lo"]})
     files = local_tls(settings)
-    text = subprocess.run(
-        ["openssl", "x509", "-in", files.server_cert, "-noout", "-ext", "subjectAltName"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    text = extensions(files.server_cert, "subjectAltName")
     assert "IP Address:0:0:0:0:0:0:0:1" in text and "IP Address:FE80:0:0:0:0:0:0:7" in text, text
     assert "[" not in text and "%" not in text
