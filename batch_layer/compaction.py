@@ -309,8 +309,7 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult, still_l
                 result.originals_deleted.append(path)
         root = settings.archiver.master_path
         for day in {path.rsplit("/", 2)[1] for path in result.originals_deleted}:
-            if not fs.list(f"{root}/{day}"):
-                fs.delete(f"{root}/{day}")
+            fs.delete_if_empty(f"{root}/{day}")  # the archiver may be opening the day's next hour in it
         if not result.mismatched and marker.deleted_before_ms < marker.through_ms:
             write_compacted(fs, settings, Compacted(marker.through_ms, marker.compacted_ms, marker.through_ms))
     if result.mismatched:

@@ -122,6 +122,21 @@ class WebHdfs:
         """True when something was deleted, False when nothing was there."""
         return bool(self._call("DELETE", path, self.client.delete, recursive=recursive))
 
+    def delete_if_empty(self, path: str) -> bool:
+        """Delete a directory only if it holds nothing, in one call (a listing first would race with
+        a writer creating something in it): True when deleted, False when it held something or was
+        not there."""
+
+        def delete(p: str) -> bool:
+            try:
+                return bool(self.client.delete(p, recursive=False))
+            except HdfsError as exc:
+                if getattr(exc, "exception", None) == "PathIsNotEmptyDirectoryException":
+                    return False
+                raise
+
+        return self._call("DELETE", path, delete)
+
     def list(self, path: str) -> list[str]:
         """Names in a directory; empty when it does not exist."""
 

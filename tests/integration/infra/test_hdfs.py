@@ -20,3 +20,22 @@ def test_parquet_round_trip_on_hdfs(settings, stack, spark, unique):
     assert fs.getUri().toString() == settings.hdfs.url
     assert fs.exists(hadoop_path)
     fs.delete(hadoop_path, True)
+
+
+def test_delete_if_empty_leaves_a_folder_filled_meanwhile(settings, stack, unique):
+    """Compaction removes a day's folder once its hours are gone; the archiver may open the next hour
+    in it just before: that folder stays, with what it holds, and the call says so (no error)."""
+    from stores.webhdfs import WebHdfs
+
+    root = f"/tmp/tests/empty-{unique}"
+    with WebHdfs(settings) as fs:
+        fs.mkdirs(f"{root}/empty")
+        fs.write(f"{root}/filled/ingest_hour=3/part-0.parquet", b"held")
+        try:
+            assert fs.delete_if_empty(f"{root}/filled") is False
+            assert fs.read(f"{root}/filled/ingest_hour=3/part-0.parquet") == b"held"
+            assert fs.delete_if_empty(f"{root}/empty") is True
+            assert fs.list(root) == ["filled"]
+            assert fs.delete_if_empty(f"{root}/empty") is False  # gone already: nothing to do
+        finally:
+            fs.delete(root, recursive=True)
