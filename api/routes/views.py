@@ -222,9 +222,27 @@ def record(metrics, name: str, buckets, prov) -> None:
         metrics.partial_answers.labels(name).inc()
 
 
+# An error names at most this many unknown parameters, each cut to this many characters (api.errors
+# cuts a whole message at MAX_TEXT: the count of the rest and the parameters taken stay in it).
+MAX_NAMES_SHOWN, MAX_NAME_SHOWN = 3, 32
+
+
 def given_once(request: Request, names) -> None:
-    """A 422 naming a parameter given more than once (its last value was taken without a word)."""
-    repeated = sorted({k for k in names if len(request.query_params.getlist(k)) > 1})
+    """A 422 naming a parameter the route does not take (a misspelled one was passed over, and the
+    answer was for its default: ?from=…&to=… for the last hour), or one given more than once (its
+    last value was taken without a word)."""
+    taken = list(names)
+    unknown = sorted({k for k in request.query_params if k not in taken})
+    if unknown:
+        shown = [k[:MAX_NAME_SHOWN] for k in unknown[:MAX_NAMES_SHOWN]]  # the request head bounds the rest
+        more = f" and {len(unknown) - len(shown)} more" if len(unknown) > len(shown) else ""
+        raise ApiError(
+            422,
+            f"{', '.join(k or '(an empty name)' for k in shown)}{more}: not a parameter of this view; "
+            f"it takes {', '.join(taken)}",
+            errors=[{"loc": ["query", k], "msg": "not a parameter of this view"} for k in shown],
+        )
+    repeated = sorted({k for k in taken if len(request.query_params.getlist(k)) > 1})
     if repeated:
         raise ApiError(
             422,

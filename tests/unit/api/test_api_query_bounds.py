@@ -340,6 +340,52 @@ def test_a_parameter_given_twice_is_a_422_naming_it(client, settings):
     assert "limit: given more than once" in assert_error_shape(resp, settings, 422)["detail"]
 
 
+@pytest.mark.parametrize(
+    "query, unknown",
+    [
+        # ?from=…&to=… answered the default window (the last hour or so), as if asked for it
+        ("page_views?url=/a&from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z", ["from", "to"]),
+        ("top_pages?limt=50", ["limt"]),  # a misspelled limit answered 10 rows
+        ("page_views_by_country_device?country=DE&device=mobile&Start=2026-01-01T00:00:00Z", ["Start"]),
+        ("page_views?url=/a&=1", [""]),
+    ],
+)
+def test_a_parameter_the_route_does_not_take_is_a_422_naming_it_and_those_it_takes(client, settings, query, unknown):
+    """An unknown parameter was passed over: a misspelled one answered for the default instead."""
+    body = assert_error_shape(client.get(f"{VIEWS}/{query}"), settings, 422)
+    named = ", ".join(n or "(an empty name)" for n in unknown)
+    assert body["detail"].startswith(f"{named}: not a parameter of this view"), body
+    assert "granularity, start, end, partial" in body["detail"], body
+    assert [e["loc"] for e in body["errors"]] == [["query", n] for n in unknown], body
+
+
+def test_an_error_names_a_few_unknown_parameters_and_counts_the_rest(client, settings):
+    query = "&".join(f"{'x' * 100}{i:03}=1" for i in range(40))
+    body = assert_error_shape(client.get(f"{VIEWS}/top_pages?{query}"), settings, 422)
+    assert body["detail"].startswith(", ".join(["x" * 32] * 3) + " and 37 more: not a parameter"), body
+    assert body["detail"].endswith("it takes granularity, start, end, partial, limit"), body
+    assert len(body["errors"]) == 3, body
+
+
+def test_the_dashboard_asks_only_for_parameters_the_views_take(client, settings):
+    """The dashboard builds its queries by hand: each parameter it sends is one the routes take."""
+    import re
+    from pathlib import Path
+
+    script = (Path(__file__).parents[3] / "api" / "static" / "dashboard.js").read_text()
+    asked = set(re.findall(r"[?&`]([a-z_]+)=", script))
+    assert asked == {"url", "granularity", "start", "end", "limit"}, asked
+    valid = {"granularity": "hour", "start": "2026-11-20T00:00:00Z", "end": "2026-11-20T06:00:00Z", "limit": "5"}
+    serving = client.app.state.serving
+    try:
+        serving.failure = StoreUnavailable("hbase", "reached")  # the query passed every check
+        for route, taken in (("page_views", asked - {"limit"}), ("top_pages", asked - {"url"})):
+            query = "&".join(f"{n}={valid.get(n, '/a')}" for n in sorted(taken))
+            assert client.get(f"{VIEWS}/{route}?{query}").status_code == 503, query
+    finally:
+        serving.failure = Tripwire.failure
+
+
 def test_a_key_longer_in_bytes_than_any_event_is_a_422_naming_it(settings):
     """Keys were bounded in characters only: with a raised events.max_url_chars, a URL of four-byte
     characters past the row key's 65535 bytes reached the stores and answered a 500."""
