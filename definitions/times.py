@@ -3,8 +3,10 @@ reads one a person wrote (a cutoff, a start)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def iso_s(seconds: int | float) -> str:
@@ -37,9 +39,13 @@ def parse_iso_ms(text: str, what: str = "") -> int:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
-        ms = int(moment.timestamp() * 1000)
     except (ValueError, OverflowError):
         raise ValueError(f"{named}not an ISO 8601 time (e.g. 2026-01-01T00:00:00Z): {shown}") from None
+    try:  # every message names a time in UTC: one no datetime holds there is none to name
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{named}{shown} is after 9999-12-31T23:59:59Z") from None
+    ms = (moment - _EPOCH) // timedelta(milliseconds=1)  # in whole numbers: through a float it came out 1 ms early
     if ms < 0:
         raise ValueError(f"{named}{shown} is before 1970")
     return ms

@@ -43,6 +43,14 @@ INVALID_KINDS = (
     "unknown_field",
     "not_an_object",
 )
+# Bounds on what the generator holds before it sends anything (each page's URL and weight, each
+# user's traits, each simulated event time): ~100 MB at each, built in seconds.
+MAX_PAGES = 1_000_000
+MAX_USERS = 1_000_000
+MAX_SIMULATED_COUNT = 10_000_000  # events whose times are spread over --span (sorted in memory first)
+MIN_RATE = 0.001  # records per second, when paced: a record every 1,000 s at most
+EARLIEST_EVENT = datetime(1970, 1, 1, tzinfo=UTC)
+
 _TYPE_WEIGHTS = {"page_view": 0.80, "click": 0.12, "add_to_cart": 0.05, "purchase": 0.02, "signup": 0.01}
 _DEVICES = (("mobile", 0.55), ("desktop", 0.38), ("tablet", 0.06), ("other", 0.01))
 _CHANNEL_WEIGHTS = (0.6, 0.3, 0.1)  # web, app, api
@@ -114,6 +122,38 @@ class GeneratorConfig:
             raise ValueError("url_prefix must start with '/'")
         if self.late_min_s > self.late_max_s:
             raise ValueError("late_min_s must not exceed late_max_s")
+        self._check_bounds()
+
+    def _check_bounds(self) -> None:
+        """What no run could honour: more held in memory than the bounds, a pace of one record in
+        years, event times before 1970 (a late one included), a span's end without a span."""
+        if self.pages > MAX_PAGES or self.users > MAX_USERS:
+            raise ValueError(f"pages and users must be at most {MAX_PAGES:,} and {MAX_USERS:,}")
+        if self.span_s > 0 and self.count > MAX_SIMULATED_COUNT:
+            raise ValueError(
+                f"count must be at most {MAX_SIMULATED_COUNT:,} with span_s (their times are sorted in memory "
+                "first): send more in several runs"
+            )
+        if 0 < self.rate < MIN_RATE:
+            raise ValueError(
+                f"rate must be 0 (as fast as possible) or at least {MIN_RATE:g} records/s, got {self.rate:g}"
+            )
+        if self.late_min_s < 0:
+            raise ValueError(
+                f"late_min_s must not be negative (a late event is stamped before now), got {self.late_min_s:g}"
+            )
+        if self.start is not None and self.span_s == 0:
+            raise ValueError(
+                "start is the end of a simulated span: give span_s too (without it events are stamped now)"
+            )
+        end = self.start or datetime.now(UTC)
+        earliest_s = (end - EARLIEST_EVENT).total_seconds()
+        if self.span_s > earliest_s:
+            raise ValueError(f"span_s reaches before 1970 from {format_time(end)}: at most {earliest_s:,.0f} s")
+        if self.late_fraction > 0 and self.span_s + self.late_max_s > earliest_s:
+            raise ValueError(
+                f"late_max_s with span_s reaches before 1970 from {format_time(end)}: together at most {earliest_s:,.0f} s"
+            )
         if self.compression not in COMPRESSION_CODECS:
             raise ValueError(f"compression must be one of {', '.join(COMPRESSION_CODECS)}, got {self.compression!r}")
 

@@ -31,6 +31,10 @@ def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
     events_out = args.events_out
     if args.truth_out and not events_out:
         events_out = args.truth_out.with_suffix(".events.jsonl")
+    if events_out and args.truth_out and events_out.resolve() == args.truth_out.resolve():
+        # the truth was written over the record of what was sent, its partitions and offsets lost
+        log.error("generate refused, nothing sent: --events-out and --truth-out name one file (%s)", events_out)
+        return 2
     with contextlib.ExitStack() as stack:
         handle = stack.enter_context(open(events_out, "w")) if events_out else None
         report = produce(settings, config, handle, progress_every=max(1000, args.count // 10))

@@ -17,6 +17,8 @@ from definitions.times import iso_ms, parse_iso_ms
         ("2026-11-27T02:00:00.250Z", 1_795_744_800_250),
         ("2026-11-27", 1_795_737_600_000),
         ("1970-01-01T00:00:00Z", 0),
+        ("1970-01-13T04:31:39.096Z", 1_053_099_096),  # through a float it came out 1 ms early
+        ("9999-12-31T23:59:59.999Z", 253_402_300_799_999),
     ],
 )
 def test_an_iso_time_becomes_epoch_ms(text, ms):
@@ -35,6 +37,8 @@ def test_an_iso_time_becomes_epoch_ms(text, ms):
         ("1969-12-31T23:59:59Z", "before 1970"),
         ("0001-01-01T00:00:00Z", "before 1970"),
         ("x" * 10_000, "not an ISO 8601 time"),
+        # in the year 10000 in UTC: taken, then every message naming it failed (exit 1, "is the stack up?")
+        ("9999-12-31T23:30:00-01:00", "after 9999"),
     ],
 )
 def test_anything_else_is_a_value_error_naming_what_and_the_text(text, words):

@@ -16,6 +16,10 @@ from tests.support.shell import plain_shell
         (["--count", "-1"], "must not be negative"),
         (["--late-fraction", "7"], "between 0 and 1"),
         (["--pages", "0"], "at least 1"),
+        (["--pages", "1000000000"], "at most"),
+        (["--rate", "1e-300"], "at least 0.001"),
+        (["--late-fraction", "0.1", "--late-max", "1e12"], "before 1970"),
+        (["--start", "2020-01-01T00:00:00Z"], "give span_s too"),
     ],
 )
 def test_generate_with_arguments_it_cannot_run_with_exits_2_naming_them(
@@ -26,6 +30,17 @@ def test_generate_with_arguments_it_cannot_run_with_exits_2_naming_them(
     assert main(["generate", *arguments]) == 2
     assert "generate refused, nothing sent" in caplog.text and words in caplog.text
     assert "is the stack up" not in caplog.text
+
+
+def test_generate_asked_to_write_what_was_sent_and_the_truth_to_one_file_sends_nothing(tmp_path, monkeypatch, caplog):
+    """The truth was written over the record of what was sent (its partitions and offsets)."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setattr("ingest.generator.produce", lambda *a, **k: pytest.fail("nothing is sent"))
+    same = tmp_path / "out.jsonl"
+    linked = tmp_path / "sub" / ".." / "out.jsonl"
+    (tmp_path / "sub").mkdir()
+    assert main(["generate", "--count", "1", "--events-out", str(same), "--truth-out", str(linked)]) == 2
+    assert "--events-out and --truth-out name one file" in caplog.text
 
 
 def test_a_ground_truth_the_contract_contradicts_is_not_written_and_says_why(tmp_path, monkeypatch, caplog):
@@ -59,6 +74,14 @@ def test_a_demo_asked_for_no_records_is_refused_before_the_stack_starts(settings
 
     monkeypatch.setattr("infra.stack.Stack.up", lambda *a, **k: pytest.fail("the stack was started"))
     assert run_demo(settings, count=0) == 2
+
+
+def test_a_demo_paced_slower_than_the_generator_goes_is_refused_before_the_stack_starts(tmp_path, monkeypatch, capsys):
+    """--rate 1e-300: the stack started, then the sender's sleep overflowed (a traceback, then KeyError)."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setattr("infra.stack.Stack.up", lambda *a, **k: pytest.fail("the stack was started"))
+    assert main(["demo", "--rate", "1e-300"]) == 2
+    assert "demo refused: rate must be 0 (as fast as possible) or at least 0.001" in capsys.readouterr().err
 
 
 def test_a_failure_with_a_message_of_many_lines_is_said_on_one_line(tmp_path, monkeypatch, caplog):
