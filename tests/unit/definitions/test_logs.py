@@ -14,10 +14,13 @@ from definitions import logs
 @pytest.fixture(autouse=True)
 def restore_logging():
     root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    # The handler configure() installed last goes back with the handlers: an earlier test's (a CLI
+    # test's main()) stayed beside this file's when only the list was restored.
+    handlers, level, installed = list(root.handlers), root.level, logs._installed
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    logs._installed = installed
     logs.bind(run=None, version=None)
 
 
