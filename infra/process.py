@@ -261,16 +261,33 @@ def _of_programs(procs: list[psutil.Process], names: set[str]) -> set[int]:
     return {p.pid for p in procs if program_of(p) in names}
 
 
-def tail_file(path: Path, lines: int = 40) -> str:
+# What `tail_file` reads at most from the end of a log (a log of very long lines shows fewer).
+MAX_TAIL_BYTES = 16 * 1024 * 1024
+
+
+def tail_file(path: Path, lines: int = 40, max_bytes: int = MAX_TAIL_BYTES) -> str:
+    """The last `lines` lines of a log, read back from its end in blocks; when its last `max_bytes`
+    hold fewer, those, after a line saying so."""
+    if lines <= 0:
+        return ""
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - 64 * 1024))
-            data = handle.read().decode("utf-8", errors="replace")
+            size = start = handle.seek(0, os.SEEK_END)
+            data = b""
+            while start > 0 and data.count(b"\n") <= lines and size - start < max_bytes:
+                step = min(64 * 1024, start, max_bytes - (size - start))
+                start -= step
+                handle.seek(start)
+                data = handle.read(step) + data
     except OSError:
         return ""
-    return "\n".join(data.splitlines()[-lines:]) if lines > 0 else ""
+    shown = data.decode("utf-8", errors="replace").splitlines()
+    if start > 0:
+        shown = shown[1:]  # the first is cut where the read began
+    shown = shown[-lines:]
+    if start > 0 and len(shown) < lines:
+        shown.insert(0, f"(the last {max_bytes:,} bytes of {path.name} hold only the {len(shown):,} lines below)")
+    return "\n".join(shown)
 
 
 def follow_command(path: Path, lines: int) -> list[str]:
