@@ -29,13 +29,16 @@ def parse_from(text: str | None) -> list[tuple[int, int]] | int | None:
     if not text:
         return None
     if text.startswith("offsets:"):
-        pairs = []
+        pairs, named = [], set()
         for item in text[len("offsets:") :].split(","):
             p, _, o = item.partition("=")
             if not all(  # "²" is a digit too; more than 19 digits is no Kafka partition or offset
                 part.strip().isascii() and part.strip().isdigit() and len(part.strip()) <= 19 for part in (p, o)
             ):
                 raise Refused(f"--from offsets: expected PARTITION=OFFSET, got {item[:60]!r}")
+            if int(p) in named:  # each pair asks Kafka: the list is at most the topic's partitions
+                raise Refused(f"--from offsets: partition {int(p)} is named twice")
+            named.add(int(p))
             pairs.append((int(p), int(o)))
         return pairs
     try:

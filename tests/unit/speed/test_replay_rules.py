@@ -89,6 +89,9 @@ def test_from_offsets_starts_at_the_earliest_of_their_ingest_times():
         ("offsets:" + "9" * 20 + "=1", "PARTITION=OFFSET"),
         ("1969-12-31T23:59:59Z", "before 1970"),  # was taken as 0: the whole topic replayed
         ("0001-01-01T00:00:00+00:01", "before 1970"),
+        # each pair asked Kafka with a consumer of its own: 100,000 copies of one ran for hours
+        ("offsets:" + ",".join(["0=5"] * 100_000), "partition 0 is named twice"),
+        ("offsets:0=5,1=3,0=7", "partition 0 is named twice"),
     ],
 )
 def test_a_bad_from_is_refused_naming_what_is_wrong(text, words):
