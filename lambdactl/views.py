@@ -115,14 +115,21 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
             "retiring every view a module declares, give --no-modules"
         )
         return 2
+    if args.paths is not None and not [p for p in args.paths.split(",") if p.strip()]:
+        log.error(
+            "refused, nothing changed: --paths names no directory (an unset variable?); to search none, give --no-paths"
+        )
+        return 2
     if getattr(args, "no_modules", False):
         args.modules = ""
+    if getattr(args, "no_paths", False):
+        args.paths = ""
     if args.paths is not None and args.modules is None:
         log.error("--paths is given with --modules only (the directories searched for those modules): give both")
         return 2
     try:
         if args.modules is not None:
-            paths = None if args.paths is None else [p for p in args.paths.split(",") if p]
+            paths = None if args.paths is None else [p.strip() for p in args.paths.split(",") if p.strip()]
             settings = with_view_modules(settings, [m.strip() for m in args.modules.split(",") if m.strip()], paths)
         registry = load_views(settings)  # before anything is written: a set that does not load changes nothing
     except Exception as exc:  # noqa: BLE001 - a module's own code runs at import: any error refuses the set

@@ -45,6 +45,26 @@ def test_apply_refuses_paths_without_modules(tmp_path, monkeypatch, caplog):
     assert "--paths is given with --modules only" in caplog.text
 
 
+@pytest.mark.parametrize("paths", ["", " ", ","])
+def test_apply_refuses_paths_naming_no_directory(paths, tmp_path, monkeypatch, caplog):
+    """`--paths "$P"` with P unset cleared the persisted views.paths: the modules were then looked up
+    among the installed packages, where another version of one may be."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    assert main(["views", "apply", "--modules", "x", "--paths", paths]) == 2
+    assert "--paths names no directory" in caplog.text and "--no-paths" in caplog.text
+    assert not (tmp_path / "state" / "settings.json").exists(), "nothing was written"
+
+
+def test_no_paths_searches_no_directory_and_takes_no_paths(tmp_path, monkeypatch, caplog):
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    assert main(["views", "apply", "--modules", "no_such_views_module_xyz", "--no-paths"]) == 2
+    assert "no_such_views_module_xyz" in caplog.text  # looked up (and not found) without a directory
+    with pytest.raises(SystemExit):
+        main(["views", "apply", "--modules", "x", "--no-paths", "--paths", str(tmp_path)])
+
+
 @pytest.mark.parametrize("timeout", ["nan", "inf", "-1", "0"])
 def test_apply_refuses_a_timeout_that_never_runs_out(timeout, tmp_path, monkeypatch, capsys):
     """`--timeout nan` made every deadline check false: a stuck speed layer kept apply waiting, and
