@@ -17,7 +17,7 @@ from definitions.settings import Settings, get_settings
 from definitions.views import view_names
 from infra.errors import StackError
 from lambdactl import accept_loss, compact, generate, housekeeping, reset_speed
-from lambdactl.arg_types import at_least_one, iso_time, positive
+from lambdactl.arg_types import Parser, at_least_one, given, iso_time, log_lines, positive
 from lambdactl.batch import cmd_batch, cmd_clean_realtime
 from lambdactl.output import _say
 from lambdactl.replay import cmd_replay
@@ -61,7 +61,7 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_logs(settings: Settings, args: argparse.Namespace) -> int:
     from infra.process import ProcessSupervisor, follow_command, tail_file
 
-    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.service):
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", args.service):
         raise StackError(args.service, "not a service name (`lambdactl status` lists them)")
     path = ProcessSupervisor(settings.state_dir).log_file(args.service)
     if not path.exists():
@@ -128,7 +128,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lambdactl", description="Run and inspect the Lambda-architecture platform.")
+    parser = Parser(prog="lambdactl", description="Run and inspect the Lambda-architecture platform.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start the local stack and wait until every service is healthy").set_defaults(func=cmd_up)
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(func=cmd_status)
     logs = sub.add_parser("logs", help="the tail of a service's log")
     logs.add_argument("service")
-    logs.add_argument("-n", "--lines", type=int, default=50)
+    logs.add_argument("-n", "--lines", type=log_lines, default=50, help="how many lines, 1 to 100,000")
     logs.add_argument("-f", "--follow", action="store_true")
     logs.set_defaults(func=cmd_logs)
     generate.add_parser(sub)
@@ -221,9 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="declare no view module: the built-in views only (every view a module declares is retired)",
     )
-    apply.add_argument(
+    paths = apply.add_mutually_exclusive_group()
+    paths.add_argument(
         "--paths",
         help="with --modules or --no-modules: comma-separated absolute directories searched for them first (views.paths)",
+    )
+    paths.add_argument(
+        "--no-paths",
+        action="store_true",
+        help="with --modules or --no-modules: search no directory of views.paths (installed modules only)",
     )
     apply.add_argument(
         "--timeout", type=positive, default=1800.0, help="seconds to wait for the speed layer and the master dataset"
@@ -233,10 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
         "replay",
         help="rebuild a view's realtime rows by re-reading Kafka through the speed layer's code (docs/changing-views.md)",
     )
-    replay.add_argument("--view", required=True, help="the view to replay")
+    replay.add_argument("--view", required=True, type=given, help="the view to replay")
     replay.add_argument(
         "--from",
         dest="from_",
+        type=given,
         help="the first ingest time replayed: an ISO time with a zone, or offsets:PARTITION=OFFSET,... "
         "(default: the view's batch cutoff)",
     )
@@ -258,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument(
         "--unset",
         metavar="SETTING",
+        type=given,
         help="take a setting (e.g. environment, api.admin_token) out of the persisted settings: its default "
         "applies again unless the environment or the TOML file gives it",
     )
@@ -295,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--verify and --swap act on the version given, whose run chose its views and cutoff: "
                 f"{', '.join(ignored)} do not apply"
             )
+    if args.command == "report" and args.reuse and args.version is None:
+        parser.error("--reuse names a stored report of the --version given: give --version")
     configure("lambdactl", "DEBUG" if args.verbose else "INFO", "short")
     from definitions.files import UntrustedStateDir
     from definitions.settings_store import SettingsConflict

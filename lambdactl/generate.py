@@ -9,7 +9,7 @@ from datetime import UTC
 from pathlib import Path
 
 from definitions.settings import Settings
-from lambdactl.arg_types import finite, iso_time
+from lambdactl.arg_types import finite, given, iso_time
 from lambdactl.output import _say
 from stores.kafka import COMPRESSION_CODECS
 
@@ -106,7 +106,7 @@ def add_parser(sub) -> None:
     gen.add_argument("--late-max", type=finite, default=172_800.0, help="seconds")
     gen.add_argument("--duplicate-fraction", type=finite, default=0.0)
     gen.add_argument("--invalid-fraction", type=finite, default=0.0)
-    gen.add_argument("--topic", help="default: the events topic from settings")
+    gen.add_argument("--topic", type=given, help="default: the events topic from settings")
     gen.add_argument(
         "--compression",
         choices=COMPRESSION_CODECS,

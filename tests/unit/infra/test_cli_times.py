@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lambdactl.cli import build_parser
+from lambdactl.cli import build_parser, main
 
 
 @pytest.mark.parametrize(
@@ -72,6 +72,39 @@ def test_logs_of_no_lines_or_a_name_that_is_no_service(tmp_path):
         cmd_logs(None, args)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["logs", "api", "-n", "-5"], ["logs", "api", "-n", "0"], ["logs", "api", "-f", "-n", "100000000000000000000"]],
+)
+def test_logs_asked_for_no_lines_or_more_than_it_shows_exits_2(argv, capsys):
+    """-n -5 printed nothing; -n 10**20 with -f failed inside tail ("Value too large"), exit 1."""
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 2 and "argument -n/--lines" in capsys.readouterr().err
+
+
+def test_logs_shows_as_many_lines_as_asked_or_says_how_many_it_read(tmp_path):
+    """-n 5000 printed 311 lines: only the last 64 KiB were read, without a word."""
+    from infra.process import tail_file
+
+    log = tmp_path / "x.log"
+    width = len(f"line {0:05} " + "x" * 200 + "\n")
+    log.write_text("".join(f"line {i:05} " + "x" * 200 + "\n" for i in range(6_000)))
+    shown = tail_file(log, 5_000).splitlines()
+    assert len(shown) == 5_000 and shown[0].startswith("line 01000") and shown[-1].startswith("line 05999")
+    capped = tail_file(log, 5_000, max_bytes=100_000).splitlines()
+    assert capped[0].startswith("(the last 100,000 bytes of") and len(capped) == 1 + 100_000 // width
+    assert capped[-1].startswith("line 05999")
+
+
+def test_a_service_name_longer_than_any_service_is_no_service():
+    from infra.errors import StackError
+    from lambdactl.cli import cmd_logs
+
+    with pytest.raises(StackError, match="not a service name"):
+        cmd_logs(None, build_parser().parse_args(["logs", "a" * 5_000]))  # type: ignore[arg-type]
+
+
 def test_following_a_log_goes_on_past_its_rotation(tmp_path):
     """supervisord rotates a log by renaming it and opening a new one: `lambdactl logs -f` read on
     from the renamed file and showed nothing more, for ever, with no error."""
@@ -132,3 +165,52 @@ def test_the_batch_jobs_own_entry_point_says_a_failure_on_one_line(monkeypatch, 
     assert "VerificationError: An error occurred while calling o12.load." in line, line
     assert "java.io.IOException: disk full" in line and "Frame" not in line, "the cause, no stack frame"
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["batch", "--views", "page_views", "--views", "top_pages"], "--views"),  # only top_pages was recomputed
+        (["replay", "--view", "page_views", "--view", "top_pages"], "--view"),
+        (["batch", "--cutoff", "2026-11-27T02:00:00Z", "--cutoff", "2026-11-27T03:00:00Z"], "--cutoff"),
+        (["generate", "--count", "5", "--count", "6"], "--count"),
+        (["logs", "api", "-n", "5", "--lines", "6"], "-n/--lines"),
+        (["batch", "--verify", "3", "--verify", "4"], "--verify"),  # in a group of exclusive options
+    ],
+)
+def test_an_option_given_twice_exits_2_naming_it(argv, option, capsys):
+    """The last value was taken without a word."""
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: given more than once" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["replay", "--view", "page_views", "--from", ""], "--from"),  # replayed from the batch cutoff
+        (["replay", "--view", " "], "--view"),
+        (["generate", "--topic", ""], "--topic"),  # sent to the settings' topic
+        (["config", "--unset", ""], "--unset"),  # exit 0, "nothing changed"
+    ],
+)
+def test_an_empty_value_exits_2_instead_of_meaning_the_default(argv, option, capsys):
+    with pytest.raises(SystemExit) as caught:
+        build_parser().parse_args(argv)
+    assert caught.value.code == 2
+    assert f"argument {option}: is empty (an unset variable?)" in capsys.readouterr().err
+
+
+def test_reuse_without_a_version_exits_2(capsys):
+    """report --reuse without --version listed the reports, the flag passed over."""
+    with pytest.raises(SystemExit) as caught:
+        main(["report", "--reuse"])
+    assert caught.value.code == 2 and "--reuse names a stored report" in capsys.readouterr().err
+
+
+def test_an_option_given_once_and_a_flag_given_twice_are_taken():
+    args = build_parser().parse_args(["batch", "--views", "page_views", "--force", "--force"])
+    assert args.views == ["page_views"] and args.force
+    assert not hasattr(args, "_given")
