@@ -103,6 +103,8 @@ def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
     leave no cause."""
     binary = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
     command = f"lambdactl {' '.join(args)}"
+    if len(command) > 200:  # many views named: the cause's 2,000 characters cut off the reason after it
+        command = command[:200] + "…"
     timeout_s = command_timeout_s()
     try:
         done = subprocess.run(
@@ -113,10 +115,10 @@ def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
             preexec_fn=_end_with_the_task(os.getpid()),
         )
     except OSError as exc:  # no such program, or arguments too long for the system (a run's conf)
-        _say_cause(f"{command[:200]} could not be started: {exc.strerror or exc}")
+        _say_cause(f"{command} could not be started: {exc.strerror or exc}")
         raise LambdactlError(list(args)[:1], -1, str(exc)) from None
     except ValueError as exc:  # an argument holding a NUL byte (a run's conf): every retry meets it
-        cause = f"{command[:200]!r} could not be started: {exc}"
+        cause = f"{command!r} could not be started: {exc}"
         _say_cause(cause)
         raise LambdactlRefused(list(args)[:1], -1, cause) from None
     except subprocess.TimeoutExpired as exc:  # the command was killed; the next try starts afresh
@@ -195,6 +197,23 @@ def refuse_backfill() -> None:
         raise AirflowFailException(cause)
 
 
+PARAMS = ("mode", "cutoff", "views")
+
+
+def refuse_undeclared_conf() -> None:
+    """A run's conf naming a key the DAG does not take (`view` for `views`, `force`) was passed over:
+    the run recomputed every view, or planned the next cutoff, as if not asked. Refused, naming it."""
+    run = get_current_context().get("dag_run")
+    conf = getattr(run, "conf", None) or {}
+    unknown = sorted(str(k)[:60] for k in conf if k not in PARAMS)
+    if unknown:
+        cause = (
+            f"the run's conf names {', '.join(unknown[:10])}: not a parameter of this DAG; it takes {', '.join(PARAMS)}"
+        )
+        _say_cause(cause)
+        raise AirflowFailException(cause)
+
+
 @dag(
     dag_id="lambda_batch_recompute",
     schedule=INTERVAL,
@@ -213,7 +232,10 @@ def refuse_backfill() -> None:
             "",
             type="string",
             maxLength=40,  # an ISO time; the API's recompute route has the same limit
-            description="explicit ISO cutoff on an ingest-bucket boundary (empty: the last complete one)",
+            # An ISO time begins with its year: "--force" was read by lambdactl as an option.
+            pattern=r"^\s*$|^\s*[0-9]",
+            description="explicit ISO cutoff on an ingest-bucket boundary, e.g. 2026-03-01T10:00:00Z (without a "
+            "zone: UTC; empty: the last complete one)",
         ),
         "views": Param(
             [],
@@ -222,7 +244,8 @@ def refuse_backfill() -> None:
             # Offered as a multi-select (examples) of the declared views, and only those (the enum):
             # Airflow refuses a run naming another one, naming it. A view `lambdactl views apply`
             # just added is offered from the DAG's next parse (dag_processor.min_file_process_interval,
-            # 30 s); a run whose view is removed meanwhile fails at its next task, naming it.
+            # 30 s). A run whose view is removed meanwhile fails at its next task's start, where Airflow
+            # checks the params before any of the DAG's code: named in that task's log, with no cause.
             maxItems=100,  # the API's recompute route has the same limit
             items={"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,99}$", **({"enum": VIEWS} if VIEWS else {})},
             **({"examples": VIEWS} if VIEWS else {}),
@@ -248,6 +271,7 @@ def lambda_batch_recompute():
     def wait_for_completeness() -> PokeReturnValue:
         """The archiver's completeness must cover the cutoff: the plan of the run once it does."""
         refuse_backfill()
+        refuse_undeclared_conf()
         p = _params()
         args = ["batch", "--plan"] + (["--cutoff", p["cutoff"]] if p["cutoff"] else [])
         if p["views"]:

@@ -270,7 +270,13 @@ EXIT_CODES = textwrap.dedent("""
             dag_file.lambdactl("exit", code)
         except dag_file.LambdactlError as exc:
             outcome[code] = {"code": exc.code, "fails_at_once": isinstance(exc, AirflowFailException), "cause": causes}
-    print(json.dumps(outcome))
+    long = []  # a run naming many views: its command alone was longer than the cause kept
+    ti.xcom_push = lambda key, value: long.append(value)
+    try:
+        dag_file.lambdactl("exit", "2", "--views", ",".join(["v" * 99] * 30))
+    except dag_file.LambdactlError:
+        pass
+    print(json.dumps({"outcome": outcome, "long": long}))
 """)
 
 
@@ -288,8 +294,11 @@ def test_a_refusal_fails_its_task_at_once_and_other_failures_are_retried(setting
     fake.chmod(0o755)
     env = environment(settings)
     env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(bin_dir))
-    result = in_airflow(settings, EXIT_CODES, env)
+    both = in_airflow(settings, EXIT_CODES, env)
+    result = both["outcome"]
     causes = {code: outcome.pop("cause") for code, outcome in result.items()}
+    assert both["long"] and both["long"][0].endswith("exited 2: lambdactl: refused or failed"), both["long"]
+    assert len(both["long"][0]) < 300, both["long"]
     assert result == {
         "1": {"code": 1, "fails_at_once": False},
         "2": {"code": 2, "fails_at_once": True},
@@ -355,6 +364,59 @@ def test_a_run_overtaken_by_a_run_beside_it_skips_unless_its_cutoff_or_mode_was_
         assert "a run beside this one moved serving past its cutoff" in result[f"planned, {step}"]["skipped"], result
         assert "behind what serves" in result[f"cutoff given, {step}"]["failed"], result
         assert "behind what serves" in result[f"full recompute, {step}"]["failed"], result
+
+
+UNDECLARED = textwrap.dedent("""
+    import json, sys
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_batch_recompute as dag_file
+    from airflow.exceptions import AirflowFailException
+
+    pushed = []
+    ti = SimpleNamespace(xcom_push=lambda key, value: pushed.append(value))
+    outcome = {}
+    for name, conf in (
+        ("typo", {"mode": "full_recompute", "view": ["page_views"]}),
+        ("declared", {"mode": "next_cutoff", "cutoff": "", "views": []}),
+        ("none", None),
+    ):
+        dag_file.get_current_context = lambda: {"ti": ti, "dag_run": SimpleNamespace(conf=conf)}
+        try:
+            dag_file.refuse_undeclared_conf()
+            outcome[name] = "runs"
+        except AirflowFailException as exc:
+            outcome[name] = str(exc)
+    cutoff = dag_file.lambda_batch_recompute().params.get_param("cutoff")
+    taken = {}
+    for value in ("--force", "-v", "--", "", " ", "2026-11-18T11:00:00Z", " 2026-11-18T11:00:00Z"):
+        try:
+            cutoff.resolve(value)
+            taken[value] = True
+        except Exception:
+            taken[value] = False
+    print(json.dumps({"outcome": outcome, "causes": pushed, "taken": taken}))
+""")
+
+
+def test_a_conf_key_the_dag_does_not_take_fails_the_run_naming_it_and_a_cutoff_is_no_option(settings, tmp_path):
+    """{"view": [...]} (for "views") was passed over: every view was recomputed. A cutoff of "--force"
+    reached lambdactl's command line, which read it as an option."""
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path))
+    result = in_airflow(settings, UNDECLARED, env)
+    assert result["outcome"]["declared"] == result["outcome"]["none"] == "runs", result
+    assert result["outcome"]["typo"].startswith("the run's conf names view: not a parameter of this DAG"), result
+    assert result["causes"] == [result["outcome"]["typo"]], "the UI shows why"
+    assert result["taken"] == {
+        "--force": False,
+        "-v": False,
+        "--": False,
+        "": True,
+        " ": True,
+        "2026-11-18T11:00:00Z": True,
+        " 2026-11-18T11:00:00Z": True,
+    }, result["taken"]
 
 
 def test_a_backfill_is_refused_and_a_cutoff_is_at_most_an_iso_times_length(settings, tmp_path):
