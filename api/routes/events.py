@@ -149,7 +149,10 @@ def check_events(settings: Settings, data: bytes) -> list[tuple[bytes, bytes]]:
         # Raised here, once _checked's frame is gone: raised there, its traceback held the parsed body
         # (up to ~1.4 million objects) in a reference cycle that only a full collection frees, and the
         # API makes those rare (api.server.quiet_full_collections).
-        raise refusal
+        try:
+            raise refusal
+        finally:  # a frame holding the exception it raised is held by it (its traceback): a cycle
+            del refusal
     return payloads
 
 
@@ -221,13 +224,18 @@ def events_router(settings: Settings) -> APIRouter:
             return await _accept(request, metrics, data)
 
     async def _accept(request: Request, metrics, data: bytes) -> dict[str, Any]:
-        try:
-            async with large if len(data) > LARGE_BODY_BYTES else contextlib.nullcontext():
-                payloads = await run_in_threadpool(check_events, settings, data)
-        except ApiError as exc:
-            if exc.errors:
-                metrics.events_rejected.inc(len(exc.errors))
-            raise
+        async with large if len(data) > LARGE_BODY_BYTES else contextlib.nullcontext():
+            # The refusal comes back, not raised across the thread pool: an exception raised there
+            # stays in a reference cycle (its future, the frames awaiting it) with every frame above,
+            # the body's 4 MiB among them, until a full collection, which the API makes rare.
+            payloads, refusal = await run_in_threadpool(_checked, settings, data)
+        if refusal is not None:
+            if refusal.errors:
+                metrics.events_rejected.inc(len(refusal.errors))
+            try:
+                raise refusal
+            finally:  # as check_events: the frame must not hold the exception it raised
+                del refusal
         try:
             async with asyncio.timeout(PRODUCE_WAIT_S):  # a cancelled acquire takes no slot
                 await producing.acquire()

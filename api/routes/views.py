@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError, error_responses
+from api.thread_calls import in_thread
 from api.view_bodies import SeriesBody, TopBody, ViewsBody, series_body, top_body
 from api.window import DEFAULT_SPAN_BUCKETS, TIME_EXAMPLE, TIME_PATTERN, iso, resolve_window
 from definitions.events import FIELDS, value_pattern
@@ -203,7 +204,7 @@ async def _run_in_a_slot(request: Request, fn, *args, **kwargs):
             headers={"Retry-After": str(max(1, math.ceil(queue_s)))},
         )
     try:
-        return await run_in_threadpool(fn, *args, **kwargs)
+        return await in_thread(fn, *args, **kwargs)
     except StoreUnavailable as exc:
         state.metrics.store_errors.labels(exc.component).inc()
         raise

@@ -398,3 +398,39 @@ def test_a_key_longer_in_bytes_than_any_event_is_a_422_naming_it(settings):
         resp = client.get(f"{VIEWS}/page_views?url={quote(url)}&granularity=hour")
         body = assert_error_shape(resp, big, 422)
         assert "url" in body["detail"] and "bytes" in body["detail"], body
+
+
+@pytest.mark.parametrize("failure", ["too large", "store"])
+def test_a_refused_query_lets_go_of_what_it_read_once_answered(client, settings, failure):
+    """A refusal raised across the thread pool stayed in a reference cycle with every frame it
+    passed, and what each held: the rows a query read before it was refused (up to api.max_read_mib)
+    stayed until a full collection, which the API makes rare. With the collector off, a query that
+    read 300,000 rows and was refused leaves them to no one once answered."""
+    import gc
+    import sys
+
+    from stores.adapters import ReadTooLarge
+
+    serving = client.app.state.serving
+
+    def reads_then_fails(*_a, **_k):
+        rows = [(f"/page/{i}", i) for i in range(300_000)]  # noqa: F841 - held by this frame when it raises
+        if failure == "too large":
+            raise ReadTooLarge("page_views: narrow the window")
+        raise StoreUnavailable("hbase", "x")
+
+    original = serving.series
+    serving.series = reads_then_fails
+    try:
+        gc.collect()
+        gc.disable()
+        try:
+            before = sys.getallocatedblocks()
+            answer = client.get(f"{VIEWS}/page_views?url=/&granularity=hour")
+            grown = sys.getallocatedblocks() - before
+        finally:
+            gc.enable()
+    finally:
+        serving.series = original
+    assert answer.status_code == (422 if failure == "too large" else 503), answer.text
+    assert grown < 100_000, f"{grown:,} blocks still held once answered"
