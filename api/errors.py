@@ -86,6 +86,7 @@ DESCRIPTIONS = {
     404: "No such resource",
     409: "The view is being added or rebuilt and cannot answer exactly yet; `detail` says why",
     413: "The request body is larger than the API accepts (`api.max_body_bytes`)",
+    415: "The request body is not JSON text in UTF-8 (its Content-Type or Content-Encoding says another form)",
     422: "A parameter or the body is invalid; `detail` names it, `errors` lists each problem",
     429: "Too many queries at once; try again after `Retry-After` seconds",
     503: "A part of the platform cannot be read; `component` names it",

@@ -142,6 +142,25 @@ PRODUCE_THREADS = 4
 PRODUCE_WAIT_S = 10.0
 
 
+def json_text(headers) -> None:
+    """A 415 naming the body's form unless it is JSON text in UTF-8 (a Content-Type left out is
+    taken as JSON): a gzipped body was read as text ("invalid UTF-8 at byte 1")."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise ApiError(415, f"Content-Encoding {encoding[:40]}: send the body uncompressed, as application/json")
+    given = headers.get("content-type")
+    if given is None:
+        return
+    media, *options = (part.strip() for part in given.split(";"))
+    if media.lower() != "application/json" and not media.lower().endswith("+json"):
+        raise ApiError(415, f"Content-Type {media[:60]}: send the events as application/json (a JSON array)")
+    for option in options:
+        name, _, value = option.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            raise ApiError(415, f"charset {charset[:40]}: send application/json in UTF-8")
+
+
 def check_events(settings: Settings, data: bytes) -> list[tuple[bytes, bytes]]:
     """(key, value) for Kafka of every event in the body, or an ApiError saying what is wrong."""
     payloads, refusal = _checked(settings, data)
@@ -214,11 +233,12 @@ def events_router(settings: Settings) -> APIRouter:
         dependencies=[TokenDep],
         response_model=None,
         summary="Validate a batch of events and produce them to Kafka; 422 with per-record errors",
-        responses={202: {"model": Accepted}, **error_responses(400, 401, 413, 422, 503)},
+        responses={202: {"model": Accepted}, **error_responses(400, 401, 413, 415, 422, 503)},
         openapi_extra=request_body_doc(settings),
     )
     async def post_events(request: Request) -> dict[str, Any]:
         metrics = request.app.state.metrics
+        json_text(request.headers)  # before the body is read
         # The body's room (api.max_bodies_mib) is held until it is answered: its events are too.
         async with held_body(request, settings.api.max_body_bytes) as data:
             return await _accept(request, metrics, data)

@@ -149,6 +149,47 @@ def test_a_malformed_body_is_a_4xx_with_a_clear_message(client, settings, body, 
     assert words in got["detail"], got
 
 
+@pytest.mark.parametrize(
+    "headers, words",
+    [
+        # gzip was read as JSON text: "malformed JSON: invalid UTF-8 at byte 1"
+        ({"Content-Encoding": "gzip"}, "Content-Encoding gzip"),
+        ({"Content-Type": "text/plain"}, "Content-Type text/plain"),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, "Content-Type application/x-www-form-urlencoded"),
+        ({"Content-Type": "application/json; charset=latin-1"}, "charset latin-1"),
+    ],
+)
+def test_a_body_in_another_form_than_json_text_is_a_415_naming_it(client, settings, headers, words):
+    import gzip
+
+    body = json.dumps([{"event_id": "e"}]).encode()
+    if headers.get("Content-Encoding") == "gzip":
+        body = gzip.compress(body)
+    resp = client.post(
+        "/api/v1/events", content=body, headers={"Authorization": f"Bearer {token(settings)}", **headers}
+    )
+    got = assert_error_shape(resp, settings, 415)
+    assert words in got["detail"] and "application/json" in got["detail"], got
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON;charset=UTF-8",
+        "application/cloudevents-batch+json",
+    ],
+)
+def test_json_bodies_are_read_with_or_without_their_type(client, settings, content_type):
+    headers = {"Authorization": f"Bearer {token(settings)}"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    resp = client.post("/api/v1/events", content=b"[]", headers=headers)
+    assert "no events" in assert_error_shape(resp, settings, 422)["detail"]
+
+
 def test_a_bad_recompute_request_is_a_422_before_airflow_is_asked(client, settings):
     resp = client.post(
         "/api/v1/admin/recompute",

@@ -288,7 +288,7 @@ def test_openapi_documents_parameters_constraints_and_every_error(client, settin
     expected = {
         f"{VIEWS}/page_views": {"200", "409", "422", "429", "503"},
         f"{VIEWS}/top_pages": {"200", "409", "422", "429", "503"},
-        "/api/v1/events": {"202", "400", "401", "413", "422", "503"},
+        "/api/v1/events": {"202", "400", "401", "413", "415", "422", "503"},
     }
     for path, codes in expected.items():
         (operation,) = paths[path].values()
