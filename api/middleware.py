@@ -65,11 +65,15 @@ class HeadersAndLatency:
             await error_response(404, "no such path: it holds a NUL byte")(scope, receive, send_with_headers)
             _observe(scope, "unmatched", started, status)
             return
-        if self.hosts is not None and any(
-            name == b"host" and host_name(value) not in self.hosts for name, value in scope["headers"]
-        ):
+        hosts = [value for name, value in scope["headers"] if name == b"host"]
+        if self.hosts is not None and any(host_name(value) not in self.hosts for value in hosts):
             detail = "the Host header names a host this API does not answer to (api.allowed_hosts)"
             await error_response(400, detail)(scope, receive, send_with_headers)
+            _observe(scope, "unmatched", started, status)
+            return
+        if self.hosts is not None and not hosts and scope.get("http_version") != "1.0":
+            # HTTP/1.1 requires it (RFC 9112); without one, no host was checked at all
+            await error_response(400, "a Host header is required (HTTP/1.1)")(scope, receive, send_with_headers)
             _observe(scope, "unmatched", started, status)
             return
         try:

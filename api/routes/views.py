@@ -228,11 +228,39 @@ def record(metrics, name: str, buckets, prov) -> None:
 MAX_NAMES_SHOWN, MAX_NAME_SHOWN = 3, 32
 
 
+def _not_utf8(query: bytes) -> list[str]:
+    """The names (as decoded, at most MAX_NAMES_SHOWN) of query parameters whose name or value is no
+    UTF-8 text once percent-decoded: Starlette replaces such bytes with U+FFFD without a word."""
+    from urllib.parse import unquote_to_bytes
+
+    bad: list[str] = []
+    for pair in query.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        for part in (name, value):
+            try:
+                unquote_to_bytes(part.replace(b"+", b" ")).decode("utf-8")
+            except UnicodeDecodeError:
+                shown = unquote_to_bytes(name).decode("utf-8", "replace")[:MAX_NAME_SHOWN]
+                if shown not in bad:
+                    bad.append(shown)
+                break
+        if len(bad) >= MAX_NAMES_SHOWN:
+            break
+    return bad
+
+
 def given_once(request: Request, names) -> None:
     """A 422 naming a parameter the route does not take (a misspelled one was passed over, and the
     answer was for its default: ?from=…&to=… for the last hour), or one given more than once (its
     last value was taken without a word)."""
     taken = list(names)
+    garbled = _not_utf8(request.scope.get("query_string", b""))
+    if garbled:
+        raise ApiError(
+            422,
+            f"{', '.join(garbled)}: not UTF-8 text once percent-decoded",
+            errors=[{"loc": ["query", k], "msg": "not UTF-8 text"} for k in garbled],
+        )
     unknown = sorted({k for k in request.query_params if k not in taken})
     if unknown:
         shown = [k[:MAX_NAME_SHOWN] for k in unknown[:MAX_NAMES_SHOWN]]  # the request head bounds the rest

@@ -367,6 +367,13 @@ def test_an_error_names_a_few_unknown_parameters_and_counts_the_rest(client, set
     assert len(body["errors"]) == 3, body
 
 
+@pytest.mark.parametrize("value", ["/%ff%fe", "/%ed%a0%80", "/a%c3"])
+def test_a_parameter_that_is_no_utf8_text_is_a_422_naming_it(client, settings, value):
+    """Such bytes were replaced by U+FFFD: the answer was for a key no client asked for."""
+    body = assert_error_shape(client.get(f"{VIEWS}/page_views?url={value}&granularity=hour"), settings, 422)
+    assert body["detail"].startswith("url: not UTF-8 text"), body
+
+
 def test_the_dashboard_asks_only_for_parameters_the_views_take(client, settings):
     """The dashboard builds its queries by hand: each parameter it sends is one the routes take."""
     import re

@@ -40,6 +40,42 @@ def test_a_host_header_naming_a_host_the_api_does_not_answer_to_is_refused(setti
             assert client.get("/openapi.json", headers={"Host": host}).status_code == 200, host
 
 
+@pytest.mark.parametrize("version, status", [("1.1", 400), ("1.0", 200)])
+def test_an_http_1_1_request_without_a_host_header_is_refused(settings, version, status):
+    """With no Host header at all, no host was checked: an HTTP/1.1 request (which must name one)
+    was answered. HTTP/1.0 clients may leave it out."""
+    import asyncio
+
+    app = create_app(settings)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": version,
+        "method": "GET",
+        "scheme": "http",
+        "path": "/health",
+        "raw_path": b"/health",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"accept", b"application/json")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8000),
+    }
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    with TestClient(app, base_url=LOCAL_URL):
+        asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == status, sent
+    if status == 400:
+        assert b"a Host header is required" in sent[1]["body"]
+
+
 def test_the_hosts_the_api_answers_to_follow_its_address_and_public_url():
     loopback = {"localhost", "127.0.0.1", "::1"}
     assert ApiSettings().host_names() == loopback
