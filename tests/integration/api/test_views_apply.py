@@ -196,7 +196,7 @@ def test_a_view_added_while_running_is_exact_for_its_history_and_the_others_neve
     (folder / f"{module}.py").write_text("VIEWS = []\n")  # the user takes it out of the module
     assert states(settings)[view]["state"] == "retired"
     assert status_states(settings)[view] == "retired"
-    done = lambdactl(settings, "views", "apply", "--no-modules", "--paths", "")
+    done = lambdactl(settings, "views", "apply", "--no-modules", "--no-paths")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert httpx.get(f"{api(settings)}/api/v1/views/{view}", params={"url": "/"}, timeout=30).status_code == 404
     pointer = version_store(settings).pointer()
