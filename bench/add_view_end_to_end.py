@@ -173,7 +173,8 @@ def main() -> int:
         result["differences"] = answers_differ(settings, view, truth)
     finally:
         back = ["--modules", ",".join(before.modules)] if before.modules else ["--no-modules"]
-        removed = result["remove"] = apply(*back, "--paths", ",".join(map(str, before.paths)))
+        folders = ["--paths", ",".join(map(str, before.paths))] if before.paths else ["--no-paths"]
+        removed = result["remove"] = apply(*back, *folders)
         take_history(settings, days)
     checked = sum(len(d) for d in truth.values())
     text = (

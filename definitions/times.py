@@ -44,7 +44,8 @@ def parse_iso_ms(text: str, what: str = "") -> int:
     try:  # every message names a time in UTC: one no datetime holds there is none to name
         moment.astimezone(UTC)
     except OverflowError:
-        raise ValueError(f"{named}{shown} is after 9999-12-31T23:59:59Z") from None
+        ahead = (moment.utcoffset() or timedelta(0)) > timedelta(0)  # year 1 ahead of UTC: before year 1 there
+        raise ValueError(f"{named}{shown} is {'before 1970' if ahead else 'after 9999-12-31T23:59:59Z'}") from None
     ms = (moment - _EPOCH) // timedelta(milliseconds=1)  # in whole numbers: through a float it came out 1 ms early
     if ms < 0:
         raise ValueError(f"{named}{shown} is before 1970")

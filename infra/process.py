@@ -273,16 +273,22 @@ def tail_file(path: Path, lines: int = 40, max_bytes: int = MAX_TAIL_BYTES) -> s
     try:
         with open(path, "rb") as handle:
             size = start = handle.seek(0, os.SEEK_END)
-            data = b""
-            while start > 0 and data.count(b"\n") <= lines and size - start < max_bytes:
+            blocks: list[bytes] = []
+            ends = 0  # line ends in the blocks read
+            while start > 0 and ends <= lines and size - start < max_bytes:
                 step = min(64 * 1024, start, max_bytes - (size - start))
                 start -= step
                 handle.seek(start)
-                data = handle.read(step) + data
+                blocks.append(handle.read(step))
+                ends += blocks[-1].count(b"\n")
+            whole = start == 0
+            if not whole:  # a line begins where the read began only if the byte before ends one
+                handle.seek(start - 1)
+                whole = handle.read(1) == b"\n"
     except OSError:
         return ""
-    shown = data.decode("utf-8", errors="replace").splitlines()
-    if start > 0:
+    shown = b"".join(reversed(blocks)).decode("utf-8", errors="replace").splitlines()
+    if not whole:
         shown = shown[1:]  # the first is cut where the read began
     shown = shown[-lines:]
     if start > 0 and len(shown) < lines:

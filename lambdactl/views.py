@@ -125,7 +125,11 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
     if getattr(args, "no_paths", False):
         args.paths = ""
     if args.paths is not None and args.modules is None:
-        log.error("--paths is given with --modules only (the directories searched for those modules): give both")
+        given = "--no-paths" if getattr(args, "no_paths", False) else "--paths"
+        log.error(
+            "%s is given with --modules or --no-modules only (the directories searched for those modules): give both",
+            given,
+        )
         return 2
     try:
         if args.modules is not None:

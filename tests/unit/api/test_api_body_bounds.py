@@ -54,7 +54,8 @@ def post_raw(
         "root_path": "",
         "client": ("127.0.0.2", 5000),
         "server": ("testserver", 80),
-        "headers": [(k.lower().encode(), v.encode("latin-1")) for k, v in headers.items()],
+        # as an HTTP/1.1 client sends it: without a Host header the request is refused first
+        "headers": [(b"host", b"127.0.0.1"), *((k.lower().encode(), v.encode("latin-1")) for k, v in headers.items())],
     }
 
     async def run():
@@ -320,3 +321,22 @@ def test_an_event_giving_a_field_twice_is_a_422_naming_it(client, settings):
     )
     body = assert_error_shape(resp, settings, 422)
     assert [(e["index"], e["error"]) for e in body["errors"]] == [(1, "duplicate field: event_type")]
+
+
+def test_every_copy_of_a_body_header_is_read_and_an_empty_one_is_none():
+    from starlette.datastructures import Headers
+
+    from api.errors import ApiError
+    from api.routes.events import json_text
+
+    def refusal(*pairs: tuple[str, str]) -> str | None:
+        try:
+            json_text(Headers(raw=[(k.encode(), v.encode()) for k, v in pairs]))
+        except ApiError as exc:
+            return exc.detail
+        return None
+
+    assert "Content-Encoding gzip" in refusal(("content-encoding", "identity"), ("content-encoding", "gzip"))
+    assert "Content-Encoding gzip" in refusal(("content-encoding", "identity, gzip"))
+    assert "Content-Type text/plain" in refusal(("content-type", "application/json"), ("content-type", "text/plain"))
+    assert refusal(("content-type", ""), ("content-encoding", "")) is None

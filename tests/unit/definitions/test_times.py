@@ -39,6 +39,7 @@ def test_an_iso_time_becomes_epoch_ms(text, ms):
         ("x" * 10_000, "not an ISO 8601 time"),
         # in the year 10000 in UTC: taken, then every message naming it failed (exit 1, "is the stack up?")
         ("9999-12-31T23:30:00-01:00", "after 9999"),
+        ("0001-01-01T00:30:00+01:00", "before 1970"),  # before year 1 in UTC
     ],
 )
 def test_anything_else_is_a_value_error_naming_what_and_the_text(text, words):

@@ -95,6 +95,10 @@ def test_logs_shows_as_many_lines_as_asked_or_says_how_many_it_read(tmp_path):
     capped = tail_file(log, 5_000, max_bytes=100_000).splitlines()
     assert capped[0].startswith("(the last 100,000 bytes of") and len(capped) == 1 + 100_000 // width
     assert capped[-1].startswith("line 05999")
+    boundary = tmp_path / "y.log"  # the cap falls where a line begins: that line is whole
+    boundary.write_text("x" * 9 + "\n" + "y" * 9 + "\n")
+    assert tail_file(boundary, 1, max_bytes=10) == "y" * 9
+    assert tail_file(boundary, 2, max_bytes=10).splitlines()[1:] == ["y" * 9]
 
 
 def test_a_service_name_longer_than_any_service_is_no_service():

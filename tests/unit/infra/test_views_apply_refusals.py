@@ -42,7 +42,9 @@ def test_apply_refuses_paths_without_modules(tmp_path, monkeypatch, caplog):
     plain_shell(monkeypatch, tmp_path)
     monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
     assert main(["views", "apply", "--paths", str(tmp_path)]) == 2
-    assert "--paths is given with --modules only" in caplog.text
+    assert "--paths is given with --modules or --no-modules only" in caplog.text
+    assert main(["views", "apply", "--no-paths"]) == 2
+    assert "--no-paths is given with --modules or --no-modules only" in caplog.text
 
 
 @pytest.mark.parametrize("paths", ["", " ", ","])
