@@ -16,7 +16,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
-from starlette.concurrency import run_in_threadpool
 
 from api.deps import TokenDep, held_body
 from api.errors import ApiError, error_responses
@@ -177,6 +176,11 @@ def check_events(settings: Settings, data: bytes) -> list[tuple[bytes, bytes]]:
     return payloads
 
 
+def _check_taken(settings: Settings, body: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """check_events of the bytes `body` holds, taken out of it (see events_router)."""
+    return check_events(settings, body.pop())
+
+
 def _checked(settings: Settings, data: bytes) -> tuple[list[tuple[bytes, bytes]], ApiError | None]:
     """check_events' payloads, or the ApiError to raise, made (not raised) here."""
     limit = settings.api.max_events_per_request
@@ -246,18 +250,17 @@ def events_router(settings: Settings) -> APIRouter:
             return await _accept(request, metrics, data)
 
     async def _accept(request: Request, metrics, data: bytes) -> dict[str, Any]:
-        async with large if len(data) > LARGE_BODY_BYTES else contextlib.nullcontext():
-            # The refusal comes back, not raised across the thread pool: an exception raised there
-            # stays in a reference cycle (its future, the frames awaiting it) with every frame above,
-            # the body's 4 MiB among them, until a full collection, which the API makes rare.
-            payloads, refusal = await run_in_threadpool(_checked, settings, data)
-        if refusal is not None:
-            if refusal.errors:
-                metrics.events_rejected.inc(len(refusal.errors))
-            try:
-                raise refusal
-            finally:  # as check_events: the frame must not hold the exception it raised
-                del refusal
+        try:
+            async with large if len(data) > LARGE_BODY_BYTES else contextlib.nullcontext():
+                # in_thread (api/thread_calls): a refusal raised across the pool kept the body; and
+                # the body goes in a list the check empties, as the pool's idle thread keeps its last
+                # call's arguments until its next call.
+                payloads = await in_thread(_check_taken, settings, [data])
+        except ApiError as exc:
+            if exc.errors:
+                metrics.events_rejected.inc(len(exc.errors))
+            raise
+        count = len(payloads)
         try:
             async with asyncio.timeout(PRODUCE_WAIT_S):  # a cancelled acquire takes no slot
                 await producing.acquire()
@@ -276,9 +279,10 @@ def events_router(settings: Settings) -> APIRouter:
             ) from None
         finally:
             producing.release()
-        metrics.events_accepted.inc(len(payloads))
+            payloads.clear()  # the pool's idle threads keep this list (their last call's argument, result)
+        metrics.events_accepted.inc(count)
         return {
-            "accepted": len(payloads),
+            "accepted": count,
             "topic": settings.kafka.events_topic,
             "positions": [{"partition": p.partition, "offset": p.offset} for p in positions],
         }
