@@ -29,6 +29,8 @@ def lambdactl(settings, *args: str, extra_env: dict[str, str] | None = None) -> 
 
 def restore_views_args(declared) -> list[str]:
     """`lambdactl views apply` arguments that declare `declared` (a ViewsSettings) again: an empty
-    `--modules` is refused as a likely unset variable, so none is said with `--no-modules`."""
+    `--modules` or `--paths` is refused as a likely unset variable, so none is said with `--no-modules`
+    or `--no-paths`."""
     modules = ["--modules", ",".join(declared.modules)] if declared.modules else ["--no-modules"]
-    return [*modules, "--paths", ",".join(map(str, declared.paths))]
+    paths = ["--paths", ",".join(map(str, declared.paths))] if declared.paths else ["--no-paths"]  # "" is refused too
+    return [*modules, *paths]
