@@ -291,14 +291,12 @@ def test_bodies_declared_but_not_sent_hold_no_room(settings):
     assert stalled == [422, 422, 422], stalled  # each read whole once sent: together they fill the room
 
 
-def test_a_refused_body_is_held_by_nothing_once_answered(settings):
-    """The refusal crossed the thread pool and was kept in a local of the frame that raised it: in
-    the cycles this made, every frame of the request stayed, the body's 4 MiB among them, until a
-    full collection. With the collector off, nothing holds a body's bytes once it is answered."""
+def post_and_find_holders(settings, body: bytes):
+    """POST `body` with the collector off: the answer, and what still holds a copy of the body's
+    bytes once it is answered (frames by name, other objects by type)."""
     import gc
     import types
 
-    body = json.dumps([{}] * 2_000).encode() + b" " * (2 * 2**20)  # too many events; 2 MiB
     app = create_app(settings)
     with TestClient(app, base_url=LOCAL_URL) as client:
         gc.collect()
@@ -312,6 +310,15 @@ def test_a_refused_body_is_held_by_nothing_once_answered(settings):
             ]
         finally:
             gc.enable()
+    return answer, holders
+
+
+def test_a_refused_body_is_held_by_nothing_once_answered(settings):
+    """The refusal crossed the thread pool and was kept in a local of the frame that raised it: in
+    the cycles this made, every frame of the request stayed, the body's 4 MiB among them, until a
+    full collection. With the collector off, nothing holds a body's bytes once it is answered."""
+    body = json.dumps([{}] * 2_000).encode() + b" " * (2 * 2**20)  # too many events; 2 MiB
+    answer, holders = post_and_find_holders(settings, body)
     assert answer.status_code == 422 and "too many events" in answer.json()["detail"], answer.text
     assert holders == [], f"the body is still held by {holders}"
 
@@ -319,26 +326,12 @@ def test_a_refused_body_is_held_by_nothing_once_answered(settings):
 def test_events_kafka_did_not_acknowledge_are_held_by_nothing_once_answered(settings, monkeypatch):
     """The 503 of a produce that failed kept the produce's exception as its context, raised across
     the thread pool: the request's frames, its body among them, stayed until a full collection."""
-    import gc
-    import types
 
     def fails(request, settings, payloads):
         raise RuntimeError("Kafka is away")
 
     monkeypatch.setattr(route, "produce", fails)
     body = json.dumps([event("/kafka-away")]).encode() + b" " * (2 * 2**20)
-    app = create_app(settings)
-    with TestClient(app, base_url=LOCAL_URL) as client:
-        gc.collect()
-        gc.disable()
-        try:
-            answer = client.post("/api/v1/events", content=body, headers={"Authorization": f"Bearer {token(settings)}"})
-            holders = [
-                f"{o.f_code.co_name}" if isinstance(o, types.FrameType) else type(o).__name__
-                for o in gc.get_objects()
-                if any(isinstance(x, bytes) and x is not body and x == body for x in gc.get_referents(o))
-            ]
-        finally:
-            gc.enable()
+    answer, holders = post_and_find_holders(settings, body)
     assert answer.status_code == 503, answer.text
     assert holders == [], f"the body is still held by {holders}"
