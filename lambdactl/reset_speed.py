@@ -13,6 +13,7 @@ import argparse
 import logging
 
 from definitions import jobs
+from definitions.files import LockHeld, state_lock
 from definitions.settings import Settings
 from definitions.view_loading import load_views
 from lambdactl.output import VIEWS_LOCK_HOLDERS, _emit, _say
@@ -23,7 +24,6 @@ log = logging.getLogger("lambdactl")
 
 
 def cmd_reset_speed(settings: Settings, args: argparse.Namespace) -> int:
-    from definitions.files import state_lock
     from infra.state_lock import stack_lock
 
     # No `up` may start the speed layer, nor `views apply` restart it, between its stop and the removal.
@@ -41,13 +41,29 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
     from stores import checkpoints, replays
     from stores.registry import version_store
 
-    claims, overlays = replays.read_replays(settings)
-    if claims or overlays:
+    try:
+        claims, overlays = replays.read_replays(settings)
+    except Exception as exc:  # HDFS away: whether a replay is recorded cannot be known, so nothing changes
         log.error(
-            "replays of %s are recorded, and a fresh speed layer would empty the tables their rows answer beside: "
-            "cancel them (`lambdactl replay --view V --cancel`) or let a batch run absorb them (`lambdactl batch`, "
-            "then `lambdactl clean-realtime`) first",
-            sorted({*claims, *overlays}),
+            "cannot read the recorded replays (%s: %s): with HDFS up (`lambdactl up` starts the stores), run it again",
+            type(exc).__name__,
+            str(exc)[:300],
+        )
+        return 2
+    if claims:
+        # Only the replay itself removes its claim: a batch run absorbs a switched replay, not this.
+        log.error(
+            "a replay of %s is under way (or was stopped before its switch), and a fresh speed layer would "
+            "empty the tables it writes: finish it (`lambdactl replay --view %s --resume`) or cancel it (`--cancel`) first",
+            sorted(claims),
+            sorted(claims)[0],
+        )
+        return 2
+    if overlays:
+        log.error(
+            "replays of %s switched, and a fresh speed layer would empty the tables their rows answer beside: "
+            "let a batch run absorb them (`lambdactl batch`, then `lambdactl clean-realtime`) first",
+            sorted(overlays),
         )
         return 2
     try:
@@ -97,7 +113,19 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
             log.error("%s. Stop the speed layer wherever it runs, then run `lambdactl reset-speed --stopped`", exc)
             return 2
         _say("the speed layer is stopped" if ran else "the speed layer was not running")
-    removed = checkpoints.remove_checkpoint(settings)
+    try:
+        # A speed layer holds this lock while it runs (definitions.files.run_alone), also one the
+        # supervisor did not start: its checkpoint is not removed under it.
+        with state_lock(settings.state_dir, f"{jobs.SPEED_LAYER}.lock", "the speed layer", wait=False):
+            removed = checkpoints.remove_checkpoint(settings)
+    except LockHeld as held:
+        log.error(
+            "a speed layer still runs with state folder %s (pid %s), one the stack does not supervise: nothing was "
+            "removed. Stop it, then run `lambdactl reset-speed --stopped`",
+            settings.state_dir,
+            held.holder,
+        )
+        return 2
     _say(f"removed {', '.join(removed)}" if removed else "no checkpoint or marker was there")
     claims, overlays = replays.read_replays(settings)  # a replay that began beside this reset
     if overlays:

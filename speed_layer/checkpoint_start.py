@@ -194,11 +194,17 @@ def clear_earlier_rows(settings: Settings) -> None:
     from stores import realtime_schema, replays
 
     claims, overlays = replays.read_replays(settings)
-    if claims or overlays:
+    if claims:  # only the replay removes its claim: a batch run does not
+        raise SystemExit(
+            f"the speed layer starts from a fresh checkpoint, which writes every realtime row again, but a replay of "
+            f"{sorted(claims)} is under way or was stopped before its switch: finish it (`lambdactl replay --view "
+            f"{sorted(claims)[0]} --resume`) or cancel it (`--cancel`), then start again"
+        )
+    if overlays:
         raise SystemExit(
             f"the speed layer starts from a fresh checkpoint, which writes every realtime row again, but replays of "
-            f"{sorted({*claims, *overlays})} are recorded: cancel them (`lambdactl replay --view V --cancel`) or "
-            "let a batch run absorb them (`lambdactl batch`, then `lambdactl clean-realtime`), then start again"
+            f"{sorted(overlays)} switched: let a batch run absorb them (`lambdactl batch`, then `lambdactl "
+            "clean-realtime`), then start again"
         )
     cleared = realtime_schema.clear_rows(settings)
     if cleared:

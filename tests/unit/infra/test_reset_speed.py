@@ -4,6 +4,7 @@ layer's fresh start refused or a process still writing the checkpoint it removes
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 
@@ -188,3 +189,51 @@ def test_both_checks_judge_one_reading_of_the_pointer_and_one_loading_of_the_vie
     assert cmd_reset_speed(Settings(state_dir="/nonexistent"), _args(stopped=True)) == 0
     assert reads == [pointer] and loaded == [1]
     assert given == [{"pointer": pointer}] and floors == [600_000]
+
+
+def test_a_replay_under_way_is_told_to_resume_or_cancel_and_a_switched_one_to_be_absorbed(
+    tmp_path, monkeypatch, removed, caplog
+):
+    """A batch run absorbs a replay that switched; it never removes a claim (a replay killed before its
+    switch): only `replay --resume` or `--cancel` does, and the advice to run a batch left the reset
+    refused however often it was followed."""
+    from stores import replays
+
+    monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({"page_views": object()}, {}))
+    assert cmd_reset_speed(Settings(state_dir=tmp_path), _args()) == 2
+    assert "replay --view page_views --resume" in caplog.text and "--cancel" in caplog.text
+    assert "lambdactl batch" not in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {"clicks": object()}))
+    assert cmd_reset_speed(Settings(state_dir=tmp_path), _args()) == 2
+    assert "clicks" in caplog.text and "lambdactl batch" in caplog.text and "clean-realtime" in caplog.text
+    assert "--resume" not in caplog.text and removed == []
+
+
+def test_replays_that_cannot_be_read_are_named_and_nothing_changes(tmp_path, monkeypatch, removed, caplog):
+    from stores import replays
+
+    def unreachable(_settings):
+        raise ConnectionRefusedError("HDFS is down")
+
+    monkeypatch.setattr(replays, "read_replays", unreachable)
+    monkeypatch.setattr(Stack, "stop", lambda *_: pytest.fail("stopped the speed layer"))
+    assert cmd_reset_speed(Settings(state_dir=tmp_path), _args()) == 2
+    assert "replays" in caplog.text and "HDFS is down" in caplog.text and "lambdactl up" in caplog.text
+    assert removed == []
+
+
+def test_a_speed_layer_still_running_keeps_its_checkpoint(tmp_path, monkeypatch, removed, caplog):
+    """A speed layer the supervisor did not start (by hand, or `--stopped` said of a running one) holds
+    its lock: its checkpoint was removed under it, and its next commits refused the next start."""
+    from definitions.files import state_lock
+    from stores import replays
+
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
+    settings = Settings(state_dir=tmp_path)
+    with state_lock(tmp_path, "speed-layer.lock", "the speed-layer", wait=False):  # as speed_layer.job holds it
+        assert cmd_reset_speed(settings, _args(stopped=True)) == 2
+    assert "still runs" in caplog.text and f"pid {os.getpid()}" in caplog.text
+    assert removed == []
+    assert cmd_reset_speed(settings, _args(stopped=True)) == 0 and removed == [settings]

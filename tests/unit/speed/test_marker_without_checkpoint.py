@@ -105,9 +105,14 @@ def test_a_marker_without_a_committed_checkpoint_is_a_fresh_start(stores, monkey
 def test_a_fresh_start_beside_a_recorded_replay_is_refused(stores, monkeypatch):
     monkeypatch.setattr(checkpoints, "speed_layer_position", lambda _settings: None)
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {"page_views": object()}))
-    with pytest.raises(SystemExit, match=r"replays of \['page_views'\] are recorded"):
+    with pytest.raises(SystemExit, match=r"replays of \['page_views'\] switched: let a batch run absorb them"):
         check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
     assert not stores, "nothing emptied, no marker written"
+    # A replay not switched yet: only the replay removes its claim, a batch run never does.
+    monkeypatch.setattr(replays, "read_replays", lambda _settings: ({"clicks": object()}, {}))
+    with pytest.raises(SystemExit, match=r"replay --view clicks --resume`\) or cancel it") as refused:
+        check_checkpoint_settings(Settings(), Registry((PAGE_VIEWS,)))
+    assert "lambdactl batch" not in str(refused.value) and not stores
 
 
 def test_a_resumed_checkpoint_keeps_its_rows(stores, monkeypatch):
