@@ -19,7 +19,7 @@ from infra.errors import StackError
 from lambdactl import accept_loss, compact, generate, housekeeping, reset_speed
 from lambdactl.arg_types import Parser, at_least_one, given, iso_time, log_lines, positive
 from lambdactl.batch import cmd_batch, cmd_clean_realtime
-from lambdactl.output import _say
+from lambdactl.output import _emit, _say
 from lambdactl.replay import cmd_replay
 from lambdactl.report import cmd_report
 from lambdactl.status import cmd_status
@@ -110,6 +110,8 @@ def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
             args.unset,
             path,
         )
+        if args.json:
+            _emit({"unset": args.unset, "removed": bool(removed), "file": str(path)})
         return 0
     rows = [row for row in provenance(settings) if not (args.explicit and row[2] == "default")]
     if args.json:
@@ -303,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--verify and --swap act on the version given, whose run chose its views and cutoff: "
                 f"{', '.join(ignored)} do not apply"
             )
+    if args.command == "config" and args.unset and args.explicit:
+        parser.error("--explicit lists the settings, --unset changes one: give one of them")
     if args.command == "report" and args.reuse and args.version is None:
         parser.error("--reuse names a stored report of the --version given: give --version")
     configure("lambdactl", "DEBUG" if args.verbose else "INFO", "short")

@@ -350,6 +350,22 @@ def test_config_unset_takes_a_setting_out_and_its_default_applies_again(monkeypa
     assert loaded.ingest_bucket_s == 60, "the others stay"
 
 
+def test_config_unset_says_what_it_did_in_json_and_refuses_explicit(monkeypatch, capsys):
+    """`--json` and `--explicit` were passed over beside `--unset`: a script asking for JSON got none."""
+    monkeypatch.setenv("LAMBDA_INGEST_BUCKET_S", "60")
+    persist(load())
+    monkeypatch.delenv("LAMBDA_INGEST_BUCKET_S")
+    capsys.readouterr()
+    assert main(["config", "--unset", "api.admin_token", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said == {"unset": "api.admin_token", "removed": False, "file": said["file"]} and said["file"].endswith(
+        "settings.json"
+    )
+    with pytest.raises(SystemExit) as refused:
+        main(["config", "--unset", "api.admin_token", "--explicit"])
+    assert refused.value.code == 2 and "--explicit" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "key", ["ingest_bucket_s", "speed.dedupe_window_s", "speed", "views", "views.modules", "views.paths", "state_dir"]
 )
