@@ -13,16 +13,20 @@ The logic lives in the platform (`lambdactl batch ...`); this file only wires th
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
-import subprocess
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from airflow.exceptions import AirflowFailException, AirflowSkipException
-from airflow.sdk import Param, PokeReturnValue, dag, get_current_context, task
+from airflow.sdk import Param, PokeReturnValue, dag, task
+from lambda_platform.commands import (
+    LambdactlError,
+    LambdactlRefused,
+    context,
+    lambdactl,
+    refuse_undeclared_conf,
+    say_cause,
+)
 
 INTERVAL = timedelta(seconds=int(os.environ.get("LAMBDA_BATCH__INTERVAL_S", "3600")))
 # Settings too (batch.task_timeout_s, batch.completeness_wait_s), as infra/airflow passes them.
@@ -31,116 +35,9 @@ COMPLETENESS_WAIT_S = int(os.environ.get("LAMBDA_BATCH__COMPLETENESS_WAIT_S", "3
 NOTHING_NEW = 3  # `lambdactl batch --plan` exit code: no cutoff newer than the serving one (or overtaken)
 NOT_COVERED_YET = 4  # ... the master dataset is not complete up to the cutoff yet: wait
 CLEANUP_LEFT = 5  # `lambdactl clean-realtime`: rows left for the next clean-up; answers are unaffected
-# XCom keys the Airflow UI shows: the accuracy report's address (the "Accuracy report" extra link of
-# infra/airflow_plugins) and why a task failed.
+# An XCom the Airflow UI shows: the accuracy report's address (the "Accuracy report" extra link of
+# infra/airflow_plugins); why a task failed is lambda_platform.commands.FAILURE_CAUSE_KEY.
 REPORT_URL_KEY = "report_url"
-FAILURE_CAUSE_KEY = "failure_cause"
-
-
-# Airflow runs in its own virtualenv without the platform's packages: every task calls the
-# platform's command line (LAMBDA_PLATFORM_BIN/lambdactl) and reads the JSON it prints.
-class LambdactlError(RuntimeError):
-    def __init__(self, args: list[str], code: int, stderr: str) -> None:
-        tail = "\n".join(stderr.strip().splitlines()[-25:])
-        super().__init__(f"lambdactl {' '.join(args)} exited {code}:\n{tail}")
-        self.code = code
-
-
-REFUSED = 2  # lambdactl's refusal: the same command would meet it again
-
-
-class LambdactlRefused(LambdactlError, AirflowFailException):
-    """A refusal (exit 2: behind what serves, the pointer moved, the grace over, an unknown view):
-    the task fails at once, its retries being for failures that may pass (a store that blinked)."""
-
-
-# What a command leaves its task, of the task's execution_timeout, to report why it stopped: a
-# minute, or a quarter of a shorter limit.
-TIMEOUT_MARGIN_S = 60
-
-
-def command_timeout_s() -> float | None:
-    """How long the running task's command may take: the task's own execution_timeout (a batch over
-    a large master dataset may take hours), less the margin to name the cause; None without one."""
-    limit = get_current_context()["ti"].task.execution_timeout
-    if limit is None:
-        return None
-    total = limit.total_seconds()
-    return max(total - min(TIMEOUT_MARGIN_S, total / 4), 1.0)
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the thread that started it dies
-
-
-# Looked up once, in the task's process: not in the forked child, where loading a library is not
-# safe while other threads of the parent held its locks.
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
-
-
-def _end_with_the_task(parent: int) -> Callable[[], None]:
-    """For the command's process, before it runs: SIGTERM when the task's process dies. Airflow ends a
-    task ("mark failed", "clear", a missed heartbeat) with SIGTERM then SIGKILL to the task's own
-    process only, and a `@task` has no on_kill: the command ran on (a batch's Spark driver beside the
-    retry's, a swap moving the pointer after the UI said failed). A task that died between the fork
-    and the signal's setting sends none: the command then does not run at all."""
-
-    def setup() -> None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return setup
-
-
-def _say_cause(cause: str) -> None:
-    get_current_context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
-
-
-def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
-    """Run one lambdactl command; the JSON object of its last stdout line (empty if none). When it
-    fails, its last words are also the task's `failure_cause` XCom: the UI shows it in the task's
-    XCom tab, without opening the log; exit codes in `expected` (the caller's answer, not a failure)
-    leave no cause."""
-    binary = os.path.join(os.environ.get("LAMBDA_PLATFORM_BIN", ""), "lambdactl")
-    command = f"lambdactl {' '.join(args)}"
-    if len(command) > 200:  # many views named: the cause's 2,000 characters cut off the reason after it
-        command = command[:200] + "…"
-    timeout_s = command_timeout_s()
-    try:
-        done = subprocess.run(
-            [binary, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            preexec_fn=_end_with_the_task(os.getpid()),
-        )
-    except OSError as exc:  # no such program, or arguments too long for the system (a run's conf)
-        _say_cause(f"{command} could not be started: {exc.strerror or exc}")
-        raise LambdactlError(list(args)[:1], -1, str(exc)) from None
-    except ValueError as exc:  # an argument holding a NUL byte (a run's conf): every retry meets it
-        cause = f"{command!r} could not be started: {exc}"
-        _say_cause(cause)
-        raise LambdactlRefused(list(args)[:1], -1, cause) from None
-    except subprocess.TimeoutExpired as exc:  # the command was killed; the next try starts afresh
-        cause = f"{command} did not finish within {timeout_s:.0f}s (the task's execution_timeout): stopped"
-        _say_cause(cause)
-        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        raise LambdactlError(list(args), -9, f"{stderr}\n{cause}") from None
-    print(done.stderr[-20_000:])  # into the task log, for the Airflow UI
-    if done.returncode != 0:
-        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
-        if done.returncode not in expected:
-            _say_cause(f"{command} exited {done.returncode}: {said[-1] if said else 'no message'}")
-        if done.returncode == REFUSED and REFUSED not in expected:
-            raise LambdactlRefused(list(args), done.returncode, done.stderr)
-        raise LambdactlError(list(args), done.returncode, done.stderr)
-    lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
-    try:
-        return json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        cause = f"{command} printed a line that is no JSON object: {lines[-1][:200]}"
-        _say_cause(cause)
-        raise LambdactlError(list(args), done.returncode, cause) from None
 
 
 def declared_views() -> list[str]:
@@ -162,7 +59,7 @@ VIEWS = declared_views()
 
 
 def _params() -> dict:
-    return get_current_context()["params"]
+    return context()["params"]
 
 
 def run_step(*args: str) -> dict:
@@ -186,32 +83,18 @@ def refuse_backfill() -> None:
     """A run plans the latest cutoff whatever its logical date: a backfill's runs (which Airflow runs
     beside other runs, max_active_runs notwithstanding) would each recompute the same cutoff, and all
     but the first fail their swap. Refused, naming what to do instead."""
-    run = get_current_context().get("dag_run")
+    run = context().get("dag_run")
     run_type = getattr(run, "run_type", None)
     if getattr(run_type, "value", run_type) == "backfill":
         cause = (
             "a backfill is refused: every run recomputes the latest covered cutoff whatever its logical "
             "date; trigger one run (mode full_recompute to recompute from the whole master dataset)"
         )
-        _say_cause(cause)
+        say_cause(cause)
         raise AirflowFailException(cause)
 
 
 PARAMS = ("mode", "cutoff", "views")
-
-
-def refuse_undeclared_conf() -> None:
-    """A run's conf naming a key the DAG does not take (`view` for `views`, `force`) was passed over:
-    the run recomputed every view, or planned the next cutoff, as if not asked. Refused, naming it."""
-    run = get_current_context().get("dag_run")
-    conf = getattr(run, "conf", None) or {}
-    unknown = sorted(str(k)[:60] for k in conf if k not in PARAMS)
-    if unknown:
-        cause = (
-            f"the run's conf names {', '.join(unknown[:10])}: not a parameter of this DAG; it takes {', '.join(PARAMS)}"
-        )
-        _say_cause(cause)
-        raise AirflowFailException(cause)
 
 
 @dag(
@@ -271,7 +154,7 @@ def lambda_batch_recompute():
     def wait_for_completeness() -> PokeReturnValue:
         """The archiver's completeness must cover the cutoff: the plan of the run once it does."""
         refuse_backfill()
-        refuse_undeclared_conf()
+        refuse_undeclared_conf(PARAMS)
         p = _params()
         args = ["batch", "--plan"] + (["--cutoff", p["cutoff"]] if p["cutoff"] else [])
         if p["views"]:
@@ -317,11 +200,11 @@ def lambda_batch_recompute():
         result = lambdactl("report", "--version", str(run["version"]), "--reuse", "--json")
         if not result.get("id"):  # no link to a report that is not there; a retry would build it again
             cause = f"lambdactl report named no report: {str(result)[:500]}"
-            _say_cause(cause)
+            say_cause(cause)
             raise LambdactlRefused(["report"], 0, cause)
         url = result.get("url") or f"{os.environ.get('LAMBDA_API_URL', '')}/api/v1/reports/{result['id']}/html"
         print(f"accuracy report: {url}")
-        get_current_context()["ti"].xcom_push(key=REPORT_URL_KEY, value=url)
+        context()["ti"].xcom_push(key=REPORT_URL_KEY, value=url)
         return {**result, "html_url": url}
 
     @task

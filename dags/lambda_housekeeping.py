@@ -14,21 +14,11 @@ files a day. Run again, beside a batch run, or after a crash, it loses and dupli
 
 from __future__ import annotations
 
-import os
+import json
 from datetime import datetime, timedelta
 
-from airflow.exceptions import AirflowFailException
 from airflow.sdk import dag, task
-
-
-def platform_command(args: str) -> str:
-    """The platform's command line, as infra/airflow passes it; the shell expands the path (never
-    templated), so no character of it is read as Jinja or split."""
-    if not os.environ.get("LAMBDA_PLATFORM_BIN"):
-        raise AirflowFailException(
-            "LAMBDA_PLATFORM_BIN is not set: Airflow was not started by the platform (`lambdactl up`)"
-        )
-    return f'"$LAMBDA_PLATFORM_BIN/lambdactl" {args}'
+from lambda_platform.commands import lambdactl, refuse_undeclared_conf
 
 
 @dag(
@@ -42,13 +32,22 @@ def platform_command(args: str) -> str:
     doc_md=__doc__,
 )
 def lambda_housekeeping():
-    @task.bash
-    def housekeeping() -> str:
-        return platform_command("housekeeping --json")
+    # Each task runs the platform's command (lambda_platform.commands): when it fails, its last words
+    # are the task's `failure_cause`, shown in the UI without the log; what it did is in its log. The
+    # DAG takes no parameters: a run's conf naming any is refused, naming it, rather than passed over.
+    @task
+    def housekeeping() -> dict:
+        refuse_undeclared_conf(())
+        done = lambdactl("housekeeping", "--json")
+        print(json.dumps(done))
+        return done
 
-    @task.bash
-    def compact_master() -> str:
-        return platform_command("compact-master --json")
+    @task
+    def compact_master() -> dict:
+        refuse_undeclared_conf(())
+        done = lambdactl("compact-master", "--json")
+        print(json.dumps(done))
+        return done
 
     housekeeping()
     compact_master()

@@ -28,8 +28,11 @@ from tests.support.polling import wait_for
 
 PARSE = textwrap.dedent("""
     import json, sys
-    from airflow.models.dagbag import DagBag
-    bag = DagBag(dag_folder=sys.argv[1], include_examples=False)
+    from pathlib import Path
+    from airflow.models.dagbag import BundleDagBag
+    # As Airflow's DAG processor reads the folder: on the path (the DAGs import lambda_platform), and
+    # what .airflowignore names is not parsed.
+    bag = BundleDagBag(dag_folder=sys.argv[1], bundle_path=Path(sys.argv[1]))
     print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()},
                       "dags": {d.dag_id: [t.task_id for t in d.tasks] for d in bag.dags.values()},
                       "schedule": str(bag.dags["lambda_batch_recompute"].schedule),
@@ -37,7 +40,8 @@ PARSE = textwrap.dedent("""
                       "timeouts": {t.task_id: t.execution_timeout.total_seconds()
                                    for t in bag.dags["lambda_batch_recompute"].tasks},
                       "sensor_timeout": bag.dags["lambda_batch_recompute"].get_task("wait_for_completeness").timeout,
-                      "housekeeping_schedule": str(bag.dags["lambda_housekeeping"].schedule)}))
+                      "housekeeping_schedule": str(bag.dags["lambda_housekeeping"].schedule),
+                      "files": sorted({Path(d.fileloc).name for d in bag.dags.values()} | set(bag.import_errors))}))
 """)
 
 
@@ -97,6 +101,7 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
         "clean_realtime",
     ]
     assert result["dags"]["lambda_housekeeping"] == ["housekeeping", "compact_master"]
+    assert result["files"] == ["lambda_batch_recompute.py", "lambda_housekeeping.py"], "the shared module is no DAG"
     assert "@daily" in result["housekeeping_schedule"] or "0 0 * * *" in result["housekeeping_schedule"]
     assert "3600" in result["schedule"] or "1:00:00" in result["schedule"]
     assert result["views"]["type"] == "array"
@@ -113,6 +118,7 @@ COMMAND_TIMEOUT = textwrap.dedent("""
     from types import SimpleNamespace
     sys.path.insert(0, sys.argv[1])
     import lambda_batch_recompute as dag_file
+    import lambda_platform.commands as commands
 
     pushed = {}
     def context(limit):
@@ -120,11 +126,11 @@ COMMAND_TIMEOUT = textwrap.dedent("""
                              xcom_push=lambda key, value: pushed.update({key: value}))
         return lambda: {"ti": ti}
 
-    dag_file.get_current_context = context(timedelta(hours=2))
-    two_hours = dag_file.command_timeout_s()
-    dag_file.get_current_context = context(timedelta(minutes=2))  # the sensor's poke
-    poke = dag_file.command_timeout_s()
-    dag_file.get_current_context = context(timedelta(seconds=2.4))
+    commands.get_current_context = context(timedelta(hours=2))
+    two_hours = commands.command_timeout_s()
+    commands.get_current_context = context(timedelta(minutes=2))  # the sensor's poke
+    poke = commands.command_timeout_s()
+    commands.get_current_context = context(timedelta(seconds=2.4))
     started = time.monotonic()
     try:
         dag_file.lambdactl("batch", "--json")
@@ -132,7 +138,7 @@ COMMAND_TIMEOUT = textwrap.dedent("""
     except dag_file.LambdactlError as exc:
         outcome = str(exc)
     print(json.dumps({"two_hours": two_hours, "poke": poke, "outcome": outcome, "took": time.monotonic() - started,
-                      "cause": pushed.get(dag_file.FAILURE_CAUSE_KEY)}))
+                      "cause": pushed.get(commands.FAILURE_CAUSE_KEY)}))
 """)
 
 
@@ -158,9 +164,10 @@ ORPHAN = textwrap.dedent("""
     from types import SimpleNamespace
     sys.path.insert(0, sys.argv[1])
     import lambda_batch_recompute as dag_file
+    import lambda_platform.commands as commands
 
     ti = SimpleNamespace(task=SimpleNamespace(execution_timeout=timedelta(hours=2)), xcom_push=lambda **_: None)
-    dag_file.get_current_context = lambda: {"ti": ti}
+    commands.get_current_context = lambda: {"ti": ti}
     print(json.dumps({"task": os.getpid()}), flush=True)
     dag_file.lambdactl("batch", "--json")  # killed while it runs
 """)
@@ -170,11 +177,12 @@ ORPHANED_AT_START = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, sys.argv[1])
     import lambda_batch_recompute as dag_file
+    import lambda_platform.commands as commands
 
     child = os.fork()
     if child == 0:  # the command's process, whose task died before it could ask for the signal
         try:
-            dag_file._end_with_the_task(os.getppid() + 1)()
+            commands._end_with_the_task(os.getppid() + 1)()
         finally:
             os._exit(0)
     print(json.dumps({"code": os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])}))
@@ -235,6 +243,7 @@ BACKFILL = textwrap.dedent("""
     from types import SimpleNamespace
     sys.path.insert(0, sys.argv[1])
     import lambda_batch_recompute as dag_file
+    import lambda_platform.commands as commands
     from airflow.exceptions import AirflowFailException
     from airflow.sdk.api.datamodels._generated import DagRunType
 
@@ -242,14 +251,14 @@ BACKFILL = textwrap.dedent("""
     outcome = {}
     for kind in (DagRunType.BACKFILL, DagRunType.MANUAL, DagRunType.SCHEDULED):
         ti = SimpleNamespace(xcom_push=lambda key, value: pushed.update({key: value}))
-        dag_file.get_current_context = lambda: {"ti": ti, "dag_run": SimpleNamespace(run_type=kind)}
+        commands.get_current_context = lambda: {"ti": ti, "dag_run": SimpleNamespace(run_type=kind)}
         try:
             dag_file.refuse_backfill()
             outcome[kind.value] = "runs"
         except AirflowFailException as exc:
             outcome[kind.value] = str(exc)
     params = dag_file.lambda_batch_recompute().params.get_param("cutoff").schema
-    print(json.dumps({"outcome": outcome, "cause": pushed.get(dag_file.FAILURE_CAUSE_KEY), "cutoff": params}))
+    print(json.dumps({"outcome": outcome, "cause": pushed.get(commands.FAILURE_CAUSE_KEY), "cutoff": params}))
 """)
 
 
@@ -258,10 +267,11 @@ EXIT_CODES = textwrap.dedent("""
     from types import SimpleNamespace
     sys.path.insert(0, sys.argv[1])
     import lambda_batch_recompute as dag_file
+    import lambda_platform.commands as commands
     from airflow.exceptions import AirflowFailException
 
     ti = SimpleNamespace(xcom_push=lambda key, value: None, task=SimpleNamespace(execution_timeout=None))
-    dag_file.get_current_context = lambda: {"ti": ti}
+    commands.get_current_context = lambda: {"ti": ti}
     outcome = {}
     for code in ("1", "2", "a\\x00b", "json"):
         causes = []
@@ -315,6 +325,7 @@ OVERTAKEN = textwrap.dedent("""
     from types import SimpleNamespace
     sys.path.insert(0, sys.argv[1])
     import lambda_batch_recompute as dag_file
+    import lambda_platform.commands as commands
     from airflow.exceptions import AirflowFailException, AirflowSkipException
 
     ti = SimpleNamespace(xcom_push=lambda key, value: None, task=SimpleNamespace(execution_timeout=None))
@@ -329,7 +340,7 @@ OVERTAKEN = textwrap.dedent("""
         ("cutoff given", {"mode": "next_cutoff", "cutoff": "2026-11-18T11:00:00Z", "views": []}),
         ("full recompute", {"mode": "full_recompute", "cutoff": "", "views": []}),
     ):
-        dag_file.get_current_context = lambda: {"ti": ti, "params": params}
+        commands.get_current_context = lambda: {"ti": ti, "params": params}
         for step, call in steps.items():
             try:
                 call()
@@ -371,6 +382,7 @@ UNDECLARED = textwrap.dedent("""
     from types import SimpleNamespace
     sys.path.insert(0, sys.argv[1])
     import lambda_batch_recompute as dag_file
+    import lambda_platform.commands as commands
     from airflow.exceptions import AirflowFailException
 
     pushed = []
@@ -381,9 +393,9 @@ UNDECLARED = textwrap.dedent("""
         ("declared", {"mode": "next_cutoff", "cutoff": "", "views": []}),
         ("none", None),
     ):
-        dag_file.get_current_context = lambda: {"ti": ti, "dag_run": SimpleNamespace(conf=conf)}
+        commands.get_current_context = lambda: {"ti": ti, "dag_run": SimpleNamespace(conf=conf)}
         try:
-            dag_file.refuse_undeclared_conf()
+            dag_file.refuse_undeclared_conf(dag_file.PARAMS)
             outcome[name] = "runs"
         except AirflowFailException as exc:
             outcome[name] = str(exc)
@@ -417,6 +429,61 @@ def test_a_conf_key_the_dag_does_not_take_fails_the_run_naming_it_and_a_cutoff_i
         "2026-11-18T11:00:00Z": True,
         " 2026-11-18T11:00:00Z": True,
     }, result["taken"]
+
+
+HOUSEKEEPING = textwrap.dedent("""
+    import json, sys
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_housekeeping as dag_file
+    import lambda_platform.commands as commands
+    from airflow.exceptions import AirflowFailException
+
+    dag = dag_file.lambda_housekeeping()
+    causes = []
+    ti = SimpleNamespace(xcom_push=lambda key, value: causes.append((key, value)),
+                         task=SimpleNamespace(execution_timeout=None))
+    outcome = {}
+    for name, conf in (("no conf", None), ("a conf", {"keep_days": 3})):
+        for task_id in ("housekeeping", "compact_master"):
+            commands.get_current_context = lambda: {"ti": ti, "dag_run": SimpleNamespace(conf=conf)}
+            try:
+                dag.get_task(task_id).python_callable()
+                outcome[f"{name}, {task_id}"] = "returned"
+            except Exception as exc:
+                outcome[f"{name}, {task_id}"] = {"fails_at_once": isinstance(exc, AirflowFailException),
+                                                 "said": str(exc).strip().splitlines()[-1]}
+    print(json.dumps({"outcome": outcome, "causes": causes, "key": commands.FAILURE_CAUSE_KEY}))
+""")
+
+
+def test_a_failed_housekeeping_task_names_its_cause_and_a_conf_is_refused(settings, tmp_path):
+    """The housekeeping DAG's tasks ran their commands as bash: a failure's reason was only in the
+    log, and a run's conf (a parameter it does not take) was passed over."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "lambdactl"
+    fake.write_text('#!/bin/sh\necho "lambdactl: $1: the database is locked" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(bin_dir))
+    result = in_airflow(settings, HOUSEKEEPING, env)
+    outcome = result["outcome"]
+    for task_id in ("housekeeping", "compact_master"):
+        failed = outcome[f"no conf, {task_id}"]
+        assert failed == {
+            "fails_at_once": False,
+            "said": f"lambdactl: {task_id.replace('_', '-')}: the database is locked",
+        }, outcome
+        refused = outcome[f"a conf, {task_id}"]
+        assert refused["fails_at_once"], outcome
+        assert refused["said"].startswith("the run's conf names keep_days: not a parameter of this DAG"), outcome
+    causes = [value for key, value in result["causes"] if key == result["key"]]
+    assert causes[0] == "lambdactl housekeeping --json exited 1: lambdactl: housekeeping: the database is locked", (
+        causes
+    )
+    assert causes[1].startswith("lambdactl compact-master --json exited 1:"), causes
+    assert "keep_days" in causes[2] and "keep_days" in causes[3] and len(causes) == 4, "the UI shows why"
 
 
 def test_a_backfill_is_refused_and_a_cutoff_is_at_most_an_iso_times_length(settings, tmp_path):
