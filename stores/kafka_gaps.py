@@ -220,17 +220,21 @@ def recorded_losses(
     for version in set(known) - set(listed):
         if version[0].startswith(f"{folder}/"):
             del known[version]  # rewritten, deleted, or past the newest LOSSES_READ
-    return newly_lost(read)
+    return newly_lost(read, checkpoint_dirs(settings, job)[0])
 
 
-def newly_lost(records: Iterable[tuple[int, list[Gap]]]) -> tuple[tuple[int, int], ...]:
+def newly_lost(records: Iterable[tuple[int, list[Gap]]], checkpoint: str | None = None) -> tuple[tuple[int, int], ...]:
     """((recorded ms, offsets its gaps name that no earlier record's do), ...), oldest first: per
-    partition, over every checkpoint (the archiver's two queries lose the same offsets)."""
+    partition, the gaps of the query at `checkpoint` (None: of every query). The archiver's records
+    are counted by its master query's gaps: its dead-letter query, usually a trigger behind, lost
+    offsets the master query had read, whose records were archived or were no event."""
     named: dict[int, list[tuple[int, int]]] = {}
     out = []
     for recorded_ms, gaps in sorted(records, key=lambda r: r[0]):
         new = 0
         for gap in gaps:
+            if checkpoint is not None and gap.checkpoint != checkpoint:
+                continue
             spans = named.setdefault(gap.partition, [])
             new += _uncovered(spans, gap.first_lost, gap.first_kept)
             spans.append((gap.first_lost, gap.first_kept))

@@ -1,6 +1,7 @@
 """Accepted losses are counted once: retention deleting more of a gap before the job got past it is
 accepted again and recorded again naming the whole gap, and the answers' flag counted the first
-offsets twice (the archiver's two queries, which lose the same offsets, were counted once)."""
+offsets twice. The archiver's records count its master query's gaps (its dead-letter query's add no
+lost event)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,16 @@ def gap(partition: int, first_lost: int, first_kept: int, checkpoint: str = "/c/
 def test_a_gap_accepted_again_after_more_was_deleted_counts_only_what_is_new():
     first = [gap(0, 4, 7), gap(0, 4, 7, "/c/dlq")]  # both queries of the archiver: the same 3
     second = [gap(0, 4, 9), gap(0, 4, 9, "/c/dlq"), gap(1, 0, 5)]
-    assert newly_lost([(2_000, second), (1_000, first)]) == ((1_000, 3), (2_000, 2 + 5))
+    assert newly_lost([(2_000, second), (1_000, first)], "/c/master") == ((1_000, 3), (2_000, 2 + 5))
+
+
+def test_the_archivers_dead_letter_query_behind_its_master_query_adds_no_lost_records():
+    """Records the dead-letter query lost that the master query had read were archived (or were
+    invalid, never part of a view): the union of both queries' gaps counted 100 where 50 were lost."""
+    both = [gap(0, 150, 200), gap(0, 100, 200, "/c/dlq")]
+    assert newly_lost([(1_000, both)], "/c/master") == ((1_000, 50),)
+    assert newly_lost([(1_000, [gap(0, 100, 200, "/c/dlq")])], "/c/master") == ((1_000, 0),)
+    assert newly_lost([(1_000, both)]) == ((1_000, 100),), "without a query named: every gap counts"
 
 
 def test_losses_of_other_partitions_and_disjoint_gaps_all_count():
@@ -71,14 +81,15 @@ def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgot
     def record(name: str, recorded_ms: int, lost: int) -> None:
         doc = {
             "recorded_ms": recorded_ms,
-            "gaps": [{"checkpoint": "/c", "partition": 0, "first_lost": 0, "first_kept": lost}],
+            "gaps": [{"checkpoint": checkpoint, "partition": 0, "first_lost": 0, "first_kept": lost}],
         }
         files[f"{folder}/{name}"] = json.dumps(doc).encode()
         written[f"{folder}/{name}"] = recorded_ms
 
     monkeypatch.setattr(kafka_gaps, "WebHdfs", Hdfs)
     settings = Settings()
-    folder = f"{kafka_gaps.checkpoint_dirs(settings, 'speed-layer')[0]}-losses"
+    checkpoint = kafka_gaps.checkpoint_dirs(settings, "speed-layer")[0]  # the query whose gaps the record names
+    folder = f"{checkpoint}-losses"
     known: dict = {}
     record("1.json", 1_000, 3)
     files[f"{folder}/2.json"] = b'{"recorded_'  # caught while being written (by an earlier release)
