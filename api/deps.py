@@ -6,10 +6,11 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BeforeValidator
 from starlette.requests import ClientDisconnect
 
 from api.errors import ApiError
@@ -113,3 +114,16 @@ ServingDep = Annotated[ServingLayer, Depends(get_serving)]
 MetricsDep = Annotated[ApiMetrics, Depends(get_metrics)]
 TokenDep = Depends(require_token)
 AdminTokenDep = Depends(require_admin_token)
+
+
+def _decimal_digits(value: Any) -> Any:
+    """A count in a query is written in decimal digits: the int parser also took `1_0`, `10.0`, `+10`
+    and ` 10` (each read as 10)."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be a whole number written in decimal digits (0-9) alone")
+    return value
+
+
+# A query parameter that counts: Annotated[int, Query(...), DIGITS] (after the Query: nested in the
+# type, its bounds left the OpenAPI document).
+DIGITS = BeforeValidator(_decimal_digits)

@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
-from api.deps import SettingsDep
+from api.deps import DIGITS, SettingsDep
 from api.errors import error_responses
 from reports import storage
 
@@ -42,7 +42,7 @@ def _stored(read, *args):
 
 @router.get("", summary="The accuracy reports, newest first", responses=error_responses(422, 429))
 def list_reports(
-    settings: SettingsDep, limit: Annotated[int, Query(ge=1, le=1000, description="at most this many")] = 100
+    settings: SettingsDep, limit: Annotated[int, Query(ge=1, le=1000, description="at most this many"), DIGITS] = 100
 ) -> dict[str, Any]:
     return {
         "reports": [

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from api.deps import DIGITS
 from api.errors import ApiError, error_responses
 from api.thread_calls import in_thread
 from api.view_bodies import SeriesBody, TopBody, ViewsBody, series_body, top_body
@@ -337,7 +338,7 @@ def top_endpoint(name: str, view: View, settings: Settings):
         "limit",
         inspect.Parameter.KEYWORD_ONLY,
         default=10,
-        annotation=Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"how many rows, 1 to {MAX_LIMIT}")],
+        annotation=Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"how many rows, 1 to {MAX_LIMIT}"), DIGITS],
     )
     params = _common_params(view, settings)
     endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

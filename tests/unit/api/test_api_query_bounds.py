@@ -91,6 +91,11 @@ def test_bad_view_parameters_are_422s(client, settings):
         ("page_views_by_country_device?country=DE&device=mobile&granularity=minute", "granularity"),
         ("top_pages?limit=0", "limit"),
         ("top_pages?limit=101", "limit"),
+        # a count is decimal digits: these were read as 10
+        ("top_pages?limit=1_0", "limit"),
+        ("top_pages?limit=10.0", "limit"),
+        ("top_pages?limit=%2B10", "limit"),
+        ("top_pages?limit=%2010", "limit"),
         ("page_views_by_country_device?country=DE", "device"),
         ("page_views", "url"),
         ("page_views?url=", "url"),

@@ -167,3 +167,11 @@ def test_a_report_page_is_sent_in_chunks_with_its_policy(client, settings):
         assert client.get("/api/v1/reports/20990101T000000-absent1/html").status_code == 404
     finally:
         (folder / f"{rid}.html").unlink()
+
+
+def test_the_reports_list_takes_a_limit_in_decimal_digits_only(client):
+    """`limit=1_0` was read as 10."""
+    for value in ("1_0", "3.0", "+3", " 3"):
+        resp = client.get("/api/v1/reports", params={"limit": value})
+        assert resp.status_code == 422 and "decimal digits" in resp.text, (value, resp.text)
+    assert client.get("/api/v1/reports", params={"limit": "3"}).status_code == 200
