@@ -1,6 +1,6 @@
 """The API's one middleware, plain ASGI: security headers on every answer, the latency histogram,
 a Host header naming another host refused (400: a page whose name was pointed at this machine,
-DNS rebinding, reads nothing), and HEAD answered as GET without the body (FastAPI's routes take GET only; monitors ask HEAD).
+DNS rebinding, reads nothing), an Expect header asking for more than 100-continue refused (417), and HEAD answered as GET without the body (FastAPI's routes take GET only; monitors ask HEAD).
 A `Range` of more than one part is ignored (the whole file is sent, as HTTP allows): Starlette
 merges the parts in time that grows with their square, and thousands of one-byte parts in a 47 KB
 header cost about 0.7 s of CPU per unauthenticated request for the dashboard's script.
@@ -76,6 +76,11 @@ class HeadersAndLatency:
             await error_response(400, "a Host header is required (HTTP/1.1)")(scope, receive, send_with_headers)
             _observe(scope, "unmatched", started, status)
             return
+        if any(name == b"expect" and not _continue_only(value) for name, value in scope["headers"]):
+            detail = "the Expect header asks for what this API does not do: only 100-continue"
+            await error_response(417, detail)(scope, receive, send_with_headers)  # RFC 9110 §10.1.1
+            _observe(scope, "unmatched", started, status)
+            return
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
@@ -93,6 +98,11 @@ def _observe(scope: Scope, route: str, started: float, status: int) -> None:
     if metrics is not None:
         method = scope["method"] if scope["method"] in SERVED_METHODS else "other"
         metrics.latency.labels(route, method, str(status)).observe(time.perf_counter() - started)
+
+
+def _continue_only(value: bytes) -> bool:
+    """Whether an Expect header asks for 100-continue alone (uvicorn answers that one)."""
+    return all(part.strip().lower() == b"100-continue" for part in value.split(b","))
 
 
 def host_name(value: bytes) -> str:

@@ -192,3 +192,14 @@ def test_the_latency_metric_labels_a_method_it_does_not_serve_as_other(client):
     text = client.get("/metrics").text
     assert 'method="PROPFIND"' not in text and 'method="MKCOL"' not in text
     assert 'method="other"' in text
+
+
+def test_an_expectation_other_than_100_continue_is_refused_with_417(settings):
+    """`Expect: foo` was passed over and the request answered (RFC 9110 §10.1.1: 417)."""
+    for client in make_client(settings):
+        for value in ("foo", "100-continue, foo", "200-ok"):
+            answer = client.get("/health", headers={"Expect": value})
+            assert answer.status_code == 417, value
+            assert answer.json() == {"detail": "the Expect header asks for what this API does not do: only 100-continue"}
+        for value in ("100-continue", "100-Continue "):
+            assert client.get("/health", headers={"Expect": value}).status_code == 200, value
