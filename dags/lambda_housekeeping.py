@@ -21,6 +21,14 @@ from airflow.sdk import dag, task
 from lambda_platform.commands import lambdactl, refuse_undeclared_conf
 
 
+def _run(*args: str) -> dict:
+    """A task's command, what it did printed into the task's log."""
+    refuse_undeclared_conf(())
+    done = lambdactl(*args)
+    print(json.dumps(done))
+    return done
+
+
 @dag(
     dag_id="lambda_housekeeping",
     schedule="@daily",
@@ -37,17 +45,11 @@ def lambda_housekeeping():
     # DAG takes no parameters: a run's conf naming any is refused, naming it, rather than passed over.
     @task
     def housekeeping() -> dict:
-        refuse_undeclared_conf(())
-        done = lambdactl("housekeeping", "--json")
-        print(json.dumps(done))
-        return done
+        return _run("housekeeping", "--json")
 
     @task
     def compact_master() -> dict:
-        refuse_undeclared_conf(())
-        done = lambdactl("compact-master", "--json")
-        print(json.dumps(done))
-        return done
+        return _run("compact-master", "--json")
 
     housekeeping()
     compact_master()
