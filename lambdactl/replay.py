@@ -32,6 +32,7 @@ import json
 import time
 
 from definitions.settings import Settings
+from infra.state_lock import stack_lock
 from lambdactl.output import _emit, _say
 from lambdactl.replay_rules import (
     MarkCleared,
@@ -333,14 +334,17 @@ def _run(settings: Settings, view, from_ms: int, replaced: list, args: argparse.
         done = rewrite(spark, settings, view, spans, time.time_ns() // 1000, into=shadow, count_from_ms=from_ms)
     finally:
         spark.stop()
-    now = read_marker(settings)
-    if now is None or now.started_ms != marker.started_ms:  # `lambdactl reset-speed` ran meanwhile
-        release(settings, claim)
-        raise NotSwitched(
-            f"the speed layer was reset or started afresh while the replay ran: its rows of {view.name} are "
-            "made again from Kafka, so the replayed ones are not switched to (a later clean-up deletes them)"
-        )
-    switched_to(settings, claim, split_ms)
+    # `lambdactl reset-speed` removes the marker holding the stack lock: judged and switched holding it,
+    # a reset cannot come between (one under way is waited for, and then refuses the switch).
+    with stack_lock(settings.state_dir, _say):
+        now = read_marker(settings)
+        if now is None or now.started_ms != marker.started_ms:  # `lambdactl reset-speed` ran meanwhile
+            release(settings, claim)
+            raise NotSwitched(
+                f"the speed layer was reset or started afresh while the replay ran: its rows of {view.name} are "
+                "made again from Kafka, so the replayed ones are not switched to (a later clean-up deletes them)"
+            )
+        switched_to(settings, claim, split_ms)
     # Switched: the replay is done, whatever happens from here (the API workers read the marks again
     # within a minute when not told; rows left are read by no answer).
     old_rows = {m.shadow for m in replaced if m.shadow} - {shadow}  # of the replays this one replaced

@@ -439,6 +439,76 @@ def test_a_replay_whose_speed_layer_was_reset_meanwhile_does_not_switch(settings
         refresh_api(settings)
 
 
+def test_a_reset_under_way_when_the_replay_would_switch_is_waited_for_and_stops_the_switch(
+    settings, stack, monkeypatch
+):
+    """The replay judged the marker, then switched: a `lambdactl reset-speed` (which removes the
+    checkpoint and marker holding the stack lock) between the two told the operator the replay
+    "refuses to switch", and it switched. The replay now judges and switches holding that lock."""
+    import argparse
+    import threading
+    from dataclasses import replace
+
+    import lambdactl.replay as replay_cmd
+    import speed_layer.replay as replay_job
+    from infra.state_lock import stack_lock
+    from lambdactl.replay import cmd_replay
+    from stores import checkpoints
+
+    real_marker = checkpoints.read_marker
+    reset_done = threading.Event()
+    waiting = threading.Event()  # the replay said it waits for the lock
+    holding = threading.Event()
+
+    def reset_beside():  # as reset-speed: the marker goes while the stack lock is held
+        with stack_lock(settings.state_dir):
+            holding.set()
+            waiting.wait(120)
+            reset_done.set()
+
+    resetter = threading.Thread(target=reset_beside, daemon=True)
+
+    def rewrite_while_a_reset_begins(*args, **kwargs):
+        resetter.start()
+        assert holding.wait(60), "the reset took the stack lock"
+        return None
+
+    def marker(s):
+        found = real_marker(s)
+        return replace(found, started_ms=(found.started_ms or 0) + 1) if reset_done.is_set() and found else found
+
+    said = []
+
+    def say(message: str) -> None:
+        said.append(message)
+        if "waiting for another" in message:
+            waiting.set()
+
+    no_spark(monkeypatch)
+    monkeypatch.setattr(replay_job, "rewrite", rewrite_while_a_reset_begins)
+    monkeypatch.setattr(checkpoints, "read_marker", marker)
+    monkeypatch.setattr(replay_cmd, "_say", say)
+    before = read_overlays(settings).get(VIEW)
+    args = argparse.Namespace(view=VIEW, from_=None, resume=False, cancel=False, json=False)
+    try:
+        code = cmd_replay(settings, args)
+        waiting.set()
+        resetter.join(60)
+        assert read_overlays(settings).get(VIEW) == before, f"switched beside the reset: {said}"
+        assert code == 2 and VIEW not in read_marks(settings), "its claim is released"
+    finally:
+        waiting.set()
+        unmark(settings, VIEW)
+        switched = read_overlays(settings).get(VIEW)
+        if switched is not None and switched != before:  # to rows never written: the other tests' answers
+            from stores.replays import _overlay_path
+            from stores.webhdfs import WebHdfs
+
+            with WebHdfs(settings) as fs:
+                fs.delete(_overlay_path(settings, VIEW, switched.started_ms))
+        refresh_api(settings)
+
+
 def test_a_replay_taken_over_while_it_waited_stops_before_reading_kafka(settings, stack, monkeypatch):
     """Two `--resume` at once both claimed (the later write wins the file): the other did all its
     Kafka reading and writing and learnt it only at its switch."""
