@@ -5,10 +5,24 @@ run finds nothing to remove; a recorded replay refuses it."""
 from __future__ import annotations
 
 import argparse
+import shutil
 
+import pytest
+
+from definitions.files import LockHeld, state_lock
 from lambdactl.reset_speed import cmd_reset_speed
 from stores import checkpoints, replays
 from stores.webhdfs import WebHdfs
+from tests.support.polling import wait_for
+
+
+@pytest.fixture
+def scratch(scratch, unique):
+    """The checkpoint of the test's own, and a state folder of its own too: the stack's running speed
+    layer holds the lock of the stack's, and a reset is refused there (the last test below)."""
+    own = scratch.state_dir / f"test-reset-{unique}"
+    yield scratch.model_copy(update={"state_dir": own})
+    shutil.rmtree(own, ignore_errors=True)
 
 
 def test_reset_removes_the_marker_and_the_checkpoint_and_nothing_beside(scratch, stack):
@@ -66,3 +80,24 @@ def test_a_reset_when_kafka_no_longer_holds_what_the_batch_has_not_absorbed_is_r
         assert cmd_reset_speed(settings, argparse.Namespace(stopped=True, json=False)) == 2
         with WebHdfs(settings) as fs:
             assert fs.list(f"{base}/commits") == ["0"], "the checkpoint stays"
+
+
+def test_a_reset_said_stopped_of_the_running_speed_layer_removes_nothing(scratch, settings, stack):
+    """`--stopped` said of a speed layer that runs: its checkpoint was removed under it, and its next
+    commits there made the next start refuse. The running one holds its state folder's lock."""
+
+    def running() -> bool:
+        try:
+            with state_lock(settings.state_dir, "speed-layer.lock", "the speed layer", wait=False):
+                return False
+        except LockHeld:
+            return True
+
+    wait_for(running, timeout_s=300, what="the stack's speed layer holding its lock")
+    beside = scratch.model_copy(update={"state_dir": settings.state_dir})  # the running one's folder
+    base = beside.speed.checkpoint_dir
+    with WebHdfs(beside) as fs:
+        fs.write(f"{base}/commits/0", b"v1\n{}")
+    assert cmd_reset_speed(beside, argparse.Namespace(stopped=True, json=False)) == 2
+    with WebHdfs(beside) as fs:
+        assert fs.list(f"{base}/commits") == ["0"], "nothing was removed"
