@@ -97,12 +97,28 @@ def _given_up(version: int, state: str | None) -> VerificationError:
     )
 
 
+SWAP_TRIES = 5  # compare-and-sets lost to moves that left the run's views as it read them
+
+
 def swap_version(settings: Settings, version: int) -> Pointer:
     """Move the entries of the views a verified version recomputed to its tables — compare-and-set;
     PointerMoved if the pointer moved since its run read it in a way that changed what the run
     planned against (stores.pointer_moves.check_unmoved), VerificationError if its tables were dropped —
-    then apply retention."""
+    then apply retention. A compare-and-set lost to a move between this swap's read of the pointer
+    and its write (a clean-up's bookkeeping, another view's swap) is made again on the pointer read
+    again, judged again."""
     store = version_store(settings)
+    for _ in range(SWAP_TRIES):
+        swapped = _swap_once(settings, store, version)
+        if swapped is not None:
+            return swapped
+        log.info("version %d: the pointer moved as it was swapped: read and judged again", version)
+    raise PointerMoved(f"version {version}: the pointer kept moving as it was swapped ({SWAP_TRIES} tries): swap again")
+
+
+def _swap_once(settings: Settings, store, version: int) -> Pointer | None:
+    """swap_version's one try; None when its compare-and-set lost to a move and no other attempt of
+    this swap made it."""
     runs = store.runs()  # before the pointer: a run live here and not named by it was replaced
     run = runs.get(version)
     if run is None or run.get("state") not in ("verified", "live", "retired"):
@@ -154,10 +170,7 @@ def swap_version(settings: Settings, version: int) -> Pointer:
     try:
         store.swap(current, pointer)
     except PointerMoved:
-        landed = _landed_by_another(settings, store, runs, run, version)
-        if landed is None:
-            raise
-        return landed
+        return _landed_by_another(settings, store, runs, run, version)
     _retain(settings, store)
     return pointer
 

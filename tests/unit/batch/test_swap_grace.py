@@ -395,3 +395,63 @@ def test_a_verified_run_another_process_swapped_meanwhile_needs_no_beat(settings
     store.runs = lambda: {}
     with pytest.raises(VerificationError, match="its record: gone"):
         swap.beat_verified(store, 5)
+
+
+def test_a_swap_whose_compare_and_set_lost_to_a_move_that_left_its_views_is_made_on_the_new_pointer(
+    settings, monkeypatch
+):
+    """A clean-up's bookkeeping (its retiring list) or another view's swap landing between the swap's
+    read of the pointer and its compare-and-set failed the swap as a refusal (exit 2: the DAG's task
+    failed at once), though neither changes what the run planned against. The pointer is read and
+    judged again; a move that did change it is still refused."""
+    from stores.batch_views import PointerMoved
+    from stores.pointer import Pointer, ViewEntry
+
+    monkeypatch.setattr(swap, "time", SimpleNamespace(time=lambda: 1.0))
+    run = verified_run(full=False)  # a partial run: the other views' entries stay
+    before = Pointer(entries={"clicks": ViewEntry("clicks_v3", 3, 30_000)}, version=3)
+    after = Pointer(entries={"clicks": ViewEntry("clicks_v4", 4, 40_000)}, version=4)  # another view's swap
+    reads = [before, after, after]
+    swapped: list = []
+
+    def compare_and_set(current, new):
+        if current is not reads[-1]:
+            raise PointerMoved("the pointer moved since it was read")
+        swapped.append((current, new))
+
+    store = SimpleNamespace(
+        runs=lambda: {5: run},
+        pointer=lambda: reads.pop(0) if len(reads) > 1 else reads[0],
+        swap=compare_and_set,
+        record_run_if=lambda *a, **k: True,
+    )
+    monkeypatch.setattr(swap, "version_store", lambda s: store)
+    monkeypatch.setattr(swap, "tables_kept", lambda *a: None)
+    judged: list = []
+    monkeypatch.setattr(swap, "check_unmoved", lambda current, *a: judged.append(current))
+    monkeypatch.setattr(swap, "_speed_layer_maintains", lambda s: ["page_views"])
+    monkeypatch.setattr(swap, "_retain", lambda *a: None)
+    monkeypatch.setattr(swap, "_landed_by_another", lambda *a: None)
+    pointer = swap.swap_version(settings, 5)
+    assert judged == [before, after], "judged again on the pointer that moved"
+    assert [current for current, _ in swapped] == [after]
+    assert pointer.entry("clicks").version == 4 and pointer.entry("page_views").version == 5
+
+    def moved_its_views(current, *a):  # the second reading: another run swapped this run's view
+        if current is after:
+            raise PointerMoved("page_views moved since this run read the pointer")
+
+    reads[:] = [before, after, after]
+    swapped.clear()
+    monkeypatch.setattr(swap, "check_unmoved", moved_its_views)
+    with pytest.raises(PointerMoved, match="page_views moved"):
+        swap.swap_version(settings, 5)
+    assert swapped == []
+    # A pointer that moves at every try: refused after a bounded number, naming it.
+    reads[:] = [after]
+    tries: list = []
+    store.swap = lambda current, new: tries.append(1) or (_ for _ in ()).throw(PointerMoved("moved"))
+    monkeypatch.setattr(swap, "check_unmoved", lambda *a: None)
+    with pytest.raises(PointerMoved, match="kept moving"):
+        swap.swap_version(settings, 5)
+    assert len(tries) == swap.SWAP_TRIES
