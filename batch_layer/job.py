@@ -310,6 +310,13 @@ def verify_version(settings: Settings, version: int) -> dict[str, TableStats]:
         beat_verified(store, version)  # the first beat, before any wait
     tables_kept(settings, version, run)
     registry = {v.name: v for v in selected_views(settings, current, run.get("views"))}
+    unknown = [name for name in run["stats"]["tables"] if name not in registry]
+    if unknown:  # `views apply` switched a changed view since the run: its old definition is gone
+        raise VerificationError(
+            f"version {version} computed {', '.join(unknown[:5])}: a definition no longer declared or served "
+            "(a changed view switched since the run), so its tables cannot be checked and the version cannot "
+            "serve; run the batch again"
+        )
     found = {}
     recorded_splits = run["stats"].get("splits", {})  # runs of earlier releases have none: one scan
     beats = (

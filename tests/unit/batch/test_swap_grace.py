@@ -455,3 +455,25 @@ def test_a_swap_whose_compare_and_set_lost_to_a_move_that_left_its_views_is_made
     with pytest.raises(PointerMoved, match="kept moving"):
         swap.swap_version(settings, 5)
     assert len(tries) == swap.SWAP_TRIES
+
+
+def test_a_verify_of_a_definition_switched_away_since_its_run_is_refused_naming_it(settings, monkeypatch):
+    """A run computed a changed view under both definitions; `views apply` switched it before the
+    DAG's verify task: the old definition's storage name was no longer known, and the verify failed
+    with a KeyError (exit 1, retried twice) instead of a refusal."""
+    monkeypatch.setattr(job, "time", SimpleNamespace(time=lambda: 1.0))
+    monkeypatch.setattr(swap, "time", SimpleNamespace(time=lambda: 1.0))
+    tables = {"clicks": {"rows": 1, "cells": 1, "total": 1}, "clicks__7d9554ed": {"rows": 1, "cells": 1, "total": 1}}
+    run = {"state": "verified", "views": ["clicks", "clicks__7d9554ed"], "started_ms": 0, "verified_ms": 0}
+    store = SimpleNamespace(
+        runs=lambda: {5: {**run, "stats": {"tables": tables}}}, pointer=lambda: None, record_run_if=lambda *a, **k: True
+    )
+    monkeypatch.setattr(job, "version_store", lambda s: store)
+    monkeypatch.setattr(job, "tables_kept", lambda *a: None)
+    monkeypatch.setattr(job, "selected_views", lambda *a: [SimpleNamespace(name="clicks__7d9554ed")])
+    monkeypatch.setattr(job, "TableStats", lambda **kw: kw)
+    scanned: list = []
+    monkeypatch.setattr(job, "verify_table", lambda *a: scanned.append(a[1]))
+    with pytest.raises(VerificationError, match="clicks: a definition no longer declared") as refused:
+        job.verify_version(settings, 5)
+    assert "run the batch again" in str(refused.value) and scanned == [], "refused before any scan"
