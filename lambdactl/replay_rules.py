@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from definitions.times import parse_iso_ms
 from lambdactl.output import _say
 
 
@@ -42,15 +43,15 @@ def parse_from(text: str | None) -> list[tuple[int, int]] | int | None:
             pairs.append((int(p), int(o)))
         return pairs
     try:
-        parsed = datetime.fromisoformat(text)
-        moment = int(parsed.timestamp() * 1000) if parsed.tzinfo is not None else None
+        zoned = datetime.fromisoformat(text).tzinfo is not None
     except (ValueError, OverflowError):
         raise Refused(f"--from: not an ISO time or offsets:P=O,...: {text[:60]!r}") from None
-    if moment is None:
+    if not zoned:
         raise Refused(f"--from: give the time zone (e.g. Z): {text[:60]!r}")
-    if moment < 0:
-        raise Refused(f"--from: {text[:60]!r} is before 1970")
-    return moment
+    try:
+        return parse_iso_ms(text, "--from")  # in whole milliseconds: through a float, 1 ms early at times
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
 
 
 def resolve_from(

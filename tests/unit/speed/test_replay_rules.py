@@ -99,6 +99,14 @@ def test_a_bad_from_is_refused_naming_what_is_wrong(text, words):
         resolve_from(text, 0, BUCKET_S, NOW_MS, lambda p, o: 0)
 
 
+def test_a_from_time_is_read_to_the_millisecond_in_whole_numbers():
+    """Through a float, 1970-01-13T04:31:39.096Z came out 1 ms early."""
+    from lambdactl.replay_rules import parse_from
+
+    assert parse_from("1970-01-13T04:31:39.096Z") == ((12 * 24 + 4) * 3600 + 31 * 60 + 39) * 1000 + 96
+    assert parse_from(" 2026-11-17T10:00:00.5+01:00 ") == parse_from("2026-11-17T09:00:00.500Z")
+
+
 def span(first_kept: int, first_kept_ms: int | None, partition: int = 0) -> PartitionSpan:
     return PartitionSpan(
         partition, start=first_kept, end=first_kept + 10, first_kept=first_kept, first_kept_ms=first_kept_ms
