@@ -84,11 +84,12 @@ def say_cause(cause: str) -> None:
     context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
 
 
-def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
+def lambdactl(*args: str, expected: tuple[int, ...] = (), refusal_retried: bool = False) -> dict:
     """Run one lambdactl command; the JSON object of its last stdout line (empty if none). When it
     fails, its last words are also the task's `failure_cause` XCom: the UI shows it in the task's
     XCom tab, without opening the log; exit codes in `expected` (the caller's answer, not a failure)
-    leave no cause."""
+    leave no cause. A refusal (exit 2) fails the task at once, unless `refusal_retried` (a command
+    whose refusal may pass: another compaction holding its lease)."""
     command = f"lambdactl {' '.join(args)}"
     if len(command) > 200:  # many views named: the cause's 2,000 characters cut off the reason after it
         command = command[:200] + "…"
@@ -123,7 +124,7 @@ def lambdactl(*args: str, expected: tuple[int, ...] = ()) -> dict:
         said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         if done.returncode not in expected:
             say_cause(f"{command} exited {done.returncode}: {said[-1] if said else 'no message'}")
-        if done.returncode == REFUSED and REFUSED not in expected:
+        if done.returncode == REFUSED and REFUSED not in expected and not refusal_retried:
             raise LambdactlRefused(list(args), done.returncode, done.stderr)
         raise LambdactlError(list(args), done.returncode, done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
