@@ -224,7 +224,8 @@ def recorded_losses(
 
 
 def newly_lost(records: Iterable[tuple[int, list[Gap]]], checkpoint: str | None = None) -> tuple[tuple[int, int], ...]:
-    """((recorded ms, offsets its gaps name that no earlier record's do), ...), oldest first: per
+    """((recorded ms, offsets its gaps name that no earlier record's do), ...), oldest first, records
+    that name none left out (they flag no answer: what they name was lost before an earlier one); per
     partition, the gaps of the query at `checkpoint` (None: of every query). The archiver's records
     are counted by its master query's gaps: its dead-letter query, usually a trigger behind, lost
     offsets the master query had read, whose records were archived or were no event."""
@@ -238,7 +239,8 @@ def newly_lost(records: Iterable[tuple[int, list[Gap]]], checkpoint: str | None 
             spans = named.setdefault(gap.partition, [])
             new += _uncovered(spans, gap.first_lost, gap.first_kept)
             spans.append((gap.first_lost, gap.first_kept))
-        out.append((recorded_ms, new))
+        if new:  # a record naming only what earlier ones did (or what only the dead-letter query lost)
+            out.append((recorded_ms, new))
     return tuple(out)
 
 
