@@ -82,7 +82,7 @@ def test_a_reset_when_kafka_no_longer_holds_what_the_batch_has_not_absorbed_is_r
             assert fs.list(f"{base}/commits") == ["0"], "the checkpoint stays"
 
 
-def test_a_reset_said_stopped_of_the_running_speed_layer_removes_nothing(scratch, settings, stack):
+def test_a_reset_said_stopped_of_the_running_speed_layer_removes_nothing(scratch, settings, stack, caplog):
     """`--stopped` said of a speed layer that runs: its checkpoint was removed under it, and its next
     commits there made the next start refuse. The running one holds its state folder's lock."""
 
@@ -99,5 +99,6 @@ def test_a_reset_said_stopped_of_the_running_speed_layer_removes_nothing(scratch
     with WebHdfs(beside) as fs:
         fs.write(f"{base}/commits/0", b"v1\n{}")
     assert cmd_reset_speed(beside, argparse.Namespace(stopped=True, json=False)) == 2
+    assert "a speed layer still runs" in caplog.text, "refused for the running speed layer, not another reason"
     with WebHdfs(beside) as fs:
         assert fs.list(f"{base}/commits") == ["0"], "nothing was removed"
