@@ -200,6 +200,8 @@ def test_an_expectation_other_than_100_continue_is_refused_with_417(settings):
         for value in ("foo", "100-continue, foo", "200-ok"):
             answer = client.get("/health", headers={"Expect": value})
             assert answer.status_code == 417, value
-            assert answer.json() == {"detail": "the Expect header asks for what this API does not do: only 100-continue"}
+            assert answer.json() == {
+                "detail": "the Expect header asks for what this API does not do: only 100-continue"
+            }
         for value in ("100-continue", "100-Continue "):
             assert client.get("/health", headers={"Expect": value}).status_code == 200, value
