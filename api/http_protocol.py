@@ -8,7 +8,7 @@ every other request on that worker waited. And a connection that never finishes 
 for ever. Here:
 
 - a head (or a chunked body's trailers) longer than MAX_HEAD_BYTES is answered 431 and its
-  connection closed;
+  connection closed; a request target longer than httptools' URL parser reads (MAX_URL_BYTES) 414;
 - a head not complete HEAD_TIMEOUT_S after its first byte (or after the connection opened, for a
   connection that sends nothing) is answered 408 and its connection closed. A pipelined head
   waiting behind the answer to an earlier request has its time from that answer's end, and any
@@ -59,6 +59,9 @@ log = logging.getLogger("lambda.api")
 # within an incomplete head; the read in which a request begins is not, so a head may exceed this by
 # at most one read (the event loop reads up to 256 KiB): bounded all the same.
 MAX_HEAD_BYTES = 64 * 1024
+# The request target: httptools' URL parser reads at most this many bytes (its offsets are 16-bit),
+# and refused a longer one as no valid request.
+MAX_URL_BYTES = 65_535
 HEAD_TIMEOUT_S = 10.0
 # Requests of one connection parsed and waiting behind the answer being written (HTTP pipelining).
 MAX_PIPELINED = 32
@@ -74,6 +77,7 @@ LINGER_BYTES = 1 << 20
 REASONS = {
     400: "Bad Request",
     408: "Request Timeout",
+    414: "URI Too Long",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
 }
@@ -81,6 +85,10 @@ REASONS = {
 
 class PipelineFull(Exception):
     """Raised in the parser's callback to stop it at a request pipelined beyond MAX_PIPELINED."""
+
+
+class UrlTooLong(Exception):
+    """Raised in the parser's callback to stop it at a request target longer than MAX_URL_BYTES."""
 
 
 class _ParserLog(logging.LoggerAdapter):
@@ -116,6 +124,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._send_timer: asyncio.TimerHandle | None = None
         self._refusal: tuple[int, str] | None = None  # decided while an earlier answer is written
         self._overflow = False  # a request came with MAX_PIPELINED others waiting
+        self._url_too_long = False
         self._lingered: int | None = None  # bytes dropped since a refusal was written
         self._linger_timer: asyncio.TimerHandle | None = None
         super().connection_made(transport)
@@ -159,6 +168,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._stray_at, self._stray_bytes = None, 0
         if not self._answering():
             self._start_head_timer()
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > MAX_URL_BYTES:
+            self._url_too_long = True  # raised, the parser stops at once (send_400_response)
+            raise UrlTooLong
 
     def on_headers_complete(self) -> None:
         self._bounded = self._in_head = False
@@ -225,7 +240,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # beginning after it, pipelined, starts its own count).
         room = MAX_HEAD_BYTES - self._head_bytes
         self._head_bytes = MAX_HEAD_BYTES
-        super().data_received(data[:room])
+        if room:  # no bytes fed to the parser are the end of the stream to it: a 400, not this 431
+            super().data_received(data[:room])
         if self._ended():  # the parser refused what it read (answered 400, or to be)
             return
         if self._bounded and self._head_bytes >= MAX_HEAD_BYTES:
@@ -325,6 +341,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         MAX_PIPELINED: refused in its turn."""
         if self._overflow:
             self._refuse(429, f"more than {MAX_PIPELINED} requests pipelined on one connection wait to be answered")
+            return
+        if self._url_too_long:
+            self._refuse(414, f"the request's target (its path and query) is longer than {MAX_URL_BYTES} bytes")
             return
         detail = "not a valid HTTP/1.1 request: its request line, headers or framing cannot be read"
         if not self._in_head and not self._between and not self.pipeline:
