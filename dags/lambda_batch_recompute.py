@@ -40,22 +40,24 @@ CLEANUP_LEFT = 5  # `lambdactl clean-realtime`: rows left for the next clean-up;
 REPORT_URL_KEY = "report_url"
 
 
-def declared_views() -> list[str]:
-    """The declared views' names, as the platform last wrote them (LAMBDA_VIEWS_FILE): the trigger
-    form offers them. Empty when the file is missing or unreadable: any names are then accepted, and
-    `lambdactl batch` refuses unknown ones."""
+def views_written() -> tuple[list[str], list[str]]:
+    """The declared views' names and the retired ones, as the platform last wrote them
+    (LAMBDA_VIEWS_FILE): the trigger form offers the declared ones. Both empty when the file is
+    missing or unreadable: any names are then accepted, and `lambdactl batch` refuses unknown ones."""
     try:
         path = os.environ["LAMBDA_VIEWS_FILE"]
         if not os.path.isfile(path) or os.path.getsize(path) > 1_048_576:  # no FIFO to hang the parse on
-            return []
+            return [], []
         with open(path) as f:
-            names = json.load(f)["views"]
+            written = json.load(f)
+        lists = [written.get(key) for key in ("views", "retired")]
     except Exception:  # noqa: BLE001 - whatever the file holds (nesting deep enough is a RecursionError)
-        return []
-    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+        return [], []
+    declared, retired = ([n for n in names if isinstance(n, str)] if isinstance(names, list) else [] for names in lists)
+    return declared, [n for n in retired if n not in declared]
 
 
-VIEWS = declared_views()
+VIEWS, RETIRED = views_written()
 
 
 def _params() -> dict:
@@ -124,13 +126,19 @@ PARAMS = ("mode", "cutoff", "views")
             [],
             type="array",
             description="views to recompute (none chosen: all); `lambdactl batch` refuses undeclared ones",
-            # Offered as a multi-select (examples) of the declared views, and only those (the enum):
-            # Airflow refuses a run naming another one, naming it. A view `lambdactl views apply`
-            # just added is offered from the DAG's next parse (dag_processor.min_file_process_interval,
-            # 30 s). A run whose view is removed meanwhile fails at its next task's start, where Airflow
-            # checks the params before any of the DAG's code: named in that task's log, with no cause.
+            # Offered as a multi-select (examples) of the declared views; accepted (the enum): those and
+            # the retired ones. Airflow refuses a run naming another one, naming it. A view `lambdactl
+            # views apply` just added is offered from the DAG's next parse
+            # (dag_processor.min_file_process_interval, 30 s). Airflow checks a run's params against
+            # the enum again at each task's start, before any of the DAG's code, and a failure there has
+            # no cause: a run whose view is removed meanwhile passes that check (retired), and
+            # `lambdactl batch` refuses it, naming the view (the task's failure cause).
             maxItems=100,  # the API's recompute route has the same limit
-            items={"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,99}$", **({"enum": VIEWS} if VIEWS else {})},
+            items={
+                "type": "string",
+                "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,99}$",
+                **({"enum": VIEWS + RETIRED} if VIEWS else {}),
+            },
             **({"examples": VIEWS} if VIEWS else {}),
         ),
     },

@@ -95,12 +95,40 @@ def views_file(settings: Settings) -> Path:
     return airflow_home(settings) / "views.json"
 
 
+# How many names no longer declared the views file keeps (the latest retired first).
+RETIRED_KEPT = 100
+
+
+def _retired_before(path: Path) -> list[str]:
+    """The names the views file held (declared, then retired), whatever else it holds: none."""
+    try:
+        if not path.is_file() or path.stat().st_size > 1_048_576:
+            return []
+        written = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return []
+    if not isinstance(written, dict):
+        return []
+    names: list[str] = []
+    for key in ("views", "retired"):
+        held = written.get(key)
+        if isinstance(held, list):
+            names += [n for n in held if isinstance(n, str) and n.isascii() and n.isidentifier()]
+    return names
+
+
 def write_declared_views(settings: Settings, names: Sequence[str]) -> None:
     """Write the declared views' names where the DAG reads them (at its next parse), in one step
-    and under a temporary name of this writer's own (Airflow's components start at once)."""
+    and under a temporary name of this writer's own (Airflow's components start at once). The
+    names declared before and no longer are kept as `retired` (at most RETIRED_KEPT, the latest
+    first): the DAG's enum accepts them, so a run naming a view removed since it was triggered
+    reaches `lambdactl`, which refuses it naming why (the task's failure cause), where Airflow's
+    own check of the params would fail the task with no cause."""
     path = views_file(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    replace_text(path, json.dumps({"views": list(names)}))
+    declared = list(names)
+    retired = [n for n in dict.fromkeys(_retired_before(path)) if n not in declared][:RETIRED_KEPT]
+    replace_text(path, json.dumps({"views": declared, "retired": retired}))
 
 
 def prepare_home(settings: Settings) -> None:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from infra.airflow import DAGS_FOLDER, environment, views_file, write_declared_views
+from infra.airflow import DAGS_FOLDER, environment, views_file
 from ingest.generator import GeneratorConfig
 from stores.airflow import AirflowClient
 from stores.batch_views import VersionStore
@@ -86,7 +86,7 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     # A database that cannot exist: parsing must not need it.
     env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="sqlite:////nonexistent/dir/airflow.db")
     # The trigger form offers the declared views, as the platform wrote them.
-    (tmp_path / "views.json").write_text(json.dumps({"views": ["page_views", "clicks"]}))
+    (tmp_path / "views.json").write_text(json.dumps({"views": ["page_views", "clicks"], "retired": ["sessions"]}))
     env["LAMBDA_VIEWS_FILE"] = str(tmp_path / "views.json")
     # The DAG's limits are settings (batch.task_timeout_s, batch.completeness_wait_s), passed by infra/airflow.
     env.update(LAMBDA_BATCH__TASK_TIMEOUT_S="10800", LAMBDA_BATCH__COMPLETENESS_WAIT_S="5400")
@@ -106,7 +106,9 @@ def test_dags_import_cleanly_without_a_database(settings, tmp_path):
     assert "3600" in result["schedule"] or "1:00:00" in result["schedule"]
     assert result["views"]["type"] == "array"
     assert result["views"]["examples"] == ["page_views", "clicks"], result["views"]
-    assert result["views"]["items"]["enum"] == ["page_views", "clicks"], "only the declared views are accepted"
+    # Offered: the declared views. Accepted: those and the retired ones, which `lambdactl batch`
+    # refuses naming why (a run triggered before its view was removed).
+    assert result["views"]["items"]["enum"] == ["page_views", "clicks", "sessions"], result["views"]
     assert result["timeouts"]["recompute"] == 10_800 and result["timeouts"]["swap"] == 10_800, result["timeouts"]
     assert result["timeouts"]["wait_for_completeness"] == 120, "each poke: two minutes"
     assert result["sensor_timeout"] == 5_400
@@ -706,27 +708,35 @@ def test_triggered_run_moves_the_pointer_with_exact_answers_and_a_report(setting
     assert sensor_log.count("marking task as UP_FOR_RESCHEDULE") >= 1, sensor_log[-3000:]
 
 
-def offered_views(client: AirflowClient, dag_id: str) -> list[str]:
-    """The views the DAG's trigger form offers, as Airflow parsed them last."""
+def offered_views(client: AirflowClient, dag_id: str) -> tuple[list[str], list[str]]:
+    """The views the DAG's trigger form offers, and those it accepts, as Airflow parsed them last."""
     params = client._call("GET", f"/api/v2/dags/{dag_id}/details").get("params") or {}
     schema = (params.get("views") or {}).get("schema") or {}
-    return list((schema.get("items") or {}).get("enum") or [])
+    return list(schema.get("examples") or []), list((schema.get("items") or {}).get("enum") or [])
 
 
 @contextmanager
-def offered(settings, names: list[str]):
-    """The DAG offers `names` (as if the declared views changed and the DAG was parsed before
-    `lambdactl batch` saw the change); as it was afterwards."""
+def offered(settings, names: list[str] | None, retired: tuple[str, ...] = ()):
+    """The DAG offers `names` (None: the declared ones) and accepts those and `retired` (as if the
+    declared views changed and the DAG was parsed before `lambdactl batch` saw the change); as it was
+    afterwards."""
     path = views_file(settings)
     saved = path.read_text()
+    before = json.loads(saved)
+    names = before["views"] if names is None else names
     client = AirflowClient(settings)
     try:
-        write_declared_views(settings, names)
-        wait_for(lambda: offered_views(client, settings.airflow.dag_id) == names, f"the DAG to offer {names}", 240, 1)
+        path.write_text(json.dumps({"views": names, "retired": list(retired)}))
+        wait_for(
+            lambda: offered_views(client, settings.airflow.dag_id) == (names, names + list(retired)),
+            f"the DAG to offer {names}",
+            240,
+            1,
+        )
         yield
     finally:
         path.write_text(saved)
-        again = json.loads(saved)["views"]
+        again = (before["views"], before["views"] + [n for n in before.get("retired", []) if n not in before["views"]])
         wait_for(lambda: offered_views(client, settings.airflow.dag_id) == again, f"the DAG to offer {again}", 240, 1)
         client.close()
 
@@ -734,7 +744,7 @@ def offered(settings, names: list[str]):
 def test_airflow_refuses_a_run_naming_a_view_its_dag_does_not_offer(settings, stack):
     client = AirflowClient(settings)
     try:
-        assert "page_views" in offered_views(client, settings.airflow.dag_id)
+        assert "page_views" in offered_views(client, settings.airflow.dag_id)[0]
         with pytest.raises(RuntimeError, match=r"400.*no_such_view"):
             client.trigger(settings.airflow.dag_id, {"mode": "full_recompute", "cutoff": "", "views": ["no_such_view"]})
         # A declared view the DAG does not offer yet (added since its last parse): the platform's API
@@ -754,10 +764,10 @@ def test_airflow_refuses_a_run_naming_a_view_its_dag_does_not_offer(settings, st
 
 def test_a_failing_batch_task_leaves_serving_where_it_was(settings, stack):
     before = VersionStore(settings).pointer()
-    # Straight to Airflow: the platform's API refuses an undeclared view before Airflow is asked, and
-    # so does Airflow while the DAG offers the declared views only. The batch task meets one when a
-    # view was removed after the DAG's last parse.
-    with offered(settings, ["page_views", "no_such_view"]):
+    # Straight to Airflow: the platform's API refuses an undeclared view before Airflow is asked.
+    # Airflow accepts a retired one (its run may have been triggered before the view was removed,
+    # and Airflow checks the params again at each task's start, where a refusal has no cause).
+    with offered(settings, None, retired=("no_such_view",)):
         run, states = run_to_the_end(
             settings, {"mode": "full_recompute", "views": ["no_such_view"]}, timeout_s=900, through_api=False
         )

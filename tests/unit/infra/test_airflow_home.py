@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from infra.airflow import prepare_home, views_file
+from infra.airflow import RETIRED_KEPT, prepare_home, views_file, write_declared_views
 
 
 @pytest.fixture
@@ -47,3 +47,32 @@ def test_components_preparing_at_once_each_replace_the_file_whole(home):
         t.join()
     assert errors == []
     assert "page_views" in json.loads(views_file(home).read_text())["views"]
+
+
+def test_a_name_no_longer_declared_is_kept_as_retired_until_declared_again(home):
+    """A run triggered naming a view that is removed before its next task starts: Airflow checks the
+    run's params against the DAG's enum before any of the DAG's code. The enum keeps the retired
+    names, so the run reaches `lambdactl`, which refuses it naming why (the task's failure cause)."""
+    write_declared_views(home, ["page_views", "clicks", "sessions"])
+    write_declared_views(home, ["page_views"])
+    written = json.loads(views_file(home).read_text())
+    assert written == {"views": ["page_views"], "retired": ["clicks", "sessions"]}
+    write_declared_views(home, ["page_views", "sessions"])
+    assert json.loads(views_file(home).read_text()) == {"views": ["page_views", "sessions"], "retired": ["clicks"]}
+
+
+def test_the_retired_names_kept_are_bounded_the_latest_first(home):
+    for n in range(RETIRED_KEPT + 30):
+        write_declared_views(home, [f"v{n}"])
+    retired = json.loads(views_file(home).read_text())["retired"]
+    assert len(retired) == RETIRED_KEPT
+    assert retired[0] == f"v{RETIRED_KEPT + 28}" and f"v{RETIRED_KEPT + 29}" not in retired
+
+
+def test_a_views_file_holding_anything_else_is_written_afresh(home):
+    views_file(home).parent.mkdir(parents=True, exist_ok=True)
+    for junk in ("[", '{"views": 3, "retired": {"a": 1}}', '{"retired": ["x", 7, "bad name"]}', "\x00"):
+        views_file(home).write_text(junk)
+        write_declared_views(home, ["page_views"])
+        written = json.loads(views_file(home).read_text())
+        assert written["views"] == ["page_views"] and set(written["retired"]) <= {"x"}, written
