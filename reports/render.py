@@ -9,6 +9,7 @@ allows no script at all).
 
 from __future__ import annotations
 
+import unicodedata
 from functools import cache
 
 from jinja2 import Environment, PackageLoader
@@ -61,10 +62,27 @@ def fixed(value, digits: int) -> str:
     return f"{float(value):.{digits}f}"
 
 
+# Characters that print nothing or change how what follows reads: controls (C0, C1), formats (the
+# bidirectional overrides and isolates, zero-width ones, tags), line and paragraph separators.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def visible(text: str) -> str:
+    """`text` with each character that prints nothing or changes how the rest reads shown as its
+    escape (`\\u202e`): a key is user controlled, and a right-to-left override in it made a table show
+    another url than the one counted (the page's escaping keeps markup out, not these)."""
+    return "".join(
+        (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+        if unicodedata.category(c) in HIDDEN_CATEGORIES
+        else c
+        for c in text
+    )
+
+
 def key_label(key) -> str:
     if isinstance(key, (list, tuple)):
-        return " · ".join(str(k) for k in key)
-    return str(key)
+        return " · ".join(visible(str(k)) for k in key)
+    return visible(str(key))
 
 
 def wbr(text) -> Markup:

@@ -13,6 +13,14 @@ const $ = (id) => document.getElementById(id);
 const num = (v) => { const n = Number(v); return Number.isFinite(n) ? n : 0; };
 const fmt = (v) => (v === null || v === undefined || !Number.isFinite(Number(v))) ? "–" : Number(v).toLocaleString();
 const text = (v) => (v === null || v === undefined) ? "" : String(v);
+// A url with each character that prints nothing or changes how the rest reads (controls, formats
+// such as the right-to-left override, line and paragraph separators) shown as its escape: shown as
+// it is, a url read as another one (reports.render.visible does the same in the reports).
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
+const visible = (v) => text(v).replace(HIDDEN, (c) => {
+  const code = c.codePointAt(0);
+  return code > 0xffff ? `\\U${code.toString(16).padStart(8, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+});
 
 function build(node, attrs, content) {
   for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, String(value));
@@ -109,7 +117,7 @@ function drawSeries(data, url) {
 }
 
 function topRow(r, max) {
-  const link = el("a", { href: "#" }, r.url);
+  const link = el("a", { href: "#" }, visible(r.url));
   link.dataset.url = text(r.url);
   link.addEventListener("click", (ev) => { ev.preventDefault(); $("url").value = link.dataset.url; loadSeries(); });
   const bars = el("td", { class: "bars" });

@@ -28,8 +28,9 @@ COUNTED_WITHIN_S = 240
 
 
 def hostile_url(unique: str) -> str:
-    """A url that, rendered as markup, runs script: sets the title and a window flag."""
-    return f"/xss-{unique}/<img src=x onerror=\"document.title='pwned';window.__xss_probe='{unique}'\">"
+    """A url that, rendered as markup, runs script: sets the title and a window flag. And shown as it
+    is, reads as another: a right-to-left override reverses what follows it."""
+    return f"/xss-{unique}/\u202egnp.exe/<img src=x onerror=\"document.title='pwned';window.__xss_probe='{unique}'\">"
 
 
 def iso(seconds: int) -> str:
@@ -121,8 +122,10 @@ def test_a_hostile_url_in_top_pages_is_shown_as_text_and_runs_nothing(hostile, b
     page.wait_for_load_state("networkidle")  # an injected <img src=x> has had its error by now
     links = page.locator("#top tbody tr a")
     texts = links.evaluate_all("links => links.map(a => a.textContent)")
-    assert url in texts, f"the hostile url is shown as text in top pages: {texts}"
-    link = links.nth(texts.index(url))
+    shown = url.replace("\u202e", "\\u202e")  # the override shown as its escape: the url reads as it is
+    assert shown in texts, f"the hostile url is shown as text in top pages: {texts}"
+    assert not any("\u202e" in t for t in texts), texts
+    link = links.nth(texts.index(shown))
     assert link.get_attribute("data-url") == url
     assert page.locator("#top img").count() == 0, "no element was made from the data"
     assert page.locator("img").count() == 0

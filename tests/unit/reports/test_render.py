@@ -136,3 +136,26 @@ def test_the_page_is_self_contained(report):
 def test_a_scatter_plot_draws_every_point(n):
     chart = charts.scatter_chart([[i, i + i % 3, i % 2] for i in range(n)], "many points")
     assert parsed(chart).points == {"scatter-points-many-points": n}
+
+
+@pytest.mark.parametrize(
+    "key, shown",
+    [
+        ("/a\u202egnp.exe", "/a\\u202egnp.exe"),  # right-to-left override: the rest would read reversed
+        ("/a\u2066b\u2069", "/a\\u2066b\\u2069"),  # isolates
+        ("/a\u200fb", "/a\\u200fb"),  # right-to-left mark
+        ("/a\u009b2J", "/a\\u009b2J"),  # 8-bit CSI
+        ("/a\u2028b\u2029", "/a\\u2028b\\u2029"),  # line and paragraph separators
+        ("/a\u200bb\ufeff", "/a\\u200bb\\ufeff"),  # zero width: two keys that look the same
+        ("/a\U000e0041", "/a\\U000e0041"),  # a tag character
+        ("/café/日本/😀", "/café/日本/😀"),  # what prints is shown as it is
+    ],
+)
+def test_a_key_shows_its_invisible_and_direction_changing_characters_as_escapes(key, shown):
+    """A key is user controlled: shown as it is, a right-to-left override made the table show another
+    url than the one counted, and a zero-width space two keys that look the same."""
+    assert render.key_label(key) == shown
+    assert render.key_label([key, "DE"]) == f"{shown} · DE"
+    rows = [{"key": [key], "cells": 1, "abs_error": 2, "max_abs_error": 2, "drift": 2, "causes": {}}]
+    table = render.worst_keys_table(rows)
+    assert key not in table or key == shown, "the raw characters reach neither the cell nor its title"
