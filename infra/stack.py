@@ -35,12 +35,23 @@ from stores.restarts import read_status, summary
 log = logging.getLogger(__name__)
 
 
+# How the loopback address is spelled: localhost resolves to 127.0.0.1 and to ::1, and a server told
+# localhost may listen on either.
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def _spelled_once(host: str) -> str:
+    name = host.lower().rstrip(".")
+    return "localhost" if name in _LOOPBACK else name
+
+
 def port_collisions(listening: list[tuple[str, str, dict[str, int]]]) -> list[str]:
     """Where two of (service, host, {label: port}) are set to listen on one port of one address
     (a wildcard address holds the port on every address)."""
     taken: dict[int, list[tuple[str, str, str]]] = {}
     out = []
-    for name, host, ports in listening:
+    for name, given, ports in listening:
+        host = _spelled_once(given)
         for label, port in ports.items():
             for other, other_host, other_label in taken.get(port, []):
                 if host == other_host or {host, other_host} & {"0.0.0.0", "::", ""}:

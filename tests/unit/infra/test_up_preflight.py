@@ -96,6 +96,10 @@ def test_the_default_ports_do_not_collide(tmp_path):
     assert port_collisions([(s.name, s.host(settings), s.ports(settings)) for s in stack.services]) == []
     assert port_collisions([("a", "127.0.0.1", {"x": 1}), ("b", "10.0.0.1", {"y": 1})]) == []
     assert port_collisions([("a", "0.0.0.0", {"x": 1}), ("b", "10.0.0.1", {"y": 1})]) == ["port 1 is a's x and b's y"]
+    # Two spellings of the loopback address: one socket, and the second to start died at every restart.
+    for one, other in (("localhost", "127.0.0.1"), ("LOCALHOST", "localhost."), ("::1", "localhost")):
+        assert port_collisions([("a", one, {"x": 1}), ("b", other, {"y": 1})]) == ["port 1 is a's x and b's y"]
+    assert port_collisions([("a", "127.0.0.2", {"x": 1}), ("b", "localhost", {"y": 1})]) == []
 
 
 def test_an_up_of_some_services_after_the_supervisor_died_leaves_the_others_orphans_alone(tmp_path, monkeypatch):
