@@ -5,12 +5,13 @@ a browser reaches a service at; and REPO_ROOT, the checkout the defaults place f
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the repository's checkout: default places of its files
 
@@ -94,14 +95,60 @@ def _alone(host: str) -> str:
     return host
 
 
+def _reachable(host: str) -> str:
+    """A client connects to it and a store the platform runs advertises it: the wildcard address is
+    neither (Kafka and Cassandra refuse to start with it, seen only as a health timeout)."""
+    try:
+        unspecified = ipaddress.ip_address(bare_address(host).split("%")[0]).is_unspecified
+    except ValueError:
+        unspecified = False
+    if unspecified:
+        raise ValueError(
+            f"{host} (every address) is where a server listens, not an address a client reaches: give the host's "
+            "name or address"
+        )
+    return host
+
+
 # Where a process is reached (and listens): a host name or an IPv4 address.
-Host = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_joinable)]
+Host = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_joinable), AfterValidator(_reachable)]
 # Where a server listens and is reached: also every address (:: for IPv6 too), reached on this
 # machine's loopback (browser_url).
 ListenHost = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_listening_or_joinable)]
 # An address handed to a client on its own, never joined to a port (Cassandra's contact points):
 # IPv6 bare or in brackets too.
-ContactHost = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_alone)]
+ContactHost = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_alone), AfterValidator(_reachable)]
+
+
+def printable(text: str) -> str:
+    """No line break or other control character: each value written into another program's
+    configuration ends there (a JAAS login line: the rest of a password set another option)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ValueError("must not contain a line break or another control character")
+    return text
+
+
+def _printable_secret(secret: SecretStr) -> SecretStr:
+    printable(secret.get_secret_value())
+    return secret
+
+
+def _absolute_or_empty(path: Any) -> Any:
+    text = printable(str(path))
+    if text and not os.path.isabs(text):
+        raise ValueError(
+            f"must be an absolute path, not {text[:200]!r}: a relative one is looked up from the folder each "
+            "process runs in"
+        )
+    return path
+
+
+# A user name, and a password: written into clients' configurations as they are.
+Credential = Annotated[str, AfterValidator(printable)]
+SecretCredential = Annotated[SecretStr, AfterValidator(_printable_secret)]
+# A file or folder on this machine (or, for a client's files, where each client runs); empty: none.
+AbsolutePath = Annotated[str, AfterValidator(_absolute_or_empty)]
+AbsoluteDir = Annotated[Path, AfterValidator(_absolute_or_empty)]
 
 
 def host_port_problem(entry: str) -> str | None:

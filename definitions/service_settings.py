@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from definitions.section import ANY_ADDRESS, REPO_ROOT, ListenHost, Port, PublicUrl
+from definitions.section import ANY_ADDRESS, REPO_ROOT, AbsoluteDir, ListenHost, Port, PublicUrl
 from definitions.section import Section as _Section
 from definitions.store_connections import LOCAL_HOST
 
@@ -160,7 +160,7 @@ class AirflowSettings(_Section):
     # Where a browser reaches Airflow's UI (the run's address the recompute route answers); empty:
     # host and port.
     public_url: PublicUrl = ""
-    venv: Path = REPO_ROOT / ".venv-airflow"
+    venv: AbsoluteDir = REPO_ROOT / ".venv-airflow"
     # AIRFLOW_HOME; empty: a directory in the state dir.
     home: str = ""
     # Any SQLAlchemy URL; empty: SQLite in AIRFLOW_HOME.
@@ -195,6 +195,8 @@ class AirflowSettings(_Section):
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
         if any(ord(c) < 32 or ord(c) == 127 for c in text):
             raise ValueError("must not contain a line break or another control character")
+        if info.field_name == "home" and "%" in text:
+            raise ValueError("must not contain %: Airflow reads % in the paths it builds on its home as interpolation")
         if "$" in text:
             hint = " (in a URL, write it percent-encoded: %24)" if info.field_name == "database_url" else ""
             raise ValueError(f"must not contain $: Airflow expands $NAME in the values it reads{hint}")

@@ -201,6 +201,19 @@ class Settings(BaseSettings):
                 f"stack.stuck_after_s ({self.stack.stuck_after_s:g}s) must be at least three tick intervals "
                 f"({self.tick_interval_s:g}s each): an idle streaming job would look stuck"
             )
+        managed = set(self.stack.managed_services)
+        if "kafka" in managed and self.kafka.replication_factor > 1:
+            raise ValueError(
+                f"kafka.replication_factor ({self.kafka.replication_factor}) must be 1 while the stack runs Kafka "
+                "itself (stack.managed_services): its one broker holds one copy, and the topics could not be created"
+            )
+        copies = max(self.cassandra.replication.values(), default=self.cassandra.replication_factor)
+        if "cassandra" in managed and copies > 1:
+            name = "cassandra.replication" if self.cassandra.replication else "cassandra.replication_factor"
+            raise ValueError(
+                f"{name} ({copies} copies) must be 1 while the stack runs Cassandra itself (stack.managed_services): "
+                "its one node holds one copy, and every write would fail as Unavailable"
+            )
         slowest = max(self.archiver.trigger_s, self.speed.trigger_s)
         if self.stack.stuck_after_s < 3 * slowest:
             raise ValueError(

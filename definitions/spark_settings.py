@@ -4,6 +4,7 @@ local standalone cluster `lambdactl up` may run."""
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -84,7 +85,14 @@ def no_other_zone(name: str, jvm_options: str) -> str:
     """JVM options that set no time zone but UTC (definitions.spark adds UTC to every JVM's), and no
     heap size: Spark's launcher refuses options holding `Xmx` (every job failed to start); the
     heap is a setting of its own."""
+    try:
+        words = shlex.split(jvm_options)
+    except ValueError:
+        raise ValueError(
+            f"{name} has a quote that is not closed, or ends with a backslash: Spark's launcher refuses it"
+        ) from None
     zones = re.findall(r"-Duser\.timezone=(\S*)", jvm_options)
+    zones += [w.split("=", 1)[1] for w in words if w.startswith("-Duser.timezone=")]
     if any(z not in UTC_NAMES for z in zones):
         raise ValueError(f"{name} must not set -Duser.timezone to another zone than UTC: the time model is UTC")
     if "Xmx" in jvm_options:
@@ -122,7 +130,12 @@ REDACTION = {
 
 
 class SparkSettings(_Section):
-    master: str = "local[*]"
+    # Spark's own master URLs: local[N] (or [*], with a retry count), local-cluster[...], spark://,
+    # yarn, k8s:// (another value failed every job at its start, naming no setting).
+    master: str = Field(
+        "local[*]",
+        pattern=r"^(local(\[([1-9][0-9]*|\*)(,[0-9]+)?\])?|local-cluster\[[0-9]+,[0-9]+,[0-9]+\]|spark://\S+|yarn|k8s://\S+)$",
+    )
     # The Python interpreter of the executors' Python workers. Empty: the driver's own (right for
     # local mode and for the local cluster); set it to the interpreter path on a real cluster's nodes.
     python: str = ""

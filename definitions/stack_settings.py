@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from definitions.section import HdfsPath
+from definitions.section import AbsolutePath, HdfsPath
 from definitions.section import Section as _Section
 
 AIRFLOW_COMPANIONS = ("airflow-scheduler", "airflow-dag-processor")
@@ -34,7 +34,7 @@ class StackSettings(_Section):
         "airflow-scheduler",
         "airflow-dag-processor",
     ]
-    java_home: str = ""
+    java_home: AbsolutePath = ""
     # Seconds `down` waits for a process after SIGTERM before it SIGKILLs it.
     stop_timeout_s: float = Field(30, ge=1, le=3_600)
     # The platform's processes (archiver, speed layer, API, Airflow) run under supervisord, which

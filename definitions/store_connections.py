@@ -9,7 +9,16 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, SecretStr, model_validator
 
-from definitions.section import ContactHost, Host, Port, host_port_problem, is_port
+from definitions.section import (
+    AbsolutePath,
+    ContactHost,
+    Credential,
+    Host,
+    Port,
+    SecretCredential,
+    host_port_problem,
+    is_port,
+)
 from definitions.section import Section as _Section
 
 LOCAL_HOST = "127.0.0.1"
@@ -75,11 +84,11 @@ class KafkaSettings(_Section):
     # TLS), presents `ssl_certfile` with its private key `ssl_keyfile` (PEM, unencrypted PKCS#8).
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    sasl_username: str = ""
-    sasl_password: SecretStr = SecretStr("")
-    ssl_cafile: str = ""
-    ssl_certfile: str = ""
-    ssl_keyfile: str = ""
+    sasl_username: Credential = ""
+    sasl_password: SecretCredential = SecretStr("")
+    ssl_cafile: AbsolutePath = ""
+    ssl_certfile: AbsolutePath = ""
+    ssl_keyfile: AbsolutePath = ""
     # The local broker also listens with SASL_PLAINTEXT (PLAIN) on this port, for user `lambda`
     # with a password generated into its configuration directory: where SASL clients are checked
     # (infra.store_services.local_sasl_password). 0: no such listener.
@@ -194,8 +203,9 @@ class HBaseSettings(_Section):
     # . and - (not first).
     namespace: str = Field("lambda", pattern=r"^[A-Za-z0-9_]{1,64}$")
     meta_table: str = Field("meta", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-    # Where the standalone master keeps its tables; empty = a directory in the state dir.
-    rootdir: str = ""
+    # Where the standalone master keeps its tables (an absolute path, or a file:// or hdfs:// URI);
+    # empty = a directory in the state dir.
+    rootdir: str = Field("", pattern=r"^$|^(/|file:///|hdfs://[A-Za-z0-9._:%\[\]-]+/)[^\s$]*$")
     master_heap_mb: int = Field(768, ge=1, le=2**20)
     thrift_heap_mb: int = Field(256, ge=1, le=2**20)
     health_timeout_s: float = Field(150, gt=0, le=3_600)
@@ -227,22 +237,22 @@ class CassandraSettings(_Section):
     replication_factor: int = Field(1, ge=1, le=16)
     replication: dict[str, Annotated[int, Field(le=16)]] = {}  # below 1: refused naming it (below)
     # The data centre the clients send requests to first; empty: the first contact point's.
-    local_dc: str = ""
+    local_dc: str = Field("", pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     # The replicas every read and write of the platform waits for: a quorum, so that a read meets
     # at least one replica that took each acknowledged write (with one copy, that copy). LOCAL_QUORUM
     # counts the client's data centre only; QUORUM, every copy (reads then cross data centres).
     consistency: Literal["LOCAL_QUORUM", "QUORUM"] = "LOCAL_QUORUM"
     # Password authentication (PasswordAuthenticator); empty username: none.
-    username: str = ""
-    password: SecretStr = SecretStr("")
+    username: Credential = ""
+    password: SecretCredential = SecretStr("")
     # TLS to the nodes: their certificates checked against `ssl_cafile` (PEM; empty: the system's
     # trusted CAs) and their host names; for nodes that require client certificates, `ssl_certfile`
     # with its private key `ssl_keyfile` (PEM). The files must exist where a client runs (Spark
     # executors included).
     ssl: bool = False
-    ssl_cafile: str = ""
-    ssl_certfile: str = ""
-    ssl_keyfile: str = ""
+    ssl_cafile: AbsolutePath = ""
+    ssl_certfile: AbsolutePath = ""
+    ssl_keyfile: AbsolutePath = ""
     # The local node accepts TLS clients on its port too, requiring a client certificate from the
     # local stack's CA (infra.local_tls), where plain clients keep working: where TLS settings are
     # checked against a real node.
@@ -270,6 +280,12 @@ class CassandraSettings(_Section):
         names = [dc for dc in self.replication if not DC_NAME.fullmatch(dc) or dc == "class"]
         if names:
             raise ValueError(f"cassandra.replication: {names} are not data centre names (letters, digits, . _ -)")
+        if self.local_dc and self.replication and self.local_dc not in self.replication:
+            # Names are compared as they are: the driver found no node in it, and every query failed.
+            raise ValueError(
+                f"cassandra.local_dc {self.local_dc!r} is none of the data centres of cassandra.replication "
+                f"({', '.join(self.replication)})"
+            )
         return self
 
     @property

@@ -266,11 +266,86 @@ def test_a_lambda_toml_in_a_sticky_shared_folder_is_read(tmp_path, monkeypatch):
         ("cassandra", {"health_timeout_s": -5}, "health_timeout_s"),
         ("api", {"health_timeout_s": 0}, "health_timeout_s"),
         ("stack", {"restart_backoff_s": 30, "restart_backoff_max_s": 5}, "restart_backoff_max_s"),
+        # Airflow interpolates % in the defaults it builds on its home: every component failed at import.
+        ("airflow", {"home": "/srv/100%airflow"}, "home"),
+        # Kafka's JAAS parser ends a quoted value at a line break: the rest set another option.
+        ("kafka", {"sasl_username": "u", "sasl_password": "pw\nusername=admin; /"}, "sasl_password"),
+        ("kafka", {"sasl_username": "u\x00"}, "sasl_username"),
+        ("cassandra", {"username": "u\r\n"}, "username"),
+        ("cassandra", {"password": "p\n"}, "password"),
+        # Written into hbase-site.xml, where Hadoop expands ${...}; relative, it was the state dir's.
+        ("hbase", {"rootdir": "${env.HOME}/hb"}, "rootdir"),
+        ("hbase", {"rootdir": "hbase/data"}, "rootdir"),
+        ("hbase", {"rootdir": "/srv/hb ase"}, "rootdir"),
+        ("hbase", {"rootdir": "file:///srv/hb\nx"}, "rootdir"),
+        # A Spark launcher refuses an unbalanced quote (every job failed, naming no setting), and an
+        # executor's looser parser let it swallow the UTC zone the platform appends.
+        ("spark", {"jvm_options": '-Dx="a'}, "jvm_options"),
+        ("spark", {"jvm_options": "-Dx=a\\"}, "jvm_options"),
+        ("spark", {"jvm_options": "-D'user.timezone'=Asia/Tokyo"}, "jvm_options"),
+        ("batch", {"jvm_options": "-Dx='a"}, "jvm_options"),
+        ("spark", {"conf": {"spark.driver.extraJavaOptions": '-Dy="b'}}, "extraJavaOptions"),
+        ("spark", {"master": ""}, "master"),
+        ("spark", {"master": "local[0]"}, "master"),
+        ("spark", {"master": "spark//host:7077"}, "master"),
+        # The wildcard is no address a client reaches, nor one a store advertises (Kafka and
+        # Cassandra refuse it, and died at start: a health timeout, naming no setting).
+        ("kafka", {"host": "0.0.0.0"}, "host"),
+        ("cassandra", {"hosts": ["0.0.0.0"]}, "hosts"),
+        ("cassandra", {"hosts": ["::"]}, "hosts"),
+        ("cassandra", {"local_dc": "dc1\n"}, "local_dc"),
+        ("cassandra", {"replication": {"dc1": 1}, "local_dc": "DC1"}, "local_dc"),
+        # Relative, each was looked up from the folder the process runs in, not the command's.
+        ("stack", {"java_home": "jdk17"}, "java_home"),
+        ("airflow", {"venv": "venv-airflow"}, "venv"),
+        ("kafka", {"security_protocol": "SSL", "ssl_cafile": "ca.pem"}, "ssl_cafile"),
+        ("cassandra", {"ssl": True, "ssl_cafile": "certs/ca.pem"}, "ssl_cafile"),
     ],
 )
 def test_values_no_process_could_run_with_are_refused_naming_the_setting(section, values, words):
     with pytest.raises(pydantic.ValidationError, match=words):
         Settings(**{section: values})
+
+
+@pytest.mark.parametrize(
+    "given, words",
+    [
+        # The stack's own stores are one broker and one node: a topic with 3 copies was never created,
+        # and every write of a keyspace with 3 copies failed as Unavailable (the speed layer's restarts).
+        ({"kafka": {"replication_factor": 3}}, "kafka.replication_factor"),
+        ({"cassandra": {"replication_factor": 2}}, "cassandra.replication_factor"),
+        ({"cassandra": {"replication": {"datacenter1": 3}}}, "cassandra.replication"),
+    ],
+)
+def test_more_copies_than_the_stacks_own_store_holds_are_refused(given, words):
+    with pytest.raises(pydantic.ValidationError, match=words):
+        Settings(**given)
+    # The same copies on a cluster the platform does not run are taken.
+    others = ["archiver", "speed-layer", "api"]
+    Settings(**given, stack={"managed_services": others})
+
+
+@pytest.mark.parametrize(
+    "section, values",
+    [
+        ("spark", {"master": "local"}),
+        ("spark", {"master": "local[2]"}),
+        ("spark", {"master": "local[*, 3]".replace(" ", "")}),
+        ("spark", {"master": "local-cluster[2,1,1024]"}),
+        ("spark", {"master": "spark://h1:7077,h2:7077"}),
+        ("spark", {"master": "yarn"}),
+        ("spark", {"master": "k8s://https://k8s.example.org:6443"}),
+        ("spark", {"jvm_options": "-XX:+UseG1GC -Dname='a b' -Dq=\"c d\" -Duser.timezone=UTC"}),
+        ("hbase", {"rootdir": "hdfs://namenode:8020/hbase"}),
+        ("hbase", {"rootdir": "file:///srv/hbase"}),
+        ("hbase", {"rootdir": "/srv/hbase"}),
+        ("cassandra", {"replication": {"dc1": 1}, "local_dc": "dc1"}),
+        ("kafka", {"sasl_username": "ops", "sasl_password": 'p@ss wörd;"x\\'}),
+        ("airflow", {"venv": "/opt/airflow-venv"}),
+    ],
+)
+def test_values_a_process_runs_with_are_taken(section, values):
+    Settings(**{section: values})
 
 
 def test_secrets_of_cloud_stores_are_hidden_from_the_drivers_command_line_and_config():
