@@ -12,13 +12,14 @@ definitions.settings_store; `get_settings` reads them), then the local defaults 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -276,9 +277,32 @@ class _TomlFile(TomlConfigSettingsSource):
 
     def _read_file(self, file_path: Path) -> dict[str, Any]:
         try:
-            return super()._read_file(file_path)
+            doc = super()._read_file(file_path)
+            readable_by_all = bool(file_path.stat().st_mode & stat.S_IROTH)
         except (OSError, ValueError, RecursionError) as exc:  # TOMLDecodeError, UnicodeDecodeError: ValueErrors
             raise SettingsFileError(f"the settings file {file_path} is not readable TOML: {exc}") from None
+        secrets = secret_settings(doc) if readable_by_all else []
+        if secrets:
+            raise SettingsFileError(
+                f"the settings file {file_path} is not read: every user can read it, and it holds "
+                f"{', '.join(secrets)}; `chmod o-r {file_path}`, or give them in the environment (LAMBDA_…)"
+            )
+        return doc
+
+
+def secret_settings(doc: dict[str, Any]) -> list[str]:
+    """The secrets (tokens, passwords, the database URL) a settings document gives, by name."""
+    found = []
+    for section, values in doc.items():
+        field = Settings.model_fields.get(section)
+        model = field.annotation if field is not None else None
+        if not isinstance(values, dict) or not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        for key in values:
+            inner = model.model_fields.get(key)
+            if inner is not None and inner.annotation is SecretStr:
+                found.append(f"{section}.{key}")
+    return found
 
 
 def default_secrets(settings: Settings) -> list[str]:

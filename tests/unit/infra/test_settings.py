@@ -53,6 +53,29 @@ def test_toml_file_is_read_and_env_wins(monkeypatch, tmp_path):
     assert s.kafka.partitions == 6
 
 
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ('[api]\ntoken = "a-bearer-token-of-the-platform"\n', "api.token"),
+        ('[kafka]\nsasl_username = "ops"\nsasl_password = "kafka-secret"\n', "kafka.sasl_password"),
+        ('[airflow]\ndatabase_url = "postgresql://u:pw@db/airflow"\n', "airflow.database_url"),
+    ],
+)
+def test_a_settings_file_every_user_can_read_is_refused_when_it_holds_a_secret(monkeypatch, tmp_path, text, named):
+    """The token, passwords and database URL were read from a file any local user could read."""
+    config = tmp_path / "platform.toml"
+    config.write_text(text)
+    monkeypatch.setenv("LAMBDA_CONFIG", str(config))
+    config.chmod(0o644)
+    with pytest.raises(SettingsFileError, match=rf"{re.escape(named)}.*chmod o-r"):
+        Settings()
+    config.chmod(0o640)  # its group's to read (as it is the group's to change: definitions.files)
+    Settings()
+    config.write_text("[kafka]\npartitions = 12\n")  # no secret: every user may read it
+    config.chmod(0o644)
+    assert Settings().kafka.partitions == 12
+
+
 def test_lambda_toml_in_working_directory_is_picked_up(tmp_path):
     (tmp_path / "lambda.toml").write_text("[kafka]\nport = 29092\n")
     assert Settings().kafka.port == 29092
