@@ -63,18 +63,24 @@ def fixed(value, digits: int) -> str:
 
 
 # Characters that print nothing or change how what follows reads: controls (C0, C1), formats (the
-# bidirectional overrides and isolates, zero-width ones, tags), line and paragraph separators.
+# bidirectional marks, overrides and isolates, zero-width spaces, the soft hyphen), line and
+# paragraph separators. Not the joiners (ZWNJ in Persian words, ZWJ in emoji sequences) nor tag
+# characters (subdivision flags), which print as part of what they join.
 HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+SHOWN_FORMATS = frozenset({0x200C, 0x200D, *range(0xE0020, 0xE0080)})
+
+
+def _hidden(c: str) -> bool:
+    return unicodedata.category(c) in HIDDEN_CATEGORIES and ord(c) not in SHOWN_FORMATS
 
 
 def visible(text: str) -> str:
     """`text` with each character that prints nothing or changes how the rest reads shown as its
-    escape (`\\u202e`): a key is user controlled, and a right-to-left override in it made a table show
-    another url than the one counted (the page's escaping keeps markup out, not these)."""
+    escape (`\\u202e`), and a backslash as two (a key holding the text `\\u202e` reads apart from
+    one holding the character): a key is user controlled, and a right-to-left override in it made a
+    table show another url than the one counted (the page's escaping keeps markup out, not these)."""
     return "".join(
-        (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
-        if unicodedata.category(c) in HIDDEN_CATEGORIES
-        else c
+        "\\\\" if c == "\\" else (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}") if _hidden(c) else c
         for c in text
     )
 

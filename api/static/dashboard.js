@@ -14,11 +14,15 @@ const num = (v) => { const n = Number(v); return Number.isFinite(n) ? n : 0; };
 const fmt = (v) => (v === null || v === undefined || !Number.isFinite(Number(v))) ? "–" : Number(v).toLocaleString();
 const text = (v) => (v === null || v === undefined) ? "" : String(v);
 // A url with each character that prints nothing or changes how the rest reads (controls, formats
-// such as the right-to-left override, line and paragraph separators) shown as its escape: shown as
-// it is, a url read as another one (reports.render.visible does the same in the reports).
-const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
+// such as the right-to-left override, line and paragraph separators; not the joiners nor tag
+// characters, which print as part of what they join) shown as its escape, and a backslash as two:
+// shown as it is, a url read as another one (reports.render.visible does the same in the reports).
+const HIDDEN = /\\|[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
+const SHOWN = (code) => code === 0x200c || code === 0x200d || (code >= 0xe0020 && code < 0xe0080);
 const visible = (v) => text(v).replace(HIDDEN, (c) => {
   const code = c.codePointAt(0);
+  if (c === "\\") return "\\\\";
+  if (SHOWN(code)) return c;
   return code > 0xffff ? `\\U${code.toString(16).padStart(8, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
 });
 

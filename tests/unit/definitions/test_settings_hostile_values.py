@@ -156,10 +156,10 @@ def test_a_map_entry_whose_key_an_environment_variable_would_lower_case_is_refus
 
 def test_map_entries_given_whole_or_with_lower_case_keys_are_taken(monkeypatch):
     monkeypatch.setenv("LAMBDA_SPARK__CONF", '{"spark.driver.extraJavaOptions": "-Dx=1"}')
-    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION__dc1", "1")
+    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION__dc1", "3")
     settings = Settings(_env_file=None)
     assert settings.spark.conf == {"spark.driver.extraJavaOptions": "-Dx=1"}
-    assert settings.cassandra.replication == {"dc1": 1}
+    assert settings.cassandra.replication == {"dc1": 3}
 
 
 @pytest.mark.parametrize(

@@ -539,18 +539,18 @@ def test_a_setting_nested_too_deep_in_the_environment_is_refused_not_a_traceback
 def test_a_map_setting_given_again_replaces_the_persisted_map_whole(monkeypatch):
     """A map is one setting: merged entry by entry, a data centre renamed kept the old one in force
     and in the file, and no Spark option could be taken out by giving the map without it."""
-    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION", '{"dc1": 1}')
+    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION", '{"dc1": 3}')
     monkeypatch.setenv("LAMBDA_SPARK__CONF", '{"spark.sql.foo": "1"}')
     persist(load())
-    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION", '{"dc2": 1}')
+    monkeypatch.setenv("LAMBDA_CASSANDRA__REPLICATION", '{"dc2": 3}')
     monkeypatch.setenv("LAMBDA_SPARK__CONF", "{}")
     loaded = load()
-    assert loaded.cassandra.replication == {"dc2": 1} and loaded.spark.conf == {}
+    assert loaded.cassandra.replication == {"dc2": 3} and loaded.spark.conf == {}
     doc = json.loads(persist(loaded).read_text())
-    assert doc["cassandra"]["replication"] == {"dc2": 1} and doc["spark"]["conf"] == {}
+    assert doc["cassandra"]["replication"] == {"dc2": 3} and doc["spark"]["conf"] == {}
     monkeypatch.delenv("LAMBDA_CASSANDRA__REPLICATION")
     monkeypatch.delenv("LAMBDA_SPARK__CONF")
-    assert load().cassandra.replication == {"dc2": 1}, "what was persisted last"
+    assert load().cassandra.replication == {"dc2": 3}, "what was persisted last"
 
 
 def test_config_unset_takes_one_entry_out_of_a_map_whose_keys_have_dots(monkeypatch, caplog):
