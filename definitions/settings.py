@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -202,19 +202,6 @@ class Settings(BaseSettings):
                 f"stack.stuck_after_s ({self.stack.stuck_after_s:g}s) must be at least three tick intervals "
                 f"({self.tick_interval_s:g}s each): an idle streaming job would look stuck"
             )
-        managed = set(self.stack.managed_services)
-        if "kafka" in managed and self.kafka.replication_factor > 1:
-            raise ValueError(
-                f"kafka.replication_factor ({self.kafka.replication_factor}) must be 1 while the stack runs Kafka "
-                "itself (stack.managed_services): its one broker holds one copy, and the topics could not be created"
-            )
-        copies = max(self.cassandra.replication.values(), default=self.cassandra.replication_factor)
-        if "cassandra" in managed and copies > 1:
-            name = "cassandra.replication" if self.cassandra.replication else "cassandra.replication_factor"
-            raise ValueError(
-                f"{name} ({copies} copies) must be 1 while the stack runs Cassandra itself (stack.managed_services): "
-                "its one node holds one copy, and every write would fail as Unavailable"
-            )
         slowest = max(self.archiver.trigger_s, self.speed.trigger_s)
         if self.stack.stuck_after_s < 3 * slowest:
             raise ValueError(
@@ -278,7 +265,7 @@ class _TomlFile(TomlConfigSettingsSource):
     def _read_file(self, file_path: Path) -> dict[str, Any]:
         try:
             doc = super()._read_file(file_path)
-            readable_by_all = bool(file_path.stat().st_mode & stat.S_IROTH)
+            readable_by_all = readable_by_every_user(file_path)
         except (OSError, ValueError, RecursionError) as exc:  # TOMLDecodeError, UnicodeDecodeError: ValueErrors
             raise SettingsFileError(f"the settings file {file_path} is not readable TOML: {exc}") from None
         secrets = secret_settings(doc) if readable_by_all else []
@@ -290,9 +277,27 @@ class _TomlFile(TomlConfigSettingsSource):
         return doc
 
 
+def readable_by_every_user(path: Path) -> bool:
+    """Whether any user can read `path`: it is readable by others, and so is every folder above it
+    (a file in a folder only its owner enters is not)."""
+    path = path.resolve()
+    if not path.stat().st_mode & stat.S_IROTH:
+        return False
+    return all(folder.stat().st_mode & stat.S_IXOTH for folder in path.parents)
+
+
 def secret_settings(doc: dict[str, Any]) -> list[str]:
-    """The secrets (tokens, passwords, the database URL) a settings document gives, by name."""
-    found = []
+    """The secrets (tokens, passwords, the database URL, Spark options Spark itself hides) a settings
+    document gives, by name."""
+    import re
+
+    from definitions.spark_settings import REDACTION
+
+    hidden = re.compile(REDACTION["spark.redaction.regex"])
+    spark_conf = (doc.get("spark") or {}).get("conf") if isinstance(doc.get("spark"), dict) else None
+    found = (
+        [f"spark.conf.{k}" for k in spark_conf or {} if hidden.search(str(k))] if isinstance(spark_conf, dict) else []
+    )
     for section, values in doc.items():
         field = Settings.model_fields.get(section)
         model = field.annotation if field is not None else None
@@ -333,6 +338,27 @@ def weak_password(settings: Settings) -> str | None:
         f"airflow.admin_password (LAMBDA_AIRFLOW__ADMIN_PASSWORD) is too short: at least {MIN_PASSWORD_CHARS} "
         "characters outside development"
     )
+
+
+def copies_beyond_one(settings: Settings, services: Iterable[str]) -> str | None:
+    """Why the copies asked of a store the stack runs itself (one broker, one node) cannot be held, or
+    None: a topic with 3 copies was never created, and every write of a keyspace with 3 copies failed
+    as Unavailable (the speed layer restarting until the supervisor gave up)."""
+    running = set(services)
+    if "kafka" in running and settings.kafka.replication_factor > 1:
+        return (
+            f"kafka.replication_factor ({settings.kafka.replication_factor}) must be 1 while the stack runs Kafka "
+            "itself (its one broker holds one copy): set it to 1, or take kafka out of stack.managed_services"
+        )
+    c = settings.cassandra
+    copies = max(c.replication.values(), default=c.replication_factor)
+    if "cassandra" in running and copies > 1:
+        name = "cassandra.replication" if c.replication else "cassandra.replication_factor"
+        return (
+            f"{name} ({copies} copies) must be 1 while the stack runs Cassandra itself (its one node holds one "
+            "copy): set it to 1, or take cassandra out of stack.managed_services"
+        )
+    return None
 
 
 def config_path() -> Path | None:

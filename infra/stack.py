@@ -35,14 +35,20 @@ from stores.restarts import read_status, summary
 log = logging.getLogger(__name__)
 
 
-# How the loopback address is spelled: localhost resolves to 127.0.0.1 and to ::1, and a server told
-# localhost may listen on either.
-_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+# localhost resolves to 127.0.0.1 and to ::1, and a server told localhost may listen on either (two
+# sockets of their own: 127.0.0.1 and ::1 are apart).
+_LOCALHOST_IS = frozenset({"127.0.0.1", "::1"})
 
 
 def _spelled_once(host: str) -> str:
     name = host.lower().rstrip(".")
-    return "localhost" if name in _LOOPBACK else name
+    return name[1:-1] if name.startswith("[") and name.endswith("]") else name
+
+
+def _one_address(host: str, other: str) -> bool:
+    if host == other or {host, other} & {"0.0.0.0", "::", ""}:
+        return True
+    return (host == "localhost" and other in _LOCALHOST_IS) or (other == "localhost" and host in _LOCALHOST_IS)
 
 
 def port_collisions(listening: list[tuple[str, str, dict[str, int]]]) -> list[str]:
@@ -54,7 +60,7 @@ def port_collisions(listening: list[tuple[str, str, dict[str, int]]]) -> list[st
         host = _spelled_once(given)
         for label, port in ports.items():
             for other, other_host, other_label in taken.get(port, []):
-                if host == other_host or {host, other_host} & {"0.0.0.0", "::", ""}:
+                if _one_address(host, other_host):
                     out.append(f"port {port} is {other}'s {other_label} and {name}'s {label}")
             taken.setdefault(port, []).append((name, host, label))
     return out
@@ -114,7 +120,7 @@ class Stack:
             return self._up(say)
 
     def _up(self, say: Callable[[str], None]) -> dict[str, str]:
-        from definitions.settings import default_secrets, weak_password
+        from definitions.settings import copies_beyond_one, default_secrets, weak_password
         from definitions.settings_store import SettingsConflict, persist
 
         insecure = default_secrets(self.settings) if self.settings.environment != "development" else []
@@ -128,6 +134,9 @@ class Stack:
         weak = weak_password(self.settings) if any(s.name.startswith("airflow") for s in self.services) else None
         if weak:
             raise StackError("settings", weak)
+        copies = copies_beyond_one(self.settings, (s.name for s in self.services))
+        if copies:
+            raise StackError("settings", copies)
         collisions = port_collisions([(s.name, s.host(self.settings), s.ports(self.settings)) for s in self.services])
         if collisions:  # each would pass the preflight (nothing listens yet), and one would then die
             raise StackError("settings", "two services are set to listen on one port: " + "; ".join(collisions))

@@ -5,12 +5,13 @@ every stopped program down (no service: supervisord is a stand-in that keeps the
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
 
-from definitions.settings import Settings
+from definitions.settings import Settings, copies_beyond_one
 from infra import services as svc
 from infra import stack as stack_module
 from infra.errors import StackError
@@ -88,6 +89,26 @@ def test_two_services_set_to_one_port_are_refused_before_anything_starts(tmp_pat
         stack.up()
 
 
+@pytest.mark.parametrize(
+    "given, words",
+    [
+        ({"kafka": {"replication_factor": 3}}, "kafka.replication_factor"),
+        ({"cassandra": {"replication_factor": 2}}, "cassandra.replication_factor"),
+        ({"cassandra": {"replication": {"datacenter1": 3}}}, "cassandra.replication"),
+    ],
+)
+def test_more_copies_than_the_stacks_own_store_holds_are_refused_before_anything_starts(tmp_path, given, words):
+    """The stack's own stores are one broker and one node: a topic with 3 copies was never created,
+    and every write of a keyspace with 3 copies failed as Unavailable (the speed layer's restarts).
+    Judged at `up`, on the settings merged with the persisted ones (which may take the store out of
+    stack.managed_services)."""
+    settings = Settings(state_dir=tmp_path / "state", environment="development", **given)
+    with pytest.raises(StackError, match=rf"{re.escape(words)} \(\d copies\)|{re.escape(words)} \(\d\)"):
+        Stack(settings).up()
+    others = Settings(state_dir=tmp_path / "state", **given, stack={"managed_services": ["archiver", "api"]})
+    assert copies_beyond_one(others, [s.name for s in Stack(others).services]) is None
+
+
 def test_the_default_ports_do_not_collide(tmp_path):
     from infra.stack import port_collisions
 
@@ -97,9 +118,11 @@ def test_the_default_ports_do_not_collide(tmp_path):
     assert port_collisions([("a", "127.0.0.1", {"x": 1}), ("b", "10.0.0.1", {"y": 1})]) == []
     assert port_collisions([("a", "0.0.0.0", {"x": 1}), ("b", "10.0.0.1", {"y": 1})]) == ["port 1 is a's x and b's y"]
     # Two spellings of the loopback address: one socket, and the second to start died at every restart.
-    for one, other in (("localhost", "127.0.0.1"), ("LOCALHOST", "localhost."), ("::1", "localhost")):
+    for one, other in (("localhost", "127.0.0.1"), ("LOCALHOST", "localhost."), ("::1", "localhost"), ("[::1]", "::1")):
         assert port_collisions([("a", one, {"x": 1}), ("b", other, {"y": 1})]) == ["port 1 is a's x and b's y"]
-    assert port_collisions([("a", "127.0.0.2", {"x": 1}), ("b", "localhost", {"y": 1})]) == []
+    # Two sockets of their own.
+    for one, other in (("127.0.0.2", "localhost"), ("127.0.0.1", "::1")):
+        assert port_collisions([("a", one, {"x": 1}), ("b", other, {"y": 1})]) == []
 
 
 def test_an_up_of_some_services_after_the_supervisor_died_leaves_the_others_orphans_alone(tmp_path, monkeypatch):
