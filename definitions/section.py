@@ -111,7 +111,9 @@ def _reachable(host: str) -> str:
 
 
 # Where a process is reached (and listens): a host name or an IPv4 address.
-Host = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_joinable), AfterValidator(_reachable)]
+Host = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_joinable)]
+# ... where a store the platform may run advertises itself (Kafka's listeners): never the wildcard.
+StoreHost = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_joinable), AfterValidator(_reachable)]
 # Where a server listens and is reached: also every address (:: for IPv6 too), reached on this
 # machine's loopback (browser_url).
 ListenHost = Annotated[str, Field(pattern=HOST_PATTERN), AfterValidator(_listening_or_joinable)]

@@ -91,8 +91,7 @@ def no_other_zone(name: str, jvm_options: str) -> str:
         raise ValueError(
             f"{name} has a quote that is not closed, or ends with a backslash: Spark's launcher refuses it"
         ) from None
-    zones = re.findall(r"-Duser\.timezone=(\S*)", jvm_options)
-    zones += [w.split("=", 1)[1] for w in words if w.startswith("-Duser.timezone=")]
+    zones = [w.split("=", 1)[1] for w in words if w.startswith("-Duser.timezone=")]  # as Spark reads them
     if any(z not in UTC_NAMES for z in zones):
         raise ValueError(f"{name} must not set -Duser.timezone to another zone than UTC: the time model is UTC")
     if "Xmx" in jvm_options:

@@ -16,6 +16,7 @@ from definitions.section import (
     Host,
     Port,
     SecretCredential,
+    StoreHost,
     host_port_problem,
     is_port,
 )
@@ -61,7 +62,7 @@ def webhdfs_url(url: str) -> bool:
 
 
 class KafkaSettings(_Section):
-    host: Host = LOCAL_HOST
+    host: StoreHost = LOCAL_HOST
     port: Port = 9092
     # The brokers of a cluster ("host:port" each); empty: host:port above (the local broker).
     bootstrap_servers: list[str] = []
@@ -203,9 +204,9 @@ class HBaseSettings(_Section):
     # . and - (not first).
     namespace: str = Field("lambda", pattern=r"^[A-Za-z0-9_]{1,64}$")
     meta_table: str = Field("meta", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-    # Where the standalone master keeps its tables (an absolute path, or a file:// or hdfs:// URI);
-    # empty = a directory in the state dir.
-    rootdir: str = Field("", pattern=r"^$|^(/|file:///|hdfs://[A-Za-z0-9._:%\[\]-]+/)[^\s$]*$")
+    # Where the standalone master keeps its tables: an absolute path or a URI (file:, hdfs:, s3a:),
+    # without blanks or $ (Hadoop expands ${...} in its XML); empty = a directory in the state dir.
+    rootdir: str = Field("", pattern=r"^$|^(/|[A-Za-z][A-Za-z0-9+.-]*:)[^\s$]*$")
     master_heap_mb: int = Field(768, ge=1, le=2**20)
     thrift_heap_mb: int = Field(256, ge=1, le=2**20)
     health_timeout_s: float = Field(150, gt=0, le=3_600)
@@ -280,11 +281,16 @@ class CassandraSettings(_Section):
         names = [dc for dc in self.replication if not DC_NAME.fullmatch(dc) or dc == "class"]
         if names:
             raise ValueError(f"cassandra.replication: {names} are not data centre names (letters, digits, . _ -)")
-        if self.local_dc and self.replication and self.local_dc not in self.replication:
-            # Names are compared as they are: the driver found no node in it, and every query failed.
+        if (
+            self.local_dc
+            and self.replication
+            and self.local_dc not in self.replication
+            and self.consistency == "LOCAL_QUORUM"
+        ):
+            # Names are compared as they are: no replica there, and every LOCAL_QUORUM query failed.
             raise ValueError(
                 f"cassandra.local_dc {self.local_dc!r} is none of the data centres of cassandra.replication "
-                f"({', '.join(self.replication)})"
+                f"({', '.join(self.replication)}): with consistency LOCAL_QUORUM every query would fail"
             )
         return self
 

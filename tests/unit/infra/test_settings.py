@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -59,11 +62,13 @@ def test_toml_file_is_read_and_env_wins(monkeypatch, tmp_path):
         ('[api]\ntoken = "a-bearer-token-of-the-platform"\n', "api.token"),
         ('[kafka]\nsasl_username = "ops"\nsasl_password = "kafka-secret"\n', "kafka.sasl_password"),
         ('[airflow]\ndatabase_url = "postgresql://u:pw@db/airflow"\n', "airflow.database_url"),
+        ('[spark.conf]\n"spark.authenticate.secret" = "s3cret"\n', "spark.conf.spark.authenticate.secret"),
+        ('[spark.conf]\n"spark.hadoop.fs.s3a.access.key" = "AKIA"\n', "spark.conf.spark.hadoop.fs.s3a.access.key"),
     ],
 )
-def test_a_settings_file_every_user_can_read_is_refused_when_it_holds_a_secret(monkeypatch, tmp_path, text, named):
+def test_a_settings_file_every_user_can_read_is_refused_when_it_holds_a_secret(monkeypatch, open_folder, text, named):
     """The token, passwords and database URL were read from a file any local user could read."""
-    config = tmp_path / "platform.toml"
+    config = open_folder / "platform.toml"
     config.write_text(text)
     monkeypatch.setenv("LAMBDA_CONFIG", str(config))
     config.chmod(0o644)
@@ -71,9 +76,24 @@ def test_a_settings_file_every_user_can_read_is_refused_when_it_holds_a_secret(m
         Settings()
     config.chmod(0o640)  # its group's to read (as it is the group's to change: definitions.files)
     Settings()
+    config.chmod(0o644)
+    open_folder.chmod(0o700)  # in a folder only its owner enters: no other user reads it
+    try:
+        Settings()
+    finally:
+        open_folder.chmod(0o755)
     config.write_text("[kafka]\npartitions = 12\n")  # no secret: every user may read it
     config.chmod(0o644)
     assert Settings().kafka.partitions == 12
+
+
+@pytest.fixture
+def open_folder():
+    """A folder every user can enter (pytest's own are its owner's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="lambda-settings-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
 
 
 def test_lambda_toml_in_working_directory_is_picked_up(tmp_path):
@@ -331,24 +351,6 @@ def test_values_no_process_could_run_with_are_refused_naming_the_setting(section
 
 
 @pytest.mark.parametrize(
-    "given, words",
-    [
-        # The stack's own stores are one broker and one node: a topic with 3 copies was never created,
-        # and every write of a keyspace with 3 copies failed as Unavailable (the speed layer's restarts).
-        ({"kafka": {"replication_factor": 3}}, "kafka.replication_factor"),
-        ({"cassandra": {"replication_factor": 2}}, "cassandra.replication_factor"),
-        ({"cassandra": {"replication": {"datacenter1": 3}}}, "cassandra.replication"),
-    ],
-)
-def test_more_copies_than_the_stacks_own_store_holds_are_refused(given, words):
-    with pytest.raises(pydantic.ValidationError, match=words):
-        Settings(**given)
-    # The same copies on a cluster the platform does not run are taken.
-    others = ["archiver", "speed-layer", "api"]
-    Settings(**given, stack={"managed_services": others})
-
-
-@pytest.mark.parametrize(
     "section, values",
     [
         ("spark", {"master": "local"}),
@@ -362,7 +364,15 @@ def test_more_copies_than_the_stacks_own_store_holds_are_refused(given, words):
         ("hbase", {"rootdir": "hdfs://namenode:8020/hbase"}),
         ("hbase", {"rootdir": "file:///srv/hbase"}),
         ("hbase", {"rootdir": "/srv/hbase"}),
+        ("hbase", {"rootdir": "hdfs:///hbase"}),  # fs.defaultFS's namenode
+        ("hbase", {"rootdir": "file:/srv/hbase"}),
+        ("hbase", {"rootdir": "s3a://bucket/hbase"}),
         ("cassandra", {"replication": {"dc1": 1}, "local_dc": "dc1"}),
+        # QUORUM: a coordinator in a data centre holding no copy forwards the request.
+        ("cassandra", {"replication": {"dc1": 1}, "local_dc": "dc3", "consistency": "QUORUM"}),
+        ("spark", {"jvm_options": "-Duser.timezone=\"UTC\" '-Duser.timezone=Etc/UTC'"}),
+        ("spark", {"cluster": {"host": "0.0.0.0"}}),
+        ("hdfs", {"host": "0.0.0.0"}),
         ("kafka", {"sasl_username": "ops", "sasl_password": 'p@ss wörd;"x\\'}),
         ("airflow", {"venv": "/opt/airflow-venv"}),
     ],
