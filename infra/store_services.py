@@ -36,6 +36,12 @@ def local_sasl_password(settings: Settings) -> str:
     return path.read_text().strip()
 
 
+def transaction_max_timeout_ms(settings: Settings) -> int:
+    """The longest transaction the local broker lets a producer keep open: half the speed layer's
+    de-duplication window (at least 10 s; server.properties)."""
+    return max(10_000, settings.speed.dedupe_window_s * 500)
+
+
 def _render_kafka(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> None:
     from infra.local_tls import local_tls
 
@@ -69,6 +75,7 @@ def _render_kafka(settings: Settings, dirs: ServiceDirs, java: JavaRuntime) -> N
         data_dir=dirs.data,
         partitions=k.partitions,
         retention_hours=k.retention_hours,
+        transaction_max_timeout_ms=transaction_max_timeout_ms(settings),
         extra_listeners="".join(listeners),
         listener_config="\n".join(config),
     )

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
 from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
 from definitions.settings import Settings
+from infra.store_services import transaction_max_timeout_ms
 from ingest.generator import INVALID_KINDS, ClickstreamGenerator, GeneratorConfig, SentRecord
 from stores import completeness
 from stores.kafka import consumer
@@ -20,12 +23,26 @@ from tests.support.polling import wait_for
 from tests.support.realtime import realtime, wait_until_exact
 
 
-def transactional_producer(settings: Settings) -> KafkaProducer:
+def transactional_producer(settings: Settings, timeout_ms: int = 60_000) -> KafkaProducer:
     producer = KafkaProducer(
-        bootstrap_servers=settings.kafka.bootstrap, transactional_id=f"test-{uuid.uuid4().hex}", acks="all"
+        bootstrap_servers=settings.kafka.bootstrap,
+        transactional_id=f"test-{uuid.uuid4().hex}",
+        acks="all",
+        transaction_timeout_ms=timeout_ms,
     )
     producer.init_transactions()
     return producer
+
+
+def test_a_transaction_is_open_at_most_half_the_speed_layers_window(settings):
+    """A producer keeping transactions open held its partitions back by up to Kafka's default 15
+    minutes, and the speed layer dropped what they released as late: the broker refuses a longer
+    transaction than half `speed.dedupe_window_s` (what one held back is then still counted)."""
+    limit = transaction_max_timeout_ms(settings)
+    assert limit <= max(10_000, settings.speed.dedupe_window_s * 500)
+    with pytest.raises(KafkaError, match="InvalidTransactionTimeout"):
+        transactional_producer(settings, timeout_ms=limit + 1_000)
+    transactional_producer(settings, timeout_ms=limit).close()
 
 
 def send_transaction(producer: KafkaProducer, topic: str, config: GeneratorConfig, commit: bool) -> list[SentRecord]:
