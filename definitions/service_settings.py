@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from definitions.section import ANY_ADDRESS, REPO_ROOT, AbsoluteDir, ListenHost, Port, PublicUrl
+from definitions.section import ANY_ADDRESS, REPO_ROOT, AbsoluteDir, ListenHost, Port, PublicUrl, printable
 from definitions.section import Section as _Section
 from definitions.store_connections import LOCAL_HOST
 
@@ -193,8 +193,7 @@ class AirflowSettings(_Section):
         one, became another value there than here. The home is absolute: every process (the
         platform's and Airflow's, each started from its own directory) must find the same one."""
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if any(ord(c) < 32 or ord(c) == 127 for c in text):
-            raise ValueError("must not contain a line break or another control character")
+        printable(text)
         if info.field_name == "home" and "%" in text:
             raise ValueError("must not contain %: Airflow reads % in the paths it builds on its home as interpolation")
         if "$" in text:
