@@ -12,6 +12,7 @@ definitions.settings_store; `get_settings` reads them), then the local defaults 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterable, Mapping
@@ -289,8 +290,6 @@ def readable_by_every_user(path: Path) -> bool:
 def secret_settings(doc: dict[str, Any]) -> list[str]:
     """The secrets (tokens, passwords, the database URL, Spark options Spark itself hides) a settings
     document gives, by name."""
-    import re
-
     from definitions.spark_settings import REDACTION
 
     hidden = re.compile(REDACTION["spark.redaction.regex"])
