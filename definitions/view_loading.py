@@ -35,10 +35,14 @@ def load_views(settings, reload: bool = False) -> Registry:
             _ADDED_PATHS.append(str(path))
     if reload:
         importlib.invalidate_caches()  # a module file added since the last import is found
+        # Every module imported from those folders is read again, not only the ones named: a named
+        # package's submodules (and any helper beside them) kept their first import's code.
+        for name in _imported_from(settings.views.paths):
+            del sys.modules[name]
     views = list(BUILT_IN)
     for name in settings.views.modules:
         refuse_untrusted_module(name, settings.views.paths, "views.paths")
-        if reload and name in sys.modules:
+        if reload and name in sys.modules:  # an installed module: its own file only
             module = importlib.reload(sys.modules[name])
         else:
             module = importlib.import_module(name)
@@ -52,3 +56,17 @@ def load_views(settings, reload: bool = False) -> Registry:
             f"view names may not contain '__' (it separates a view's name from its definition's): {reserved}"
         )
     return Registry(tuple(views))
+
+
+def _imported_from(folders) -> list[str]:
+    """The names of the modules in sys.modules whose file lies in one of `folders`."""
+    import sys
+    from pathlib import Path
+
+    roots = [Path(folder).resolve() for folder in folders]
+    found = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and any(Path(file).resolve().is_relative_to(root) for root in roots):
+            found.append(name)
+    return found

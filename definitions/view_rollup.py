@@ -73,7 +73,7 @@ def _distinct(view: View, events: DataFrame, ordered: list[str]) -> Iterator[tup
         .where(_keys_present(view))
         .groupBy(
             *[view.column_of(k).alias(k) for k in view.keys],
-            view.column_of(view.measured_column).alias(_DISTINCT_VALUE),
+            view.distinct_column().alias(_DISTINCT_VALUE),
         )
         .agg(F.collect_set(bucket).alias(_BUCKETS))
         .cache()

@@ -31,6 +31,8 @@ STORAGE_SUFFIX_CHARS = 2 + 16
 _DISTINCT_VALUE = "__distinct_value"  # the counted column, beside the keys, while a distinct view is computed
 
 Aggregation = Literal["count", "sum", "distinct"]
+AGGREGATIONS: tuple[str, ...] = ("count", "sum", "distinct")
+LAYOUTS: tuple[str, ...] = ("by_key", "by_bucket")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,12 @@ class View:
     defaults: Mapping[str, str] | tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        for names in ("keys", "granularities"):  # a text is a sequence of names too: `keys="url"` read u, r, l
+            value = getattr(self, names)
+            if not isinstance(value, (tuple, list)) or not all(isinstance(n, str) for n in value):
+                raise ValueError(f"view {self.name}: {names} must be a tuple or list of names, got {value!r:.100}")
+            object.__setattr__(self, names, tuple(value))
+        _check_choices(self)
         pairs = tuple(sorted(dict(self.defaults).items()))
         object.__setattr__(self, "defaults", pairs)
         for name, value in pairs:
@@ -91,6 +99,8 @@ class View:
             raise ValueError(
                 f"view {self.name}: granularities must be among {list(GRANULARITIES)}, got {list(self.granularities)}"
             )
+        if len(set(self.granularities)) != len(self.granularities):  # each event's cells were counted twice
+            raise ValueError(f"view {self.name}: a granularity is named twice: {list(self.granularities)}")
 
     @cached_property
     def fingerprint(self) -> str:
@@ -120,7 +130,7 @@ class View:
     @classmethod
     def from_shape(cls, name: str, shape: Mapping[str, Any], description: str = "") -> View:
         """A view named `name` with a recorded shape (ValueError when it is not one)."""
-        if not isinstance(shape, Mapping) or shape.get("aggregation") not in ("count", "sum", "distinct"):
+        if not isinstance(shape, Mapping) or shape.get("aggregation") not in AGGREGATIONS:
             raise ValueError(f"view {name}: recorded definition cannot be read: {shape!r:.200}")
         try:
             return cls(
@@ -216,6 +226,17 @@ class View:
             F.count(value).alias("value"), F.hll_sketch_agg(value, HLL_LG_K).alias(_DISTINCT_VALUE)
         )
         return cells.select(*names, "value", F.hll_union(_DISTINCT_VALUE, _DISTINCT_VALUE).alias("sketch"))
+
+
+def _check_choices(view: View) -> None:
+    """The aggregation and layout are among their values (a type checker's Literal is not checked at
+    run time), and a filter is text: the layers each read them their own way."""
+    for name, choices in (("aggregation", AGGREGATIONS), ("layout", LAYOUTS)):
+        value = getattr(view, name)
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"view {view.name}: {name} must be one of {list(choices)}, got {value!r:.100}")
+    if view.where is not None and not (isinstance(view.where, str) and view.where.strip()):
+        raise ValueError(f"view {view.name}: where must be a Spark SQL predicate or None, got {view.where!r:.100}")
 
 
 CELL_DDL = (

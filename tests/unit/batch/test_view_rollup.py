@@ -25,7 +25,21 @@ MINUTE_AND_DAY = View(
     "sparse", keys=("url",), aggregation="distinct", column="user_id", granularities=("minute", "day")
 )
 VISITORS_THEMSELVES = View("visitors", keys=("user_id", "url"), aggregation="distinct", column="user_id")
-VIEWS = [*BUILT_IN, SUMMED, HOURLY_DISTINCT, OF_TWO_VERSIONS, MINUTE_AND_DAY, VISITORS_THEMSELVES]
+# Distinct numbers and times: counted as their text in both layers (View.distinct_column). The rollup
+# sketched the number itself, whose hash differs from its text's, so the merged answer's union of a
+# batch and a realtime sketch counted each value twice; a time it could not sketch at all.
+VERSIONS_SEEN = View("versions_seen", keys=("url",), aggregation="distinct", column="schema_version")
+TIMES_SEEN = View("times_seen", keys=("country",), aggregation="distinct", column="event_time")
+VIEWS = [
+    *BUILT_IN,
+    SUMMED,
+    HOURLY_DISTINCT,
+    OF_TWO_VERSIONS,
+    MINUTE_AND_DAY,
+    VISITORS_THEMSELVES,
+    VERSIONS_SEEN,
+    TIMES_SEEN,
+]
 
 
 @pytest.fixture(scope="module")

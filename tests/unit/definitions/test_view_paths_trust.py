@@ -180,3 +180,27 @@ def test_a_folder_under_one_every_user_can_change_is_refused(tmp_path):
     above.chmod(0o1777)  # sticky, as /tmp: only an entry's owner may move it
     assert len(list(load_views(settings))) == 5
     sys.path.remove(str(folder))
+
+
+def test_a_reload_reads_again_every_module_of_a_view_package(tmp_path):
+    """A running API reloads the declared modules when `views apply` asks: reloading the package named
+    by `views.modules` alone kept its submodules as first imported, so an edited `clicks.py` went on
+    being served by every API worker (until each was restarted) while the speed layer and the batch
+    layer, fresh processes, computed the new definition."""
+    folder = tmp_path / "views"
+    package = folder / f"team_views_{uuid.uuid4().hex[:8]}"
+    package.mkdir(parents=True, mode=0o755)
+    (package / "__init__.py").write_text("from .clicks import VIEWS\n")
+    clicks = package / "clicks.py"
+    clicks.write_text(DECLARATION.format(view="team_clicks"))
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [package.name], "paths": [str(folder)]})
+    try:
+        assert load_views(settings)["team_clicks"].granularities == ("hour",)
+        clicks.write_text(DECLARATION.format(view="team_clicks").replace("('hour',)", "('day',)"))
+        os.utime(clicks, (0, 2_000_000_000))  # a new modification time, as an editor gives it
+        assert load_views(settings, reload=True)["team_clicks"].granularities == ("day",)
+    finally:
+        for name in [m for m in sys.modules if m == package.name or m.startswith(package.name + ".")]:
+            sys.modules.pop(name)
+        if str(folder) in sys.path:
+            sys.path.remove(str(folder))
