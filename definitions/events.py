@@ -350,6 +350,15 @@ def event_struct_ddl() -> str:
 VALIDATION_DDL = f"reason STRING, {event_struct_ddl()}"
 
 
+# Each field kind's Spark type, as archived and as the views read it (event_time a timestamp).
+SPARK_TYPES = {"string": "STRING", "timestamp": "TIMESTAMP", "int": "INT"}
+
+
+def fields_ddl() -> str:
+    """The contract's fields as Spark columns (SPARK_TYPES)."""
+    return ", ".join(f"{f.name} {SPARK_TYPES[f.kind]}" for f in FIELDS)
+
+
 # The JVM validator (definitions/jvm/ValidateEvent.java, a Spark UDF) reads the contract from this.
 JVM_VALIDATOR_CLASS = "lambdaplatform.contract.ValidateEvent"
 

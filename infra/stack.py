@@ -147,12 +147,16 @@ class Stack:
                 "token and Airflow password are accepted; `lambdactl config --unset environment` ends that"
             )
         if any(s.phase != 0 for s in self.services):  # every platform process loads the declared views
+            from definitions.view_filters import declared_filter_problems
             from definitions.view_loading import load_views
 
             try:
-                load_views(self.settings)
+                registry = load_views(self.settings)
             except (ValueError, ImportError) as exc:
                 raise StackError("settings", f"the declared views cannot be loaded: {exc}") from None
+            problems = declared_filter_problems(self.settings, registry)  # a module edited since it was applied
+            if problems:
+                raise StackError("settings", f"a view's filter cannot be used: {'; '.join(problems)}")
         for setting, path in code_places(self.settings):
             try:
                 refuse_untrusted(path, setting, "nothing is run from it", ancestors=True)

@@ -102,6 +102,7 @@ def cmd_views_apply(settings: Settings, args: argparse.Namespace) -> int:
 
 def _apply(settings: Settings, args: argparse.Namespace) -> int:
     from definitions.settings_store import persist_view_modules, with_view_modules
+    from definitions.view_filters import declared_filter_problems
     from definitions.view_loading import load_views
     from definitions.view_versions import unresolved_message
     from infra.airflow import write_declared_views
@@ -138,6 +139,10 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
         registry = load_views(settings)  # before anything is written: a set that does not load changes nothing
     except Exception as exc:  # noqa: BLE001 - a module's own code runs at import: any error refuses the set
         log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, str(exc)[:500])
+        return 2
+    problems = declared_filter_problems(settings, registry)
+    if problems:  # Spark would meet them only in the layers' queries: every view's speed layer and batch stopped
+        log.error("refused, nothing changed: a view's filter cannot be used: %s", "; ".join(problems))
         return 2
     marker, unreadable, pointer = None, None, None
     try:

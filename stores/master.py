@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from definitions.events import FIELDS
+from definitions.events import fields_ddl
 from definitions.settings import Settings
 
 if TYPE_CHECKING:
@@ -18,9 +18,8 @@ def master_url(settings: Settings) -> str:
     return f"{settings.hdfs.url}{settings.archiver.master_path}"
 
 
-# Spark types of the archived columns: the contract's fields, the record's source position, and the
-# partition columns the archiver derives from the ingest time.
-_TYPES = {"string": "STRING", "timestamp": "TIMESTAMP", "int": "INT"}
+# The archived columns beside the contract's fields: the record's source position, and the partition
+# columns the archiver derives from the ingest time.
 SINK_LOG_FILE = re.compile(r"(\d+)(?:\.compact)?")  # the file sink's log: `N`, or `N.compact`
 SOURCE_DDL = "kafka_partition INT, kafka_offset BIGINT, ingest_time TIMESTAMP, ingest_date DATE, ingest_hour INT"
 
@@ -29,7 +28,7 @@ def master_ddl() -> str:
     """The master dataset's schema, from the event contract. A field added by a later schema_version
     is in it; files archived before that field existed lack the column and read it as null, so old
     files are never rewritten."""
-    return ", ".join([*(f"{f.name} {_TYPES[f.kind]}" for f in FIELDS), SOURCE_DDL])
+    return f"{fields_ddl()}, {SOURCE_DDL}"
 
 
 def first_copies(events: DataFrame) -> DataFrame:

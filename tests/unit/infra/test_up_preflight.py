@@ -6,6 +6,7 @@ every stopped program down (no service: supervisord is a stand-in that keeps the
 from __future__ import annotations
 
 import re
+import sys
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -163,6 +164,39 @@ def test_views_the_platform_cannot_load_are_refused_before_anything_is_persisted
     )
     with pytest.raises(StackError, match=rf"the declared views cannot be loaded: views.paths: {folder} can be changed"):
         Stack(settings).up()
+    assert not persisted_path(settings).exists(), "nothing persisted"
+
+
+def test_a_view_module_edited_to_a_filter_the_layers_cannot_use_is_refused_before_anything_starts(
+    tmp_path, monkeypatch
+):
+    """A module applied with a good filter, then edited on disk: every process loads the new text at
+    its start, and the speed layer died at every restart (for every view) while `up` waited for it."""
+    from definitions.settings_store import persisted_path
+
+    def start(*_args):
+        raise AssertionError("up went on to start the stack")
+
+    monkeypatch.setattr(Stack, "_running_stores_moved", lambda self: [])
+    monkeypatch.setattr(Stack, "_up_supervised", start)
+    folder = tmp_path / "views"
+    folder.mkdir(mode=0o755)
+    (folder / "edited_filter_views.py").write_text(
+        "from definitions.views import View\n"
+        "VIEWS = [View('recent', keys=('url',), aggregation='count', where='event_time > now()')]\n"
+    )
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        environment="development",
+        views={"modules": ["edited_filter_views"], "paths": [str(folder)]},
+    )
+    try:
+        with pytest.raises(
+            StackError, match=r"a view's filter cannot be used: view recent: where .*Now depends on when"
+        ):
+            Stack(settings).up()
+    finally:
+        sys.modules.pop("edited_filter_views", None)
     assert not persisted_path(settings).exists(), "nothing persisted"
 
 

@@ -310,3 +310,27 @@ def test_a_completed_retirement_drops_the_retired_tables_at_once(monkeypatch):
 
     monkeypatch.setattr(registry, "version_store", lambda _settings: SimpleNamespace(retain=unreachable))
     assert views._retire(settings, ["page_views"]) is True, "the retirement is done; the next retention drops them"
+
+
+def test_apply_of_a_view_whose_filter_the_layers_cannot_use_exits_2_naming_it(tmp_path, monkeypatch, caplog):
+    """Spark judged a filter only in the layers' queries: `where="country = 1"` (text cast to a number
+    on each event) was applied, then stopped the speed layer for every view at every restart, and
+    failed every batch run."""
+    plain_shell(monkeypatch, tmp_path)
+    monkeypatch.setenv("LAMBDA_ENVIRONMENT", "development")
+    folder = tmp_path / "views"
+    folder.mkdir()
+    (folder / "filtered_views_mod.py").write_text(
+        "from definitions.views import View\n"
+        "VIEWS = [\n"
+        "    View('by_country', keys=('url',), aggregation='count', where='country = 1'),\n"
+        "    View('fine', keys=('url',), aggregation='count', where=\"event_type = 'click'\"),\n"
+        "]\n"
+    )
+    assert main(["views", "apply", "--modules", "filtered_views_mod", "--paths", str(folder)]) == 2
+    assert (
+        "refused, nothing changed: a view's filter cannot be used: view by_country: where 'country = 1'" in caplog.text
+    )
+    assert "CAST_INVALID_INPUT" in caplog.text and "view fine" not in caplog.text
+    persisted = tmp_path / "state" / "settings.json"
+    assert not persisted.exists() or "filtered_views_mod" not in persisted.read_text(), "nothing was written"

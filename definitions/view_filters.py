@@ -1,0 +1,186 @@
+"""A view's filter (`where`), checked before `lambdactl views apply` changes anything.
+
+Spark judged a filter only when a layer built its query: one that did not parse, named a column
+the layers do not give it, or was no true/false test stopped the speed layer for every view, at
+every restart, and failed every batch run. Here Spark parses and analyses each filter against the
+columns both layers give a filter (the contract's fields and `ingest_time`), refuses one whose
+verdict could differ between the layers or between two runs (not deterministic, the current time,
+a subquery), and evaluates it over probe events (empty, non-numeric and extreme values) to find the
+ones that fail on an event (a cast of text to a number, a division by zero) rather than answer.
+
+The check runs in a child process with a small local Spark of its own: a process's JVM takes its
+driver options once, and the process asking goes on to run the views' batch with its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from definitions.events import FIELDS, SCHEMA_VERSION, SPARK_TYPES, Field
+from definitions.views import View
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Expressions whose value depends on when (or where) a query runs, not on the event.
+_UNSTABLE = {"CurrentTimestamp", "Now", "CurrentDate", "LocalTimestamp", "CurrentBatchTimestamp", "CurrentTime"}
+_SUBQUERIES = {"ListQuery", "ScalarSubquery", "Exists", "LateralSubquery", "InSubquery"}
+CHECK_TIMEOUT_S = 300
+
+
+def _probe_values(field: Field) -> list[str]:
+    """SQL literals of values the contract lets `field` hold in an event: the ones a filter is most
+    likely to fail on (a non-numeric text, the longest text, each choice, a missing value)."""
+    missing = [] if field.required else ["NULL"]
+    if field.kind == "int":  # schema_version: stored as sent, 1 when absent
+        return [*missing, *(str(v) for v in range(1, SCHEMA_VERSION + 1))]
+    if field.kind == "timestamp":
+        return [
+            "TIMESTAMP'1970-01-01 00:00:00'",
+            "TIMESTAMP'2001-02-03 04:05:06.789'",
+            "TIMESTAMP'2099-12-31 23:59:59'",
+        ]
+    if field.choices:
+        return [*missing, *(f"'{c}'" for c in field.choices)]
+    if field.pattern is not None:  # country: two capitals
+        return [*missing, "'DE'", "'ZZ'"]
+    start = "/" if field.name == "url" else ""  # a url is a path
+    texts = [f"{start}x", f"{start}0", f"{start}-1", f"{start} ", f"{start}%", f"{start}ü"]
+    if start:
+        texts.append(start)
+    return [*missing, *(f"'{t}'" for t in texts), f"'{start}' || repeat('x', {field.max_len - len(start)})"]
+
+
+def probe_events(spark: SparkSession) -> DataFrame:
+    """Events holding, column by column, each of its probe values: not every combination, each value
+    in one event at least."""
+    from pyspark.sql import functions as F
+
+    # The columns a filter sees in both layers: the master dataset and the speed layer's events hold these.
+    probes = {f.name: (_probe_values(f), SPARK_TYPES[f.kind]) for f in FIELDS}
+    probes["ingest_time"] = probes["event_time"]
+    rows = max(len(values) for values, _ in probes.values())
+    picks = []
+    for name, (values, kind) in probes.items():
+        array = ", ".join(f"CAST({v} AS {kind})" for v in values)
+        picks.append(F.expr(f"element_at(array({array}), CAST(id % {len(values)} + 1 AS INT))").alias(name))
+    return spark.range(rows, numPartitions=1).select(*picks)
+
+
+def filter_problems(spark: SparkSession, views: Iterable[View]) -> list[str]:
+    """What is wrong with each view's filter, one line naming the view each (empty: every one is fine)."""
+    probes = probe_events(spark)
+    problems = []
+    for view in views:
+        if view.where is None:
+            continue
+        problem = _problem(probes, view.where)
+        if problem is not None:
+            problems.append(f"view {view.name}: where {view.where!r:.200}: {problem}")
+    return problems
+
+
+def _problem(probes: DataFrame, where: str) -> str | None:
+    try:
+        filtered = probes.where(where)
+    except Exception as exc:  # noqa: BLE001 - Spark's parse and analysis errors: the message says what
+        return _first_line(exc)
+    condition = filtered._jdf.queryExecution().analyzed().condition()
+    for node in _nodes(condition):
+        name = node.getClass().getSimpleName()
+        if name in _SUBQUERIES:
+            return "a subquery is not a test of the event alone"
+        if name in _UNSTABLE:
+            return f"{name} depends on when the layer runs, not on the event: the layers would disagree"
+        if not node.deterministic() and all(child.deterministic() for child in _children(node)):
+            return f"{name} is not deterministic: the layers would count different events"
+    try:
+        filtered.count()
+    except Exception as exc:  # noqa: BLE001 - an event the filter cannot judge stops the layer reading it
+        return f"fails on some events instead of judging them ({_first_line(exc)}); use try_cast, try_divide…"
+    return None
+
+
+def _nodes(expression) -> Iterable[Any]:
+    yield expression
+    for child in _children(expression):
+        yield from _nodes(child)
+
+
+def _children(expression) -> list[Any]:
+    children = expression.children()
+    return [children.apply(i) for i in range(children.size())]
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def check_filters(views: Sequence[View], sql_conf: Mapping[str, str], timeout_s: float = CHECK_TIMEOUT_S) -> list[str]:
+    """filter_problems of `views` (those with a filter), from a child process with a local Spark
+    (`sql_conf`: the `spark.sql.*` options the layers' sessions take); a check that cannot run is
+    one problem, saying why."""
+    filtered = [v for v in views if v.where is not None]
+    if not filtered:
+        return []
+    request = json.dumps(
+        {"views": [{"name": v.name, "shape": v.shape()} for v in filtered], "sql_conf": dict(sql_conf)}
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "definitions.view_filters"],
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return [f"the views' filters could not be checked: Spark took longer than {timeout_s:.0f} s"]
+    answer = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+    try:
+        problems = json.loads(answer[0]) if answer else None
+    except ValueError:
+        problems = None
+    if not isinstance(problems, list):
+        tail = " ".join(done.stderr.strip().splitlines()[-3:])[-500:]
+        return [f"the views' filters could not be checked (exit status {done.returncode}): {tail}"]
+    return [str(p) for p in problems]
+
+
+def declared_filter_problems(settings, registry: Iterable[View]) -> list[str]:
+    """check_filters of the declared views but the built-in ones, with the layers' `spark.sql.*` options."""
+    from definitions.views import BUILT_IN
+
+    sql_conf = {k: v for k, v in settings.spark.conf.items() if k.startswith("spark.sql.")}
+    return check_filters([v for v in registry if v not in BUILT_IN], sql_conf)
+
+
+def _main() -> int:
+    from pyspark.sql import SparkSession
+
+    request = json.loads(sys.stdin.read())
+    views = [View.from_shape(v["name"], v["shape"]) for v in request["views"]]
+    builder = (
+        SparkSession.builder.master("local[1]")
+        .appName("lambda-view-filters")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.shuffle.partitions", "1")
+    )
+    for key, value in {**request["sql_conf"], "spark.sql.session.timeZone": "UTC"}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        print(json.dumps(filter_problems(spark, views)))
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,66 @@
+"""definitions.view_filters, with the local Spark it starts: every filter a layer could not use, or
+would judge differently from the other layer, is named with its view and why; the usual ones pass."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from definitions.view_filters import check_filters, filter_problems
+from definitions.views import BUILT_IN, View
+
+REFUSED = {
+    "unparsed": ("url =", "Syntax error"),
+    "unknown_column": ("nosuch = 1", "nosuch"),
+    "dropped_column": ("reason IS NULL", "reason"),  # the master dataset's verdict: the speed layer has none
+    "not_a_test": ("url", "not a boolean"),
+    "aggregate": ("count(*) > 1", "count"),
+    "random": ("rand() < 0.5", "Rand is not deterministic"),
+    "clock": ("event_time > current_timestamp() - INTERVAL 1 DAY", "CurrentTimestamp depends on when"),
+    "today": ("to_date(event_time) = current_date()", "CurrentDate depends on when"),
+    "subquery": ("url IN (SELECT '/a')", "subquery"),
+    "cast_of_text": ("country = 1", "fails on some events instead of judging them \\(.*CAST_INVALID_INPUT"),
+    "division": ("10 / (schema_version - 2) > 1", "fails on some events .*DIVIDE_BY_ZERO"),
+    "reflection": ("reflect('java.lang.System', 'exit', 0) IS NULL", "not deterministic"),
+}
+ACCEPTED = [
+    "event_type = 'page_view'",
+    "try_cast(url AS INT) > 3",
+    "schema_version >= 2 AND country IN ('DE', 'FR')",
+    "lower(url) LIKE '/a%' OR url IS NULL",
+    "ingest_time > event_time",
+    "try_divide(10, schema_version - 2) > 1",
+]
+
+
+@pytest.fixture(scope="module")
+def checked():
+    views = [View(name, keys=("url",), aggregation="count", where=where) for name, (where, _) in REFUSED.items()]
+    views += [View(f"fine_{i}", keys=("url",), aggregation="count", where=w) for i, w in enumerate(ACCEPTED)]
+    views.append(View("unfiltered", keys=("url",), aggregation="count"))
+    return check_filters(views, {})
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_filter_the_layers_cannot_use_is_named_with_why(checked, name):
+    where, why = REFUSED[name]
+    found = [p for p in checked if p.startswith(f"view {name}: where {where!r}: ")]
+    assert len(found) == 1, checked
+    assert re.search(why, found[0]), found[0]
+
+
+def test_the_usual_filters_pass(checked):
+    assert not [p for p in checked if p.startswith(("view fine_", "view unfiltered"))], checked
+    assert len(checked) == len(REFUSED)
+
+
+def test_the_built_in_views_filters_pass(spark):
+    assert filter_problems(spark, BUILT_IN) == []
+
+
+def test_a_check_that_cannot_run_says_so(monkeypatch):
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    problems = check_filters([View("v", keys=("url",), aggregation="count", where="url = 'a'")], {})
+    assert problems == ["the views' filters could not be checked (exit status 1): "]
+    assert check_filters([View("v", keys=("url",), aggregation="count")], {}) == [], "no filter: no Spark"
