@@ -47,7 +47,7 @@ from stores.master_compacted import (
     write_compacted,
 )
 from stores.master_lease import LeaseHeld, compaction_lease
-from stores.master_live import read_live
+from stores.master_live import ForeignMasterFiles, read_live
 
 log = logging.getLogger("lambda.compaction")
 
@@ -160,6 +160,14 @@ def _compact(settings: Settings, spark, max_hours: int, still_leased: Callable[[
             "with the rest of the old master, or restore them together"
         )
     todo, through = plan(present, marker.through_ms if marker else None, sealed, max_hours)
+    gone = _listed_but_gone(settings, spark, present, marker.through_ms if marker else None, through)
+    if gone:
+        raise CompactionRefused(
+            f"the file sink's log lists files of the master dataset that are gone: {', '.join(gone[:5])}"
+            + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+            + "; every batch run fails naming them. Compacted past them, the master would go on without their "
+            "records, silently: restore them (nothing was compacted)"
+        )
     result = CompactionResult(marker.through_ms if marker else None)
     if marker is None and todo:
         # Before any hour moves in: a compacted hour without a marker fails every read (its originals may be gone).
@@ -185,6 +193,33 @@ def _compact(settings: Settings, spark, max_hours: int, still_leased: Callable[[
     return result
 
 
+def _listed_but_gone(
+    settings: Settings, spark, present: Mapping[int, str], start: int | None, through: int
+) -> list[str]:
+    """The files the file sink's log lists in the ingest hours from `start` (None: the first) to
+    `through` that the master does not hold (deleted by hand, their hour's folder too): a batch run
+    fails on them, and compaction moving its marker past them would leave them out of every read."""
+    from urllib.parse import urlparse
+
+    from stores.master import master_url, read_archived
+    from stores.master_compacted import hour_of_dir
+    from stores.webhdfs import WebHdfs
+
+    listed: dict[int, set[str]] = {}
+    for url in read_archived(spark, master_url(settings)).inputFiles():
+        path = urlparse(url).path
+        parts = path.rsplit("/", 3)
+        hour = hour_of_dir(parts[-3], parts[-2]) if len(parts) == 4 else None
+        if hour is not None and (start is None or hour >= start) and hour < through:
+            listed.setdefault(hour, set()).add(path)
+    gone = []
+    with WebHdfs(settings) as fs:
+        for hour, paths in sorted(listed.items()):
+            held = {f"{present[hour]}/{name}" for name in fs.list(present[hour])} if hour in present else set()
+            gone += sorted(paths - held)
+    return gone
+
+
 def _copy(
     settings: Settings, spark, hours: Mapping[int, str], marker: Compacted | None, still_leased: Callable[[], None]
 ) -> tuple[list[int], int, list[int]]:
@@ -200,7 +235,10 @@ def _copy(
         # Every hour holding a file the log does not list is read from its folder, however young the
         # file: which files the log may have forgotten is told by a clock, and on a host whose clock is
         # far behind the archiver's the copy, which every read takes once the marker passes, would lack them.
-        rows, from_folders = _committed(settings, spark, hours, any_age=True)
+        try:
+            rows, from_folders = _committed(settings, spark, hours, any_age=True)
+        except ForeignMasterFiles as exc:  # a file put there by hand: kept, with the hour's originals
+            raise CompactionRefused(f"{exc}; then run `lambdactl compact-master` again") from None
         expected = _counts(rows)
         if not expected:  # folders of files no committed batch names: nothing to copy
             return [], 0, []

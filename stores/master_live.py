@@ -121,7 +121,35 @@ def read_live(
         return logged, sorted(whole)
     url, root = master_url(settings), settings.archiver.master_path
     extra = read_archived(spark, *[f"{url}{p[len(root) :]}" for p in not_listed], base=url)
+    refuse_foreign(extra)
     return logged.unionByName(not_logged(extra, logged.where(in_hours(whole)))), sorted(whole)
+
+
+class ForeignMasterFiles(RuntimeError):
+    """Files of the master dataset the log does not list hold rows the archiver never writes."""
+
+
+def refuse_foreign(unlisted: DataFrame) -> None:
+    """Raise ForeignMasterFiles naming the files of `unlisted` holding a row without its Kafka
+    position, ingest time or event_id, or stamped in another ingest hour than its folder's: no
+    archiver batch, killed or not, writes one, so the file was put there by hand (a backfill copied
+    in). Read whole, its rows went into the master unvalidated (one per missing position: the rest
+    dropped), and compaction deleted the file with the hour's originals."""
+    from pyspark.sql import functions as F
+
+    foreign = F.lit(False)
+    for column in [*POSITION, "event_id"]:
+        foreign = foreign | F.col(column).isNull()
+    hour = F.floor(F.unix_seconds("ingest_time") / 3600)
+    foreign = foreign | (hour != F.unix_date("ingest_date") * 24 + F.col("ingest_hour"))
+    found = [r[0] for r in unlisted.where(foreign).select(F.col("_metadata.file_path")).distinct().limit(6).collect()]
+    if found:
+        named = ", ".join(sorted(found)[:5]) + (" and more" if len(found) > 5 else "")
+        raise ForeignMasterFiles(
+            f"the master dataset holds files the archiver did not write (rows without a Kafka position, ingest "
+            f"time or event_id, or of another ingest hour than their folder's): {named}. Move them out of the "
+            "master dataset; send their events through Kafka (the ingest API or a producer) instead"
+        )
 
 
 def not_logged(unlisted: DataFrame, logged: DataFrame) -> DataFrame:

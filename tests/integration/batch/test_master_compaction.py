@@ -17,7 +17,14 @@ from batch_layer.compaction import CompactionMismatch, CompactionRefused, compac
 from ingest.archiver import master_writer, with_ingest_partitions
 from stores import completeness, master_live
 from stores.master import master_url, read_archived, read_master
-from stores.master_compacted import HOUR_MS, CompactionMarkerMalformed, compacted_path, hour_dir, marker_path
+from stores.master_compacted import (
+    HOUR_MS,
+    CompactionMarkerMalformed,
+    compacted_path,
+    hour_dir,
+    marker_path,
+    read_compacted,
+)
 from stores.webhdfs import WebHdfs
 
 FILES = 4  # input files, one micro-batch each: every hour gets a file from each
@@ -287,3 +294,85 @@ def test_an_hour_read_from_its_folder_keeps_the_committed_copy_of_a_record_not_a
     assert done.compacted_hours == [first] and done.from_folders == [first] and done.rows == PER_HOUR, done
     read = read_master(spark, scratch).collect()
     assert sorted((r["event_id"], r["channel"]) for r in read) == sorted((r["event_id"], "app") for r in records)
+
+
+def test_a_file_copied_into_an_hour_by_hand_is_named_and_kept_not_compacted(settings, stack, spark, scratch, tmp_path):
+    """A backfill export copied into an hour's folder: compaction read the hour whole (a file the log
+    does not list) and took its rows unvalidated, all but one of them dropped (they had no Kafka
+    position, so they were one record to it), then deleted the file with the hour's originals. A
+    file whose rows have positions but another hour's ingest time is no archiver's either."""
+    scratch, root = scratch
+    first = (int(time.time() * 1000) // HOUR_MS - 2) * HOUR_MS
+    records = [
+        {"event_id": f"a-{i}", "url": "/a", "event_type": "page_view", "kafka_partition": 0, "kafka_offset": i}
+        | {"event_time": _iso_s(first + i * 1000), "ingest_time": _iso_s(first + i * 1000)}
+        for i in range(PER_HOUR)
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "part-0.json").write_text("\n".join(json.dumps(r) for r in records))
+    drain(spark, scratch, root, tmp_path / "in")
+    folder = f"{scratch.archiver.master_path}/{hour_dir(first)}"
+    before = rows(spark, scratch)
+    exports = {
+        "backfill": spark.createDataFrame(
+            [(f"b-{i}", "/b", "page_view") for i in range(10)], "event_id STRING, url STRING, event_type STRING"
+        ).selectExpr("*", f"timestamp_millis({first}) AS event_time"),
+        "other_hour": read_archived(spark, f"{settings.hdfs.url}{folder}", base=master_url(scratch)).selectExpr(
+            "* EXCEPT (ingest_date, ingest_hour, ingest_time)",
+            f"timestamp_millis({first + 3 * HOUR_MS}) AS ingest_time",
+        ),
+    }
+    with WebHdfs(settings) as fs:
+        for label, frame in exports.items():
+            frame.coalesce(1).write.parquet(f"{settings.hdfs.url}{root}/{label}")
+            (name,) = folder_files(fs, f"{root}/{label}")
+            data = fs.read(f"{root}/{label}/{name}")
+            assert data is not None
+            fs.write(f"{folder}/part-00000-{label}.c000.snappy.parquet", data)
+        present = sorted(folder_files(fs, folder))
+    complete_before(scratch, first + HOUR_MS, batch=0)
+
+    with pytest.raises(CompactionRefused) as refused:
+        compact_master(scratch, spark=spark)
+    for label in exports:
+        assert f"{folder}/part-00000-{label}.c000.snappy.parquet" in str(refused.value)
+    assert "did not write" in str(refused.value) and "through Kafka" in str(refused.value)
+    with WebHdfs(settings) as fs:
+        assert sorted(folder_files(fs, folder)) == present, "every file kept"
+        marker = read_compacted(fs, scratch)
+        assert marker is None or marker.through_ms == first, "nothing compacted"
+        for label in exports:
+            fs.delete(f"{folder}/part-00000-{label}.c000.snappy.parquet")
+    assert rows(spark, scratch) == before
+    done = compact_master(scratch, spark=spark)
+    assert done.compacted_hours == [first] and done.rows == PER_HOUR, done
+    assert rows(spark, scratch) == before
+
+
+def test_files_the_log_lists_that_were_deleted_are_named_and_nothing_is_compacted_past_them(
+    settings, stack, spark, scratch, tmp_path
+):
+    """Old hours pruned by hand before compaction reached them: batch runs failed naming a missing
+    file, as they should; compaction then began at the first folder still there, moved its marker
+    past the pruned hours, and every later read left their records out without a word."""
+    scratch, root = scratch
+    first = (int(time.time() * 1000) // HOUR_MS - 4) * HOUR_MS
+    archive(spark, scratch, root, tmp_path / "in", first, hours=3)
+    master = scratch.archiver.master_path
+    with WebHdfs(settings) as fs:
+        pruned = sorted(f"{master}/{hour_dir(first)}/{n}" for n in folder_files(fs, f"{master}/{hour_dir(first)}"))
+        assert len(pruned) == FILES
+        fs.delete(f"{master}/{hour_dir(first)}", recursive=True)  # the oldest hour, folder and all
+        one = sorted(folder_files(fs, f"{master}/{hour_dir(first + HOUR_MS)}"))[0]
+        fs.delete(f"{master}/{hour_dir(first + HOUR_MS)}/{one}")  # and one file of the next
+    complete_before(scratch, first + 3 * HOUR_MS)
+
+    with pytest.raises(CompactionRefused) as refused:
+        compact_master(scratch, spark=spark)
+    message = str(refused.value)
+    assert "lists files of the master dataset that are gone" in message and "restore them" in message
+    for path in [*pruned, f"{master}/{hour_dir(first + HOUR_MS)}/{one}"]:
+        assert path in message
+    with WebHdfs(settings) as fs:
+        assert fs.read(marker_path(scratch)) is None, "nothing compacted"
+        assert len(folder_files(fs, f"{master}/{hour_dir(first + 2 * HOUR_MS)}")) == FILES, "originals kept"
