@@ -332,6 +332,8 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult, still_l
     # An hour whose originals went already: its folder is back with records stamped into it since.
     result.mismatched = sorted(h for h in old if h < marker.deleted_before_ms)
     pending = sorted(h for h in old if h >= marker.deleted_before_ms)
+    with WebHdfs(settings) as fs:  # what is counted below: a folder holding anything else then is kept
+        counted = {h: _entries(fs, path) for h, path in old.items()}
     if pending:
         span = _between(pending[0], pending[-1])
         # Read from the folders, not through the log: every record any complete original holds must be in the copy.
@@ -342,9 +344,13 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult, still_l
     still_leased()
     with WebHdfs(settings) as fs:
         for hour, path in sorted(old.items()):
-            if hour not in result.mismatched:
-                fs.delete(path, recursive=True)
-                result.originals_deleted.append(path)
+            if hour in result.mismatched:
+                continue
+            if _entries(fs, path) != counted[hour]:  # a record stamped into it while it was counted
+                result.mismatched.append(hour)
+                continue
+            fs.delete(path, recursive=True)
+            result.originals_deleted.append(path)
         root = settings.archiver.master_path
         for day in {path.rsplit("/", 2)[1] for path in result.originals_deleted}:
             fs.delete_if_empty(f"{root}/{day}")  # the archiver may be opening the day's next hour in it
@@ -352,6 +358,11 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult, still_l
             write_compacted(fs, settings, Compacted(marker.through_ms, marker.compacted_ms, marker.through_ms))
     if result.mismatched:
         raise CompactionMismatch(result)
+
+
+def _entries(fs, path: str) -> set[tuple[str, int, int]]:
+    """A folder's entries as (name, modification time, size), to tell whether it changed."""
+    return set(fs.versions(path))
 
 
 def _iso(ms: int) -> str:

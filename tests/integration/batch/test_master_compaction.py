@@ -376,3 +376,35 @@ def test_files_the_log_lists_that_were_deleted_are_named_and_nothing_is_compacte
     with WebHdfs(settings) as fs:
         assert fs.read(marker_path(scratch)) is None, "nothing compacted"
         assert len(folder_files(fs, f"{master}/{hour_dir(first + 2 * HOUR_MS)}")) == FILES, "originals kept"
+
+
+def test_a_file_written_into_an_original_while_it_is_counted_keeps_the_folder(
+    settings, stack, spark, scratch, tmp_path, monkeypatch
+):
+    """The originals were listed and counted (a Spark job: minutes on a busy hour), then deleted whole:
+    a record stamped into the hour meanwhile (a broker's clock stepped back) went with them, never
+    copied; a moment earlier it made the run keep them (CompactionMismatch)."""
+    from batch_layer import compaction
+
+    scratch, root = scratch
+    first = (int(time.time() * 1000) // HOUR_MS - 3) * HOUR_MS
+    archive(spark, scratch, root, tmp_path / "in", first, hours=1)
+    folder = f"{scratch.archiver.master_path}/{hour_dir(first)}"
+    late = f"{folder}/part-00099-late.c000.snappy.parquet"
+    real_read_days = compaction.read_days
+
+    def read_days(session, path, days):
+        if path.endswith("/_compacted"):  # the copy's count, after the originals' (_drop_originals)
+            with WebHdfs(settings) as fs:
+                data = fs.read(f"{folder}/{folder_files(fs, folder)[0]}")
+                assert data is not None
+                fs.write(late, data)
+        return real_read_days(session, path, days)
+
+    monkeypatch.setattr(compaction, "read_days", read_days)
+    complete_before(scratch, first + HOUR_MS)
+    with pytest.raises(CompactionMismatch) as kept:
+        compact_master(scratch, spark=spark)
+    assert kept.value.result.mismatched == [first] and kept.value.result.originals_deleted == []
+    with WebHdfs(settings) as fs:
+        assert fs.read(late) is not None, "the late file is still there"
