@@ -135,7 +135,37 @@ def _decode(data: bytes) -> list[Gap]:
 
 
 def _gaps(doc: dict[str, Any]) -> list[Gap]:
-    return [Gap(**g) for g in doc["gaps"]]
+    """The gaps a record or an acceptance names (ValueError when it holds anything else: a number of
+    another type or beyond Kafka's offsets, a gap that ends before it starts)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("gaps"), list):
+        raise ValueError("no list of gaps")
+    out = []
+    for g in doc["gaps"]:
+        if not isinstance(g, dict) or set(g) != _GAP_KEYS or not isinstance(g["checkpoint"], str):
+            raise ValueError(f"not a gap: {g!r:.100}")
+        gap = Gap(g["checkpoint"], *(_offset(g[k], k) for k in ("partition", "first_lost", "first_kept")))
+        if gap.first_lost > gap.first_kept:
+            raise ValueError(f"a gap that ends before it starts: {g!r:.100}")
+        out.append(gap)
+    return out
+
+
+_GAP_KEYS = {"checkpoint", "partition", "first_lost", "first_kept"}
+
+
+def _offset(value: Any, name: str) -> int:
+    """A whole number within Kafka's offsets (and times in ms): not a bool, a float or a text."""
+    if type(value) is not int or not 0 <= value < 2**63:
+        raise ValueError(f"{name} is not a whole number of Kafka's range: {value!r:.40}")
+    return value
+
+
+def read_record(data: bytes) -> tuple[int, list[Gap]]:
+    """(recorded ms, gaps) of a loss record's bytes; ValueError when they are no such record."""
+    doc = json.loads(data)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return _offset(doc.get("recorded_ms"), "recorded_ms"), _gaps(doc)
 
 
 def accept(settings: Settings, job: str, found: list[Gap]) -> None:
@@ -164,8 +194,10 @@ def resume_check(settings: Settings, job: str) -> list[Gap]:
                 fs.delete(path)  # the job got past the gap (or nothing was lost): used up
             return []
         try:
-            accepted, accepted_ms = (_decode(raw), int(json.loads(raw)["accepted_ms"])) if raw is not None else ([], 0)
-        except (ValueError, KeyError, TypeError) as exc:
+            accepted, accepted_ms = (
+                (_decode(raw), _offset(json.loads(raw)["accepted_ms"], "accepted_ms")) if raw is not None else ([], 0)
+            )
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise DataLost(
                 f"the acceptance of lost records {path} cannot be read ({type(exc).__name__}: {str(exc)[:200]}): "
                 f"`lambdactl accept-loss {job}` writes it again"
@@ -211,9 +243,8 @@ def recorded_losses(
         for version in listed:
             if version not in known:
                 try:
-                    doc = json.loads(fs.read(version[0]) or b"{}")
-                    known[version] = (int(doc["recorded_ms"]), _gaps(doc))
-                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    known[version] = read_record(fs.read(version[0]) or b"{}")
+                except (ValueError, RecursionError) as exc:
                     log.warning("the loss record %s cannot be read: %s: %s", version[0], type(exc).__name__, exc)
                     continue  # read again next time: it may have been caught half-written
             read.append(known[version])

@@ -112,3 +112,59 @@ def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgot
     record("2.json", 2_500, 6)  # a start rewrote it while the acceptance stands
     assert kafka_gaps.recorded_losses(settings, "speed-layer", known) == ((2_500, 6),)
     assert reads == ["2.json"] and len(known) == 1
+
+
+def test_a_mistyped_loss_record_is_passed_over_and_the_others_still_flag_answers(monkeypatch):
+    """A record of the right shape with a number too large (`1e400`, read as infinity) or an offset
+    as text made every record unreadable: the API kept no loss at all, and answers missing records
+    Kafka deleted were served as complete."""
+    import json
+
+    import pytest
+
+    from definitions.settings import Settings
+    from stores import kafka_gaps
+
+    settings = Settings()
+    checkpoint = kafka_gaps.checkpoint_dirs(settings, "speed-layer")[0]
+    folder = f"{checkpoint}-losses"
+    good = {
+        "recorded_ms": 1_000,
+        "gaps": [{"checkpoint": checkpoint, "partition": 0, "first_lost": 0, "first_kept": 3}],
+    }
+    bad_gap = {"checkpoint": checkpoint, "partition": 0, "first_lost": 5, "first_kept": 9}
+    mistyped = {
+        "a.json": b'{"recorded_ms": 1e400, "gaps": []}',
+        "b.json": json.dumps({"recorded_ms": 2_000, "gaps": [{**bad_gap, "first_lost": "5"}]}).encode(),
+        "c.json": json.dumps({"recorded_ms": 2_000, "gaps": [{**bad_gap, "partition": True}]}).encode(),
+        "d.json": json.dumps({"recorded_ms": 2_000, "gaps": [{**bad_gap, "first_kept": 2}]}).encode(),
+        "e.json": json.dumps({"recorded_ms": 2_000, "gaps": [{**bad_gap, "extra": 1}]}).encode(),
+        "f.json": json.dumps({"recorded_ms": 2_000, "gaps": {"0": bad_gap}}).encode(),
+        "g.json": json.dumps({"recorded_ms": 2.5, "gaps": [bad_gap]}).encode(),
+        "h.json": json.dumps({"recorded_ms": 2_000, "gaps": [{**bad_gap, "first_kept": 2**70}]}).encode(),
+    }
+    files = {f"{folder}/{name}": data for name, data in mistyped.items()} | {
+        f"{folder}/z.json": json.dumps(good).encode()
+    }
+
+    class Hdfs:
+        def __init__(self, settings) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def versions(self, folder: str) -> list[tuple[str, int, int]]:
+            return sorted((p.rsplit("/", 1)[1], 1, len(d)) for p, d in files.items() if p.startswith(folder + "/"))
+
+        def read(self, path: str) -> bytes:
+            return files[path]
+
+    monkeypatch.setattr(kafka_gaps, "WebHdfs", Hdfs)
+    assert kafka_gaps.recorded_losses(settings, "speed-layer", {}) == ((1_000, 3),)
+    for data in mistyped.values():
+        with pytest.raises(ValueError):
+            kafka_gaps.read_record(data)
