@@ -101,10 +101,13 @@ def code_archive(settings: Settings) -> Path:
                 archive.writestr(zipfile.ZipInfo(str(path.relative_to(root)), (1980, 1, 1, 0, 0, 0)), path.read_bytes())
     data = buffer.getvalue()
     target = settings.state_dir / "run" / "spark" / f"lambda-jobs-{hashlib.sha256(data).hexdigest()[:12]}.zip"
-    if not target.exists():
+    if not (target.exists() and target.read_bytes() == data):  # one cut short (a power cut) is written again
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_bytes(data)
+        with open(partial, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
         partial.replace(target)
     return target
 

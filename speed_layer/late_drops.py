@@ -94,8 +94,8 @@ def record_pending_late_drops(settings: Settings) -> None:
     try:
         below_ms, rows = int(kept[0]), int(kept[1])
         record_id = str(kept[2]) if len(kept) > 2 and kept[2] is not None else None  # none: an older file's
-    except (TypeError, ValueError, IndexError, KeyError):
-        return  # None: nothing pending
+    except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+        return  # None: nothing pending; or a number beyond range, no record of this job's
     if rows > 0:
         checkpoints.record_late_drops(settings, below_ms, rows, record_id=record_id)
         log.warning("recorded %d rows the last run dropped as late but could not record before it stopped", rows)

@@ -172,7 +172,7 @@ def read_marker(settings: Settings) -> Marker | None:
         )
     except MarkerUnreadable:
         raise
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError) as exc:
         raise MarkerUnreadable(
             f"the speed layer's checkpoint marker {marker_path(settings)} is not a marker "
             f"({type(exc).__name__}: {str(exc)[:100]}); it holds {len(data)} bytes"
@@ -275,7 +275,7 @@ def record_late_drops(settings: Settings, below_ms: int, rows: int, record_id: s
             doc = json.loads(data) if data is not None else {}
             kept = (int(doc["below_ms"]), int(doc["rows"])) if doc else (0, 0)
             ids = {str(k): int(v) for k, v in (doc.get("ids") or {}).items()}
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
             kept, ids = (0, 0), {}  # not a record: started again from this one
         counted = ids.get(record_id, 0) if record_id is not None else 0
         if record_id is not None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from definitions.files import replace_text
 from definitions.settings import Settings
 
 if TYPE_CHECKING:
@@ -259,9 +260,7 @@ class ProgressFile:
         self.state["updated_ms"] = int(time.time() * 1000)
         text = json.dumps(self.state, indent=1, default=str)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(self.path)
+        replace_text(self.path, text)  # on disk before it replaces the last: it holds drops not recorded yet
         self.unpublished = self.unpublished or changed
         since_s = time.monotonic() - self.published_at
         due = (self.unpublished and since_s >= self.publish_every_s) or since_s >= self.keepalive_s

@@ -62,6 +62,8 @@ def test_the_code_archive_holds_the_job_packages_and_is_named_by_its_content(jar
     assert {name.split("/")[0] for name in names} == set(JOB_PACKAGES)
     assert "speed_layer/job.py" in names and "stores/realtime.py" in names and "definitions/spark.py" in names
     assert not any(name.startswith(("api/", "tests/", "infra/")) for name in names)
+    first.write_bytes(b"")  # a power cut after the rename, before the data reached the disk
+    assert code_archive(settings) == first and zipfile.ZipFile(first).namelist() == names, "written again"
 
 
 def test_a_batch_run_has_its_own_driver_heap_and_collector(jars, tmp_path):

@@ -226,3 +226,56 @@ def test_a_record_made_again_with_more_rows_adds_only_those_and_one_without_an_i
     checkpoints.record_late_drops(settings, 1_500, 2)  # an older progress file's pending rows: no id
     checkpoints.record_late_drops(settings, 2_000, 8, record_id="x")
     assert checkpoints.read_late_drops(settings) == (2_000, 10)
+
+
+def test_a_pending_record_holding_a_number_beyond_range_is_passed_over_not_a_failure_at_every_start(
+    tmp_path, monkeypatch
+):
+    """`1e400` in the progress file's pending drops raised OverflowError before Spark started, at every
+    start: the speed layer was kept down until the file was edited by hand."""
+    import json
+
+    from speed_layer.late_drops import PENDING
+    from stores import checkpoints
+    from stores.progress import progress_path
+
+    settings = Settings(state_dir=tmp_path)
+    path = progress_path(settings, "speed-layer")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({PENDING: [float("inf"), 4, "id"]}).replace("Infinity", "1e400"))
+    recorded = []
+    monkeypatch.setattr(checkpoints, "record_late_drops", lambda *a, **k: recorded.append(a))
+    record_pending_late_drops(settings)
+    assert recorded == []
+
+
+def test_a_late_drops_record_holding_a_number_beyond_range_is_started_again(monkeypatch):
+    """Every recording failed on it (OverflowError), the drops stayed pending for good, and answers
+    missing those rows were served as complete."""
+    import json
+
+    from stores import checkpoints, webhdfs
+
+    written = {}
+
+    class Hdfs:
+        def __init__(self, *_a, **_k) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def read(self, path, max_bytes=None):
+            return written.get(path, b'{"below_ms": 1e400, "rows": 3, "ids": {}}')
+
+        def write_whole(self, path, data):
+            written[path] = data
+
+    monkeypatch.setattr(webhdfs, "WebHdfs", Hdfs)
+    settings = Settings()
+    checkpoints.record_late_drops(settings, 1_000, 4, record_id="a")
+    assert json.loads(written[checkpoints.late_drops_path(settings)])["below_ms"] == 1_000
+    assert checkpoints.read_late_drops(settings) == (1_000, 4)

@@ -191,6 +191,10 @@ class MarkerFile:
         (b'{"format": "1", "ingest_bucket_s": 60}', "later release"),
         (b'{"ingest_bucket_s": 60, "started_ms": "yesterday"}', "not a marker"),
         (b'{"ingest_bucket_s": 60, "started_ms": true}', "not a marker"),
+        # A number beyond a float's range is read as infinity: a traceback at every start, and
+        # `reset-speed`, the way out, blamed the stores.
+        (b'{"ingest_bucket_s": 1e400}', "not a marker"),
+        (b'{"ingest_bucket_s": 60, "views": {"page_views": 1e400}}', "not a marker"),
     ],
 )
 def test_a_marker_this_release_cannot_read_whole_stops_the_speed_layer_naming_it(monkeypatch, data, says):
