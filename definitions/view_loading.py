@@ -58,15 +58,31 @@ def load_views(settings, reload: bool = False) -> Registry:
     return Registry(tuple(views))
 
 
+# The platform's own packages: never read again, whatever folder views.paths names (the project's
+# own: a second definitions.views would make every view an instance of another class).
+PLATFORM_PACKAGES = frozenset(
+    ("definitions", "infra", "lambdactl", "ingest", "batch_layer", "speed_layer", "serving_layer", "api", "stores")
+    + ("reports", "dags", "tests", "bench")
+)
+
+
 def _imported_from(folders) -> list[str]:
-    """The names of the modules in sys.modules whose file lies in one of `folders`."""
+    """The names of the modules in sys.modules imported from one of `folders`: found through it, the
+    nearest folder of sys.path holding their file (not an installed package beneath it, such as a
+    virtualenv's), and none of the platform's own."""
     import sys
     from pathlib import Path
 
-    roots = [Path(folder).resolve() for folder in folders]
+    roots = {Path(folder).resolve() for folder in folders}
+    entries = sorted({Path(p).resolve() for p in sys.path if p}, key=lambda p: len(p.parts), reverse=True)
     found = []
     for name, module in list(sys.modules.items()):
+        if name.split(".", 1)[0] in PLATFORM_PACKAGES:
+            continue
         file = getattr(module, "__file__", None)
-        if isinstance(file, str) and any(Path(file).resolve().is_relative_to(root) for root in roots):
+        if not isinstance(file, str):
+            continue
+        path = Path(file).resolve()
+        if next((e for e in entries if path.is_relative_to(e)), None) in roots:
             found.append(name)
     return found

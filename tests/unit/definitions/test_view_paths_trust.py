@@ -204,3 +204,19 @@ def test_a_reload_reads_again_every_module_of_a_view_package(tmp_path):
             sys.modules.pop(name)
         if str(folder) in sys.path:
             sys.path.remove(str(folder))
+
+
+def test_a_reload_never_reads_the_platforms_own_modules_again(tmp_path):
+    """views.paths naming the project's folder: every module of the platform lies in it (and its
+    virtualenv's, installed beneath it), and a reload that read them again made a second
+    definitions.views, whose View no declaration is an instance of."""
+    import definitions.views
+
+    project = Path(definitions.views.__file__).resolve().parent.parent
+    settings = Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": [str(project)]})
+    before = sys.modules["definitions.views"], sys.modules["_pytest.fixtures"]  # the latter: under .venv there
+    try:
+        assert len(list(load_views(settings, reload=True))) == 5
+        assert (sys.modules["definitions.views"], sys.modules["_pytest.fixtures"]) == before
+    finally:  # takes the folder off sys.path only if this load put it there
+        load_views(Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": []}))
