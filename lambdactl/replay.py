@@ -46,6 +46,7 @@ from lambdactl.replay_rules import (
     settled_split,
     split_after,
     taken_over,
+    topic_refusal,
 )
 from lambdactl.replay_switch import SwitchUnfinished, delete_replaced, switched_to
 from stores.replays import ReplayMarked
@@ -144,6 +145,18 @@ def _left(settings: Settings, view: str) -> str:
     )
 
 
+def _speed_position(settings: Settings) -> tuple[dict[int, int] | None, bool]:
+    """(the speed layer's committed offsets of `events`, or None; whether it committed at all)."""
+    from definitions import jobs
+    from stores.kafka_gaps import checkpoint_dirs, committed_position
+    from stores.webhdfs import WebHdfs
+
+    checkpoint = checkpoint_dirs(settings, jobs.SPEED_LAYER)[0]
+    with WebHdfs(settings) as fs:
+        position = committed_position(fs, checkpoint, settings.kafka.events_topic)
+        return position, position is not None or any(n.isdigit() for n in fs.list(f"{checkpoint}/commits"))
+
+
 def _plan(settings: Settings, args: argparse.Namespace):
     from definitions.view_versions import unresolved_message
     from stores.checkpoints import read_marker
@@ -232,7 +245,11 @@ def _plan(settings: Settings, args: argparse.Namespace):
     # rows below it, and Kafka's retention may no longer hold those records).
     floor = entry.cutoff_ms // (marker.ingest_bucket_s * 1000) * marker.ingest_bucket_s * 1000 if entry else 0
     start = min([from_ms] + [max(m.from_ms, floor) for m in (held, answering) if m is not None])
-    lost = lost_since(spans_from(settings, start), start)
+    spans = spans_from(settings, start)
+    refusal = topic_refusal(settings.kafka.events_topic, spans, *_speed_position(settings))
+    if refusal:
+        raise Refused(refusal)
+    lost = lost_since(spans, start)
     if lost:
         if start == from_ms:
             later = "Replay from a later --from"

@@ -219,3 +219,34 @@ def taken_over(replaced: Iterable) -> tuple[int, ...]:
     claim had taken over, at most MAX_REPLACED of them."""
     chains = [(m.started_ms, *m.replaces) for m in replaced if not m.switched]
     return tuple(chains[0][:MAX_REPLACED]) if chains else ()
+
+
+def topic_refusal(topic: str, spans: list, position: dict[int, int] | None, committed: bool) -> str | None:
+    """Why a replay cannot read `topic` as the speed layer does (None: it can): `spans` what it holds
+    (stores.kafka.PartitionSpan, one per partition); `position` the speed layer's committed offset
+    per partition of it, None when its checkpoint holds none (`committed`: it has committed
+    micro-batches all the same, so it reads another topic). A replay of a topic that is not there,
+    another one, or one deleted and made again reads nothing or only its new records, and switches
+    the view to those rows as if they were all."""
+    if not spans:
+        return f"topic {topic} has no partitions (no such topic): check kafka.events_topic and the brokers"
+    if position is None:
+        if committed:
+            return (
+                f"the speed layer's checkpoint reads no topic {topic}: this command's kafka.events_topic is not "
+                "the platform's (an environment variable or a lambda.toml here?)"
+            )
+        return None
+    held = {span.partition for span in spans}
+    if held != set(position):
+        return (
+            f"topic {topic} has partitions {sorted(held)}, the speed layer reads {sorted(position)}: "
+            "another topic, or one made again"
+        )
+    behind = [span.partition for span in spans if span.end < position[span.partition]]
+    if behind:
+        return (
+            f"topic {topic} ends before where the speed layer has read in partition(s) {behind}: the topic was "
+            "deleted and made again (its old records are gone); replay from a batch run instead"
+        )
+    return None

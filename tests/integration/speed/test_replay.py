@@ -358,6 +358,12 @@ def test_replay_refuses_what_it_cannot_do_exactly(settings, stack):
     # --resume with no claim to take over started a fresh replay, overwriting any claim made meanwhile.
     nothing = lambdactl(settings, "replay", "--view", "page_views", "--resume")
     assert nothing.returncode == 2 and "nothing to resume" in nothing.stderr, nothing.stderr[-2000:]
+    # A shell naming another topic: the replay read nothing and switched the view to no rows.
+    elsewhere = lambdactl(
+        settings, "replay", "--view", "page_views", extra_env={"LAMBDA_KAFKA__EVENTS_TOPIC": "events-elsewhere"}
+    )
+    assert elsewhere.returncode == 2, elsewhere.stderr[-2000:]
+    assert "topic events-elsewhere has no partitions" in elsewhere.stderr, elsewhere.stderr[-2000:]
     assert read_marks(settings) == {}, "a refused replay marks nothing"
 
 

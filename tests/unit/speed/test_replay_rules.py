@@ -1025,3 +1025,21 @@ def test_the_split_moves_on_at_most_ten_minutes_then_the_replay_stops_naming_the
     with pytest.raises(SystemExit, match=r"more than 10800 s ahead"):
         settled_split(always_early, 3_600_000, {0: 100}, 3_600_000, "page_views")
     assert len(asked) == 4, "at least three buckets"
+
+
+def test_a_topic_the_speed_layer_does_not_read_as_it_is_refused():
+    """A replay with another kafka.events_topic (a variable in the operator's shell), or of a topic not
+    there or made again, read nothing or only new records, and switched the view to those rows: every
+    realtime count since the cutoff gone from answers served as exact."""
+    from lambdactl.replay_rules import topic_refusal
+    from stores.kafka import PartitionSpan
+
+    spans = [PartitionSpan(p, 10, 100, 0, 1) for p in (0, 1)]
+    assert topic_refusal("events", spans, {0: 90, 1: 100}, True) is None
+    assert topic_refusal("events", spans, None, False) is None, "the speed layer has not committed yet"
+    assert "no partitions (no such topic)" in (topic_refusal("evnets", [], None, False) or "")
+    assert "reads no topic evnets" in (topic_refusal("evnets", spans, None, True) or "")
+    assert "partitions [0, 1], the speed layer reads [0, 1, 2]" in (
+        topic_refusal("events", spans, {0: 1, 1: 1, 2: 1}, True) or ""
+    )
+    assert "deleted and made again" in (topic_refusal("events", spans, {0: 90, 1: 101}, True) or "")
