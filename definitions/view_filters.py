@@ -14,6 +14,7 @@ driver options once, and the process asking goes on to run the views' batch with
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,18 +32,21 @@ _SUBQUERIES = {"ListQuery", "ScalarSubquery", "Exists", "LateralSubquery", "InSu
 CHECK_TIMEOUT_S = 300
 
 
-def _probe_values(field: Field) -> list[str]:
+def probe_times(min_event_time_s: int, max_future_s: int, now_ms: int) -> dict[str, list[int]]:
+    """The times (epoch ms) probe events hold: what validation lets an event time be (events.min_event_time_s
+    to now + events.max_future_s), and an ingest time (the brokers' clock: now, or long ago)."""
+    first = min_event_time_s * 1000
+    return {"event_time": [first, now_ms, now_ms + max_future_s * 1000], "ingest_time": [first, now_ms]}
+
+
+def _probe_values(field: Field, times: Mapping[str, list[int]]) -> list[str]:
     """SQL literals of values the contract lets `field` hold in an event: the ones a filter is most
     likely to fail on (a non-numeric text, the longest text, each choice, a missing value)."""
     missing = [] if field.required else ["NULL"]
-    if field.kind == "int":  # schema_version: stored as sent, 1 when absent
-        return [*missing, *(str(v) for v in range(1, SCHEMA_VERSION + 1))]
+    if field.kind == "int":  # schema_version: validation makes an absent one 1
+        return [str(v) for v in range(1, SCHEMA_VERSION + 1)]
     if field.kind == "timestamp":
-        return [
-            "TIMESTAMP'1970-01-01 00:00:00'",
-            "TIMESTAMP'2001-02-03 04:05:06.789'",
-            "TIMESTAMP'2099-12-31 23:59:59'",
-        ]
+        return [f"timestamp_millis({ms})" for ms in times[field.name]]
     if field.choices:
         return [*missing, *(f"'{c}'" for c in field.choices)]
     if field.pattern is not None:  # country: two capitals
@@ -54,14 +58,14 @@ def _probe_values(field: Field) -> list[str]:
     return [*missing, *(f"'{t}'" for t in texts), f"'{start}' || repeat('x', {field.max_len - len(start)})"]
 
 
-def probe_events(spark: SparkSession) -> DataFrame:
+def probe_events(spark: SparkSession, times: Mapping[str, list[int]]) -> DataFrame:
     """Events holding, column by column, each of its probe values: not every combination, each value
     in one event at least."""
     from pyspark.sql import functions as F
 
     # The columns a filter sees in both layers: the master dataset and the speed layer's events hold these.
-    probes = {f.name: (_probe_values(f), SPARK_TYPES[f.kind]) for f in FIELDS}
-    probes["ingest_time"] = probes["event_time"]
+    probes = {f.name: (_probe_values(f, times), SPARK_TYPES[f.kind]) for f in FIELDS}
+    probes["ingest_time"] = ([f"timestamp_millis({ms})" for ms in times["ingest_time"]], "TIMESTAMP")
     rows = max(len(values) for values, _ in probes.values())
     picks = []
     for name, (values, kind) in probes.items():
@@ -70,12 +74,13 @@ def probe_events(spark: SparkSession) -> DataFrame:
     return spark.range(rows, numPartitions=1).select(*picks)
 
 
-def filter_problems(spark: SparkSession, views: Iterable[View]) -> list[str]:
-    """What is wrong with each view's filter, one line naming the view each (empty: every one is fine)."""
-    probes = probe_events(spark)
+def filter_problems(spark: SparkSession, views: Iterable[View], times: Mapping[str, list[int]]) -> list[str]:
+    """What is wrong with each view's filter, one line naming the view each (empty: every one is fine);
+    `times`: probe_times."""
+    probes = probe_events(spark, times)
     problems = []
     for view in views:
-        if view.where is None:
+        if not view.where:
             continue
         problem = _problem(probes, view.where)
         if problem is not None:
@@ -88,7 +93,10 @@ def _problem(probes: DataFrame, where: str) -> str | None:
         filtered = probes.where(where)
     except Exception as exc:  # noqa: BLE001 - Spark's parse and analysis errors: the message says what
         return _first_line(exc)
-    condition = filtered._jdf.queryExecution().analyzed().condition()
+    plan = filtered._jdf.queryExecution().analyzed()
+    if plan.getClass().getSimpleName() != "Filter":  # Spark reached below the events for a column
+        return "names a column the layers do not give a filter (the contract's fields and ingest_time)"
+    condition = plan.condition()
     for node in _nodes(condition):
         name = node.getClass().getSimpleName()
         if name in _SUBQUERIES:
@@ -120,16 +128,23 @@ def _first_line(exc: Exception) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
-def check_filters(views: Sequence[View], sql_conf: Mapping[str, str], timeout_s: float = CHECK_TIMEOUT_S) -> list[str]:
+def check_filters(
+    views: Sequence[View],
+    sql_conf: Mapping[str, str],
+    times: Mapping[str, list[int]],
+    java_home: str = "",
+    timeout_s: float = CHECK_TIMEOUT_S,
+) -> list[str]:
     """filter_problems of `views` (those with a filter), from a child process with a local Spark
-    (`sql_conf`: the `spark.sql.*` options the layers' sessions take); a check that cannot run is
-    one problem, saying why."""
-    filtered = [v for v in views if v.where is not None]
+    (`sql_conf`: the `spark.sql.*` options the layers' sessions take; `java_home`: the JDK it runs
+    on, else JAVA_HOME or PATH's); a check that cannot run is one problem, saying why."""
+    filtered = [v for v in views if v.where]
     if not filtered:
         return []
     request = json.dumps(
-        {"views": [{"name": v.name, "shape": v.shape()} for v in filtered], "sql_conf": dict(sql_conf)}
+        {"views": [{"name": v.name, "shape": v.shape()} for v in filtered], "sql_conf": dict(sql_conf), "times": times}
     )
+    env = {**os.environ, **({"JAVA_HOME": java_home} if java_home else {})}
     try:
         done = subprocess.run(
             [sys.executable, "-m", "definitions.view_filters"],
@@ -137,6 +152,7 @@ def check_filters(views: Sequence[View], sql_conf: Mapping[str, str], timeout_s:
             capture_output=True,
             text=True,
             timeout=timeout_s,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return [f"the views' filters could not be checked: Spark took longer than {timeout_s:.0f} s"]
@@ -151,12 +167,21 @@ def check_filters(views: Sequence[View], sql_conf: Mapping[str, str], timeout_s:
     return [str(p) for p in problems]
 
 
-def declared_filter_problems(settings, registry: Iterable[View]) -> list[str]:
-    """check_filters of the declared views but the built-in ones, with the layers' `spark.sql.*` options."""
+# Options of spark.conf that change how Spark judges an expression (others, such as extensions or
+# catalogs, need jars or services the check's own Spark does not have).
+_SEMANTIC_OPTIONS = ("spark.sql.ansi.", "spark.sql.legacy.", "spark.sql.caseSensitive", "spark.sql.timestampType")
+
+
+def declared_filter_problems(settings, registry: Iterable[View], java_home: str = "") -> list[str]:
+    """check_filters of the declared views but the built-in ones, with the layers' options that change
+    how an expression is judged, and the times validation lets an event hold now."""
+    import time
+
     from definitions.views import BUILT_IN
 
-    sql_conf = {k: v for k, v in settings.spark.conf.items() if k.startswith("spark.sql.")}
-    return check_filters([v for v in registry if v not in BUILT_IN], sql_conf)
+    sql_conf = {k: v for k, v in settings.spark.conf.items() if k.startswith(_SEMANTIC_OPTIONS)}
+    times = probe_times(settings.events.min_event_time_s, settings.events.max_future_s, int(time.time() * 1000))
+    return check_filters([v for v in registry if v not in BUILT_IN], sql_conf, times, java_home)
 
 
 def _main() -> int:
@@ -176,7 +201,7 @@ def _main() -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        print(json.dumps(filter_problems(spark, views)))
+        print(json.dumps(filter_problems(spark, views, request["times"])))
     finally:
         spark.stop()
     return 0

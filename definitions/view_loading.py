@@ -77,7 +77,7 @@ def _imported_from(folders) -> list[str]:
     entries = sorted({Path(p).resolve() for p in sys.path if p}, key=lambda p: len(p.parts), reverse=True)
     found = []
     for name, module in list(sys.modules.items()):
-        if name.split(".", 1)[0] in PLATFORM_PACKAGES:
+        if name.startswith("__") or name.split(".", 1)[0] in PLATFORM_PACKAGES:  # __main__: the process's own
             continue
         file = getattr(module, "__file__", None)
         if not isinstance(file, str):

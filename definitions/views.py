@@ -230,12 +230,12 @@ class View:
 
 def _check_choices(view: View) -> None:
     """The aggregation and layout are among their values (a type checker's Literal is not checked at
-    run time), and a filter is text: the layers each read them their own way."""
+    run time), and a filter is text (empty: none, as None): the layers each read them their own way."""
     for name, choices in (("aggregation", AGGREGATIONS), ("layout", LAYOUTS)):
         value = getattr(view, name)
         if not isinstance(value, str) or value not in choices:
             raise ValueError(f"view {view.name}: {name} must be one of {list(choices)}, got {value!r:.100}")
-    if view.where is not None and not (isinstance(view.where, str) and view.where.strip()):
+    if view.where is not None and not (isinstance(view.where, str) and (view.where.strip() or not view.where)):
         raise ValueError(f"view {view.name}: where must be a Spark SQL predicate or None, got {view.where!r:.100}")
 
 

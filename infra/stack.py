@@ -154,7 +154,9 @@ class Stack:
                 registry = load_views(self.settings)
             except (ValueError, ImportError) as exc:
                 raise StackError("settings", f"the declared views cannot be loaded: {exc}") from None
-            problems = declared_filter_problems(self.settings, registry)  # a module edited since it was applied
+            # A module edited since it was applied; checked on the JDK the stack runs on.
+            java = str(find_java(self.settings.stack.java_home).home) if any(v.where for v in registry) else ""
+            problems = declared_filter_problems(self.settings, registry, java)
             if problems:
                 raise StackError("settings", f"a view's filter cannot be used: {'; '.join(problems)}")
         for setting, path in code_places(self.settings):

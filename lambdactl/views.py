@@ -140,7 +140,7 @@ def _apply(settings: Settings, args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - a module's own code runs at import: any error refuses the set
         log.error("the declared views cannot be loaded: %s: %s", type(exc).__name__, str(exc)[:500])
         return 2
-    problems = declared_filter_problems(settings, registry)
+    problems = declared_filter_problems(settings, registry, settings.stack.java_home)
     if problems:  # Spark would meet them only in the layers' queries: every view's speed layer and batch stopped
         log.error("refused, nothing changed: a view's filter cannot be used: %s", "; ".join(problems))
         return 2

@@ -408,3 +408,31 @@ def test_a_file_written_into_an_original_while_it_is_counted_keeps_the_folder(
     assert kept.value.result.mismatched == [first] and kept.value.result.originals_deleted == []
     with WebHdfs(settings) as fs:
         assert fs.read(late) is not None, "the late file is still there"
+
+
+def test_a_file_copied_in_by_hand_after_its_hour_was_compacted_keeps_the_originals(
+    settings, stack, spark, scratch, tmp_path, monkeypatch
+):
+    """The originals are read from their folders before they go: a foreign file there (copied in
+    after the hour was compacted, its originals kept for a batch run) failed the run as a fault of
+    the stack's. The hour's originals are kept and named, as for any record the copy lacks."""
+    from batch_layer import compaction
+    from stores.master_live import ForeignMasterFiles
+
+    scratch, root = scratch
+    first = (int(time.time() * 1000) // HOUR_MS - 3) * HOUR_MS
+    archive(spark, scratch, root, tmp_path / "in", first, hours=1)
+    real = compaction._committed
+
+    def committed(settings_, spark_, hours, every=False, any_age=False):
+        if every:  # the originals' count, after the copy
+            raise ForeignMasterFiles("the master dataset holds files the archiver did not write: /x/part-1.parquet")
+        return real(settings_, spark_, hours, every, any_age)
+
+    monkeypatch.setattr(compaction, "_committed", committed)
+    complete_before(scratch, first + HOUR_MS)
+    with pytest.raises(CompactionMismatch) as kept:
+        compact_master(scratch, spark=spark)
+    assert kept.value.result.mismatched == [first] and kept.value.result.originals_deleted == []
+    with WebHdfs(settings) as fs:
+        assert len(folder_files(fs, f"{scratch.archiver.master_path}/{hour_dir(first)}")) == FILES

@@ -31,7 +31,7 @@ def test_a_layout_not_among_the_two_is_refused(layout):
         View("odd", keys=("url",), aggregation="count", layout=layout)
 
 
-@pytest.mark.parametrize("where", ["", "   ", 3, b"url = 'a'"])
+@pytest.mark.parametrize("where", ["   ", "\n", 3, b"url = 'a'"])
 def test_a_filter_that_is_no_text_or_blank_is_refused(where):
     with pytest.raises(ValueError, match=r"view odd: where must be a Spark SQL predicate or None"):
         View("odd", keys=("url",), aggregation="count", where=where)
@@ -48,3 +48,4 @@ def test_a_text_where_a_tuple_of_names_is_expected_is_refused(field):
 def test_the_declarations_that_stay_accepted():
     assert View("ok", keys=["url"], aggregation="count", granularities=["day", "hour"]).keys == ("url",)
     assert View("ok", keys=("url",), aggregation="count", where=" event_type = 'click' ").where
+    assert View("ok", keys=("url",), aggregation="count", where="").where == "", "no filter, as it always was"

@@ -220,3 +220,22 @@ def test_a_reload_never_reads_the_platforms_own_modules_again(tmp_path):
         assert (sys.modules["definitions.views"], sys.modules["_pytest.fixtures"]) == before
     finally:  # takes the folder off sys.path only if this load put it there
         load_views(Settings(state_dir=tmp_path / "state", views={"modules": [], "paths": []}))
+
+
+def test_a_reload_never_reads_the_process_main_module_again(tmp_path, monkeypatch):
+    """The API runs as `python -m api.server`: with views.paths holding its folder, its __main__ was
+    taken for a view module and dropped from sys.modules."""
+    import types
+
+    from definitions.view_loading import _imported_from
+
+    folder = tmp_path / "views"
+    folder.mkdir()
+    main = types.ModuleType("__main__")
+    main.__file__ = str(folder / "server.py")
+    helper = types.ModuleType("views_helper_mod")
+    helper.__file__ = str(folder / "views_helper_mod.py")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setitem(sys.modules, "views_helper_mod", helper)
+    monkeypatch.syspath_prepend(str(folder))
+    assert _imported_from([folder]) == ["views_helper_mod"]

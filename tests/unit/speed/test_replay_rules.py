@@ -1043,3 +1043,4 @@ def test_a_topic_the_speed_layer_does_not_read_as_it_is_refused():
         topic_refusal("events", spans, {0: 1, 1: 1, 2: 1}, True) or ""
     )
     assert "deleted and made again" in (topic_refusal("events", spans, {0: 90, 1: 101}, True) or "")
+    assert topic_refusal("events", spans, {0: 90}, True) is None, "a partition added since its last commit"
