@@ -15,6 +15,32 @@ def gap(partition: int, first_lost: int, first_kept: int, checkpoint: str = "/c/
     return Gap(checkpoint, partition, first_lost, first_kept)
 
 
+def hdfs_of(files: dict[str, bytes], written: dict[str, int], reads: list[str]):
+    """A WebHdfs stand-in over `files` (path → bytes; `written`: path → modification time), each read's
+    file name appended to `reads`."""
+
+    class Hdfs:
+        def __init__(self, settings) -> None:
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            return None
+
+        def versions(self, folder: str) -> list[tuple[str, int, int]]:
+            return sorted(
+                (p.rsplit("/", 1)[1], written[p], len(data)) for p, data in files.items() if p.startswith(folder + "/")
+            )
+
+        def read(self, path: str) -> bytes:
+            reads.append(path.rsplit("/", 1)[1])
+            return files[path]
+
+    return Hdfs
+
+
 def test_a_gap_accepted_again_after_more_was_deleted_counts_only_what_is_new():
     first = [gap(0, 4, 7), gap(0, 4, 7, "/c/dlq")]  # both queries of the archiver: the same 3
     second = [gap(0, 4, 9), gap(0, 4, 9, "/c/dlq"), gap(1, 0, 5)]
@@ -61,24 +87,7 @@ def test_loss_records_read_before_are_not_read_again_and_deleted_ones_are_forgot
     written: dict[str, int] = {}  # path → its modification time
     reads: list[str] = []
 
-    class Hdfs:
-        def __init__(self, settings) -> None:
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc) -> None:
-            return None
-
-        def versions(self, folder: str) -> list[tuple[str, int, int]]:
-            return sorted(
-                (p.rsplit("/", 1)[1], written[p], len(data)) for p, data in files.items() if p.startswith(folder + "/")
-            )
-
-        def read(self, path: str) -> bytes:
-            reads.append(path.rsplit("/", 1)[1])
-            return files[path]
+    Hdfs = hdfs_of(files, written, reads)
 
     def record(name: str, recorded_ms: int, lost: int) -> None:
         doc = {
@@ -147,21 +156,7 @@ def test_a_mistyped_loss_record_is_passed_over_and_the_others_still_flag_answers
         f"{folder}/z.json": json.dumps(good).encode()
     }
 
-    class Hdfs:
-        def __init__(self, settings) -> None:
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc) -> None:
-            return None
-
-        def versions(self, folder: str) -> list[tuple[str, int, int]]:
-            return sorted((p.rsplit("/", 1)[1], 1, len(d)) for p, d in files.items() if p.startswith(folder + "/"))
-
-        def read(self, path: str) -> bytes:
-            return files[path]
+    Hdfs = hdfs_of(files, dict.fromkeys(files, 1), [])
 
     monkeypatch.setattr(kafka_gaps, "WebHdfs", Hdfs)
     assert kafka_gaps.recorded_losses(settings, "speed-layer", {}) == ((1_000, 3),)
