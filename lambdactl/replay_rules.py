@@ -221,13 +221,20 @@ def taken_over(replaced: Iterable) -> tuple[int, ...]:
     return tuple(chains[0][:MAX_REPLACED]) if chains else ()
 
 
-def topic_refusal(topic: str, spans: list, position: dict[int, int] | None, committed: bool) -> str | None:
+def topic_refusal(
+    topic: str,
+    spans: list,
+    position: dict[int, int] | None,
+    committed: bool,
+    instead: str = "replay from a batch run instead",
+) -> str | None:
     """Why a replay cannot read `topic` as the speed layer does (None: it can): `spans` what it holds
     (stores.kafka.PartitionSpan, one per partition); `position` the speed layer's committed offset
     per partition of it, None when its checkpoint holds none (`committed`: it has committed
     micro-batches all the same, so it reads another topic). A replay of a topic that is not there,
     another one, or one deleted and made again reads nothing or only its new records, and switches
-    the view to those rows as if they were all."""
+    the view to those rows as if they were all (so would a fresh speed layer after `reset-speed`);
+    `instead`: what to do about a topic made again."""
     if not spans:
         return f"topic {topic} has no partitions (no such topic): check kafka.events_topic and the brokers"
     if position is None:
@@ -247,6 +254,6 @@ def topic_refusal(topic: str, spans: list, position: dict[int, int] | None, comm
     if behind:
         return (
             f"topic {topic} ends before where the speed layer has read in partition(s) {behind}: the topic was "
-            "deleted and made again (its old records are gone); replay from a batch run instead"
+            f"deleted and made again (its old records are gone); {instead}"
         )
     return None

@@ -80,7 +80,8 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         except checkpoints.MarkerUnreadable as exc:  # a damaged marker is a reason to reset: none to compare
             _say(f"{exc}: the views' definitions are taken as declared")
             versions = None
-        lost = unabsorbed_loss(settings, declared, pointer)
+        refusal = _topic_refusal(settings)
+        lost = None if refusal else unabsorbed_loss(settings, declared, pointer)
     except Exception as exc:  # HBase, HDFS or Kafka away: the checks cannot be made, so nothing is removed
         log.error(
             "cannot check the views' definitions and that Kafka still holds what no batch run absorbed (%s: %s): "
@@ -88,6 +89,9 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
             type(exc).__name__,
             str(exc)[:300],
         )
+        return 2
+    if refusal:
+        log.error("%s: nothing was removed", refusal)
         return 2
     changing = sorted({*versions.pending, *versions.unresolved}) if versions is not None else []
     if changing:
@@ -147,6 +151,32 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         _emit({"stopped": ran, "removed": removed})
     return 0
+
+
+def _topic_refusal(settings: Settings) -> str | None:
+    """Why the topic this command's settings name is not the one the speed layer read (None: it
+    is): no such topic, one its checkpoint does not read, or one deleted and made again. The loss
+    check would read it and find nothing lost, and a fresh start serve answers missing the records no
+    batch run absorbed as exact."""
+    from lambdactl.replay_rules import topic_refusal
+    from stores.kafka import spans_from
+    from stores.kafka_gaps import committed_positions
+    from stores.webhdfs import WebHdfs
+
+    topic = settings.kafka.events_topic
+    with WebHdfs(settings) as fs:
+        # Unreadable offsets (a damaged checkpoint: a reason to reset) name no topic: no refusal.
+        read = committed_positions(fs, settings.speed.checkpoint_dir.rstrip("/"))
+    return topic_refusal(
+        topic,
+        spans_from(settings, 0),
+        read.get(topic),
+        bool(read),  # offsets naming other topics only
+        instead=(
+            "the records it held that no batch run absorbed would be in no layer after a fresh start, which reads "
+            "the new topic from its start"
+        ),
+    )
 
 
 def add_parser(sub) -> None:

@@ -42,7 +42,10 @@ def check_checkpoint_settings(settings: Settings, declared: Registry) -> Registr
         # hand, the job killed before its first commit): Spark reads Kafka from the earliest offset, so
         # this is a fresh start, marker or not. Kafka must still hold what no batch run absorbed: the
         # reset checked it, but retention may have deleted more since.
-        lost = kafka_coverage.unabsorbed_loss(settings)
+        try:
+            lost = kafka_coverage.unabsorbed_loss(settings)
+        except kafka_coverage.NoSuchTopic as exc:  # before the fresh start empties the realtime tables
+            raise SystemExit(str(exc)) from None
         if lost:
             then = "`lambdactl reset-speed`" if marker is not None else "`lambdactl up`"
             raise SystemExit(

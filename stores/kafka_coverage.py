@@ -34,8 +34,18 @@ def unabsorbed_loss(
     unbuilt = unbuilt_views(settings, pointer, declared)
     if unbuilt:
         floor = 0
-    lost = lost_since(spans_from(settings, floor), floor)
+    spans = spans_from(settings, floor)
+    if not spans:  # read as "nothing deleted", a fresh start would serve answers without the topic as exact
+        raise NoSuchTopic(
+            f"topic {settings.kafka.events_topic} has no partitions (no such topic): check kafka.events_topic "
+            "(an environment variable or a lambda.toml here?) and the brokers"
+        )
+    lost = lost_since(spans, floor)
     return (floor, lost, unbuilt) if lost else None
+
+
+class NoSuchTopic(RuntimeError):
+    """The events topic the settings name has no partitions."""
 
 
 def unbuilt_views(settings: Settings, pointer, declared: Registry | None = None) -> list[str]:

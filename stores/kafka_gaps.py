@@ -65,20 +65,26 @@ def checkpoint_dirs(settings: Settings, job: str) -> list[str]:
 def committed_position(fs: WebHdfs, checkpoint: str, topic: str) -> dict[int, int] | None:
     """Per partition of `topic`, the next offset after the last committed micro-batch of the query
     checkpointed at `checkpoint`; None before its first commit."""
+    return committed_positions(fs, checkpoint).get(topic)
+
+
+def committed_positions(fs: WebHdfs, checkpoint: str) -> dict[str, dict[int, int]]:
+    """Per topic the last committed micro-batch of the query checkpointed at `checkpoint` read, its
+    next offset per partition; empty before its first commit, or when its offsets are unreadable."""
     commits = [int(name) for name in fs.list(f"{checkpoint}/commits") if name.isdigit()]
     if not commits:
-        return None
+        return {}
     raw = fs.read(f"{checkpoint}/offsets/{max(commits)}")
     if raw is None:
-        return None
-    for line in raw.decode().splitlines()[2:]:  # "v1", the batch metadata, then one line per source
+        return {}
+    found: dict[str, dict[int, int]] = {}
+    for line in raw.decode(errors="replace").splitlines()[2:]:  # "v1", the batch metadata, then one line per source
         try:
             offsets = source_offsets(line)
         except ValueError:
             continue
-        if topic in offsets:
-            return offsets[topic]
-    return None
+        found = {**offsets, **found}  # the first source naming a topic, as before
+    return found
 
 
 def gaps(settings: Settings, job: str) -> list[Gap]:

@@ -76,7 +76,7 @@ def source_offsets(text: str | None) -> dict[str, dict[int, int]]:
     try:
         doc = json.loads(text or "{}")
         return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in doc.items()}
-    except (TypeError, AttributeError) as exc:
+    except (TypeError, AttributeError, OverflowError) as exc:
         raise ValueError(f"not Kafka source offsets: {text!r:.100}") from exc
 
 

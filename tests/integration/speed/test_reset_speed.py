@@ -102,3 +102,25 @@ def test_a_reset_said_stopped_of_the_running_speed_layer_removes_nothing(scratch
     assert "a speed layer still runs" in caplog.text, "refused for the running speed layer, not another reason"
     with WebHdfs(beside) as fs:
         assert fs.list(f"{base}/commits") == ["0"], "nothing was removed"
+
+
+@pytest.mark.parametrize("topic", ["events-elsewhere", "checkpoint-of-another"])
+def test_a_reset_of_a_topic_the_speed_layer_does_not_read_is_refused(scratch, stack, topic, caplog):
+    """Another kafka.events_topic in the shell (no such topic), or a checkpoint that reads another
+    topic than the settings name: the loss check read a topic with no partitions, or records the
+    speed layer never read, found nothing lost, and the reset let a fresh start serve answers
+    missing the records no batch run absorbed as exact."""
+    base = scratch.speed.checkpoint_dir
+    with WebHdfs(scratch) as fs:
+        fs.write(f"{base}/commits/0", b"v1\n{}")
+        fs.write(f"{base}/offsets/0", b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0}\n{"other-topic":{"0":5}}')
+    if topic == "checkpoint-of-another":
+        settings = scratch
+        why = f"the speed layer's checkpoint reads no topic {scratch.kafka.events_topic}"
+    else:
+        settings = scratch.model_copy(update={"kafka": scratch.kafka.model_copy(update={"events_topic": topic})})
+        why = f"topic {topic} has no partitions"
+    assert cmd_reset_speed(settings, argparse.Namespace(stopped=True, json=False)) == 2
+    assert why in caplog.text, caplog.text[-2000:]
+    with WebHdfs(scratch) as fs:
+        assert fs.list(f"{base}/commits") == ["0"], "nothing removed"

@@ -14,6 +14,18 @@ from definitions.views import PAGE_VIEWS, Registry
 from infra.errors import StackError
 from infra.stack import Stack
 from lambdactl.reset_speed import cmd_reset_speed
+from stores.kafka import PartitionSpan
+
+
+@pytest.fixture(autouse=True)
+def the_topic_is_the_speed_layers(monkeypatch):
+    """The topic check reads Kafka and HDFS: tests/integration/speed/test_reset_speed.py."""
+    from lambdactl import reset_speed
+
+    monkeypatch.setattr(reset_speed, "_topic_refusal", lambda _settings: None)
+
+
+ONE_PARTITION = [PartitionSpan(0, 0, 10, 0, 1_000)]
 
 
 @pytest.fixture
@@ -135,7 +147,7 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     pointer = Pointer(entries=entries, version=1)
     _pointer_is(monkeypatch, pointer)
     floors: list[int] = []
-    monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or [])
+    monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or ONE_PARTITION)
     monkeypatch.setattr(
         kafka, "lost_since", lambda spans, floor: ["partition 0: offsets 0 to 9"] if floor < 600_000 else []
     )
@@ -183,7 +195,7 @@ def test_both_checks_judge_one_reading_of_the_pointer_and_one_loading_of_the_vie
     given: list = []
     monkeypatch.setattr(reset_speed, "read_versions", lambda _s, declared, **kw: given.append(kw) or Versions(declared))
     floors: list[int] = []
-    monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or [])
+    monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or ONE_PARTITION)
     monkeypatch.setattr(kafka, "lost_since", lambda spans, floor: [])
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
     assert cmd_reset_speed(Settings(state_dir="/nonexistent"), _args(stopped=True)) == 0
@@ -237,3 +249,17 @@ def test_a_speed_layer_still_running_keeps_its_checkpoint(tmp_path, monkeypatch,
     assert "still runs" in caplog.text and f"pid {os.getpid()}" in caplog.text
     assert removed == []
     assert cmd_reset_speed(settings, _args(stopped=True)) == 0 and removed == [settings]
+
+
+def test_a_topic_with_no_partitions_is_no_topic_with_nothing_lost(monkeypatch):
+    """Read as "nothing deleted", a fresh start (which checks this too) emptied the realtime tables
+    and served answers without the topic's records as exact."""
+    from stores import kafka, kafka_coverage
+    from stores.pointer import Pointer, ViewEntry
+
+    _pointer_is(monkeypatch, Pointer(entries={"page_views": ViewEntry("page_views_v1", 1, 600_000)}, version=1))
+    monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: [])
+    with pytest.raises(kafka_coverage.NoSuchTopic, match="topic events-elsewhere has no partitions"):
+        kafka_coverage.unabsorbed_loss(
+            Settings(state_dir="/nonexistent", kafka={"events_topic": "events-elsewhere"}), Registry((PAGE_VIEWS,))
+        )
