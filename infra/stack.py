@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from definitions.files import private_dir, refuse_untrusted
@@ -261,14 +261,12 @@ class Stack:
                 say(f"the supervisor was not running: ended {killed} process(es) it had left behind")
         # Checked before the configuration is applied (which stops the programs whose entries changed)
         # and each on its own: a port a stranger holds keeps that program down, not every other too.
-        running = self.supervisord.all_info() if self.supervisord.answering() else {}
-        refused: dict[str, StackError] = {}
-        for service in members:
-            if running.get(service.name, {}).get("statename") not in ("RUNNING", "STARTING", "BACKOFF"):
-                try:
-                    self._preflight(service)
-                except StackError as exc:
-                    refused[service.name] = exc
+        # A supervisor that runs but does not answer says nothing of what runs: its programs hold their
+        # ports until `ensure` replaces it (stopping them all), so they are checked after that.
+        answering = self.supervisord.answering()
+        hung = not answering and self.supervisord.running()
+        running = self.supervisord.all_info() if answering else {}
+        refused = {} if hung else self._preflights(members, running)
         if refused and len(refused) == len(members) and not self.supervisord.running():
             raise one_error(list(refused.values()))  # nothing to start: no supervisor left behind either
         java = find_java(self.settings.stack.java_home)
@@ -302,6 +300,8 @@ class Stack:
             )
         # Read after the update: a program whose command changed was stopped by it, and starts again here.
         info = self.supervisord.all_info()
+        if hung:
+            refused = self._preflights(members, info)
         known = read_status(self.settings.state_dir)["processes"]
         to_start = []
         for service in members:
@@ -326,6 +326,18 @@ class Stack:
         if refused:
             raise one_error(list(refused.values()))
         return since
+
+    def _preflights(self, members: Sequence[svc.Service], running: Mapping[str, Mapping]) -> dict[str, StackError]:
+        """Of `members` the supervisor does not run (`running`: its programs' info), each one whose
+        _preflight refuses it, with why."""
+        refused: dict[str, StackError] = {}
+        for service in members:
+            if running.get(service.name, {}).get("statename") not in ("RUNNING", "STARTING", "BACKOFF"):
+                try:
+                    self._preflight(service)
+                except StackError as exc:
+                    refused[service.name] = exc
+        return refused
 
     def _settings_digests(
         self, running: dict[str, dict], starting: set[str], say: Callable[[str], None]

@@ -243,3 +243,48 @@ def test_code_a_setting_names_in_a_folder_others_can_change_is_refused_before_an
     trusted = Stack(settings)
     with pytest.raises(AssertionError, match="up went on"):
         trusted.up()
+
+
+class HungSupervisord(Supervisord):
+    """Runs, does not answer, until `up` replaces it: its programs held their ports until then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.states = {"archiver": "RUNNING", "airflow": "RUNNING"}
+        self.hung = True
+
+    def answering(self) -> bool:
+        return not self.hung
+
+    def all_info(self):
+        return {} if self.hung else super().all_info()
+
+    def ensure(self, programs, env, last=(), replace_hung=True):
+        self.calls.append("replace")
+        assert replace_hung
+        self.hung = False
+        self.states = {name: "STOPPED" for name in self.states}  # replaced: every program it ran stopped
+        return "started"
+
+
+def test_a_supervisor_that_does_not_answer_is_replaced_before_the_ports_are_judged(tmp_path, monkeypatch):
+    """Every port was held by the stack's own programs when `up` judged them: it then replaced the
+    supervisor (stopping every program), started none again, and failed naming processes it had
+    just stopped — a whole-stack outage from an `up`."""
+    settings = Settings(state_dir=tmp_path, stack={"managed_services": ["archiver", "airflow"]})
+    stack = Stack(settings)
+    fake = HungSupervisord()
+    stack.supervisord = fake
+    monkeypatch.setattr(stack_module, "find_java", lambda _home: SimpleNamespace(home="/java"))
+    monkeypatch.setattr(Stack, "prepare", lambda self, service, java: ["true"])
+
+    def preflight(self, service) -> None:
+        fake.calls.append(f"check {service.name}")
+        if fake.states.get(service.name) == "RUNNING":  # its own process holds the port
+            raise StackError(service.name, f"cannot start: a port of {service.name} is already in use by pid 4242")
+
+    monkeypatch.setattr(Stack, "_preflight", preflight)
+    members = [svc.BY_NAME["archiver"], svc.BY_NAME["airflow"]]
+    stack._start_supervised(members, {}, lambda _message: None)
+    assert fake.calls == ["replace", "check archiver", "check airflow", "start archiver", "start airflow"], fake.calls
+    assert fake.states == {"archiver": "RUNNING", "airflow": "RUNNING"}
