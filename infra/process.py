@@ -361,3 +361,24 @@ def _cmdline(proc: psutil.Process) -> list[str]:
         return proc.cmdline()
     except psutil.Error:
         return ["?"]
+
+
+# What a restart record keeps of a program's last log lines: the record is rewritten at every event
+# and read by every `status` and /health, and a log's lines can be of any length.
+MAX_TAIL_LINE_CHARS = 500
+MAX_TAIL_TOTAL_CHARS = 8 * 1024
+MAX_TAIL_READ_BYTES = 256 * 1024
+
+
+def short_tail(text: str) -> list[str]:
+    """The lines of `text` (a log's tail), each cut to MAX_TAIL_LINE_CHARS (an ellipsis says where),
+    the last of them that fit MAX_TAIL_TOTAL_CHARS in all."""
+    kept: list[str] = []
+    total = 0
+    for line in reversed(text.splitlines()):
+        line = line if len(line) <= MAX_TAIL_LINE_CHARS else line[:MAX_TAIL_LINE_CHARS] + "…"
+        total += len(line)
+        if total > MAX_TAIL_TOTAL_CHARS:
+            break
+        kept.append(line)
+    return kept[::-1]

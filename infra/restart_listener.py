@@ -31,7 +31,7 @@ from xmlrpc.client import Fault
 import psutil
 
 from definitions.logs import configure
-from infra.process import tail_file
+from infra.process import MAX_TAIL_READ_BYTES, short_tail, tail_file
 from infra.restarts import Budget
 from infra.supervisor_config import program_process
 from stores.restarts import new_entry, read_status, write_status
@@ -191,7 +191,7 @@ class Listener:
     def _exited(self, name: str, entry: dict[str, Any], pid: int | None, now: float) -> None:
         reason = exit_reason(self.log_dir / "supervisord.log", name, now) or self._rpc_reason(name)
         ran = now - entry["started_at"] if entry.get("started_at") else None
-        tail = tail_file(self.log_dir / f"{name}.log", self.log_lines).splitlines()
+        tail = short_tail(tail_file(self.log_dir / f"{name}.log", self.log_lines, max_bytes=MAX_TAIL_READ_BYTES))
         entry["last_exit"] = {
             "at": now,
             "reason": reason,

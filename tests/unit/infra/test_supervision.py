@@ -682,3 +682,21 @@ def test_supervisords_own_words_for_an_exit_stay_in_the_report(tmp_path, reason)
 
     entry = {"last_exit": {"reason": reason}}
     assert _plain(entry)["last_exit"]["reason"] == reason
+
+
+def test_a_log_of_huge_lines_keeps_the_restart_record_small(tmp_path):
+    """The last lines of a log of 17 MB of invalid bytes went whole into restarts.json (82 MB,
+    rewritten at every event, read by every status and every /health)."""
+    from infra.process import MAX_TAIL_LINE_CHARS, MAX_TAIL_TOTAL_CHARS
+    from stores.restarts import status_path
+
+    listener, _rpc, clock = _listener(tmp_path, Budget(max_restarts=2, window_s=600, backoff_s=1, backoff_max_s=60))
+    (tmp_path / "logs" / "api.log").write_bytes((b"\xff" * 700_000 + b"\n") * 25)
+    _event(listener, "STARTING", tries=0)
+    _event(listener, "RUNNING", pid=999_999_001)
+    clock.now += 30
+    _event(listener, "EXITED", expected=0, pid=999_999_001)
+    tail = read_status(tmp_path)["processes"]["api"]["last_exit"]["log_tail"]
+    assert tail and all(len(line) <= MAX_TAIL_LINE_CHARS + 1 for line in tail)
+    assert sum(len(line) for line in tail) <= MAX_TAIL_TOTAL_CHARS + len(tail)
+    assert status_path(tmp_path).stat().st_size < 200_000, status_path(tmp_path).stat().st_size
