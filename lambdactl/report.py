@@ -22,7 +22,7 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
 
     if args.version is None:
         for rid, report in list_reports(settings, args.limit):
-            window = report.get("window") or {}
+            window = report.get("window") if isinstance(report.get("window"), dict) else {}
             _say(f"{rid}: {window.get('start')} → {window.get('end')} (version {report.get('version')})")
         return 0
     base = browser_url(settings.api.host, settings.api.port, settings.api.public_url)
@@ -60,10 +60,12 @@ def _of_the_run(doc: dict, window) -> bool:
     """Whether a stored report is the one a build for `window` (a version's run) would make: of that
     run and its window (not an ad-hoc report of the version), built with the speed layer caught up
     (one built while it was behind is built again: it may have caught up since)."""
-    made = doc.get("window") or {}
+    made, speed = doc.get("window"), doc.get("speed_layer")
     return (
-        doc.get("version") == window.version
+        isinstance(made, dict)
+        and isinstance(speed, dict | None)
+        and doc.get("version") == window.version
         and doc.get("run_id") == window.run_id
         and (made.get("start_ms"), made.get("end_ms")) == (window.start_ms, window.end_ms)
-        and (doc.get("speed_layer") or {}).get("caught_up") is not False
+        and (speed or {}).get("caught_up") is not False
     )

@@ -24,6 +24,9 @@ from definitions.settings import Settings
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # never `.`, `..` or a hidden (temporary) file's name
 _ID = re.compile(ID_PATTERN)
+# The ids reports.build makes begin with their creation time: only files so named are listed, counted
+# and pruned as reports (a note or a page beside them sorts above them, and was kept as the newest).
+_BUILT = re.compile(r"\d{8}T\d{6}[A-Za-z0-9_.-]{0,84}")
 STRAY_AFTER_S = 3_600  # a temporary file this old is no build's in flight
 
 
@@ -99,7 +102,14 @@ def store_report(settings: Settings, report: dict, html: str) -> dict[str, str]:
 def _beyond(names: list[str], keep: int) -> list[str]:
     """The files (names) of the reports older than the newest `keep` (ids sort by creation), with
     what a copy killed while written left beside them (`<id>.html.tmp`)."""
-    ids = sorted({name.rsplit(".", 1)[0] for name in names if name.endswith((".json", ".html"))}, reverse=True)
+    ids = sorted(
+        {
+            rid
+            for name in names
+            if name.endswith((".json", ".html")) and _BUILT.fullmatch(rid := name.rsplit(".", 1)[0])
+        },
+        reverse=True,
+    )
     if not ids:
         return []
     oldest_kept = ids[min(keep, len(ids)) - 1]  # batch.keep_reports >= 1
@@ -113,7 +123,7 @@ def _beyond(names: list[str], keep: int) -> list[str]:
         name
         for name in names
         if name.removesuffix(".tmp").endswith((".json", ".html"))
-        and _ID.fullmatch(report_id(name))
+        and _BUILT.fullmatch(report_id(name))
         and report_id(name) < oldest_kept
     ]
 
@@ -135,7 +145,7 @@ def _report_files(settings: Settings) -> list[Path]:
     """The stored reports' JSON files (named by report id), newest first."""
     folder = reports_dir(settings)
     files = sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []
-    return [path for path in files if _ID.fullmatch(path.stem)]
+    return [path for path in files if _BUILT.fullmatch(path.stem)]
 
 
 def list_reports(settings: Settings, limit: int | None = None) -> list[StoredReport]:

@@ -445,3 +445,41 @@ def test_reports_go_to_the_stack_s_own_hdfs_directory_and_retention_keeps_to_it(
         "/stack-b/reports/20260101T120000Z-v3.html",
         "/stack-b/reports/20260101T120000Z-v3.json",
     ]
+
+
+def test_files_beside_the_reports_are_neither_counted_nor_pruned(local):
+    """Names that sort above the ids the platform makes (a note, a page, an older tool's file)
+    counted as the newest reports: every report was deleted right after it was stored, and the
+    note with it; `lambdactl report` listed the note, and failed on its fields."""
+    kept = local.model_copy(update={"batch": local.batch.model_copy(update={"keep_reports": 2})})
+    folder = storage.reports_dir(kept)
+    folder.mkdir(parents=True)
+    foreign = {"notes.json": '{"window": "2026-01-01"}', "README.html": "<p>read me</p>", "0-keep-me.json": "{}"}
+    for name, text in foreign.items():
+        (folder / name).write_text(text)
+        MemoryHdfs.files[f"{REPORTS_PATH}/{name}"] = text.encode()
+    ids = [f"20260101T1{i}0000.000Z-v{i}" for i in range(3)]
+    for rid in ids:
+        storage.store_report(kept, doc(rid), f"<p>{rid}</p>")
+    assert [r.id for r in storage.list_reports(kept)] == ids[:0:-1]
+    assert [r.id for r in storage.list_summaries(kept, 10)] == ids[:0:-1]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [*foreign, *(f"{rid}{x}" for rid in ids[1:] for x in (".json", ".html"))]
+    )
+    assert sorted(MemoryHdfs.files) == sorted(
+        f"{REPORTS_PATH}/{n}" for n in [*foreign, *(f"{rid}{x}" for rid in ids[1:] for x in (".json", ".html"))]
+    )
+
+
+def test_the_list_of_reports_passes_over_a_document_of_other_fields(local, caplog):
+    import argparse
+
+    from lambdactl.report import cmd_report
+
+    folder = storage.reports_dir(local)
+    folder.mkdir(parents=True)
+    (folder / "20260101T100000.000Z-odd.json").write_text('{"window": "2026-01-01", "version": 1}')
+    storage.store_report(local, doc("20260101T110000.000Z-v2", version=2), "<p>v2</p>")
+    assert cmd_report(local, argparse.Namespace(version=None, limit=10, json=False)) == 0
+    out = caplog.text
+    assert "20260101T110000.000Z-v2: a → b (version 2)" in out and "odd: None → None (version 1)" in out, out
