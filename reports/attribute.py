@@ -32,8 +32,12 @@ def attribute(view: View, cell: Cell) -> None:
         # Copies beyond the window are candidates: the speed layer keeps a counted copy's
         # de-duplication state until its watermark passes it, a little longer than the window, so
         # a candidate may still have been dropped. A difference between 0 and the candidates' total
-        # is theirs; whatever the candidates do not account for falls through to the other causes.
-        dup_part = diff if dup and min(0, dup) <= diff <= max(0, dup) else dup
+        # is theirs; whatever the candidates do not account for falls through to the other causes. A
+        # difference of the other sign recounted none of them: it is the other causes' alone.
+        if not dup or diff * dup <= 0:
+            dup_part = 0.0
+        else:
+            dup_part = diff if abs(diff) <= abs(dup) else dup
     elif dup and abs(s - e) > tolerance(e) and abs(diff) <= tolerance(b):
         dup_part = 0.0  # the sketch agrees with the batch: the candidates were not counted again
     else:

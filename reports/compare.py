@@ -117,7 +117,7 @@ def granularity_figures(view: View, cells: list[Cell]) -> dict:
         else None,
         "mean_abs_error": _r(sum(errors) / n) if n else 0.0,
         "max_abs_error": _r(max(errors)) if n else 0.0,
-        "mape_percent": _r(100 * sum(pct) / len(pct)) if pct else 0.0,
+        "mape_percent": _r(100 * sum(pct) / len(pct)) if pct else None,  # no cell the batch counted
         "speed_total": _r(sum(c.speed for c in cells)),
         "batch_total": _r(sum(c.batch.batch for c in cells)),
         "drift": _r(sum(c.diff for c in cells)),

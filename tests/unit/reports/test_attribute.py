@@ -32,6 +32,12 @@ def test_duplicates_beyond_the_window_explain_exactly_their_recounts():
         {"duplicates_beyond_window": 2, "unexplained": 3},
         0,
     )
+    # short of the batch: no candidate was counted again, and the shortfall is the rest's alone (the
+    # split said +2 duplicates and -3 unexplained)
+    assert attributed(PAGE_VIEWS, 9, batch=10, expected=12, first_records=10, recounts=2) == (
+        {"unexplained": -1},
+        2,
+    )
 
 
 def test_a_late_event_cell_that_differs_is_named_late_events():

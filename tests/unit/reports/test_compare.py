@@ -307,3 +307,14 @@ def test_the_drift_over_time_a_report_stores_is_bounded_whatever_its_windows_len
     assert max(d["drift"] for d in series) == 3 and series[0]["ingest_bucket"] == min(
         c.ingest_bucket for c in cells["page_views"]
     )
+
+
+def test_cells_the_batch_never_counted_give_no_mape_not_a_perfect_one():
+    """Three cells the speed layer alone counted (5 each): the report said MAPE 0.000 %."""
+    ids = [cell_id("page_views", "minute", [f"/s{i}"], T0 + i * MINUTE) for i in range(3)]
+    cells, _ = match_cells([PAGE_VIEWS], dict.fromkeys(ids, 5.0), {}, *window(), ttl_floor_s=0)
+    f = granularity_figures(PAGE_VIEWS, cells["page_views"])
+    assert f["mean_abs_error"] == 5 and f["mape_percent"] is None
+    both = [cell_id("page_views", "minute", ["/b"], T0)]
+    cells, _ = match_cells([PAGE_VIEWS], {both[0]: 9.0}, {both[0]: BatchCell(10, 10, 10)}, *window(), ttl_floor_s=0)
+    assert granularity_figures(PAGE_VIEWS, cells["page_views"])["mape_percent"] == 10
