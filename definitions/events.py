@@ -286,8 +286,11 @@ def _validate_document(doc: Any, ingest_time_ms: int | None, limits: EventLimits
 def value_pattern(field: Field) -> str | None:
     """A regular expression (Python's and the Rust regex crate's syntax alike) every valid value of
     text field `field` matches, for checks made outside validate() such as the API's query
-    parameters: the field's own pattern, or no control character (and a url is a path); None for a
-    field of choices or not text."""
+    parameters: the field's own pattern, or no control character (and a url is a path); for a number,
+    its decimal text as both layers key it (no sign, no leading zero: no event is keyed `01`); None
+    for a field of choices or a time."""
+    if field.kind == "int":
+        return r"^(0|[1-9][0-9]{0,17})$"
     if field.kind != "string" or field.choices:
         return None
     if field.pattern is not None:

@@ -194,3 +194,16 @@ def test_every_number_field_refuses_negative_values(field):
     stores.realtime): that holds while no number field of the contract can be negative."""
     with pytest.raises(InvalidEvent):
         validate(json.dumps(event(**{field: -1})).encode(), INGEST_MS)
+
+
+@pytest.mark.parametrize("field", [f for f in FIELDS if f.kind == "int"], ids=lambda f: f.name)
+def test_a_number_fields_pattern_takes_only_the_text_both_layers_key_it_by(field):
+    """Both layers key a number by its decimal text: `?schema_version=01` (or `+1`, `1 `) named a key
+    no event holds, and was answered all zeros, complete, instead of a 422."""
+    import re
+
+    from definitions.events import value_pattern
+
+    pattern = re.compile(value_pattern(field))
+    assert all(pattern.fullmatch(str(n)) for n in (0, 1, 2, 10, 123456789))
+    assert not any(pattern.fullmatch(t) for t in ("01", "+1", "1 ", " 1", "-1", "", "1.0", "1e3", "٣"))
