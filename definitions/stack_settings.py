@@ -95,6 +95,19 @@ class StackSettings(_Section):
         return self
 
     @model_validator(mode="after")
+    def _restart_loop_seen(self) -> StackSettings:
+        """restart_max restarts of a process that dies at once must fall within restart_window_s, or
+        the budget never fills and the loop is never given up (infra/restarts.Budget)."""
+        waits = sum(min(self.restart_backoff_max_s, self.restart_backoff_s * 2.0**i) for i in range(self.restart_max))
+        if self.restart_max and waits >= self.restart_window_s:
+            raise ValueError(
+                f"stack.restart_window_s ({self.restart_window_s:g}) is within the waits before stack.restart_max "
+                f"({self.restart_max}) restarts ({waits:g} s): a process dying at once would be restarted for ever, "
+                "never given up; widen the window or shorten the waits"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _airflow_whole(self) -> StackSettings:
         """Airflow runs as three programs (API server `airflow`, scheduler, DAG processor): a list
         naming `airflow` (as lists written before the split do) manages all three."""

@@ -309,6 +309,10 @@ def test_a_lambda_toml_in_a_sticky_shared_folder_is_read(tmp_path, monkeypatch):
         ("cassandra", {"health_timeout_s": -5}, "health_timeout_s"),
         ("api", {"health_timeout_s": 0}, "health_timeout_s"),
         ("stack", {"restart_backoff_s": 30, "restart_backoff_max_s": 5}, "restart_backoff_max_s"),
+        # The waits before restart_max restarts outlast the window: a process dying at once was
+        # restarted for ever (10,167 restarts a day), never given up.
+        ("stack", {"restart_window_s": 30}, "restart_window_s"),
+        ("stack", {"restart_backoff_s": 30, "restart_window_s": 100}, "restart_window_s"),
         # Airflow interpolates % in the defaults it builds on its home: every component failed at import.
         ("airflow", {"home": "/srv/100%airflow"}, "home"),
         # Kafka's JAAS parser ends a quoted value at a line break: the rest set another option.
