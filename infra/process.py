@@ -85,7 +85,9 @@ class ProcessSupervisor:
         path = self.pid_file(name)
         try:
             data = json.loads(path.read_text())
-            ticks = data.get("start_ticks")
+            ticks, pid = data.get("start_ticks"), data["pid"]
+            if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:  # psutil raises on it: no process
+                return None
             return ProcessRecord(
                 int(data["pid"]),
                 float(data["create_time"]),

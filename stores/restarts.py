@@ -14,6 +14,8 @@ status` and the API's /health.
 from __future__ import annotations
 
 import json
+import logging
+import math
 import re
 import time
 from pathlib import Path
@@ -21,6 +23,8 @@ from typing import Any
 
 from definitions.files import write_private
 from definitions.settings import Settings
+
+log = logging.getLogger(__name__)
 
 FILE_NAME = "restarts.json"
 
@@ -51,14 +55,61 @@ def new_entry() -> dict[str, Any]:
 
 
 def read_status(state_dir: Path) -> dict[str, Any]:
-    """The listener's file, or an empty document when there is none (or it cannot be read)."""
+    """The listener's file, or an empty document when there is none (or it cannot be read); an
+    entry of a field of another type (written by hand, damaged) is passed over, named in the log:
+    `status`, /health and the listener read every field as written here."""
     try:
         doc = json.loads(status_path(state_dir).read_text())
     except (OSError, ValueError):
         return {"processes": {}}
     if not isinstance(doc, dict) or not isinstance(doc.get("processes"), dict):
         return {"processes": {}}
+    bad = [name for name, entry in doc["processes"].items() if not _well_formed(entry)]
+    if bad:
+        log.warning(
+            "%s: passed over the entries of %s, not as the restart listener writes them", status_path(state_dir), bad
+        )
+    doc["processes"] = {name: entry for name, entry in doc["processes"].items() if name not in bad}
     return doc
+
+
+_TIMES = ("since", "started_at", "last_restart_at", "next_restart_at", "gave_up_at", "restart_asked_at")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _well_formed(entry: Any) -> bool:
+    """Whether a process's entry has each field of the type new_entry and the listener give it."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("state", ""), str):
+        return False
+    if not all(entry.get(k) is None or _number(entry[k]) for k in _TIMES):
+        return False
+    if not all(_count(entry.get(k, 0)) for k in ("restarts", "restarts_total")):
+        return False
+    recent, pid, session = entry.get("recent", []), entry.get("pid"), entry.get("session")
+    if not isinstance(recent, list) or not all(_number(t) for t in recent):
+        return False
+    if pid is not None and not (_count(pid) and pid > 0):
+        return False
+    if session is not None and not (isinstance(session, list) and len(session) == 2 and all(map(_number, session))):
+        return False
+    last = entry.get("last_exit")
+    if last is None:
+        return True
+    tail = last.get("log_tail", []) if isinstance(last, dict) else None
+    return (
+        isinstance(last, dict)
+        and all(last.get(k) is None or _number(last[k]) for k in ("at", "uptime_s"))
+        and (last.get("reason") is None or isinstance(last["reason"], str))
+        and isinstance(tail, list)
+        and all(isinstance(line, str) for line in tail)
+    )
 
 
 def write_status(state_dir: Path, doc: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ import json
 import sys
 
 import psutil
+import pytest
 
 from infra.process import ProcessSupervisor
 
@@ -210,3 +211,12 @@ def test_orphaned_stores_are_stopped_once_the_platforms_orphans_are(tmp_path):
             leader.wait(10)
         for proc in ProcessSupervisor(tmp_path).orphans():
             proc.kill()
+
+
+@pytest.mark.parametrize("pid", [-1, 0, True])
+def test_a_pid_file_naming_no_process_id_is_no_record(tmp_path, pid):
+    """`"pid": -1` made every `status`, `up` and `down` raise ValueError (psutil refuses it)."""
+    procs = ProcessSupervisor(tmp_path)
+    procs.pid_file("api").parent.mkdir(parents=True, exist_ok=True)
+    procs.pid_file("api").write_text(json.dumps({"pid": pid, "create_time": 1.0, "command": ["x"]}))
+    assert procs.record("api") is None and procs.process("api") is None

@@ -700,3 +700,34 @@ def test_a_log_of_huge_lines_keeps_the_restart_record_small(tmp_path):
     assert tail and all(len(line) <= MAX_TAIL_LINE_CHARS + 1 for line in tail)
     assert sum(len(line) for line in tail) <= MAX_TAIL_TOTAL_CHARS + len(tail)
     assert status_path(tmp_path).stat().st_size < 200_000, status_path(tmp_path).stat().st_size
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        [],
+        {"restarts": "x"},
+        {"last_exit": "boom"},
+        {"gave_up_at": "yesterday"},
+        {"recent": "abc"},
+        {"recent": [1, "x"]},
+        {"next_restart_at": 1e400},
+        {"pid": -1},
+        {"last_exit": {"at": "noon", "log_tail": "one"}},
+    ],
+    ids=repr,
+)
+def test_a_mistyped_restart_entry_is_passed_over_not_a_crash_of_status_or_the_listener(tmp_path, entry):
+    """Each made `lambdactl status` (and /health) raise, or the listener crash-loop at its start
+    (nothing restarted any more)."""
+    from infra.restart_listener import Listener
+    from stores.restarts import restart_report, status_path
+
+    status_path(tmp_path).parent.mkdir(parents=True, exist_ok=True)
+    doc = {"processes": {"api": entry, "archiver": {"state": "RUNNING", "restarts": 1}}}
+    status_path(tmp_path).write_text(json.dumps(doc).replace("Infinity", "1e400"))
+    report = restart_report(Settings(state_dir=tmp_path))
+    assert "api" not in report and report["archiver"]["restarts"] == 1
+    listener = Listener(tmp_path, Budget(5, 600, 1, 60), ["api"], type("Rpc", (), {"supervisor": FakeSupervisord()})())
+    listener.reconcile()
+    assert listener.doc["processes"]["api"]["recent"] == []
