@@ -23,8 +23,8 @@ def cmd_report(settings: Settings, args: argparse.Namespace) -> int:
     if args.version is None:
         for rid, report in list_reports(settings, args.limit):
             found = report.get("window")
-            window = found if isinstance(found, dict) else {}
-            _say(f"{rid}: {window.get('start')} → {window.get('end')} (version {report.get('version')})")
+            shown = found if isinstance(found, dict) else {}
+            _say(f"{rid}: {shown.get('start')} → {shown.get('end')} (version {report.get('version')})")
         return 0
     base = browser_url(settings.api.host, settings.api.port, settings.api.public_url)
     try:
