@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from definitions.files import write_private
 from definitions.section import REPO_ROOT
 from definitions.settings import Settings
 from infra.errors import StackError
@@ -127,12 +128,29 @@ def program_process(proc: psutil.Process) -> psutil.Process:
 
 def socket_path(state_dir: Path) -> Path:
     """supervisord's unix socket: in the state dir, or, when that path is too long, in a directory of
-    this user's own in the temp dir (private_socket_dir)."""
+    this user's own in the temp dir (private_socket_dir) — the one the first `up` chose, recorded in
+    the state dir: a later command's TMPDIR (another shell, a cron job, a unit) may differ."""
     path = supervisor_dir(state_dir) / "supervisord.sock"
     if len(str(path)) <= _MAX_SOCKET_PATH:
         return path
     digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"lambda-{os.geteuid()}-{digest}" / "supervisord.sock"
+    name = f"lambda-{os.geteuid()}-{digest}"
+    try:
+        chosen = Path(_socket_record(state_dir).read_text().strip())
+    except (OSError, ValueError):
+        chosen = None
+    if (
+        chosen is None
+        or not chosen.is_absolute()
+        or chosen.name != name
+        or not chosen.parent.is_dir()  # that temp dir is gone (a reboot): the first choice again
+    ):
+        chosen = Path(tempfile.gettempdir()) / name
+    return chosen / "supervisord.sock"
+
+
+def _socket_record(state_dir: Path) -> Path:
+    return supervisor_dir(state_dir) / "socket-dir"
 
 
 def private_socket_dir(state_dir: Path, make: bool = True) -> Path:
@@ -146,6 +164,10 @@ def private_socket_dir(state_dir: Path, make: bool = True) -> Path:
         return folder
     if make:
         folder.mkdir(mode=0o700, exist_ok=True)
+        record = _socket_record(state_dir)
+        if not record.exists() or record.read_text().strip() != str(folder):
+            record.parent.mkdir(parents=True, exist_ok=True)
+            write_private(record, f"{folder}\n")
     found = folder.lstat()  # FileNotFoundError (an OSError) when missing and not made
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o077:
         problem = (

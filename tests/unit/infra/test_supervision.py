@@ -152,6 +152,23 @@ def test_socket_path_stays_within_the_unix_socket_limit(tmp_path):
     assert socket_path(deep) != socket_path(tmp_path / ("e" * 120))
 
 
+def test_the_socket_stays_where_up_put_it_whatever_the_temp_dir_of_a_later_command(tmp_path, monkeypatch):
+    """`up` (or `status`) from a shell, cron job or unit whose TMPDIR differs looked for the socket
+    elsewhere: the supervisor seemed not to answer, and `up` replaced it (every process stopped)."""
+    import tempfile
+
+    from infra.supervisor_config import private_socket_dir
+
+    for folder in ("tmp-a", "tmp-b"):
+        (tmp_path / folder).mkdir()
+    deep = tmp_path / ("d" * 120)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp-a"))
+    made = private_socket_dir(deep)
+    assert made.parent == tmp_path / "tmp-a"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp-b"))
+    assert socket_path(deep).parent == made and private_socket_dir(deep, make=False) == made
+
+
 def test_a_socket_directory_in_the_temp_dir_is_this_users_own_or_refused(tmp_path, monkeypatch):
     """A state directory too long for a unix socket puts it in the shared temp dir: under a name
     another user could make first, to hold its place or answer lambdactl in supervisord's stead."""
