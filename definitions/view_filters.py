@@ -58,11 +58,16 @@ _PATTERNED = {"Like", "ILike", "RLike"}  # a pattern (or escape) from the event 
 _OF_TIMES = {"UnixTimestamp", "ToUnixTimestamp", "ParseToDate", "ParseToTimestamp"}  # total of a time, not a text
 
 
-def probe_times(min_event_time_s: int, max_future_s: int, now_ms: int) -> dict[str, list[int]]:
+def probe_times(
+    min_event_time_s: int, max_future_s: int, now_ms: int, max_lens: Mapping[str, int] | None = None
+) -> dict[str, list[int]]:
     """The times (epoch ms) probe events hold: what validation lets an event time be (events.min_event_time_s
-    to now + events.max_future_s), and an ingest time (the brokers' clock: now, or long ago)."""
+    to now + events.max_future_s), and an ingest time (the brokers' clock: now, or long ago); with
+    `max_lens` (text field → the longest text its events.max_*_chars setting lets it hold), under
+    each such field's name, that length (else the contract's own)."""
     first = min_event_time_s * 1000
-    return {"event_time": [first, now_ms, now_ms + max_future_s * 1000], "ingest_time": [first, now_ms]}
+    lengths = {name: [int(n)] for name, n in (max_lens or {}).items()}
+    return {"event_time": [first, now_ms, now_ms + max_future_s * 1000], "ingest_time": [first, now_ms], **lengths}
 
 
 def _probe_values(field: Field, times: Mapping[str, list[int]]) -> list[str]:
@@ -81,7 +86,8 @@ def _probe_values(field: Field, times: Mapping[str, list[int]]) -> list[str]:
     texts = [f"{start}x", f"{start}0", f"{start}-1", f"{start} ", f"{start}%", f"{start}ü"]
     if start:
         texts.append(start)
-    return [*missing, *(f"'{t}'" for t in texts), f"'{start}' || repeat('x', {field.max_len - len(start)})"]
+    longest = times.get(field.name, [field.max_len])[0]
+    return [*missing, *(f"'{t}'" for t in texts), f"'{start}' || repeat('x', {max(longest - len(start), 0)})"]
 
 
 def probe_events(spark: SparkSession, times: Mapping[str, list[int]]) -> DataFrame:
@@ -245,7 +251,9 @@ def declared_filter_problems(settings, registry: Iterable[View], java_home: str 
     from definitions.views import BUILT_IN
 
     sql_conf = {k: v for k, v in settings.spark.conf.items() if k.startswith(_SEMANTIC_OPTIONS)}
-    times = probe_times(settings.events.min_event_time_s, settings.events.max_future_s, int(time.time() * 1000))
+    events = settings.events
+    max_lens = {f.name: int(getattr(events, f.limit_setting)) for f in FIELDS if f.limit_setting}
+    times = probe_times(events.min_event_time_s, events.max_future_s, int(time.time() * 1000), max_lens)
     return check_filters([v for v in registry if v not in BUILT_IN], sql_conf, times, java_home)
 
 

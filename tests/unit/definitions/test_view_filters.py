@@ -98,3 +98,14 @@ def test_the_probes_times_are_those_validation_allows():
         "event_time": [946_684_800_000, NOW_MS, NOW_MS + 3_600_000],
         "ingest_time": [946_684_800_000, NOW_MS],
     }
+
+
+def test_the_longest_text_probed_is_the_one_the_settings_let_an_event_hold():
+    """Probed at the contract's 2,048 characters, a filter failing only on a longer url passed with
+    events.max_url_chars = 4,000, and stopped the layers at the first such event."""
+    where = "CASE WHEN length(url) > 2100 THEN CAST(length(url) AS TINYINT) > 0 ELSE true END"
+    view = View("long_urls", keys=("url",), aggregation="count", where=where)
+    raised = probe_times(946_684_800, 3_600, NOW_MS, max_lens={"url": 4_000})
+    assert raised["url"] == [4_000]
+    problems = check_filters([view], {}, raised)
+    assert len(problems) == 1 and "CAST_OVERFLOW" in problems[0], problems
