@@ -281,17 +281,21 @@ class RealtimeReader:
         for event_bucket, ingest_bucket, key, value in self._rows(self.bucket_stmt, params):
             if low <= ingest_bucket < high:
                 continue
-            held += ROW_BYTES + 2 * text_bytes(key)  # as read and as canonical
-            if held > self.max_bytes:
-                raise self._too_large(view)
             if value is None:
                 raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} without its value")
             if value < 0:
                 raise BadRealtimeRow(f"{view}: a row of bucket {event_bucket} holds a negative value {value}")
+            # What the read holds: each key once (as read and as canonical), and an entry per event
+            # bucket it is in; a key's rows of further ingest buckets only add to its entry.
             known = canonical.get(key)
-            key = known if known is not None else canonical.setdefault(key, canonical_key(key))
             keys = out.setdefault(event_bucket, {})
-            keys[key] = keys.get(key, 0) + value
+            if known is None or known not in keys:
+                held += ROW_BYTES + (2 * text_bytes(key) if known is None else 0)
+                if held > self.max_bytes:
+                    raise self._too_large(view)
+            if known is None:
+                known = canonical.setdefault(key, canonical_key(key))
+            keys[known] = keys.get(known, 0) + value
         return out
 
     def _rows(self, statement, params: list[tuple]) -> Iterable[tuple]:
