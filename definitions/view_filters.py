@@ -6,7 +6,9 @@ every restart, and failed every batch run. Here Spark parses and analyses each f
 columns both layers give a filter (the contract's fields and `ingest_time`), refuses one whose
 verdict could differ between the layers or between two runs (not deterministic, the current time,
 a subquery), and evaluates it over probe events (empty, non-numeric and extreme values) to find the
-ones that fail on an event (a cast of text to a number, a division by zero) rather than answer.
+ones that fail on an event (a cast of text to a number, a division by zero) rather than answer: a
+mistake to name before it counts nothing. An event shaped past the probes (in a branch they do not
+reach) is judged "not in the view" by both layers alike (definitions.views.total_filter).
 
 The check runs in a child process with a small local Spark of its own: a process's JVM takes its
 driver options once, and the process asking goes on to run the views' batch with its own."""
@@ -30,32 +32,6 @@ if TYPE_CHECKING:
 _UNSTABLE = {"CurrentTimestamp", "Now", "CurrentDate", "LocalTimestamp", "CurrentBatchTimestamp", "CurrentTime"}
 _SUBQUERIES = {"ListQuery", "ScalarSubquery", "Exists", "LateralSubquery", "InSubquery"}
 CHECK_TIMEOUT_S = 300
-
-# The expressions a filter may use: each judges every value it can be given without failing (or
-# fails on a constant, which the probes find), so no event reaches one the probes missed and stops a
-# layer. A cast, a division and a pattern are judged on their own (_unjudgeable).
-_TOTAL = {
-    # tests and choices
-    *("And", "Or", "Not", "EqualTo", "EqualNullSafe", "LessThan", "LessThanOrEqual", "GreaterThan"),
-    *("GreaterThanOrEqual", "In", "InSet", "IsNull", "IsNotNull", "If", "CaseWhen", "Coalesce", "Nvl", "Nvl2"),
-    *("NullIf", "Between", "With", "CommonExpressionDef", "CommonExpressionRef", "AttributeReference", "Literal"),
-    "Cast",
-    # texts
-    *("StartsWith", "EndsWith", "Contains", "Lower", "Upper", "Length", "OctetLength", "BitLength", "Substring"),
-    *("Left", "Right", "SubstringIndex", "StringTrim", "StringTrimLeft", "StringTrimRight", "StringInstr"),
-    *("StringLocate", "Concat", "ConcatWs", "StringReplace", "Like", "ILike", "RLike", "LikeAll", "LikeAny"),
-    *("NotLikeAll", "NotLikeAny", "Murmur3Hash", "XxHash64", "Md5", "Sha1", "Sha2", "Crc32", "CreateNamedStruct"),
-    # times (of the timestamp columns: a text is no time, ParseToDate and the like are left out)
-    *("Hour", "Minute", "Second", "DayOfWeek", "WeekDay", "DayOfMonth", "DayOfYear", "Month", "Year", "Quarter"),
-    *("WeekOfYear", "DateFormatClass", "UnixSeconds", "UnixMillis", "UnixMicros", "TimeAdd", "DateAdd", "DateSub"),
-    *("DateDiff", "SubtractTimestamps", "TruncTimestamp", "TruncDate", "TimestampAddInterval", "DatetimeSub"),
-    # numbers: they are lengths, positions, schema versions and times, bounded; the probes reach the bounds
-    *("Add", "Subtract", "Multiply", "UnaryMinus", "UnaryPositive", "Abs", "Divide", "Remainder", "Pmod"),
-    *("IntegralDivide", "TryEval"),
-}
-_BY_A_VALUE = {"Divide", "Remainder", "Pmod", "IntegralDivide"}  # by 0: only its try_ form, or a constant
-_PATTERNED = {"Like", "ILike", "RLike"}  # a pattern (or escape) from the event can fail on it
-_OF_TIMES = {"UnixTimestamp", "ToUnixTimestamp", "ParseToDate", "ParseToTimestamp"}  # total of a time, not a text
 
 
 def probe_times(
@@ -137,49 +113,10 @@ def _problem(probes: DataFrame, where: str) -> str | None:
             return f"{name} depends on when the layer runs, not on the event: the layers would disagree"
         if not node.deterministic() and all(child.deterministic() for child in _children(node)):
             return f"{name} is not deterministic: the layers would count different events"
-    unjudgeable = _unjudgeable(condition)
-    if unjudgeable is not None:
-        return unjudgeable
     try:
         filtered.count()
     except Exception as exc:  # noqa: BLE001 - an event the filter cannot judge stops the layer reading it
         return f"fails on some events instead of judging them ({_first_line(exc)}); use try_cast, try_divide…"
-    return None
-
-
-def _unjudgeable(expression) -> str | None:
-    """Why a part of `expression` (analysed) could fail on an event the probes do not hold (None: no
-    part can): an expression outside _TOTAL, a cast of text from the event to another type, a
-    division by a value of the event, a pattern taken from the event. A constant part is judged
-    by the probes (Spark folds it, failing or not, whatever the event)."""
-    if expression.foldable():
-        return None
-    name = expression.getClass().getSimpleName()
-    children = _children(expression)
-    if name.startswith("Try"):  # try_add, try_divide…: their inner expression in its TRY form
-        pass
-    elif name in _OF_TIMES and children and children[0].dataType().simpleString() == "string":
-        return f"{name} parses text from the event, and fails on a text that is no time: use try_to_timestamp"
-    elif name not in _TOTAL | _OF_TIMES:
-        return (
-            f"{name} is not among the expressions a filter may use (docs/views.md lists them): a filter must "
-            "judge every event the layers may read without failing"
-        )
-    elif name == "Cast":
-        source, target = expression.child().dataType().simpleString(), expression.dataType().simpleString()
-        if source == "string" and target != "string" and expression.evalMode().toString() != "TRY":
-            return (
-                f"casts text to {target}: an event whose text is no {target} would stop the layers; use try_cast "
-                "(no value: not in the view), or compare texts"
-            )
-    elif name in _BY_A_VALUE and expression.evalMode().toString() != "TRY" and not children[1].foldable():
-        return f"{name} by a value of the event fails on a 0: use try_divide or try_mod (no value: not in the view)"
-    elif name in _PATTERNED and not all(child.foldable() for child in children[1:]):
-        return f"{name} takes its pattern from the event, and a pattern can fail on it: use a constant pattern"
-    for child in children:
-        found = _unjudgeable(child)
-        if found is not None:
-            return found
     return None
 
 

@@ -176,7 +176,7 @@ class View:
         return F.when(F.col("schema_version") < since, F.lit(default)).otherwise(F.col(name))
 
     def filtered(self, events: DataFrame) -> DataFrame:
-        return events.where(self.where) if self.where else events
+        return events.where(total_filter(self.where)) if self.where else events
 
     def _aggregates(self) -> list[Column]:
         """The aggregate column over a cell's events: `value` for count and sum; `sketch` alone for
@@ -262,6 +262,24 @@ def cell_groups(views: Iterable[View], shared: bool) -> dict[str, tuple[View, ..
     return groups
 
 
+def total_filter(where: str) -> Column:
+    """A view's filter as both layers judge an event by it: an event on which Spark fails to
+    evaluate it (text cast to a number, a division by zero, in a branch or on a value the filter
+    check's probes did not reach: definitions/view_filters.py) is not in the view, in both layers
+    alike, instead of stopping the layer reading it at every restart (Spark's TryEval, which its
+    try_ functions are made of, around the whole condition). Built in the active session."""
+    from pyspark.sql import Column, SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise RuntimeError("a view's filter is built in a Spark session: none is active")
+    jvm = spark._jvm
+    assert jvm is not None
+    parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(where)
+    total = jvm.org.apache.spark.sql.catalyst.expressions.TryEval(parsed)
+    return Column(jvm.org.apache.spark.sql.Column(jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(total)))
+
+
 def cells(view: View, label: str | None = None) -> list[Column]:
     """The view's cells of one event, one per granularity, as structs (CELL_DDL) whose `view` is
     `label` (default: the view's name); null when the event is not in the view. The speed layer
@@ -272,7 +290,7 @@ def cells(view: View, label: str | None = None) -> list[Column]:
 
     in_view = _keys_present(view)
     if view.where:
-        in_view = in_view & F.expr(view.where)
+        in_view = in_view & total_filter(view.where)
     out = []
     for granularity in view.granularities:
         size = GRANULARITIES[granularity]

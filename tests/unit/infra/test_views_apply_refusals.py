@@ -331,6 +331,6 @@ def test_apply_of_a_view_whose_filter_the_layers_cannot_use_exits_2_naming_it(tm
     assert (
         "refused, nothing changed: a view's filter cannot be used: view by_country: where 'country = 1'" in caplog.text
     )
-    assert "casts text to bigint" in caplog.text and "view fine" not in caplog.text
+    assert "CAST_INVALID_INPUT" in caplog.text and "view fine" not in caplog.text
     persisted = tmp_path / "state" / "settings.json"
     assert not persisted.exists() or "filtered_views_mod" not in persisted.read_text(), "nothing was written"
