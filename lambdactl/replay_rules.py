@@ -250,10 +250,20 @@ def topic_refusal(
             f"topic {topic} has partitions {sorted(held)}, the speed layer reads {sorted(position)}: "
             "another topic, or one made again"
         )
-    behind = [span.partition for span in spans if span.end < position.get(span.partition, 0)]
+    behind = made_again(spans, position)
     if behind:
         return (
             f"topic {topic} ends before where the speed layer has read in partition(s) {behind}: the topic was "
             f"deleted and made again (its old records are gone); {instead}"
         )
     return None
+
+
+def made_again(spans: list, position: dict[int, int]) -> list[int]:
+    """The partitions of a topic (`spans`: stores.kafka.PartitionSpan) that end before the speed
+    layer's committed `position` in them, or that it read and the topic lacks: the topic was
+    deleted and made again."""
+    held = {span.partition for span in spans}
+    return sorted(
+        {*(p for p in position if p not in held), *(s.partition for s in spans if s.end < position.get(s.partition, 0))}
+    )

@@ -80,8 +80,8 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
         except checkpoints.MarkerUnreadable as exc:  # a damaged marker is a reason to reset: none to compare
             _say(f"{exc}: the views' definitions are taken as declared")
             versions = None
-        refusal = _topic_refusal(settings)
-        lost = None if refusal else unabsorbed_loss(settings, declared, pointer)
+        refusal, again = _topic_check(settings)
+        lost = None if refusal else unabsorbed_loss(settings, declared, pointer, again)
     except Exception as exc:  # HBase, HDFS or Kafka away: the checks cannot be made, so nothing is removed
         log.error(
             "cannot check the views' definitions and that Kafka still holds what no batch run absorbed (%s: %s): "
@@ -153,12 +153,13 @@ def _reset(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _topic_refusal(settings: Settings) -> str | None:
-    """Why the topic this command's settings name is not the one the speed layer read (None: it
-    is): no such topic, one its checkpoint does not read, or one deleted and made again. The loss
-    check would read it and find nothing lost, and a fresh start serve answers missing the records no
-    batch run absorbed as exact."""
-    from lambdactl.replay_rules import topic_refusal
+def _topic_check(settings: Settings) -> tuple[str | None, bool]:
+    """(why the topic this command's settings name is not the one the speed layer read, or None;
+    whether it is that topic deleted and made again). Not there, or not the one its checkpoint
+    reads, the loss check would read it and find nothing lost, and a fresh start serve answers
+    missing the records no batch run absorbed as exact. Made again, its old records are gone: the
+    loss check then takes every partition for one whose records before its first kept were deleted."""
+    from lambdactl.replay_rules import made_again, topic_refusal
     from stores.kafka import spans_from
     from stores.kafka_gaps import committed_positions
     from stores.webhdfs import WebHdfs
@@ -167,16 +168,10 @@ def _topic_refusal(settings: Settings) -> str | None:
     with WebHdfs(settings) as fs:
         # Unreadable offsets (a damaged checkpoint: a reason to reset) name no topic: no refusal.
         read = committed_positions(fs, settings.speed.checkpoint_dir.rstrip("/"))
-    return topic_refusal(
-        topic,
-        spans_from(settings, 0),
-        read.get(topic),
-        bool(read),  # offsets naming other topics only
-        instead=(
-            "the records it held that no batch run absorbed would be in no layer after a fresh start, which reads "
-            "the new topic from its start"
-        ),
-    )
+    spans, position = spans_from(settings, 0), read.get(topic)
+    if position is not None and spans and made_again(spans, position):
+        return None, True
+    return topic_refusal(topic, spans, position, bool(read)), False  # bool(read): offsets naming other topics only
 
 
 def add_parser(sub) -> None:

@@ -13,12 +13,13 @@ _UNREAD = object()
 
 
 def unabsorbed_loss(
-    settings: Settings, declared: Registry | None = None, pointer=_UNREAD
+    settings: Settings, declared: Registry | None = None, pointer=_UNREAD, made_again: bool = False
 ) -> tuple[int, list[str], list[str]] | None:
     """(the lowest batch cutoff of the maintained views, the partitions whose records from it on Kafka's
     retention deleted, the declared views without a batch run), or None when Kafka holds them all.
     The declared views are loaded and the pointer read unless given (a caller that checked them
-    already passes what it checked)."""
+    already passes what it checked). `made_again`: the topic was deleted and made again (its offsets
+    start at 0 all the same): every record before each partition's first kept one is gone."""
     from stores.kafka import lost_since, spans_from
     from stores.registry import version_store
 
@@ -40,7 +41,15 @@ def unabsorbed_loss(
             f"topic {settings.kafka.events_topic} has no partitions (no such topic): check kafka.events_topic "
             "(an environment variable or a lambda.toml here?) and the brokers"
         )
-    lost = lost_since(spans, floor)
+    if made_again:
+        lost = [
+            f"partition {s.partition} is of the topic made again, which keeps "
+            + ("nothing" if s.first_kept_ms is None else f"records from ingest time {s.first_kept_ms} ms on")
+            for s in spans
+            if s.first_kept_ms is None or s.first_kept_ms >= floor
+        ]
+    else:
+        lost = lost_since(spans, floor)
     return (floor, lost, unbuilt) if lost else None
 
 

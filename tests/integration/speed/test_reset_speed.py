@@ -124,3 +124,28 @@ def test_a_reset_of_a_topic_the_speed_layer_does_not_read_is_refused(scratch, st
     assert why in caplog.text, caplog.text[-2000:]
     with WebHdfs(scratch) as fs:
         assert fs.list(f"{base}/commits") == ["0"], "nothing removed"
+
+
+def test_a_reset_on_a_topic_made_again_counts_what_it_lost(scratch, stack, unique, caplog):
+    """A topic deleted and made again starts its offsets at 0, read as "nothing deleted": the reset
+    let a fresh start serve answers missing the old topic's unabsorbed records as exact. Now every
+    record before the new topic's first is counted lost until a batch run's cutoff passes it."""
+    from stores.kafka import producer
+    from tests.support.kafka_topics import scratch_topic
+
+    with scratch_topic(scratch, f"test-again-{unique}") as topic:
+        settings = scratch.model_copy(update={"kafka": scratch.kafka.model_copy(update={"events_topic": topic})})
+        send = producer(settings, "test-reset")
+        try:
+            for _ in range(3):
+                send.send(topic, value=b"{}", partition=0).get(timeout=30)
+        finally:
+            send.close()
+        base = settings.speed.checkpoint_dir
+        with WebHdfs(settings) as fs:  # the speed layer had read 1,000 records of the topic before
+            fs.write(f"{base}/commits/0", b"v1\n{}")
+            fs.write(f"{base}/offsets/0", f'v1\n{{"batchWatermarkMs":0}}\n{{"{topic}":{{"0":1000}}}}'.encode())
+        assert cmd_reset_speed(settings, argparse.Namespace(stopped=True, json=False)) == 2
+        assert "partition 0 is of the topic made again" in caplog.text, caplog.text[-2000:]
+        with WebHdfs(settings) as fs:
+            assert fs.list(f"{base}/commits") == ["0"], "the checkpoint stays"

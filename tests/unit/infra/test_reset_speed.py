@@ -22,7 +22,7 @@ def the_topic_is_the_speed_layers(monkeypatch):
     """The topic check reads Kafka and HDFS: tests/integration/speed/test_reset_speed.py."""
     from lambdactl import reset_speed
 
-    monkeypatch.setattr(reset_speed, "_topic_refusal", lambda _settings: None)
+    monkeypatch.setattr(reset_speed, "_topic_check", lambda _settings: (None, False))
 
 
 ONE_PARTITION = [PartitionSpan(0, 0, 10, 0, 1_000)]
@@ -263,3 +263,22 @@ def test_a_topic_with_no_partitions_is_no_topic_with_nothing_lost(monkeypatch):
         kafka_coverage.unabsorbed_loss(
             Settings(state_dir="/nonexistent", kafka={"events_topic": "events-elsewhere"}), Registry((PAGE_VIEWS,))
         )
+
+
+def test_a_topic_made_again_counts_everything_before_its_first_record_lost(monkeypatch):
+    """Its offsets start at 0, read as "nothing deleted": a fresh start then served the answers
+    missing the old topic's unabsorbed records as exact. Once a batch run's cutoff passes the new
+    topic's first record, nothing of it is missing."""
+    from stores import kafka, kafka_coverage
+    from stores.pointer import Pointer, ViewEntry
+
+    settings = Settings(state_dir="/nonexistent")
+    monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: [PartitionSpan(0, 0, 10, 0, 2_000_000)])
+    for cutoff, lost in ((1_000_000, True), (3_000_000, False)):
+        _pointer_is(monkeypatch, Pointer(entries={"page_views": ViewEntry("page_views_v1", 1, cutoff)}, version=1))
+        found = kafka_coverage.unabsorbed_loss(settings, Registry((PAGE_VIEWS,)), made_again=True)
+        assert (found is not None) == lost, found
+        assert kafka_coverage.unabsorbed_loss(settings, Registry((PAGE_VIEWS,))) is None, "offsets from 0: kept"
+    early = Pointer(entries={"page_views": ViewEntry("page_views_v1", 1, 1_000_000)}, version=1)
+    found = kafka_coverage.unabsorbed_loss(settings, Registry((PAGE_VIEWS,)), early, True)
+    assert found is not None and "is of the topic made again" in kafka_coverage.loss_message(found)
