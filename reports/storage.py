@@ -26,7 +26,7 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # never `.`, `..` or a hidden
 _ID = re.compile(ID_PATTERN)
 # The ids reports.build makes begin with their creation time: only files so named are listed, counted
 # and pruned as reports (a note or a page beside them sorts above them, and was kept as the newest).
-_BUILT = re.compile(r"\d{8}T\d{6}[A-Za-z0-9_.-]{0,84}")
+_BUILT = re.compile(r"\d{8}T\d{6}[A-Za-z0-9_.-]{0,85}")  # as long as ID_PATTERN allows
 STRAY_AFTER_S = 3_600  # a temporary file this old is no build's in flight
 
 

@@ -483,3 +483,12 @@ def test_the_list_of_reports_passes_over_a_document_of_other_fields(local, caplo
     assert cmd_report(local, argparse.Namespace(version=None, limit=10, json=False)) == 0
     out = caplog.text
     assert "20260101T110000.000Z-v2: a → b (version 2)" in out and "odd: None → None (version 1)" in out, out
+
+
+def test_a_report_of_the_longest_id_is_listed():
+    from datetime import UTC, datetime
+
+    from reports.build import report_id
+
+    rid = report_id(datetime(2026, 1, 1, tzinfo=UTC), "r" * 200)
+    assert len(rid) == 100 and storage.check_id(rid) and storage._BUILT.fullmatch(rid)
