@@ -58,17 +58,11 @@ def test_a_reset_when_kafka_no_longer_holds_what_the_batch_has_not_absorbed_is_r
     from kafka.structs import TopicPartition
 
     from stores.clients import kafka_admin
-    from stores.kafka import producer
     from tests.support.kafka_topics import scratch_topic
 
     with scratch_topic(scratch, f"test-reset-{unique}") as topic:
         settings = scratch.model_copy(update={"kafka": scratch.kafka.model_copy(update={"events_topic": topic})})
-        send = producer(settings, "test-reset")
-        try:
-            for _ in range(5):
-                send.send(topic, value=b"{}", partition=0).get(timeout=30)
-        finally:
-            send.close()
+        _send(settings, topic, 5)
         base = settings.speed.checkpoint_dir
         with WebHdfs(settings) as fs:
             fs.write(f"{base}/commits/0", b"v1\n{}")
@@ -130,17 +124,11 @@ def test_a_reset_on_a_topic_made_again_counts_what_it_lost(scratch, stack, uniqu
     """A topic deleted and made again starts its offsets at 0, read as "nothing deleted": the reset
     let a fresh start serve answers missing the old topic's unabsorbed records as exact. Now every
     record before the new topic's first is counted lost until a batch run's cutoff passes it."""
-    from stores.kafka import producer
     from tests.support.kafka_topics import scratch_topic
 
     with scratch_topic(scratch, f"test-again-{unique}") as topic:
         settings = scratch.model_copy(update={"kafka": scratch.kafka.model_copy(update={"events_topic": topic})})
-        send = producer(settings, "test-reset")
-        try:
-            for _ in range(3):
-                send.send(topic, value=b"{}", partition=0).get(timeout=30)
-        finally:
-            send.close()
+        _send(settings, topic, 3)
         base = settings.speed.checkpoint_dir
         with WebHdfs(settings) as fs:  # the speed layer had read 1,000 records of the topic before
             fs.write(f"{base}/commits/0", b"v1\n{}")
@@ -149,3 +137,15 @@ def test_a_reset_on_a_topic_made_again_counts_what_it_lost(scratch, stack, uniqu
         assert "partition 0 is of the topic made again" in caplog.text, caplog.text[-2000:]
         with WebHdfs(settings) as fs:
             assert fs.list(f"{base}/commits") == ["0"], "the checkpoint stays"
+
+
+def _send(settings, topic: str, count: int) -> None:
+    """`count` records to partition 0 of `topic`, each acknowledged."""
+    from stores.kafka import producer
+
+    send = producer(settings, "test-reset")
+    try:
+        for _ in range(count):
+            send.send(topic, value=b"{}", partition=0).get(timeout=30)
+    finally:
+        send.close()

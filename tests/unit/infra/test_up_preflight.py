@@ -49,13 +49,18 @@ class Supervisord:
         yield
 
 
-def test_a_stranger_on_one_programs_port_keeps_only_that_program_down(tmp_path, monkeypatch):
-    settings = Settings(state_dir=tmp_path, stack={"managed_services": ["archiver", "airflow"]})
-    stack = Stack(settings)
-    fake = Supervisord()
+def _stack_of(fake: Supervisord, tmp_path, monkeypatch) -> Stack:
+    """A stack of the archiver and Airflow whose supervisord is `fake` (no JDK, nothing rendered)."""
+    stack = Stack(Settings(state_dir=tmp_path, stack={"managed_services": ["archiver", "airflow"]}))
     stack.supervisord = fake
     monkeypatch.setattr(stack_module, "find_java", lambda _home: SimpleNamespace(home="/java"))
     monkeypatch.setattr(Stack, "prepare", lambda self, service, java: ["true"])
+    return stack
+
+
+def test_a_stranger_on_one_programs_port_keeps_only_that_program_down(tmp_path, monkeypatch):
+    fake = Supervisord()
+    stack = _stack_of(fake, tmp_path, monkeypatch)
 
     def preflight(self, service) -> None:
         fake.calls.append(f"check {service.name}")
@@ -271,12 +276,8 @@ def test_a_supervisor_that_does_not_answer_is_replaced_before_the_ports_are_judg
     """Every port was held by the stack's own programs when `up` judged them: it then replaced the
     supervisor (stopping every program), started none again, and failed naming processes it had
     just stopped — a whole-stack outage from an `up`."""
-    settings = Settings(state_dir=tmp_path, stack={"managed_services": ["archiver", "airflow"]})
-    stack = Stack(settings)
     fake = HungSupervisord()
-    stack.supervisord = fake
-    monkeypatch.setattr(stack_module, "find_java", lambda _home: SimpleNamespace(home="/java"))
-    monkeypatch.setattr(Stack, "prepare", lambda self, service, java: ["true"])
+    stack = _stack_of(fake, tmp_path, monkeypatch)
 
     def preflight(self, service) -> None:
         fake.calls.append(f"check {service.name}")
