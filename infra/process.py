@@ -89,7 +89,7 @@ class ProcessSupervisor:
             if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:  # psutil raises on it: no process
                 return None
             return ProcessRecord(
-                int(data["pid"]),
+                pid,
                 float(data["create_time"]),
                 list(data["command"]),
                 None if ticks is None else int(ticks),

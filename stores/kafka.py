@@ -203,17 +203,20 @@ def latest_ingest_ms(settings: Settings) -> int | None:
         return None
 
 
-def lost_since(spans: list[PartitionSpan], from_ms: int) -> list[str]:
+def lost_since(spans: list[PartitionSpan], from_ms: int, made_again: bool = False) -> list[str]:
     """Partitions whose records from `from_ms` on Kafka may no longer hold (retention deleted records at
     or after that time), each described; empty when every record from then is kept. Ingest times never
-    decrease within a partition (LogAppendTime), so a deleted record is no later than the first kept."""
+    decrease within a partition (LogAppendTime), so a deleted record is no later than the first kept.
+    `made_again`: the topic was deleted and made again, so its offsets start at 0 with every record
+    before the first kept one gone all the same."""
     lost = []
     for s in spans:
-        if s.first_kept == 0:
+        if s.first_kept == 0 and not made_again:
             continue  # nothing deleted
         if s.first_kept_ms is None or s.first_kept_ms >= from_ms:
             kept = "nothing" if s.first_kept_ms is None else f"records from ingest time {s.first_kept_ms} ms on"
-            lost.append(f"partition {s.partition} deleted offsets below {s.first_kept} and keeps {kept}")
+            gone = "is of the topic made again" if made_again else f"deleted offsets below {s.first_kept}"
+            lost.append(f"partition {s.partition} {gone} and keeps {kept}")
     return lost
 
 

@@ -41,15 +41,7 @@ def unabsorbed_loss(
             f"topic {settings.kafka.events_topic} has no partitions (no such topic): check kafka.events_topic "
             "(an environment variable or a lambda.toml here?) and the brokers"
         )
-    if made_again:
-        lost = [
-            f"partition {s.partition} is of the topic made again, which keeps "
-            + ("nothing" if s.first_kept_ms is None else f"records from ingest time {s.first_kept_ms} ms on")
-            for s in spans
-            if s.first_kept_ms is None or s.first_kept_ms >= floor
-        ]
-    else:
-        lost = lost_since(spans, floor)
+    lost = lost_since(spans, floor, made_again)
     return (floor, lost, unbuilt) if lost else None
 
 

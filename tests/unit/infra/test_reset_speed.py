@@ -149,7 +149,9 @@ def test_a_declared_view_no_batch_run_computed_makes_the_whole_topic_count(monke
     floors: list[int] = []
     monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or ONE_PARTITION)
     monkeypatch.setattr(
-        kafka, "lost_since", lambda spans, floor: ["partition 0: offsets 0 to 9"] if floor < 600_000 else []
+        kafka,
+        "lost_since",
+        lambda spans, floor, _again=False: ["partition 0: offsets 0 to 9"] if floor < 600_000 else [],
     )
     assert kafka_coverage.unbuilt_views(settings, pointer) == ["top_pages"]
     assert reset_speed.unabsorbed_loss(settings) == (0, ["partition 0: offsets 0 to 9"], ["top_pages"])
@@ -196,7 +198,7 @@ def test_both_checks_judge_one_reading_of_the_pointer_and_one_loading_of_the_vie
     monkeypatch.setattr(reset_speed, "read_versions", lambda _s, declared, **kw: given.append(kw) or Versions(declared))
     floors: list[int] = []
     monkeypatch.setattr(kafka, "spans_from", lambda _s, floor: floors.append(floor) or ONE_PARTITION)
-    monkeypatch.setattr(kafka, "lost_since", lambda spans, floor: [])
+    monkeypatch.setattr(kafka, "lost_since", lambda spans, floor, _again=False: [])
     monkeypatch.setattr(replays, "read_replays", lambda _settings: ({}, {}))
     assert cmd_reset_speed(Settings(state_dir="/nonexistent"), _args(stopped=True)) == 0
     assert reads == [pointer] and loaded == [1]
