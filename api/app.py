@@ -68,13 +68,27 @@ class _LazyProducer:
         with self.lock:
             if self.producer is None:
                 # A send waits at most 5 s for the brokers' metadata or buffer room (60 s by default):
-                # while Kafka is away a POST gets its 503 in seconds.
-                self.producer = kafka.producer(self.settings, "lambda-api", linger_ms=5, max_block_ms=5_000)
+                # while Kafka is away a POST gets its 503 in seconds. A record is given up after
+                # events.KAFKA_ACK_S (two minutes by default), when its request is answered 503.
+                delivery_ms = int(events.KAFKA_ACK_S * 1000)
+                self.producer = kafka.producer(
+                    self.settings,
+                    "lambda-api",
+                    linger_ms=5,
+                    max_block_ms=5_000,
+                    delivery_timeout_ms=delivery_ms,
+                    request_timeout_ms=max(1_000, delivery_ms - 1_000),
+                )
             return self.producer
 
     def close(self) -> None:
+        """Closes the producer once each record it holds is written or given up (by its delivery
+        timeout): kafka-python's close raises while one is left, a shutdown cut short."""
         if self.producer is not None:
-            self.producer.close(timeout=5)
+            try:
+                self.producer.close(timeout=events.KAFKA_ACK_S + 1)
+            except Exception as exc:  # the process ends anyway; the driver's words go to the log
+                log.warning("Kafka producer not closed cleanly: %s: %s", type(exc).__name__, str(exc)[:300])
 
 
 def create_app(settings: Settings, sync: WorkerSync | None = None, metrics_dir: Path | None = None) -> FastAPI:

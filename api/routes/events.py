@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -136,10 +137,19 @@ def request_body_doc(settings: Settings) -> dict[str, Any]:
 # A body larger than this waits for the large bodies parsed before it (events_router).
 LARGE_BODY_BYTES = 64 * 1024
 # Produces run at once per worker process: while Kafka is slow or away, each holds a worker thread
-# for up to ~15 s, and forty at once took every thread view queries run on. A request waits for
-# one of these (holding no thread) for at most PRODUCE_WAIT_S, then is a 503 naming Kafka.
+# for up to ~15 s (KAFKA_ACK_S, after up to 5 s for the brokers' metadata), and forty at once took
+# every thread view queries run on. A request waits for one of these (holding no thread) for at
+# most PRODUCE_WAIT_S, then is a 503 naming Kafka.
 PRODUCE_THREADS = 4
 PRODUCE_WAIT_S = 10.0
+# How long the producer tries to write a record (its delivery timeout, api.app): a request's 503
+# comes when its own records are given up, so none is written later behind the client's back (with
+# kafka-python's two minutes, a 503's events were written once Kafka came back, and the client's
+# re-send made second copies). A record being written at that moment may still be stored: the 503
+# asks for the same event_ids, whose copies both layers count once.
+KAFKA_ACK_S = 10.0
+# A 503 naming Kafka: when to send again.
+KAFKA_RETRY_AFTER_S = 5
 
 
 def json_text(headers) -> None:
@@ -219,10 +229,14 @@ def _checked(settings: Settings, data: bytes) -> tuple[list[tuple[bytes, bytes]]
 
 
 def produce(request: Request, settings: Settings, payloads: list[tuple[bytes, bytes]]) -> list:
+    """Each event's Kafka position, once Kafka acknowledged all of them. Waits for this request's own
+    records only: the producer's flush waited for every record the worker's producer held, so a
+    partition Kafka did not take made every POST a 503, events stored and all. Each record fails
+    by its delivery timeout (KAFKA_ACK_S); the deadline here is a backstop."""
     producer = request.app.state.producer()
     futures = [producer.send(settings.kafka.events_topic, key=key, value=value) for key, value in payloads]
-    producer.flush(timeout=10)
-    return [f.get(timeout=10) for f in futures]
+    deadline = time.monotonic() + KAFKA_ACK_S + 5
+    return [f.get(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
 
 
 def events_router(settings: Settings) -> APIRouter:
@@ -267,7 +281,10 @@ def events_router(settings: Settings) -> APIRouter:
         except TimeoutError:
             log.warning("no produce slot within %gs: Kafka is slow to acknowledge", PRODUCE_WAIT_S)
             raise ApiError(
-                503, "Kafka is slow to acknowledge events; none of these was sent, send them again", component="kafka"
+                503,
+                "Kafka is slow to acknowledge events; none of these was sent, send them again",
+                component="kafka",
+                headers={"Retry-After": str(KAFKA_RETRY_AFTER_S)},
             ) from None
         try:
             positions = await in_thread(produce, request, settings, payloads)
@@ -275,7 +292,11 @@ def events_router(settings: Settings) -> APIRouter:
             # the text, not the exception: a log record kept (a test's capture) would hold its frames
             log.warning("events not acknowledged by Kafka: %s: %s", type(exc).__name__, str(exc)[:500])
             raise ApiError(
-                503, "events not acknowledged by Kafka; none may be assumed stored, send them again", component="kafka"
+                503,
+                f"events not acknowledged by Kafka within {KAFKA_ACK_S:g}s; none may be assumed stored: send them "
+                "again with the same event_ids (copies of an event_id are counted once)",
+                component="kafka",
+                headers={"Retry-After": str(KAFKA_RETRY_AFTER_S)},
             ) from None
         finally:
             producing.release()
