@@ -49,6 +49,10 @@ MAX_PAGES = 1_000_000
 MAX_USERS = 1_000_000
 MAX_SIMULATED_COUNT = 10_000_000  # events whose times are spread over --span (sorted in memory first)
 MIN_RATE = 0.001  # records per second, when paced: a record every 1,000 s at most
+# Bytes handed to the producer and not yet acknowledged or failed, at most: past it the generator
+# waits for Kafka. kafka-python bounds no buffer, so a generator faster than Kafka (or one running
+# while Kafka is away) held all it made until each record's two-minute delivery timeout.
+MAX_UNACKNOWLEDGED_BYTES = 64 * 1024 * 1024
 EARLIEST_EVENT = datetime(1970, 1, 1, tzinfo=UTC)
 
 _TYPE_WEIGHTS = {"page_view": 0.80, "click": 0.12, "add_to_cart": 0.05, "purchase": 0.02, "signup": 0.01}
@@ -356,12 +360,15 @@ def produce(
         compression_type=None if config.compression == "none" else config.compression,
     )
     report = SendReport()
-    lock = threading.Lock()
+    lock = threading.Condition()
     failures: list[str] = []
+    unacknowledged = [0]  # bytes
 
     def on_sent(record: Record, metadata) -> None:
         with lock:
             report.sent += 1
+            unacknowledged[0] -= len(record.value)
+            lock.notify()
             if events_out is not None:
                 sent = SentRecord(
                     record.kind,
@@ -373,9 +380,11 @@ def produce(
                 )
                 events_out.write(json.dumps(asdict(sent)) + "\n")
 
-    def on_error(exc: Exception) -> None:
+    def on_error(record: Record, exc: Exception) -> None:
         with lock:
             report.failed += 1
+            unacknowledged[0] -= len(record.value)
+            lock.notify()
             if len(failures) < 5:
                 failures.append(repr(exc))
 
@@ -387,9 +396,12 @@ def produce(
                 delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
+            with lock:
+                lock.wait_for(lambda: unacknowledged[0] < MAX_UNACKNOWLEDGED_BYTES)
+                unacknowledged[0] += len(record.value)
             future = producer.send(topic, key=record.key, value=record.value)
             future.add_callback(lambda md, r=record: on_sent(r, md))
-            future.add_errback(on_error)
+            future.add_errback(lambda exc, r=record: on_error(r, exc))
             report.by_kind[record.kind] = report.by_kind.get(record.kind, 0) + 1
             if progress_every and n % progress_every == 0:
                 log.info("queued %d / %d records (%.0f/s)", n, config.count, n / (time.monotonic() - started))
