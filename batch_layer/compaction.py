@@ -39,7 +39,6 @@ from stores.master_compacted import (
     HOUR_MS,
     Compacted,
     archived_hours,
-    before_hour,
     compacted_path,
     day_folders,
     hour_dir,
@@ -47,7 +46,7 @@ from stores.master_compacted import (
     write_compacted,
 )
 from stores.master_lease import LeaseHeld, compaction_lease
-from stores.master_live import ForeignMasterFiles, read_live
+from stores.master_live import ForeignMasterFiles, in_hours, read_live
 
 log = logging.getLogger("lambda.compaction")
 
@@ -91,7 +90,9 @@ def plan(present: Iterable[int], through_ms: int | None, sealed_ms: int, max_hou
     compacted one (or the first archived) up to `sealed_ms` (the start of the first hour the archiver
     has not finished), at most `max_hours` of those that hold folders."""
     hours = sorted(set(present))
-    start = through_ms if through_ms is not None else (hours[0] if hours else sealed_ms)
+    # A first run starts at the first archived hour, or at the first unfinished one if that is earlier:
+    # a folder may be an hour ahead of one a partition still writes, which the marker must not pass.
+    start = through_ms if through_ms is not None else min(hours[:1] + [sealed_ms])
     todo = [h for h in hours if start <= h < sealed_ms]
     if len(todo) > max_hours:
         todo = todo[:max_hours]
@@ -282,12 +283,9 @@ def _committed(settings: Settings, spark, hours: Mapping[int, str], every: bool 
 
     with WebHdfs(settings) as fs:
         rows, whole = read_live(spark, settings, fs, hours, every, any_age)
-    return rows.where(_between(min(hours), max(hours))), whole
-
-
-def _between(first: int, last: int):
-    """Rows of the ingest hours `first` … `last` (their starts)."""
-    return ~before_hour(first) & before_hour(last + HOUR_MS)
+    # These hours only: of an hour between them whose originals are gone, the log still lists files,
+    # and reading them failed every later compaction (FileNotFound) after one hour was kept.
+    return rows.where(in_hours(hours)), whole
 
 
 def _counts(frame) -> dict[int, int]:
@@ -335,7 +333,7 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult, still_l
     with WebHdfs(settings) as fs:  # what is counted below: a folder holding anything else then is kept
         counted = {h: _entries(fs, path) for h, path in old.items()}
     if pending:
-        span = _between(pending[0], pending[-1])
+        span = in_hours(pending)
         # Read from the folders, not through the log: every record any complete original holds must be in the copy.
         try:
             committed = _counts(_committed(settings, spark, {h: old[h] for h in pending}, every=True)[0])

@@ -436,3 +436,42 @@ def test_a_file_copied_in_by_hand_after_its_hour_was_compacted_keeps_the_origina
     assert kept.value.result.mismatched == [first] and kept.value.result.originals_deleted == []
     with WebHdfs(settings) as fs:
         assert len(folder_files(fs, f"{scratch.archiver.master_path}/{hour_dir(first)}")) == FILES
+
+
+def test_after_an_hour_is_kept_the_next_compaction_counts_only_the_hours_it_checks(
+    settings, stack, spark, scratch, tmp_path, monkeypatch
+):
+    """An hour kept (a file written into it while it was counted) holds the deletion mark at it. The
+    next run counted every hour from it to the newest, and the file sink's log still lists the files
+    of the hours between, whose originals were deleted: every later compaction failed reading them
+    (FileNotFound), and the kept hour was never cleared."""
+    from batch_layer import compaction
+
+    scratch, root = scratch
+    first = (int(time.time() * 1000) // HOUR_MS - 6) * HOUR_MS
+    archive(spark, scratch, root, tmp_path / "in", first, hours=4)
+    before = rows(spark, scratch)
+    folder = f"{scratch.archiver.master_path}/{hour_dir(first)}"
+    real_read_days = compaction.read_days
+    written = []
+
+    def read_days(session, path, days):
+        if path.endswith("/_compacted") and not written:  # a copy of one of its files: the same records
+            with WebHdfs(settings) as fs:
+                data = fs.read(f"{folder}/{folder_files(fs, folder)[0]}")
+                assert data is not None
+                fs.write(f"{folder}/part-00099-late.c000.snappy.parquet", data)
+            written.append(True)
+        return real_read_days(session, path, days)
+
+    monkeypatch.setattr(compaction, "read_days", read_days)
+    complete_before(scratch, first + 3 * HOUR_MS)
+    with pytest.raises(CompactionMismatch) as kept:
+        compact_master(scratch, spark=spark)
+    assert kept.value.result.mismatched == [first] and len(kept.value.result.originals_deleted) == 2
+
+    complete_before(scratch, first + 4 * HOUR_MS)
+    done = compact_master(scratch, spark=spark)  # the kept hour and the next: not the hours between
+    assert done.compacted_hours == [first + 3 * HOUR_MS] and done.mismatched == []
+    assert sorted(done.originals_deleted) == [folder, f"{scratch.archiver.master_path}/{hour_dir(first + 3 * HOUR_MS)}"]
+    assert rows(spark, scratch) == before
