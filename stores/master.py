@@ -81,11 +81,32 @@ def read_master(spark: SparkSession, settings: Settings) -> DataFrame:
             )
     if compacted is None:
         return live
+    _check_not_ahead(settings, compacted.through_ms)
     older = before_hour(compacted.through_ms)
     if not days:  # the hours before the marker held no record
         return live.where(~older)
     copies = read_days(spark, f"{settings.hdfs.url}{compacted_path(settings)}", days)
     return copies.where(older).unionByName(live.where(~older))
+
+
+def _check_not_ahead(settings: Settings, through_ms: int) -> None:
+    """Refuse a compaction marker past the hours the archiver finished (compaction never moves it
+    there): a marker restored by hand with a wrong time, or a master rebuilt without its `_compacted`
+    folder. Trusted, every read took the hours before it from `_compacted/`, where they are not, and
+    left their records out with no error."""
+    from definitions.times import iso_ms
+    from stores import completeness
+    from stores.master_compacted import HOUR_MS, CompactionMarkerMalformed, marker_path
+
+    marker = completeness.latest(settings)
+    covered = marker.complete_before_ms if marker is not None else None
+    if covered is not None and through_ms > covered - covered % HOUR_MS:
+        raise CompactionMarkerMalformed(
+            f"{marker_path(settings)}: says the master is compacted up to {iso_ms(through_ms)}, past the hours the "
+            f"archiver finished (before {iso_ms(covered - covered % HOUR_MS)}): the hours between would be read from "
+            "_compacted/, which does not hold them. Restore the marker written with that folder (or remove the "
+            "folder with the rest of an old master)"
+        )
 
 
 def read_archived(spark: SparkSession, *urls: str, base: str | None = None) -> DataFrame:

@@ -19,6 +19,7 @@ from stores import completeness, master_live
 from stores.master import master_url, read_archived, read_master
 from stores.master_compacted import (
     HOUR_MS,
+    Compacted,
     CompactionMarkerMalformed,
     compacted_path,
     hour_dir,
@@ -160,10 +161,26 @@ def test_compaction_rewrites_finished_hours_and_every_read_stays_the_same(settin
         assert not any(n.startswith("_tmp-") for n in fs.list(compacted_path(scratch))), "a killed run's copy is swept"
     assert rows(spark, scratch) == before, "reads take the compacted copy (the late record is not in it)"
 
+    # A marker restored by hand with a wrong time, past what the archiver finished: every read took the
+    # hours before it from _compacted/, which does not hold them, and left them out with no error.
+    with WebHdfs(settings) as fs:
+        good = fs.read(marker_path(scratch))
+        marker = read_compacted(fs, scratch)
+        assert good is not None and marker is not None
+        wrong = Compacted(marker.through_ms + 24 * HOUR_MS, marker.compacted_ms, marker.deleted_before_ms)
+        fs.write(marker_path(scratch), wrong.to_json())
+    with pytest.raises(CompactionMarkerMalformed, match="past the hours the archiver finished"):
+        read_master(spark, scratch)
+    with WebHdfs(settings) as fs:
+        fs.write(marker_path(scratch), good)
+    assert rows(spark, scratch) == before
+
     # The completeness behind the compacted hours: a master rebuilt without its _compacted folder.
     complete_before(scratch, first + HOUR_MS)
     with pytest.raises(CompactionRefused, match="behind the compacted hours"):
         compact_master(scratch, spark=spark)
+    with pytest.raises(CompactionMarkerMalformed, match="past the hours the archiver finished"):
+        read_master(spark, scratch)
 
     with WebHdfs(settings) as fs:
         fs.write(marker_path(scratch), b'{"format": 1, "through_ms": "soon"}')
