@@ -80,6 +80,19 @@ def _end_with_the_task(parent: int) -> Callable[[], None]:
     return setup
 
 
+def _end_with_the_supervisor() -> None:
+    """For the task's own process: SIGKILL when the process that started it dies. Airflow's executor
+    runs a supervisor that forks the task's process; one killed (kill -9, the OOM killer) left the
+    task orphaned and running, and its command with it (a batch's Spark driver beside the retry the
+    scheduler starts once the heartbeats stop). Airflow's handler of SIGTERM in the task's process
+    only calls on_kill, which a `@task` does not have: SIGKILL ends it, and its command gets the
+    SIGTERM _end_with_the_task asked for. A supervisor already gone: the command is not run."""
+    parent = os.getppid()
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def say_cause(cause: str) -> None:
     context()["ti"].xcom_push(key=FAILURE_CAUSE_KEY, value=cause[:2_000])
 
@@ -99,6 +112,7 @@ def lambdactl(*args: str, expected: tuple[int, ...] = (), refusal_retried: bool 
         raise LambdactlRefused(list(args)[:1], -1, cause)
     binary = os.path.join(os.environ["LAMBDA_PLATFORM_BIN"], "lambdactl")
     timeout_s = command_timeout_s()
+    _end_with_the_supervisor()
     try:
         done = subprocess.run(
             [binary, *args],

@@ -239,6 +239,58 @@ def test_a_task_killed_from_outside_takes_its_command_with_it(settings, tmp_path
             pass
 
 
+# Airflow's executor runs a supervisor that forks the task's process (a LocalExecutor worker's).
+SUPERVISOR = textwrap.dedent("""
+    import subprocess, sys
+    subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]]).wait()
+""")
+
+
+def test_a_task_whose_supervisor_was_killed_takes_its_command_with_it(settings, tmp_path):
+    """A supervisor killed (kill -9, the OOM killer) left the task's process orphaned and running, and
+    with it the command: the scheduler retries the task once the heartbeats stop, and two batch
+    drivers ran side by side for hours. Airflow's handler of SIGTERM in the task's process only
+    calls on_kill, so the task asks for SIGKILL when its supervisor dies."""
+    fake = tmp_path / "bin" / "lambdactl"
+    fake.parent.mkdir()
+    pid_file = tmp_path / "command.pid"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 300\n")
+    fake.chmod(0o755)
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(fake.parent))
+    python = str(settings.airflow.venv / "bin" / "python")
+    supervisor = subprocess.Popen(
+        [python, "-c", SUPERVISOR, ORPHAN, str(DAGS_FOLDER)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pids: list[int] = []
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout_s=120, what="the command started")
+        command = int(pid_file.read_text())
+        with open(f"/proc/{command}/stat") as stat:
+            pids[:] = [command, int(stat.read().split(") ", 1)[1].split()[1])]  # the command, its task
+        supervisor.kill()
+        supervisor.wait(30)
+
+        def gone(pid: int) -> bool:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:  # a zombie (not yet reaped) is gone too
+                    return stat.read().split(") ", 1)[1].startswith("Z")
+            except FileNotFoundError:
+                return True
+
+        wait_for(lambda: all(map(gone, pids)), timeout_s=30, what="the task and its command ended with the supervisor")
+    finally:
+        supervisor.kill()
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+
+
 BACKFILL = textwrap.dedent("""
     import json, sys
     from datetime import timedelta
