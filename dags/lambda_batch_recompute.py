@@ -64,6 +64,12 @@ def _params() -> dict:
     return context()["params"]
 
 
+def given_cutoff() -> str:
+    """The cutoff the run's form gave, or "" for the last complete one: blanks are none (the form's
+    pattern takes them, and `--cutoff "  "` failed the run)."""
+    return (_params()["cutoff"] or "").strip()
+
+
 def run_step(*args: str) -> dict:
     """lambdactl for a step of a run that planned its own cutoff (mode next_cutoff, no cutoff given):
     a run beside it (an operator's `lambdactl batch`) that moved serving past that cutoff, or swapped
@@ -71,7 +77,7 @@ def run_step(*args: str) -> dict:
     newer cutoff. A cutoff the user chose, or a full recompute asked for, fails on the same refusal:
     what was asked for did not happen."""
     p = _params()
-    if p["cutoff"] or p["mode"] != "next_cutoff":
+    if given_cutoff() or p["mode"] != "next_cutoff":
         return lambdactl(*args)
     try:
         return lambdactl(*args, "--skip-if-overtaken", expected=(NOTHING_NEW,))
@@ -164,7 +170,7 @@ def lambda_batch_recompute():
         refuse_backfill()
         refuse_undeclared_conf(PARAMS)
         p = _params()
-        args = ["batch", "--plan"] + (["--cutoff", p["cutoff"]] if p["cutoff"] else [])
+        args = ["batch", "--plan"] + (["--cutoff", given_cutoff()] if given_cutoff() else [])
         if p["views"]:
             args += ["--views", ",".join(p["views"])]
         if p["mode"] == "full_recompute":

@@ -316,6 +316,36 @@ BACKFILL = textwrap.dedent("""
 """)
 
 
+BLANK_CUTOFF = textwrap.dedent("""
+    import json, sys
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_batch_recompute as dag_file
+    import lambda_platform.commands as commands
+
+    ran = []
+    dag_file.lambdactl = lambda *args, **kwargs: ran.append(list(args)) or {}
+    out = {}
+    for given in ("  ", "", " 2026-03-01T10:00:00Z "):
+        params = {"cutoff": given, "mode": "next_cutoff", "views": []}
+        commands.get_current_context = lambda: {"ti": SimpleNamespace(), "params": params}
+        ran.clear()
+        dag_file.run_step("batch", "--no-swap")
+        out[given] = {"cutoff": dag_file.given_cutoff(), "step": ran[0]}
+    print(json.dumps(out))
+""")
+
+
+def test_a_blank_cutoff_in_the_form_is_the_last_complete_one(settings, tmp_path):
+    """The form's pattern takes blanks and says "empty: the last complete one"; `--cutoff "  "` went
+    to lambdactl, which refused it, and the run failed at once."""
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path))
+    out = in_airflow(settings, BLANK_CUTOFF, env)
+    assert out["  "] == out[""] == {"cutoff": "", "step": ["batch", "--no-swap", "--skip-if-overtaken"]}, out
+    assert out[" 2026-03-01T10:00:00Z "] == {"cutoff": "2026-03-01T10:00:00Z", "step": ["batch", "--no-swap"]}, out
+
+
 EXIT_CODES = textwrap.dedent("""
     import json, sys
     from types import SimpleNamespace
