@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from definitions.files import state_lock
+from definitions.files import LockHeld, state_lock
 from definitions.settings import Settings
 from stores import completeness
 from stores.master import last_archived, read_days
@@ -122,14 +122,16 @@ def sealed_before(settings: Settings) -> int:
     return covered - covered % HOUR_MS
 
 
-def compact_master(settings: Settings, spark=None, max_hours: int = 168) -> CompactionResult:
-    """Compact the finished ingest hours (see the module's text); the outcome."""
+def compact_master(settings: Settings, spark=None, max_hours: int = 168, wait: bool = True) -> CompactionResult:
+    """Compact the finished ingest hours (see the module's text); the outcome. Another compaction from
+    this state directory is waited for, or with `wait` False refused (CompactionRefused): the daily
+    DAG's task waiting held Airflow's only task slot for hours, every batch task behind it."""
     from definitions.spark import spark_session
 
     started = time.monotonic()
     try:
         # Two from one state directory take turns; from two hosts, the second is refused (stores.master_lease).
-        with state_lock(settings.state_dir, "master-compaction.lock", "master compaction", log.info):
+        with state_lock(settings.state_dir, "master-compaction.lock", "master compaction", log.info, wait=wait):
             with compaction_lease(settings) as lease:
                 own = spark is None
                 spark = spark or spark_session(settings, "lambda-compaction")
@@ -140,6 +142,10 @@ def compact_master(settings: Settings, spark=None, max_hours: int = 168) -> Comp
                         spark.stop()
     except LeaseHeld as exc:
         raise CompactionRefused(str(exc)) from None
+    except LockHeld as exc:
+        raise CompactionRefused(
+            f"another compaction runs from {settings.state_dir} (pid {exc.holder}): run again once it has ended"
+        ) from None
     result.seconds = round(time.monotonic() - started, 1)
     return result
 

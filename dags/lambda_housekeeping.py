@@ -23,8 +23,8 @@ from lambda_platform.commands import lambdactl, refuse_undeclared_conf
 
 def _run(*args: str) -> dict:
     """A task's command, what it did printed into the task's log. Its refusals are retried, as every
-    failure is: `compact-master` refuses while another compaction holds its lease or before the
-    archiver published its completeness, which passes."""
+    failure is: `compact-master` refuses while another compaction holds its lease or runs from this
+    state directory, or before the archiver published its completeness, which passes."""
     refuse_undeclared_conf(())
     done = lambdactl(*args, refusal_retried=True)
     print(json.dumps(done))
@@ -51,7 +51,9 @@ def lambda_housekeeping():
 
     @task
     def compact_master() -> dict:
-        return _run("compact-master", "--json")
+        # Not waiting for a compaction an operator runs: the task would hold Airflow's task slot
+        # (airflow.parallelism, 1 by default) for hours, every batch task behind it. Refused, it is retried.
+        return _run("compact-master", "--json", "--no-wait")
 
     housekeeping()
     compact_master()

@@ -3,7 +3,7 @@
 once from one state directory (they take turns), or after one was killed, loses and duplicates
 nothing; one from another host or state directory is refused while this one holds the master's
 lease on HDFS (docs/operations.md). Exit 2 when it cannot run now (another compaction holds the
-lease, the archiver has not said how far the master is complete, its marker is doubted, or it is
+lease, or with --no-wait runs from this state directory, the archiver has not said how far the master is complete, its marker is doubted, or it is
 behind the compacted hours), 1 when it failed, or found compacted hours whose originals hold other records than their
 copy (those originals are kept).
 """
@@ -24,7 +24,7 @@ def cmd_compact_master(settings: Settings, args: argparse.Namespace) -> int:
 
     failure = ""
     try:
-        result = compact_master(settings, max_hours=args.max_hours)
+        result = compact_master(settings, max_hours=args.max_hours, wait=not args.no_wait)
     except CompactionRefused as exc:
         _say(f"not compacted: {exc}")
         return 2
@@ -59,6 +59,11 @@ def add_parser(sub) -> None:
     )
     parser.add_argument(
         "--max-hours", type=at_least_one, default=168, help="at most this many ingest hours in one run (default a week)"
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="refuse (exit 2) while another compaction from this state directory runs, instead of waiting for it",
     )
     parser.add_argument("--json", action="store_true", help="also print the outcome as one JSON line")
     parser.set_defaults(func=cmd_compact_master)

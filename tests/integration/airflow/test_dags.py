@@ -346,6 +346,34 @@ def test_a_blank_cutoff_in_the_form_is_the_last_complete_one(settings, tmp_path)
     assert out[" 2026-03-01T10:00:00Z "] == {"cutoff": "2026-03-01T10:00:00Z", "step": ["batch", "--no-swap"]}, out
 
 
+HOUSEKEEPING_COMMANDS = textwrap.dedent("""
+    import json, sys
+    from types import SimpleNamespace
+    sys.path.insert(0, sys.argv[1])
+    import lambda_housekeeping as dag_file
+    import lambda_platform.commands as commands
+
+    ran = []
+    dag_file.lambdactl = lambda *args, **kwargs: ran.append(list(args)) or {}
+    commands.get_current_context = lambda: {"ti": SimpleNamespace(), "dag_run": SimpleNamespace(conf={})}
+    dag = dag_file.lambda_housekeeping()
+    for task_id in ("housekeeping", "compact_master"):
+        dag.get_task(task_id).python_callable()
+    print(json.dumps(ran))
+""")
+
+
+def test_the_daily_compaction_does_not_wait_for_an_operators(settings, tmp_path):
+    """Waiting on the compaction lock, the task held Airflow's only task slot (airflow.parallelism 1)
+    for up to three hours of tries, every batch task behind it; refused, it is retried later."""
+    env = environment(settings)
+    env.update(AIRFLOW_HOME=str(tmp_path))
+    assert in_airflow(settings, HOUSEKEEPING_COMMANDS, env) == [
+        ["housekeeping", "--json"],
+        ["compact-master", "--json", "--no-wait"],
+    ]
+
+
 EXIT_CODES = textwrap.dedent("""
     import json, sys
     from types import SimpleNamespace

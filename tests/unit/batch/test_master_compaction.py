@@ -192,3 +192,29 @@ def test_a_read_lists_the_master_again_while_compactions_move_the_marker_and_giv
     listings.clear()
     assert isinstance(master.read_master(None, Settings()), Frame)
     assert len(listings) == 1, "a marker rewritten at the same hour: listed once"
+
+
+def test_a_compaction_that_would_not_wait_is_refused_while_another_runs_from_the_state_directory(settings):
+    """The daily DAG's compaction waited for an operator's (an flock): it held Airflow's only task slot
+    for hours, and every batch task waited behind it. With `wait` False it is refused at once, naming
+    the holder, and the DAG retries it later."""
+    import threading
+
+    from batch_layer.compaction import CompactionRefused, compact_master
+    from definitions.files import state_lock
+
+    outcome: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            compact_master(settings, spark=object(), wait=False)
+        except BaseException as exc:  # noqa: BLE001 - what it raised is the outcome
+            outcome.append(exc)
+
+    with state_lock(settings.state_dir, "master-compaction.lock", "master compaction"):
+        run = threading.Thread(target=other, daemon=True)
+        run.start()
+        run.join(timeout=30)
+        assert not run.is_alive(), "it waited for the compaction holding the lock"
+    assert len(outcome) == 1 and isinstance(outcome[0], CompactionRefused), outcome
+    assert "another compaction runs from" in str(outcome[0]) and "pid" in str(outcome[0])
