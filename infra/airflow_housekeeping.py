@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 from definitions.files import state_lock
 from definitions.settings import Settings
 from infra.airflow import airflow_home, check_installed, environment
+from infra.process import dies_with_this_thread
 
 # The tables `airflow db clean` empties of older rows. Not `dag` nor `dag_version`: Airflow 3.1's
 # clean-up of those stops on a foreign key a newer task instance still holds (apache/airflow#63703);
@@ -38,7 +40,9 @@ CLEANED_TABLES = (
     "asset_event",
     "deadline",
 )
-CLEAN_TIMEOUT_S = 1_800  # `db clean` deletes in batches; a day's rows take seconds
+# `db clean` and `db drop-archived` together: `db clean` deletes in batches, a day's rows take seconds.
+# Within the DAG task's command time (an hour less a minute) with the log files' pruning before it.
+CLEAN_TIMEOUT_S = 1_800
 # Rows deleted per transaction: the first clean-up of a long-lived install holds SQLite's write lock
 # (which the scheduler and the API server wait on) a batch at a time, not for months of rows at once.
 CLEAN_BATCH_ROWS = 1_000
@@ -136,8 +140,10 @@ def clean_metadata(settings: Settings, before: datetime) -> None:
 
 
 def _clean_then_drop(settings: Settings, executable: str, before: datetime) -> None:
+    deadline = time.monotonic() + CLEAN_TIMEOUT_S
     _airflow(
         settings,
+        deadline,
         "db clean",
         [
             executable,
@@ -153,16 +159,26 @@ def _clean_then_drop(settings: Settings, executable: str, before: datetime) -> N
             "--yes",
         ],
     )
-    _airflow(settings, "db drop-archived", [executable, "db", "drop-archived", "--yes"])
+    _airflow(settings, deadline, "db drop-archived", [executable, "db", "drop-archived", "--yes"])
 
 
-def _airflow(settings: Settings, what: str, command: list[str]) -> None:
+def _airflow(settings: Settings, deadline: float, what: str, command: list[str]) -> None:
+    """Run an Airflow command until the monotonic `deadline`; it dies with this process's thread (a
+    task's timeout killed `lambdactl`, and `db clean` ran on with no limit: the retry's clean-up then
+    dropped the table it was deleting through)."""
+    timeout_s = max(1.0, deadline - time.monotonic())
     try:
         done = subprocess.run(
-            command, env=environment(settings), capture_output=True, text=True, timeout=CLEAN_TIMEOUT_S, check=False
+            command,
+            env=environment(settings),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            preexec_fn=dies_with_this_thread(),
         )
     except subprocess.TimeoutExpired as exc:
-        raise HousekeepingFailed(f"`airflow {what}` did not end within {CLEAN_TIMEOUT_S} s") from exc
+        raise HousekeepingFailed(f"`airflow {what}` did not end within {timeout_s:.0f} s") from exc
     output = f"{done.stdout}\n{done.stderr}"
     if done.returncode != 0:
         tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-5:])

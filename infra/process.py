@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -339,6 +339,26 @@ def _listening(port: int) -> list:
         ]
     except psutil.Error:
         return []
+
+
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def dies_with_this_thread() -> Callable[[], None]:
+    """A subprocess preexec_fn: the child gets SIGKILL when the thread that started it ends. Its
+    parent killed (a task's timeout, kill -9) left it running with no time limit, the limit having
+    lived in the parent; a child whose parent died before the signal was set does not run."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: loading a library in a forked child is not safe
+    parent = os.getpid()
+
+    def setup() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return setup
 
 
 def _signal_group(pid: int, sig: int) -> None:

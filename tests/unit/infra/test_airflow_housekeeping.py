@@ -182,3 +182,56 @@ def test_two_clean_ups_at_once_take_turns(tmp_path):
         for done in [pool.submit(clean_metadata, settings, NOW - timedelta(days=30)) for _ in range(2)]:
             done.result()
     assert not overlaps.exists(), overlaps.read_text()
+
+
+CLEAN_IN_A_CHILD = """
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from definitions.settings import Settings
+from infra.airflow_housekeeping import clean_metadata
+venv = Path(sys.argv[1])
+settings = Settings(state_dir=Path(sys.argv[2]))
+settings = settings.model_copy(update={"airflow": settings.airflow.model_copy(update={"venv": venv})})
+clean_metadata(settings, datetime(2026, 11, 1, tzinfo=UTC))
+"""
+
+
+def test_a_clean_up_whose_command_is_killed_ends_with_it(tmp_path):
+    """The DAG task's timeout kills `lambdactl housekeeping`; its `airflow db clean` ran on, its time
+    limit gone with it, beside the retry's (whose `db drop-archived` then dropped the table it was
+    deleting through)."""
+    import subprocess
+    import sys
+
+    from tests.support.polling import wait_for
+
+    pid_file = tmp_path / "airflow.pid"
+    settings = _fake_airflow(tmp_path, f"echo $$ > {pid_file}\nexec sleep 300\n")
+    command = subprocess.Popen(
+        [sys.executable, "-c", CLEAN_IN_A_CHILD, str(settings.airflow.venv), str(settings.state_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    airflow = 0
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout_s=60, what="airflow db clean")
+        airflow = int(pid_file.read_text())
+        command.kill()
+        command.wait(30)
+
+        def gone() -> bool:
+            try:
+                with open(f"/proc/{airflow}/stat") as stat_file:  # a zombie (not yet reaped) is gone too
+                    return stat_file.read().split(") ", 1)[1].startswith("Z")
+            except FileNotFoundError:
+                return True
+
+        wait_for(gone, timeout_s=30, interval_s=0.2, what="airflow db clean ended with its command")
+    finally:
+        command.kill()
+        if airflow:
+            try:
+                os.kill(airflow, 9)
+            except OSError:
+                pass
