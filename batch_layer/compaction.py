@@ -270,8 +270,16 @@ def _copy(
                 )
             for hour in sorted(expected):
                 target = f"{root}/{hour_dir(hour)}"
-                fs.delete(target, recursive=True)  # a killed compaction's, which no read looks at
-                fs.mkdirs(target.rsplit("/", 1)[0])
+                day, name = target.rsplit("/", 1)
+                # A folder there is a killed compaction's, which no read looks at: moved into this run's
+                # copy folder (deleted with it). Deleted, it could be what another compaction committed
+                # after taking over from this one paused past its checks: that one swept this run's
+                # folder first, so the move fails, and what it committed stays.
+                if name in fs.list(day) and not fs.rename(target, f"{tmp}/replaced-{hour}"):
+                    raise CompactionRefused(
+                        f"{tmp} is gone: another compaction took over (this one's lease had lapsed); nothing moved"
+                    )
+                fs.mkdirs(day)
                 if not fs.rename(f"{tmp}/{hour_dir(hour)}", target):
                     raise RuntimeError(f"could not move the compacted hour into {target}: nothing is read from it yet")
         return sorted(expected), sum(expected.values()), from_folders

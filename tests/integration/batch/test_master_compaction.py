@@ -492,3 +492,39 @@ def test_after_an_hour_is_kept_the_next_compaction_counts_only_the_hours_it_chec
     assert done.compacted_hours == [first + 3 * HOUR_MS] and done.mismatched == []
     assert sorted(done.originals_deleted) == [folder, f"{scratch.archiver.master_path}/{hour_dir(first + 3 * HOUR_MS)}"]
     assert rows(spark, scratch) == before
+
+
+def test_a_compaction_that_lost_its_lease_while_paused_leaves_what_the_next_one_committed(
+    settings, stack, spark, scratch, tmp_path, monkeypatch
+):
+    """One paused just past its last check (a stop, a suspend) for longer than its lease, then went on.
+    The one that took over had swept its copy folder, compacted the same hour and moved the marker;
+    the first then deleted that committed hour as a killed run's leftover and failed on its own move:
+    the marker said the hour was compacted, `_compacted/` no longer held it, its originals were gone."""
+    from batch_layer import compaction
+
+    scratch, root = scratch
+    first = (int(time.time() * 1000) // HOUR_MS - 3) * HOUR_MS
+    archive(spark, scratch, root, tmp_path / "in", first, hours=1)
+    complete_before(scratch, first + HOUR_MS)
+    copies = compacted_path(scratch)
+    target = f"{copies}/{hour_dir(first)}"
+    real = compaction.read_compacted
+    calls: list[int] = []
+
+    def read_compacted(fs, settings_):
+        marker = real(fs, settings_)
+        calls.append(1)
+        if len(calls) == 2:  # the copy's last check before it moves hours in: the other one runs now
+            for name in fs.list(copies):
+                if name.startswith("_tmp-"):
+                    fs.delete(f"{copies}/{name}", recursive=True)  # its sweep of killed runs' copies
+            fs.mkdirs(target)
+            fs.write(f"{target}/part-committed.parquet", b"the other one's")  # what it committed
+        return marker
+
+    monkeypatch.setattr(compaction, "read_compacted", read_compacted)
+    with pytest.raises(CompactionRefused, match="another compaction took over"):
+        compact_master(scratch, spark=spark)
+    with WebHdfs(settings) as fs:
+        assert fs.read(f"{target}/part-committed.parquet") == b"the other one's"
