@@ -100,10 +100,20 @@ def plan(present: Iterable[int], through_ms: int | None, sealed_ms: int, max_hou
     return todo, max(start, sealed_ms)
 
 
-def readers(runs: Mapping[int, Mapping], may_run) -> list[int]:
+def readers(runs: Mapping[int, Mapping], may_run, now_ms: int, grace_ms: int) -> list[int]:
     """The batch runs that may be reading the master dataset: recorded "writing" by a process that
-    may still run (`may_run`: stores.batch_views._may_run, None when it cannot be asked)."""
-    return sorted(v for v, run in runs.items() if run.get("state") == "writing" and may_run(run) is not False)
+    runs (`may_run`: stores.batch_views._may_run), or that cannot be asked (None: another host's)
+    and started or beat (batch_layer.heartbeat) within `grace_ms` (batch.retention_grace_s), as
+    retention trusts one: a run that died on another host kept every original for weeks."""
+
+    def recent(run: Mapping) -> bool:
+        return now_ms - max(run.get("started_ms") or 0, run.get("heartbeat_ms") or 0) < grace_ms
+
+    def may_read(run: Mapping) -> bool:
+        running = may_run(run)
+        return running is True or (running is None and recent(run))
+
+    return sorted(v for v, run in runs.items() if run.get("state") == "writing" and may_read(run))
 
 
 def sealed_before(settings: Settings) -> int:
@@ -332,7 +342,8 @@ def _drop_originals(settings: Settings, spark, result: CompactionResult, still_l
                 still_leased()
                 write_compacted(fs, settings, Compacted(marker.through_ms, marker.compacted_ms, marker.through_ms))
             return
-    result.originals_kept_for = readers(version_store(settings).runs(), _may_run)
+    grace_ms = settings.batch.retention_grace_s * 1000
+    result.originals_kept_for = readers(version_store(settings).runs(), _may_run, int(time.time() * 1000), grace_ms)
     if result.originals_kept_for:
         log.info(
             "the originals of %d compacted hour(s) are kept: batch run(s) %s may be reading them (the next "

@@ -55,15 +55,22 @@ def test_the_marker_never_moves_back_nor_past_what_the_archiver_finished():
 
 
 def test_only_runs_that_may_still_run_keep_the_originals():
+    now, grace = T0, 3_600_000
     runs = {
         1: {"state": "verified"},
         2: {"state": "writing", "alive": False},  # its process is gone
-        3: {"state": "writing", "alive": True},
-        4: {"state": "writing", "alive": None},  # another host's: cannot be asked, so it may run
+        3: {"state": "writing", "alive": True, "started_ms": now - 10 * grace},  # asked: it runs
+        4: {"state": "writing", "alive": None, "started_ms": now - 60_000},  # another host's, started lately
         5: {"state": "failed", "alive": True},
+        # another host's, beating (batch_layer.heartbeat) though started long ago
+        6: {"state": "writing", "alive": None, "started_ms": now - 10 * grace, "heartbeat_ms": now - 60_000},
+        # another host's, silent for longer than the grace: died (its tables are dropped by retention
+        # too). It kept every original for as long as it stayed among the runs recorded: weeks.
+        7: {"state": "writing", "alive": None, "started_ms": now - 10 * grace, "heartbeat_ms": now - 2 * grace},
+        8: {"state": "writing", "alive": None},  # recorded with no time at all
     }
-    assert readers(runs, lambda run: run["alive"]) == [3, 4]
-    assert readers({}, lambda run: True) == []
+    assert readers(runs, lambda run: run["alive"], now, grace) == [3, 4, 6]
+    assert readers({}, lambda run: True, now, grace) == []
 
 
 def test_the_marker_round_trips_and_anything_else_is_refused_by_name():
