@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 MARKER_NAME = re.compile(r"\d{12}\.json")  # the archiver's own markers; anything else there is not one
 TMP_NAME = re.compile(r"_tmp-(\d{12})\.json")  # one being written (publish)
 MAX_INT = 2**53  # epoch ms, offsets and batch ids all fit well below this
+PARTITION_KEY = re.compile(r"0|[1-9][0-9]{0,8}")
 
 
 class MarkerMalformed(ValueError):
@@ -75,19 +76,22 @@ class Completeness:
             doc = json.loads(text, parse_constant=_no_constant)
             if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), dict):
                 raise MarkerMalformed("not an object with partitions")
+            # The topic's partition count, which every marker the archiver writes carries: without it
+            # one partition's progress was taken for the whole topic's.
+            expected = _count(doc.get("expected_partitions"), "expected_partitions")
             parts = {}
             for key, value in doc["partitions"].items():
                 if not isinstance(value, dict):
                     raise MarkerMalformed(f"partition {key[:20]!r}: not an object")
-                parts[_count(int(key), "a partition")] = PartitionProgress(
+                # As the archiver writes it: int() also reads "7_7" (77), " 1", "+1" and other digits.
+                if not PARTITION_KEY.fullmatch(key) or int(key) >= expected:
+                    raise MarkerMalformed(f"partition {key[:20]!r}: not one of the topic's {expected}")
+                parts[int(key)] = PartitionProgress(
                     _count(value.get("next_offset"), f"partition {key}: next_offset"),
                     _count(value.get("complete_before_ms"), f"partition {key}: complete_before_ms"),
                 )
             return cls(
-                _count(doc.get("batch_id"), "batch_id"),
-                _count(doc.get("written_ms"), "written_ms"),
-                parts,
-                _count(doc.get("expected_partitions", 0), "expected_partitions"),
+                _count(doc.get("batch_id"), "batch_id"), _count(doc.get("written_ms"), "written_ms"), parts, expected
             )
         except MarkerMalformed:
             raise
@@ -155,7 +159,12 @@ def latest(settings: Settings) -> Completeness | None:
             if data is None:
                 continue
             try:
-                return Completeness.from_json(data)
+                marker = Completeness.from_json(data)
+                # Named after its batch, as publish names it: one named otherwise (by hand) hid every
+                # newer marker, and pruning (by name) never removed it.
+                if name != f"{marker.batch_id:012d}.json":
+                    raise MarkerMalformed(f"it holds batch {marker.batch_id}")
+                return marker
             except MarkerMalformed as exc:
                 log.warning("completeness marker %s/%s is not one (%s): passed over", root, name, exc)
     return None

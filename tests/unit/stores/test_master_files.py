@@ -50,6 +50,17 @@ def test_a_temporary_file_in_the_sink_log_is_not_a_batch():
         b'{"batch_id": true, "written_ms": 1, "partitions": {}}',
         b'{"batch_id": 1, "written_ms": 1, "partitions": {"p0": {"next_offset": 1, "complete_before_ms": 1}}}',
         b'{"partitions": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+        # partition numbers Python's int() takes but no archiver writes ("7_7" was partition 77)
+        *(
+            b'{"batch_id": 1, "written_ms": 1, "expected_partitions": 80, "partitions": {"%s": '
+            b'{"next_offset": 1, "complete_before_ms": 1}}}' % key
+            for key in (b"7_7", b" 1", b"+1", b"01", b"\\u0661")
+        ),
+        # no count of partitions: 0, and any partition's progress was taken as the whole topic's
+        b'{"batch_id": 1, "written_ms": 1, "partitions": {"0": {"next_offset": 1, "complete_before_ms": 1}}}',
+        # a partition the topic's count does not have
+        b'{"batch_id": 1, "written_ms": 1, "expected_partitions": 2, "partitions": {"2": {"next_offset": 1, '
+        b'"complete_before_ms": 1}}}',
     ],
 )
 def test_a_file_that_holds_no_marker_is_malformed(text):
@@ -66,6 +77,8 @@ def test_the_newest_marker_is_the_newest_of_the_archivers_own_and_a_broken_one_i
         "000000000007.json": marker(7, 60_000),
         "000000000008.json": marker(8, 120_000),
         "000000000009.json": b'{"batch_id": 9, "partitions": {"0": {"complete_before_ms": NaN}}}',
+        # named after a batch it is not: it hid every newer marker, and no pruning removed it
+        "999999999999.json": marker(6, 999_999),
         "README": b"# notes",  # sorts after every marker: it was taken for the newest, on every run
         "_tmp-000000000010.json": marker(10, 999_999),
     }
