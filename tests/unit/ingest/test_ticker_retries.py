@@ -36,7 +36,7 @@ def test_a_broker_unreachable_at_start_delays_the_ticks_only(settings, monkeypat
     producer = _Producer(sent)
     attempts = []
 
-    def make(settings, client_id):
+    def make(settings, client_id, **options):
         attempts.append(client_id)
         if len(attempts) < 3:
             raise NoBrokersAvailable()
@@ -54,3 +54,34 @@ def test_a_broker_unreachable_at_start_delays_the_ticks_only(settings, monkeypat
         ticker.stop()
         ticker.join(10)
     assert not ticker.is_alive()
+
+
+def test_a_broker_away_for_long_is_logged_once_a_minute_without_tracebacks(settings, monkeypatch, caplog):
+    """A tick failed every few seconds while Kafka was away, each with a whole traceback."""
+    import logging
+
+    from stores import kafka
+
+    class Failing(_Producer):
+        flushes = 0
+
+        def flush(self, timeout):
+            Failing.flushes += 1
+            if Failing.flushes >= 20:
+                self.sent.set()
+            raise TimeoutError("no broker answered")
+
+    sent = threading.Event()
+    monkeypatch.setattr(kafka, "producer", lambda *args, **options: Failing(sent))
+    fast = settings.archiver.model_copy(update={"tick_interval_s": 0.01})
+    ticker = Ticker(settings.model_copy(update={"archiver": fast}))
+    caplog.set_level(logging.INFO, logger="ingest.ticker")
+    ticker.start()
+    try:
+        assert sent.wait(10), "fewer than 20 failed ticks"
+    finally:
+        ticker.stop()
+        ticker.join(10)
+    failures = [r for r in caplog.records if "could not send tick records" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in failures]
+    assert failures[0].exc_info is None and "no broker answered" in failures[0].getMessage()
