@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from definitions.files import private_dir, replace_text, write_private
+from definitions.files import private_dir, refuse_untrusted, replace_text, write_private
 from definitions.logs import configure_from
 from definitions.section import REPO_ROOT, browser_url
 from definitions.service_settings import DEFAULT_AIRFLOW_PASSWORD
@@ -138,6 +138,9 @@ def prepare_home(settings: Settings) -> None:
     from definitions.view_loading import load_views
 
     home = private_dir(airflow_home(settings))  # its database holds run confs and XComs
+    # At each start, not only at `up` where it exists: one another user made first (outside the state
+    # directory, after a reboot) holds the configuration and the code Airflow runs.
+    refuse_untrusted(home, "airflow.home", "Airflow is not started from it", ancestors=True)
     try:
         names = load_views(settings).names()
     except Exception as exc:  # noqa: BLE001 - any failure of a view module's import
@@ -182,7 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("refusing to start: %s", weak)
         return 2
     executable = check_installed(settings)
-    prepare_home(settings)
+    try:
+        prepare_home(settings)
+    except ValueError as exc:  # refuse_untrusted: its home is not this user's alone
+        log.error("refusing to start: %s", exc)
+        return 2
     env = environment(settings)
     if component == "api-server":
         step = [str(executable), "db", "migrate"]

@@ -5,6 +5,7 @@ name (no service)."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pytest
@@ -76,3 +77,18 @@ def test_a_views_file_holding_anything_else_is_written_afresh(home):
         write_declared_views(home, ["page_views"])
         written = json.loads(views_file(home).read_text())
         assert written["views"] == ["page_views"] and set(written["retired"]) <= {"x"}, written
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder another user's takes root")
+def test_a_home_another_user_made_is_refused_at_each_start(home, tmp_path):
+    """`lambdactl up` checks `airflow.home` only where it exists; one outside the state directory
+    (/tmp/…, after a reboot) that another user made first was taken as it was at each component's
+    start: Airflow imports `config/airflow_local_settings.py` from it and reads its `airflow.cfg`
+    (the secret its API tokens are signed with)."""
+    elsewhere = tmp_path / "airflow-home"
+    elsewhere.mkdir()
+    os.chown(elsewhere, 4242, 4242)
+    settings = home.model_copy(update={"airflow": home.airflow.model_copy(update={"home": str(elsewhere)})})
+    with pytest.raises(ValueError, match=r"airflow\.home: .*another user"):
+        prepare_home(settings)
+    assert not views_file(settings).exists(), "nothing was written into it"
