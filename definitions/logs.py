@@ -23,6 +23,10 @@ import time
 from typing import Any
 
 NOISY = ("kafka", "cassandra", "happybase", "thriftpy2", "py4j", "httpx", "httpcore", "hdfs")
+# Of those, the ones whose lines below WARNING carry secrets, at every level asked: py4j logs every
+# command it sends the JVM (spark.authenticate.secret, a Kafka SASL password in the source's options),
+# HdfsCLI its client's address (WebHDFS credentials in it).
+SECRET_BEARING = ("py4j", "hdfs")
 
 _fields: dict[str, Any] = {"component": "-", "run": "-", "version": "-"}
 _installed: logging.Handler | None = None
@@ -128,7 +132,8 @@ def configure(component: str, level: str = "INFO", fmt: str = "text", stream=Non
     _installed = handler
     root.setLevel(level.upper())
     for name in NOISY:
-        logging.getLogger(name).setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
+        debug = level.upper() == "DEBUG" and name not in SECRET_BEARING
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
 def configure_from(component: str, settings, stream=None) -> None:

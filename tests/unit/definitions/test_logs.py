@@ -117,3 +117,17 @@ def test_other_processes_write_every_warning_each_naming_something():
     for partition in range(3 * logs.REPEATS_PER_WINDOW):
         logging.getLogger("lambda.archiver").warning("running past records Kafka deleted: partition %d", partition)
     assert len(out.getvalue().splitlines()) == 3 * logs.REPEATS_PER_WINDOW
+
+
+def test_debug_logging_writes_no_line_that_carries_a_secret():
+    """`lambdactl -v` (DEBUG) turned py4j and HdfsCLI up too: py4j logs every command it sends the
+    JVM (spark.authenticate.secret, a Kafka SASL password), HdfsCLI its client's address (WebHDFS
+    credentials); both went into the job's log. The other drivers' debug lines still come."""
+    out = io.StringIO()
+    logs.configure("speed-layer", "DEBUG", "text", stream=out)
+    logging.getLogger("py4j.clientserver").debug("Command to send: c\nspark.authenticate.secret\ns3cr3t-py4j\ne\n")
+    logging.getLogger("hdfs.client").info("Instantiated <InsecureClient(url='https://lambda:s3cr3t-hdfs@nn:9870')>.")
+    logging.getLogger("kafka.conn").debug("connecting to broker")
+    text = out.getvalue()
+    assert "s3cr3t" not in text, text
+    assert "connecting to broker" in text
