@@ -24,6 +24,7 @@ from typing import Any
 
 from definitions import jobs
 from definitions.events import FIELD_NAMES
+from definitions.executor_settings import executor_settings
 from definitions.files import run_alone
 from definitions.logs import configure_from
 from definitions.python_workers import skip_unchanged_zip_rereads
@@ -214,7 +215,9 @@ def partition_writer(settings: Settings, views: Mapping[str, list[Written]], tim
     partition's rows, with the batch's write timestamp, through the worker's own realtime writer
     (built at the first rows, so a batch of ticks only never connects); then yield how many it
     wrote and the milliseconds the writes took. Workers are reused from task to task, so each keeps
-    one connection to the store."""
+    one connection to the store. The function carries the settings without the secrets no executor
+    uses (definitions.executor_settings)."""
+    settings = executor_settings(settings)
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import time

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from definitions.executor_settings import executor_settings
 from definitions.python_workers import skip_unchanged_zip_rereads
 from definitions.settings import Settings
 from definitions.spark import cached
@@ -125,8 +126,14 @@ def write_partitions(settings: Settings, table: str, view: View, granularity: st
     with cached(computed) as computed:
         stats = computed_stats(view, computed)
         sample = sample_row_keys(view, granularity, computed, stats)
-        computed.foreachPartition(functools.partial(_write_partition, settings, table, view, granularity))
+        computed.foreachPartition(partition_writer(settings, table, view, granularity))
         return Written(stats, tuple(sample))
+
+
+def partition_writer(settings: Settings, table: str, view: View, granularity: str) -> Callable[..., None]:
+    """What each task runs in its executor's Python worker: write its partition of one granularity.
+    It carries the settings without the secrets no executor uses (definitions.executor_settings)."""
+    return functools.partial(_write_partition, executor_settings(settings), table, view, granularity)
 
 
 # Sampled row keys longer than this are not used as cuts (the run record keeps the cuts).
