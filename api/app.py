@@ -46,6 +46,11 @@ def check_settings(settings: Settings) -> None:
         )
     if settings.environment == "development":
         return
+    if not settings.api.admin_token.get_secret_value():
+        log.warning(
+            "api.admin_token is unset: the admin routes (a recomputation, a reload of the views) take api.token, "
+            "which every event producer holds; set LAMBDA_API__ADMIN_TOKEN to a token of its own"
+        )
     tokens = [name for name in default_secrets(settings) if name.startswith("api.")]
     if tokens:
         raise InsecureSettings(

@@ -97,6 +97,19 @@ def test_the_development_token_is_no_admin_token_outside_development():
         check_settings(settings)
 
 
+def test_outside_development_the_api_says_when_producers_hold_the_admin_routes_too(caplog):
+    """Without `api.admin_token` the admin routes take `api.token`: anyone who sends events can start
+    a full recomputation or reload the views. Said at every start, where it was said nowhere."""
+    from api.app import check_settings
+
+    tokens = {"token": SecretStr("t0k3n-long-enough-42")}
+    for admin, said in (("", True), ("admin-t0k3n-long-enough", False)):
+        caplog.clear()
+        settings = Settings(environment="production", api=ApiSettings(**tokens, admin_token=SecretStr(admin)))
+        check_settings(settings)
+        assert ("api.admin_token is unset" in caplog.text) is said, caplog.text
+
+
 def test_up_refuses_a_short_airflow_password_outside_development(tmp_path):
     """Airflow's login is a password only (its simple auth manager has no lock-out): one of a few
     characters is guessed by trying."""
