@@ -18,6 +18,7 @@ from definitions.settings import Settings
 from infra.errors import StackError
 
 DAYS = 825  # what clients accept for a server certificate at most
+RENEW_WITHIN_S = 30 * 86_400  # a server certificate this close to its end is made again
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class TlsFiles:
         return self.folder / "server-keystore.pem"
 
     @property
+    def server_hosts(self) -> Path:  # the hosts the server certificate names, one per line
+        return self.folder / "server-hosts.txt"
+
+    @property
     def client_cert(self) -> Path:
         return self.folder / "client.pem"
 
@@ -62,9 +67,14 @@ def local_tls(settings: Settings) -> TlsFiles:
 
 
 def make_tls(folder: Path, hosts: list[str], name: str = "lambda local") -> TlsFiles:
-    """A CA, a server certificate for `hosts` and a client certificate in `folder`, unless there."""
+    """A CA, a server certificate for `hosts` and a client certificate in `folder`, unless there. A
+    server certificate made for other hosts (a store's host changed since), or ending within
+    RENEW_WITHIN_S, is made again under the same CA: it was kept as made, and the clients' host
+    name check failed, or every TLS connection once it expired."""
     files = TlsFiles(folder)
     if files.client_key.exists():
+        if not _server_current(files, hosts):
+            _server(files, hosts, name)
         return files
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
@@ -74,12 +84,33 @@ def make_tls(folder: Path, hosts: list[str], name: str = "lambda local") -> TlsF
         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
     )  # fmt: skip
     files.ca_key.chmod(0o600)
-    names = ",".join(f"IP:{h}" if _is_ip(h) else f"DNS:{h}" for h in hosts)
-    _signed(files, files.server_key, files.server_cert, f"{name} stores", f"subjectAltName={names}", "serverAuth")
-    write_private(files.server_keystore, files.server_key.read_text() + files.server_cert.read_text())
+    _server(files, hosts, name)
     # Last: its presence says the whole set was made.
     _signed(files, files.client_key, files.client_cert, "lambda", "subjectAltName=DNS:lambda", "clientAuth")
     return files
+
+
+def _server(files: TlsFiles, hosts: list[str], name: str) -> None:
+    names = ",".join(f"IP:{h}" if _is_ip(h) else f"DNS:{h}" for h in hosts)
+    _signed(files, files.server_key, files.server_cert, f"{name} stores", f"subjectAltName={names}", "serverAuth")
+    write_private(files.server_keystore, files.server_key.read_text() + files.server_cert.read_text())
+    write_private(files.server_hosts, "".join(f"{h}\n" for h in sorted(hosts)))
+
+
+def _server_current(files: TlsFiles, hosts: list[str]) -> bool:
+    """Whether the server certificate names `hosts` and does not end within RENEW_WITHIN_S."""
+    try:
+        named = files.server_hosts.read_text().split()
+    except FileNotFoundError:  # made by an earlier release: for which hosts is not known
+        return False
+    if named != sorted(hosts):
+        return False
+    checked = subprocess.run(
+        ["openssl", "x509", "-in", str(files.server_cert), "-noout", "-checkend", str(RENEW_WITHIN_S)],
+        capture_output=True,
+        timeout=60,
+    )
+    return checked.returncode == 0
 
 
 def _signed(files: TlsFiles, key: Path, cert: Path, subject: str, names: str, usage: str) -> None:

@@ -50,3 +50,24 @@ def test_an_ipv6_contact_point_is_named_as_the_driver_reaches_it(tmp_path):
     text = extensions(files.server_cert, "subjectAltName")
     assert "IP Address:0:0:0:0:0:0:0:1" in text and "IP Address:FE80:0:0:0:0:0:0:7" in text, text
     assert "[" not in text and "%" not in text
+
+
+def test_a_server_certificate_for_other_hosts_or_near_its_end_is_made_again_under_the_same_ca(tmp_path, monkeypatch):
+    """It was kept as first made: after a store's host changed, every client's host name check failed
+    against it, and 825 days on every TLS connection did."""
+    from infra import local_tls
+
+    first = make_tls(tmp_path / "tls", ["127.0.0.1"])
+    ca, client = first.ca.read_bytes(), first.client_cert.read_bytes()
+    moved = make_tls(tmp_path / "tls", ["127.0.0.1", "stores.example"])
+    assert "DNS:stores.example" in extensions(moved.server_cert, "subjectAltName")
+    assert moved.ca.read_bytes() == ca and moved.client_cert.read_bytes() == client, "what clients hold stays"
+    done = subprocess.run(["openssl", "verify", "-CAfile", moved.ca, moved.server_cert], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "stores.example" in moved.server_keystore.read_text() or moved.server_keystore.read_text().count("BEGIN") == 2
+    )
+    kept = moved.server_cert.read_bytes()
+    assert make_tls(tmp_path / "tls", ["stores.example", "127.0.0.1"]).server_cert.read_bytes() == kept, "made once"
+    monkeypatch.setattr(local_tls, "RENEW_WITHIN_S", (local_tls.DAYS + 1) * 86_400)  # as if it ended within that
+    assert make_tls(tmp_path / "tls", ["127.0.0.1", "stores.example"]).server_cert.read_bytes() != kept
