@@ -198,10 +198,20 @@ def _topic_config(described, key: str) -> str | None:
     return None
 
 
+class NoPartitions(RuntimeError):
+    """Kafka described no partition of the topic (none such, or an error it answered with)."""
+
+
 def partition_count(settings: Settings, topic: str) -> int:
-    """How many partitions `topic` has."""
+    """How many partitions `topic` has; NoPartitions when Kafka describes none: counted as 0, a
+    topic-level error made the completeness marker expect no partition, so that any one partition's
+    progress passed for the whole topic's."""
     admin = kafka_admin(settings)
     try:
-        return len(admin.describe_topics([topic])[0]["partitions"])
+        described = admin.describe_topics([topic])[0]
     finally:
         admin.close()
+    count = len(described.get("partitions") or ())
+    if described.get("error_code") or count == 0:
+        raise NoPartitions(f"Kafka describes no partition of topic {topic} (error code {described.get('error_code')})")
+    return count

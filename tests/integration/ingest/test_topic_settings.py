@@ -138,3 +138,13 @@ def test_a_compressed_record_larger_than_the_topic_allows_is_refused_when_produc
             admin.delete_topics([events, dlq])
         finally:
             admin.close()
+
+
+def test_a_topic_kafka_describes_no_partition_of_is_no_count_of_zero(settings, stack):
+    """The completeness marker expects as many partitions as the topic has: counted as 0 (a topic-level
+    error in the answer), it expected none, and any one partition's progress passed for the topic's."""
+    from stores.kafka_topic_config import NoPartitions, partition_count
+
+    assert partition_count(settings, settings.kafka.events_topic) >= 1
+    with pytest.raises(NoPartitions, match="no partition of topic test-absent-"):
+        partition_count(settings, f"test-absent-{uuid.uuid4().hex[:8]}")
