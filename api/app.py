@@ -74,7 +74,7 @@ class _LazyProducer:
             if self.producer is None:
                 # A send waits at most 5 s for the brokers' metadata or buffer room (60 s by default):
                 # while Kafka is away a POST gets its 503 in seconds. A record is given up after
-                # events.KAFKA_ACK_S (two minutes by default), when its request is answered 503.
+                # events.KAFKA_ACK_S (kafka-python's default: two minutes), before its request's 503.
                 delivery_ms = int(events.KAFKA_ACK_S * 1000)
                 self.producer = kafka.producer(
                     self.settings,

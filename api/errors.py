@@ -102,10 +102,10 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     out: dict[int | str, dict[str, Any]] = {}
     for code in codes:
         out[code] = {"description": DESCRIPTIONS[code], "content": {"application/json": {"schema": {"$ref": _REF}}}}
-        if code in (409, 429):
+        if code in (409, 429, 503):
             out[code]["headers"] = {
                 "Retry-After": {
-                    "description": "seconds to wait before asking again",
+                    "description": "seconds to wait before asking again (a 503: when it names Kafka)",
                     "schema": {"type": "integer", "minimum": 1},
                 }
             }

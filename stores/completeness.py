@@ -76,16 +76,19 @@ class Completeness:
             doc = json.loads(text, parse_constant=_no_constant)
             if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), dict):
                 raise MarkerMalformed("not an object with partitions")
-            # The topic's partition count, which every marker the archiver writes carries: without it
-            # one partition's progress was taken for the whole topic's.
+            # The topic's partition count, which every marker the archiver writes carries (Kafka's
+            # answer as it published: a broker not yet told of partitions added may say fewer than the
+            # batch read): without it, or 0, one partition's progress was taken for the whole topic's.
             expected = _count(doc.get("expected_partitions"), "expected_partitions")
+            if doc["partitions"] and expected == 0:
+                raise MarkerMalformed("expected_partitions: 0 beside partitions' progress")
             parts = {}
             for key, value in doc["partitions"].items():
                 if not isinstance(value, dict):
                     raise MarkerMalformed(f"partition {key[:20]!r}: not an object")
                 # As the archiver writes it: int() also reads "7_7" (77), " 1", "+1" and other digits.
-                if not PARTITION_KEY.fullmatch(key) or int(key) >= expected:
-                    raise MarkerMalformed(f"partition {key[:20]!r}: not one of the topic's {expected}")
+                if not PARTITION_KEY.fullmatch(key):
+                    raise MarkerMalformed(f"partition {key[:20]!r}: not a partition number")
                 parts[int(key)] = PartitionProgress(
                     _count(value.get("next_offset"), f"partition {key}: next_offset"),
                     _count(value.get("complete_before_ms"), f"partition {key}: complete_before_ms"),

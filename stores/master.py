@@ -103,9 +103,11 @@ def _check_not_ahead(settings: Settings, through_ms: int) -> None:
     if covered is not None and through_ms > covered - covered % HOUR_MS:
         raise CompactionMarkerMalformed(
             f"{marker_path(settings)}: says the master is compacted up to {iso_ms(through_ms)}, past the hours the "
-            f"archiver finished (before {iso_ms(covered - covered % HOUR_MS)}): the hours between would be read from "
-            "_compacted/, which does not hold them. Restore the marker written with that folder (or remove the "
-            "folder with the rest of an old master)"
+            f"archiver's newest completeness marker says are finished (before {iso_ms(covered - covered % HOUR_MS)}), "
+            "where compaction never moves it: the hours between would be read from _compacted/ alone. Either this "
+            "marker is wrong (restored by hand: restore the one written with that folder), or the completeness "
+            f"went back (the archiver's checkpoint reset, a master rebuilt without _compacted/, a broken newest "
+            f"marker in {settings.archiver.completeness_path}): see docs/operations.md"
         )
 
 

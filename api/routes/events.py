@@ -234,9 +234,25 @@ def produce(request: Request, settings: Settings, payloads: list[tuple[bytes, by
     partition Kafka did not take made every POST a 503, events stored and all. Each record fails
     by its delivery timeout (KAFKA_ACK_S); the deadline here is a backstop."""
     producer = request.app.state.producer()
-    futures = [producer.send(settings.kafka.events_topic, key=key, value=value) for key, value in payloads]
+    futures, failure = [], None
+    for key, value in payloads:
+        try:
+            futures.append(producer.send(settings.kafka.events_topic, key=key, value=value))
+        except Exception as exc:  # no partitions known within max_block_ms: the rest is not sent
+            failure = exc
+            break
+    # Every record sent is waited for, one failed or not: a 503 at the first failure left the others
+    # to be written after it, behind the client's back.
     deadline = time.monotonic() + KAFKA_ACK_S + 5
-    return [f.get(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
+    positions = []
+    for future in futures:
+        try:
+            positions.append(future.get(timeout=max(0.0, deadline - time.monotonic())))
+        except Exception as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return positions
 
 
 def events_router(settings: Settings) -> APIRouter:
@@ -293,8 +309,8 @@ def events_router(settings: Settings) -> APIRouter:
             log.warning("events not acknowledged by Kafka: %s: %s", type(exc).__name__, str(exc)[:500])
             raise ApiError(
                 503,
-                f"events not acknowledged by Kafka within {KAFKA_ACK_S:g}s; none may be assumed stored: send them "
-                "again with the same event_ids (copies of an event_id are counted once)",
+                "events not acknowledged by Kafka (slow or away); none may be assumed stored: send them again with "
+                "the same event_ids (copies of an event_id are counted once)",
                 component="kafka",
                 headers={"Retry-After": str(KAFKA_RETRY_AFTER_S)},
             ) from None

@@ -86,10 +86,13 @@ def _end_with_the_supervisor() -> None:
     task orphaned and running, and its command with it (a batch's Spark driver beside the retry the
     scheduler starts once the heartbeats stop). Airflow's handler of SIGTERM in the task's process
     only calls on_kill, which a `@task` does not have: SIGKILL ends it, and its command gets the
-    SIGTERM _end_with_the_task asked for. A supervisor already gone: the command is not run."""
+    SIGTERM _end_with_the_task asked for. A supervisor gone before the signal was asked for leaves
+    the task a child of init (1), and it ends without running the command; one gone before the task
+    got here, under a subreaper (a process that adopts orphans, as systemd's user manager does),
+    is not noticed."""
     parent = os.getppid()
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
+    if parent == 1 or os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

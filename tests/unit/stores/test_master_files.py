@@ -58,8 +58,8 @@ def test_a_temporary_file_in_the_sink_log_is_not_a_batch():
         ),
         # no count of partitions: 0, and any partition's progress was taken as the whole topic's
         b'{"batch_id": 1, "written_ms": 1, "partitions": {"0": {"next_offset": 1, "complete_before_ms": 1}}}',
-        # a partition the topic's count does not have
-        b'{"batch_id": 1, "written_ms": 1, "expected_partitions": 2, "partitions": {"2": {"next_offset": 1, '
+        # a count of 0 beside progress
+        b'{"batch_id": 1, "written_ms": 1, "expected_partitions": 0, "partitions": {"0": {"next_offset": 1, '
         b'"complete_before_ms": 1}}}',
     ],
 )
@@ -70,6 +70,9 @@ def test_a_file_that_holds_no_marker_is_malformed(text):
 
 def test_a_marker_reads_back_as_written():
     assert Completeness.from_json(marker(7, 60_000)).complete_before_ms == 60_000
+    # Partitions added as the archiver published: the broker it asked knew fewer than the batch read.
+    ahead = Completeness(9, 1, {0: PartitionProgress(5, 60_000), 1: PartitionProgress(3, 90_000)}, 1)
+    assert Completeness.from_json(ahead.to_json()).complete_before_ms == 60_000
 
 
 def test_the_newest_marker_is_the_newest_of_the_archivers_own_and_a_broken_one_is_passed_over(monkeypatch):
