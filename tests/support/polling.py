@@ -20,3 +20,12 @@ def wait_for(check: Callable[[], T], what: str, timeout_s: float, interval_s: fl
         if time.monotonic() >= deadline:
             raise AssertionError(f"waited {timeout_s:g}s for {what}; last seen: {value!r}")
         time.sleep(interval_s)
+
+
+def ended(pid: int) -> bool:
+    """Whether process `pid` has ended: gone, or a zombie (reparented, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True

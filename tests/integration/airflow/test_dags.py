@@ -13,6 +13,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,7 +25,7 @@ from stores.batch_views import VersionStore
 from tests.integration.api.test_end_to_end import wait_exact
 from tests.support.cli import lambdactl
 from tests.support.events import fresh_seed, send, wait_cutoff_past
-from tests.support.polling import wait_for
+from tests.support.polling import ended, wait_for
 
 PARSE = textwrap.dedent("""
     import json, sys
@@ -199,9 +200,8 @@ def test_a_command_whose_task_died_before_it_started_does_not_run(settings, tmp_
     assert in_airflow(settings, ORPHANED_AT_START, env) == {"code": 1}
 
 
-def test_a_task_killed_from_outside_takes_its_command_with_it(settings, tmp_path):
-    """Airflow ends a task ("mark failed", "clear", a missed heartbeat) by signalling the task's own
-    process; its command (a batch's Spark driver, a swap) ran on beside the retry."""
+def sleeping_command(settings, tmp_path) -> tuple[dict[str, str], Path]:
+    """(the environment of a task whose `lambdactl` writes its pid and sleeps, the pid's file)."""
     fake = tmp_path / "bin" / "lambdactl"
     fake.parent.mkdir()
     pid_file = tmp_path / "command.pid"
@@ -209,6 +209,13 @@ def test_a_task_killed_from_outside_takes_its_command_with_it(settings, tmp_path
     fake.chmod(0o755)
     env = environment(settings)
     env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(fake.parent))
+    return env, pid_file
+
+
+def test_a_task_killed_from_outside_takes_its_command_with_it(settings, tmp_path):
+    """Airflow ends a task ("mark failed", "clear", a missed heartbeat) by signalling the task's own
+    process; its command (a batch's Spark driver, a swap) ran on beside the retry."""
+    env, pid_file = sleeping_command(settings, tmp_path)
     task = subprocess.Popen(
         [str(settings.airflow.venv / "bin" / "python"), "-c", ORPHAN, str(DAGS_FOLDER)],
         env=env,
@@ -220,17 +227,7 @@ def test_a_task_killed_from_outside_takes_its_command_with_it(settings, tmp_path
         command = int(pid_file.read_text())
         task.kill()  # SIGKILL: no handler of the task's runs
         task.wait(30)
-
-        def gone() -> bool:
-            try:
-                os.kill(command, 0)
-            except ProcessLookupError:
-                return True
-            # A zombie (reparented, not yet reaped) is gone too.
-            with open(f"/proc/{command}/stat") as stat:
-                return stat.read().split(") ", 1)[1].startswith("Z")
-
-        wait_for(gone, timeout_s=30, what="the command ended with its task")
+        wait_for(lambda: ended(command), timeout_s=30, what="the command ended with its task")
     finally:
         task.kill()
         try:
@@ -251,13 +248,7 @@ def test_a_task_whose_supervisor_was_killed_takes_its_command_with_it(settings, 
     with it the command: the scheduler retries the task once the heartbeats stop, and two batch
     drivers ran side by side for hours. Airflow's handler of SIGTERM in the task's process only
     calls on_kill, so the task asks for SIGKILL when its supervisor dies."""
-    fake = tmp_path / "bin" / "lambdactl"
-    fake.parent.mkdir()
-    pid_file = tmp_path / "command.pid"
-    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 300\n")
-    fake.chmod(0o755)
-    env = environment(settings)
-    env.update(AIRFLOW_HOME=str(tmp_path), LAMBDA_PLATFORM_BIN=str(fake.parent))
+    env, pid_file = sleeping_command(settings, tmp_path)
     python = str(settings.airflow.venv / "bin" / "python")
     supervisor = subprocess.Popen(
         [python, "-c", SUPERVISOR, ORPHAN, str(DAGS_FOLDER)],
@@ -273,15 +264,7 @@ def test_a_task_whose_supervisor_was_killed_takes_its_command_with_it(settings, 
             pids[:] = [command, int(stat.read().split(") ", 1)[1].split()[1])]  # the command, its task
         supervisor.kill()
         supervisor.wait(30)
-
-        def gone(pid: int) -> bool:
-            try:
-                with open(f"/proc/{pid}/stat") as stat:  # a zombie (not yet reaped) is gone too
-                    return stat.read().split(") ", 1)[1].startswith("Z")
-            except FileNotFoundError:
-                return True
-
-        wait_for(lambda: all(map(gone, pids)), timeout_s=30, what="the task and its command ended with the supervisor")
+        wait_for(lambda: all(map(ended, pids)), timeout_s=30, what="the task and its command ended with the supervisor")
     finally:
         supervisor.kill()
         for pid in pids:

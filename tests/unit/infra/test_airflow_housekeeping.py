@@ -204,7 +204,7 @@ def test_a_clean_up_whose_command_is_killed_ends_with_it(tmp_path):
     import subprocess
     import sys
 
-    from tests.support.polling import wait_for
+    from tests.support.polling import ended, wait_for
 
     pid_file = tmp_path / "airflow.pid"
     settings = _fake_airflow(tmp_path, f"echo $$ > {pid_file}\nexec sleep 300\n")
@@ -219,15 +219,7 @@ def test_a_clean_up_whose_command_is_killed_ends_with_it(tmp_path):
         airflow = int(pid_file.read_text())
         command.kill()
         command.wait(30)
-
-        def gone() -> bool:
-            try:
-                with open(f"/proc/{airflow}/stat") as stat_file:  # a zombie (not yet reaped) is gone too
-                    return stat_file.read().split(") ", 1)[1].startswith("Z")
-            except FileNotFoundError:
-                return True
-
-        wait_for(gone, timeout_s=30, interval_s=0.2, what="airflow db clean ended with its command")
+        wait_for(lambda: ended(airflow), timeout_s=30, interval_s=0.2, what="airflow db clean ended with its command")
     finally:
         command.kill()
         if airflow:
