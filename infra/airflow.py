@@ -160,7 +160,7 @@ def prepare_home(settings: Settings) -> None:
 def check_installed(settings: Settings) -> Path:
     executable = settings.airflow.venv / "bin" / "airflow"
     if not executable.exists():
-        raise FileNotFoundError(f"no Airflow in {settings.airflow.venv}: run `make setup` (infra/airflow/setup.sh)")
+        raise FileNotFoundError(f"no Airflow in {settings.airflow.venv}: run `make setup` (infra/airflow_env/setup.sh)")
     return executable
 
 
