@@ -30,6 +30,8 @@ from stores.webhdfs import WebHdfs
 
 FILES = 4  # input files, one micro-batch each: every hour gets a file from each
 PER_HOUR = 25  # rows per hour and file
+# How a read refuses a compaction marker past the archiver's completeness.
+AHEAD = "past the hours the archiver.s newest completeness marker says are finished"
 SOURCE = "event_id STRING, event_time TIMESTAMP, url STRING, event_type STRING, kafka_partition INT, kafka_offset BIGINT, ingest_time TIMESTAMP"
 
 
@@ -169,7 +171,7 @@ def test_compaction_rewrites_finished_hours_and_every_read_stays_the_same(settin
         assert good is not None and marker is not None
         wrong = Compacted(marker.through_ms + 24 * HOUR_MS, marker.compacted_ms, marker.deleted_before_ms)
         fs.write(marker_path(scratch), wrong.to_json())
-    with pytest.raises(CompactionMarkerMalformed, match="past the hours the archiver finished"):
+    with pytest.raises(CompactionMarkerMalformed, match=AHEAD):
         read_master(spark, scratch)
     with WebHdfs(settings) as fs:
         fs.write(marker_path(scratch), good)
@@ -179,7 +181,7 @@ def test_compaction_rewrites_finished_hours_and_every_read_stays_the_same(settin
     complete_before(scratch, first + HOUR_MS)
     with pytest.raises(CompactionRefused, match="behind the compacted hours"):
         compact_master(scratch, spark=spark)
-    with pytest.raises(CompactionMarkerMalformed, match="past the hours the archiver finished"):
+    with pytest.raises(CompactionMarkerMalformed, match=AHEAD):
         read_master(spark, scratch)
 
     with WebHdfs(settings) as fs:
