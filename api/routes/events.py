@@ -251,7 +251,10 @@ def produce(request: Request, settings: Settings, payloads: list[tuple[bytes, by
         except Exception as exc:
             failure = failure or exc
     if failure is not None:
-        raise failure
+        try:
+            raise failure
+        finally:  # this frame would hold the exception it raised, and the exception this frame: a cycle
+            del failure
     return positions
 
 

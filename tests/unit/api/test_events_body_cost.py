@@ -335,3 +335,37 @@ def test_events_kafka_did_not_acknowledge_are_held_by_nothing_once_answered(sett
     answer, holders = post_and_find_holders(settings, body)
     assert answer.status_code == 503, answer.text
     assert holders == [], f"the body is still held by {holders}"
+
+
+def test_a_produce_kafka_refused_leaves_no_cycle_holding_its_records(settings):
+    """produce keeps the first failure of its records to raise it once every record is settled:
+    raised from a local, its frame held the exception and the exception its frame (the request's
+    records, futures and all), a cycle only a full collection frees, and the API makes those rare."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    class Failed:
+        def get(self, timeout):
+            raise TimeoutError("not acknowledged")
+
+    futures: list = []
+
+    def send(topic, key, value):
+        futures.append(Failed())
+        return futures[-1]
+
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(producer=lambda: SimpleNamespace(send=send))))
+    gc.collect()
+    gc.disable()
+    try:
+        try:
+            route.produce(request, settings, [(b"k", b"v"), (b"k", b"w")])  # type: ignore[arg-type]
+        except TimeoutError:
+            pass
+        held = [weakref.ref(f) for f in futures]
+        futures.clear()
+        alive = sum(ref() is not None for ref in held)
+    finally:
+        gc.enable()
+    assert alive == 0, f"{alive} of the request's futures still held after it was answered"
